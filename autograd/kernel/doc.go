@@ -1,0 +1,12 @@
+// Package kernel holds the float32 compute kernels the model runs on: SGEMM
+// in the layouts a transformer needs (A·B, A·Bᵀ, Aᵀ·B, and against a weight
+// packed once), batched small GEMMs for attention, and fused row-wise kernels
+// (LayerNorm, softmax, GELU variants, add, scale) with their backward passes.
+//
+// The GEMM micro-kernels are Go assembly for AVX-512 and AVX2+FMA, chosen at
+// run time from the CPU's features; a pure-Go reference runs on other CPUs
+// and in tests. All matrices are row-major with an explicit leading dimension
+// (the distance in elements between the starts of two rows).
+//
+// The package never imports the autodiff tape: it works on plain slices.
+package kernel

@@ -1,0 +1,197 @@
+package kernel
+
+import "fmt"
+
+// microKernel computes one mr×nr tile of C from a packed kb×mr panel of A
+// (for each k, the tile's mr row values) and a packed kb×nr panel of B:
+// C = alpha·A·B, plus the old C when load is set.
+type microKernel struct {
+	name   string
+	mr, nr int
+	tile   func(kb int, a, b, c []float32, ldc int, alpha float32, load bool)
+}
+
+// active is the micro-kernel GEMM uses; chosen at start-up from the CPU.
+var active = bestKernel()
+
+// Kernel names the GEMM micro-kernel in use ("avx512", "avx2", "go").
+func Kernel() string { return active.name }
+
+// Kernels lists the micro-kernels this CPU can run, best first.
+func Kernels() []string {
+	var names []string
+	for _, k := range available() {
+		names = append(names, k.name)
+	}
+	return names
+}
+
+// SetKernel selects a micro-kernel by name (for tests and benchmarks) and
+// returns the previous one's name. Matrices packed before the switch must be
+// packed again.
+func SetKernel(name string) (string, error) {
+	for _, k := range available() {
+		if k.name == name {
+			prev := active.name
+			active = k
+			return prev, nil
+		}
+	}
+	return active.name, fmt.Errorf("kernel: micro-kernel %q not available on this CPU (have %v)", name, Kernels())
+}
+
+func bestKernel() microKernel { return available()[0] }
+
+// goKernel is the portable micro-kernel: 4×16, accumulating in float32 in the
+// same order as the assembly kernels (one k at a time).
+var goKernel = microKernel{name: "go", mr: 4, nr: 16, tile: goTile}
+
+func goTile(kb int, a, b, c []float32, ldc int, alpha float32, load bool) {
+	var acc [4][16]float32
+	for p := 0; p < kb; p++ {
+		bp := (*[16]float32)(b[p*16 : p*16+16])
+		ap := (*[4]float32)(a[p*4 : p*4+4])
+		for r := 0; r < 4; r++ {
+			av := ap[r]
+			row := &acc[r]
+			for j := 0; j < 16; j++ {
+				row[j] += av * bp[j]
+			}
+		}
+	}
+	for r := 0; r < 4; r++ {
+		cr := c[r*ldc : r*ldc+16]
+		for j := 0; j < 16; j++ {
+			if load {
+				cr[j] += alpha * acc[r][j]
+			} else {
+				cr[j] = alpha * acc[r][j]
+			}
+		}
+	}
+}
+
+// GemmPacked computes C = alpha·op(A)·B + beta·C with B packed by PackB.
+// op(A) is m×p.K (A itself, or Aᵀ of a stored p.K×m matrix when transA).
+func GemmPacked(transA bool, m int, alpha float32, a []float32, lda int, p *PackedB, beta float32, c []float32, ldc int) {
+	gemmPacked(transA, m, alpha, a, lda, p, beta, c, ldc, true)
+}
+
+func gemmPackedSerial(transA bool, m int, alpha float32, a []float32, lda int, p *PackedB, beta float32, c []float32, ldc int) {
+	gemmPacked(transA, m, alpha, a, lda, p, beta, c, ldc, false)
+}
+
+func gemmPacked(transA bool, m int, alpha float32, a []float32, lda int, p *PackedB, beta float32, c []float32, ldc int, parallel bool) {
+	n, k := p.N, p.K
+	if m == 0 || n == 0 {
+		return
+	}
+	kern := active
+	if p.nr != kern.nr {
+		panic(fmt.Sprintf("kernel: B packed for panel width %d, kernel %s uses %d", p.nr, kern.name, kern.nr))
+	}
+	if beta != 0 && beta != 1 {
+		for i := 0; i < m; i++ {
+			scaleRow(c[i*ldc:i*ldc+n], beta)
+		}
+	}
+	if k == 0 {
+		if beta == 0 {
+			for i := 0; i < m; i++ {
+				clear(c[i*ldc : i*ldc+n])
+			}
+		}
+		return
+	}
+	panels := (n + kern.nr - 1) / kern.nr
+	run := func(r0, r1, q0, q1 int) {
+		gemmBlock(kern, r0, r1, q0, q1, alpha, transA, a, lda, p, beta != 0, c, ldc)
+	}
+	t := Threads()
+	switch {
+	case !parallel || t == 1:
+		run(0, m, 0, panels)
+	case m >= t*2*kern.mr:
+		parallelForGrain(m, kern.mr, func(lo, hi int) { run(lo, hi, 0, panels) })
+	default:
+		parallelFor(panels, func(lo, hi int) { run(0, m, lo, hi) })
+	}
+}
+
+// gemmBlock computes rows r0…r1−1 and column panels q0…q1−1 of C. For each
+// K block it packs up to mc rows of op(A) into mr-row panels (zero-padding
+// the last), then sweeps every B panel over them.
+func gemmBlock(kern microKernel, r0, r1, q0, q1 int, alpha float32, transA bool, a []float32, lda int, p *PackedB, loadC bool, c []float32, ldc int) {
+	mr, nr := kern.mr, kern.nr
+	n, k := p.N, p.K
+	ap := getScratch((mc + mr) * kc)
+	tmpC := getScratch(mr * nr)
+	defer putScratch(ap)
+	defer putScratch(tmpC)
+	for k0 := 0; k0 < k; k0 += kc {
+		kb := min(kc, k-k0)
+		load := loadC || k0 > 0
+		for i0 := r0; i0 < r1; i0 += mc {
+			i1 := min(i0+mc, r1)
+			packA(*ap, transA, a, lda, i0, i1, k0, kb, mr)
+			for q := q0; q < q1; q++ {
+				j0 := q * nr
+				cols := min(nr, n-j0)
+				bp := p.panel(k0, kb, j0)
+				for i := i0; i < i1; i += mr {
+					rows := min(mr, i1-i)
+					at := (*ap)[(i-i0)*kb : (i-i0+mr)*kb]
+					if rows == mr && cols == nr {
+						kern.tile(kb, at, bp, c[i*ldc+j0:], ldc, alpha, load)
+						continue
+					}
+					// Edge tile: compute a full tile into scratch, keep the valid part.
+					kern.tile(kb, at, bp, *tmpC, nr, alpha, false)
+					for r := 0; r < rows; r++ {
+						cr := c[(i+r)*ldc+j0 : (i+r)*ldc+j0+cols]
+						tr := (*tmpC)[r*nr : r*nr+cols]
+						if load {
+							for j := range cr {
+								cr[j] += tr[j]
+							}
+						} else {
+							copy(cr, tr)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// packA writes rows i0…i1−1, columns k0…k0+kb−1 of op(A) into dst as
+// consecutive kb×mr panels: panel t holds, for each k, the values of rows
+// i0+t·mr … i0+t·mr+mr−1 (zero past i1).
+func packA(dst []float32, transA bool, a []float32, lda, i0, i1, k0, kb, mr int) {
+	for t := i0; t < i1; t += mr {
+		panel := dst[(t-i0)*kb : (t-i0+mr)*kb]
+		rows := min(mr, i1-t)
+		if rows < mr {
+			clear(panel)
+		}
+		if transA {
+			// op(A)[i, k] = a[k·lda + i]: rows of the panel are contiguous in a.
+			for kk := 0; kk < kb; kk++ {
+				copy(panel[kk*mr:kk*mr+rows], a[(k0+kk)*lda+t:(k0+kk)*lda+t+rows])
+			}
+			continue
+		}
+		for r := 0; r < rows; r++ {
+			src := a[(t+r)*lda+k0 : (t+r)*lda+k0+kb]
+			for kk, v := range src {
+				panel[kk*mr+r] = v
+			}
+		}
+	}
+}
+
+func scaleRow(x []float32, s float32) {
+	for i := range x {
+		x[i] *= s
+	}
+}

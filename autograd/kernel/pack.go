@@ -1,0 +1,69 @@
+package kernel
+
+// kc is the depth of one K block: a packed panel of kc×nr floats stays in L1
+// while the micro-kernel sweeps it over a block of A rows.
+const kc = 256
+
+// mc is the number of A rows processed against one K block before moving on;
+// an mc×kc block of A (96 KiB) stays in L2.
+const mc = 96
+
+// PackedB is the right-hand operand op(B) (k×n) rearranged for the
+// micro-kernel: K is cut into blocks of kc rows, and each block into column
+// panels of nr columns stored contiguously (kc×nr, the last panel zero-padded).
+// Pack a frozen weight once with PackB and reuse it for every call.
+type PackedB struct {
+	K, N   int
+	nr     int // panel width of the kernel the data was packed for
+	npad   int // N rounded up to a multiple of nr
+	data   []float32
+	pooled *[]float32
+}
+
+// PackB packs op(B), which is k×n: B itself (k×n, leading dimension ldb) when
+// trans is false, or Bᵀ of a stored n×k matrix when trans is true (a Linear
+// weight [out, in] gives op(B) = Wᵀ with trans = true).
+func PackB(trans bool, k, n int, b []float32, ldb int) *PackedB {
+	nr := active.nr
+	npad := (n + nr - 1) / nr * nr
+	p := &PackedB{K: k, N: n, nr: nr, npad: npad}
+	p.pooled = getScratch(k * npad)
+	p.data = *p.pooled
+	for k0 := 0; k0 < k; k0 += kc {
+		kb := min(kc, k-k0)
+		block := p.data[k0*npad : k0*npad+kb*npad]
+		for j0 := 0; j0 < n; j0 += nr {
+			panel := block[j0*kb : (j0+nr)*kb]
+			w := min(nr, n-j0)
+			for kk := 0; kk < kb; kk++ {
+				dst := panel[kk*nr : kk*nr+nr]
+				if trans {
+					for j := 0; j < w; j++ {
+						dst[j] = b[(j0+j)*ldb+k0+kk]
+					}
+				} else {
+					copy(dst[:w], b[(k0+kk)*ldb+j0:(k0+kk)*ldb+j0+w])
+				}
+				for j := w; j < nr; j++ {
+					dst[j] = 0
+				}
+			}
+		}
+	}
+	return p
+}
+
+// Release returns the packed buffer to the pool; p must not be used after.
+// Calling it is optional (a packed weight kept for the model's life never is).
+func (p *PackedB) Release() {
+	if p.pooled != nil {
+		putScratch(p.pooled)
+		p.pooled, p.data = nil, nil
+	}
+}
+
+// panel returns the kb×nr panel of K block k0 holding columns j0…j0+nr−1.
+func (p *PackedB) panel(k0, kb, j0 int) []float32 {
+	base := k0*p.npad + j0*kb
+	return p.data[base : base+kb*p.nr]
+}

@@ -1,0 +1,69 @@
+package kernel
+
+import (
+	"math/bits"
+	"runtime"
+	"sync"
+)
+
+// Threads returns the number of goroutines the kernels split work over.
+func Threads() int { return runtime.GOMAXPROCS(0) }
+
+// parallelFor splits [0, n) into at most Threads() contiguous ranges and runs
+// fn on each, the last one on the calling goroutine.
+func parallelFor(n int, fn func(lo, hi int)) {
+	parallelForGrain(n, 1, fn)
+}
+
+// parallelForGrain is parallelFor with range boundaries on multiples of grain.
+func parallelForGrain(n, grain int, fn func(lo, hi int)) {
+	if n <= 0 {
+		return
+	}
+	t := Threads()
+	units := (n + grain - 1) / grain
+	if t > units {
+		t = units
+	}
+	if t <= 1 {
+		fn(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	per, extra := units/t, units%t
+	lo := 0
+	for i := 0; i < t; i++ {
+		u := per
+		if i < extra {
+			u++
+		}
+		hi := min(lo+u*grain, n)
+		if i == t-1 {
+			fn(lo, hi)
+			break
+		}
+		wg.Add(1)
+		go func(lo, hi int) {
+			defer wg.Done()
+			fn(lo, hi)
+		}(lo, hi)
+		lo = hi
+	}
+	wg.Wait()
+}
+
+// scratch pools float32 buffers in power-of-two size classes, so that
+// steady-state kernels do not allocate.
+var scratch [48]sync.Pool
+
+func getScratch(n int) *[]float32 {
+	c := bits.Len(uint(n))
+	if p, ok := scratch[c].Get().(*[]float32); ok {
+		*p = (*p)[:n]
+		return p
+	}
+	s := make([]float32, n, 1<<c)
+	return &s
+}
+
+func putScratch(p *[]float32) { scratch[bits.Len(uint(cap(*p)-1))].Put(p) }
