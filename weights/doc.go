@@ -1,4 +1,38 @@
-// Package weights reads and writes model checkpoints: safetensors (mapped,
-// F32/F16/BF16, bounds-checked header), PyTorch .pt archives, and the name
-// maps between OpenAI/open_clip and Hugging Face CLIP state dicts.
+// Package weights reads and writes model checkpoints and maps CLIP tensor
+// names between conventions.
+//
+// Files:
+//   - safetensors: Open maps a file (mmap) and checks its header strictly:
+//     known dtypes (F64, F32, F16, BF16, I64, I32, U8), shapes that match
+//     their byte ranges, ranges that tile the data section with no overlap,
+//     gap or truncation, no duplicate names. Zstd-compressed files
+//     (.safetensors.zst) are decompressed into memory. Write, WriteZstd and
+//     WriteFile write them, converting float data to F16/BF16 with
+//     round-to-nearest-even (Float32ToHalf, Float32ToBFloat16).
+//   - PyTorch zip archives: torch.save state dicts and the TorchScript
+//     archives OpenAI distributes. Both pickle tensors as
+//     torch._utils._rebuild_tensor_v2 over storages in data/; a TorchScript
+//     data.pkl pickles the module tree, and a tensor's name is its attribute
+//     path (visual.conv1.weight). The unpickler (gopickle's, with class
+//     handlers of this package) executes nothing, and corrupt input gives an
+//     error, not a panic. Legacy pre-1.6 (non-zip) files are not read.
+//   - Directories in the Hugging Face layout: model.safetensors (or its
+//     .zst, shards with an index, pytorch_model.bin) with config.json.
+//
+// Load reads any of these into a State: tensors by name as float32, with
+// shape and original dtype. ToOpenAI renames a state to OpenAI's CLIP names,
+// the canonical names of this project (visual.transformer.resblocks.N.attn.in_proj_weight,
+// token_embedding.weight, visual.proj, ...): Hugging Face CLIPModel states
+// have their q/k/v projections concatenated and projection matrices
+// transposed; open_clip ViT states already use OpenAI's names. ToHF is the
+// inverse.
+//
+// CLIPConfig describes a ViT CLIP model. ParseConfig reads Hugging Face,
+// open_clip and OpenAI configurations; InferConfig reads one off the tensor
+// shapes; Validate checks a state against one. LoadCLIP does all of it:
+// load, rename, configure, validate. Convert writes any checkpoint as an
+// OpenAI-named safetensors file carrying its configuration.
+//
+// Hub.Pull downloads model files from the Hugging Face Hub into a cache,
+// verifying SHA-256 checksums and resuming interrupted downloads.
 package weights

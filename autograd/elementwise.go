@@ -1,0 +1,165 @@
+package autograd
+
+import (
+	"fmt"
+
+	"github.com/nlpodyssey/spago/mat"
+	"github.com/subtta/subtta/autograd/kernel"
+)
+
+// QuickGELU returns x·σ(1.702·x) elementwise, CLIP's MLP activation.
+func QuickGELU(x mat.Tensor) mat.Tensor {
+	if is32("QuickGELU", x) {
+		return run(&activationOp[float32]{x: x, gelu: false})
+	}
+	return run(&activationOp[float64]{x: x, gelu: false})
+}
+
+// GELU returns the exact GELU x·Φ(x) = x·(1+erf(x/√2))/2 elementwise.
+func GELU(x mat.Tensor) mat.Tensor {
+	if is32("GELU", x) {
+		return run(&activationOp[float32]{x: x, gelu: true})
+	}
+	return run(&activationOp[float64]{x: x, gelu: true})
+}
+
+type activationOp[T dtype] struct {
+	x    mat.Tensor
+	gelu bool // exact GELU; QuickGELU otherwise
+}
+
+func (op *activationOp[T]) Operands() []mat.Tensor { return []mat.Tensor{op.x} }
+
+func (op *activationOp[T]) Forward() (mat.Tensor, error) {
+	x := values[T](op.x)
+	y := make([]T, len(x))
+	if op.gelu {
+		kernel.GELU(y, x)
+	} else {
+		kernel.QuickGELU(y, x)
+	}
+	r, c := dims(op.x)
+	return newMatrix(y, r, c), nil
+}
+
+func (op *activationOp[T]) Backward(gy mat.Tensor) error {
+	if !op.x.RequiresGrad() {
+		return nil
+	}
+	x := values[T](op.x)
+	buf := getBuf[T](len(x))
+	if op.gelu {
+		kernel.GELUBackward(*buf, values[T](gy), x)
+	} else {
+		kernel.QuickGELUBackward(*buf, values[T](gy), x)
+	}
+	accGrad(op.x, *buf)
+	putBuf(buf)
+	return nil
+}
+
+// Add returns a + b for matrices of the same shape (a residual connection).
+// It panics if the shapes differ.
+func Add(a, b mat.Tensor) mat.Tensor {
+	ra, ca := dims(a)
+	rb, cb := dims(b)
+	if ra != rb || ca != cb {
+		panic(fmt.Sprintf("autograd: Add: shapes [%d, %d] and [%d, %d] differ", ra, ca, rb, cb))
+	}
+	if sameType("Add", a, b) {
+		return run(&addOp[float32]{a: a, b: b})
+	}
+	return run(&addOp[float64]{a: a, b: b})
+}
+
+// AddTiled returns x + y where y [r, c] is repeated down x [k·r, c]: the
+// same y is added to each block of r consecutive rows. It adds a positional
+// embedding [tokens, width] to a batch of sequences [batch·tokens, width].
+// It panics if x's rows are not a multiple of y's or the widths differ.
+func AddTiled(x, y mat.Tensor) mat.Tensor {
+	rx, cx := dims(x)
+	ry, cy := dims(y)
+	if cx != cy || ry == 0 || rx%ry != 0 {
+		panic(fmt.Sprintf("autograd: AddTiled: [%d, %d] does not tile [%d, %d]", ry, cy, rx, cx))
+	}
+	if sameType("AddTiled", x, y) {
+		return run(&addOp[float32]{a: x, b: y, tiled: true})
+	}
+	return run(&addOp[float64]{a: x, b: y, tiled: true})
+}
+
+type addOp[T dtype] struct {
+	a, b  mat.Tensor
+	tiled bool // b's rows repeat down a
+}
+
+func (op *addOp[T]) Operands() []mat.Tensor { return []mat.Tensor{op.a, op.b} }
+
+func (op *addOp[T]) Forward() (mat.Tensor, error) {
+	a, b := values[T](op.a), values[T](op.b)
+	y := make([]T, len(a))
+	if op.tiled {
+		for i := 0; i < len(a); i += len(b) {
+			kernel.Add(y[i:i+len(b)], a[i:i+len(b)], b)
+		}
+	} else {
+		kernel.Add(y, a, b)
+	}
+	r, c := dims(op.a)
+	return newMatrix(y, r, c), nil
+}
+
+func (op *addOp[T]) Backward(gy mat.Tensor) error {
+	if op.a.RequiresGrad() {
+		op.a.AccGrad(gy) // copied or added by AccGrad, never kept
+	}
+	if !op.b.RequiresGrad() {
+		return nil
+	}
+	if !op.tiled {
+		op.b.AccGrad(gy)
+		return nil
+	}
+	dy := values[T](gy)
+	n := op.b.Size()
+	buf := getZeroBuf[T](n)
+	kernel.SumRows(*buf, dy, len(dy)/n, n) // sum of the blocks
+	accGrad(op.b, *buf)
+	putBuf(buf)
+	return nil
+}
+
+// Scale returns alpha·x (alpha a constant, such as CLIP's logit scale).
+func Scale(x mat.Tensor, alpha float64) mat.Tensor {
+	if is32("Scale", x) {
+		return run(&scaleOp[float32]{x: x, alpha: alpha})
+	}
+	return run(&scaleOp[float64]{x: x, alpha: alpha})
+}
+
+type scaleOp[T dtype] struct {
+	x     mat.Tensor
+	alpha float64
+}
+
+func (op *scaleOp[T]) Operands() []mat.Tensor { return []mat.Tensor{op.x} }
+
+func (op *scaleOp[T]) Forward() (mat.Tensor, error) {
+	x := values[T](op.x)
+	y := make([]T, len(x))
+	kernel.Scale(y, T(op.alpha), x)
+	r, c := dims(op.x)
+	return newMatrix(y, r, c), nil
+}
+
+func (op *scaleOp[T]) Backward(gy mat.Tensor) error {
+	if !op.x.RequiresGrad() {
+		return nil
+	}
+	dy := values[T](gy)
+	buf := getBuf[T](len(dy))
+	kernel.Scale(*buf, T(op.alpha), dy)
+	accGrad(op.x, *buf)
+	putBuf(buf)
+	return nil
+}

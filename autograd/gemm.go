@@ -1,0 +1,105 @@
+package autograd
+
+import (
+	"sync"
+
+	"github.com/subtta/subtta/autograd/kernel"
+)
+
+// gemm computes C = alpha·op(A)·op(B) + beta·C (row-major, op(X) = Xᵀ when
+// the flag is set): kernel.Gemm for float32, gemm64 for float64.
+func gemm[T dtype](transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	if a32, ok := any(a).([]float32); ok {
+		kernel.Gemm(transA, transB, m, n, k, float32(alpha), a32, lda, any(b).([]float32), ldb, float32(beta), any(c).([]float32), ldc)
+		return
+	}
+	gemm64(transA, transB, m, n, k, float64(alpha), any(a).([]float64), lda, any(b).([]float64), ldb, float64(beta), any(c).([]float64), ldc)
+}
+
+// gemmSerial is gemm on the calling goroutine only (for work already split
+// over goroutines, such as attention heads).
+func gemmSerial[T dtype](transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	if a32, ok := any(a).([]float32); ok {
+		// GemmBatched with one item runs on the calling goroutine.
+		kernel.GemmBatched(transA, transB, 1, m, n, k, float32(alpha), a32, lda, 0, any(b).([]float32), ldb, 0, float32(beta), any(c).([]float32), ldc, 0)
+		return
+	}
+	gemm64(transA, transB, m, n, k, float64(alpha), any(a).([]float64), lda, any(b).([]float64), ldb, float64(beta), any(c).([]float64), ldc)
+}
+
+// gemm64 is a plain float64 GEMM: the reference path used by gradient
+// checks. It is correct for any shape and not tuned.
+func gemm64(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
+	for i := 0; i < m; i++ {
+		ci := c[i*ldc : i*ldc+n]
+		switch beta {
+		case 0:
+			clear(ci)
+		case 1:
+		default:
+			for j := range ci {
+				ci[j] *= beta
+			}
+		}
+		for p := 0; p < k; p++ {
+			var av float64
+			if transA {
+				av = a[p*lda+i]
+			} else {
+				av = a[i*lda+p]
+			}
+			av *= alpha
+			if av == 0 {
+				continue
+			}
+			if transB {
+				for j := range ci {
+					ci[j] += av * b[j*ldb+p]
+				}
+			} else {
+				bp := b[p*ldb : p*ldb+n]
+				for j, bv := range bp {
+					ci[j] += av * bv
+				}
+			}
+		}
+	}
+}
+
+// parallelFor splits [0, n) into at most kernel.Threads() contiguous ranges
+// and runs fn on each, the last on the calling goroutine.
+func parallelFor(n int, fn func(lo, hi int)) {
+	t := min(kernel.Threads(), n)
+	if t <= 1 {
+		if n > 0 {
+			fn(0, n)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	per, extra := n/t, n%t
+	lo := 0
+	for i := 0; i < t; i++ {
+		hi := lo + per
+		if i < extra {
+			hi++
+		}
+		if i == t-1 {
+			fn(lo, hi)
+			break
+		}
+		wg.Add(1)
+		go func(lo, hi int) {
+			defer wg.Done()
+			fn(lo, hi)
+		}(lo, hi)
+		lo = hi
+	}
+	wg.Wait()
+}

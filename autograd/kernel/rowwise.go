@@ -1,0 +1,473 @@
+package kernel
+
+import (
+	"math"
+	"sync"
+)
+
+// Float is the element type of the row-wise kernels. Model code runs them in
+// float32; gradient checks run the very same code in float64.
+type Float interface{ ~float32 | ~float64 }
+
+// rowGrain is the number of elements below which a row-wise kernel runs on
+// the calling goroutine: smaller inputs do not repay starting goroutines.
+const rowGrain = 1 << 14
+
+// forRows splits rows 0…rows−1 into at most Threads() contiguous ranges and
+// runs fn on each in parallel when the matrix (rows×cols) is large enough.
+// fn receives the range and the index of its chunk (0…chunks−1); chunks is
+// returned so that callers can size per-chunk partial sums.
+func forRows(rows, cols int, fn func(chunk, lo, hi int)) {
+	t := rowChunks(rows, cols)
+	if t <= 1 {
+		if rows > 0 {
+			fn(0, 0, rows)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	per, extra := rows/t, rows%t
+	lo := 0
+	for i := 0; i < t; i++ {
+		hi := lo + per
+		if i < extra {
+			hi++
+		}
+		if i == t-1 {
+			fn(i, lo, hi)
+			break
+		}
+		wg.Add(1)
+		go func(i, lo, hi int) {
+			defer wg.Done()
+			fn(i, lo, hi)
+		}(i, lo, hi)
+		lo = hi
+	}
+	wg.Wait()
+}
+
+// rowChunks is the number of chunks forRows uses for a rows×cols matrix.
+func rowChunks(rows, cols int) int {
+	if rows*cols < rowGrain {
+		return 1
+	}
+	return max(1, min(Threads(), rows, rows*cols/rowGrain))
+}
+
+func checkLen[T Float](name string, s []T, n int) {
+	if len(s) < n {
+		panic("kernel: " + name + ": slice shorter than rows×cols")
+	}
+}
+
+// LayerNorm normalises each row of x (rows×cols) to zero mean and unit
+// variance (biased, as PyTorch), then applies gamma and beta (length cols):
+// y = (x−mean)·rstd·gamma + beta with rstd = 1/sqrt(var+eps). The per-row
+// mean and rstd are written to mean and rstd (length rows) for the backward
+// pass. y may alias x. Row statistics are accumulated in float64.
+func LayerNorm[T Float](y, x []T, rows, cols int, gamma, beta []T, eps float64, mean, rstd []T) {
+	checkLen("LayerNorm", x, rows*cols)
+	checkLen("LayerNorm", y, rows*cols)
+	forRows(rows, cols, func(_, lo, hi int) {
+		for r := lo; r < hi; r++ {
+			xr := x[r*cols : r*cols+cols]
+			yr := y[r*cols : r*cols+cols]
+			var s float64
+			for _, v := range xr {
+				s += float64(v)
+			}
+			mu := s / float64(cols)
+			var ss float64
+			for _, v := range xr {
+				d := float64(v) - mu
+				ss += d * d
+			}
+			rs := 1 / math.Sqrt(ss/float64(cols)+eps)
+			m, q := T(mu), T(rs)
+			mean[r], rstd[r] = m, q
+			g, b := gamma[:cols], beta[:cols]
+			for j, v := range xr {
+				yr[j] = (v-m)*q*g[j] + b[j]
+			}
+		}
+	})
+}
+
+// LayerNormBackward computes the gradients of LayerNorm given dy, the input x
+// and the saved mean and rstd. dx (rows×cols) is overwritten when non-nil;
+// dgamma and dbeta (length cols) are accumulated into when non-nil.
+// With x̂ = (x−mean)·rstd and g = dy·gamma:
+// dx = rstd·(g − mean(g) − x̂·mean(g·x̂)), dgamma += Σ_rows dy·x̂, dbeta += Σ_rows dy.
+func LayerNormBackward[T Float](dx, dgamma, dbeta, dy, x []T, rows, cols int, gamma, mean, rstd []T) {
+	checkLen("LayerNormBackward", x, rows*cols)
+	checkLen("LayerNormBackward", dy, rows*cols)
+	chunks := rowChunks(rows, cols)
+	var partial []T
+	if dgamma != nil || dbeta != nil {
+		partial = make([]T, 2*chunks*cols)
+	}
+	forRows(rows, cols, func(c, lo, hi int) {
+		var pg, pb []T
+		if partial != nil {
+			pg = partial[2*c*cols : 2*c*cols+cols]
+			pb = partial[2*c*cols+cols : 2*c*cols+2*cols]
+		}
+		g := gamma[:cols]
+		for r := lo; r < hi; r++ {
+			xr := x[r*cols : r*cols+cols]
+			dyr := dy[r*cols : r*cols+cols]
+			m, q := mean[r], rstd[r]
+			if pg != nil {
+				for j, v := range xr {
+					pg[j] += dyr[j] * (v - m) * q
+					pb[j] += dyr[j]
+				}
+			}
+			if dx == nil {
+				continue
+			}
+			var sg, sgx float64
+			for j, v := range xr {
+				gj := float64(dyr[j] * g[j])
+				sg += gj
+				sgx += gj * float64((v-m)*q)
+			}
+			mg, mgx := T(sg/float64(cols)), T(sgx/float64(cols))
+			dxr := dx[r*cols : r*cols+cols]
+			for j, v := range xr {
+				dxr[j] = q * (dyr[j]*g[j] - mg - (v-m)*q*mgx)
+			}
+		}
+	})
+	for c := 0; partial != nil && c < chunks; c++ {
+		pg := partial[2*c*cols : 2*c*cols+cols]
+		pb := partial[2*c*cols+cols : 2*c*cols+2*cols]
+		if dgamma != nil {
+			for j, v := range pg {
+				dgamma[j] += v
+			}
+		}
+		if dbeta != nil {
+			for j, v := range pb {
+				dbeta[j] += v
+			}
+		}
+	}
+}
+
+// Softmax computes y = softmax(scale·x) over each row of x (rows×cols),
+// subtracting the row maximum first. With causal set, row r sees only
+// columns 0…(r mod cols): the matrix is read as a stack of square
+// cols×cols blocks (one per attention head), and masked entries of y are 0.
+// y may alias x.
+func Softmax[T Float](y, x []T, rows, cols int, scale T, causal bool) {
+	checkLen("Softmax", x, rows*cols)
+	checkLen("Softmax", y, rows*cols)
+	y32, is32 := any(y).([]float32)
+	forRows(rows, cols, func(_, lo, hi int) {
+		for r := lo; r < hi; r++ {
+			n := cols
+			if causal {
+				n = r%cols + 1
+			}
+			xr := x[r*cols : r*cols+n]
+			yr := y[r*cols : r*cols+cols]
+			mx := xr[0] * scale
+			for _, v := range xr {
+				mx = max(mx, v*scale)
+			}
+			var s float64
+			if is32 {
+				for j, v := range xr {
+					yr[j] = v*scale - mx
+				}
+				expInPlace32(y32[r*cols : r*cols+n])
+				for _, e := range yr[:n] {
+					s += float64(e)
+				}
+			} else {
+				for j, v := range xr {
+					e := T(math.Exp(float64(v*scale - mx)))
+					yr[j] = e
+					s += float64(e)
+				}
+			}
+			inv := T(1 / s)
+			for j := range n {
+				yr[j] *= inv
+			}
+			clear(yr[n:])
+		}
+	})
+}
+
+// SoftmaxBackward computes dx = scale·y⊙(dy − Σ_j y·dy) for each row, the
+// gradient of y = softmax(scale·x) (with or without the causal mask: masked
+// entries have y = 0 and get dx = 0). dx may alias dy.
+func SoftmaxBackward[T Float](dx, dy, y []T, rows, cols int, scale T) {
+	checkLen("SoftmaxBackward", y, rows*cols)
+	forRows(rows, cols, func(_, lo, hi int) {
+		for r := lo; r < hi; r++ {
+			yr := y[r*cols : r*cols+cols]
+			dyr := dy[r*cols : r*cols+cols]
+			var s float64
+			for j, v := range yr {
+				s += float64(v * dyr[j])
+			}
+			dot := T(s)
+			dxr := dx[r*cols : r*cols+cols]
+			for j, v := range yr {
+				dxr[j] = scale * v * (dyr[j] - dot)
+			}
+		}
+	})
+}
+
+// LogSoftmax computes y = x − log Σ exp(x) over each row. y may alias x.
+func LogSoftmax[T Float](y, x []T, rows, cols int) {
+	checkLen("LogSoftmax", x, rows*cols)
+	forRows(rows, cols, func(_, lo, hi int) {
+		for r := lo; r < hi; r++ {
+			xr := x[r*cols : r*cols+cols]
+			mx := xr[0]
+			for _, v := range xr {
+				mx = max(mx, v)
+			}
+			var s float64
+			for _, v := range xr {
+				s += math.Exp(float64(v - mx))
+			}
+			lse := mx + T(math.Log(s))
+			yr := y[r*cols : r*cols+cols]
+			for j, v := range xr {
+				yr[j] = v - lse
+			}
+		}
+	})
+}
+
+// LogSoftmaxBackward computes dx = dy − exp(y)·Σ_j dy for each row, where y
+// is the output of LogSoftmax. dx may alias dy.
+func LogSoftmaxBackward[T Float](dx, dy, y []T, rows, cols int) {
+	checkLen("LogSoftmaxBackward", y, rows*cols)
+	forRows(rows, cols, func(_, lo, hi int) {
+		for r := lo; r < hi; r++ {
+			dyr := dy[r*cols : r*cols+cols]
+			var s float64
+			for _, v := range dyr {
+				s += float64(v)
+			}
+			sum := T(s)
+			yr := y[r*cols : r*cols+cols]
+			dxr := dx[r*cols : r*cols+cols]
+			for j, v := range yr {
+				dxr[j] = dyr[j] - T(math.Exp(float64(v)))*sum
+			}
+		}
+	})
+}
+
+// quickGELUAlpha is the sigmoid slope of CLIP's QuickGELU.
+const quickGELUAlpha = 1.702
+
+func sigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
+
+// QuickGELU computes y = x·σ(1.702·x) elementwise (CLIP's activation).
+// y may alias x.
+func QuickGELU[T Float](y, x []T) {
+	if x32, ok := any(x).([]float32); ok {
+		y32 := any(y).([]float32)
+		forRows(len(x), 1, func(_, lo, hi int) { quickGELU32(y32[lo:hi], x32[lo:hi]) })
+		return
+	}
+	forRows(len(x), 1, func(_, lo, hi int) {
+		for i, v := range x[lo:hi] {
+			y[lo+i] = v * T(sigmoid(quickGELUAlpha*float64(v)))
+		}
+	})
+}
+
+// QuickGELUBackward computes dx = dy·(s + 1.702·x·s·(1−s)) with
+// s = σ(1.702·x). dx may alias dy.
+func QuickGELUBackward[T Float](dx, dy, x []T) {
+	if x32, ok := any(x).([]float32); ok {
+		dx32, dy32 := any(dx).([]float32), any(dy).([]float32)
+		forRows(len(x), 1, func(_, lo, hi int) { quickGELUBackward32(dx32[lo:hi], dy32[lo:hi], x32[lo:hi]) })
+		return
+	}
+	forRows(len(x), 1, func(_, lo, hi int) {
+		for i, v := range x[lo:hi] {
+			s := sigmoid(quickGELUAlpha * float64(v))
+			dx[lo+i] = dy[lo+i] * T(s+quickGELUAlpha*float64(v)*s*(1-s))
+		}
+	})
+}
+
+// GELU computes the exact GELU y = x·Φ(x) = x·(1+erf(x/√2))/2 elementwise.
+// y may alias x.
+func GELU[T Float](y, x []T) {
+	forRows(len(x), 1, func(_, lo, hi int) {
+		for i, v := range x[lo:hi] {
+			f := float64(v)
+			y[lo+i] = T(0.5 * f * (1 + math.Erf(f/math.Sqrt2)))
+		}
+	})
+}
+
+// GELUBackward computes dx = dy·(Φ(x) + x·φ(x)), φ the standard normal
+// density. dx may alias dy.
+func GELUBackward[T Float](dx, dy, x []T) {
+	const invSqrt2Pi = 0.3989422804014327
+	forRows(len(x), 1, func(_, lo, hi int) {
+		for i, v := range x[lo:hi] {
+			f := float64(v)
+			d := 0.5*(1+math.Erf(f/math.Sqrt2)) + f*invSqrt2Pi*math.Exp(-0.5*f*f)
+			dx[lo+i] = dy[lo+i] * T(d)
+		}
+	})
+}
+
+// Add computes y = a + b elementwise. y may alias a or b.
+func Add[T Float](y, a, b []T) {
+	b, y = b[:len(a)], y[:len(a)]
+	forRows(len(a), 1, func(_, lo, hi int) {
+		for i, v := range a[lo:hi] {
+			y[lo+i] = v + b[lo+i]
+		}
+	})
+}
+
+// Axpy computes y += alpha·x elementwise.
+func Axpy[T Float](y []T, alpha T, x []T) {
+	y = y[:len(x)]
+	forRows(len(x), 1, func(_, lo, hi int) {
+		for i, v := range x[lo:hi] {
+			y[lo+i] += alpha * v
+		}
+	})
+}
+
+// Scale computes y = alpha·x elementwise. y may alias x.
+func Scale[T Float](y []T, alpha T, x []T) {
+	y = y[:len(x)]
+	forRows(len(x), 1, func(_, lo, hi int) {
+		for i, v := range x[lo:hi] {
+			y[lo+i] = alpha * v
+		}
+	})
+}
+
+// AddRowVector adds v (length cols) to every row of y (rows×cols): a bias.
+func AddRowVector[T Float](y []T, rows, cols int, v []T) {
+	checkLen("AddRowVector", y, rows*cols)
+	v = v[:cols]
+	forRows(rows, cols, func(_, lo, hi int) {
+		for r := lo; r < hi; r++ {
+			yr := y[r*cols : r*cols+cols]
+			for j, b := range v {
+				yr[j] += b
+			}
+		}
+	})
+}
+
+// SumRows accumulates the column sums of x (rows×cols) into dst (length
+// cols): dst[j] += Σ_r x[r,j]. It is the gradient of a bias.
+func SumRows[T Float](dst, x []T, rows, cols int) {
+	checkLen("SumRows", x, rows*cols)
+	chunks := rowChunks(rows, cols)
+	partial := dst[:cols]
+	if chunks > 1 {
+		partial = make([]T, chunks*cols)
+	}
+	forRows(rows, cols, func(c, lo, hi int) {
+		p := partial[c*cols : c*cols+cols]
+		for r := lo; r < hi; r++ {
+			for j, v := range x[r*cols : r*cols+cols] {
+				p[j] += v
+			}
+		}
+	})
+	if chunks > 1 {
+		for c := range chunks {
+			for j, v := range partial[c*cols : c*cols+cols] {
+				dst[j] += v
+			}
+		}
+	}
+}
+
+// expInPlace32 replaces every x by exp(x) in float32, within 2e-7
+// relative (under 2 ulp) and about three times faster than math.Exp through
+// float64: x = n·ln2 + r with |r| ≤ ln2/2 (ln2 split in two so that n·ln2Hi
+// is exact), exp(r) by its Taylor series to degree 7 (truncation below 5e-9
+// relative) evaluated in Estrin's scheme for a short dependency chain, then
+// scaled by 2ⁿ through the exponent bits. Inputs are clamped to
+// [−87.33, 88], so tiny results stay normal (1.2e-38) and large ones finite
+// (1.65e38); a NaN gives an unspecified value.
+func expInPlace32(x []float32) {
+	const (
+		log2e = 1.44269504088896341
+		ln2Hi = 0.693359375
+		ln2Lo = -2.12194440054690583e-4
+		// Adding round to a float32 of magnitude below 2²² rounds it to an
+		// integer n held in the low mantissa bits: bits(t) = 0x4B400000 + n.
+		round = 0x1.8p23
+	)
+	for i, v := range x {
+		if v > 88 {
+			v = 88
+		}
+		if v < -87.33 {
+			v = -87.33
+		}
+		t := float32(v*log2e) + round
+		n := t - round
+		r := v - n*ln2Hi - n*ln2Lo
+		r2 := r * r
+		r4 := r2 * r2
+		p := (1 + r) + r2*(1.0/2+r*(1.0/6)) + r4*((1.0/24+r*(1.0/120))+r2*(1.0/720+r*(1.0/5040)))
+		// (bits(t) − 0x400000 + 127) << 23 drops the exponent of t and
+		// leaves n + 127 as the exponent of 2ⁿ.
+		x[i] = p * math.Float32frombits((math.Float32bits(t)-0x400000+127)<<23)
+	}
+}
+
+// expBlock is the number of elements the float32 activations process per
+// pass, so that their scratch stays in L1.
+const expBlock = 512
+
+func quickGELU32(y, x []float32) {
+	var e [expBlock]float32
+	for i0 := 0; i0 < len(x); i0 += expBlock {
+		xs := x[i0:min(i0+expBlock, len(x))]
+		ys := y[i0 : i0+len(xs)]
+		es := e[:len(xs)]
+		for i, v := range xs {
+			es[i] = -quickGELUAlpha * v
+		}
+		expInPlace32(es)
+		for i, v := range xs {
+			ys[i] = v / (1 + es[i])
+		}
+	}
+}
+
+func quickGELUBackward32(dx, dy, x []float32) {
+	var e [expBlock]float32
+	for i0 := 0; i0 < len(x); i0 += expBlock {
+		xs := x[i0:min(i0+expBlock, len(x))]
+		dys := dy[i0 : i0+len(xs)]
+		dxs := dx[i0 : i0+len(xs)]
+		es := e[:len(xs)]
+		for i, v := range xs {
+			es[i] = -quickGELUAlpha * v
+		}
+		expInPlace32(es)
+		for i, v := range xs {
+			s := 1 / (1 + es[i])
+			dxs[i] = dys[i] * s * (1 + quickGELUAlpha*v*(1-s))
+		}
+	}
+}

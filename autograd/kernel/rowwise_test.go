@@ -1,0 +1,300 @@
+package kernel
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// rowTol bounds max|float32 kernel − float64 reference| / max|reference| for
+// the row-wise kernels: float32 rounding (6e-8) through a few sums of up to
+// a few hundred terms stays below 1e-5; a wrong formula gives O(1).
+const rowTol = 1e-5
+
+// rowShapes are ragged sizes: single elements, widths off any SIMD multiple,
+// and matrices large enough (≥ rowGrain elements) for the parallel path.
+var rowShapes = [][2]int{{1, 1}, {1, 5}, {3, 1}, {7, 33}, {9, 31}, {129, 257}, {300, 77}}
+
+func randVec(rng *rand.Rand, n int, center, spread float64) []float64 {
+	v := make([]float64, n)
+	for i := range v {
+		v[i] = center + spread*rng.NormFloat64()
+	}
+	return v
+}
+
+func to32(v []float64) []float32 {
+	f := make([]float32, len(v))
+	for i, x := range v {
+		f[i] = float32(x)
+	}
+	return f
+}
+
+// relErr32 is max|a − b| / max|b|.
+func relErr32(a []float32, b []float64) float64 {
+	var d, m float64
+	for i := range b {
+		d = max(d, math.Abs(float64(a[i])-b[i]))
+		m = max(m, math.Abs(b[i]))
+	}
+	if m == 0 {
+		return d
+	}
+	return d / m
+}
+
+func checkClose(t *testing.T, what string, got []float32, want []float64) {
+	t.Helper()
+	e := relErr32(got, want)
+	if e > rowTol || math.IsNaN(e) {
+		t.Errorf("%s: relative error %.3g", what, e)
+	}
+	t.Logf("%s [%d]: worst relative error %.3g", what, len(want), e)
+}
+
+// refLayerNorm is LayerNorm written out from its definition, with the
+// backward pass from the explicit Jacobian ∂x̂_i/∂x_j = rstd·(δ_ij − 1/n − x̂_i·x̂_j/n).
+func refLayerNorm(x, gamma, beta, dy []float64, rows, cols int, eps float64) (y, dx, dg, db []float64) {
+	y, dx = make([]float64, rows*cols), make([]float64, rows*cols)
+	dg, db = make([]float64, cols), make([]float64, cols)
+	n := float64(cols)
+	for r := range rows {
+		xr := x[r*cols : (r+1)*cols]
+		var mu, v float64
+		for _, a := range xr {
+			mu += a / n
+		}
+		for _, a := range xr {
+			v += (a - mu) * (a - mu) / n
+		}
+		rs := 1 / math.Sqrt(v+eps)
+		xh := make([]float64, cols)
+		for j, a := range xr {
+			xh[j] = (a - mu) * rs
+			y[r*cols+j] = xh[j]*gamma[j] + beta[j]
+			dg[j] += dy[r*cols+j] * xh[j]
+			db[j] += dy[r*cols+j]
+		}
+		for j := range cols {
+			var s float64
+			for i := range cols {
+				d := 0.0
+				if i == j {
+					d = 1
+				}
+				s += dy[r*cols+i] * gamma[i] * rs * (d - 1/n - xh[i]*xh[j]/n)
+			}
+			dx[r*cols+j] = s
+		}
+	}
+	return
+}
+
+func TestLayerNorm(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	for _, sh := range rowShapes {
+		rows, cols := sh[0], sh[1]
+		x := randVec(rng, rows*cols, 0.5, 2)
+		g, b := randVec(rng, cols, 1, 0.2), randVec(rng, cols, 0, 0.2)
+		dy := randVec(rng, rows*cols, 0, 1)
+		y, dx, dg, db := refLayerNorm(x, g, b, dy, rows, cols, 1e-5)
+
+		x32, g32 := to32(x), to32(g)
+		y32 := make([]float32, rows*cols)
+		mean, rstd := make([]float32, rows), make([]float32, rows)
+		LayerNorm(y32, x32, rows, cols, g32, to32(b), 1e-5, mean, rstd)
+		checkClose(t, "LayerNorm y", y32, y)
+
+		dx32 := make([]float32, rows*cols)
+		dg32, db32 := make([]float32, cols), make([]float32, cols)
+		for j := range cols { // dgamma and dbeta accumulate
+			dg32[j], db32[j] = 1, -1
+			dg[j]++
+			db[j]--
+		}
+		LayerNormBackward(dx32, dg32, db32, to32(dy), x32, rows, cols, g32, mean, rstd)
+		if cols > 1 { // with one column, dx is 0 up to rounding
+			checkClose(t, "LayerNorm dx", dx32, dx)
+		}
+		checkClose(t, "LayerNorm dgamma", dg32, dg)
+		checkClose(t, "LayerNorm dbeta", db32, db)
+		// dx alone and the parameters alone give the same answers.
+		dxOnly := make([]float32, rows*cols)
+		LayerNormBackward(dxOnly, nil, nil, to32(dy), x32, rows, cols, g32, mean, rstd)
+		for i := range dxOnly {
+			if dxOnly[i] != dx32[i] {
+				t.Fatalf("%v: dx differs when computed alone", sh)
+			}
+		}
+	}
+}
+
+func TestSoftmax(t *testing.T) {
+	rng := rand.New(rand.NewPCG(2, 1))
+	for _, sh := range rowShapes {
+		for _, causal := range []bool{false, true} {
+			rows, cols := sh[0], sh[1]
+			const scale = 0.7
+			x := randVec(rng, rows*cols, 0, 4)
+			dy := randVec(rng, rows*cols, 0, 1)
+			y := make([]float64, rows*cols)
+			dx := make([]float64, rows*cols)
+			for r := range rows {
+				n := cols
+				if causal {
+					n = r%cols + 1
+				}
+				var s float64
+				for j := range n {
+					s += math.Exp(scale * x[r*cols+j])
+				}
+				for j := range n {
+					y[r*cols+j] = math.Exp(scale*x[r*cols+j]) / s
+				}
+				for j := range cols { // dx_j = scale·Σ_i dy_i·y_i·(δ_ij − y_j)
+					var d float64
+					for i := range cols {
+						k := 0.0
+						if i == j {
+							k = 1
+						}
+						d += dy[r*cols+i] * y[r*cols+i] * (k - y[r*cols+j])
+					}
+					dx[r*cols+j] = scale * d
+				}
+			}
+			y32 := to32(x)
+			Softmax(y32, y32, rows, cols, scale, causal) // in place
+			checkClose(t, "Softmax y", y32, y)
+			dx32 := to32(dy)
+			SoftmaxBackward(dx32, dx32, y32, rows, cols, scale)
+			checkClose(t, "Softmax dx", dx32, dx)
+
+			// Log-softmax (no mask): dx = dy − softmax·Σdy.
+			if causal {
+				continue
+			}
+			ly := make([]float32, rows*cols)
+			LogSoftmax(ly, to32(x), rows, cols)
+			want := make([]float64, rows*cols)
+			wantDx := make([]float64, rows*cols)
+			for r := range rows {
+				var s, sdy float64
+				for j := range cols {
+					s += math.Exp(x[r*cols+j])
+					sdy += dy[r*cols+j]
+				}
+				for j := range cols {
+					want[r*cols+j] = x[r*cols+j] - math.Log(s)
+					wantDx[r*cols+j] = dy[r*cols+j] - math.Exp(x[r*cols+j])/s*sdy
+				}
+			}
+			checkClose(t, "LogSoftmax y", ly, want)
+			ldx := make([]float32, rows*cols)
+			LogSoftmaxBackward(ldx, to32(dy), ly, rows, cols)
+			checkClose(t, "LogSoftmax dx", ldx, wantDx)
+		}
+	}
+}
+
+func TestActivations(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 1))
+	n := 40001 // above rowGrain: the parallel path
+	x := randVec(rng, n, 0, 3)
+	dy := randVec(rng, n, 0, 1)
+	cases := []struct {
+		name     string
+		fwd      func(y, x []float32)
+		bwd      func(dx, dy, x []float32)
+		f        func(float64) float64
+		h        float64 // step of the central difference for the derivative
+		derivTol float64
+	}{
+		{"QuickGELU", QuickGELU[float32], QuickGELUBackward[float32],
+			func(v float64) float64 { return v / (1 + math.Exp(-1.702*v)) }, 1e-4, 1e-5},
+		{"GELU", GELU[float32], GELUBackward[float32],
+			func(v float64) float64 { return 0.5 * v * (1 + math.Erf(v/math.Sqrt2)) }, 1e-4, 1e-5},
+	}
+	for _, c := range cases {
+		y, dx := make([]float64, n), make([]float64, n)
+		for i, v := range x {
+			y[i] = c.f(v)
+			// Central difference of the float64 definition: error O(h²) ≈ 1e-8.
+			dx[i] = dy[i] * (c.f(v+c.h) - c.f(v-c.h)) / (2 * c.h)
+		}
+		x32 := to32(x)
+		y32 := make([]float32, n)
+		c.fwd(y32, x32)
+		checkClose(t, c.name+" y", y32, y)
+		dx32 := to32(dy)
+		c.bwd(dx32, dx32, x32)
+		checkClose(t, c.name+" dx", dx32, dx)
+	}
+}
+
+func TestElementwise(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 1))
+	for _, sh := range rowShapes {
+		rows, cols := sh[0], sh[1]
+		n := rows * cols
+		a, b := randVec(rng, n, 0, 1), randVec(rng, n, 0, 1)
+		v := randVec(rng, cols, 0, 1)
+		sum, axpy, scaled, bias := make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
+		colSum := make([]float64, cols)
+		for i := range n {
+			sum[i] = a[i] + b[i]
+			axpy[i] = b[i] - 0.5*a[i]
+			scaled[i] = 3 * a[i]
+			bias[i] = a[i] + v[i%cols]
+			colSum[i%cols] += a[i]
+		}
+		for j := range cols {
+			colSum[j] += 2 // SumRows accumulates
+		}
+		y := make([]float32, n)
+		Add(y, to32(a), to32(b))
+		checkClose(t, "Add", y, sum)
+		y = to32(b)
+		Axpy(y, -0.5, to32(a))
+		checkClose(t, "Axpy", y, axpy)
+		y = to32(a)
+		Scale(y, 3, y)
+		checkClose(t, "Scale", y, scaled)
+		y = to32(a)
+		AddRowVector(y, rows, cols, to32(v))
+		checkClose(t, "AddRowVector", y, bias)
+		cs := make([]float32, cols)
+		for j := range cs {
+			cs[j] = 2
+		}
+		SumRows(cs, to32(a), rows, cols)
+		checkClose(t, "SumRows", cs, colSum)
+	}
+}
+
+func TestExpInPlace32(t *testing.T) {
+	// Sweep [−87.3, 88] densely; the bound 3e-7 is 2.5 float32 ulps.
+	const n = 1 << 20
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = -87.3 + float32(i)*(88+87.3)/n
+	}
+	y := append([]float32(nil), x...)
+	expInPlace32(y)
+	var worst float64
+	for i, v := range x {
+		want := math.Exp(float64(v))
+		worst = max(worst, math.Abs(float64(y[i])-want)/want)
+	}
+	t.Logf("expInPlace32: worst relative error %.3g", worst)
+	if worst > 3e-7 {
+		t.Errorf("expInPlace32: relative error %.3g", worst)
+	}
+	edge := []float32{0, -200, 200, float32(math.Inf(-1)), float32(math.Inf(1))}
+	expInPlace32(edge)
+	if edge[0] != 1 || edge[1] < 0 || edge[1] > 2e-38 || math.IsInf(float64(edge[2]), 0) || edge[2] < 1e38 ||
+		edge[3] > 2e-38 || edge[4] < 1e38 {
+		t.Errorf("expInPlace32 at 0, ±200, ±Inf: %v", edge)
+	}
+}

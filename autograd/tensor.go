@@ -1,0 +1,117 @@
+package autograd
+
+import (
+	"fmt"
+	"math/bits"
+	"sync"
+
+	"github.com/nlpodyssey/spago/ag"
+	"github.com/nlpodyssey/spago/mat"
+	"github.com/nlpodyssey/spago/mat/float"
+)
+
+// dtype is the element type of the ops: float32 for models, float64 for
+// references and gradient checks.
+type dtype = float.DType
+
+// is32 reports whether t holds float32 values; it panics on anything that
+// is not a *mat.Dense of float32 or float64.
+func is32(op string, t mat.Tensor) bool {
+	switch t.Value().(type) {
+	case *mat.Dense[float32]:
+		return true
+	case *mat.Dense[float64]:
+		return false
+	case nil:
+		panic(fmt.Sprintf("autograd: %s: nil tensor", op))
+	default:
+		panic(fmt.Sprintf("autograd: %s: unsupported tensor type %T", op, t.Value()))
+	}
+}
+
+// sameType panics unless every non-nil tensor in ts has the element type of
+// the first.
+func sameType(op string, ts ...mat.Tensor) bool {
+	f32 := is32(op, ts[0])
+	for _, t := range ts[1:] {
+		if t != nil && is32(op, t) != f32 {
+			panic(fmt.Sprintf("autograd: %s: operands mix float32 and float64", op))
+		}
+	}
+	return f32
+}
+
+// values returns the backing slice of t's value (no copy).
+func values[T dtype](t mat.Tensor) []T {
+	return float.SliceValueOf[T](t.Value().Data())
+}
+
+// dims returns the rows and columns of a 2-D tensor.
+func dims(t mat.Tensor) (rows, cols int) {
+	s := t.Value().Shape()
+	if len(s) == 1 {
+		return s[0], 1
+	}
+	return s[0], s[1]
+}
+
+// newMatrix wraps data (rows×cols) as a dense matrix without copying.
+func newMatrix[T dtype](data []T, rows, cols int) *mat.Dense[T] {
+	return mat.NewDense[T](mat.WithShape(rows, cols), mat.WithBacking(data))
+}
+
+// run records fn on the tape and runs its forward pass.
+func run(fn ag.AutoGradFunction) mat.Tensor { return ag.NewOperator(fn).Run() }
+
+// accGrad adds g (with t's shape) to t's gradient. Dense.AccGrad copies or
+// adds g and never keeps it, so g may be pooled scratch released after.
+func accGrad[T dtype](t mat.Tensor, g []T) {
+	s := t.Value().Shape()
+	t.AccGrad(mat.NewDense[T](mat.WithShape(s...), mat.WithBacking(g)))
+}
+
+// Scratch buffers, pooled in power-of-two size classes per element type.
+var (
+	pool32 [64]sync.Pool
+	pool64 [64]sync.Pool
+)
+
+// getBuf returns a pooled buffer of length n; its contents are arbitrary.
+func getBuf[T dtype](n int) *[]T {
+	c := bits.Len(uint(n))
+	var p *sync.Pool
+	if isF32[T]() {
+		p = &pool32[c]
+	} else {
+		p = &pool64[c]
+	}
+	if b, ok := p.Get().(*[]T); ok {
+		*b = (*b)[:n]
+		return b
+	}
+	s := make([]T, n, 1<<c)
+	return &s
+}
+
+// getZeroBuf returns a pooled buffer of length n filled with zeros.
+func getZeroBuf[T dtype](n int) *[]T {
+	b := getBuf[T](n)
+	clear(*b)
+	return b
+}
+
+// putBuf returns a buffer from getBuf to its pool.
+func putBuf[T dtype](b *[]T) {
+	c := bits.Len(uint(cap(*b) - 1))
+	if isF32[T]() {
+		pool32[c].Put(b)
+	} else {
+		pool64[c].Put(b)
+	}
+}
+
+func isF32[T dtype]() bool {
+	var z T
+	_, ok := any(z).(float32)
+	return ok
+}

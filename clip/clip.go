@@ -1,0 +1,211 @@
+package clip
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/nlpodyssey/spago/mat"
+	"github.com/subtta/subtta/autograd"
+	"github.com/subtta/subtta/textenc"
+	"github.com/subtta/subtta/vit"
+	"github.com/subtta/subtta/weights"
+)
+
+// Model is a CLIP model: both towers and the learned logit scale.
+type Model struct {
+	Config *weights.CLIPConfig
+	Vision *vit.Model
+	Text   *textenc.Model
+	// LogitScale is exp(logit_scale), the temperature of the logits
+	// (100 for OpenAI's trained models).
+	LogitScale float64
+}
+
+// Options adjust how a model is loaded.
+type Options struct {
+	// Float64 builds both towers in float64 (reference runs).
+	Float64 bool
+}
+
+// Load reads a CLIP checkpoint in any supported format and layout (see
+// weights.LoadCLIP) and builds both towers.
+func Load(path string, opt Options) (*Model, error) {
+	s, cfg, err := weights.LoadCLIP(path)
+	if err != nil {
+		return nil, err
+	}
+	return New(s, cfg, opt)
+}
+
+// New builds a model from a state in OpenAI names and its configuration.
+func New(s *weights.State, cfg *weights.CLIPConfig, opt Options) (*Model, error) {
+	v, err := vit.New(s, cfg, vit.Options{Float64: opt.Float64})
+	if err != nil {
+		return nil, err
+	}
+	t, err := textenc.New(s, cfg, textenc.Options{Float64: opt.Float64})
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{Config: cfg, Vision: v, Text: t, LogitScale: 100}
+	if cfg.HasLogitScale {
+		ls, err := s.Scalar("logit_scale")
+		if err != nil {
+			return nil, fmt.Errorf("clip: %w", err)
+		}
+		m.LogitScale = math.Exp(float64(ls))
+	}
+	return m, nil
+}
+
+// Float64 reports whether the model computes in float64.
+func (m *Model) Float64() bool {
+	_, ok := m.Vision.Proj.(*mat.Dense[float64])
+	return ok
+}
+
+// Images wraps preprocessed images (n rows of C·H·W values, NCHW) as the
+// vision tower's input matrix, in the model's precision.
+func (m *Model) Images(pixels []float32, n int) (mat.Matrix, error) {
+	size := 3 * m.Config.Vision.ImageSize * m.Config.Vision.ImageSize
+	if n <= 0 || len(pixels) != n*size {
+		return nil, fmt.Errorf("clip: %d pixel values for %d images of %d×%d: want %d", len(pixels), n, m.Config.Vision.ImageSize, m.Config.Vision.ImageSize, n*size)
+	}
+	if m.Float64() {
+		d := make([]float64, len(pixels))
+		for i, v := range pixels {
+			d[i] = float64(v)
+		}
+		return mat.NewDense[float64](mat.WithShape(n, size), mat.WithBacking(d)), nil
+	}
+	return mat.NewDense[float32](mat.WithShape(n, size), mat.WithBacking(pixels)), nil
+}
+
+// EncodeImage returns the unnormalised image features [n, embed] of
+// preprocessed images (n rows of C·H·W values).
+func (m *Model) EncodeImage(pixels []float32, n int) (mat.Tensor, error) {
+	x, err := m.Images(pixels, n)
+	if err != nil {
+		return nil, err
+	}
+	return m.Vision.Forward(x, nil), nil
+}
+
+// EncodeText returns the unnormalised text features [len(tokens), embed].
+func (m *Model) EncodeText(tokens [][]int) (mat.Tensor, error) {
+	return m.Text.Forward(tokens, nil)
+}
+
+// Logits returns logit_scale · normalize(images) · normalize(texts)ᵀ
+// [images, texts]: CLIP's logits_per_image.
+func (m *Model) Logits(imageFeatures, textFeatures mat.Tensor) mat.Tensor {
+	sim := autograd.MatMul(autograd.L2Normalize(imageFeatures), autograd.L2Normalize(textFeatures), false, true)
+	return autograd.Scale(sim, m.LogitScale)
+}
+
+// ZeroShot is a classifier head: one L2-normalised text embedding per class.
+type ZeroShot struct {
+	Classes []string
+	// Weights is [classes, embed], each row of unit norm.
+	Weights mat.Matrix
+}
+
+// ZeroShotHead embeds every class name in every template ("a photo of a
+// {}." — "{}" is replaced by the class name) and averages per class: each
+// prompt embedding is L2-normalised, the mean over templates is normalised
+// again (OpenAI's prompt ensembling). One template gives the plain head.
+func (m *Model) ZeroShotHead(tok textenc.Tokenizer, classes, templates []string) (*ZeroShot, error) {
+	if len(classes) == 0 || len(templates) == 0 {
+		return nil, fmt.Errorf("clip: ZeroShotHead: need at least one class and one template")
+	}
+	ctx := m.Config.Text.ContextLength
+	embed := m.Config.EmbedDim
+	w := make([]float64, len(classes)*embed)
+	for _, tmpl := range templates {
+		if !strings.Contains(tmpl, "{}") {
+			return nil, fmt.Errorf("clip: ZeroShotHead: template %q has no {} for the class name", tmpl)
+		}
+		prompts := make([]string, len(classes))
+		for i, c := range classes {
+			prompts[i] = strings.ReplaceAll(tmpl, "{}", c)
+		}
+		ids := make([][]int, len(prompts))
+		for i, p := range prompts {
+			var err error
+			if ids[i], err = tok.Tokenize(p, ctx, true); err != nil {
+				return nil, fmt.Errorf("clip: ZeroShotHead: %w", err)
+			}
+		}
+		f, err := m.Text.Forward(ids, nil)
+		if err != nil {
+			return nil, err
+		}
+		feats := f.Value().Data().F64()
+		for i := range classes {
+			row := feats[i*embed : (i+1)*embed]
+			n := norm(row)
+			for j, v := range row {
+				w[i*embed+j] += v / n
+			}
+		}
+	}
+	for i := range classes {
+		row := w[i*embed : (i+1)*embed]
+		n := norm(row)
+		for j := range row {
+			row[j] /= n
+		}
+	}
+	var wm mat.Matrix
+	if m.Float64() {
+		wm = mat.NewDense[float64](mat.WithShape(len(classes), embed), mat.WithBacking(w))
+	} else {
+		w32 := make([]float32, len(w))
+		for i, v := range w {
+			w32[i] = float32(v)
+		}
+		wm = mat.NewDense[float32](mat.WithShape(len(classes), embed), mat.WithBacking(w32))
+	}
+	return &ZeroShot{Classes: append([]string(nil), classes...), Weights: wm}, nil
+}
+
+func norm(x []float64) float64 {
+	var s float64
+	for _, v := range x {
+		s += v * v
+	}
+	return math.Sqrt(s)
+}
+
+// Classify returns logit_scale · normalize(features) · Weightsᵀ
+// [images, classes] for image features from EncodeImage.
+func (m *Model) Classify(head *ZeroShot, imageFeatures mat.Tensor) mat.Tensor {
+	sim := autograd.MatMul(autograd.L2Normalize(imageFeatures), head.Weights, false, true)
+	return autograd.Scale(sim, m.LogitScale)
+}
+
+// Softmax returns the row-wise softmax of logits as float64 probabilities.
+func Softmax(logits mat.Tensor) [][]float64 {
+	s := logits.Value().Shape()
+	v := logits.Value().Data().F64()
+	out := make([][]float64, s[0])
+	for i := range out {
+		row := v[i*s[1] : (i+1)*s[1]]
+		mx := math.Inf(-1)
+		for _, x := range row {
+			mx = max(mx, x)
+		}
+		p := make([]float64, len(row))
+		var sum float64
+		for j, x := range row {
+			p[j] = math.Exp(x - mx)
+			sum += p[j]
+		}
+		for j := range p {
+			p[j] /= sum
+		}
+		out[i] = p
+	}
+	return out
+}

@@ -1,0 +1,34 @@
+// Package data turns image files into model inputs: decoding, CLIP's
+// preprocessing, and (as they are added) the datasets, the 15 corruptions
+// of CIFAR-10-C/ImageNet-C, and the batched streams of domains that the
+// test-time adaptation runs consume. It knows nothing of the model.
+//
+// # Decoding
+//
+// ReadRGB and DecodeRGB read PNG, JPEG and GIF files into RGB, an 8-bit
+// interleaved (HWC) image, converting every colour model the way Pillow's
+// Image.convert("RGB") does (alpha is dropped without premultiplying, grey is
+// replicated, 16-bit samples keep their high byte). Corrupt, truncated,
+// unsupported or oversized files give an error that names the file.
+//
+// PNG decoding is exact. JPEG decoding is close to, but not bit-identical
+// with, the libjpeg-turbo decoding Pillow uses: chroma is upsampled and
+// converted to RGB with libjpeg's arithmetic, but Go's decoder has its own
+// inverse DCT. On the reference images (CIFAR-10 test JPEGs and a
+// skimage photo) decoded pixels differ by at most 3 levels, 0.05 on
+// average, and CLIP's normalised inputs by at most 0.045 (see
+// TestJPEGDecodeDifference). GIF transparency is decoded by Go as a
+// transparent black palette entry, where Pillow keeps the stored colour.
+//
+// # Preprocessing
+//
+// Preprocessor reproduces OpenAI CLIP's transform (Resize(224, BICUBIC),
+// CenterCrop(224), ToTensor, Normalize) on a Pillow 9.4 image bit for bit:
+// the resize is Pillow's antialiased bicubic convolution with its 22-bit
+// fixed-point weights and 8-bit intermediate, the crop offsets round like
+// Python, and normalisation is done in float32 in torchvision's order. The
+// output is CHW float32 (Transform) or NCHW for a batch (Batch). The size is
+// configurable (224 for ViT-B, 64 for small test models), as are the mean
+// and standard deviation, and an option reproduces Pillow's premultiplied
+// resize of RGBA images that were not converted to RGB first.
+package data

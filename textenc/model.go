@@ -1,0 +1,123 @@
+package textenc
+
+import (
+	"fmt"
+
+	"github.com/nlpodyssey/spago/mat"
+	"github.com/subtta/subtta/autograd"
+	"github.com/subtta/subtta/internal/build"
+	"github.com/subtta/subtta/vit"
+	"github.com/subtta/subtta/weights"
+)
+
+// Model is the CLIP text tower: token and positional embeddings, causal
+// pre-LN residual blocks, ln_final, pooling at the end-of-text token and a
+// projection into the joint image-text space.
+type Model struct {
+	Config   weights.TextConfig
+	EmbedDim int
+	Token    mat.Matrix // token_embedding [vocab, width]
+	Pos      mat.Matrix // positional_embedding [context, width]
+	Blocks   []*vit.Block
+	LNFinal  *autograd.LayerNormParams
+	Proj     mat.Matrix // text_projection [width, embed]
+}
+
+// Options adjust how the tower is built.
+type Options struct {
+	// Float64 builds the weights as float64 (slow; for reference runs).
+	Float64 bool
+}
+
+// New builds the text tower from a state in OpenAI names (see
+// weights.LoadCLIP) and its configuration.
+func New(s *weights.State, cfg *weights.CLIPConfig, opt Options) (*Model, error) {
+	c := cfg.Text
+	b := &build.Builder{State: s, F64: opt.Float64, Eps: cfg.LayerNormEps}
+	m := &Model{Config: c, EmbedDim: cfg.EmbedDim}
+	m.Token = b.Matrix("token_embedding.weight", c.VocabSize, c.Width)
+	m.Pos = b.Matrix("positional_embedding", c.ContextLength, c.Width)
+	for i := 0; i < c.Layers; i++ {
+		m.Blocks = append(m.Blocks, vit.NewBlock(b, fmt.Sprintf("transformer.resblocks.%d.", i), c.Width, c.MLPWidth, c.Heads, true, cfg.Activation))
+	}
+	m.LNFinal = b.LayerNorm("ln_final.", c.Width)
+	m.Proj = b.Matrix("text_projection", c.Width, cfg.EmbedDim)
+	if b.Err != nil {
+		return nil, fmt.Errorf("textenc: %w", b.Err)
+	}
+	return m, nil
+}
+
+// Forward encodes a batch of token sequences (each as Tokenize returns it:
+// start token, ids, end token, zero padding) into unnormalised features
+// [batch, embed]: encode_text of CLIP.
+//
+// The features are pooled at each sequence's highest id, which is its first
+// end-of-text token (as OpenAI's code, and Hugging Face's with the legacy
+// eos_token_id 2). Because the mask is causal, the rows after the longest
+// sequence's end token cannot change the result, so Forward only computes
+// the first L positions, where L is that end token's position plus one.
+func (m *Model) Forward(tokens [][]int, trace vit.Trace) (mat.Tensor, error) {
+	batch := len(tokens)
+	if batch == 0 {
+		return nil, fmt.Errorf("textenc: Forward: no sequences")
+	}
+	ctx, vocab := m.Config.ContextLength, m.Config.VocabSize
+	eot := make([]int, batch) // position of the pooled token in each sequence
+	L := 0
+	for i, seq := range tokens {
+		if len(seq) == 0 || len(seq) > ctx {
+			return nil, fmt.Errorf("textenc: Forward: sequence %d has %d tokens, want 1…%d", i, len(seq), ctx)
+		}
+		for j, id := range seq {
+			if id < 0 || id >= vocab {
+				return nil, fmt.Errorf("textenc: Forward: sequence %d: token id %d outside the vocabulary (%d)", i, id, vocab)
+			}
+			if id > seq[eot[i]] {
+				eot[i] = j
+			}
+		}
+		L = max(L, eot[i]+1)
+	}
+	// Embed the first L tokens of every sequence (padding past a short one).
+	ids := make([]int, 0, batch*L)
+	for _, seq := range tokens {
+		for j := 0; j < L; j++ {
+			id := 0
+			if j < len(seq) {
+				id = seq[j]
+			}
+			ids = append(ids, id)
+		}
+	}
+	x := autograd.AddTiled(autograd.GatherRows(m.Token, ids), autograd.GatherRows(m.Pos, seqRange(L)))
+	emit(trace, "embed", x)
+	for i, b := range m.Blocks {
+		x = b.Forward(x, batch, fmt.Sprintf("block%d.", i), trace)
+	}
+	x = autograd.LayerNorm(x, m.LNFinal)
+	emit(trace, "ln_final", x)
+	pool := make([]int, batch)
+	for i := range pool {
+		pool[i] = i*L + eot[i]
+	}
+	x = autograd.GatherRows(x, pool)
+	emit(trace, "pooled", x)
+	x = autograd.MatMul(x, m.Proj, false, false)
+	emit(trace, "final", x)
+	return x, nil
+}
+
+func seqRange(n int) []int {
+	r := make([]int, n)
+	for i := range r {
+		r[i] = i
+	}
+	return r
+}
+
+func emit(trace vit.Trace, name string, t mat.Tensor) {
+	if trace != nil {
+		trace(name, t)
+	}
+}

@@ -1,0 +1,130 @@
+package textenc
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/nlpodyssey/spago/mat"
+	"github.com/subtta/subtta/internal/fixture"
+	"github.com/subtta/subtta/weights"
+)
+
+// Forward tolerance: 1e-5 relative to each tensor's max (the fixtures'
+// suggested bound for fp32 against PyTorch's fp32).
+const forwardTol = 1e-5
+
+func loadTiny(t *testing.T, file string) *Model {
+	t.Helper()
+	s, cfg, err := weights.LoadCLIP(fixture.Path(t, "fixtures/"+file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(s, cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// fixtureTokens reads forward.safetensors:text_tokens as sequences.
+func fixtureTokens(t *testing.T, ref *weights.File) [][]int {
+	t.Helper()
+	ids, shape, err := ref.Int64("text_tokens")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seqs := make([][]int, shape[0])
+	for i := range seqs {
+		for _, v := range ids[i*shape[1] : (i+1)*shape[1]] {
+			seqs[i] = append(seqs[i], int(v))
+		}
+	}
+	return seqs
+}
+
+func TestTextFeaturesMatchPyTorch(t *testing.T) {
+	ref, err := weights.Open(fixture.Path(t, "fixtures/forward.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	tokens := fixtureTokens(t, ref)
+	for _, tc := range []struct{ file, want string }{
+		{"clip-tiny.openai.safetensors", "text_features"},
+		{"clip-tiny.hf.safetensors", "text_features"},
+		{"clip-tiny.openai-fp16.pt", "text_features_fp16w"},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			m := loadTiny(t, tc.file)
+			want, _, err := ref.Float32(tc.want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := m.Forward(tokens, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := fixture.RelErr(got.Value().Data().F32(), want)
+			t.Logf("%s: worst relative error %.2e", tc.want, e)
+			if e > forwardTol {
+				t.Errorf("%s: relative error %.2e > %.0e", tc.want, e, forwardTol)
+			}
+		})
+	}
+}
+
+// TestTextIntermediatesMatchPyTorch compares every stage of text 0 with
+// text.text0.*; the fixture stores all context positions, of which Forward
+// computes the first L (the rest cannot affect the pooled token).
+func TestTextIntermediatesMatchPyTorch(t *testing.T) {
+	ref, err := weights.Open(fixture.Path(t, "fixtures/forward.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	m := loadTiny(t, "clip-tiny.openai.safetensors")
+	tokens := fixtureTokens(t, ref)[:1]
+	got := map[string]mat.Tensor{}
+	if _, err := m.Forward(tokens, func(name string, x mat.Tensor) { got[name] = x }); err != nil {
+		t.Fatal(err)
+	}
+	const prefix = "text.text0."
+	checked := 0
+	for _, name := range ref.Names() {
+		if !strings.HasPrefix(name, prefix) || strings.HasSuffix(name, "attn_probs") {
+			continue
+		}
+		stage := strings.TrimPrefix(name, prefix)
+		want, shape, err := ref.Float32(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, ok := got[stage]
+		if !ok {
+			t.Errorf("%s: the forward pass does not emit stage %q", name, stage)
+			continue
+		}
+		gv := g.Value().Data().F32()
+		if len(shape) == 2 && len(gv) < len(want) { // [context, width]: compare the computed rows
+			want = want[:len(gv)]
+		}
+		e := fixture.RelErr(gv, want)
+		t.Logf("%-22s worst relative error %.2e", stage, e)
+		if e > forwardTol {
+			t.Errorf("%s: relative error %.2e > %.0e", stage, e, forwardTol)
+		}
+		checked++
+	}
+	if checked == 0 {
+		t.Fatal("no text.text0.* tensors in the fixture")
+	}
+}
+
+func TestForwardRejectsBadTokens(t *testing.T) {
+	m := loadTiny(t, "clip-tiny.openai.safetensors")
+	for _, bad := range [][][]int{nil, {{}}, {{49406, 1 << 30}}, {make([]int, m.Config.ContextLength+1)}} {
+		if _, err := m.Forward(bad, nil); err == nil {
+			t.Errorf("Forward(%v…) gave no error", bad)
+		}
+	}
+}

@@ -1,0 +1,252 @@
+package tta
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"gonum.org/v1/gonum/mat"
+)
+
+// DefaultGapTol is the default relative eigen-gap guard of the alignment
+// gradient: a gap |λ_k − λ_j| below DefaultGapTol·λ_max is clamped to that
+// size (keeping its sign). The fixtures' smallest boundary gaps are about
+// 8e-5·λ_max, far above it.
+const DefaultGapTol = 1e-9
+
+// AlignOptions configure the visual covariance and the alignment loss.
+type AlignOptions struct {
+	// Alpha is the weight on history: Σ = α·Σ_old + (1−α)·S. As in the
+	// official code, α = 0 turns the alignment step off.
+	Alpha float64
+	// Disabled turns the alignment step off whatever Alpha is.
+	Disabled bool
+	// GapTol is the relative eigen-gap guard; 0 means DefaultGapTol.
+	GapTol float64
+}
+
+func (o AlignOptions) off() bool { return o.Disabled || o.Alpha == 0 }
+
+// Alignment is the result of one alignment step on a batch of features.
+type Alignment struct {
+	S       *mat.SymDense // batch covariance FcᵀFc/(B−1+1e-6) + 1e-6·I
+	Sigma   *mat.SymDense // α·Σ_old + (1−α)·S
+	Eigvals []float64     // of Sigma, descending
+	Eigvecs *mat.Dense    // d×d, column i belongs to Eigvals[i]
+	Basis   *mat.Dense    // B_V (r×d): eigenvectors First…First+r−1 as rows
+	Loss    float64       // −‖B_V B_Tᵀ‖²_F / (r·max(1−α, 1e-6))
+	DLdS    *mat.SymDense // gradient w.r.t. S (symmetric)
+	DLdF    *mat.Dense    // gradient w.r.t. the features F (B×d)
+	// GuardedGaps counts the eigen-gaps clamped by the guard; MinGap is the
+	// smallest |λ_k − λ_j| over the pairs that enter the gradient.
+	GuardedGaps int
+	MinGap      float64
+}
+
+// BatchCovariance returns S = FcᵀFc/(B−1+1e-6) + 1e-6·I for the B×d
+// features f (Fc = f minus its row mean), and Fc.
+func BatchCovariance(f mat.Matrix) (*mat.SymDense, *mat.Dense) {
+	b, d := f.Dims()
+	fc, _ := centerRows(f)
+	s := mat.NewSymDense(d, nil)
+	s.SymOuterK(1/(float64(b-1)+covEps), fc.T())
+	for i := range d {
+		s.SetSym(i, i, s.At(i, i)+covEps)
+	}
+	return s, fc
+}
+
+// Align computes the SubTTA alignment step for the features f (B×d,
+// unnormalised image features) against the text subspace, given the previous
+// covariance sigmaOld (Σ_T on the first batch): S, the EMA Σ, its descending
+// eigendecomposition (float64), B_V, L_align and its closed-form gradients
+// w.r.t. S and f. The result does not depend on opt.Disabled; callers
+// check that (see Aligner).
+//
+// With Σ = Σ_i λ_i v_i v_iᵀ and U = {First…First+r−1},
+//
+//	∂L/∂Σ = −1/(r·m) Σ_{k∈U} Σ_{j∉U} (v_jᵀ P_T v_k)/(λ_k−λ_j) (v_j v_kᵀ + v_k v_jᵀ),
+//
+// m = max(1−α, 1e-6); pairs inside U cancel. ∂L/∂S = (1−α)·∂L/∂Σ, so the
+// (1−α) cancels the loss's 1/(1−α) unless α > 1−1e-6. Then
+// ∂L/∂F = 2·Fc·∂L/∂S/(B−1+1e-6): the centring adds nothing because the
+// columns of Fc sum to zero.
+func Align(f mat.Matrix, sigmaOld mat.Symmetric, text *TextSubspace, opt AlignOptions) (*Alignment, error) {
+	b, d := f.Dims()
+	if b < 1 {
+		return nil, errors.New("tta: align: empty batch")
+	}
+	if _, td := text.Basis.Dims(); td != d {
+		return nil, fmt.Errorf("tta: align: features have %d dims, text subspace %d", d, td)
+	}
+	if sigmaOld.SymmetricDim() != d {
+		return nil, fmt.Errorf("tta: align: previous covariance is %d×%d, features have %d dims", sigmaOld.SymmetricDim(), sigmaOld.SymmetricDim(), d)
+	}
+	alpha := opt.Alpha
+	if !(alpha >= 0 && alpha <= 1) {
+		return nil, fmt.Errorf("tta: align: alpha %v outside [0, 1]", alpha)
+	}
+	gapTol := opt.GapTol
+	if gapTol == 0 {
+		gapTol = DefaultGapTol
+	}
+	r := text.Rank()
+	first := text.First
+	if first+r > d {
+		return nil, fmt.Errorf("tta: align: rank %d from component %d exceeds dimension %d", r, first, d)
+	}
+
+	s, fc := BatchCovariance(f)
+	sigma := mat.NewSymDense(d, nil)
+	for i := range d {
+		for j := i; j < d; j++ {
+			sigma.SetSym(i, j, alpha*sigmaOld.At(i, j)+(1-alpha)*s.At(i, j))
+		}
+	}
+
+	var eig mat.EigenSym
+	if !eig.Factorize(sigma, true) {
+		return nil, errors.New("tta: align: eigendecomposition of the covariance did not converge")
+	}
+	asc := eig.Values(nil)
+	var vecsAsc mat.Dense
+	eig.VectorsTo(&vecsAsc)
+	// Reverse to descending order.
+	lam := make([]float64, d)
+	vecs := mat.NewDense(d, d, nil)
+	for i := range d {
+		lam[i] = asc[d-1-i]
+		for k := range d {
+			vecs.Set(k, i, vecsAsc.At(k, d-1-i))
+		}
+	}
+	basis := mat.NewDense(r, d, nil)
+	basis.Copy(vecs.Slice(0, d, first, first+r).T())
+
+	// Loss = −‖B_V B_Tᵀ‖²_F/(r·m).
+	var cross mat.Dense
+	cross.Mul(basis, text.Basis.T())
+	m := math.Max(1-alpha, 1e-6)
+	fro := mat.Norm(&cross, 2) // for a Dense, norm 2 is Frobenius
+	loss := -fro * fro / (float64(r) * m)
+
+	// M = Vᵀ P_T V, needed for columns k ∈ U only.
+	var pv, mm mat.Dense
+	pv.Mul(text.Projector, vecs.Slice(0, d, first, first+r))
+	mm.Mul(vecs.T(), &pv) // d×r: mm[j, k−first] = v_jᵀ P_T v_k
+
+	// K[j,k] = −(1−α)/(r·m) · M[j,k]/(λ_k−λ_j) for k∈U, j∉U (d×r, zero rows
+	// inside U); ∂L/∂S = A + Aᵀ with A = V·K·V_Uᵀ.
+	coef := -(1 - alpha) / (float64(r) * m)
+	tol := gapTol * math.Max(math.Abs(lam[0]), math.SmallestNonzeroFloat64)
+	k := mat.NewDense(d, r, nil)
+	guarded := 0
+	minGap := math.Inf(1)
+	for kk := first; kk < first+r; kk++ {
+		for j := range d {
+			if j >= first && j < first+r {
+				continue
+			}
+			gap := lam[kk] - lam[j]
+			minGap = math.Min(minGap, math.Abs(gap))
+			if math.Abs(gap) < tol {
+				guarded++
+				// Eigenvalues are sorted: j < k means λ_k ≤ λ_j.
+				if j < kk {
+					gap = -tol
+				} else {
+					gap = tol
+				}
+			}
+			k.Set(j, kk-first, coef*mm.At(j, kk-first)/gap)
+		}
+	}
+	var vk, a mat.Dense
+	vk.Mul(vecs, k)
+	a.Mul(&vk, vecs.Slice(0, d, first, first+r).T())
+	dldsSym := mat.NewSymDense(d, nil)
+	for i := range d {
+		for j := i; j < d; j++ {
+			dldsSym.SetSym(i, j, a.At(i, j)+a.At(j, i))
+		}
+	}
+
+	dldf := mat.NewDense(b, d, nil)
+	dldf.Mul(fc, dldsSym)
+	dldf.Scale(2/(float64(b-1)+covEps), dldf)
+
+	return &Alignment{
+		S:           s,
+		Sigma:       sigma,
+		Eigvals:     lam,
+		Eigvecs:     vecs,
+		Basis:       basis,
+		Loss:        loss,
+		DLdS:        dldsSym,
+		DLdF:        dldf,
+		GuardedGaps: guarded,
+		MinGap:      minGap,
+	}, nil
+}
+
+// Aligner keeps the EMA covariance across batches (the official code's
+// global_cov) and runs Align on each batch.
+type Aligner struct {
+	Text    *TextSubspace
+	Options AlignOptions
+	sigma   *mat.SymDense
+	guarded int
+}
+
+// NewAligner returns an Aligner whose history starts at Σ_T.
+func NewAligner(text *TextSubspace, opt AlignOptions) *Aligner {
+	a := &Aligner{Text: text, Options: opt}
+	a.Reset()
+	return a
+}
+
+// Enabled reports whether the alignment step runs (not Disabled, α ≠ 0).
+func (a *Aligner) Enabled() bool { return !a.Options.off() }
+
+// Step aligns one batch of features and stores the new Σ (detached) as the
+// history. It returns nil, nil when the alignment step is off.
+func (a *Aligner) Step(f mat.Matrix) (*Alignment, error) {
+	if !a.Enabled() {
+		return nil, nil
+	}
+	res, err := Align(f, a.sigma, a.Text, a.Options)
+	if err != nil {
+		return nil, err
+	}
+	a.sigma = res.Sigma
+	a.guarded += res.GuardedGaps
+	return res, nil
+}
+
+// Covariance returns a copy of the current history Σ.
+func (a *Aligner) Covariance() *mat.SymDense {
+	return mat.NewSymDense(a.sigma.SymmetricDim(), append([]float64(nil), a.sigma.RawSymmetric().Data...))
+}
+
+// SetCovariance replaces the history with a copy of sigma.
+func (a *Aligner) SetCovariance(sigma mat.Symmetric) error {
+	d := a.Text.Cov.SymmetricDim()
+	if sigma.SymmetricDim() != d {
+		return fmt.Errorf("tta: aligner: covariance is %d×%d, want %d×%d", sigma.SymmetricDim(), sigma.SymmetricDim(), d, d)
+	}
+	s := mat.NewSymDense(d, nil)
+	s.CopySym(sigma)
+	a.sigma = s
+	return nil
+}
+
+// Reset sets the history back to Σ_T. The official code never does this
+// between corruptions (its global_cov survives the model reset); a Method
+// that follows the code does not call Reset there.
+func (a *Aligner) Reset() {
+	a.sigma = mat.NewSymDense(a.Text.Cov.SymmetricDim(), nil)
+	a.sigma.CopySym(a.Text.Cov)
+}
+
+// GuardedGaps is the total number of eigen-gaps clamped since construction.
+func (a *Aligner) GuardedGaps() int { return a.guarded }

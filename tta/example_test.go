@@ -1,0 +1,73 @@
+package tta_test
+
+import (
+	"fmt"
+	"log"
+	"math"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/subtta/subtta/tta"
+)
+
+// One SubTTA batch at the level of features: align the visual covariance
+// with the text subspace (the model would back-propagate al.DLdF and step the
+// optimizer), then project and take the MINT loss.
+func Example() {
+	// Four classes in three dimensions, and a batch of five features.
+	text, _ := tta.NormalizeRows(mat.NewDense(4, 3, []float64{
+		1, 0.2, 0,
+		0.1, 1, 0.3,
+		0, 0.2, 1,
+		0.7, 0.7, 0.1,
+	}))
+	feats := mat.NewDense(5, 3, []float64{
+		0.9, 0.1, 0.2,
+		0.8, 0.3, 0.1,
+		0.1, 0.9, 0.4,
+		0.2, 0.8, 0.3,
+		0.3, 0.2, 0.9,
+	})
+
+	sub, err := tta.NewTextSubspace(text, tta.SubspaceOptions{Rank: 2})
+	if err != nil {
+		log.Fatal(err)
+	}
+	aligner := tta.NewAligner(sub, tta.AlignOptions{Alpha: 0.5})
+	al, err := aligner.Step(feats)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("rank %d, L_align %.4f\n", sub.Rank(), al.Loss)
+
+	proj, _ := tta.Project(feats, sub.Projector, 0)
+	labels := tta.Argmax(tta.Logits(proj.Z, text, 100))
+	loss, dz, _ := tta.MintLoss(proj.Z, labels)
+	dF := proj.Backward(dz)
+	r, c := dF.Dims()
+	fmt.Printf("pseudo-labels %v, L_mint %.4f, dL/dF %d×%d\n", labels, loss, r, c)
+	// Output:
+	// rank 2, L_align -1.9101
+	// pseudo-labels [2 3 1 1 2], L_mint -0.1918, dL/dF 5×3
+}
+
+// An AdamW step on one named LayerNorm vector; a non-finite gradient skips
+// the step.
+func ExampleAdam() {
+	cfg := tta.DefaultAdamConfig(1e-3)
+	cfg.WeightDecay, cfg.Decoupled = 0.01, true
+	opt, err := tta.NewAdam[float32](cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	w := tta.Param[float32]{Name: "visual.ln_post.weight", Value: []float32{1, 1}, Grad: []float32{0.5, -2}}
+	stepped, _ := opt.Step([]tta.Param[float32]{w})
+	fmt.Println(stepped, w.Value, opt.State()[w.Name].Step)
+
+	w.Grad[0] = float32(math.NaN())
+	stepped, _ = opt.Step([]tta.Param[float32]{w})
+	fmt.Println(stepped, w.Value, opt.Skipped())
+	// Output:
+	// true [0.99899 1.00099] 1
+	// false [0.99899 1.00099] 1
+}

@@ -1,0 +1,99 @@
+package vit
+
+import (
+	"testing"
+
+	"github.com/nlpodyssey/spago/ag"
+	"github.com/nlpodyssey/spago/mat"
+	"github.com/subtta/subtta/autograd"
+	"github.com/subtta/subtta/internal/fixture"
+	"github.com/subtta/subtta/weights"
+)
+
+// Gradient tolerance: 1e-4 relative to each tensor's max, the fixtures'
+// suggested bound (PyTorch's fp32 gradients differ from fp64 by ≤9.1e-6;
+// backward sums over 8·50 rows in a different order than ours).
+const gradTol = 1e-4
+
+// TestGradientsMatchPyTorch runs both losses of grads.safetensors — TENT's
+// mean entropy of 100·cos(f, T) and the linear functional Σ f⊙R — and
+// compares the gradients of every visual LayerNorm tensor and of the pixels.
+func TestGradientsMatchPyTorch(t *testing.T) {
+	ref, err := weights.Open(fixture.Path(t, "fixtures/grads.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	all, _ := pixels(t)
+	// The batch is the rows of pixel_values whose count matches the
+	// stored pixel gradient (the last rows: the 8 CIFAR images).
+	_, gshape, err := ref.Float32("tent.grad.pixel_values")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, width := gshape[0], all.Shape()[1]
+	first := all.Shape()[0] - n
+	rows := all.Data().F32()[first*width:]
+
+	for _, loss := range []string{"tent", "linear"} {
+		t.Run(loss, func(t *testing.T) {
+			m := loadTiny(t, "clip-tiny.openai.safetensors", Options{})
+			m.SetTrainable(true)
+			x := mat.NewDense[float32](mat.WithShape(n, width), mat.WithBacking(append([]float32(nil), rows...)), mat.WithGrad(true))
+			f := m.Forward(x, nil)
+			switch loss {
+			case "tent":
+				txt, shape, err := ref.Float32("tent.text_features_normalized")
+				if err != nil {
+					t.Fatal(err)
+				}
+				T := mat.NewDense[float32](mat.WithShape(shape...), mat.WithBacking(txt))
+				logits := autograd.Scale(autograd.MatMul(autograd.L2Normalize(f), T, false, true), 100)
+				l := autograd.MeanEntropy(logits)
+				want, _, _ := ref.Float32("tent.loss")
+				if e := fixture.RelErr(l.Value().Data().F32(), want); e > forwardTol {
+					t.Errorf("tent.loss relative error %.2e", e)
+				}
+				if err := ag.Backward(l); err != nil {
+					t.Fatal(err)
+				}
+			case "linear":
+				r, shape, err := ref.Float32("linear.R")
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.AccGrad(mat.NewDense[float32](mat.WithShape(shape...), mat.WithBacking(r)))
+				if err := ag.Backward(f); err != nil {
+					t.Fatal(err)
+				}
+			}
+			names := m.LayerNormNames()
+			i := 0
+			for _, ln := range m.LayerNorms() {
+				for _, p := range ln.Parameters() {
+					name := loss + ".grad." + names[i]
+					i++
+					want, _, err := ref.Float32(name)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if p.Grad() == nil {
+						t.Fatalf("%s: no gradient", name)
+					}
+					e := fixture.RelErr(p.Grad().Data().F32(), want)
+					t.Logf("%-50s worst relative error %.2e", name, e)
+					if e > gradTol {
+						t.Errorf("%s: relative error %.2e > %.0e", name, e, gradTol)
+					}
+				}
+			}
+			if want, _, err := ref.Float32(loss + ".grad.pixel_values"); err == nil {
+				e := fixture.RelErr(x.Grad().Data().F32(), want)
+				t.Logf("%-50s worst relative error %.2e", loss+".grad.pixel_values", e)
+				if e > gradTol {
+					t.Errorf("pixel gradient: relative error %.2e > %.0e", e, gradTol)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,100 @@
+package vit
+
+import (
+	"fmt"
+
+	"github.com/nlpodyssey/spago/mat/float"
+	"github.com/subtta/subtta/autograd"
+	"github.com/subtta/subtta/internal/build"
+	"github.com/subtta/subtta/weights"
+)
+
+// Options adjust how a tower is built.
+type Options struct {
+	// Float64 builds the weights as float64 (slow; for reference runs).
+	Float64 bool
+}
+
+// New builds the vision tower from a state in OpenAI names (see
+// weights.LoadCLIP) and its configuration. All LayerNorms start frozen.
+func New(s *weights.State, cfg *weights.CLIPConfig, opt Options) (*Model, error) {
+	v := cfg.Vision
+	w, g := v.Width, v.Grid()
+	b := &build.Builder{State: s, F64: opt.Float64, Eps: cfg.LayerNormEps}
+	m := &Model{Config: v, EmbedDim: cfg.EmbedDim}
+	// conv1 [width, 3, P, P] is a Linear over flattened patches.
+	conv := b.Matrix("visual.conv1.weight", w, 3, v.PatchSize, v.PatchSize)
+	if b.Err != nil {
+		return nil, fmt.Errorf("vit: %w", b.Err)
+	}
+	m.Patch = autograd.NewLinearParams(conv, nil)
+	m.Class = b.Matrix("visual.class_embedding", w)
+	m.Pos = b.Matrix("visual.positional_embedding", g*g+1, w)
+	m.LNPre = b.LayerNorm("visual.ln_pre.", w)
+	for i := 0; i < v.Layers; i++ {
+		m.Blocks = append(m.Blocks, newBlock(b, fmt.Sprintf("visual.transformer.resblocks.%d.", i), w, v.MLPWidth, v.Heads, false, cfg.Activation))
+	}
+	m.LNPost = b.LayerNorm("visual.ln_post.", w)
+	if b.Err != nil {
+		return nil, fmt.Errorf("vit: %w", b.Err)
+	}
+	m.Proj = b.Matrix("visual.proj", w, cfg.EmbedDim)
+	if b.Err != nil {
+		return nil, fmt.Errorf("vit: %w", b.Err)
+	}
+	return m, nil
+}
+
+// newBlock reads one residual block; the text tower uses it too through
+// NewBlock.
+func newBlock(b *build.Builder, p string, width, mlp, heads int, causal bool, activation string) *Block {
+	return &Block{
+		LN1:    b.LayerNorm(p+"ln_1.", width),
+		QKV:    b.Linear(p+"attn.", "in_proj_weight", "in_proj_bias", 3*width, width),
+		Out:    b.Linear(p+"attn.out_proj.", "weight", "bias", width, width),
+		LN2:    b.LayerNorm(p+"ln_2.", width),
+		FC:     b.Linear(p+"mlp.c_fc.", "weight", "bias", mlp, width),
+		Proj:   b.Linear(p+"mlp.c_proj.", "weight", "bias", width, mlp),
+		Heads:  heads,
+		Causal: causal,
+		GELU:   activation == "gelu",
+	}
+}
+
+// NewBlock reads the residual block whose tensors start with prefix (for
+// example "transformer.resblocks.0." in the text tower). Errors are
+// recorded in b.
+func NewBlock(b *build.Builder, prefix string, width, mlp, heads int, causal bool, activation string) *Block {
+	return newBlock(b, prefix, width, mlp, heads, causal, activation)
+}
+
+// Snapshot copies the values of every LayerNorm parameter (gamma, beta in
+// LayerNorms order) so that Restore can reset the tower, as TTA does
+// between domains.
+func (m *Model) Snapshot() [][]float64 {
+	var out [][]float64
+	for _, ln := range m.LayerNorms() {
+		for _, p := range ln.Parameters() {
+			out = append(out, p.Data().F64())
+		}
+	}
+	return out
+}
+
+// Restore writes back values taken by Snapshot.
+func (m *Model) Restore(snap [][]float64) error {
+	i := 0
+	for _, ln := range m.LayerNorms() {
+		for _, p := range ln.Parameters() {
+			if i >= len(snap) || len(snap[i]) != p.Size() {
+				return fmt.Errorf("vit: Restore: snapshot does not match the model (tensor %d)", i)
+			}
+			p.SetData(float.Make(snap[i]...))
+			i++
+		}
+	}
+	if i != len(snap) {
+		return fmt.Errorf("vit: Restore: snapshot has %d tensors, model %d", len(snap), i)
+	}
+	return nil
+}

@@ -1,0 +1,140 @@
+package vit
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/nlpodyssey/spago/mat"
+	"github.com/subtta/subtta/internal/fixture"
+	"github.com/subtta/subtta/weights"
+)
+
+// Forward tolerance: 1e-5 relative to each tensor's max, the fixtures'
+// suggested bound (fp32 vs fp64 differ by ≤7e-7; our summation order differs
+// from PyTorch's, which costs a few ulps per dot product).
+const forwardTol = 1e-5
+
+// loadTiny builds the vision tower from one of the fixture checkpoints.
+func loadTiny(t *testing.T, file string, opt Options) *Model {
+	t.Helper()
+	s, cfg, err := weights.LoadCLIP(fixture.Path(t, "fixtures/"+file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(s, cfg, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// pixels reads preprocess.safetensors:pixel_values as [N, C·H·W].
+func pixels(t *testing.T) (*mat.Dense[float32], []int) {
+	t.Helper()
+	f, err := weights.Open(fixture.Path(t, "fixtures/preprocess.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	px, shape, err := f.Float32("pixel_values")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mat.NewDense[float32](mat.WithShape(shape[0], len(px)/shape[0]), mat.WithBacking(px)), shape
+}
+
+func TestImageFeaturesMatchPyTorch(t *testing.T) {
+	ref, err := weights.Open(fixture.Path(t, "fixtures/forward.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	px, _ := pixels(t)
+	for _, tc := range []struct{ file, want string }{
+		{"clip-tiny.openai.safetensors", "image_features"},
+		{"clip-tiny.hf.safetensors", "image_features"},
+		{"clip-tiny.openai-fp16.pt", "image_features_fp16w"},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			m := loadTiny(t, tc.file, Options{})
+			want, shape, err := ref.Float32(tc.want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := m.Forward(px, nil).Value()
+			if s := got.Shape(); s[0] != shape[0] || s[1] != shape[1] {
+				t.Fatalf("features shape %v, want %v", s, shape)
+			}
+			e := fixture.RelErr(got.Data().F32(), want)
+			t.Logf("%s: worst relative error %.2e", tc.want, e)
+			if e > forwardTol {
+				t.Errorf("%s: relative error %.2e > %.0e", tc.want, e, forwardTol)
+			}
+		})
+	}
+}
+
+// TestIntermediatesMatchPyTorch compares every stored stage of image 0
+// (run as a batch of one) with visual.image0.* of forward.safetensors.
+func TestIntermediatesMatchPyTorch(t *testing.T) {
+	ref, err := weights.Open(fixture.Path(t, "fixtures/forward.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	px, _ := pixels(t)
+	row := px.Data().F32()[:px.Shape()[1]]
+	img := mat.NewDense[float32](mat.WithShape(1, len(row)), mat.WithBacking(row))
+	m := loadTiny(t, "clip-tiny.openai.safetensors", Options{})
+	got := map[string][]float32{}
+	m.Forward(img, func(name string, x mat.Tensor) { got[name] = x.Value().Data().F32() })
+	const prefix = "visual.image0."
+	checked := 0
+	for _, name := range ref.Names() {
+		if !strings.HasPrefix(name, prefix) || strings.HasSuffix(name, "attn_probs") {
+			continue // attention probabilities stay inside the fused attention op
+		}
+		stage := strings.TrimPrefix(name, prefix)
+		want, _, err := ref.Float32(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, ok := got[stage]
+		if !ok {
+			t.Errorf("%s: the forward pass does not emit stage %q", name, stage)
+			continue
+		}
+		e := fixture.RelErr(g, want)
+		t.Logf("%-28s worst relative error %.2e", stage, e)
+		if e > forwardTol {
+			t.Errorf("%s: relative error %.2e > %.0e", stage, e, forwardTol)
+		}
+		checked++
+	}
+	if checked == 0 {
+		t.Fatal("no visual.image0.* tensors in the fixture")
+	}
+	want, _, err := ref.Float32("image0_features_batch1")
+	if err == nil {
+		e := fixture.RelErr(got["final"], want)
+		t.Logf("image0_features_batch1 worst relative error %.2e", e)
+		if e > forwardTol {
+			t.Errorf("image0_features_batch1: relative error %.2e", e)
+		}
+	}
+}
+
+func ExampleModel_LayerNormNames() {
+	m := &Model{Blocks: make([]*Block, 1)}
+	fmt.Println(strings.Join(m.LayerNormNames(), "\n"))
+	// Output:
+	// visual.ln_pre.weight
+	// visual.ln_pre.bias
+	// visual.transformer.resblocks.0.ln_1.weight
+	// visual.transformer.resblocks.0.ln_1.bias
+	// visual.transformer.resblocks.0.ln_2.weight
+	// visual.transformer.resblocks.0.ln_2.bias
+	// visual.ln_post.weight
+	// visual.ln_post.bias
+}

@@ -1,0 +1,537 @@
+package weights
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// CLIPConfig describes a ViT CLIP model: what the vision and text towers
+// need to be built from OpenAI-named tensors.
+type CLIPConfig struct {
+	// EmbedDim is the width of the joint image-text space (the columns
+	// of visual.proj and text_projection).
+	EmbedDim int          `json:"embed_dim"`
+	Vision   VisionConfig `json:"vision"`
+	Text     TextConfig   `json:"text"`
+	// HasLogitScale reports that the model carries a learned logit_scale.
+	HasLogitScale bool    `json:"has_logit_scale"`
+	LayerNormEps  float64 `json:"layer_norm_eps"`
+	// Activation is the MLP nonlinearity: "quick_gelu" (x·σ(1.702x), as
+	// OpenAI trained) or "gelu".
+	Activation string `json:"activation"`
+}
+
+// VisionConfig describes the vision transformer.
+type VisionConfig struct {
+	Width     int `json:"width"`
+	Layers    int `json:"layers"`
+	Heads     int `json:"heads"`
+	MLPWidth  int `json:"mlp_width"`
+	PatchSize int `json:"patch_size"`
+	ImageSize int `json:"image_size"`
+}
+
+// TextConfig describes the text transformer.
+type TextConfig struct {
+	Width         int `json:"width"`
+	Layers        int `json:"layers"`
+	Heads         int `json:"heads"`
+	MLPWidth      int `json:"mlp_width"`
+	ContextLength int `json:"context_length"`
+	VocabSize     int `json:"vocab_size"`
+}
+
+// The conventions CLIP models share unless their configuration says
+// otherwise: 64-wide attention heads (OpenAI's vision tower and open_clip's
+// head_width), LayerNorm eps 1e-5, QuickGELU.
+const (
+	DefaultHeadWidth    = 64
+	DefaultLayerNormEps = 1e-5
+	QuickGELU           = "quick_gelu"
+	GELU                = "gelu"
+)
+
+// ParseConfig reads a CLIP configuration in any of the forms met beside
+// checkpoints: a Hugging Face config.json (vision_config/text_config), an
+// open_clip model config (vision_cfg/text_cfg, possibly inside
+// open_clip_config.json's model_cfg), OpenAI's clip.model.CLIP keyword
+// arguments (possibly under clip_model_CLIP_kwargs, with optional
+// vision_heads/text_heads beside them), or this package's own JSON form of
+// CLIPConfig (as Convert writes it).
+func ParseConfig(data []byte) (*CLIPConfig, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(data, &top); err != nil {
+		return nil, fmt.Errorf("weights: config: %w", err)
+	}
+	var c *CLIPConfig
+	var err error
+	switch {
+	case top["vision"] != nil && top["text"] != nil:
+		c = new(CLIPConfig)
+		err = json.Unmarshal(data, c)
+	case top["vision_config"] != nil:
+		c, err = parseHFConfig(data)
+	case top["model_cfg"] != nil:
+		c, err = parseOpenCLIPConfig(top["model_cfg"])
+	case top["vision_cfg"] != nil:
+		c, err = parseOpenCLIPConfig(data)
+	case top["clip_model_CLIP_kwargs"] != nil || top["vision_width"] != nil:
+		c, err = parseOpenAIKwargs(top)
+	default:
+		return nil, errors.New("weights: config: not a CLIP configuration (no vision_config, vision_cfg, vision_width or vision)")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("weights: config: %w", err)
+	}
+	if err := c.check(); err != nil {
+		return nil, fmt.Errorf("weights: config: %w", err)
+	}
+	return c, nil
+}
+
+func parseHFConfig(data []byte) (*CLIPConfig, error) {
+	type tower struct {
+		HiddenSize   int     `json:"hidden_size"`
+		Layers       int     `json:"num_hidden_layers"`
+		Heads        int     `json:"num_attention_heads"`
+		Intermediate int     `json:"intermediate_size"`
+		PatchSize    int     `json:"patch_size"`
+		ImageSize    int     `json:"image_size"`
+		MaxPositions int     `json:"max_position_embeddings"`
+		VocabSize    int     `json:"vocab_size"`
+		HiddenAct    string  `json:"hidden_act"`
+		LayerNormEps float64 `json:"layer_norm_eps"`
+	}
+	var h struct {
+		ProjectionDim int   `json:"projection_dim"`
+		Vision        tower `json:"vision_config"`
+		Text          tower `json:"text_config"`
+	}
+	if err := json.Unmarshal(data, &h); err != nil {
+		return nil, err
+	}
+	if h.Vision.HiddenAct != h.Text.HiddenAct || h.Vision.LayerNormEps != h.Text.LayerNormEps {
+		return nil, fmt.Errorf("the towers differ in hidden_act (%q, %q) or layer_norm_eps (%g, %g)",
+			h.Vision.HiddenAct, h.Text.HiddenAct, h.Vision.LayerNormEps, h.Text.LayerNormEps)
+	}
+	act := h.Vision.HiddenAct
+	if act == "gelu_pytorch_tanh" || act == "" {
+		return nil, fmt.Errorf("hidden_act %q is not supported", act)
+	}
+	c := &CLIPConfig{
+		EmbedDim: h.ProjectionDim,
+		Vision: VisionConfig{Width: h.Vision.HiddenSize, Layers: h.Vision.Layers, Heads: h.Vision.Heads,
+			MLPWidth: h.Vision.Intermediate, PatchSize: h.Vision.PatchSize, ImageSize: h.Vision.ImageSize},
+		Text: TextConfig{Width: h.Text.HiddenSize, Layers: h.Text.Layers, Heads: h.Text.Heads,
+			MLPWidth: h.Text.Intermediate, ContextLength: h.Text.MaxPositions, VocabSize: h.Text.VocabSize},
+		HasLogitScale: true,
+		LayerNormEps:  h.Vision.LayerNormEps,
+		Activation:    act,
+	}
+	if c.LayerNormEps == 0 {
+		c.LayerNormEps = DefaultLayerNormEps
+	}
+	return c, nil
+}
+
+func parseOpenCLIPConfig(data []byte) (*CLIPConfig, error) {
+	var o struct {
+		EmbedDim  int  `json:"embed_dim"`
+		QuickGELU bool `json:"quick_gelu"`
+		Vision    struct {
+			ImageSize json.RawMessage `json:"image_size"`
+			Layers    json.RawMessage `json:"layers"`
+			Width     int             `json:"width"`
+			HeadWidth int             `json:"head_width"`
+			MLPRatio  float64         `json:"mlp_ratio"`
+			PatchSize int             `json:"patch_size"`
+			Timm      string          `json:"timm_model_name"`
+		} `json:"vision_cfg"`
+		Text struct {
+			ContextLength int     `json:"context_length"`
+			VocabSize     int     `json:"vocab_size"`
+			Width         int     `json:"width"`
+			Heads         int     `json:"heads"`
+			Layers        int     `json:"layers"`
+			MLPRatio      float64 `json:"mlp_ratio"`
+			HFModel       string  `json:"hf_model_name"`
+		} `json:"text_cfg"`
+	}
+	if err := json.Unmarshal(data, &o); err != nil {
+		return nil, err
+	}
+	if o.Vision.Timm != "" || o.Text.HFModel != "" {
+		return nil, errors.New("open_clip towers from timm or Hugging Face models are not supported")
+	}
+	var layers, imageSize int
+	if err := json.Unmarshal(o.Vision.Layers, &layers); err != nil {
+		return nil, fmt.Errorf("vision_cfg.layers %s: only ViT towers (an integer layer count) are supported", o.Vision.Layers)
+	}
+	if err := json.Unmarshal(o.Vision.ImageSize, &imageSize); err != nil {
+		return nil, fmt.Errorf("vision_cfg.image_size %s: want one integer", o.Vision.ImageSize)
+	}
+	headWidth, vRatio, tRatio := o.Vision.HeadWidth, o.Vision.MLPRatio, o.Text.MLPRatio
+	if headWidth == 0 {
+		headWidth = DefaultHeadWidth
+	}
+	if vRatio == 0 {
+		vRatio = 4
+	}
+	if tRatio == 0 {
+		tRatio = 4
+	}
+	act := GELU
+	if o.QuickGELU {
+		act = QuickGELU
+	}
+	textHeads := o.Text.Heads
+	if textHeads == 0 {
+		textHeads = 8 // open_clip's CLIPTextCfg default
+	}
+	return &CLIPConfig{
+		EmbedDim: o.EmbedDim,
+		Vision: VisionConfig{Width: o.Vision.Width, Layers: layers, Heads: o.Vision.Width / headWidth,
+			MLPWidth: int(float64(o.Vision.Width) * vRatio), PatchSize: o.Vision.PatchSize, ImageSize: imageSize},
+		Text: TextConfig{Width: o.Text.Width, Layers: o.Text.Layers, Heads: textHeads,
+			MLPWidth: int(float64(o.Text.Width) * tRatio), ContextLength: o.Text.ContextLength, VocabSize: o.Text.VocabSize},
+		HasLogitScale: true,
+		LayerNormEps:  DefaultLayerNormEps,
+		Activation:    act,
+	}, nil
+}
+
+// parseOpenAIKwargs reads clip.model.CLIP's keyword arguments. OpenAI
+// derives the vision heads as vision_width // 64; a vision_heads or
+// text_heads member beside the arguments overrides.
+func parseOpenAIKwargs(top map[string]json.RawMessage) (*CLIPConfig, error) {
+	args := top
+	if raw := top["clip_model_CLIP_kwargs"]; raw != nil {
+		if err := json.Unmarshal(raw, &args); err != nil {
+			return nil, err
+		}
+	}
+	get := func(m map[string]json.RawMessage, key string) (int, error) {
+		raw, ok := m[key]
+		if !ok {
+			return 0, fmt.Errorf("%s missing", key)
+		}
+		// Accept numbers and numeric strings (safetensors metadata is
+		// all strings).
+		s := strings.Trim(string(raw), `"`)
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %s is not an integer", key, raw)
+		}
+		return n, nil
+	}
+	var k [10]int
+	names := []string{"embed_dim", "image_resolution", "vision_layers", "vision_width", "vision_patch_size",
+		"context_length", "vocab_size", "transformer_width", "transformer_heads", "transformer_layers"}
+	for i, n := range names {
+		v, err := get(args, n)
+		if err != nil {
+			return nil, err
+		}
+		k[i] = v
+	}
+	c := &CLIPConfig{
+		EmbedDim: k[0],
+		Vision:   VisionConfig{Width: k[3], Layers: k[2], Heads: k[3] / DefaultHeadWidth, MLPWidth: 4 * k[3], PatchSize: k[4], ImageSize: k[1]},
+		Text:     TextConfig{Width: k[7], Layers: k[9], Heads: k[8], MLPWidth: 4 * k[7], ContextLength: k[5], VocabSize: k[6]},
+
+		HasLogitScale: true,
+		LayerNormEps:  DefaultLayerNormEps,
+		Activation:    QuickGELU,
+	}
+	for _, m := range []map[string]json.RawMessage{args, top} {
+		if raw, ok := m["layer_norm_eps"]; ok {
+			if err := json.Unmarshal(raw, &c.LayerNormEps); err != nil {
+				return nil, fmt.Errorf("layer_norm_eps: %w", err)
+			}
+		}
+		if _, ok := m["vision_heads"]; ok {
+			v, err := get(m, "vision_heads")
+			if err != nil {
+				return nil, err
+			}
+			c.Vision.Heads = v
+		}
+		if _, ok := m["text_heads"]; ok {
+			v, err := get(m, "text_heads")
+			if err != nil {
+				return nil, err
+			}
+			c.Text.Heads = v
+		}
+	}
+	return c, nil
+}
+
+// check validates the numbers on their own.
+func (c *CLIPConfig) check() error {
+	v, t := c.Vision, c.Text
+	for _, f := range []struct {
+		name string
+		n    int
+	}{{"embed_dim", c.EmbedDim}, {"vision width", v.Width}, {"vision layers", v.Layers}, {"vision heads", v.Heads},
+		{"vision MLP width", v.MLPWidth}, {"patch size", v.PatchSize}, {"image size", v.ImageSize},
+		{"text width", t.Width}, {"text layers", t.Layers}, {"text heads", t.Heads}, {"text MLP width", t.MLPWidth},
+		{"context length", t.ContextLength}, {"vocab size", t.VocabSize}} {
+		if f.n <= 0 {
+			return fmt.Errorf("%s is %d", f.name, f.n)
+		}
+	}
+	if v.Width%v.Heads != 0 || t.Width%t.Heads != 0 {
+		return fmt.Errorf("width not divisible by heads (vision %d/%d, text %d/%d)", v.Width, v.Heads, t.Width, t.Heads)
+	}
+	if v.ImageSize%v.PatchSize != 0 {
+		return fmt.Errorf("image size %d is not a multiple of patch size %d", v.ImageSize, v.PatchSize)
+	}
+	if c.Activation != QuickGELU && c.Activation != GELU {
+		return fmt.Errorf("activation %q, want %q or %q", c.Activation, QuickGELU, GELU)
+	}
+	if !(c.LayerNormEps > 0) {
+		return fmt.Errorf("layer_norm_eps %g", c.LayerNormEps)
+	}
+	return nil
+}
+
+// Grid returns the number of patches along each side of the image.
+func (v VisionConfig) Grid() int { return v.ImageSize / v.PatchSize }
+
+// InferConfig reads the configuration off the tensor shapes of an
+// OpenAI-layout state. What the shapes do not say takes the CLIP defaults:
+// heads = width/64 for both towers, LayerNorm eps 1e-5, QuickGELU. Set
+// other values on the result (and Validate) when the model differs.
+func InferConfig(s *State) (*CLIPConfig, error) {
+	bad := func(err error) (*CLIPConfig, error) {
+		return nil, fmt.Errorf("%w (inferring the config from the tensor shapes)", err)
+	}
+	if _, err := s.Get("visual.conv1.weight", -1, 3, -1, -1); err != nil {
+		return bad(err)
+	}
+	cs, _ := s.Shape("visual.conv1.weight")
+	vw, patch := cs[0], cs[2]
+	if cs[3] != patch {
+		return bad(fmt.Errorf("weights: %s: tensor %q: non-square patch %v: %w", s.Source, "visual.conv1.weight", cs, ErrShape))
+	}
+	pos, err := s.Shape("visual.positional_embedding")
+	if err != nil {
+		return bad(err)
+	}
+	grid := 0
+	if len(pos) == 2 {
+		for grid*grid < pos[0]-1 {
+			grid++
+		}
+	}
+	if len(pos) != 2 || grid*grid != pos[0]-1 {
+		return bad(fmt.Errorf("weights: %s: tensor %q: shape %v is not [grid²+1, width]: %w", s.Source, "visual.positional_embedding", pos, ErrShape))
+	}
+	proj, err := s.Shape("visual.proj")
+	if err != nil {
+		return bad(err)
+	}
+	tok, err := s.Shape("token_embedding.weight")
+	if err != nil {
+		return bad(err)
+	}
+	tpos, err := s.Shape("positional_embedding")
+	if err != nil {
+		return bad(err)
+	}
+	if len(proj) != 2 || len(tok) != 2 || len(tpos) != 2 {
+		return bad(fmt.Errorf("weights: %s: visual.proj %v, token_embedding.weight %v, positional_embedding %v: want matrices: %w", s.Source, proj, tok, tpos, ErrShape))
+	}
+	c := &CLIPConfig{
+		EmbedDim:      proj[1],
+		Vision:        VisionConfig{Width: vw, Heads: vw / DefaultHeadWidth, PatchSize: patch, ImageSize: grid * patch},
+		Text:          TextConfig{Width: tok[1], Heads: tok[1] / DefaultHeadWidth, ContextLength: tpos[0], VocabSize: tok[0]},
+		HasLogitScale: s.Has("logit_scale"),
+		LayerNormEps:  DefaultLayerNormEps,
+		Activation:    QuickGELU,
+	}
+	c.Vision.Layers = countLayers(s, "visual.transformer.resblocks.")
+	c.Text.Layers = countLayers(s, "transformer.resblocks.")
+	if fc, err := s.Shape("visual.transformer.resblocks.0.mlp.c_fc.weight"); err == nil && len(fc) == 2 {
+		c.Vision.MLPWidth = fc[0]
+	}
+	if fc, err := s.Shape("transformer.resblocks.0.mlp.c_fc.weight"); err == nil && len(fc) == 2 {
+		c.Text.MLPWidth = fc[0]
+	}
+	if c.Vision.Heads == 0 {
+		c.Vision.Heads = 1
+	}
+	if c.Text.Heads == 0 {
+		c.Text.Heads = 1
+	}
+	if err := c.check(); err != nil {
+		return bad(fmt.Errorf("weights: %s: %w", s.Source, err))
+	}
+	if err := c.Validate(s); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// countLayers returns 1 + the largest N of prefix N.* in s.
+func countLayers(s *State, prefix string) int {
+	n := 0
+	for _, name := range s.order {
+		if layer, _, ok := splitLayer(name, prefix); ok {
+			i, _ := strconv.Atoi(layer)
+			n = max(n, i+1)
+		}
+	}
+	return n
+}
+
+// Names lists the OpenAI tensor names a model of this configuration has, in
+// OpenAI's order.
+func (c *CLIPConfig) Names() []string {
+	var names []string
+	block := func(prefix string, layers int) {
+		for i := range layers {
+			p := prefix + strconv.Itoa(i) + "."
+			for _, n := range []string{"attn.in_proj_weight", "attn.in_proj_bias", "attn.out_proj.weight", "attn.out_proj.bias",
+				"ln_1.weight", "ln_1.bias", "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias",
+				"ln_2.weight", "ln_2.bias"} {
+				names = append(names, p+n)
+			}
+		}
+	}
+	names = append(names, "positional_embedding", "text_projection")
+	if c.HasLogitScale {
+		names = append(names, "logit_scale")
+	}
+	names = append(names, "visual.class_embedding", "visual.positional_embedding", "visual.proj", "visual.conv1.weight",
+		"visual.ln_pre.weight", "visual.ln_pre.bias")
+	block("visual.transformer.resblocks.", c.Vision.Layers)
+	names = append(names, "visual.ln_post.weight", "visual.ln_post.bias")
+	block("transformer.resblocks.", c.Text.Layers)
+	return append(names, "token_embedding.weight", "ln_final.weight", "ln_final.bias")
+}
+
+// Shape returns the shape an OpenAI-named tensor has in a model of this
+// configuration, or false for a name the model does not have.
+func (c *CLIPConfig) Shape(name string) ([]int, bool) {
+	v, t := c.Vision, c.Text
+	switch name {
+	case "positional_embedding":
+		return []int{t.ContextLength, t.Width}, true
+	case "text_projection":
+		return []int{t.Width, c.EmbedDim}, true
+	case "logit_scale":
+		return []int{}, c.HasLogitScale
+	case "visual.class_embedding", "visual.ln_pre.weight", "visual.ln_pre.bias", "visual.ln_post.weight", "visual.ln_post.bias":
+		return []int{v.Width}, true
+	case "visual.positional_embedding":
+		return []int{v.Grid()*v.Grid() + 1, v.Width}, true
+	case "visual.proj":
+		return []int{v.Width, c.EmbedDim}, true
+	case "visual.conv1.weight":
+		return []int{v.Width, 3, v.PatchSize, v.PatchSize}, true
+	case "token_embedding.weight":
+		return []int{t.VocabSize, t.Width}, true
+	case "ln_final.weight", "ln_final.bias":
+		return []int{t.Width}, true
+	}
+	for _, tw := range []struct {
+		prefix          string
+		width, mlp, num int
+	}{{"visual.transformer.resblocks.", v.Width, v.MLPWidth, v.Layers}, {"transformer.resblocks.", t.Width, t.MLPWidth, t.Layers}} {
+		layer, rest, ok := splitLayer(name, tw.prefix)
+		if !ok {
+			continue
+		}
+		if i, _ := strconv.Atoi(layer); i >= tw.num || layer != strconv.Itoa(i) {
+			return nil, false
+		}
+		w, m := tw.width, tw.mlp
+		switch rest {
+		case "attn.in_proj_weight":
+			return []int{3 * w, w}, true
+		case "attn.in_proj_bias":
+			return []int{3 * w}, true
+		case "attn.out_proj.weight":
+			return []int{w, w}, true
+		case "attn.out_proj.bias", "ln_1.weight", "ln_1.bias", "ln_2.weight", "ln_2.bias", "mlp.c_proj.bias":
+			return []int{w}, true
+		case "mlp.c_fc.weight":
+			return []int{m, w}, true
+		case "mlp.c_fc.bias":
+			return []int{m}, true
+		case "mlp.c_proj.weight":
+			return []int{w, m}, true
+		}
+	}
+	return nil, false
+}
+
+// Validate checks that s (OpenAI layout) holds every tensor of a model of
+// this configuration with the right shape, and no extra transformer layers.
+// A logit_scale of shape [1] is accepted for []. The error names the source
+// and the first offending tensor.
+func (c *CLIPConfig) Validate(s *State) error {
+	if err := c.check(); err != nil {
+		return fmt.Errorf("weights: %s: config: %w", s.Source, err)
+	}
+	for _, name := range c.Names() {
+		want, _ := c.Shape(name)
+		got, err := s.Shape(name)
+		if err != nil {
+			return err
+		}
+		if name == "logit_scale" && numElements(got) == 1 && len(got) <= 1 {
+			continue
+		}
+		if !slices.Equal(got, want) {
+			return fmt.Errorf("weights: %s: tensor %q: shape %v, the config wants %v: %w", s.Source, name, got, want, ErrShape)
+		}
+	}
+	for _, name := range s.order {
+		for _, prefix := range []string{"visual.transformer.resblocks.", "transformer.resblocks."} {
+			if _, _, ok := splitLayer(name, prefix); ok {
+				if _, ok := c.Shape(name); !ok {
+					return fmt.Errorf("weights: %s: tensor %q is not part of a model of %d vision and %d text layers",
+						s.Source, name, c.Vision.Layers, c.Text.Layers)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// LoadCLIP loads a CLIP checkpoint in any supported format and layout
+// (see Load), renames it to OpenAI's names, and returns it with its
+// configuration: the one stored with the weights when there is one
+// (config.json, safetensors metadata), otherwise one inferred from the
+// tensor shapes. The configuration is validated against the tensors.
+func LoadCLIP(path string) (*State, *CLIPConfig, error) {
+	raw, err := Load(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := ToOpenAI(raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	var c *CLIPConfig
+	if s.ConfigJSON != nil {
+		if c, err = ParseConfig(s.ConfigJSON); err != nil {
+			return nil, nil, fmt.Errorf("weights: %s: %w", path, err)
+		}
+		// Every CLIP config implies a logit_scale; trust the tensors.
+		c.HasLogitScale = s.Has("logit_scale")
+		if err := c.Validate(s); err != nil {
+			return nil, nil, err
+		}
+	} else if c, err = InferConfig(s); err != nil {
+		return nil, nil, err
+	}
+	return s, c, nil
+}

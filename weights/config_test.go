@@ -1,0 +1,154 @@
+package weights
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/subtta/subtta/internal/fixture"
+)
+
+// TestConfigFixture: the configuration inferred from the tensors of each
+// fixture, and the one read from each config file, equal the fixture's
+// clip-tiny.config.json.
+func TestConfigFixture(t *testing.T) {
+	want, raw := fixtureConfig(t)
+	// The parse itself, against the raw fields of the file.
+	kw := raw["clip_model_CLIP_kwargs"].(map[string]any)
+	for _, c := range []struct {
+		got  int
+		key  string
+		from map[string]any
+	}{
+		{want.EmbedDim, "embed_dim", kw}, {want.Vision.Width, "vision_width", kw}, {want.Vision.Layers, "vision_layers", kw},
+		{want.Vision.PatchSize, "vision_patch_size", kw}, {want.Vision.ImageSize, "image_resolution", kw},
+		{want.Text.Width, "transformer_width", kw}, {want.Text.Layers, "transformer_layers", kw},
+		{want.Text.ContextLength, "context_length", kw}, {want.Text.VocabSize, "vocab_size", kw},
+		{want.Vision.Heads, "vision_heads", raw}, {want.Text.Heads, "text_heads", raw},
+	} {
+		if float64(c.got) != c.from[c.key].(float64) {
+			t.Errorf("%s: parsed %d, file says %v", c.key, c.got, c.from[c.key])
+		}
+	}
+	if want.LayerNormEps != raw["layer_norm_eps"].(float64) || want.Activation != QuickGELU || !want.HasLogitScale {
+		t.Errorf("eps/activation/logit scale: %+v", want)
+	}
+
+	for _, rel := range []string{"fixtures/clip-tiny.openai.safetensors", "fixtures/clip-tiny.hf.safetensors", "fixtures/clip-tiny.openai-fp16.pt"} {
+		s := loadFixture(t, rel)
+		got, err := InferConfig(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: inferred %+v, want %+v", rel, got, want)
+		}
+		// LoadCLIP uses the stored config (safetensors metadata) or infers.
+		_, got, err = LoadCLIP(fixture.Path(t, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: LoadCLIP config %+v, want %+v", rel, got, want)
+		}
+	}
+	hfc, _ := os.ReadFile(fixture.Path(t, "fixtures/clip-tiny.hf.config.json"))
+	got, err := ParseConfig(hfc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("HF config %+v, want %+v", got, want)
+	}
+	// The package's own JSON form round-trips.
+	own, _ := json.Marshal(want)
+	if got, err := ParseConfig(own); err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("own form: %+v, %v", got, err)
+	}
+}
+
+// TestConfigViTB32: the Hugging Face and open_clip configurations of
+// ViT-B/32 describe the same towers; open_clip's plain ViT-B-32 uses GELU
+// where OpenAI's weights (and HF's config) use QuickGELU.
+func TestConfigViTB32(t *testing.T) {
+	hb, _ := os.ReadFile(fixture.Path(t, "assets/clip/hf-config.clip-vit-base-patch32.json"))
+	ob, _ := os.ReadFile(fixture.Path(t, "assets/clip/openclip-config.ViT-B-32.json"))
+	hf, err := ParseConfig(hb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oc, err := ParseConfig(ob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hf.Activation != QuickGELU || oc.Activation != GELU {
+		t.Errorf("activations %q, %q", hf.Activation, oc.Activation)
+	}
+	oc.Activation = hf.Activation
+	if !reflect.DeepEqual(hf, oc) {
+		t.Errorf("HF %+v\nopen_clip %+v", hf, oc)
+	}
+	var raw map[string]any
+	json.Unmarshal(hb, &raw)
+	vc := raw["vision_config"].(map[string]any)
+	if float64(hf.Vision.Heads) != vc["num_attention_heads"].(float64) || float64(hf.Vision.MLPWidth) != vc["intermediate_size"].(float64) {
+		t.Errorf("vision heads/MLP %d/%d, file %v/%v", hf.Vision.Heads, hf.Vision.MLPWidth, vc["num_attention_heads"], vc["intermediate_size"])
+	}
+	// Wrapped as open_clip_config.json is on the Hub.
+	wrapped := []byte(`{"model_cfg":` + string(ob) + `,"preprocess_cfg":{}}`)
+	if w, err := ParseConfig(wrapped); err != nil || w.Vision != oc.Vision {
+		t.Errorf("model_cfg wrapper: %+v, %v", w, err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	want, _ := fixtureConfig(t)
+	s := loadFixture(t, "fixtures/clip-tiny.openai.safetensors")
+	if err := want.Validate(s); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(c *CLIPConfig, s *State)
+		is   error
+		want string
+	}{
+		{"missing", func(c *CLIPConfig, s *State) { s.Delete("transformer.resblocks.1.mlp.c_fc.bias") }, ErrNotFound, `"transformer.resblocks.1.mlp.c_fc.bias"`},
+		{"shape", func(c *CLIPConfig, s *State) {
+			s.Set(&Param{Name: "visual.ln_post.bias", Shape: []int{2}, Data: []float32{0, 0}})
+		}, ErrShape, `"visual.ln_post.bias"`},
+		{"fewer layers", func(c *CLIPConfig, s *State) { c.Vision.Layers-- }, nil, "not part of a model"},
+		{"more layers", func(c *CLIPConfig, s *State) { c.Text.Layers++ }, ErrNotFound, "transformer.resblocks."},
+		{"heads", func(c *CLIPConfig, s *State) { c.Text.Heads = 3 }, nil, "divisible"},
+		{"patch", func(c *CLIPConfig, s *State) { c.Vision.PatchSize = 16 }, ErrShape, `"visual.positional_embedding"`},
+	} {
+		cc := *want
+		ss := &State{Source: s.Source}
+		for _, n := range s.Names() {
+			p, _ := s.Param(n)
+			ss.Set(p)
+		}
+		c.edit(&cc, ss)
+		err := cc.Validate(ss)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), s.Source) || (c.is != nil && !errors.Is(err, c.is)) {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+}
+
+func TestParseConfigRejects(t *testing.T) {
+	for _, c := range []string{
+		`[]`,
+		`{"foo": 1}`,
+		`{"vision_cfg": {"layers": [3, 4, 6, 3], "width": 64, "image_size": 224}, "text_cfg": {}}`,
+		`{"vision_config": {"hidden_size": 10, "hidden_act": "quick_gelu"}, "text_config": {"hidden_act": "gelu"}}`,
+		`{"embed_dim": 64, "vision_width": 128}`,
+	} {
+		if _, err := ParseConfig([]byte(c)); err == nil {
+			t.Errorf("accepted %s", c)
+		}
+	}
+}

@@ -1,0 +1,62 @@
+package weights
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/subtta/subtta/internal/fixture"
+)
+
+func TestConvert(t *testing.T) {
+	want, _ := fixtureConfig(t)
+	ref := loadFixture(t, "fixtures/clip-tiny.openai.safetensors")
+	pt := loadFixture(t, "fixtures/clip-tiny.openai-fp16.pt")
+	dir := t.TempDir()
+	for _, c := range []struct {
+		src, dst string
+		opts     ConvertOptions
+		expect   *State
+		round    func(string, float32) float32
+	}{
+		{"fixtures/clip-tiny.hf.safetensors", "hf-f16.safetensors.zst", ConvertOptions{DType: F16}, ref,
+			func(_ string, v float32) float32 { return HalfToFloat32(Float32ToHalf(v)) }},
+		{"fixtures/clip-tiny.openai.safetensors", "bf16.safetensors", ConvertOptions{DType: BF16, Zstd: true}, ref,
+			func(_ string, v float32) float32 { return BFloat16ToFloat32(Float32ToBFloat16(v)) }},
+		{"fixtures/clip-tiny.openai-fp16.pt", "pt.safetensors", ConvertOptions{}, pt, nil},
+	} {
+		src := fixture.Path(t, c.src)
+		dst := filepath.Join(dir, c.dst)
+		if _, err := Convert(src, dst, c.opts); err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := os.ReadFile(dst)
+		if isZstd(raw) != (c.opts.Zstd || filepath.Ext(dst) == ".zst") {
+			t.Errorf("%s: compressed = %v", dst, isZstd(raw))
+		}
+		s, cfg, err := LoadCLIP(dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(cfg, want) {
+			t.Errorf("%s: config %+v, want %+v", dst, cfg, want)
+		}
+		if s.Metadata["source"] != filepath.Base(src) || s.Metadata["config"] == "" {
+			t.Errorf("%s: metadata %v", dst, s.Metadata)
+		}
+		if !slices.Equal(s.Names(), cfg.Names()) {
+			t.Errorf("%s: order %v", dst, s.Names())
+		}
+		compareStates(t, s, c.expect, c.round)
+	}
+	if _, err := Convert(fixture.Path(t, "fixtures/clip-tiny.openai.safetensors"), filepath.Join(dir, "x"), ConvertOptions{DType: I64}); err == nil {
+		t.Error("integer dtype accepted")
+	}
+	bad := *want
+	bad.Vision.Layers = 5
+	if _, err := Convert(fixture.Path(t, "fixtures/clip-tiny.openai.safetensors"), filepath.Join(dir, "y"), ConvertOptions{Config: &bad}); err == nil {
+		t.Error("a config that does not fit the tensors was accepted")
+	}
+}

@@ -1,0 +1,314 @@
+package weights
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"unsafe"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// Tensor is a named array to write to a safetensors file.
+//
+// Data holds the values in row-major order as one of []float32, []float64,
+// []int64, []int32 or []uint8. DType is the element type stored in the
+// file: float data ([]float32, []float64) may be stored as F32, F64, F16 or
+// BF16 (rounded to nearest, ties to even); integer data must be stored as
+// its own type. An empty DType stores the data's own type.
+type Tensor struct {
+	Name  string
+	DType DType
+	Shape []int
+	Data  any
+}
+
+// dataType returns the dtype matching t.Data and its length.
+func (t *Tensor) dataType() (DType, int, error) {
+	switch d := t.Data.(type) {
+	case []float32:
+		return F32, len(d), nil
+	case []float64:
+		return F64, len(d), nil
+	case []int64:
+		return I64, len(d), nil
+	case []int32:
+		return I32, len(d), nil
+	case []uint8:
+		return U8, len(d), nil
+	}
+	return "", 0, fmt.Errorf("data of type %T: want []float32, []float64, []int64, []int32 or []uint8", t.Data)
+}
+
+// check validates t and returns the stored dtype.
+func (t *Tensor) check() (DType, error) {
+	src, n, err := t.dataType()
+	if err != nil {
+		return "", err
+	}
+	dt := t.DType
+	if dt == "" {
+		dt = src
+	}
+	if dt.Size() == 0 {
+		return "", fmt.Errorf("unsupported dtype %q", dt)
+	}
+	if src.IsFloat() != dt.IsFloat() || (!src.IsFloat() && src != dt) {
+		return "", fmt.Errorf("cannot store %s data as %s", src, dt)
+	}
+	count := 1
+	for _, s := range t.Shape {
+		if s < 0 || (s > 0 && count > math.MaxInt/s) {
+			return "", fmt.Errorf("bad shape %v", t.Shape)
+		}
+		count *= s
+	}
+	if count != n {
+		return "", fmt.Errorf("shape %v holds %d elements, data has %d", t.Shape, count, n)
+	}
+	return dt, nil
+}
+
+// Write writes tensors, in the given order, as a safetensors file with the
+// given metadata (may be nil). The JSON header is padded with spaces to a
+// multiple of 8 bytes so that the data section is aligned.
+func Write(w io.Writer, tensors []Tensor, metadata map[string]string) error {
+	type entry struct {
+		DType   DType   `json:"dtype"`
+		Shape   []int   `json:"shape"`
+		Offsets []int64 `json:"data_offsets"`
+	}
+	// Build the header by hand to keep the tensors in the given order
+	// (a JSON object from a map would sort them).
+	var hdr strings.Builder
+	hdr.WriteByte('{')
+	if len(metadata) > 0 {
+		m, err := json.Marshal(metadata)
+		if err != nil {
+			return fmt.Errorf("weights: metadata: %w", err)
+		}
+		hdr.WriteString(`"__metadata__":`)
+		hdr.Write(m)
+	}
+	seen := make(map[string]bool, len(tensors))
+	dtypes := make([]DType, len(tensors))
+	var off int64
+	for i := range tensors {
+		t := &tensors[i]
+		if t.Name == "__metadata__" || t.Name == "" || seen[t.Name] {
+			return fmt.Errorf("weights: tensor name %q is empty, reserved or repeated", t.Name)
+		}
+		seen[t.Name] = true
+		dt, err := t.check()
+		if err != nil {
+			return fmt.Errorf("weights: tensor %q: %w", t.Name, err)
+		}
+		dtypes[i] = dt
+		shape := t.Shape
+		if shape == nil {
+			shape = []int{}
+		}
+		_, n, _ := t.dataType()
+		size := int64(n) * int64(dt.Size())
+		e, _ := json.Marshal(entry{dt, shape, []int64{off, off + size}})
+		k, _ := json.Marshal(t.Name)
+		if hdr.Len() > 1 {
+			hdr.WriteByte(',')
+		}
+		hdr.Write(k)
+		hdr.WriteByte(':')
+		hdr.Write(e)
+		off += size
+	}
+	hdr.WriteByte('}')
+	for hdr.Len()%8 != 0 {
+		hdr.WriteByte(' ')
+	}
+	bw := bufio.NewWriterSize(w, 1<<20)
+	var n [8]byte
+	binary.LittleEndian.PutUint64(n[:], uint64(hdr.Len()))
+	bw.Write(n[:])
+	bw.WriteString(hdr.String())
+	buf := make([]byte, 0, 1<<16)
+	for i := range tensors {
+		if err := writeData(bw, buf, dtypes[i], tensors[i].Data); err != nil {
+			return fmt.Errorf("weights: tensor %q: %w", tensors[i].Name, err)
+		}
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("weights: %w", err)
+	}
+	return nil
+}
+
+// writeData encodes data as dt in chunks through buf.
+func writeData(w *bufio.Writer, buf []byte, dt DType, data any) error {
+	if littleEndian {
+		// Same type on a little-endian host: the memory is the encoding.
+		var raw []byte
+		switch d := data.(type) {
+		case []float32:
+			if dt == F32 && len(d) > 0 {
+				raw = unsafe.Slice((*byte)(unsafe.Pointer(&d[0])), 4*len(d))
+			}
+		case []float64:
+			if dt == F64 && len(d) > 0 {
+				raw = unsafe.Slice((*byte)(unsafe.Pointer(&d[0])), 8*len(d))
+			}
+		case []int64:
+			if len(d) > 0 {
+				raw = unsafe.Slice((*byte)(unsafe.Pointer(&d[0])), 8*len(d))
+			}
+		case []int32:
+			if len(d) > 0 {
+				raw = unsafe.Slice((*byte)(unsafe.Pointer(&d[0])), 4*len(d))
+			}
+		}
+		if raw != nil {
+			_, err := w.Write(raw)
+			return err
+		}
+	}
+	if d, ok := data.([]uint8); ok {
+		_, err := w.Write(d)
+		return err
+	}
+	size := dt.Size()
+	var n int
+	switch d := data.(type) {
+	case []float32:
+		n = len(d)
+	case []float64:
+		n = len(d)
+	case []int64:
+		n = len(d)
+	case []int32:
+		n = len(d)
+	}
+	const chunk = 1 << 13
+	for lo := 0; lo < n; lo += chunk {
+		hi := min(lo+chunk, n)
+		b := buf[:(hi-lo)*size]
+		for i := lo; i < hi; i++ {
+			p := b[(i-lo)*size:]
+			switch d := data.(type) {
+			case []float32:
+				putFloat(p, dt, float64(d[i]), d[i])
+			case []float64:
+				putFloat(p, dt, d[i], float32(d[i]))
+			case []int64:
+				binary.LittleEndian.PutUint64(p, uint64(d[i]))
+			case []int32:
+				binary.LittleEndian.PutUint32(p, uint32(d[i]))
+			}
+		}
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// putFloat encodes one value; v64 is the exact value, v32 its float32
+// rounding. F16 and BF16 round from v32: float64 data is rounded twice,
+// which can differ from direct rounding by one unit in rare ties.
+func putFloat(p []byte, dt DType, v64 float64, v32 float32) {
+	switch dt {
+	case F64:
+		binary.LittleEndian.PutUint64(p, math.Float64bits(v64))
+	case F32:
+		binary.LittleEndian.PutUint32(p, math.Float32bits(v32))
+	case F16:
+		binary.LittleEndian.PutUint16(p, Float32ToHalf(v32))
+	case BF16:
+		binary.LittleEndian.PutUint16(p, Float32ToBFloat16(v32))
+	}
+}
+
+// WriteZstd is Write followed by zstd compression: the result is what Open
+// reads from a .safetensors.zst file.
+func WriteZstd(w io.Writer, tensors []Tensor, metadata map[string]string) error {
+	enc, err := zstd.NewWriter(w)
+	if err != nil {
+		return fmt.Errorf("weights: zstd: %w", err)
+	}
+	if err := Write(enc, tensors, metadata); err != nil {
+		enc.Close()
+		return err
+	}
+	if err := enc.Close(); err != nil {
+		return fmt.Errorf("weights: zstd: %w", err)
+	}
+	return nil
+}
+
+// WriteFile writes a safetensors file at path, zstd-compressed when the
+// name ends in ".zst". It writes to a temporary file in the same directory
+// and renames it, so that a reader never sees a partial file.
+func WriteFile(path string, tensors []Tensor, metadata map[string]string) error {
+	return writeFile(path, tensors, metadata, strings.HasSuffix(path, ".zst"))
+}
+
+func writeFile(path string, tensors []Tensor, metadata map[string]string, compress bool) (err error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("weights: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if compress {
+		err = WriteZstd(tmp, tensors, metadata)
+	} else {
+		err = Write(tmp, tensors, metadata)
+	}
+	if err != nil {
+		return fmt.Errorf("%w (writing %s)", err, path)
+	}
+	if err = tmp.Close(); err != nil {
+		return fmt.Errorf("weights: %s: %w", path, err)
+	}
+	if err = os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("weights: %w", err)
+	}
+	return nil
+}
+
+// zstdMagic starts every zstd frame.
+var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
+
+func isZstd(b []byte) bool { return len(b) >= 4 && string(b[:4]) == string(zstdMagic) }
+
+// maxDecompressed bounds what a zstd file may expand to (and the window a
+// corrupt frame can ask for).
+const maxDecompressed = 64 << 30
+
+// decompressZstd decompresses a whole zstd stream into memory.
+func decompressZstd(b []byte) ([]byte, error) {
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxDecompressed))
+	if err != nil {
+		return nil, fmt.Errorf("zstd: %w", err)
+	}
+	defer dec.Close()
+	// Presize from the frame header when it gives the size, but never trust
+	// it beyond a plausible ratio (a corrupt header could claim anything).
+	var hint int
+	var h zstd.Header
+	if h.Decode(b) == nil && h.HasFCS && h.FrameContentSize <= uint64(len(b))*1024 {
+		hint = int(h.FrameContentSize)
+	}
+	out, err := dec.DecodeAll(b, make([]byte, 0, hint))
+	if err != nil {
+		return nil, fmt.Errorf("zstd: %w", err)
+	}
+	return out, nil
+}
