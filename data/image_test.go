@@ -68,10 +68,9 @@ func TestToRGB(t *testing.T) {
 	}
 }
 
-func TestPremultiplyRoundTrip(t *testing.T) {
-	// Pillow's RGBA→RGBa→RGBA loses precision at low alpha but is the
-	// identity at alpha 0 (colour kept by the zero test, premultiplied to 0)
-	// and 255.
+// TestPremultiply checks Pillow's premultiply (MULDIV255, exact rounding
+// of a·c/255) and that un-premultiplying is the identity at alpha 255.
+func TestPremultiply(t *testing.T) {
 	for c := range 256 {
 		if got := unpremultiply(muldiv255(uint8(c), 255), 255); got != uint8(c) {
 			t.Fatalf("alpha 255: %d → %d", c, got)

@@ -1,5 +1,5 @@
-// Package textenc turns text into CLIP text features: the tokenizers, and
-// (to come, in other files of this package) the CLIP text transformer.
+// Package textenc is CLIP's text side: the tokenizers, which turn text into
+// token ids, and the text transformer (Model), which turns ids into features.
 //
 // # Tokenizers
 //

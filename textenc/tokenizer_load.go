@@ -15,11 +15,14 @@ import (
 
 // File names of the vocabulary formats LoadBPETokenizer recognises.
 const (
-	OpenAIVocabFile   = "bpe_simple_vocab_16e6.txt.gz" // OpenAI: merges only
-	HFVocabFile       = "vocab.json"                   // Hugging Face: token → id
-	HFMergesFile      = "merges.txt"                   // Hugging Face: merges
-	HFTokenizerFile   = "tokenizer.json"               // Hugging Face tokenizers
-	openAIMergeCount  = 49152 - 256 - 2                // SimpleTokenizer keeps lines [1, 48895)
+	OpenAIVocabFile = "bpe_simple_vocab_16e6.txt.gz" // OpenAI: merges only
+	HFVocabFile     = "vocab.json"                   // Hugging Face: token → id
+	HFMergesFile    = "merges.txt"                   // Hugging Face: merges
+	HFTokenizerFile = "tokenizer.json"               // Hugging Face tokenizers
+)
+
+const (
+	openAIMergeCount  = 49152 - 256 - 2 // SimpleTokenizer keeps lines [1, 48895)
 	maxVocabFileBytes = 1 << 30
 )
 

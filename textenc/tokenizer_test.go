@@ -300,6 +300,7 @@ func TestCleanText(t *testing.T) {
 		{"&ampx &notin &notit; &amp-x", "&x \u00acin \u00acit; &-x"},
 		{"&#99999999999999999999;", "\ufffd"},
 		{"&#xD800;", "\ufffd"},
+		{"&nGt;&nLt;", "\u226b\u20d2\u226a\u20d2"}, // missing from Go's entity table
 		{"Hello  World!", "hello world!"},
 		{"", ""},
 		{" \t ", ""},
@@ -499,5 +500,28 @@ func BenchmarkEncodeOurs(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		tok.Encode(rows[i%len(rows)].Text)
+	}
+}
+
+// BenchmarkEncodeOursNoCache is BenchmarkEncodeOurs with the word cache
+// emptied before every encode, so that every word goes through BPE.
+func BenchmarkEncodeOursNoCache(b *testing.B) {
+	tok := clipTokenizer(b)
+	rows := loadGolden(b)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		tok.cache.m = nil
+		b.StartTimer()
+		tok.Encode(rows[i%len(rows)].Text)
+	}
+}
+
+// BenchmarkEncodePrompt times one short prompt, the common case.
+func BenchmarkEncodePrompt(b *testing.B) {
+	tok := clipTokenizer(b)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		tok.Encode("a photo of a cat.")
 	}
 }

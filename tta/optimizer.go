@@ -371,7 +371,12 @@ type GradMean struct {
 }
 
 // Add accumulates the gradients of params (those with a Grad).
-func (g *GradMean) Add(params []Param[float32]) error {
+func (g *GradMean) Add(params []Param[float32]) error { return gradMeanAdd(g, params) }
+
+// AddFloat64 is Add for float64 parameters (float64 reference models).
+func (g *GradMean) AddFloat64(params []Param[float64]) error { return gradMeanAdd(g, params) }
+
+func gradMeanAdd[T Float](g *GradMean, params []Param[T]) error {
 	for _, p := range params {
 		if s, ok := g.sums[p.Name]; ok && len(s) != len(p.Grad) {
 			return fmt.Errorf("tta: grad mean: parameter %q: length %d, earlier %d", p.Name, len(p.Grad), len(s))
@@ -419,6 +424,19 @@ func (g *GradMean) Mean(name string) []float32 {
 	out := make([]float32, len(s))
 	for i, v := range s {
 		out[i] = float32(v / float64(g.count))
+	}
+	return out
+}
+
+// MeanFloat64 is Mean without the rounding to float32.
+func (g *GradMean) MeanFloat64(name string) []float64 {
+	s, ok := g.sums[name]
+	if !ok || g.count == 0 {
+		return nil
+	}
+	out := make([]float64, len(s))
+	for i, v := range s {
+		out[i] = v / float64(g.count)
 	}
 	return out
 }

@@ -32,7 +32,7 @@ func Example() {
 	fmt.Println(f.Names(), f.Metadata["note"])
 	fmt.Println(info.DType, shape, w) // 0.1 is rounded to the nearest float16
 	fmt.Println(step)
-	_, err = f.Float32("bias")
+	_, _, err = f.Float32("bias")
 	fmt.Println(err)
 	// Output:
 	// [w step] example

@@ -168,9 +168,9 @@ func TestSpecialValues(t *testing.T) {
 		{inf, 0x7c00, 0x7f80},
 		{-inf, 0xfc00, 0xff80},
 		{65504, 0x7bff, 0x4780},
-		{1e-8, 0, 0x322c},                      // below half the smallest half subnormal
-		{math.Float32frombits(1), 0, 0},        // float32 subnormal
-		{math.MaxFloat32, 0x7c00, 0x7f80},      // rounds up to Inf in bfloat16 as well
+		{1e-8, 0, 0x322c},                       // below half the smallest half subnormal
+		{math.Float32frombits(1), 0, 0},         // float32 subnormal
+		{math.MaxFloat32, 0x7c00, 0x7f80},       // rounds up to Inf in bfloat16 as well
 		{5.960464477539063e-08, 0x0001, 0x3380}, // 2^-24, smallest half subnormal
 	} {
 		if got := Float32ToHalf(c.x); got != c.h {

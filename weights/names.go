@@ -50,7 +50,9 @@ var openAIExtras = []string{"input_resolution", "context_length", "vocab_size"}
 // ToOpenAI returns s with OpenAI's tensor names, converting from the
 // Hugging Face CLIPModel layout when needed (q/k/v projections concatenated
 // into in_proj, the projection matrices transposed). A state already in
-// OpenAI/open_clip layout is returned as a new State sharing its tensors.
+// OpenAI/open_clip layout is returned as a new State sharing its tensors,
+// without the non-weight entries OpenAI's TorchScript files add
+// (input_resolution, context_length, vocab_size, attention masks).
 // Unknown Hugging Face names are an error rather than silently dropped.
 func ToOpenAI(s *State) (*State, error) {
 	layout, err := DetectLayout(s)
@@ -60,7 +62,9 @@ func ToOpenAI(s *State) (*State, error) {
 	out := &State{Source: s.Source, Format: s.Format, Metadata: s.Metadata, ConfigJSON: s.ConfigJSON}
 	if layout == LayoutOpenAI {
 		for _, n := range s.order {
-			if !contains(openAIExtras, n) {
+			// A TorchScript module tree may also carry the causal mask as
+			// a tensor attribute; it is derived, not a weight.
+			if !contains(openAIExtras, n) && !strings.HasSuffix(n, ".attn_mask") {
 				out.Set(s.params[n])
 			}
 		}
@@ -328,4 +332,3 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
-

@@ -301,9 +301,13 @@ type collector struct {
 	visits  int
 }
 
-// maxVisits bounds the walk: shared subgraphs are walked once per path, so
-// a hostile pickle could otherwise make it exponential.
-const maxVisits = 1 << 22
+// maxVisits and maxTensors bound the walk: shared subgraphs are walked once
+// per path, so a hostile pickle could otherwise make it exponential. Real
+// checkpoints hold thousands of tensors.
+const (
+	maxVisits  = 1 << 20
+	maxTensors = 1 << 17
+)
 
 func join(prefix, key string) string {
 	if prefix == "" {
@@ -319,6 +323,9 @@ func (c *collector) walk(v any, prefix string) error {
 	}
 	switch x := v.(type) {
 	case *ptTensor:
+		if len(c.names) == maxTensors {
+			return fmt.Errorf("more than %d tensors", maxTensors)
+		}
 		c.names = append(c.names, prefix)
 		c.tensors = append(c.tensors, x)
 		return nil

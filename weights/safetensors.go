@@ -325,6 +325,9 @@ func (f *File) Float32(name string) ([]float32, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if !ti.DType.IsFloat() {
+		return nil, nil, fmt.Errorf("weights: %s: tensor %q: dtype %s is not a float type", f.path, name, ti.DType)
+	}
 	out := make([]float32, ti.NumElements())
 	if err := decodeFloat32(out, ti.DType, b); err != nil {
 		return nil, nil, fmt.Errorf("weights: %s: tensor %q: %w", f.path, name, err)

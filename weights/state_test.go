@@ -258,3 +258,25 @@ func TestLoadUnknownFormat(t *testing.T) {
 		t.Errorf("legacy torch file: %v", err)
 	}
 }
+
+// TestOpenAIExtras: the settings OpenAI's TorchScript state dict carries
+// beside the weights are dropped by ToOpenAI, so LoadCLIP validates.
+func TestOpenAIExtras(t *testing.T) {
+	ref := loadFixture(t, "fixtures/clip-tiny.openai.safetensors")
+	s := &State{Source: "jit"}
+	for _, n := range ref.Names() {
+		p, _ := ref.Param(n)
+		s.Set(p)
+	}
+	for _, n := range []string{"input_resolution", "context_length", "vocab_size", "transformer.resblocks.0.attn_mask"} {
+		s.Set(&Param{Name: n, Shape: []int{}, DType: I64, Data: []float32{1}})
+	}
+	got, err := ToOpenAI(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compareStates(t, got, ref, nil)
+	if _, err := InferConfig(got); err != nil {
+		t.Error(err)
+	}
+}

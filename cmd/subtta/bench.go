@@ -1,0 +1,110 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"sort"
+	"time"
+
+	"github.com/nlpodyssey/spago/ag"
+	"github.com/nlpodyssey/spago/mat"
+	"github.com/subtta/subtta/autograd/kernel"
+	"github.com/subtta/subtta/vit"
+)
+
+func runBench(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("bench", "", stderr)
+	batch := fs.Int("batch", 64, "images per batch")
+	reps := fs.Int("reps", 5, "timed repetitions of each measurement (the median is reported)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *batch < 1 || *reps < 1 {
+		return usagef("--batch and --reps must be positive")
+	}
+	cfg := vit.ViTB32()
+	m, err := vit.Random(cfg, 1, vit.Options{})
+	if err != nil {
+		return err
+	}
+	v := cfg.Vision
+	size := 3 * v.ImageSize * v.ImageSize
+	r := rand.New(rand.NewPCG(2, 2))
+	px := make([]float32, *batch*size)
+	for i := range px {
+		px[i] = float32(r.NormFloat64())
+	}
+	images := mat.NewDense[float32](mat.WithShape(*batch, size), mat.WithBacking(px))
+	grad := make([]float32, *batch*cfg.EmbedDim)
+	for i := range grad {
+		grad[i] = float32(r.NormFloat64())
+	}
+	fmt.Fprintf(stdout, "ViT-B/32 vision tower, random weights, batch %d, %d threads, GEMM kernel %s\n",
+		*batch, runtime.GOMAXPROCS(0), kernel.Kernel())
+
+	forward := func() error {
+		m.SetTrainable(false)
+		m.Forward(images, nil)
+		return nil
+	}
+	backward := func() error {
+		m.SetTrainable(true)
+		defer m.SetTrainable(false)
+		f := m.Forward(images, nil)
+		f.AccGrad(mat.NewDense[float32](mat.WithShape(*batch, cfg.EmbedDim), mat.WithBacking(grad)))
+		if err := ag.Backward(f); err != nil {
+			return err
+		}
+		for _, ln := range m.LayerNorms() {
+			for _, p := range ln.Parameters() {
+				p.ZeroGrad()
+			}
+		}
+		return nil
+	}
+	// GEMM flops of one image: 2·MACs of the linears, patch embedding and
+	// attention products (the figure the engineering notes use).
+	t := v.Grid()*v.Grid() + 1
+	w := v.Width
+	perImage := 2 * float64(v.Layers) * (float64(t)*float64(w)*float64(3*w+w+2*v.MLPWidth) + 2*float64(t*t*w))
+	perImage += 2 * float64(t-1) * float64(w) * float64(3*v.PatchSize*v.PatchSize)
+	for _, b := range []struct {
+		name  string
+		run   func() error
+		flops float64 // per image
+	}{
+		{"forward", forward, perImage},
+		{"forward+backward (LayerNorm gradients)", backward, 2 * perImage},
+	} {
+		if err := b.run(); err != nil { // warm-up: packs weights, fills pools
+			return err
+		}
+		times := make([]float64, *reps)
+		for i := range times {
+			start := time.Now()
+			if err := b.run(); err != nil {
+				return err
+			}
+			times[i] = time.Since(start).Seconds()
+		}
+		sort.Float64s(times)
+		med := times[len(times)/2]
+		ips := float64(*batch) / med
+		fmt.Fprintf(stdout, "%-40s %7.2f images/s  (median of %d: %.2f s/batch; %.0f GFLOP/s)\n",
+			b.name, ips, *reps, med, ips*b.flops/1e9)
+	}
+	fmt.Fprintf(stdout, "peak resident memory: %s\n", peakRSS())
+	return nil
+}
+
+// peakRSS formats the process's peak resident set size, or "unknown".
+func peakRSS() string {
+	kb := maxRSSKiB()
+	if kb <= 0 {
+		return "unknown"
+	}
+	return fmt.Sprintf("%.2f GB", float64(kb)*1024/math.Pow(10, 9))
+}

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/subtta/subtta/clip"
+	"github.com/subtta/subtta/textenc"
+	"github.com/subtta/subtta/weights"
+)
+
+// cacheDir is where downloads go: $SUBTTA_CACHE, else the user cache
+// directory's subtta folder.
+func cacheDir() (string, error) {
+	if d := os.Getenv("SUBTTA_CACHE"); d != "" {
+		return d, nil
+	}
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("no cache directory (set SUBTTA_CACHE): %w", err)
+	}
+	return filepath.Join(d, "subtta"), nil
+}
+
+// tokenizerRepo is the Hugging Face repository the default CLIP vocabulary
+// is downloaded from (vocab.json and merges.txt, the same BPE as OpenAI's).
+const tokenizerRepo = "openai/clip-vit-base-patch32"
+
+// loadTokenizer finds the CLIP BPE vocabulary: the --vocab flag, then a
+// model directory holding vocab.json/merges.txt or tokenizer.json, then
+// $SUBTTA_VOCAB, then the cache (downloading it on first use).
+func loadTokenizer(vocab, model string, stderr io.Writer) (*textenc.BPETokenizer, error) {
+	if vocab == "" {
+		vocab = os.Getenv("SUBTTA_VOCAB")
+	}
+	if vocab == "" && model != "" {
+		if st, err := os.Stat(model); err == nil && st.IsDir() {
+			if t, err := textenc.LoadBPETokenizer(model); err == nil {
+				return t, nil
+			}
+		}
+	}
+	if vocab == "" {
+		dir, err := cacheDir()
+		if err != nil {
+			return nil, err
+		}
+		paths, err := weights.Pull(context.Background(), tokenizerRepo, []string{"vocab.json", "merges.txt"}, dir, progressPrinter(stderr))
+		if err != nil {
+			return nil, fmt.Errorf("no vocabulary given (--vocab or SUBTTA_VOCAB) and the download failed: %w", err)
+		}
+		vocab = filepath.Dir(paths[0])
+	}
+	return textenc.LoadBPETokenizer(vocab)
+}
+
+func loadModel(path string) (*clip.Model, error) {
+	if path == "" {
+		return nil, usagef("--model is required (a .safetensors, .pt or Hugging Face directory)")
+	}
+	return clip.Load(path, clip.Options{})
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// progressPrinter reports download progress on one line of stderr.
+func progressPrinter(w io.Writer) func(weights.Progress) {
+	return func(p weights.Progress) {
+		switch {
+		case p.Skipped:
+			fmt.Fprintf(w, "%s: cached\n", p.File)
+		case p.Total > 0:
+			fmt.Fprintf(w, "\r%s: %5.1f%% of %s", p.File, 100*float64(p.Done)/float64(p.Total), humanBytes(p.Total))
+			if p.Done == p.Total {
+				fmt.Fprintln(w)
+			}
+		default:
+			fmt.Fprintf(w, "\r%s: %s", p.File, humanBytes(p.Done))
+		}
+	}
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}

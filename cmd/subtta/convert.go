@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+
+	"github.com/subtta/subtta/weights"
+)
+
+func runConvert(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("convert", "SRC DST", stderr)
+	dtype := fs.String("dtype", "f32", "storage type of float tensors: f32, f16, bf16")
+	zstd := fs.Bool("zstd", false, "compress with zstd (implied by a DST ending in .zst)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 2 {
+		return usagef("want SRC and DST")
+	}
+	var dt weights.DType
+	switch strings.ToLower(*dtype) {
+	case "f32", "fp32", "float32":
+		dt = weights.F32
+	case "f16", "fp16", "float16":
+		dt = weights.F16
+	case "bf16", "bfloat16":
+		dt = weights.BF16
+	default:
+		return usagef("--dtype %q: want f32, f16 or bf16", *dtype)
+	}
+	cfg, err := weights.Convert(fs.Arg(0), fs.Arg(1), weights.ConvertOptions{DType: dt, Zstd: *zstd})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s (%s; vision %d×%d, patch %d; text %d×%d; embed %d)\n", fs.Arg(1), dt,
+		cfg.Vision.Layers, cfg.Vision.Width, cfg.Vision.PatchSize, cfg.Text.Layers, cfg.Text.Width, cfg.EmbedDim)
+	return nil
+}
+
+func runPull(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("pull", "REPO", stderr)
+	files := fs.String("files", "config.json,model.safetensors,vocab.json,merges.txt", "comma-separated files to fetch")
+	cache := fs.String("cache", "", "cache directory (default $SUBTTA_CACHE or the user cache dir)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usagef("want one repository, e.g. openai/clip-vit-base-patch32")
+	}
+	dir := *cache
+	if dir == "" {
+		var err error
+		if dir, err = cacheDir(); err != nil {
+			return err
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	paths, err := weights.Pull(ctx, fs.Arg(0), strings.Split(*files, ","), dir, progressPrinter(stderr))
+	if err != nil {
+		return err
+	}
+	for _, p := range paths {
+		fmt.Fprintln(stdout, p)
+	}
+	return nil
+}

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/subtta/subtta/clip"
+	"github.com/subtta/subtta/data"
+)
+
+// stringList is a repeatable flag.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+// preprocessImages reads and preprocesses image files for the model.
+func preprocessImages(m *clip.Model, paths []string) ([]float32, error) {
+	pre := data.NewCLIPPreprocessor(m.Config.Vision.ImageSize)
+	px := make([]float32, 0, len(paths)*pre.OutputLen())
+	for _, p := range paths {
+		img, err := data.ReadRGB(p)
+		if err != nil {
+			return nil, err
+		}
+		out, err := pre.Transform(nil, img)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		px = append(px, out...)
+	}
+	return px, nil
+}
+
+func runEmbed(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("embed", "", stderr)
+	model := fs.String("model", "", "checkpoint: .safetensors, .pt or Hugging Face directory")
+	vocab := fs.String("vocab", "", "CLIP vocabulary (see subtta tokenize -h)")
+	normalize := fs.Bool("normalize", false, "L2-normalise the features")
+	var images, texts stringList
+	fs.Var(&images, "image", "image file (repeatable)")
+	fs.Var(&texts, "text", "text (repeatable)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if len(images)+len(texts) == 0 || fs.NArg() > 0 {
+		return usagef("give --image FILE and/or --text TEXT (repeatable)")
+	}
+	m, err := loadModel(*model)
+	if err != nil {
+		return err
+	}
+	type feature struct {
+		Image    string    `json:"image,omitempty"`
+		Text     string    `json:"text,omitempty"`
+		Features []float64 `json:"features"`
+	}
+	var out []feature
+	if len(images) > 0 {
+		px, err := preprocessImages(m, images)
+		if err != nil {
+			return err
+		}
+		f, err := m.EncodeImage(px, len(images))
+		if err != nil {
+			return err
+		}
+		for i, row := range rows(f.Value().Data().F64(), len(images), *normalize) {
+			out = append(out, feature{Image: images[i], Features: row})
+		}
+	}
+	if len(texts) > 0 {
+		tok, err := loadTokenizer(*vocab, *model, stderr)
+		if err != nil {
+			return err
+		}
+		ids := make([][]int, len(texts))
+		for i, t := range texts {
+			if ids[i], err = tok.Tokenize(t, m.Config.Text.ContextLength, true); err != nil {
+				return err
+			}
+		}
+		f, err := m.EncodeText(ids)
+		if err != nil {
+			return err
+		}
+		for i, row := range rows(f.Value().Data().F64(), len(texts), *normalize) {
+			out = append(out, feature{Text: texts[i], Features: row})
+		}
+	}
+	return writeJSON(stdout, out)
+}
+
+// rows splits a row-major matrix, optionally L2-normalising each row.
+func rows(v []float64, n int, normalize bool) [][]float64 {
+	w := len(v) / n
+	out := make([][]float64, n)
+	for i := range out {
+		r := append([]float64(nil), v[i*w:(i+1)*w]...)
+		if normalize {
+			var s float64
+			for _, x := range r {
+				s += x * x
+			}
+			if s > 0 {
+				s = 1 / math.Sqrt(s)
+				for j := range r {
+					r[j] *= s
+				}
+			}
+		}
+		out[i] = r
+	}
+	return out
+}
+
+func runClassify(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("classify", "IMAGE...", stderr)
+	model := fs.String("model", "", "checkpoint: .safetensors, .pt or Hugging Face directory")
+	vocab := fs.String("vocab", "", "CLIP vocabulary (see subtta tokenize -h)")
+	labels := fs.String("labels", "", `comma-separated labels, e.g. "a diagram,a dog,a cat"`)
+	template := fs.String("template", "{}", `prompt template; {} is replaced by each label (e.g. "a photo of a {}.")`)
+	jsonOut := fs.Bool("json", false, "print JSON instead of a table")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 || *labels == "" {
+		return usagef("give --labels and at least one image")
+	}
+	var classes []string
+	for _, l := range strings.Split(*labels, ",") {
+		if l = strings.TrimSpace(l); l != "" {
+			classes = append(classes, l)
+		}
+	}
+	m, err := loadModel(*model)
+	if err != nil {
+		return err
+	}
+	tok, err := loadTokenizer(*vocab, *model, stderr)
+	if err != nil {
+		return err
+	}
+	head, err := m.ZeroShotHead(tok, classes, []string{*template})
+	if err != nil {
+		return err
+	}
+	px, err := preprocessImages(m, fs.Args())
+	if err != nil {
+		return err
+	}
+	f, err := m.EncodeImage(px, fs.NArg())
+	if err != nil {
+		return err
+	}
+	probs := clip.Softmax(m.Classify(head, f))
+	if *jsonOut {
+		type result struct {
+			Image string             `json:"image"`
+			Probs map[string]float64 `json:"probs"`
+		}
+		var out []result
+		for i, p := range probs {
+			r := result{Image: fs.Arg(i), Probs: map[string]float64{}}
+			for j, c := range classes {
+				r.Probs[c] = p[j]
+			}
+			out = append(out, r)
+		}
+		return writeJSON(stdout, out)
+	}
+	for i, p := range probs {
+		fmt.Fprintln(stdout, fs.Arg(i))
+		order := make([]int, len(p))
+		for j := range order {
+			order[j] = j
+		}
+		sort.SliceStable(order, func(a, b int) bool { return p[order[a]] > p[order[b]] })
+		for _, j := range order {
+			fmt.Fprintf(stdout, "  %-30s %.4f\n", classes[j], p[j])
+		}
+	}
+	return nil
+}

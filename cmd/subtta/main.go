@@ -1,0 +1,126 @@
+// Command subtta runs CLIP and test-time adaptation from the command line.
+//
+// Usage:
+//
+//	subtta <command> [flags] [arguments]
+//
+// Commands:
+//
+//	tokenize   CLIP BPE token ids of texts (JSON)
+//	embed      image and text features of a model (JSON)
+//	classify   zero-shot classification of images against labels
+//	convert    rewrite a checkpoint as OpenAI-named safetensors (fp16/bf16, zstd)
+//	pull       download a Hugging Face checkpoint into the cache
+//	bench      images/s of the ViT-B/32 vision tower, forward and forward+backward
+//
+// Run `subtta <command> -h` for a command's flags.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"sort"
+)
+
+type command struct {
+	summary string
+	run     func(args []string, stdout, stderr io.Writer) error
+}
+
+var commands = map[string]command{
+	"tokenize": {"CLIP BPE token ids of texts (JSON)", runTokenize},
+	"embed":    {"image and text features of a model (JSON)", runEmbed},
+	"classify": {"zero-shot classification of images against labels", runClassify},
+	"convert":  {"rewrite a checkpoint as OpenAI-named safetensors (fp16/bf16, zstd)", runConvert},
+	"pull":     {"download a Hugging Face checkpoint into the cache", runPull},
+	"bench":    {"images/s of the ViT-B/32 vision tower, forward and forward+backward", runBench},
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run executes one command and returns the exit status: 0 on success, 1 on
+// an error, 2 on bad usage. A panic inside a command is reported as an
+// error rather than a crash.
+func run(args []string, stdout, stderr io.Writer) (status int) {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "subtta: unknown command %q\n\n", args[0])
+		usage(stderr)
+		return 2
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			fmt.Fprintf(stderr, "subtta %s: internal error: %v\n%s", args[0], r, debug.Stack())
+			status = 1
+		}
+	}()
+	if err := cmd.run(args[1:], stdout, stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		var ue usageError
+		if errors.As(err, &ue) {
+			fmt.Fprintf(stderr, "subtta %s: %v\n", args[0], err)
+			return 2
+		}
+		fmt.Fprintf(stderr, "subtta %s: %v\n", args[0], err)
+		return 1
+	}
+	return 0
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: subtta <command> [flags] [arguments]")
+	fmt.Fprintln(w, "\ncommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-9s  %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w, "\nRun 'subtta <command> -h' for the flags of a command.")
+}
+
+// usageError marks a bad invocation (exit status 2).
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(format, a...)} }
+
+// newFlags returns a flag set that reports errors instead of exiting.
+func newFlags(name, args string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: subtta %s [flags] %s\n", name, args)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses flags; a flag error is a usage error.
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err.Error()}
+	}
+	return nil
+}

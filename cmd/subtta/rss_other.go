@@ -1,0 +1,5 @@
+//go:build !unix
+
+package main
+
+func maxRSSKiB() int64 { return 0 }

@@ -1,0 +1,15 @@
+//go:build unix
+
+package main
+
+import "syscall"
+
+// maxRSSKiB returns the peak resident set size in KiB (Linux reports
+// ru_maxrss in KiB).
+func maxRSSKiB() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return int64(ru.Maxrss)
+}

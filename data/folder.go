@@ -1,0 +1,523 @@
+package data
+
+import (
+	"archive/tar"
+	"cmp"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// FolderOptions configures OpenFolder.
+type FolderOptions struct {
+	// Name names the dataset; empty means the base name of the path.
+	Name string
+	// Root is the folder holding the class folders, relative to the path
+	// given to OpenFolder (for an archive, a member path such as "test").
+	// Empty means the path itself for a directory; for an archive it is
+	// inferred as the deepest folder holding all images, one level above
+	// the images if they are all in one folder.
+	Root string
+	// Classes is the label space. Nil means the sorted class folder names
+	// (as torchvision's ImageFolder). Otherwise each class folder must be
+	// the name of a class, compared exactly or, failing that, ignoring case
+	// and treating '_' and '-' as spaces; classes without a folder are
+	// allowed (as ImageNet-A's 200 of 1000).
+	Classes []string
+	// FolderNames, if set, are the folder names of Classes, one per class
+	// (e.g. ImageNet wnids); folders are then matched against them. With
+	// Classes nil, the classes are named by FolderNames.
+	FolderNames []string
+	// Files restricts the dataset to these images, given relative to Root
+	// as "<class folder>/<file>", in this order. Nil means every image.
+	Files []string
+
+	byPosition bool // Classes are the sorted folder names' classes, by position
+}
+
+// Folder is an image-folder dataset: Root/<class>/**/<image>, read from a
+// directory, an uncompressed .tar, or a .tar.gz.
+//
+// Images are PNG, JPEG or GIF files (extensions .jpg, .jpeg, .png, .gif in
+// any case); other files, and names starting with '.', are ignored. Without
+// FolderOptions.Files, images are ordered as torchvision's ImageFolder
+// orders them: by class folder name, then folder path, then file name.
+//
+// The tree is indexed once, when it is opened: a directory is walked, an
+// uncompressed tar's member offsets are recorded (images are then read with
+// one ReadAt each), and a .tar.gz is decompressed once, keeping its
+// images' encoded bytes in memory (fine for CIFAR-sized archives; extract
+// larger ones, such as ImageNet, or keep them as .tar).
+type Folder struct {
+	name    string
+	src     string // the directory or archive, for messages
+	classes []string
+	items   []folderItem
+
+	root    string   // directory mode: the root directory
+	prefix  string   // archive modes: the root's member path, with a final '/'
+	archive *os.File // uncompressed tar mode
+	blob    []byte   // .tar.gz mode: the images' bytes, back to back
+}
+
+type folderItem struct {
+	rel    string // relative to the root: "<class>/<...>/<file>"
+	label  int
+	off, n int64 // tar modes: the member's bytes in archive or blob
+}
+
+// maxInMemoryArchive bounds the decompressed images a .tar.gz may hold.
+const maxInMemoryArchive = 4 << 30
+
+// OpenFolder indexes the image folder at path: a directory, a .tar, or a
+// .tar.gz / .tgz file (recognised by content, not name).
+func OpenFolder(path string, opts FolderOptions) (*Folder, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("data: image folder: %w", err)
+	}
+	d := &Folder{name: opts.Name, src: path}
+	if d.name == "" {
+		d.name = filepath.Base(path)
+	}
+	var members []folderItem // rel relative to the archive until the root is known
+	if st.IsDir() {
+		d.root = filepath.Join(path, filepath.FromSlash(opts.Root))
+		d.src = d.root
+		members, err = walkImages(d.root, opts.Files)
+	} else {
+		members, err = d.indexArchive(path)
+	}
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	var folders []string // every class folder, whether or not Files selects from it
+	if st.IsDir() && opts.Files != nil {
+		folders, err = classDirs(d.root)
+	} else if !st.IsDir() {
+		members, d.prefix, err = archiveRoot(path, members, opts.Root)
+		folders = classFolders(members)
+	} else {
+		folders = classFolders(members)
+	}
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	if !st.IsDir() {
+		if opts.Files != nil {
+			if members, err = selectFiles(path, members, opts.Files); err != nil {
+				d.Close()
+				return nil, err
+			}
+		}
+	}
+	if err := d.assignLabels(members, folders, &opts); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// isImageName reports whether a file name has an image extension and is
+// not hidden.
+func isImageName(name string) bool {
+	if strings.HasPrefix(name, ".") {
+		return false
+	}
+	switch strings.ToLower(path.Ext(name)) {
+	case ".jpg", ".jpeg", ".png", ".gif":
+		return true
+	}
+	return false
+}
+
+// walkImages lists the images under root's class folders, or checks that
+// the listed files exist.
+func walkImages(root string, files []string) ([]folderItem, error) {
+	st, err := os.Stat(root)
+	if err != nil {
+		return nil, fmt.Errorf("data: image folder: %w", err)
+	}
+	if !st.IsDir() {
+		return nil, fmt.Errorf("data: image folder %s is not a directory", root)
+	}
+	if files != nil {
+		items := make([]folderItem, len(files))
+		for i, rel := range files {
+			if _, err := os.Stat(filepath.Join(root, filepath.FromSlash(rel))); err != nil {
+				return nil, fmt.Errorf("data: %s: listed image %d of %d: %w", root, i+1, len(files), err)
+			}
+			items[i] = folderItem{rel: rel}
+		}
+		return items, nil
+	}
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	var items []folderItem
+	for _, e := range entries {
+		if !isDirEntry(root, e) || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		n := len(items)
+		// WalkDir follows no links below the class folder; ImageFolder's
+		// os.walk(followlinks=True) would.
+		err := filepath.WalkDir(filepath.Join(root, e.Name()), func(p string, de fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if de.IsDir() {
+				if strings.HasPrefix(de.Name(), ".") && p != filepath.Join(root, e.Name()) {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			if isImageName(de.Name()) {
+				rel, _ := filepath.Rel(root, p)
+				items = append(items, folderItem{rel: filepath.ToSlash(rel)})
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("data: %w", err)
+		}
+		if len(items) == n {
+			// An empty class would silently drop a class; ImageFolder refuses too.
+			return nil, fmt.Errorf("data: %s: class folder %q holds no images", root, e.Name())
+		}
+	}
+	return items, nil
+}
+
+// isDirEntry reports whether e is a directory or a link to one.
+func isDirEntry(dir string, e fs.DirEntry) bool {
+	if e.IsDir() {
+		return true
+	}
+	if e.Type()&fs.ModeSymlink != 0 {
+		st, err := os.Stat(filepath.Join(dir, e.Name()))
+		return err == nil && st.IsDir()
+	}
+	return false
+}
+
+// indexArchive records the image members of a tar or tar.gz archive.
+func (d *Folder) indexArchive(p string) ([]folderItem, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	r, err := decompressed(f, p)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	gz := r != io.Reader(f)
+	if gz {
+		defer f.Close()
+	} else {
+		d.archive = f
+	}
+	var items []folderItem
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("data: %s: not a readable tar archive: %w", p, err)
+		}
+		name := path.Clean(strings.TrimPrefix(h.Name, "./"))
+		if h.Typeflag != tar.TypeReg || !isImageName(path.Base(name)) || hiddenPath(name) {
+			continue
+		}
+		it := folderItem{rel: name, n: h.Size}
+		if gz {
+			if int64(len(d.blob))+h.Size > maxInMemoryArchive {
+				return nil, fmt.Errorf("data: %s: more than %d GiB of images; extract it or use an uncompressed .tar", p, maxInMemoryArchive>>30)
+			}
+			it.off = int64(len(d.blob))
+			d.blob = slices.Grow(d.blob, int(h.Size))
+			d.blob = d.blob[:len(d.blob)+int(h.Size)]
+			if _, err := io.ReadFull(tr, d.blob[it.off:]); err != nil {
+				return nil, fmt.Errorf("data: %s: %s: %w", p, h.Name, err)
+			}
+		} else {
+			// tar.Reader reads no further than the header, so the file
+			// position is the start of the member's data.
+			if it.off, err = f.Seek(0, io.SeekCurrent); err != nil {
+				return nil, fmt.Errorf("data: %s: %w", p, err)
+			}
+		}
+		items = append(items, it)
+	}
+	return items, nil
+}
+
+func hiddenPath(name string) bool {
+	for _, c := range strings.Split(name, "/") {
+		if strings.HasPrefix(c, ".") {
+			return true
+		}
+	}
+	return false
+}
+
+// archiveRoot makes the members' paths relative to the root folder, drops
+// members outside it, and checks every image is in a class folder.
+func archiveRoot(p string, items []folderItem, root string) (_ []folderItem, prefix string, _ error) {
+	if len(items) == 0 {
+		return nil, "", fmt.Errorf("data: %s: archive holds no images", p)
+	}
+	root = strings.Trim(path.Clean("/"+root), "/")
+	if root == "" && len(items) > 0 {
+		root = inferRoot(items)
+	}
+	prefix = root + "/"
+	if root == "" {
+		prefix = ""
+	}
+	out := items[:0]
+	for _, it := range items {
+		rel, ok := strings.CutPrefix(it.rel, prefix)
+		if !ok {
+			continue
+		}
+		if !strings.Contains(rel, "/") {
+			continue // directly in the root: not in a class, as ImageFolder
+		}
+		it.rel = rel
+		out = append(out, it)
+	}
+	if len(out) == 0 {
+		return nil, "", fmt.Errorf("data: %s: no images in class folders under %q", p, root)
+	}
+	return out, prefix, nil
+}
+
+// inferRoot returns the deepest folder holding every image, or its parent
+// if every image lies directly in it (a single class).
+func inferRoot(items []folderItem) string {
+	common := path.Dir(items[0].rel)
+	for _, it := range items[1:] {
+		d := path.Dir(it.rel)
+		for common != "." && d != common && !strings.HasPrefix(d, common+"/") {
+			common = path.Dir(common)
+		}
+	}
+	allDirect := true
+	for _, it := range items {
+		if path.Dir(it.rel) != common {
+			allDirect = false
+			break
+		}
+	}
+	if allDirect && common != "." {
+		common = path.Dir(common)
+	}
+	if common == "." {
+		return ""
+	}
+	return common
+}
+
+// selectFiles keeps the listed members, in the list's order.
+func selectFiles(p string, items []folderItem, files []string) ([]folderItem, error) {
+	byRel := make(map[string]int, len(items))
+	for i, it := range items {
+		byRel[it.rel] = i
+	}
+	out := make([]folderItem, len(files))
+	for i, f := range files {
+		j, ok := byRel[path.Clean(f)]
+		if !ok {
+			return nil, fmt.Errorf("data: %s: listed image %d of %d, %q, is not in the archive", p, i+1, len(files), f)
+		}
+		out[i] = items[j]
+	}
+	return out, nil
+}
+
+// assignLabels sets the classes and each item's label.
+func (d *Folder) assignLabels(items []folderItem, folders []string, o *FolderOptions) error {
+	slices.Sort(folders)
+
+	index := map[string]int{} // folder → label
+	switch {
+	case o.FolderNames != nil:
+		d.classes = o.Classes
+		if d.classes == nil {
+			d.classes = o.FolderNames
+		}
+		if len(o.FolderNames) != len(d.classes) {
+			return fmt.Errorf("data: %s: %d folder names for %d classes", d.src, len(o.FolderNames), len(d.classes))
+		}
+		for i, f := range o.FolderNames {
+			if _, dup := index[f]; dup {
+				return fmt.Errorf("data: %s: folder name %q is given twice", d.src, f)
+			}
+			index[f] = i
+		}
+	case o.Classes == nil:
+		d.classes = folders
+		for i, f := range folders {
+			index[f] = i
+		}
+	case o.byPosition:
+		if len(folders) != len(o.Classes) {
+			return fmt.Errorf("data: %s: %d class folders for %d classes; give the folder names (for ImageNet, a wnid list) to map them", d.src, len(folders), len(o.Classes))
+		}
+		d.classes = o.Classes
+		for i, f := range folders {
+			index[f] = i
+		}
+	default:
+		d.classes = o.Classes
+		exact, loose := map[string]int{}, map[string]int{}
+		for i, c := range o.Classes {
+			exact[c] = i
+			loose[looseName(c)] = i
+		}
+		for _, f := range folders {
+			i, ok := exact[f]
+			if !ok {
+				i, ok = loose[looseName(f)]
+			}
+			if !ok {
+				return fmt.Errorf("data: %s: class folder %q is not one of the %d classes (%s …)", d.src, f, len(o.Classes), strings.Join(o.Classes[:min(5, len(o.Classes))], ", "))
+			}
+			index[f] = i
+		}
+	}
+	for k := range items {
+		c, _, _ := strings.Cut(items[k].rel, "/")
+		l, ok := index[c]
+		if !ok {
+			return fmt.Errorf("data: %s: class folder %q is not among the %d folder names", d.src, c, len(index))
+		}
+		items[k].label = l
+	}
+	if o.Files == nil {
+		// torchvision's order: class folder name, then sorted(os.walk)'s
+		// folder order, then file name.
+		slices.SortFunc(items, func(a, b folderItem) int {
+			ca, _, _ := strings.Cut(a.rel, "/")
+			cb, _, _ := strings.Cut(b.rel, "/")
+			return cmp.Or(strings.Compare(ca, cb), strings.Compare(path.Dir(a.rel), path.Dir(b.rel)), strings.Compare(path.Base(a.rel), path.Base(b.rel)))
+		})
+	}
+	if len(items) == 0 {
+		return fmt.Errorf("data: %s: no images", d.src)
+	}
+	d.items = items
+	return nil
+}
+
+// classFolders returns the distinct class folders of items.
+func classFolders(items []folderItem) []string {
+	var folders []string
+	seen := map[string]bool{}
+	for _, it := range items {
+		c, _, _ := strings.Cut(it.rel, "/")
+		if !seen[c] {
+			seen[c] = true
+			folders = append(folders, c)
+		}
+	}
+	return folders
+}
+
+// classDirs returns the sorted class folder names under root.
+func classDirs(root string) ([]string, error) {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	var out []string
+	for _, e := range entries {
+		if isDirEntry(root, e) && !strings.HasPrefix(e.Name(), ".") {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
+
+// looseName folds case and treats '_' and '-' as spaces, so that folder
+// "aquarium_fish" matches class "aquarium fish".
+func looseName(s string) string {
+	return strings.ToLower(strings.NewReplacer("_", " ", "-", " ").Replace(s))
+}
+
+// Name returns the dataset's name.
+func (d *Folder) Name() string { return d.name }
+
+// Len returns the number of images.
+func (d *Folder) Len() int { return len(d.items) }
+
+// Classes returns the class names.
+func (d *Folder) Classes() []string { return d.classes }
+
+// Label returns the label of image i.
+func (d *Folder) Label(i int) int { return d.items[i].label }
+
+// File returns the path of image i relative to the root, e.g.
+// "cat/0001.jpg".
+func (d *Folder) File(i int) string { return d.items[i].rel }
+
+// Item reads and decodes image i.
+func (d *Folder) Item(i int) (*RGB, int, error) {
+	if err := checkIndex(d.src, i, len(d.items)); err != nil {
+		return nil, 0, err
+	}
+	b, name, err := d.encoded(i)
+	if err != nil {
+		return nil, 0, err
+	}
+	m, err := DecodeRGB(name, b)
+	if err != nil {
+		return nil, 0, err
+	}
+	return m, d.items[i].label, nil
+}
+
+// encoded returns the file bytes of image i and a name for messages.
+func (d *Folder) encoded(i int) ([]byte, string, error) {
+	it := &d.items[i]
+	switch {
+	case d.root != "":
+		p := filepath.Join(d.root, filepath.FromSlash(it.rel))
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, "", fmt.Errorf("data: %w", err)
+		}
+		return b, p, nil
+	case d.archive != nil:
+		name := d.src + ":" + d.prefix + it.rel
+		b := make([]byte, it.n)
+		if _, err := d.archive.ReadAt(b, it.off); err != nil {
+			return nil, "", fmt.Errorf("data: %s: %w", name, err)
+		}
+		return b, name, nil
+	}
+	return d.blob[it.off : it.off+it.n : it.off+it.n], d.src + ":" + d.prefix + it.rel, nil
+}
+
+// Close closes an uncompressed archive and drops the in-memory one.
+func (d *Folder) Close() error {
+	d.blob = nil
+	if d.archive != nil {
+		err := d.archive.Close()
+		d.archive = nil
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,379 @@
+package tta
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nlpodyssey/spago/ag"
+	smat "github.com/nlpodyssey/spago/mat"
+	"github.com/nlpodyssey/spago/mat/float"
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/subtta/subtta/clip"
+	"github.com/subtta/subtta/vit"
+)
+
+// Method is a test-time adaptation method running on a CLIP model: it sees
+// the test stream one batch at a time, may update the visual LayerNorm
+// parameters, and returns its predictions.
+//
+// A Method owns the LayerNorm parameters of its model's vision tower: it
+// takes a snapshot of them at construction (the source weights) and writes
+// them in place. Run one Method per model at a time.
+type Method interface {
+	// Name identifies the method in reports ("subtta-m", "tent", ...).
+	Name() string
+	// Reset restores the source LayerNorm weights and a fresh optimizer, and
+	// clears per-domain state (MINT's class sums, the episodic feature bank).
+	// SubTTA's EMA covariance survives unless its config says otherwise, as
+	// in the official code.
+	Reset() error
+	// Step adapts on and classifies n preprocessed images (NCHW float32, n
+	// rows of 3·H·W values).
+	Step(pixels []float32, n int) (*Result, error)
+}
+
+// Result is a Method's output for one batch.
+type Result struct {
+	Logits *mat.Dense // B×C, the prediction's logits
+	Preds  []int      // argmax of Logits
+	// Features are the unnormalised image features the prediction was made
+	// from (B×d), for diagnostics.
+	Features *mat.Dense
+	Diag     Diagnostics
+}
+
+// Diagnostics are a Method's per-batch records.
+type Diagnostics struct {
+	// Losses by name: "align" (L_align), "mint", "batclip", "tent" (the
+	// SubTTA second-step loss, or the baseline's loss), "entropy", "i2t",
+	// "intermean" (BATCLIP's terms).
+	Losses map[string]float64 `json:"losses,omitempty"`
+	// Steps counts optimizer steps taken, Skipped those skipped because a
+	// gradient was NaN or ±Inf (as torch's GradScaler would).
+	Steps   int `json:"steps"`
+	Skipped int `json:"skipped"`
+	// PseudoLabels are the labels the adaptation loss used, if any.
+	PseudoLabels []int `json:"pseudo_labels,omitempty"`
+	// Timings are seconds spent per phase ("align", "adapt", "predict", ...).
+	Timings map[string]float64 `json:"timings_s,omitempty"`
+	// Alignment is SubTTA's alignment step (nil when it is off).
+	Alignment *Alignment `json:"-"`
+}
+
+func newDiagnostics() Diagnostics {
+	return Diagnostics{Losses: map[string]float64{}, Timings: map[string]float64{}}
+}
+
+func (d *Diagnostics) since(phase string, t0 time.Time) {
+	d.Timings[phase] += time.Since(t0).Seconds()
+}
+
+// OptimizerConfig selects the optimizer of the LayerNorm parameters: SGD
+// when SGD is set, otherwise Adam (AdamW when Adam.Decoupled is set).
+type OptimizerConfig struct {
+	Adam AdamConfig
+	SGD  *SGDConfig
+}
+
+// AdamW returns the config of torch.optim.AdamW(lr, weight_decay=wd).
+func AdamW(lr, wd float64) OptimizerConfig {
+	c := DefaultAdamConfig(lr)
+	c.WeightDecay, c.Decoupled = wd, true
+	return OptimizerConfig{Adam: c}
+}
+
+// AdamL2 returns the config of torch.optim.Adam(lr, weight_decay=wd), an L2
+// penalty added to the gradient.
+func AdamL2(lr, wd float64) OptimizerConfig {
+	c := DefaultAdamConfig(lr)
+	c.WeightDecay = wd
+	return OptimizerConfig{Adam: c}
+}
+
+func (c OptimizerConfig) String() string {
+	if c.SGD != nil {
+		s := c.SGD
+		return fmt.Sprintf("SGD(lr=%g, momentum=%g, nesterov=%v, wd=%g)", s.LR, s.Momentum, s.Nesterov, s.WeightDecay)
+	}
+	name := "Adam"
+	if c.Adam.Decoupled {
+		name = "AdamW"
+	}
+	return fmt.Sprintf("%s(lr=%g, wd=%g)", name, c.Adam.LR, c.Adam.WeightDecay)
+}
+
+func newOptimizer[T float.DType](c OptimizerConfig) (Optimizer[T], error) {
+	if c.SGD != nil {
+		return NewSGD[T](*c.SGD)
+	}
+	return NewAdam[T](c.Adam)
+}
+
+// trainer holds the trainable visual LayerNorm parameters of a model, their
+// source values and the optimizer, in the model's element type.
+type trainer interface {
+	zeroGrad()
+	step() (bool, error)
+	// addGrads adds the current gradients to g; stepMean steps with g's mean.
+	addGrads(g *GradMean) error
+	stepMean(g *GradMean) (bool, error)
+	resetOptimizer()
+	restoreSource()
+	skipped() int
+	// For tests: parameter values, gradients (nil when none) and optimizer
+	// state, in float64, by parameter name.
+	names() []string
+	values() [][]float64
+	grads() [][]float64
+	setValues(map[string][]float64) error
+	optimizer() any
+}
+
+type lnTrainer[T float.DType] struct {
+	mats   []smat.Matrix
+	params []Param[T]
+	source [][]T
+	opt    Optimizer[T]
+}
+
+func newTrainer(v *vit.Model, f64 bool, cfg OptimizerConfig) (trainer, error) {
+	if f64 {
+		return newLNTrainer[float64](v, cfg)
+	}
+	return newLNTrainer[float32](v, cfg)
+}
+
+func newLNTrainer[T float.DType](v *vit.Model, cfg OptimizerConfig) (*lnTrainer[T], error) {
+	opt, err := newOptimizer[T](cfg)
+	if err != nil {
+		return nil, err
+	}
+	names := v.LayerNormNames()
+	tr := &lnTrainer[T]{opt: opt}
+	for _, ln := range v.LayerNorms() {
+		tr.mats = append(tr.mats, ln.Parameters()...)
+	}
+	if len(names) != len(tr.mats) {
+		return nil, fmt.Errorf("tta: %d LayerNorm names for %d tensors", len(names), len(tr.mats))
+	}
+	for i, m := range tr.mats {
+		d, ok := m.(*smat.Dense[T])
+		if !ok {
+			return nil, fmt.Errorf("tta: LayerNorm tensor %s is %T, want %T", names[i], m, (*smat.Dense[T])(nil))
+		}
+		// Data of a Dense of the same element type shares its backing
+		// array: the optimizer updates the model in place.
+		val := float.SliceValueOf[T](d.Data())
+		tr.params = append(tr.params, Param[T]{Name: names[i], Value: val})
+		tr.source = append(tr.source, append([]T(nil), val...))
+		m.SetRequiresGrad(true)
+	}
+	return tr, nil
+}
+
+func (tr *lnTrainer[T]) zeroGrad() {
+	for i, m := range tr.mats {
+		m.ZeroGrad()
+		tr.params[i].Grad = nil
+	}
+}
+
+// collect points every Param's Grad at its tensor's accumulated gradient.
+func (tr *lnTrainer[T]) collect() {
+	for i, m := range tr.mats {
+		tr.params[i].Grad = nil
+		if g := m.Grad(); g != nil {
+			tr.params[i].Grad = float.SliceValueOf[T](g.Value().Data())
+		}
+	}
+}
+
+func (tr *lnTrainer[T]) step() (bool, error) {
+	tr.collect()
+	return tr.opt.Step(tr.params)
+}
+
+func (tr *lnTrainer[T]) addGrads(g *GradMean) error {
+	tr.collect()
+	switch p := any(tr.params).(type) {
+	case []Param[float32]:
+		return g.Add(p)
+	case []Param[float64]:
+		return g.AddFloat64(p)
+	}
+	panic("unreachable")
+}
+
+func (tr *lnTrainer[T]) stepMean(g *GradMean) (bool, error) {
+	for i := range tr.params {
+		m := g.MeanFloat64(tr.params[i].Name)
+		if m == nil {
+			tr.params[i].Grad = nil
+			continue
+		}
+		gr := make([]T, len(m))
+		for j, v := range m {
+			gr[j] = T(v)
+		}
+		tr.params[i].Grad = gr
+	}
+	return tr.opt.Step(tr.params)
+}
+
+func (tr *lnTrainer[T]) resetOptimizer() { tr.opt.Reset() }
+
+func (tr *lnTrainer[T]) restoreSource() {
+	for i, p := range tr.params {
+		copy(p.Value, tr.source[i])
+	}
+}
+
+func (tr *lnTrainer[T]) skipped() int { return tr.opt.Skipped() }
+
+func (tr *lnTrainer[T]) names() []string {
+	out := make([]string, len(tr.params))
+	for i, p := range tr.params {
+		out[i] = p.Name
+	}
+	return out
+}
+
+func (tr *lnTrainer[T]) values() [][]float64 {
+	out := make([][]float64, len(tr.params))
+	for i, p := range tr.params {
+		out[i] = float.SliceValueOf[float64](float.Make(p.Value...))
+		out[i] = append([]float64(nil), out[i]...)
+	}
+	return out
+}
+
+func (tr *lnTrainer[T]) grads() [][]float64 {
+	tr.collect()
+	out := make([][]float64, len(tr.params))
+	for i, p := range tr.params {
+		if p.Grad != nil {
+			out[i] = append([]float64(nil), float.SliceValueOf[float64](float.Make(p.Grad...))...)
+		}
+	}
+	return out
+}
+
+func (tr *lnTrainer[T]) setValues(v map[string][]float64) error {
+	for _, p := range tr.params {
+		x, ok := v[p.Name]
+		if !ok || len(x) != len(p.Value) {
+			return fmt.Errorf("tta: set values: parameter %s missing or of wrong length", p.Name)
+		}
+		for j := range x {
+			p.Value[j] = T(x[j])
+		}
+	}
+	return nil
+}
+
+func (tr *lnTrainer[T]) optimizer() any { return tr.opt }
+
+// base is what every Method shares: the model, the text head and the
+// trainable parameters.
+type base struct {
+	model *clip.Model
+	// text is the head (C×d, unit rows) in float64; textModel is the same in
+	// the model's element type, for the returned logits' precision.
+	text  *mat.Dense
+	scale float64 // exp(logit_scale)
+	f64   bool
+	tr    trainer
+}
+
+func newBase(m *clip.Model, head mat.Matrix, opt OptimizerConfig) (base, error) {
+	if m == nil {
+		return base{}, errors.New("tta: nil model")
+	}
+	c, d := head.Dims()
+	if d != m.Config.EmbedDim || c < 1 {
+		return base{}, fmt.Errorf("tta: head is %d×%d, model embeds in %d dims", c, d, m.Config.EmbedDim)
+	}
+	f64 := m.Float64()
+	tr, err := newTrainer(m.Vision, f64, opt)
+	if err != nil {
+		return base{}, err
+	}
+	return base{model: m, text: mat.DenseCopyOf(head), scale: m.LogitScale, f64: f64, tr: tr}, nil
+}
+
+// HeadMatrix returns a zero-shot head's class weights (C×d) as a float64
+// matrix, the form Methods take.
+func HeadMatrix(z *clip.ZeroShot) *mat.Dense {
+	s := z.Weights.Shape()
+	return mat.NewDense(s[0], s[1], z.Weights.Data().F64())
+}
+
+// forward runs the vision tower on a fresh tape and returns the feature node
+// and a float64 copy of its value.
+func (b *base) forward(pixels []float32, n int) (smat.Tensor, *mat.Dense, error) {
+	x, err := b.model.Images(pixels, n)
+	if err != nil {
+		return nil, nil, fmt.Errorf("tta: %w", err)
+	}
+	node := b.model.Vision.Forward(x, nil)
+	s := node.Value().Shape()
+	vals := append([]float64(nil), node.Value().Data().F64()...)
+	return node, mat.NewDense(s[0], s[1], vals), nil
+}
+
+// backward zeroes the parameter gradients, injects grad (∂L/∂F, rows of the
+// feature node) and runs the tape backward, leaving ∂L/∂θ on the LayerNorm
+// parameters.
+func (b *base) backward(node smat.Tensor, grad mat.Matrix) error {
+	b.tr.zeroGrad()
+	r, c := grad.Dims()
+	if s := node.Value().Shape(); s[0] != r || s[1] != c {
+		return fmt.Errorf("tta: backward: gradient is %d×%d, features %v", r, c, s)
+	}
+	vals := make([]float64, 0, r*c)
+	for i := range r {
+		for j := range c {
+			vals = append(vals, grad.At(i, j))
+		}
+	}
+	var g smat.Matrix
+	if b.f64 {
+		g = smat.NewDense[float64](smat.WithShape(r, c), smat.WithBacking(vals))
+	} else {
+		g = smat.NewDense[float32](smat.WithShape(r, c), smat.WithBacking(float.SliceValueOf[float32](float.Make(vals...))))
+	}
+	node.AccGrad(g)
+	if err := ag.Backward(node); err != nil {
+		return fmt.Errorf("tta: backward: %w", err)
+	}
+	return nil
+}
+
+// update steps the optimizer and records the outcome in d.
+func (b *base) update(d *Diagnostics) error {
+	stepped, err := b.tr.step()
+	if err != nil {
+		return err
+	}
+	b.count(d, stepped)
+	return nil
+}
+
+func (b *base) count(d *Diagnostics, stepped bool) {
+	if stepped {
+		d.Steps++
+	} else {
+		d.Skipped++
+	}
+}
+
+// head returns the zero-shot logits scale·normalize(f)·Tᵀ and predictions.
+func (b *base) head(f *mat.Dense) (*mat.Dense, []int) { return Head(f, b.text, b.scale) }
+
+func (b *base) reset() {
+	b.tr.restoreSource()
+	b.tr.resetOptimizer()
+	b.tr.zeroGrad()
+}

@@ -1,0 +1,285 @@
+package tta
+
+import (
+	"fmt"
+	"time"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/subtta/subtta/clip"
+)
+
+// Prediction selects what SubTTA reports for a batch.
+type Prediction int
+
+const (
+	// PredictThirdPass re-encodes the batch after both updates and scores it
+	// with the plain head 100·normalize(F3)·Tᵀ, as the official code does.
+	PredictThirdPass Prediction = iota
+	// PredictProjected reports argmax of the projected logits of the second
+	// step (Z from the weights after alignment, before the TTA update), as
+	// the paper's Algorithm 1 says. No third forward pass.
+	PredictProjected
+)
+
+// SubTTAConfig configures SubTTA. The zero value of every switch follows the
+// official code.
+type SubTTAConfig struct {
+	// Subspace sets R (Subspace.Rank; r = min(C−1, R)) and which principal
+	// components are used.
+	Subspace SubspaceOptions
+	// Alpha is the EMA weight on history (0 turns alignment off, as in the
+	// code); GapTol guards the eigen-gaps (see AlignOptions).
+	Alpha  float64
+	GapTol float64
+	// NoAlign turns the alignment step off whatever Alpha is.
+	NoAlign bool
+	// Loss is the second-step objective: LossMint (SubTTA-M, the default),
+	// LossBATCLIP (SubTTA-B), LossTent (SubTTA-T) or LossSource (SubTTA-S,
+	// no second step).
+	Loss SubTTALoss
+	// EntropyScale is the "tent" loss's ENT_SCALE: 3 on ImageNet, 0.05 on
+	// CIFAR.
+	EntropyScale float64
+	// NoProjection computes the second-step loss and pseudo-labels on
+	// normalize(F2) instead of normalize(F2·P_T).
+	NoProjection bool
+	// Soft is the paper's soft-projection weight λ: Z = normalize(F·P_T + λF).
+	Soft float64
+	// Prediction chooses the reported prediction.
+	Prediction Prediction
+	// BankSize M > 0 enables the episodic feature bank (see SubTTA).
+	BankSize int
+	// ResetCovariance makes Reset also set the EMA covariance back to Σ_T.
+	// The official code never does: its global_cov carries across domains.
+	ResetCovariance bool
+	Optimizer       OptimizerConfig
+}
+
+// SubTTA is SubTTA on a CLIP model (spec §1.3). Per batch:
+//
+//  1. F1 = encode_image(X); the Aligner forms S and Σ = α·Σ_old + (1−α)·S,
+//     B_V and L_align with its closed-form ∂L/∂F1, which is injected into
+//     the tape; one optimizer step.
+//  2. F2 = encode_image(X); Z = normalize(F2·P_T) (optionally soft or no
+//     projection); pseudo-labels argmax(scale·Z·Tᵀ); the chosen loss on Z,
+//     backward through the projection and the tower; a second step of the
+//     same optimizer.
+//  3. The prediction (PredictThirdPass or PredictProjected).
+//
+// Gradients are zeroed before each backward pass (the official code carries
+// the previous batch's gradient divided by the GradScaler scale into the
+// alignment step; the fixtures leave that out too, spec §1.3 step 4).
+//
+// Episodic bank (BankSize M > 0, for batch size 1): a FIFO of the M most
+// recent F1 rows. Each alignment step appends the batch's F1 rows and drops
+// the oldest beyond max(M, B); S is the covariance over all rows in the
+// bank, the current rows carrying gradient and the older ones constants
+// (features computed with the weights of their own step). The EMA with Σ_old
+// then proceeds as usual. Reset empties the bank. The second-step loss still
+// sees the current batch only.
+type SubTTA struct {
+	base
+	cfg     SubTTAConfig
+	Text    *TextSubspace
+	aligner *Aligner
+	textN   *mat.Dense    // normalize(T), for the projected logits
+	ident   *mat.SymDense // identity, for NoProjection
+	bank    [][]float64
+}
+
+// NewSubTTA returns SubTTA with the head T (C×d, unit rows), which also
+// defines the text subspace.
+func NewSubTTA(m *clip.Model, head mat.Matrix, cfg SubTTAConfig) (*SubTTA, error) {
+	b, err := newBase(m, head, cfg.Optimizer)
+	if err != nil {
+		return nil, err
+	}
+	ts, err := NewTextSubspace(head, cfg.Subspace)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.BankSize < 0 || cfg.Soft < 0 {
+		return nil, fmt.Errorf("tta: subtta: bank size %d and soft weight %v must not be negative", cfg.BankSize, cfg.Soft)
+	}
+	_, d := head.Dims()
+	id := mat.NewSymDense(d, nil)
+	for i := range d {
+		id.SetSym(i, i, 1)
+	}
+	tn, _ := NormalizeRows(head)
+	s := &SubTTA{base: b, cfg: cfg, Text: ts, textN: tn, ident: id,
+		aligner: NewAligner(ts, AlignOptions{Alpha: cfg.Alpha, Disabled: cfg.NoAlign, GapTol: cfg.GapTol})}
+	return s, nil
+}
+
+// Name returns "subtta-s", "subtta-t", "subtta-m" or "subtta-b" after the
+// second-step loss.
+func (s *SubTTA) Name() string {
+	switch s.cfg.Loss {
+	case LossSource:
+		return "subtta-s"
+	case LossTent:
+		return "subtta-t"
+	case LossBATCLIP:
+		return "subtta-b"
+	}
+	return "subtta-m"
+}
+
+// Aligner returns the alignment state (the EMA covariance).
+func (s *SubTTA) Aligner() *Aligner { return s.aligner }
+
+// Reset restores the source weights and a fresh optimizer and empties the
+// feature bank; the EMA covariance is kept unless cfg.ResetCovariance.
+func (s *SubTTA) Reset() error {
+	s.reset()
+	s.bank = nil
+	if s.cfg.ResetCovariance {
+		s.aligner.Reset()
+	}
+	return nil
+}
+
+// Step runs SubTTA on one batch.
+func (s *SubTTA) Step(pixels []float32, n int) (*Result, error) {
+	d := newDiagnostics()
+	if s.aligner.Enabled() {
+		t0 := time.Now()
+		al, err := s.align(pixels, n)
+		if err != nil {
+			return nil, err
+		}
+		d.Alignment = al.Alignment
+		d.Losses["align"] = al.Loss
+		if err := s.update(&d); err != nil {
+			return nil, err
+		}
+		d.since("align", t0)
+	}
+	var ad *adaptation
+	if s.cfg.Loss != LossSource || s.cfg.Prediction == PredictProjected {
+		t0 := time.Now()
+		var err error
+		if ad, err = s.adapt(pixels, n); err != nil {
+			return nil, err
+		}
+		d.PseudoLabels = ad.Labels
+		if s.cfg.Loss != LossSource {
+			d.Losses[s.cfg.Loss.String()] = ad.Loss
+			if err := s.update(&d); err != nil {
+				return nil, err
+			}
+		}
+		d.since("adapt", t0)
+	}
+	if s.cfg.Prediction == PredictProjected {
+		return &Result{Logits: ad.LogitsProj, Preds: ad.Labels, Features: ad.F2, Diag: d}, nil
+	}
+	t0 := time.Now()
+	_, f3, err := s.forward(pixels, n)
+	if err != nil {
+		return nil, err
+	}
+	logits, preds := s.head(f3)
+	d.since("predict", t0)
+	return &Result{Logits: logits, Preds: preds, Features: f3, Diag: d}, nil
+}
+
+// alignment is the first step's record.
+type alignment struct {
+	*Alignment
+	F1 *mat.Dense
+}
+
+// align encodes the batch, runs the alignment on it (and the bank) and
+// leaves ∂L_align/∂θ on the parameters, without stepping.
+func (s *SubTTA) align(pixels []float32, n int) (*alignment, error) {
+	node, f1, err := s.forward(pixels, n)
+	if err != nil {
+		return nil, err
+	}
+	feats := mat.Matrix(f1)
+	first := 0
+	if s.cfg.BankSize > 0 {
+		feats, first = s.pushBank(f1)
+	}
+	al, err := s.aligner.Step(feats)
+	if err != nil {
+		return nil, err
+	}
+	_, d := f1.Dims()
+	grad := al.DLdF.Slice(first, first+n, 0, d)
+	if err := s.backward(node, grad); err != nil {
+		return nil, err
+	}
+	return &alignment{Alignment: al, F1: f1}, nil
+}
+
+// pushBank appends f's rows to the bank, drops the oldest beyond
+// max(BankSize, rows of f), and returns the bank as a matrix with the index
+// of f's first row in it.
+func (s *SubTTA) pushBank(f *mat.Dense) (*mat.Dense, int) {
+	n, d := f.Dims()
+	for i := range n {
+		s.bank = append(s.bank, append([]float64(nil), f.RawRowView(i)...))
+	}
+	if keep := max(s.cfg.BankSize, n); len(s.bank) > keep {
+		s.bank = append([][]float64(nil), s.bank[len(s.bank)-keep:]...)
+	}
+	out := mat.NewDense(len(s.bank), d, nil)
+	for i, r := range s.bank {
+		out.SetRow(i, r)
+	}
+	return out, len(s.bank) - n
+}
+
+// adaptation is the second step's record.
+type adaptation struct {
+	F2         *mat.Dense
+	Projected  *Projected
+	LogitsProj *mat.Dense // scale·Z·normalize(T)ᵀ
+	Labels     []int
+	Loss       float64
+	DLdZ       *mat.Dense
+	DLdF2      *mat.Dense
+}
+
+// adapt encodes the batch, projects it, and (unless the loss is LossSource)
+// leaves ∂L/∂θ of the second-step loss on the parameters, without stepping.
+func (s *SubTTA) adapt(pixels []float32, n int) (*adaptation, error) {
+	node, f2, err := s.forward(pixels, n)
+	if err != nil {
+		return nil, err
+	}
+	var p mat.Matrix = s.Text.Projector
+	if s.cfg.NoProjection {
+		p = s.ident
+	}
+	pr, err := Project(f2, p, s.cfg.Soft)
+	if err != nil {
+		return nil, err
+	}
+	lp := Logits(pr.Z, s.textN, s.scale)
+	ad := &adaptation{F2: f2, Projected: pr, LogitsProj: lp, Labels: Argmax(lp)}
+	switch s.cfg.Loss {
+	case LossSource:
+		return ad, nil
+	case LossMint:
+		ad.Loss, ad.DLdZ, err = MintLoss(pr.Z, ad.Labels)
+	case LossBATCLIP:
+		ad.Loss, ad.DLdZ, err = ClassMeanCosineLoss(pr.Z, ad.Labels)
+	case LossTent:
+		ad.Loss, ad.DLdZ = FeatureEntropyLoss(pr.Z, s.cfg.EntropyScale)
+	default:
+		return nil, fmt.Errorf("tta: subtta: unknown loss %v", s.cfg.Loss)
+	}
+	if err != nil {
+		return nil, err
+	}
+	ad.DLdF2 = pr.Backward(ad.DLdZ)
+	if err := s.backward(node, ad.DLdF2); err != nil {
+		return nil, err
+	}
+	return ad, nil
+}
