@@ -12,8 +12,8 @@ import (
 // PyTorch's nn.Linear stores them.
 //
 // A weight that does not require gradients is frozen: in float32, Linear
-// packs W (and, for the backward pass, its transpose) once for the GEMM
-// kernel and reuses the packed copies on every call. Call Invalidate after
+// packs Wᵀ once for the GEMM kernel and reuses it on every forward call (the
+// backward pass packs W per call into pooled scratch). Call Invalidate after
 // changing a frozen weight's values (or after kernel.SetKernel).
 type LinearParams struct {
 	Weight mat.Matrix // [out, in]
@@ -21,7 +21,6 @@ type LinearParams struct {
 
 	mu         sync.Mutex
 	packedWT   *kernel.PackedB // op(B) = Wᵀ (in×out): forward
-	packedW    *kernel.PackedB // op(B) = W (out×in): gradient of the input
 	packedFrom []float32       // the weight data that was packed
 }
 
@@ -60,15 +59,12 @@ func (p *LinearParams) Invalidate() {
 	if p.packedWT != nil {
 		p.packedWT.Release()
 	}
-	if p.packedW != nil {
-		p.packedW.Release()
-	}
-	p.packedWT, p.packedW, p.packedFrom = nil, nil, nil
+	p.packedWT, p.packedFrom = nil, nil
 }
 
-// packed returns the packed Wᵀ (forward) or W (backward) of a frozen float32
-// weight, packing it on first use; nil when the weight is trainable.
-func (p *LinearParams) packed(backward bool) *kernel.PackedB {
+// packed returns the packed Wᵀ of a frozen float32 weight, packing it on
+// first use; nil when the weight is trainable.
+func (p *LinearParams) packed() *kernel.PackedB {
 	w, ok := p.Weight.(*mat.Dense[float32])
 	if !ok || w.RequiresGrad() || w.Size() == 0 {
 		return nil
@@ -81,19 +77,10 @@ func (p *LinearParams) packed(backward bool) *kernel.PackedB {
 		if p.packedWT != nil {
 			p.packedWT.Release()
 		}
-		if p.packedW != nil {
-			p.packedW.Release()
-		}
-		p.packedWT, p.packedW = nil, nil
+		p.packedWT = nil
 	}
 	p.packedFrom = data
 	out, in := p.Out(), p.In()
-	if backward {
-		if p.packedW == nil {
-			p.packedW = kernel.PackB(false, out, in, data, in)
-		}
-		return p.packedW
-	}
 	if p.packedWT == nil {
 		p.packedWT = kernel.PackB(true, in, out, data, in)
 	}
@@ -136,7 +123,7 @@ func (op *linearOp[T]) Operands() []mat.Tensor { return op.operands }
 func (op *linearOp[T]) Forward() (mat.Tensor, error) {
 	x := values[T](op.x)
 	y := make([]T, op.rows*op.out)
-	if pw := op.p.packed(false); pw != nil {
+	if pw := op.p.packed(); pw != nil {
 		kernel.GemmPacked(false, op.rows, 1, any(x).([]float32), op.in, pw, 0, any(y).([]float32), op.out)
 	} else {
 		gemm(false, true, op.rows, op.out, op.in, 1, x, op.in, values[T](op.p.Weight), op.in, 0, y, op.out)
@@ -152,11 +139,10 @@ func (op *linearOp[T]) Backward(gy mat.Tensor) error {
 	if op.x.RequiresGrad() {
 		buf := getBuf[T](op.rows * op.in)
 		dx := *buf
-		if pw := op.p.packed(true); pw != nil {
-			kernel.GemmPacked(false, op.rows, 1, any(dy).([]float32), op.out, pw, 0, any(dx).([]float32), op.in)
-		} else {
-			gemm(false, false, op.rows, op.in, op.out, 1, dy, op.out, values[T](op.p.Weight), op.in, 0, dx, op.in)
-		}
+		// dX = dY·W. W is packed per call into pooled scratch rather than
+		// kept packed: that costs 1/rows of the product and saves a second
+		// copy of every frozen weight.
+		gemm(false, false, op.rows, op.in, op.out, 1, dy, op.out, values[T](op.p.Weight), op.in, 0, dx, op.in)
 		accGrad(op.x, dx)
 		putBuf(buf)
 	}

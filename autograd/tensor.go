@@ -61,7 +61,28 @@ func newMatrix[T dtype](data []T, rows, cols int) *mat.Dense[T] {
 }
 
 // run records fn on the tape and runs its forward pass.
-func run(fn ag.AutoGradFunction) mat.Tensor { return ag.NewOperator(fn).Run() }
+func run(fn ag.AutoGradFunction) mat.Tensor {
+	r := &releaseGrad{AutoGradFunction: fn}
+	r.op = ag.NewOperator(r)
+	return r.op.Run()
+}
+
+// releaseGrad drops an operator's gradient once its backward pass has
+// passed it on. spago keeps the gradient of every node until the graph is
+// dropped, which holds a second activation-sized buffer per node through
+// the whole backward pass; no gradient reaches a node after its own
+// backward has run, so releasing it is safe. The gradients of leaves
+// (parameters, inputs) are untouched.
+type releaseGrad struct {
+	ag.AutoGradFunction
+	op *ag.Operator
+}
+
+func (r *releaseGrad) Backward(gy mat.Tensor) error {
+	err := r.AutoGradFunction.Backward(gy)
+	r.op.Value().ZeroGrad()
+	return err
+}
 
 // accGrad adds g (with t's shape) to t's gradient. Dense.AccGrad copies or
 // adds g and never keeps it, so g may be pooled scratch released after.

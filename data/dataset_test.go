@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/subtta/subtta/internal/fixture"
 )
 
 // member is one file of a test archive or tree.
@@ -143,4 +145,10 @@ func TestReadBatch(t *testing.T) {
 	if got := ClassCounts(ds); !slices.Equal(got, []int{20, 20}) {
 		t.Errorf("ClassCounts = %v, want [20 20]", got)
 	}
+}
+
+// fixtureAsset returns the path of a shared asset (see fixture.Path).
+func fixtureAsset(t *testing.T, rel string) string {
+	t.Helper()
+	return fixture.Path(t, rel)
 }

@@ -168,14 +168,15 @@ func walkImages(root string, files []string) ([]folderItem, error) {
 			continue
 		}
 		n := len(items)
-		// WalkDir follows no links below the class folder; ImageFolder's
-		// os.walk(followlinks=True) would.
-		err := filepath.WalkDir(filepath.Join(root, e.Name()), func(p string, de fs.DirEntry, err error) error {
+		// The trailing separator makes WalkDir enter a class folder that
+		// is a link; below it, links are not followed (ImageFolder's
+		// os.walk(followlinks=True) would).
+		err := filepath.WalkDir(filepath.Join(root, e.Name())+string(filepath.Separator), func(p string, de fs.DirEntry, err error) error {
 			if err != nil {
 				return err
 			}
 			if de.IsDir() {
-				if strings.HasPrefix(de.Name(), ".") && p != filepath.Join(root, e.Name()) {
+				if strings.HasPrefix(de.Name(), ".") {
 					return filepath.SkipDir
 				}
 				return nil

@@ -29,6 +29,17 @@
 //   - Diagnostics: [PrincipalAngleCosines], [SemanticConcentration],
 //     [PredictedClassCosine].
 //
+// # Methods and the runner
+//
+// [Method] wires these pieces to a CLIP model (package clip): [Source],
+// [TENT], [BATCLIPMethod], [MINTMethod] and [SubTTA] (SubTTA-S/T/M/B by its
+// second-step loss). Each forward pass records the vision tower on a fresh
+// spago tape; a feature-level gradient ∂L/∂F is injected on the feature node
+// and propagated by ag.Backward to the visual LayerNorm parameters, which the
+// optimizer updates in place. [Runner] streams [Domain]s through a Method
+// (reset per domain, continual or mixed) and logs per-batch diagnostics;
+// [Lookup] returns the paper's configurations.
+//
 // All feature-level math runs in float64 on gonum matrices; use
 // [DenseFromFloat32] and [Float32s] at the model boundary.
 //

@@ -164,7 +164,7 @@ type MINTMethod struct {
 	agg   GradMean
 }
 
-// NewMINT returns MINT with the head (C×d, unit rows).
+// NewMINTMethod returns MINT with the head (C×d, unit rows).
 func NewMINTMethod(m *clip.Model, head mat.Matrix, cfg MINTConfig) (*MINTMethod, error) {
 	b, err := newBase(m, head, cfg.Optimizer)
 	if err != nil {

@@ -1,0 +1,184 @@
+package tta
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"gonum.org/v1/gonum/mat"
+)
+
+// TestPresetTable checks the transcription of spec §1.5 and §2.
+func TestPresetTable(t *testing.T) {
+	tests := []struct {
+		dataset, method string
+		batch           int
+		opt             string
+		rank            int
+		alpha           float64
+	}{
+		{"imagenet-c", "subtta-m", 64, "AdamW(lr=0.0005, wd=0.01)", 256, 0.5},
+		{"cifar10-c", "subtta-b", 200, "AdamW(lr=0.001, wd=0.01)", 256, 0.1},
+		{"cifar100-c", "subtta-t", 200, "Adam(lr=0.0005, wd=0.01)", 64, 0.5},
+		{"imagenet-c", "tent", 64, "SGD(lr=0.00025, momentum=0.9, nesterov=true, wd=0)", 0, 0},
+		{"cifar10-c", "tent", 200, "Adam(lr=0.001, wd=0)", 0, 0},
+		{"cifar100-c", "batclip", 200, "Adam(lr=0.0005, wd=0.01)", 0, 0},
+		{"imagenet-c", "mint", 64, "Adam(lr=0.01, wd=0.01)", 0, 0},
+		{"cifar100-c", "mint-official", 20, "Adam(lr=0.007, wd=0)", 0, 0},
+	}
+	for _, tc := range tests {
+		p, err := Lookup(tc.dataset, tc.method)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.BatchSize != tc.batch || p.Optimizer.String() != tc.opt || p.SubTTA.Subspace.Rank != tc.rank || p.SubTTA.Alpha != tc.alpha {
+			t.Errorf("%s/%s: batch %d, %s, R %d, α %v", tc.dataset, tc.method, p.BatchSize, p.Optimizer, p.SubTTA.Subspace.Rank, p.SubTTA.Alpha)
+		}
+	}
+	for _, bad := range [][2]string{{"cifar10-c", "mint-official"}, {"mnist-c", "tent"}, {"cifar10-c", "memo"}} {
+		if _, err := Lookup(bad[0], bad[1]); err == nil {
+			t.Errorf("Lookup(%q, %q) succeeded", bad[0], bad[1])
+		}
+	}
+}
+
+// TestPresetsRun builds every preset on clip-tiny and runs one batch.
+func TestPresetsRun(t *testing.T) {
+	m := tinyModel(t, false)
+	snap := m.Vision.Snapshot()
+	rng := rand.New(rand.NewPCG(3, 4))
+	head, _ := NormalizeRows(randDense(rng, 10, m.Config.EmbedDim, 1))
+	px := randPixels(rng, 4, m.Config.Vision.ImageSize)
+	for _, p := range Presets() {
+		if err := m.Vision.Restore(snap); err != nil {
+			t.Fatal(err)
+		}
+		meth, err := p.New(m, head)
+		if err != nil {
+			t.Fatalf("%s/%s: %v", p.Dataset, p.Method, err)
+		}
+		res, err := meth.Step(px, 4)
+		if err != nil {
+			t.Fatalf("%s/%s: %v", p.Dataset, p.Method, err)
+		}
+		if r, c := res.Logits.Dims(); r != 4 || c != 10 || len(res.Preds) != 4 || res.Diag.Skipped != 0 {
+			t.Errorf("%s/%s: logits %d×%d, %d preds, %d skipped", p.Dataset, p.Method, r, c, len(res.Preds), res.Diag.Skipped)
+		}
+	}
+}
+
+func randPixels(rng *rand.Rand, n, size int) []float32 {
+	px := make([]float32, n*3*size*size)
+	for i := range px {
+		px[i] = float32(rng.NormFloat64())
+	}
+	return px
+}
+
+// TestSubTTAOptions exercises the switches on clip-tiny.
+func TestSubTTAOptions(t *testing.T) {
+	m := tinyModel(t, false)
+	snap := m.Vision.Snapshot()
+	rng := rand.New(rand.NewPCG(5, 6))
+	head, _ := NormalizeRows(randDense(rng, 10, m.Config.EmbedDim, 1))
+	px := randPixels(rng, 4, m.Config.Vision.ImageSize)
+	base := SubTTAConfig{Subspace: SubspaceOptions{Rank: 4}, Alpha: 0.5, Optimizer: AdamW(1e-3, 0.01), EntropyScale: 0.05}
+	run := func(cfg SubTTAConfig, n int) (*SubTTA, *Result) {
+		t.Helper()
+		if err := m.Vision.Restore(snap); err != nil {
+			t.Fatal(err)
+		}
+		s, err := NewSubTTA(m, head, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := s.Step(px[:n*len(px)/4], n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, res
+	}
+
+	t.Run("no-align", func(t *testing.T) {
+		cfg := base
+		cfg.NoAlign = true
+		_, res := run(cfg, 4)
+		if _, ok := res.Diag.Losses["align"]; ok || res.Diag.Steps != 1 || res.Diag.Alignment != nil {
+			t.Errorf("alignment ran: %+v", res.Diag)
+		}
+	})
+	t.Run("source-loss", func(t *testing.T) {
+		cfg := base
+		cfg.Loss = LossSource
+		_, res := run(cfg, 4)
+		if res.Diag.Steps != 1 || len(res.Diag.PseudoLabels) != 0 {
+			t.Errorf("SubTTA-S took a second step: %+v", res.Diag)
+		}
+	})
+	t.Run("projected-prediction", func(t *testing.T) {
+		cfg := base
+		cfg.Prediction = PredictProjected
+		_, res := run(cfg, 4)
+		if !equalInts(res.Preds, res.Diag.PseudoLabels) {
+			t.Errorf("preds %v, pseudo-labels %v", res.Preds, res.Diag.PseudoLabels)
+		}
+	})
+	t.Run("no-projection", func(t *testing.T) {
+		cfg := base
+		cfg.NoProjection, cfg.NoAlign, cfg.Loss, cfg.Prediction = true, true, LossTent, PredictProjected
+		_, res := run(cfg, 4)
+		// Without alignment F2 is the source features: the pseudo-labels
+		// are the zero-shot predictions.
+		_, want := Head(res.Features, head, m.LogitScale)
+		if !equalInts(res.Diag.PseudoLabels, want) {
+			t.Errorf("pseudo-labels %v, zero-shot %v", res.Diag.PseudoLabels, want)
+		}
+	})
+	t.Run("soft", func(t *testing.T) {
+		cfg := base
+		cfg.Soft, cfg.Loss = 0.3, LossBATCLIP
+		if _, res := run(cfg, 4); res.Diag.Steps != 2 {
+			t.Errorf("%+v", res.Diag)
+		}
+	})
+	t.Run("bank", func(t *testing.T) {
+		cfg := base
+		cfg.BankSize = 3
+		s, _ := run(cfg, 1)
+		size := len(px) / 4
+		var last *Alignment
+		for i := 1; i < 4; i++ {
+			res, err := s.Step(px[i*size:(i+1)*size], 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			last = res.Diag.Alignment
+		}
+		if len(s.bank) != 3 {
+			t.Fatalf("bank holds %d rows, want 3", len(s.bank))
+		}
+		// S of the last step is the covariance of the three banked rows.
+		rows := mat.NewDense(3, len(s.bank[0]), nil)
+		for i, r := range s.bank {
+			rows.SetRow(i, r)
+		}
+		want, _ := BatchCovariance(rows)
+		if !mat.EqualApprox(last.S, want, 1e-12) {
+			t.Error("S is not the covariance of the bank")
+		}
+		if err := s.Reset(); err != nil || len(s.bank) != 0 {
+			t.Errorf("Reset left %d banked rows (%v)", len(s.bank), err)
+		}
+	})
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,322 @@
+package tta
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"gonum.org/v1/gonum/mat"
+)
+
+// Domain is one test distribution (a corruption at a severity): a random-
+// access set of preprocessed images with labels. The runner decides the
+// order and the batches, so Domains know nothing of either.
+type Domain interface {
+	Name() string
+	Len() int
+	// Sample returns image i preprocessed for the model (CHW float32) and
+	// its label. The runner copies the pixels before the next call.
+	Sample(i int) (pixels []float32, label int, err error)
+}
+
+// Protocol is how the runner moves between domains.
+type Protocol int
+
+const (
+	// ResetEachDomain resets the method before every domain (the paper's
+	// protocol, and the default).
+	ResetEachDomain Protocol = iota
+	// Continual resets once, before the first domain, and adapts through
+	// all domains in the given order.
+	Continual
+	// Mixed pools the samples of all domains into one stream, ordered as a
+	// whole, and resets once. Accuracy is still reported per domain.
+	Mixed
+)
+
+func (p Protocol) String() string {
+	switch p {
+	case ResetEachDomain:
+		return "reset"
+	case Continual:
+		return "continual"
+	case Mixed:
+		return "mixed"
+	}
+	return fmt.Sprintf("Protocol(%d)", int(p))
+}
+
+// RunnerConfig configures a Runner.
+type RunnerConfig struct {
+	Protocol  Protocol
+	BatchSize int
+	// Shuffle orders every stream (each domain, or the pooled stream under
+	// Mixed) like Python's random.seed(Seed); random.shuffle(order), the
+	// official code's protocol with Seed 1 (see PythonShuffle). Without
+	// Shuffle the stream is in index order.
+	Shuffle bool
+	Seed    uint64
+	// Order, when set, gives the order explicitly (see ReadOrder) and
+	// overrides Shuffle: it is called with the stream name (the domain's,
+	// or "mixed") and length, and must return a permutation of 0…n−1 (for
+	// Mixed, indices into the domains' samples concatenated in order).
+	Order func(stream string, n int) ([]int, error)
+	// Log, when set, receives one JSON line per batch (BatchRecord).
+	Log io.Writer
+	// Text, when set, is the text subspace the geometric diagnostics are
+	// measured against (principal angles, semantic concentration); Head
+	// (C×d), when set, gives the cosine to the predicted class.
+	Text *TextSubspace
+	Head mat.Matrix
+}
+
+// Runner evaluates a Method on a sequence of domains. The last partial
+// batch of each stream is kept.
+type Runner struct {
+	Method Method
+	Config RunnerConfig
+}
+
+// DomainResult is the accuracy on one domain.
+type DomainResult struct {
+	Name     string  `json:"name"`
+	Samples  int     `json:"samples"`
+	Correct  int     `json:"correct"`
+	Accuracy float64 `json:"accuracy"` // percent
+}
+
+// Report is the outcome of a run: per-domain accuracy and their mean.
+type Report struct {
+	Method   string         `json:"method"`
+	Protocol string         `json:"protocol"`
+	Domains  []DomainResult `json:"domains"`
+	Mean     float64        `json:"mean_accuracy"` // mean of the domain accuracies, percent
+}
+
+// BatchRecord is one line of the runner's JSONL log.
+type BatchRecord struct {
+	Stream  string `json:"stream"` // domain name, or "mixed"
+	Batch   int    `json:"batch"`  // index within the stream
+	Size    int    `json:"size"`
+	Correct int    `json:"correct"`
+	Diagnostics
+	// PrincipalCosines are the cosines of the principal angles between the
+	// visual basis and B_T: SubTTA's EMA basis when alignment ran, else the
+	// basis of the batch covariance of the prediction features (batches of
+	// at least 2).
+	PrincipalCosines []float64 `json:"principal_cosines,omitempty"`
+	// SemanticConcentration is the batch mean of ‖f·P_T‖²/‖f‖².
+	SemanticConcentration *float64 `json:"semantic_concentration,omitempty"`
+	// PredictedClassCosine is the batch mean of cos(f, t_pred).
+	PredictedClassCosine *float64 `json:"predicted_class_cosine,omitempty"`
+	Seconds              float64  `json:"seconds"`
+}
+
+type sampleRef struct{ domain, index int }
+
+// Run evaluates the method on the domains.
+func (r *Runner) Run(domains []Domain) (*Report, error) {
+	c := r.Config
+	if r.Method == nil {
+		return nil, errors.New("tta: runner: nil method")
+	}
+	if c.BatchSize < 1 {
+		return nil, fmt.Errorf("tta: runner: batch size %d < 1", c.BatchSize)
+	}
+	if len(domains) == 0 {
+		return nil, errors.New("tta: runner: no domains")
+	}
+	rep := &Report{Method: r.Method.Name(), Protocol: c.Protocol.String()}
+	results := make([]DomainResult, len(domains))
+	for i, d := range domains {
+		results[i].Name = d.Name()
+	}
+	switch c.Protocol {
+	case ResetEachDomain, Continual:
+		for i, d := range domains {
+			if c.Protocol == ResetEachDomain || i == 0 {
+				if err := r.Method.Reset(); err != nil {
+					return nil, fmt.Errorf("tta: runner: %s: reset: %w", d.Name(), err)
+				}
+			}
+			order, err := r.order(d.Name(), d.Len())
+			if err != nil {
+				return nil, err
+			}
+			refs := make([]sampleRef, len(order))
+			for j, k := range order {
+				refs[j] = sampleRef{i, k}
+			}
+			if err := r.stream(d.Name(), domains, refs, results); err != nil {
+				return nil, err
+			}
+		}
+	case Mixed:
+		if err := r.Method.Reset(); err != nil {
+			return nil, fmt.Errorf("tta: runner: reset: %w", err)
+		}
+		var all []sampleRef
+		for i, d := range domains {
+			for k := range d.Len() {
+				all = append(all, sampleRef{i, k})
+			}
+		}
+		order, err := r.order("mixed", len(all))
+		if err != nil {
+			return nil, err
+		}
+		refs := make([]sampleRef, len(order))
+		for j, k := range order {
+			refs[j] = all[k]
+		}
+		if err := r.stream("mixed", domains, refs, results); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("tta: runner: unknown protocol %v", c.Protocol)
+	}
+	for i := range results {
+		if results[i].Samples > 0 {
+			results[i].Accuracy = 100 * float64(results[i].Correct) / float64(results[i].Samples)
+		}
+		rep.Mean += results[i].Accuracy / float64(len(results))
+	}
+	rep.Domains = results
+	return rep, nil
+}
+
+// order returns the sample order of a stream of n samples.
+func (r *Runner) order(stream string, n int) ([]int, error) {
+	c := r.Config
+	switch {
+	case c.Order != nil:
+		o, err := c.Order(stream, n)
+		if err != nil {
+			return nil, fmt.Errorf("tta: runner: %s: order: %w", stream, err)
+		}
+		seen := make([]bool, n)
+		for _, k := range o {
+			if k < 0 || k >= n || seen[k] {
+				return nil, fmt.Errorf("tta: runner: %s: order is not a permutation of 0…%d (entry %d)", stream, n-1, k)
+			}
+			seen[k] = true
+		}
+		if len(o) != n {
+			return nil, fmt.Errorf("tta: runner: %s: order has %d entries for %d samples", stream, len(o), n)
+		}
+		return o, nil
+	case c.Shuffle:
+		return PythonShuffle(n, c.Seed), nil
+	}
+	o := make([]int, n)
+	for i := range o {
+		o[i] = i
+	}
+	return o, nil
+}
+
+// stream runs the method over refs in batches, scoring into results.
+func (r *Runner) stream(name string, domains []Domain, refs []sampleRef, results []DomainResult) error {
+	bs := r.Config.BatchSize
+	var pixels []float32
+	for b, start := 0, 0; start < len(refs); b, start = b+1, start+bs {
+		batch := refs[start:min(start+bs, len(refs))]
+		pixels = pixels[:0]
+		labels := make([]int, len(batch))
+		size := -1
+		for j, ref := range batch {
+			px, label, err := domains[ref.domain].Sample(ref.index)
+			if err != nil {
+				return fmt.Errorf("tta: runner: %s: sample %d: %w", domains[ref.domain].Name(), ref.index, err)
+			}
+			if size >= 0 && len(px) != size {
+				return fmt.Errorf("tta: runner: %s: sample %d has %d values, earlier samples %d", domains[ref.domain].Name(), ref.index, len(px), size)
+			}
+			size = len(px)
+			pixels = append(pixels, px...)
+			labels[j] = label
+		}
+		t0 := time.Now()
+		res, err := r.Method.Step(pixels, len(batch))
+		if err != nil {
+			return fmt.Errorf("tta: runner: %s: batch %d: %w", name, b, err)
+		}
+		rec := BatchRecord{Stream: name, Batch: b, Size: len(batch), Diagnostics: res.Diag, Seconds: time.Since(t0).Seconds()}
+		if len(res.Preds) != len(batch) {
+			return fmt.Errorf("tta: runner: %s: batch %d: %d predictions for %d images", name, b, len(res.Preds), len(batch))
+		}
+		for j, ref := range batch {
+			results[ref.domain].Samples++
+			if res.Preds[j] == labels[j] {
+				results[ref.domain].Correct++
+				rec.Correct++
+			}
+		}
+		if r.Config.Log != nil {
+			if err := r.diagnose(&rec, res); err != nil {
+				return fmt.Errorf("tta: runner: %s: batch %d: %w", name, b, err)
+			}
+			line, err := json.Marshal(rec)
+			if err != nil {
+				return fmt.Errorf("tta: runner: %w", err)
+			}
+			if _, err := r.Config.Log.Write(append(line, '\n')); err != nil {
+				return fmt.Errorf("tta: runner: log: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// diagnose adds the geometric diagnostics to rec.
+func (r *Runner) diagnose(rec *BatchRecord, res *Result) error {
+	f := res.Features
+	if f == nil {
+		return nil
+	}
+	if ts := r.Config.Text; ts != nil {
+		var bv mat.Matrix
+		if a := res.Diag.Alignment; a != nil {
+			bv = a.Basis
+		} else if n, _ := f.Dims(); n >= 2 {
+			// The basis of the batch covariance alone (α = 0).
+			a, err := Align(f, ts.Cov, ts, AlignOptions{})
+			if err != nil {
+				return err
+			}
+			bv = a.Basis
+		}
+		if bv != nil {
+			cos, err := PrincipalAngleCosines(bv, ts.Basis)
+			if err != nil {
+				return err
+			}
+			rec.PrincipalCosines = cos
+		}
+		sc, err := SemanticConcentration(f, ts.Projector)
+		if err != nil {
+			return err
+		}
+		m := mean(sc)
+		rec.SemanticConcentration = &m
+	}
+	if r.Config.Head != nil {
+		pc, err := PredictedClassCosine(f, r.Config.Head, res.Preds)
+		if err != nil {
+			return err
+		}
+		m := mean(pc)
+		rec.PredictedClassCosine = &m
+	}
+	return nil
+}
+
+func mean(x []float64) float64 {
+	var s float64
+	for _, v := range x {
+		s += v
+	}
+	return s / float64(len(x))
+}
