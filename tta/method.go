@@ -176,6 +176,8 @@ func newLNTrainer[T float.DType](v *vit.Model, cfg OptimizerConfig) (*lnTrainer[
 func (tr *lnTrainer[T]) zeroGrad() {
 	for i, m := range tr.mats {
 		m.ZeroGrad()
+		// Re-mark as trainable: another user of the model may have frozen it.
+		m.SetRequiresGrad(true)
 		tr.params[i].Grad = nil
 	}
 }
@@ -184,8 +186,9 @@ func (tr *lnTrainer[T]) zeroGrad() {
 func (tr *lnTrainer[T]) collect() {
 	for i, m := range tr.mats {
 		tr.params[i].Grad = nil
-		if g := m.Grad(); g != nil {
-			tr.params[i].Grad = float.SliceValueOf[T](g.Value().Data())
+		// Grad returns a typed nil inside the interface when there is none.
+		if m.HasGrad() {
+			tr.params[i].Grad = float.SliceValueOf[T](m.Grad().Value().Data())
 		}
 	}
 }

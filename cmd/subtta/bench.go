@@ -12,6 +12,9 @@ import (
 	"github.com/nlpodyssey/spago/ag"
 	"github.com/nlpodyssey/spago/mat"
 	"github.com/subtta/subtta/autograd/kernel"
+	"github.com/subtta/subtta/clip"
+	"github.com/subtta/subtta/tta"
+	gmat "gonum.org/v1/gonum/mat"
 	"github.com/subtta/subtta/vit"
 )
 
@@ -19,6 +22,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("bench", "", stderr)
 	batch := fs.Int("batch", 64, "images per batch")
 	reps := fs.Int("reps", 5, "timed repetitions of each measurement (the median is reported)")
+	classes := fs.Int("classes", 1000, "classes of the random zero-shot head used by the SubTTA step")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -65,6 +69,35 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		}
 		return nil
 	}
+	// One SubTTA-MINT step with the ImageNet-C preset (R=256, α=0.5,
+	// AdamW): two forward+backward passes and a third forward.
+	preset, err := tta.Lookup("imagenet-c", "subtta-m")
+	if err != nil {
+		return err
+	}
+	head := make([]float64, *classes*cfg.EmbedDim)
+	for i := range head {
+		head[i] = r.NormFloat64()
+	}
+	for c := 0; c < *classes; c++ {
+		row := head[c*cfg.EmbedDim : (c+1)*cfg.EmbedDim]
+		var n float64
+		for _, x := range row {
+			n += x * x
+		}
+		for j := range row {
+			row[j] /= math.Sqrt(n)
+		}
+	}
+	model := &clip.Model{Config: cfg, Vision: m, LogitScale: 100}
+	method, err := preset.New(model, gmat.NewDense(*classes, cfg.EmbedDim, head))
+	if err != nil {
+		return err
+	}
+	subtta := func() error {
+		_, err := method.Step(px, *batch)
+		return err
+	}
 	// GEMM flops of one image: 2·MACs of the linears, patch embedding and
 	// attention products (the figure the engineering notes use).
 	t := v.Grid()*v.Grid() + 1
@@ -78,6 +111,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	}{
 		{"forward", forward, perImage},
 		{"forward+backward (LayerNorm gradients)", backward, 2 * perImage},
+		{"SubTTA-MINT step (ImageNet-C preset)", subtta, 5 * perImage},
 	} {
 		if err := b.run(); err != nil { // warm-up: packs weights, fills pools
 			return err
