@@ -14,8 +14,8 @@ import (
 	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/tta"
-	gmat "gonum.org/v1/gonum/mat"
 	"github.com/subtta/subtta/vit"
+	gmat "gonum.org/v1/gonum/mat"
 )
 
 func runBench(args []string, stdout, stderr io.Writer) error {
