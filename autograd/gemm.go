@@ -1,8 +1,6 @@
 package autograd
 
 import (
-	"sync"
-
 	"github.com/subtta/subtta/autograd/kernel"
 )
 
@@ -72,34 +70,5 @@ func gemm64(transA, transB bool, m, n, k int, alpha float64, a []float64, lda in
 	}
 }
 
-// parallelFor splits [0, n) into at most kernel.Threads() contiguous ranges
-// and runs fn on each, the last on the calling goroutine.
-func parallelFor(n int, fn func(lo, hi int)) {
-	t := min(kernel.Threads(), n)
-	if t <= 1 {
-		if n > 0 {
-			fn(0, n)
-		}
-		return
-	}
-	var wg sync.WaitGroup
-	per, extra := n/t, n%t
-	lo := 0
-	for i := 0; i < t; i++ {
-		hi := lo + per
-		if i < extra {
-			hi++
-		}
-		if i == t-1 {
-			fn(lo, hi)
-			break
-		}
-		wg.Add(1)
-		go func(lo, hi int) {
-			defer wg.Done()
-			fn(lo, hi)
-		}(lo, hi)
-		lo = hi
-	}
-	wg.Wait()
-}
+// parallelFor splits [0, n) over the kernel's goroutines.
+func parallelFor(n int, fn func(lo, hi int)) { kernel.ParallelFor(n, fn) }

@@ -9,24 +9,30 @@ import (
 // Threads returns the number of goroutines the kernels split work over.
 func Threads() int { return runtime.GOMAXPROCS(0) }
 
-// parallelFor splits [0, n) into at most Threads() contiguous ranges and runs
-// fn on each, the last one on the calling goroutine.
-func parallelFor(n int, fn func(lo, hi int)) {
-	parallelForGrain(n, 1, fn)
+// ParallelFor splits [0, n) into at most Threads() contiguous ranges and
+// runs fn on each, the last one on the calling goroutine.
+func ParallelFor(n int, fn func(lo, hi int)) {
+	splitRange(n, 1, Threads(), func(_, lo, hi int) { fn(lo, hi) })
 }
 
-// parallelForGrain is parallelFor with range boundaries on multiples of grain.
+func parallelFor(n int, fn func(lo, hi int)) { ParallelFor(n, fn) }
+
+// parallelForGrain is ParallelFor with range boundaries on multiples of grain.
 func parallelForGrain(n, grain int, fn func(lo, hi int)) {
+	splitRange(n, grain, Threads(), func(_, lo, hi int) { fn(lo, hi) })
+}
+
+// splitRange cuts [0, n) into at most chunks contiguous ranges whose
+// boundaries are multiples of grain, and runs fn(chunk, lo, hi) on each in
+// its own goroutine, the last on the calling goroutine.
+func splitRange(n, grain, chunks int, fn func(chunk, lo, hi int)) {
 	if n <= 0 {
 		return
 	}
-	t := Threads()
 	units := (n + grain - 1) / grain
-	if t > units {
-		t = units
-	}
+	t := min(chunks, units)
 	if t <= 1 {
-		fn(0, n)
+		fn(0, 0, n)
 		return
 	}
 	var wg sync.WaitGroup
@@ -39,14 +45,14 @@ func parallelForGrain(n, grain int, fn func(lo, hi int)) {
 		}
 		hi := min(lo+u*grain, n)
 		if i == t-1 {
-			fn(lo, hi)
+			fn(i, lo, hi)
 			break
 		}
 		wg.Add(1)
-		go func(lo, hi int) {
+		go func(i, lo, hi int) {
 			defer wg.Done()
-			fn(lo, hi)
-		}(lo, hi)
+			fn(i, lo, hi)
+		}(i, lo, hi)
 		lo = hi
 	}
 	wg.Wait()

@@ -2,7 +2,6 @@ package kernel
 
 import (
 	"math"
-	"sync"
 )
 
 // Float is the element type of the row-wise kernels. Model code runs them in
@@ -18,33 +17,7 @@ const rowGrain = 1 << 14
 // fn receives the range and the index of its chunk (0…chunks−1); chunks is
 // returned so that callers can size per-chunk partial sums.
 func forRows(rows, cols int, fn func(chunk, lo, hi int)) {
-	t := rowChunks(rows, cols)
-	if t <= 1 {
-		if rows > 0 {
-			fn(0, 0, rows)
-		}
-		return
-	}
-	var wg sync.WaitGroup
-	per, extra := rows/t, rows%t
-	lo := 0
-	for i := 0; i < t; i++ {
-		hi := lo + per
-		if i < extra {
-			hi++
-		}
-		if i == t-1 {
-			fn(i, lo, hi)
-			break
-		}
-		wg.Add(1)
-		go func(i, lo, hi int) {
-			defer wg.Done()
-			fn(i, lo, hi)
-		}(i, lo, hi)
-		lo = hi
-	}
-	wg.Wait()
+	splitRange(rows, 1, rowChunks(rows, cols), fn)
 }
 
 // rowChunks is the number of chunks forRows uses for a rows×cols matrix.
