@@ -91,20 +91,20 @@ func (m *Model) Forward(tokens [][]int, trace vit.Trace) (mat.Tensor, error) {
 		}
 	}
 	x := autograd.AddTiled(autograd.GatherRows(m.Token, ids), autograd.GatherRows(m.Pos, seqRange(L)))
-	emit(trace, "embed", x)
+	trace.Emit("embed", x)
 	for i, b := range m.Blocks {
 		x = b.Forward(x, batch, fmt.Sprintf("block%d.", i), trace)
 	}
 	x = autograd.LayerNorm(x, m.LNFinal)
-	emit(trace, "ln_final", x)
+	trace.Emit("ln_final", x)
 	pool := make([]int, batch)
 	for i := range pool {
 		pool[i] = i*L + eot[i]
 	}
 	x = autograd.GatherRows(x, pool)
-	emit(trace, "pooled", x)
+	trace.Emit("pooled", x)
 	x = autograd.MatMul(x, m.Proj, false, false)
-	emit(trace, "final", x)
+	trace.Emit("final", x)
 	return x, nil
 }
 
@@ -114,10 +114,4 @@ func seqRange(n int) []int {
 		r[i] = i
 	}
 	return r
-}
-
-func emit(trace vit.Trace, name string, t mat.Tensor) {
-	if trace != nil {
-		trace(name, t)
-	}
 }

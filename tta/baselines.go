@@ -174,6 +174,32 @@ type MINTLoss struct {
 	DLdF  *mat.Dense // ∂Loss/∂F
 }
 
+// accumulate classifies the L2-normalised features f against the text
+// features t and adds each normalised row to its class's running sum and
+// count (the detached class statistics MINT keeps before and after
+// adaptation). It returns the normalised features, their norms and the
+// predicted classes.
+func (m *MINT) accumulate(f, t mat.Matrix, sums *mat.Dense, counts []float64) (*mat.Dense, []float64, []int, error) {
+	if err := checkFeatures(f, t, "mint"); err != nil {
+		return nil, nil, nil, err
+	}
+	if c, d := t.Dims(); c != m.classes || d != m.dim {
+		return nil, nil, nil, fmt.Errorf("tta: mint: text features %d×%d, state %d×%d", c, d, m.classes, m.dim)
+	}
+	_, d := f.Dims()
+	fn, norms := NormalizeRows(f)
+	tn, _ := NormalizeRows(t)
+	preds := Argmax(Logits(fn, tn, m.Scale))
+	for i, y := range preds {
+		row := sums.RawRowView(y)
+		for j := range d {
+			row[j] += fn.At(i, j)
+		}
+		counts[y]++
+	}
+	return fn, norms, preds, nil
+}
+
 // Loss adds the batch to the cumulative class sums, then returns
 //
 //	L = −(Σ_i w_i‖fn_i − μ‖² − Σ_i w_i‖fn_i − μ_{y_i}‖²),  w_i = 1/(K·n_{y_i}),
@@ -181,23 +207,11 @@ type MINTLoss struct {
 // with μ and μ_c the cumulative (detached) overall and class means, K the
 // number of classes present in the batch and n their in-batch counts.
 func (m *MINT) Loss(f, t mat.Matrix) (*MINTLoss, error) {
-	if err := checkFeatures(f, t, "mint"); err != nil {
+	fn, norms, preds, err := m.accumulate(f, t, m.preSums, m.preN)
+	if err != nil {
 		return nil, err
 	}
-	if c, d := t.Dims(); c != m.classes || d != m.dim {
-		return nil, fmt.Errorf("tta: mint: text features %d×%d, state %d×%d", c, d, m.classes, m.dim)
-	}
 	b, d := f.Dims()
-	fn, norms := NormalizeRows(f)
-	tn, _ := NormalizeRows(t)
-	preds := Argmax(Logits(fn, tn, m.Scale))
-	for i, y := range preds {
-		row := m.preSums.RawRowView(y)
-		for j := range d {
-			row[j] += fn.At(i, j)
-		}
-		m.preN[y]++
-	}
 	var total float64
 	mu := make([]float64, d)
 	for c := range m.classes {
@@ -248,23 +262,11 @@ type MINTPrediction struct {
 // class sums and classifies them with the text weights mixed towards the
 // post-adaptation class means.
 func (m *MINT) Predict(fPost, t mat.Matrix) (*MINTPrediction, error) {
-	if err := checkFeatures(fPost, t, "mint"); err != nil {
+	fn, _, post, err := m.accumulate(fPost, t, m.postSums, m.postN)
+	if err != nil {
 		return nil, err
 	}
-	if c, d := t.Dims(); c != m.classes || d != m.dim {
-		return nil, fmt.Errorf("tta: mint: text features %d×%d, state %d×%d", c, d, m.classes, m.dim)
-	}
 	b, d := fPost.Dims()
-	fn, _ := NormalizeRows(fPost)
-	tn, _ := NormalizeRows(t)
-	post := Argmax(Logits(fn, tn, m.Scale))
-	for i, y := range post {
-		row := m.postSums.RawRowView(y)
-		for j := range d {
-			row[j] += fn.At(i, j)
-		}
-		m.postN[y]++
-	}
 	m.seen += b
 	n := float64(m.seen)
 	ratio := n / (m.PriorN + n)

@@ -29,29 +29,30 @@ type Trace func(name string, t mat.Tensor)
 // x + attn(ln_1(x)), then + mlp(ln_2(·)).
 func (b *Block) Forward(x mat.Tensor, batch int, prefix string, trace Trace) mat.Tensor {
 	h := autograd.LayerNorm(x, b.LN1)
-	emit(trace, prefix+"ln_1", h)
+	trace.Emit(prefix+"ln_1", h)
 	qkv := autograd.Linear(h, b.QKV)
 	a := autograd.Linear(autograd.SelfAttention(qkv, batch, b.Heads, b.Causal), b.Out)
-	emit(trace, prefix+"attn", a)
+	trace.Emit(prefix+"attn", a)
 	x = autograd.Add(x, a)
-	emit(trace, prefix+"after_attn", x)
+	trace.Emit(prefix+"after_attn", x)
 	h = autograd.LayerNorm(x, b.LN2)
-	emit(trace, prefix+"ln_2", h)
+	trace.Emit(prefix+"ln_2", h)
 	h = autograd.Linear(h, b.FC)
 	if b.GELU {
 		h = autograd.GELU(h)
 	} else {
 		h = autograd.QuickGELU(h)
 	}
-	emit(trace, prefix+"mlp_hidden", h)
+	trace.Emit(prefix+"mlp_hidden", h)
 	h = autograd.Linear(h, b.Proj)
-	emit(trace, prefix+"mlp_out", h)
+	trace.Emit(prefix+"mlp_out", h)
 	x = autograd.Add(x, h)
-	emit(trace, prefix+"out", x)
+	trace.Emit(prefix+"out", x)
 	return x
 }
 
-func emit(trace Trace, name string, t mat.Tensor) {
+// Emit passes a named intermediate to the trace; a nil Trace ignores it.
+func (trace Trace) Emit(name string, t mat.Tensor) {
 	if trace != nil {
 		trace(name, t)
 	}
@@ -78,11 +79,11 @@ func (m *Model) Forward(images mat.Tensor, trace Trace) mat.Tensor {
 	g := autograd.PatchGeometry{Channels: 3, Height: c.ImageSize, Width: c.ImageSize, Patch: c.PatchSize}
 
 	x := autograd.PatchEmbed(images, m.Patch, g) // [batch·grid², width]
-	emit(trace, "patches", x)
+	trace.Emit("patches", x)
 	x = autograd.TokenEmbedding(x, m.Class, m.Pos, batch) // [batch·tokens, width]
-	emit(trace, "embed", x)
+	trace.Emit("embed", x)
 	x = autograd.LayerNorm(x, m.LNPre)
-	emit(trace, "ln_pre", x)
+	trace.Emit("ln_pre", x)
 	for i, b := range m.Blocks {
 		x = b.Forward(x, batch, fmt.Sprintf("block%d.", i), trace)
 	}
@@ -93,9 +94,9 @@ func (m *Model) Forward(images mat.Tensor, trace Trace) mat.Tensor {
 		cls[i] = i * tokens
 	}
 	x = autograd.LayerNorm(autograd.GatherRows(x, cls), m.LNPost)
-	emit(trace, "ln_post", x)
+	trace.Emit("ln_post", x)
 	x = autograd.MatMul(x, m.Proj, false, false)
-	emit(trace, "final", x)
+	trace.Emit("final", x)
 	return x
 }
 

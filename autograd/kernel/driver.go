@@ -114,7 +114,7 @@ func gemmPacked(transA bool, m int, alpha float32, a []float32, lda int, p *Pack
 	case m >= t*2*kern.mr:
 		parallelForGrain(m, kern.mr, func(lo, hi int) { run(lo, hi, 0, panels) })
 	default:
-		parallelFor(panels, func(lo, hi int) { run(0, m, lo, hi) })
+		ParallelFor(panels, func(lo, hi int) { run(0, m, lo, hi) })
 	}
 }
 

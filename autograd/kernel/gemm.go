@@ -19,7 +19,7 @@ func Gemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int,
 func GemmBatched(transA, transB bool, batch, m, n, k int, alpha float32,
 	a []float32, lda, strideA int, b []float32, ldb, strideB int,
 	beta float32, c []float32, ldc, strideC int) {
-	parallelFor(batch, func(lo, hi int) {
+	ParallelFor(batch, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			p := PackB(transB, k, n, b[i*strideB:], ldb)
 			gemmPackedSerial(transA, m, alpha, a[i*strideA:], lda, p, beta, c[i*strideC:], ldc)

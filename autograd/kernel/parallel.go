@@ -15,8 +15,6 @@ func ParallelFor(n int, fn func(lo, hi int)) {
 	splitRange(n, 1, Threads(), func(_, lo, hi int) { fn(lo, hi) })
 }
 
-func parallelFor(n int, fn func(lo, hi int)) { ParallelFor(n, fn) }
-
 // parallelForGrain is ParallelFor with range boundaries on multiples of grain.
 func parallelForGrain(n, grain int, fn func(lo, hi int)) {
 	splitRange(n, grain, Threads(), func(_, lo, hi int) { fn(lo, hi) })
