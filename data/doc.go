@@ -31,4 +31,16 @@
 // configurable (224 for ViT-B, 64 for small test models), as are the mean
 // and standard deviation, and an option reproduces Pillow's premultiplied
 // resize of RGBA images that were not converted to RGB first.
+//
+// # Corrupted data sets
+//
+// Corrupted corrupts a clean dataset on the fly with one of the 15
+// corruptions of package corrupt at one severity; WriteCIFARC and
+// WriteImageNetC write such data sets to disk in the official layouts that
+// OpenCIFARC and OpenImageNetC read (resumably: complete files are skipped).
+// ImageNet images go through make_imagenet_c.py's pipeline: Pillow's
+// bilinear Resize(256) (ResizeBilinear, exact like the bicubic one),
+// CenterCrop(224), the corruption, and a JPEG of quality 85. Random draws
+// come from a seed, per image, corruption and severity, so any image of a
+// generated set can be reproduced alone.
 package data

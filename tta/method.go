@@ -14,6 +14,17 @@ import (
 	"github.com/subtta/subtta/vit"
 )
 
+// Carrier is a Method with state that survives Reset: SubTTA's EMA
+// covariance, which the official code keeps from one corruption to the next.
+// Carried returns a copy of it (nil when there is none) and SetCarried
+// restores it, so that an evaluation interrupted between domains can resume
+// exactly where it stopped.
+type Carrier interface {
+	Method
+	Carried() []float64
+	SetCarried([]float64) error
+}
+
 // Method is a test-time adaptation method running on a CLIP model: it sees
 // the test stream one batch at a time, may update the visual LayerNorm
 // parameters, and returns its predictions.

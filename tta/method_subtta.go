@@ -283,3 +283,32 @@ func (s *SubTTA) adapt(pixels []float32, n int) (*adaptation, error) {
 	}
 	return ad, nil
 }
+
+// Carried returns the state that survives Reset, the EMA covariance Σ (d×d,
+// row-major), or nil when nothing survives (alignment off, or
+// ResetCovariance). An evaluation that is interrupted between domains saves
+// it, and restores it with SetCarried when it resumes, so that the resumed
+// run equals an uninterrupted one.
+func (s *SubTTA) Carried() []float64 {
+	if !s.aligner.Enabled() || s.cfg.ResetCovariance {
+		return nil
+	}
+	c := s.aligner.Covariance()
+	n := c.SymmetricDim()
+	out := make([]float64, 0, n*n)
+	for i := range n {
+		for j := range n {
+			out = append(out, c.At(i, j))
+		}
+	}
+	return out
+}
+
+// SetCarried restores what Carried returned.
+func (s *SubTTA) SetCarried(v []float64) error {
+	n := s.aligner.Covariance().SymmetricDim()
+	if len(v) != n*n {
+		return fmt.Errorf("tta: %s: carried state has %d values, want %d×%d", s.Name(), len(v), n, n)
+	}
+	return s.aligner.SetCovariance(mat.NewSymDense(n, v))
+}

@@ -21,6 +21,16 @@ type Domain interface {
 	Sample(i int) (pixels []float32, label int, err error)
 }
 
+// BatchDomain is a Domain that reads many samples at once, for example
+// decoding and preprocessing them in parallel. The runner uses Samples when a
+// batch comes from one such domain.
+type BatchDomain interface {
+	Domain
+	// Samples appends the preprocessed images of the given indices to dst,
+	// in order, and returns it with their labels.
+	Samples(indices []int, dst []float32) (pixels []float32, labels []int, err error)
+}
+
 // Protocol is how the runner moves between domains.
 type Protocol int
 
@@ -70,6 +80,10 @@ type RunnerConfig struct {
 	// (C×d), when set, gives the cosine to the predicted class.
 	Text *TextSubspace
 	Head mat.Matrix
+	// OnBatch, when set, is called after every batch with its record
+	// (diagnostics included, as for Log). An error stops the run and is
+	// returned by Run: a caller can cancel between batches this way.
+	OnBatch func(BatchRecord) error
 }
 
 // Runner evaluates a Method on a sequence of domains. The last partial
@@ -223,20 +237,10 @@ func (r *Runner) stream(name string, domains []Domain, refs []sampleRef, results
 	var pixels []float32
 	for b, start := 0, 0; start < len(refs); b, start = b+1, start+bs {
 		batch := refs[start:min(start+bs, len(refs))]
-		pixels = pixels[:0]
-		labels := make([]int, len(batch))
-		size := -1
-		for j, ref := range batch {
-			px, label, err := domains[ref.domain].Sample(ref.index)
-			if err != nil {
-				return fmt.Errorf("tta: runner: %s: sample %d: %w", domains[ref.domain].Name(), ref.index, err)
-			}
-			if size >= 0 && len(px) != size {
-				return fmt.Errorf("tta: runner: %s: sample %d has %d values, earlier samples %d", domains[ref.domain].Name(), ref.index, len(px), size)
-			}
-			size = len(px)
-			pixels = append(pixels, px...)
-			labels[j] = label
+		var labels []int
+		var err error
+		if pixels, labels, err = r.fetch(domains, batch, pixels[:0]); err != nil {
+			return err
 		}
 		t0 := time.Now()
 		res, err := r.Method.Step(pixels, len(batch))
@@ -254,10 +258,12 @@ func (r *Runner) stream(name string, domains []Domain, refs []sampleRef, results
 				rec.Correct++
 			}
 		}
-		if r.Config.Log != nil {
+		if r.Config.Log != nil || r.Config.OnBatch != nil {
 			if err := r.diagnose(&rec, res); err != nil {
 				return fmt.Errorf("tta: runner: %s: batch %d: %w", name, b, err)
 			}
+		}
+		if r.Config.Log != nil {
 			line, err := json.Marshal(rec)
 			if err != nil {
 				return fmt.Errorf("tta: runner: %w", err)
@@ -266,8 +272,52 @@ func (r *Runner) stream(name string, domains []Domain, refs []sampleRef, results
 				return fmt.Errorf("tta: runner: log: %w", err)
 			}
 		}
+		if r.Config.OnBatch != nil {
+			if err := r.Config.OnBatch(rec); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
+}
+
+// fetch reads the batch's samples into dst: with one call to Samples when
+// they all come from one BatchDomain, else one Sample at a time.
+func (r *Runner) fetch(domains []Domain, batch []sampleRef, dst []float32) ([]float32, []int, error) {
+	first := batch[0].domain
+	same := true
+	for _, ref := range batch {
+		same = same && ref.domain == first
+	}
+	if bd, ok := domains[first].(BatchDomain); ok && same {
+		idx := make([]int, len(batch))
+		for j, ref := range batch {
+			idx[j] = ref.index
+		}
+		px, labels, err := bd.Samples(idx, dst)
+		if err != nil {
+			return nil, nil, fmt.Errorf("tta: runner: %s: %w", bd.Name(), err)
+		}
+		if len(labels) != len(batch) || len(px)%len(batch) != 0 {
+			return nil, nil, fmt.Errorf("tta: runner: %s: Samples returned %d labels and %d values for %d images", bd.Name(), len(labels), len(px), len(batch))
+		}
+		return px, labels, nil
+	}
+	labels := make([]int, len(batch))
+	size := -1
+	for j, ref := range batch {
+		px, label, err := domains[ref.domain].Sample(ref.index)
+		if err != nil {
+			return nil, nil, fmt.Errorf("tta: runner: %s: sample %d: %w", domains[ref.domain].Name(), ref.index, err)
+		}
+		if size >= 0 && len(px) != size {
+			return nil, nil, fmt.Errorf("tta: runner: %s: sample %d has %d values, earlier samples %d", domains[ref.domain].Name(), ref.index, len(px), size)
+		}
+		size = len(px)
+		dst = append(dst, px...)
+		labels[j] = label
+	}
+	return dst, labels, nil
 }
 
 // diagnose adds the geometric diagnostics to rec.

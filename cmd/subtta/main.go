@@ -11,7 +11,9 @@
 //	classify   zero-shot classification of images against labels
 //	convert    rewrite a checkpoint as OpenAI-named safetensors (fp16/bf16, zstd)
 //	pull       download a Hugging Face checkpoint into the cache
+//	eval       test-time adaptation over a corrupted benchmark: the paper's table, CSV, JSON, plots
 //	bench      images/s of the ViT-B/32 vision tower, forward and forward+backward
+//	corrupt    write CIFAR-10/100-C or ImageNet-C from a clean dataset
 //
 // Run `subtta <command> -h` for a command's flags.
 package main
@@ -37,7 +39,9 @@ var commands = map[string]command{
 	"classify": {"zero-shot classification of images against labels", runClassify},
 	"convert":  {"rewrite a checkpoint as OpenAI-named safetensors (fp16/bf16, zstd)", runConvert},
 	"pull":     {"download a Hugging Face checkpoint into the cache", runPull},
+	"eval":     {"test-time adaptation over a corrupted benchmark: the paper's table, CSV, JSON, plots", runEval},
 	"bench":    {"images/s of the ViT-B/32 vision tower, forward and forward+backward", runBench},
+	"corrupt":  {"write CIFAR-10/100-C or ImageNet-C from a clean dataset", runCorrupt},
 }
 
 func main() {

@@ -1,0 +1,220 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/subtta/subtta/data"
+	"github.com/subtta/subtta/data/corrupt"
+)
+
+func runCorrupt(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("corrupt", "", stderr)
+	dataset := fs.String("dataset", "", "clean dataset: cifar10, cifar100 or imagenet")
+	dataPath := fs.String("data", "", "cifar10/100: the binary version (.tar.gz or its folder) or an image folder (<class>/<image>, folder or .tar.gz); imagenet: a validation tree <wnid>/<image> (folder, .tar or .tar.gz)")
+	out := fs.String("out", "", "output folder: CIFAR-C layout (<corruption>.npy, labels.npy) or ImageNet-C layout (<corruption>/<severity>/<wnid>/<image>.JPEG)")
+	corrs := fs.String("corruptions", "all", "comma-separated corruptions, or all (the benchmark's 15)")
+	sevs := fs.String("severities", "1,2,3,4,5", "comma-separated severities (imagenet; a CIFAR-C file holds all five)")
+	seed := fs.Uint64("seed", 1, "random seed: image i of a corruption at a severity is the same for the same seed")
+	frost := fs.String("frost", "", "folder with frost1.png … frost5.jpg (default: $SUBTTA_FROST, else downloaded into the cache)")
+	limit := fs.Int("limit", 0, "write only the first N clean images (0: all)")
+	labels := fs.String("labels", "", "cifar10/100 image folder: the labels folder (cifar10_classes.txt, cifar100_classes.txt) that places its class folders; default: the sorted folder names, which must then be all 10 or 100")
+	subset := fs.String("subset", "", "imagenet: list of <wnid>/<file> to keep, in order (e.g. robustbench's imagenet_test_image_ids.txt)")
+	workers := fs.Int("workers", 0, "images corrupted at once (0: GOMAXPROCS)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return usagef("unexpected argument %q", fs.Arg(0))
+	case *dataset != "cifar10" && *dataset != "cifar100" && *dataset != "imagenet":
+		return usagef("--dataset must be cifar10, cifar100 or imagenet, not %q", *dataset)
+	case *dataPath == "":
+		return usagef("--data is required (the clean %s)", *dataset)
+	case *out == "":
+		return usagef("--out is required (the folder to write)")
+	case *limit < 0:
+		return usagef("--limit %d: must be 0 (all) or positive", *limit)
+	case *workers < 0:
+		return usagef("--workers %d: must be 0 (GOMAXPROCS) or positive", *workers)
+	}
+	names, err := parseCorruptions(*corrs)
+	if err != nil {
+		return err
+	}
+	severities, err := parseSeverities(*sevs)
+	if err != nil {
+		return err
+	}
+	isCIFAR := *dataset != "imagenet"
+	if isCIFAR {
+		set := false
+		fs.Visit(func(f *flag.Flag) { set = set || f.Name == "severities" })
+		if set && len(severities) != data.Severities {
+			return usagef("--severities: a CIFAR-C file holds all five severities; leave the flag out")
+		}
+		if *subset != "" {
+			return usagef("--subset applies to imagenet only")
+		}
+	} else if *labels != "" {
+		return usagef("--labels applies to CIFAR image folders only")
+	}
+
+	if _, err := os.Stat(*dataPath); err != nil {
+		return fmt.Errorf("--data: %w", err)
+	}
+	var clean data.Dataset
+	if isCIFAR {
+		clean, err = openCleanCIFAR(*dataset, *dataPath, *labels)
+	} else {
+		clean, err = data.OpenImageNetFolder(*dataPath, data.ImageNetOptions{SubsetList: *subset})
+	}
+	if err != nil {
+		return err
+	}
+	defer clean.Close()
+
+	opts := data.WriteOptions{Seed: *seed, Limit: *limit, Workers: *workers}
+	if slices.Contains(names, "frost") {
+		if opts.FrostDir, err = frostDir(*frost, stderr); err != nil {
+			return err
+		}
+	}
+	n := clean.Len()
+	if *limit > 0 {
+		n = min(n, *limit)
+	}
+	if isCIFAR {
+		severities = []int{1, 2, 3, 4, 5}
+	}
+	planned := len(names) * len(severities) * n
+
+	// The writer calls Progress one call at a time, first with done = 0.
+	var bar *progressBar
+	toWrite, last := -1, 0
+	opts.Progress = func(done, total int) {
+		if toWrite < 0 {
+			toWrite = total
+			if total > 0 {
+				bar = newProgress(stderr, "corrupt "+clean.Name(), total)
+			}
+		}
+		if bar != nil && done > last {
+			bar.Add(done - last)
+			last = done
+		}
+	}
+	start := time.Now()
+	if isCIFAR {
+		err = data.WriteCIFARC(*out, clean, names, opts)
+	} else {
+		err = data.WriteImageNetC(*out, clean, names, severities, opts)
+	}
+	if bar != nil {
+		bar.Done()
+	}
+	if err != nil {
+		return err
+	}
+	el := time.Since(start)
+	shape := fmt.Sprintf("%d corruptions × %d severities × %d images", len(names), len(severities), n)
+	if toWrite <= 0 {
+		fmt.Fprintf(stdout, "nothing to write: the %d corrupted images of %s (%s) are already in %s\n", planned, clean.Name(), shape, *out)
+		return nil
+	}
+	skipped := ""
+	if planned > toWrite {
+		skipped = fmt.Sprintf("; %d were already there", planned-toWrite)
+	}
+	fmt.Fprintf(stdout, "wrote %d corrupted images of %s (%s%s) to %s in %s, %.1f img/s\n",
+		toWrite, clean.Name(), shape, skipped, *out, el.Round(time.Millisecond), float64(toWrite)/max(el.Seconds(), 1e-9))
+	return nil
+}
+
+// parseCorruptions reads a comma-separated list of corruption names, or
+// "all".
+func parseCorruptions(s string) ([]string, error) {
+	if strings.TrimSpace(s) == "all" {
+		return corrupt.Names(), nil
+	}
+	var names []string
+	for _, name := range strings.Split(s, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		if _, err := corrupt.Lookup(name); err != nil {
+			return nil, usagef("--corruptions: unknown corruption %q (the benchmark's are: all, %s)", name, strings.Join(corrupt.Names(), ", "))
+		}
+		if slices.Contains(names, name) {
+			return nil, usagef("--corruptions: %s is listed twice", name)
+		}
+		names = append(names, name)
+	}
+	if len(names) == 0 {
+		return nil, usagef("--corruptions is empty")
+	}
+	return names, nil
+}
+
+// parseSeverities reads a comma-separated list of distinct severities.
+func parseSeverities(s string) ([]int, error) {
+	var sevs []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		v, err := strconv.Atoi(f)
+		if err != nil || v < 1 || v > data.Severities {
+			return nil, usagef("--severities: %q is not a severity 1 to %d", f, data.Severities)
+		}
+		if slices.Contains(sevs, v) {
+			return nil, usagef("--severities: %d is listed twice", v)
+		}
+		sevs = append(sevs, v)
+	}
+	if len(sevs) == 0 {
+		return nil, usagef("--severities is empty")
+	}
+	return sevs, nil
+}
+
+// openCleanCIFAR opens the CIFAR-10 or CIFAR-100 test set at path: the
+// official binary version, or else an image folder. The folder's class
+// folders are placed among the classes of labelsDir's label set if given,
+// else taken in sorted order, which is the official label order when all
+// 10 or 100 are present.
+func openCleanCIFAR(set, path, labelsDir string) (data.Dataset, error) {
+	open, nclasses := data.OpenCIFAR10, 10
+	if set == "cifar100" {
+		open, nclasses = data.OpenCIFAR100, 100
+	}
+	bin, binErr := open(path, data.Test)
+	if binErr == nil {
+		return bin, nil
+	}
+	var opts data.FolderOptions
+	if labelsDir != "" {
+		l, err := data.ReadLabels(labelsDir, set)
+		if err != nil {
+			return nil, err
+		}
+		opts.Classes = l.Classes
+	}
+	f, err := data.OpenFolder(path, opts)
+	if err != nil {
+		return nil, fmt.Errorf("%s is neither the %s binary version (%v) nor an image folder (%v)", path, set, binErr, err)
+	}
+	if len(f.Classes()) != nclasses {
+		f.Close()
+		return nil, fmt.Errorf("%s has %d class folders, %s has %d: give --labels DIR (a folder with %s_classes.txt) to place them", path, len(f.Classes()), set, nclasses, set)
+	}
+	return f, nil
+}

@@ -1,0 +1,175 @@
+package eval
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/subtta/subtta/data/corrupt"
+	"github.com/subtta/subtta/tta"
+)
+
+// Config is everything that defines an evaluation run. Its JSON form is
+// the config file `subtta eval --config` reads and the "config" section of
+// results.json; zero values mean the defaults noted per field.
+type Config struct {
+	// Model is the checkpoint: .safetensors, .pt or a Hugging Face folder.
+	Model string `json:"model"`
+	// Vocab is the CLIP BPE vocabulary (see textenc.LoadBPETokenizer);
+	// the CLI finds or downloads one when empty.
+	Vocab string `json:"vocab,omitempty"`
+
+	// Dataset is the benchmark: "cifar10-c", "cifar100-c" or "imagenet-c".
+	// It picks the presets (tta.Lookup) and the corruption parameters.
+	Dataset string `json:"dataset"`
+	// Data is where the images are: the benchmark's own files (the folder of
+	// CIFAR-10-C's .npy files, or ImageNet-C's corruption folders), or a
+	// clean test set that is then corrupted on the fly (CIFAR binaries as
+	// .tar.gz or folder, an image-folder tree as folder, .tar or .tar.gz).
+	Data string `json:"data"`
+	// Labels is a folder of class-name and template files laid out as
+	// data.ReadLabels expects; empty means the dataset's own class names
+	// (CIFAR binaries, class folders) or, for CIFAR-10, the built-in ones.
+	Labels string `json:"labels,omitempty"`
+	// SubsetList restricts ImageNet(-C) to a list of "<wnid>/<file>" lines,
+	// such as robustbench's 5,000-image list.
+	SubsetList string `json:"subset_list,omitempty"`
+
+	// Methods are preset method names (tta.PresetMethods); default
+	// ["source", "subtta-m"].
+	Methods []string `json:"methods"`
+	// Corruptions default to all 15, in the benchmark's order.
+	Corruptions []string `json:"corruptions"`
+	// Severities default to [5].
+	Severities []int `json:"severities"`
+
+	// Limit > 0 keeps the first Limit images of every domain's stream
+	// (after shuffling).
+	Limit int `json:"limit,omitempty"`
+	// BatchSize > 0 overrides every preset's batch size.
+	BatchSize int `json:"batch_size,omitempty"`
+	// Protocol is "reset" (default: reset before every domain, the paper's),
+	// "continual" or "mixed".
+	Protocol string `json:"protocol"`
+	// NoShuffle streams each domain in index order instead of Python's
+	// random.shuffle with Seed (the official protocol, seed 1).
+	NoShuffle bool   `json:"no_shuffle,omitempty"`
+	Seed      uint64 `json:"seed"`
+	// CorruptSeed seeds on-the-fly corruptions (corrupt.NewSource).
+	CorruptSeed uint64 `json:"corrupt_seed"`
+	// FrostDir holds frost1.png … frost5.jpg, for frost on the fly.
+	FrostDir string `json:"frost_dir,omitempty"`
+
+	// Out is the results folder (default "subtta-results").
+	Out string `json:"out"`
+	// Plot writes PNG plots of accuracy and diagnostics into Out/plots.
+	Plot bool `json:"plot,omitempty"`
+	// Workers decode and preprocess images in parallel (default GOMAXPROCS).
+	Workers int `json:"workers,omitempty"`
+}
+
+// DefaultMethods are run when Config.Methods is empty.
+var DefaultMethods = []string{"source", "subtta-m"}
+
+// ReadConfig reads a JSON config file. Unknown keys are an error, so that a
+// misspelt option is not silently ignored.
+func ReadConfig(path string) (Config, error) {
+	var c Config
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("eval: config: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return c, fmt.Errorf("eval: config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// withDefaults returns c with the defaults filled in, or an error naming the
+// first bad field.
+func (c Config) withDefaults() (Config, error) {
+	if c.Model == "" {
+		return c, fmt.Errorf("eval: no model given")
+	}
+	if c.Data == "" {
+		return c, fmt.Errorf("eval: no data given")
+	}
+	if !slices.Contains(tta.PresetDatasets, c.Dataset) {
+		return c, fmt.Errorf("eval: unknown dataset %q (want one of %s)", c.Dataset, strings.Join(tta.PresetDatasets, ", "))
+	}
+	if len(c.Methods) == 0 {
+		c.Methods = slices.Clone(DefaultMethods)
+	}
+	seen := map[string]bool{}
+	for _, m := range c.Methods {
+		if seen[m] {
+			return c, fmt.Errorf("eval: method %q given twice", m)
+		}
+		seen[m] = true
+		if _, err := tta.Lookup(c.Dataset, m); err != nil {
+			return c, fmt.Errorf("eval: %w", err)
+		}
+	}
+	if len(c.Corruptions) == 0 {
+		c.Corruptions = corrupt.Names()
+	}
+	seen = map[string]bool{}
+	for _, n := range c.Corruptions {
+		if _, err := corrupt.Lookup(n); err != nil {
+			return c, fmt.Errorf("eval: %w", err)
+		}
+		if seen[n] {
+			return c, fmt.Errorf("eval: corruption %q given twice", n)
+		}
+		seen[n] = true
+	}
+	if len(c.Severities) == 0 {
+		c.Severities = []int{5}
+	}
+	for _, s := range c.Severities {
+		if s < 1 || s > 5 {
+			return c, fmt.Errorf("eval: severity %d is not in 1…5", s)
+		}
+	}
+	if c.Limit < 0 || c.BatchSize < 0 || c.Workers < 0 {
+		return c, fmt.Errorf("eval: limit, batch size and workers must not be negative")
+	}
+	if c.Protocol == "" {
+		c.Protocol = "reset"
+	}
+	if _, err := protocol(c.Protocol); err != nil {
+		return c, err
+	}
+	if c.Out == "" {
+		c.Out = "subtta-results"
+	}
+	return c, nil
+}
+
+func protocol(name string) (tta.Protocol, error) {
+	for _, p := range []tta.Protocol{tta.ResetEachDomain, tta.Continual, tta.Mixed} {
+		if p.String() == name {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("eval: unknown protocol %q (want reset, continual or mixed)", name)
+}
+
+// identity is the part of a config that the stored results depend on: a
+// results folder made with another identity cannot be resumed.
+type identity struct {
+	Model, Dataset, Data, Labels, SubsetList string
+	Limit, BatchSize                         int
+	Protocol                                 string
+	NoShuffle                                bool
+	Seed, CorruptSeed                        uint64
+}
+
+func (c Config) identity() identity {
+	return identity{c.Model, c.Dataset, c.Data, c.Labels, c.SubsetList, c.Limit, c.BatchSize, c.Protocol, c.NoShuffle, c.Seed, c.CorruptSeed}
+}

@@ -1,0 +1,34 @@
+// Package eval runs the paper's benchmark: a CLIP model adapted by one or
+// more test-time adaptation methods over a corrupted image stream (the 15
+// corruptions of CIFAR-10-C, CIFAR-100-C or ImageNet-C at some severities),
+// one stream per corruption, and the table of accuracies it produces.
+//
+// Run takes a Config (the JSON of `subtta eval --config`) and:
+//
+//  1. loads the checkpoint and builds each method's zero-shot head from its
+//     preset's prompt templates (tta.Lookup);
+//  2. opens one domain per corruption and severity, from the benchmark's
+//     files (CIFAR-C .npy, ImageNet-C folders) or, when Data is a clean test
+//     set, corrupting its images on the fly (package data/corrupt, seeded per
+//     image); every domain is streamed in the official order (Python's
+//     random.shuffle with seed 1) and cut to Limit images;
+//  3. streams every domain through every method with tta.Runner, resetting
+//     before each domain (or continually, or mixed);
+//  4. appends each finished domain to Out/results.jsonl at once, with its
+//     per-batch diagnostics, and every batch to Out/batches.jsonl;
+//  5. writes results.md (the paper's layout: methods as rows, corruptions
+//     grouped Noise/Blur/Weather/Digital, mean), results.csv, results.json
+//     (configuration, timings, means) and, with Plot, PNG plots.
+//
+// # Resuming
+//
+// A run that stops (killed, Ctrl-C, an error) keeps every finished domain.
+// Run again with the same Out and configuration and only what is missing is
+// computed; a folder holding results of another configuration (other model,
+// data, limit, batch size, seeds or protocol) is refused rather than mixed.
+// SubTTA's EMA covariance survives from one corruption to the next, as in the
+// official code, so its state after every finished domain is saved in
+// Out/state and restored on resume: a resumed run gives the same numbers as
+// an uninterrupted one. The continual and mixed protocols are one stream
+// through all domains and are redone whole if interrupted.
+package eval

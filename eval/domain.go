@@ -1,0 +1,79 @@
+package eval
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+
+	"github.com/subtta/subtta/data"
+	"github.com/subtta/subtta/tta"
+)
+
+// domain is one stream of the evaluation: a dataset (a corruption at a
+// severity), restricted and ordered by indices, preprocessed for the model.
+// It is a tta.BatchDomain: a batch is decoded, corrupted (on the fly) and
+// preprocessed by several goroutines at once.
+type domain struct {
+	name       string
+	corruption string
+	severity   int
+	ds         data.Dataset
+	indices    []int // stream position → dataset index
+	pre        *data.Preprocessor
+	workers    int
+}
+
+var _ tta.BatchDomain = (*domain)(nil)
+
+func (d *domain) Name() string { return d.name }
+func (d *domain) Len() int     { return len(d.indices) }
+
+func (d *domain) Sample(i int) ([]float32, int, error) {
+	img, label, err := d.ds.Item(d.indices[i])
+	if err != nil {
+		return nil, 0, err
+	}
+	px, err := d.pre.Transform(nil, img)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s: image %d: %w", d.name, d.indices[i], err)
+	}
+	return px, label, nil
+}
+
+func (d *domain) Samples(idx []int, dst []float32) ([]float32, []int, error) {
+	n := d.pre.OutputLen()
+	base := len(dst)
+	dst = append(dst, make([]float32, n*len(idx))...)
+	labels := make([]int, len(idx))
+	errs := make([]error, len(idx))
+	workers := d.workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range min(workers, len(idx)) {
+		wg.Go(func() {
+			for j := range next {
+				k := d.indices[idx[j]]
+				img, label, err := d.ds.Item(k)
+				if err == nil {
+					off := base + j*n
+					_, err = d.pre.Transform(dst[off:off+n], img)
+				}
+				labels[j], errs[j] = label, err
+			}
+		})
+	}
+	for j := range idx {
+		next <- j
+	}
+	close(next)
+	wg.Wait()
+	for j, err := range errs {
+		if err != nil {
+			return nil, nil, fmt.Errorf("image %d: %w", d.indices[idx[j]], err)
+		}
+	}
+	return dst, labels, nil
+}

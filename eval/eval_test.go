@@ -1,0 +1,312 @@
+package eval
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"image"
+	imagepng "image/png"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/subtta/subtta/data"
+	"github.com/subtta/subtta/internal/fixture"
+	"github.com/subtta/subtta/report"
+)
+
+// testConfig is a small run on the shared CIFAR-10 test JPEGs with clip-tiny:
+// a few images of a few corruptions, corrupted on the fly.
+func testConfig(t *testing.T, out string) Config {
+	t.Helper()
+	return Config{
+		Model:       fixture.Path(t, "fixtures/clip-tiny.openai.safetensors"),
+		Vocab:       fixture.Path(t, "assets/clip/bpe_simple_vocab_16e6.txt.gz"),
+		Dataset:     "cifar10-c",
+		Data:        fixture.Path(t, "assets/cifar10/test-jpg.tar.gz"),
+		Methods:     []string{"subtta-m", "source", "tent"},
+		Corruptions: []string{"gaussian_noise", "defocus_blur", "contrast", "pixelate"},
+		Severities:  []int{5},
+		Limit:       12,
+		BatchSize:   4,
+		Seed:        1,
+		CorruptSeed: 1,
+		Out:         out,
+	}
+}
+
+func TestRunWritesTablesAndPlots(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	cfg.Plot = true
+	var log strings.Builder
+	sum, err := Run(context.Background(), cfg, Options{Log: &log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := len(cfg.Methods) * len(cfg.Corruptions)
+	if sum.Computed != want || sum.Resumed != 0 || len(sum.Records) != want {
+		t.Fatalf("computed %d, resumed %d, records %d; want %d, 0, %d", sum.Computed, sum.Resumed, len(sum.Records), want, want)
+	}
+	for _, r := range sum.Records {
+		if r.Samples != cfg.Limit || r.Accuracy < 0 || r.Accuracy > 100 {
+			t.Errorf("%s %s: %d samples, accuracy %.2f", r.Method, r.Domain, r.Samples, r.Accuracy)
+		}
+		if r.Method == "subtta-m" && (len(r.PrincipalCosines) == 0 || len(r.SemanticConcentration) == 0 || r.Steps == 0) {
+			t.Errorf("%s %s: no diagnostics or steps recorded", r.Method, r.Domain)
+		}
+	}
+	for _, name := range []string{MarkdownFile, CSVFile, JSONFile, ResultsFile, BatchesFile, RunFile} {
+		st, err := os.Stat(filepath.Join(cfg.Out, name))
+		if err != nil || st.Size() == 0 {
+			t.Errorf("%s: missing or empty (%v)", name, err)
+		}
+	}
+	pngs, _ := filepath.Glob(filepath.Join(cfg.Out, PlotsDir, "*.png"))
+	if len(pngs) == 0 {
+		t.Error("no plots written")
+	}
+	md, _ := os.ReadFile(filepath.Join(cfg.Out, MarkdownFile))
+	for _, m := range cfg.Methods {
+		if !strings.Contains(string(md), m) {
+			t.Errorf("results.md does not name %s:\n%s", m, md)
+		}
+	}
+	t.Logf("\n%s", md)
+
+	// A second run finds everything done and computes nothing.
+	sum2, err := Run(context.Background(), cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum2.Computed != 0 || sum2.Resumed != want {
+		t.Errorf("rerun computed %d and resumed %d, want 0 and %d", sum2.Computed, sum2.Resumed, want)
+	}
+}
+
+// killChildEnv makes the test binary a run that blocks mid-way through the
+// third domain of its first method, waiting to be killed.
+const killChildEnv = "SUBTTA_EVAL_KILL_CHILD"
+
+func TestKillChild(t *testing.T) {
+	out := os.Getenv(killChildEnv)
+	if out == "" {
+		t.Skip("helper process of TestResumeAfterKill")
+	}
+	cfg := testConfig(t, out)
+	stored := 0
+	opt := Options{
+		AfterDomain: func(report.Record) { stored++ },
+		Progress: func(p Progress) {
+			if stored == 2 {
+				// Mid-way through the third domain: say so and wait.
+				os.WriteFile(filepath.Join(out, "ready"), nil, 0o644)
+				time.Sleep(time.Hour)
+			}
+		},
+	}
+	Run(context.Background(), cfg, opt)
+	t.Fatal("the run finished before it was killed")
+}
+
+// TestResumeAfterKill kills a run (SIGKILL) in the middle of a domain and
+// shows that running again finishes the work without redoing or losing the
+// finished domains, and that the resumed results equal those of a run that
+// was never interrupted (SubTTA's carried EMA covariance included).
+func TestResumeAfterKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a second process")
+	}
+	out := t.TempDir()
+	cfg := testConfig(t, out)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKillChild$")
+	cmd.Env = append(os.Environ(), killChildEnv+"="+out)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for !exists(filepath.Join(out, "ready")) {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatal("the child run never reached its third domain")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+
+	before, err := report.ReadRecordsFile(filepath.Join(out, ResultsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(before) != 2 {
+		t.Fatalf("killed run left %d records, want 2", len(before))
+	}
+	sum, err := Run(context.Background(), cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := len(cfg.Methods) * len(cfg.Corruptions)
+	if sum.Resumed != 2 || sum.Computed != total-2 {
+		t.Errorf("resumed run: %d resumed, %d computed; want 2 and %d", sum.Resumed, sum.Computed, total-2)
+	}
+	if len(sum.Records) != total {
+		t.Fatalf("%d records after resuming, want %d (each domain once)", len(sum.Records), total)
+	}
+	for i, r := range before {
+		if !sum.Records[i].Finished.Equal(r.Finished) || sum.Records[i].Domain != r.Domain {
+			t.Errorf("record %d (%s %s) was redone or lost", i, r.Method, r.Domain)
+		}
+	}
+
+	// The same run without interruption.
+	clean := cfg
+	clean.Out = t.TempDir()
+	ref, err := Run(context.Background(), clean, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := func(r report.Record) string { return r.Method + " " + r.Domain }
+	got := map[string]report.Record{}
+	for _, r := range sum.Records {
+		got[key(r)] = r
+	}
+	for _, r := range ref.Records {
+		g := got[key(r)]
+		if g.Correct != r.Correct || !slices.Equal(g.SemanticConcentration, r.SemanticConcentration) {
+			t.Errorf("%s: resumed run %d correct (concentration %v), uninterrupted %d (%v)",
+				key(r), g.Correct, g.SemanticConcentration, r.Correct, r.SemanticConcentration)
+		}
+	}
+}
+
+func TestCancelKeepsFinishedDomains(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	cfg.Methods = []string{"source"}
+	ctx, cancel := context.WithCancel(context.Background())
+	stored := 0
+	_, err := Run(ctx, cfg, Options{AfterDomain: func(report.Record) {
+		if stored++; stored == 1 {
+			cancel()
+		}
+	}})
+	if err == nil || !strings.Contains(err.Error(), "interrupted") {
+		t.Fatalf("err = %v, want an interruption", err)
+	}
+	recs, err := report.ReadRecordsFile(filepath.Join(cfg.Out, ResultsFile))
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("%d records kept (%v), want 1", len(recs), err)
+	}
+}
+
+func TestRunBadInput(t *testing.T) {
+	base := testConfig(t, t.TempDir())
+	tests := []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"missing data", func(c *Config) { c.Data = filepath.Join(t.TempDir(), "nope") }, "no such file"},
+		{"unknown corruption", func(c *Config) { c.Corruptions = []string{"gaussian_noise", "rain"} }, `"rain"`},
+		{"unknown method", func(c *Config) { c.Methods = []string{"magic"} }, `"magic"`},
+		{"unknown dataset", func(c *Config) { c.Dataset = "mnist-c" }, `"mnist-c"`},
+		{"bad severity", func(c *Config) { c.Severities = []int{6} }, "severity 6"},
+		{"bad protocol", func(c *Config) { c.Protocol = "sometimes" }, `"sometimes"`},
+		{"not a dataset", func(c *Config) { c.Data = c.Vocab }, "not an image folder"},
+		{"missing model", func(c *Config) { c.Model = filepath.Join(t.TempDir(), "m.safetensors") }, "m.safetensors"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := base
+			cfg.Out = t.TempDir()
+			tc.edit(&cfg)
+			_, err := Run(context.Background(), cfg, Options{})
+			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("err = %v, want one line containing %s", err, tc.want)
+			}
+			t.Log(err)
+		})
+	}
+}
+
+// TestRunUnreadableFiles: a broken image or a .npy of the wrong shape stops
+// the run with one line naming the file.
+func TestRunUnreadableFiles(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	cfg.Methods, cfg.Corruptions, cfg.Limit = []string{"source"}, []string{"contrast"}, 0
+
+	folder := t.TempDir()
+	for _, c := range []string{"cat", "dog"} {
+		os.Mkdir(filepath.Join(folder, c), 0o755)
+	}
+	var png bytes.Buffer
+	if err := imagepng.Encode(&png, image.NewRGBA(image.Rect(0, 0, 32, 32))); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(folder, "cat", "ok.png"), png.Bytes(), 0o644)
+	os.WriteFile(filepath.Join(folder, "dog", "broken.png"), png.Bytes()[:40], 0o644)
+
+	npyDir := t.TempDir()
+	writeNPY := func(name, dtype string, shape []int, n int) {
+		var b bytes.Buffer
+		if err := data.WriteNPY(&b, dtype, shape, make([]byte, n)); err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(npyDir, name), b.Bytes(), 0o644)
+	}
+	writeNPY("labels.npy", "<i8", []int{10}, 80)
+	writeNPY("contrast.npy", "|u1", []int{10, 32, 32}, 10*32*32) // no channel axis
+
+	for _, tc := range []struct{ name, data, want string }{
+		{"broken image", folder, "broken.png"},
+		{"wrong npy shape", npyDir, "contrast.npy"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := cfg
+			c.Data, c.Out = tc.data, t.TempDir()
+			_, err := Run(context.Background(), c, Options{})
+			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("err = %v, want one line naming %s", err, tc.want)
+			}
+			t.Log(err)
+		})
+	}
+}
+
+func TestResumeRefusesOtherConfiguration(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	cfg.Methods, cfg.Corruptions = []string{"source"}, []string{"contrast"}
+	if _, err := Run(context.Background(), cfg, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Limit = 8
+	_, err := Run(context.Background(), cfg, Options{})
+	if err == nil || !strings.Contains(err.Error(), "Limit was 12, now 8") {
+		t.Fatalf("err = %v, want a refusal naming the limit", err)
+	}
+}
+
+func TestStateFileRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.f64")
+	v := []float64{1, -2.5, 3e-300, 0}
+	if err := writeState(path, v); err != nil {
+		t.Fatal(err)
+	}
+	got, err := readState(path)
+	if err != nil || !slices.Equal(got, v) {
+		t.Fatalf("got %v, %v; want %v", got, err, v)
+	}
+	b, _ := os.ReadFile(path)
+	os.WriteFile(path, b[:len(b)-3], 0o644)
+	if _, err := readState(path); err == nil || !strings.Contains(err.Error(), "truncated") {
+		t.Errorf("truncated file: err = %v", err)
+	}
+	if _, err := readState(filepath.Join(t.TempDir(), "none")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing file: err = %v", err)
+	}
+}

@@ -1,0 +1,281 @@
+package eval
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/subtta/subtta/report"
+	"github.com/subtta/subtta/tta"
+)
+
+// methodRun evaluates one method on the domains it has left.
+type methodRun struct {
+	cfg      Config
+	preset   tta.Preset
+	method   tta.Method
+	text     *tta.TextSubspace
+	head     *mat.Dense
+	domains  []*domain
+	todo     []int // indices into domains not yet in the results
+	done     map[[2]string]bool
+	opt      Options
+	progress *Progress
+	ctx      context.Context
+	sum      *Summary
+	logf     func(string, ...any)
+
+	batches *os.File
+	stats   map[string]*domainStats // per domain, from the batch records
+}
+
+// domainStats gathers a domain's per-batch diagnostics into its record.
+type domainStats struct {
+	steps, skipped int
+	cosines        [][]float64
+	concentration  []float64
+	predCosine     []float64
+}
+
+func (r *methodRun) name() string { return r.preset.Method }
+
+func (r *methodRun) run() error {
+	f, err := os.OpenFile(filepath.Join(r.cfg.Out, BatchesFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("eval: %w", err)
+	}
+	defer f.Close()
+	r.batches = f
+	r.stats = map[string]*domainStats{}
+	proto, _ := protocol(r.cfg.Protocol)
+	if proto != tta.ResetEachDomain {
+		return r.runWhole(proto)
+	}
+	start := 0
+	if c, ok := r.method.(tta.Carrier); ok && c.Carried() != nil {
+		// SubTTA's EMA covariance flows from one domain to the next: resume
+		// only after a finished prefix whose state was saved, redoing what
+		// follows it.
+		start = r.resumePoint()
+		if start > 0 {
+			v, err := readState(r.statePath(start))
+			if err != nil {
+				return err
+			}
+			if err := c.SetCarried(v); err != nil {
+				return fmt.Errorf("eval: %s: %w", r.statePath(start), err)
+			}
+		}
+		r.todo = r.todo[:0]
+		for i := start; i < len(r.domains); i++ {
+			r.todo = append(r.todo, i)
+		}
+	}
+	r.sum.Resumed += len(r.domains) - len(r.todo)
+	if n := len(r.domains) - len(r.todo); n > 0 {
+		r.logf("%s: resuming: %d of %d domains already done", r.name(), n, len(r.domains))
+	}
+	for _, i := range r.todo {
+		d := r.domains[i]
+		t0 := time.Now()
+		run := tta.Runner{Method: r.method, Config: r.runnerConfig(tta.ResetEachDomain)}
+		rep, err := run.Run([]tta.Domain{d})
+		if err != nil {
+			return r.interrupted(err)
+		}
+		rec := r.record(d, rep.Domains[0], time.Since(t0))
+		if c, ok := r.method.(tta.Carrier); ok {
+			if v := c.Carried(); v != nil {
+				// The state goes to disk before the record, so that every
+				// finished prefix has the state that follows it.
+				if err := writeState(r.statePath(i+1), v); err != nil {
+					return err
+				}
+				os.Remove(r.statePath(i))
+			}
+		}
+		if err := r.store(rec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runWhole runs the continual or mixed protocol: one stream through every
+// domain, which cannot be resumed part-way, so every domain is redone and
+// the records are stored at the end.
+func (r *methodRun) runWhole(proto tta.Protocol) error {
+	ds := make([]tta.Domain, len(r.domains))
+	for i, d := range r.domains {
+		ds[i] = d
+	}
+	if len(r.todo) < len(r.domains) {
+		r.logf("%s: the %s protocol cannot resume part-way; redoing all %d domains", r.name(), proto, len(r.domains))
+	}
+	t0 := time.Now()
+	run := tta.Runner{Method: r.method, Config: r.runnerConfig(proto)}
+	rep, err := run.Run(ds)
+	if err != nil {
+		return r.interrupted(err)
+	}
+	el := time.Since(t0)
+	total := 0
+	for _, d := range r.domains {
+		total += d.Len()
+	}
+	for i, d := range r.domains {
+		// Time is shared out by images: the stream interleaves domains.
+		share := time.Duration(float64(el) * float64(d.Len()) / float64(max(total, 1)))
+		if err := r.store(r.record(d, rep.Domains[i], share)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *methodRun) runnerConfig(proto tta.Protocol) tta.RunnerConfig {
+	return tta.RunnerConfig{
+		Protocol:  proto,
+		BatchSize: r.preset.BatchSize,
+		Shuffle:   proto == tta.Mixed && !r.cfg.NoShuffle, // domains are already in stream order
+		Seed:      r.cfg.Seed,
+		Text:      r.text,
+		Head:      r.head,
+		OnBatch:   r.onBatch,
+	}
+}
+
+func (r *methodRun) onBatch(b tta.BatchRecord) error {
+	st := r.stats[b.Stream]
+	if st == nil {
+		st = &domainStats{}
+		r.stats[b.Stream] = st
+	}
+	st.steps += b.Steps
+	st.skipped += b.Skipped
+	if len(b.PrincipalCosines) > 0 {
+		st.cosines = append(st.cosines, b.PrincipalCosines)
+	}
+	if b.SemanticConcentration != nil {
+		st.concentration = append(st.concentration, *b.SemanticConcentration)
+	}
+	if b.PredictedClassCosine != nil {
+		st.predCosine = append(st.predCosine, *b.PredictedClassCosine)
+	}
+	line, err := json.Marshal(batchLine{Method: r.name(), BatchRecord: b})
+	if err != nil {
+		return fmt.Errorf("eval: %w", err)
+	}
+	if _, err := r.batches.Write(append(line, '\n')); err != nil {
+		return fmt.Errorf("eval: %s: %w", BatchesFile, err)
+	}
+	r.progress.Method, r.progress.Domain = r.name(), b.Stream
+	r.progress.Done += b.Size
+	if r.opt.Progress != nil {
+		r.opt.Progress(*r.progress)
+	}
+	return r.ctx.Err()
+}
+
+func (r *methodRun) record(d *domain, res tta.DomainResult, el time.Duration) report.Record {
+	rec := report.Record{
+		Method: r.name(), Domain: d.name, Corruption: d.corruption, Severity: d.severity,
+		Samples: res.Samples, Correct: res.Correct, Accuracy: res.Accuracy,
+		Seconds: el.Seconds(), Finished: time.Now().UTC(),
+	}
+	if el > 0 {
+		rec.ImagesPerSecond = float64(res.Samples) / el.Seconds()
+	}
+	if st := r.stats[d.name]; st != nil {
+		rec.Steps, rec.Skipped = st.steps, st.skipped
+		rec.PrincipalCosines, rec.SemanticConcentration, rec.PredictedClassCosine = st.cosines, st.concentration, st.predCosine
+	}
+	return rec
+}
+
+func (r *methodRun) store(rec report.Record) error {
+	if err := report.AppendRecord(filepath.Join(r.cfg.Out, ResultsFile), rec); err != nil {
+		return fmt.Errorf("eval: %w", err)
+	}
+	r.done[[2]string{rec.Method, rec.Domain}] = true
+	r.sum.Computed++
+	r.logf("%-10s %-22s %6.2f%%  (%d images, %.1f img/s)", rec.Method, rec.Domain, rec.Accuracy, rec.Samples, rec.ImagesPerSecond)
+	if r.opt.AfterDomain != nil {
+		r.opt.AfterDomain(rec)
+	}
+	return nil
+}
+
+// interrupted wraps an error that stopped a method mid-way.
+func (r *methodRun) interrupted(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("eval: interrupted during %s; finished domains are kept in %s, run again to resume", r.name(), filepath.Join(r.cfg.Out, ResultsFile))
+	}
+	return fmt.Errorf("eval: %s: %w", r.name(), err)
+}
+
+// resumePoint is the length of the longest finished prefix of the domains
+// whose carried state is on disk (0 needs none).
+func (r *methodRun) resumePoint() int {
+	k := 0
+	for k < len(r.domains) && r.done[[2]string{r.name(), r.domains[k].name}] {
+		k++
+	}
+	for ; k > 0; k-- {
+		if exists(r.statePath(k)) {
+			break
+		}
+	}
+	return k
+}
+
+// statePath is the file of the carried state after k finished domains.
+func (r *methodRun) statePath(k int) string {
+	return filepath.Join(r.cfg.Out, stateDir, r.name()+"."+strconv.Itoa(k)+".f64")
+}
+
+const stateMagic = "subtta-carried-v1"
+
+// writeState stores a carried state: a magic line, the value count, and the
+// values as little-endian float64.
+func writeState(path string, v []float64) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("eval: %w", err)
+	}
+	b := make([]byte, 0, len(stateMagic)+8+8*len(v))
+	b = append(b, stateMagic...)
+	b = binary.LittleEndian.AppendUint64(b, uint64(len(v)))
+	for _, x := range v {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(x))
+	}
+	return writeFileAtomic(path, b)
+}
+
+func readState(path string) ([]float64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("eval: %w", err)
+	}
+	h := len(stateMagic) + 8
+	if len(b) < h || string(b[:len(stateMagic)]) != stateMagic {
+		return nil, fmt.Errorf("eval: %s: not a carried-state file", path)
+	}
+	n := binary.LittleEndian.Uint64(b[len(stateMagic):])
+	if uint64(len(b)-h) != 8*n {
+		return nil, fmt.Errorf("eval: %s: truncated (%d values announced)", path, n)
+	}
+	v := make([]float64, n)
+	for i := range v {
+		v[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[h+8*i:]))
+	}
+	return v, nil
+}

@@ -1,0 +1,349 @@
+package eval
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/subtta/subtta/clip"
+	"github.com/subtta/subtta/data"
+	"github.com/subtta/subtta/report"
+	"github.com/subtta/subtta/textenc"
+	"github.com/subtta/subtta/tta"
+)
+
+// Files of a results folder.
+const (
+	ResultsFile  = "results.jsonl" // one report.Record per finished domain, appended
+	BatchesFile  = "batches.jsonl" // one line per batch: the runner's record and the method
+	RunFile      = "run.json"      // the configuration the stored results belong to
+	MarkdownFile = "results.md"
+	CSVFile      = "results.csv"
+	JSONFile     = "results.json"
+	PlotsDir     = "plots"
+	stateDir     = "state"
+)
+
+// Options are the hooks of a run; all are optional.
+type Options struct {
+	// Tokenizer encodes the class prompts; nil means loading Config.Vocab.
+	Tokenizer textenc.Tokenizer
+	// Progress is called after every batch.
+	Progress func(Progress)
+	// AfterDomain is called once a domain's record is stored.
+	AfterDomain func(report.Record)
+	// Frost finds the frost overlays (frost1.png … frost5.jpg) when frost
+	// is corrupted on the fly and Config.FrostDir is empty, for example by
+	// downloading them.
+	Frost func() (dir string, err error)
+	// Log receives a line for each notable event (what is resumed, files
+	// written); nil discards them.
+	Log io.Writer
+}
+
+// Progress describes how far a run is.
+type Progress struct {
+	Method, Domain string
+	// Done and Total count images over the whole run (those still to be
+	// computed when it started).
+	Done, Total int
+}
+
+// Summary is what a run did.
+type Summary struct {
+	Config  Config
+	Records []report.Record // every stored record, this run's and earlier ones
+	// Computed counts domains evaluated by this run, Resumed those found
+	// finished in the results folder and not redone.
+	Computed, Resumed int
+	Files             []string // the tables and plots written
+	Started, Finished time.Time
+}
+
+// batchLine is one line of batches.jsonl.
+type batchLine struct {
+	Method string `json:"method"`
+	tta.BatchRecord
+}
+
+// runFile is the content of run.json.
+type runFile struct {
+	Identity identity `json:"identity"`
+	Config   Config   `json:"config"`
+}
+
+type plannedDomain struct {
+	name       string
+	corruption string
+	severity   int
+}
+
+// Run evaluates every method of cfg on every domain, appending each finished
+// domain to Out/results.jsonl, and then writes the tables (Markdown, CSV,
+// JSON) and, with cfg.Plot, the plots. Domains already in results.jsonl are
+// not redone: a run that was interrupted (killed, or ctx cancelled) resumes
+// where it stopped when called again with the same configuration.
+func Run(ctx context.Context, cfg Config, opt Options) (*Summary, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	sum := &Summary{Config: cfg, Started: time.Now()}
+	logf := func(format string, a ...any) {
+		if opt.Log != nil {
+			fmt.Fprintf(opt.Log, format+"\n", a...)
+		}
+	}
+	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
+		return nil, fmt.Errorf("eval: %w", err)
+	}
+	resultsPath := filepath.Join(cfg.Out, ResultsFile)
+	prior, err := report.ReadRecordsFile(resultsPath)
+	if err != nil {
+		return nil, fmt.Errorf("eval: %w", err)
+	}
+	if err := checkRunFile(cfg, len(prior) > 0); err != nil {
+		return nil, err
+	}
+
+	// The model, the data and the plan.
+	model, err := clip.Load(cfg.Model, clip.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("eval: %w", err)
+	}
+	tok := opt.Tokenizer
+	if tok == nil {
+		if cfg.Vocab == "" {
+			return nil, errors.New("eval: no tokenizer: set Config.Vocab or Options.Tokenizer")
+		}
+		if tok, err = textenc.LoadBPETokenizer(cfg.Vocab); err != nil {
+			return nil, fmt.Errorf("eval: %w", err)
+		}
+	}
+	src, err := openSource(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close()
+	src.frost = opt.Frost
+	logf("data: %s", src.describe())
+	var plan []plannedDomain
+	for _, sev := range cfg.Severities {
+		for _, c := range cfg.Corruptions {
+			plan = append(plan, plannedDomain{c + "/" + strconv.Itoa(sev), c, sev})
+		}
+	}
+	pre := data.NewCLIPPreprocessor(model.Config.Vision.ImageSize)
+	domains := make([]*domain, len(plan))
+	for i, p := range plan {
+		ds, err := src.open(p.corruption, p.severity)
+		if err != nil {
+			return nil, err
+		}
+		defer ds.Close()
+		if len(ds.Classes()) != len(src.classes) {
+			return nil, fmt.Errorf("eval: %s: %d classes, expected %d", p.name, len(ds.Classes()), len(src.classes))
+		}
+		domains[i] = &domain{name: p.name, corruption: p.corruption, severity: p.severity, ds: ds,
+			indices: streamOrder(ds.Len(), cfg), pre: pre, workers: cfg.Workers}
+	}
+
+	done := map[[2]string]bool{}
+	for _, r := range prior {
+		done[[2]string{r.Method, r.Domain}] = true
+	}
+	// What is left to compute, for the progress total.
+	todo := make(map[string][]int, len(cfg.Methods)) // method → indices into domains
+	total := 0
+	for _, name := range cfg.Methods {
+		for i, d := range domains {
+			if !done[[2]string{name, d.name}] {
+				todo[name] = append(todo[name], i)
+				total += d.Len()
+			}
+		}
+	}
+	progress := Progress{Total: total}
+
+	heads := map[string]*mat.Dense{}
+	for _, name := range cfg.Methods {
+		if len(todo[name]) == 0 {
+			sum.Resumed += len(domains)
+			logf("%s: all %d domains already in %s", name, len(domains), resultsPath)
+			continue
+		}
+		p, err := tta.Lookup(cfg.Dataset, name)
+		if err != nil {
+			return nil, fmt.Errorf("eval: %w", err)
+		}
+		if cfg.BatchSize > 0 {
+			p.BatchSize = cfg.BatchSize
+		}
+		key := strings.Join(p.Templates, "\x00")
+		head, ok := heads[key]
+		if !ok {
+			z, err := model.ZeroShotHead(tok, headClasses(p, src.classes), p.Templates)
+			if err != nil {
+				return nil, fmt.Errorf("eval: %s: head: %w", name, err)
+			}
+			head = tta.HeadMatrix(z)
+			heads[key] = head
+		}
+		method, err := p.New(model, head)
+		if err != nil {
+			return nil, fmt.Errorf("eval: %s: %w", name, err)
+		}
+		text, err := diagnosticSubspace(method, head, cfg.Dataset)
+		if err != nil {
+			// Only the geometric diagnostics need it (few classes, say).
+			logf("%s: no subspace diagnostics: %v", name, err)
+			text = nil
+		}
+		mr := &methodRun{cfg: cfg, preset: p, method: method, text: text, head: head, domains: domains,
+			todo: todo[name], done: done, opt: opt, progress: &progress, ctx: ctx, sum: sum, logf: logf}
+		err = mr.run()
+		// Leave the model as it was loaded for the next method.
+		if rerr := method.Reset(); err == nil && rerr != nil {
+			err = fmt.Errorf("eval: %s: reset: %w", name, rerr)
+		}
+		if err != nil {
+			return sum, err
+		}
+	}
+
+	recs, err := report.ReadRecordsFile(resultsPath)
+	if err != nil {
+		return sum, fmt.Errorf("eval: %w", err)
+	}
+	sum.Records = recs
+	sum.Finished = time.Now()
+	files, err := writeTables(cfg, recs, sum)
+	sum.Files = files
+	if err != nil {
+		return sum, err
+	}
+	for _, f := range files {
+		logf("wrote %s", f)
+	}
+	return sum, nil
+}
+
+// streamOrder is the order in which a domain of n images is streamed: Python's
+// random.shuffle with the seed (the official protocol), cut to the limit.
+func streamOrder(n int, cfg Config) []int {
+	var order []int
+	if cfg.NoShuffle {
+		order = make([]int, n)
+		for i := range order {
+			order[i] = i
+		}
+	} else {
+		order = tta.PythonShuffle(n, cfg.Seed)
+	}
+	if cfg.Limit > 0 && cfg.Limit < n {
+		order = order[:cfg.Limit]
+	}
+	return order
+}
+
+// headClasses are the class names as the preset's templates expect them:
+// the official MINT code replaces underscores by spaces, the others keep the
+// raw names (spec §1.1, §2.2).
+func headClasses(p tta.Preset, classes []string) []string {
+	if p.Method != "mint-official" {
+		return classes
+	}
+	out := make([]string, len(classes))
+	for i, c := range classes {
+		out[i] = strings.ReplaceAll(c, "_", " ")
+	}
+	return out
+}
+
+// diagnosticSubspace is the text subspace the diagnostics are measured
+// against: SubTTA's own, or for other methods the one SubTTA-M's preset
+// would build from the same head.
+func diagnosticSubspace(m tta.Method, head *mat.Dense, dataset string) (*tta.TextSubspace, error) {
+	if s, ok := m.(*tta.SubTTA); ok {
+		return s.Text, nil
+	}
+	p, err := tta.Lookup(dataset, "subtta-m")
+	if err != nil {
+		return nil, err
+	}
+	return tta.NewTextSubspace(head, p.SubTTA.Subspace)
+}
+
+// checkRunFile refuses to resume into a folder made with another
+// configuration, and records this run's configuration.
+func checkRunFile(cfg Config, haveResults bool) error {
+	path := filepath.Join(cfg.Out, RunFile)
+	if b, err := os.ReadFile(path); err == nil && haveResults {
+		var old runFile
+		if err := json.Unmarshal(b, &old); err != nil {
+			return fmt.Errorf("eval: %s: %w", path, err)
+		}
+		if old.Identity != cfg.identity() {
+			return fmt.Errorf("eval: %s holds results of another configuration (%s); use another --out or remove the folder",
+				cfg.Out, identityDiff(old.Identity, cfg.identity()))
+		}
+	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("eval: %w", err)
+	}
+	b, err := json.MarshalIndent(runFile{Identity: cfg.identity(), Config: cfg}, "", "  ")
+	if err != nil {
+		return fmt.Errorf("eval: %w", err)
+	}
+	return writeFileAtomic(path, append(b, '\n'))
+}
+
+func identityDiff(a, b identity) string {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	var ma, mb map[string]any
+	json.Unmarshal(ja, &ma)
+	json.Unmarshal(jb, &mb)
+	var diffs []string
+	for k, v := range ma {
+		if fmt.Sprint(v) != fmt.Sprint(mb[k]) {
+			diffs = append(diffs, fmt.Sprintf("%s was %v, now %v", k, v, mb[k]))
+		}
+	}
+	slices.Sort(diffs)
+	return strings.Join(diffs, "; ")
+}
+
+// writeFileAtomic writes path through a temporary file and a rename, so that
+// path is never seen half written.
+func writeFileAtomic(path string, b []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return fmt.Errorf("eval: %w", err)
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return fmt.Errorf("eval: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("eval: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("eval: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("eval: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,155 @@
+package eval
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/subtta/subtta/data"
+	"github.com/subtta/subtta/data/corrupt"
+)
+
+// cifar10Classes are CIFAR-10's class names in label order (batches.meta.txt),
+// used for CIFAR-10-C, whose files carry no names.
+var cifar10Classes = []string{"airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"}
+
+// source opens the domains of a run: from the benchmark's own files
+// (CIFAR-10/100-C .npy, ImageNet-C folders) or by corrupting a clean test
+// set on the fly.
+type source struct {
+	kind    string // "cifar-c", "imagenet-c" or "clean"
+	classes []string
+	clean   data.Dataset // kind "clean"
+	preset  corrupt.Preset
+	cfg     Config
+	frost   func() (string, error) // finds the frost overlays when needed
+}
+
+func (s *source) Close() error {
+	if s.clean != nil {
+		return s.clean.Close()
+	}
+	return nil
+}
+
+func isDir(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// openSource inspects cfg.Data and decides where the images come from.
+func openSource(cfg Config) (*source, error) {
+	if !exists(cfg.Data) {
+		return nil, fmt.Errorf("eval: data %s: no such file or folder", cfg.Data)
+	}
+	s := &source{cfg: cfg, preset: corrupt.CIFAR}
+	var labels *data.Labels
+	if cfg.Labels != "" {
+		set := map[string]string{"cifar10-c": "cifar10", "cifar100-c": "cifar100", "imagenet-c": "imagenet"}[cfg.Dataset]
+		l, err := data.ReadLabels(cfg.Labels, set)
+		if err != nil {
+			return nil, fmt.Errorf("eval: labels: %w", err)
+		}
+		labels = l
+	}
+	if cfg.Dataset == "imagenet-c" {
+		s.preset = corrupt.ImageNet
+		if labels == nil {
+			return nil, fmt.Errorf("eval: ImageNet needs class names: give --labels, a folder with imagenet_classes_openai.txt")
+		}
+		s.classes = labels.Classes
+		if isDir(filepath.Join(cfg.Data, cfg.Corruptions[0])) {
+			s.kind = "imagenet-c"
+			return s, nil
+		}
+		ds, err := data.OpenImageNetFolder(cfg.Data, data.ImageNetOptions{Classes: labels.Classes, SubsetList: cfg.SubsetList})
+		if err != nil {
+			return nil, fmt.Errorf("eval: %s is neither ImageNet-C (no %s folder) nor a clean ImageNet folder: %w", cfg.Data, cfg.Corruptions[0], err)
+		}
+		s.kind, s.clean = "clean", ds
+		return s, nil
+	}
+
+	// CIFAR-10-C / CIFAR-100-C.
+	if isDir(cfg.Data) && exists(filepath.Join(cfg.Data, "labels.npy")) {
+		s.kind = "cifar-c"
+		switch {
+		case labels != nil:
+			s.classes = labels.Classes
+		case cfg.Dataset == "cifar10-c":
+			s.classes = cifar10Classes
+		default:
+			return nil, fmt.Errorf("eval: CIFAR-100-C files carry no class names: give --labels, a folder with cifar100_classes.txt")
+		}
+		return s, nil
+	}
+	open := data.OpenCIFAR10
+	if cfg.Dataset == "cifar100-c" {
+		open = data.OpenCIFAR100
+	}
+	ds, errBin := open(cfg.Data, data.Test)
+	if errBin == nil {
+		if labels != nil {
+			if len(labels.Classes) != len(ds.Classes()) {
+				ds.Close()
+				return nil, fmt.Errorf("eval: labels: %d classes, the CIFAR files have %d", len(labels.Classes), len(ds.Classes()))
+			}
+			s.classes = labels.Classes
+		} else {
+			s.classes = ds.Classes()
+		}
+		s.kind, s.clean = "clean", ds
+		return s, nil
+	}
+	var opts data.FolderOptions
+	if labels != nil {
+		opts.Classes = labels.Classes
+	}
+	fd, errFolder := data.OpenFolder(cfg.Data, opts)
+	if errFolder != nil {
+		return nil, fmt.Errorf("eval: %s: not %s files (no labels.npy), not CIFAR binaries (%v), not an image folder (%w)",
+			cfg.Data, map[string]string{"cifar10-c": "CIFAR-10-C", "cifar100-c": "CIFAR-100-C"}[cfg.Dataset], errBin, errFolder)
+	}
+	s.kind, s.clean, s.classes = "clean", fd, fd.Classes()
+	return s, nil
+}
+
+// open returns the dataset of one corruption at one severity.
+func (s *source) open(name string, severity int) (data.Dataset, error) {
+	switch s.kind {
+	case "cifar-c":
+		return data.OpenCIFARC(s.cfg.Data, name, severity, s.classes)
+	case "imagenet-c":
+		return data.OpenImageNetC(s.cfg.Data, name, severity, data.ImageNetOptions{Classes: s.classes, SubsetList: s.cfg.SubsetList})
+	case "clean":
+		if name == "frost" && s.cfg.FrostDir == "" {
+			if s.frost == nil {
+				return nil, errors.New("eval: frost needs the frost overlays: give --frost DIR (frost1.png … frost5.jpg)")
+			}
+			dir, err := s.frost()
+			if err != nil {
+				return nil, fmt.Errorf("eval: frost overlays: %w", err)
+			}
+			s.cfg.FrostDir = dir
+		}
+		return corruptOnTheFly(s.clean, name, severity, corrupt.Config{Preset: s.preset, FrostDir: s.cfg.FrostDir}, s.cfg.CorruptSeed)
+	}
+	return nil, fmt.Errorf("eval: unknown source %q", s.kind)
+}
+
+// describe says in a few words where the images come from.
+func (s *source) describe() string {
+	switch s.kind {
+	case "cifar-c":
+		return "CIFAR-C files in " + s.cfg.Data
+	case "imagenet-c":
+		return "ImageNet-C folders in " + s.cfg.Data
+	}
+	return fmt.Sprintf("%s (%d images), corrupted on the fly with the %s parameters", s.clean.Name(), s.clean.Len(), s.preset)
+}

@@ -1,0 +1,33 @@
+package report
+
+import "time"
+
+// Record is one finished evaluation of a method on a domain (a corruption
+// at a severity): one line of an eval run's results.jsonl, appended as soon
+// as the domain is done so that an interrupted run loses nothing finished.
+type Record struct {
+	Method     string  `json:"method"`
+	Domain     string  `json:"domain"`     // "gaussian_noise/5", or a dataset name
+	Corruption string  `json:"corruption"` // "gaussian_noise"; "" when the domain is not a corruption
+	Severity   int     `json:"severity"`   // 1–5; 0 when the domain is not a corruption
+	Samples    int     `json:"samples"`
+	Correct    int     `json:"correct"`
+	Accuracy   float64 `json:"accuracy"` // percent, 100·Correct/Samples
+
+	Seconds         float64 `json:"seconds"`           // wall time of the domain
+	ImagesPerSecond float64 `json:"images_per_second"` // Samples/Seconds
+	Steps           int     `json:"steps"`             // optimizer steps taken
+	Skipped         int     `json:"skipped"`           // steps skipped for non-finite gradients
+
+	// Per-batch diagnostics, for the plots (empty for methods and models
+	// that do not produce them):
+	// PrincipalCosines holds, per batch, the cosines of the principal
+	// angles between the visual and the textual subspaces (descending);
+	// SemanticConcentration and PredictedClassCosine the batch means of
+	// ‖f·P_T‖²/‖f‖² and of cos(f, t_pred).
+	PrincipalCosines      [][]float64 `json:"principal_cosines,omitempty"`
+	SemanticConcentration []float64   `json:"semantic_concentration,omitempty"`
+	PredictedClassCosine  []float64   `json:"predicted_class_cosine,omitempty"`
+
+	Finished time.Time `json:"finished"`
+}
