@@ -190,7 +190,7 @@ func (p *Preprocessor) out(dst []float32) []float32 {
 func (p *Preprocessor) resizeCrop(crop []uint8, src plane, w, h int) {
 	rw, rh := p.ResizedSize(w, h)
 	left, top := CenterCropOffset(rw, rh, p.size, p.size)
-	resizeWindow(crop, src, w, h, rw, rh, left, top, p.size, p.size)
+	resizeWindow(bicubicFilter, crop, src, w, h, rw, rh, left, top, p.size, p.size)
 }
 
 // normalize writes the CHW normalised values of the interleaved Size×Size
@@ -262,7 +262,7 @@ func Resize(img *RGB, w, h int) (*RGB, error) {
 		return nil, fmt.Errorf("data: resize: target size %dx%d", w, h)
 	}
 	out := NewRGB(w, h)
-	resizeWindow(out.Pix, plane{pix: img.Pix, stride: 3 * img.W, nch: 3}, img.W, img.H, w, h, 0, 0, w, h)
+	resizeWindow(bicubicFilter, out.Pix, plane{pix: img.Pix, stride: 3 * img.W, nch: 3}, img.W, img.H, w, h, 0, 0, w, h)
 	return out, nil
 }
 

@@ -51,17 +51,41 @@ type axisCoeffs struct {
 	k            []int32
 }
 
+// resampleFilter is one of Pillow's resampling filters: its kernel and
+// support (before scaling by the reduction factor).
+type resampleFilter struct {
+	id      int // cache key
+	kernel  func(float64) float64
+	support float64
+}
+
+var (
+	bicubicFilter  = &resampleFilter{0, bicubic, 2}
+	bilinearFilter = &resampleFilter{1, triangle, 1}
+)
+
+// triangle is Pillow's bilinear_filter.
+func triangle(x float64) float64 {
+	if x < 0 {
+		x = -x
+	}
+	if x < 1 {
+		return 1 - x
+	}
+	return 0
+}
+
 // newAxisCoeffs is Pillow's precompute_coeffs followed by
-// normalize_coeffs_8bpc, for the box (0, in), restricted to the outputs
-// [from, from+n).
-func newAxisCoeffs(in, out, from, n int) *axisCoeffs {
+// normalize_coeffs_8bpc with filter f, for the box (0, in), restricted to
+// the outputs [from, from+n).
+func newAxisCoeffs(f *resampleFilter, in, out, from, n int) *axisCoeffs {
 	// Pillow computes the box width in float32, exact for any real size.
 	scale := float64(float32(in)) / float64(out)
 	filterscale := scale
 	if filterscale < 1 {
 		filterscale = 1
 	}
-	support := 2 * filterscale // bicubic support × filterscale
+	support := f.support * filterscale
 	ksize := int(math.Ceil(support))*2 + 1
 	c := &axisCoeffs{
 		from:  from,
@@ -86,7 +110,9 @@ func newAxisCoeffs(in, out, from, n int) *axisCoeffs {
 		cnt := xmax - xmin
 		ww := 0.0
 		for x := 0; x < cnt; x++ {
-			w[x] = bicubic(float64(float64(x+xmin)-center+0.5) * ss)
+			// The kernel is called through a function value, so no
+			// multiply-add can fuse across it (Pillow's C does not fuse).
+			w[x] = f.kernel(float64(float64(x+xmin)-center+0.5) * ss)
 			ww += w[x]
 		}
 		k := c.k[i*ksize : i*ksize+cnt]
@@ -106,29 +132,29 @@ func newAxisCoeffs(in, out, from, n int) *axisCoeffs {
 	return c
 }
 
-// coeffCache keeps the weights per (in, out, from, n): a dataset of
-// equally sized images computes them once.
+// coeffCache keeps the weights per (filter, in, out, from, n): a dataset
+// of equally sized images computes them once.
 var coeffCache struct {
 	sync.Mutex
-	m map[[4]int]*axisCoeffs
+	m map[[5]int]*axisCoeffs
 }
 
 // maxCachedCoeffs bounds the cache; datasets of arbitrary sizes (ImageNet)
 // would otherwise grow it without limit.
 const maxCachedCoeffs = 1024
 
-func cachedAxisCoeffs(in, out, from, n int) *axisCoeffs {
-	key := [4]int{in, out, from, n}
+func cachedAxisCoeffs(f *resampleFilter, in, out, from, n int) *axisCoeffs {
+	key := [5]int{f.id, in, out, from, n}
 	coeffCache.Lock()
 	c := coeffCache.m[key]
 	coeffCache.Unlock()
 	if c != nil {
 		return c
 	}
-	c = newAxisCoeffs(in, out, from, n)
+	c = newAxisCoeffs(f, in, out, from, n)
 	coeffCache.Lock()
 	if coeffCache.m == nil || len(coeffCache.m) >= maxCachedCoeffs {
-		coeffCache.m = make(map[[4]int]*axisCoeffs)
+		coeffCache.m = make(map[[5]int]*axisCoeffs)
 	}
 	coeffCache.m[key] = c
 	coeffCache.Unlock()
@@ -252,18 +278,18 @@ func getInt32s(n int) *[]int32 {
 	return b
 }
 
-// resizeWindow resizes src (w×h) to outW×outH like Pillow and writes the
-// window of cols×rows pixels at (x0, y0) of the result to dst. Only the
+// resizeWindow resizes src (w×h) to outW×outH like Pillow with filter f
+// and writes the window of cols×rows pixels at (x0, y0) of the result to dst. Only the
 // input rows and output columns the window needs are computed; each output
 // pixel is the same as in the full resize.
-func resizeWindow(dst []uint8, src plane, w, h, outW, outH, x0, y0, cols, rows int) {
+func resizeWindow(f *resampleFilter, dst []uint8, src plane, w, h, outW, outH, x0, y0, cols, rows int) {
 	nch := src.nch
 	needH, needV := outW != w, outH != h
 
 	var cv *axisCoeffs
 	firstRow, lastRow := y0, y0+rows // input rows the window reads
 	if needV {
-		cv = cachedAxisCoeffs(h, outH, y0, rows)
+		cv = cachedAxisCoeffs(f, h, outH, y0, rows)
 		firstRow, lastRow = cv.start[0], 0
 		for j := range cv.start {
 			firstRow = min(firstRow, cv.start[j])
@@ -275,7 +301,7 @@ func resizeWindow(dst []uint8, src plane, w, h, outW, outH, x0, y0, cols, rows i
 	// columns [x0, x0+cols).
 	inter := plane{pix: src.pix, off: src.off + firstRow*src.stride + x0*nch, stride: src.stride, nch: nch}
 	if needH {
-		ch := cachedAxisCoeffs(w, outW, x0, cols)
+		ch := cachedAxisCoeffs(f, w, outW, x0, cols)
 		tmp := getBytes((lastRow - firstRow) * cols * nch)
 		defer bytePool.Put(tmp)
 		src.off += firstRow * src.stride
