@@ -41,6 +41,7 @@ func testConfig(t *testing.T, out string) Config {
 
 func TestRunWritesTablesAndPlots(t *testing.T) {
 	cfg := testConfig(t, t.TempDir())
+	cfg.Methods = append(cfg.Methods, "watt-lite", "tda", "batclip")
 	cfg.Plot = true
 	var log strings.Builder
 	sum, err := Run(context.Background(), cfg, Options{Log: &log})

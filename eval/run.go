@@ -175,7 +175,7 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Summary, error) {
 	}
 	progress := Progress{Total: total}
 
-	heads := map[string]*mat.Dense{}
+	headCache := map[string]methodHeads{} // by templates: methods share heads
 	for _, name := range cfg.Methods {
 		if len(todo[name]) == 0 {
 			sum.Resumed += len(domains)
@@ -189,17 +189,18 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Summary, error) {
 		if cfg.BatchSize > 0 {
 			p.BatchSize = cfg.BatchSize
 		}
-		key := strings.Join(p.Templates, "\x00")
-		head, ok := heads[key]
+		key := fmt.Sprint(p.Method == "mint-official", p.PerTemplateHeads, p.Templates)
+		h, ok := headCache[key]
 		if !ok {
-			z, err := model.ZeroShotHead(tok, headClasses(p, src.classes), p.Templates)
+			head, th, err := p.Heads(model, tok, headClasses(p, src.classes))
 			if err != nil {
 				return nil, fmt.Errorf("eval: %s: head: %w", name, err)
 			}
-			head = tta.HeadMatrix(z)
-			heads[key] = head
+			h = methodHeads{head, th}
+			headCache[key] = h
 		}
-		method, err := p.New(model, head)
+		head := h.head
+		method, err := p.New(model, head, h.templates...)
 		if err != nil {
 			return nil, fmt.Errorf("eval: %s: %w", name, err)
 		}
@@ -236,6 +237,13 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Summary, error) {
 		logf("wrote %s", f)
 	}
 	return sum, nil
+}
+
+// methodHeads are a preset's zero-shot head and, for WATT, its
+// single-template heads.
+type methodHeads struct {
+	head      *mat.Dense
+	templates []mat.Matrix
 }
 
 // streamOrder is the order in which a domain of n images is streamed: Python's

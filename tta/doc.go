@@ -25,15 +25,19 @@
 //     the losses [MintLoss], [ClassMeanCosineLoss] ("batclip") and
 //     [FeatureEntropyLoss] ("tent"), each with ∂L/∂Z. [Head] is the
 //     zero-shot head that every method predicts with.
-//   - Baselines: [Tent], [BATCLIP] and [MINT], each with ∂L/∂F.
+//   - Baselines: [Tent], [BATCLIP], [MINT] and [WATTLoss] (one template's
+//     loss of WATT), each with ∂L/∂F; [TDA]'s positive and negative caches,
+//     training-free.
 //   - Diagnostics: [PrincipalAngleCosines], [SemanticConcentration],
 //     [PredictedClassCosine].
 //
 // # Methods and the runner
 //
 // [Method] wires these pieces to a CLIP model (package clip): [Source],
-// [TENT], [BATCLIPMethod], [MINTMethod] and [SubTTA] (SubTTA-S/T/M/B by its
-// second-step loss). Each forward pass records the vision tower on a fresh
+// [TENT], [BATCLIPMethod], [MINTMethod], [SubTTA] (SubTTA-S/T/M/B by its
+// second-step loss), [WATTMethod] (WATT-S: per batch, rounds of sequential
+// per-template steps with weight averaging, Mehrdad-Noori/WATT) and
+// [TDAMethod] (TDA's caches, sample by sample, kdiAAA/TDA). Each forward pass records the vision tower on a fresh
 // spago tape; a feature-level gradient ∂L/∂F is injected on the feature node
 // and propagated by ag.Backward to the visual LayerNorm parameters, which the
 // optimizer updates in place. [Runner] streams [Domain]s through a Method

@@ -59,7 +59,8 @@ type Result struct {
 type Diagnostics struct {
 	// Losses by name: "align" (L_align), "mint", "batclip", "tent" (the
 	// SubTTA second-step loss, or the baseline's loss), "entropy", "i2t",
-	// "intermean" (BATCLIP's terms).
+	// "intermean" (BATCLIP's terms), "watt" and "watt_first" (WATT's mean
+	// and first-step loss), "tda_entropy" (TDA's normalised entropy).
 	Losses map[string]float64 `json:"losses,omitempty"`
 	// Steps counts optimizer steps taken, Skipped those skipped because a
 	// gradient was NaN or ±Inf (as torch's GradScaler would).

@@ -7,6 +7,7 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/subtta/subtta/clip"
+	"github.com/subtta/subtta/textenc"
 )
 
 // Preset is a named configuration from the paper's experiments
@@ -20,16 +21,23 @@ type Preset struct {
 	// presets use the raw class names; MINTTemplates expects underscores
 	// replaced by spaces.
 	Templates []string
-	Optimizer OptimizerConfig
-	SubTTA    SubTTAConfig // SubTTA variants
-	MINT      MINTConfig   // MINT variants
+	// PerTemplateHeads says the method also trains against one head per
+	// template (WATT): build one head from each entry of Templates alone,
+	// in order, and pass them to New after the ensemble head (Heads does
+	// both).
+	PerTemplateHeads bool
+	Optimizer        OptimizerConfig
+	SubTTA           SubTTAConfig // SubTTA variants
+	MINT             MINTConfig   // MINT variants
+	WATT             WATTConfig   // WATT variants
+	TDA              TDAConfig    // TDA
 }
 
 // PresetDatasets and PresetMethods list the names Lookup accepts.
 var (
 	PresetDatasets = []string{"imagenet-c", "cifar10-c", "cifar100-c"}
 	PresetMethods  = []string{"source", "tent", "batclip", "mint", "mint-official",
-		"subtta-s", "subtta-t", "subtta-b", "subtta-m"}
+		"subtta-s", "subtta-t", "subtta-b", "subtta-m", "watt-s", "watt-lite", "tda"}
 )
 
 type datasetHyper struct {
@@ -76,6 +84,18 @@ var datasetHypers = map[string]datasetHyper{
 //   - mint-official: [M]: Adam(0.015 on ImageNet-C, 0.007 on CIFAR-100-C, no
 //     weight decay), batch 20, the seven MINTTemplates. [M] gives no
 //     CIFAR-10-C setting, so there is none.
+//   - watt-s: WATT-S ([W] README and bash/watt_s): Adam(1e-3), batch 128,
+//     the eight WATTTemplates (one training head each; the evaluation head
+//     is their ensemble), L = 2 steps per template, M = 5 rounds. [W] has
+//     no ImageNet-C setting; the same one is used.
+//   - watt-lite: WATT-S with L = 1, M = 2 (our choice, spec §2.4): 16 steps
+//     per batch instead of 80.
+//   - tda: DefaultTDAConfig ([T] configs/imagenet.yaml, the only
+//     ImageNet-family setting; [T] has none for CIFAR), scale 100, batch 1
+//     as in the official code. TDAMethod gives the same predictions at any
+//     batch size, so a larger one only saves time. Head "a photo of a {}."
+//     like the other SubTTA-repo presets; [T]'s own ImageNet head is the
+//     MINTTemplates ensemble.
 //   - source: zero-shot, batches as SubTTA.
 func Lookup(dataset, method string) (Preset, error) {
 	h, ok := datasetHypers[dataset]
@@ -104,6 +124,15 @@ func Lookup(dataset, method string) (Preset, error) {
 		p.Optimizer = h.subtta
 		p.SubTTA = SubTTAConfig{Subspace: SubspaceOptions{Rank: h.rank}, Alpha: h.alpha, Loss: loss,
 			EntropyScale: h.entScale, Optimizer: h.subtta}
+	case "watt-s", "watt-lite":
+		p.Optimizer, p.BatchSize = AdamL2(1e-3, 0), 128
+		p.Templates, p.PerTemplateHeads = WATTTemplates, true
+		p.WATT = WATTConfig{Optimizer: p.Optimizer, Steps: 2, Rounds: 5, Name: method}
+		if method == "watt-lite" {
+			p.WATT.Steps, p.WATT.Rounds = 1, 2
+		}
+	case "tda":
+		p.BatchSize, p.TDA = 1, DefaultTDAConfig()
 	default:
 		return Preset{}, fmt.Errorf("tta: preset: unknown method %q (want one of %v)", method, PresetMethods)
 	}
@@ -125,8 +154,12 @@ func Presets() []Preset {
 }
 
 // New builds the preset's Method on a model with a head (C×d, unit rows)
-// built from p.Templates.
-func (p Preset) New(m *clip.Model, head mat.Matrix) (Method, error) {
+// built from p.Templates. With PerTemplateHeads, templateHeads are the
+// heads of each template alone, in the order of p.Templates.
+func (p Preset) New(m *clip.Model, head mat.Matrix, templateHeads ...mat.Matrix) (Method, error) {
+	if p.PerTemplateHeads && len(templateHeads) != len(p.Templates) {
+		return nil, fmt.Errorf("tta: preset %s: %d template heads for %d templates", p.Method, len(templateHeads), len(p.Templates))
+	}
 	switch p.Method {
 	case "source":
 		return NewSource(m, head)
@@ -138,6 +171,33 @@ func (p Preset) New(m *clip.Model, head mat.Matrix) (Method, error) {
 		return NewMINTMethod(m, head, p.MINT)
 	case "subtta-s", "subtta-t", "subtta-b", "subtta-m":
 		return NewSubTTA(m, head, p.SubTTA)
+	case "watt-s", "watt-lite":
+		return NewWATT(m, head, templateHeads, p.WATT)
+	case "tda":
+		return NewTDAMethod(m, head, p.TDA)
 	}
 	return nil, fmt.Errorf("tta: preset: unknown method %q", p.Method)
+}
+
+// Heads builds the preset's heads from the class names: the ensemble head
+// of p.Templates (clip.Model.ZeroShotHead) and, with PerTemplateHeads, one
+// head per template. Pass them to New. Class names are used as given;
+// replace underscores first where the preset asks for it (MINTTemplates).
+func (p Preset) Heads(m *clip.Model, tok textenc.Tokenizer, classes []string) (head *mat.Dense, templateHeads []mat.Matrix, err error) {
+	z, err := m.ZeroShotHead(tok, classes, p.Templates)
+	if err != nil {
+		return nil, nil, fmt.Errorf("tta: preset %s: %w", p.Method, err)
+	}
+	head = HeadMatrix(z)
+	if !p.PerTemplateHeads {
+		return head, nil, nil
+	}
+	for _, tmpl := range p.Templates {
+		z, err := m.ZeroShotHead(tok, classes, []string{tmpl})
+		if err != nil {
+			return nil, nil, fmt.Errorf("tta: preset %s: %w", p.Method, err)
+		}
+		templateHeads = append(templateHeads, HeadMatrix(z))
+	}
+	return head, templateHeads, nil
 }

@@ -2,9 +2,12 @@ package tta
 
 import (
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/subtta/subtta/textenc"
 )
 
 // TestPresetTable checks the transcription of spec §1.5 and §2.
@@ -24,6 +27,9 @@ func TestPresetTable(t *testing.T) {
 		{"cifar100-c", "batclip", 200, "Adam(lr=0.0005, wd=0.01)", 0, 0},
 		{"imagenet-c", "mint", 64, "Adam(lr=0.01, wd=0.01)", 0, 0},
 		{"cifar100-c", "mint-official", 20, "Adam(lr=0.007, wd=0)", 0, 0},
+		{"imagenet-c", "watt-s", 128, "Adam(lr=0.001, wd=0)", 0, 0},
+		{"cifar10-c", "watt-lite", 128, "Adam(lr=0.001, wd=0)", 0, 0},
+		{"cifar100-c", "tda", 1, "Adam(lr=0, wd=0)", 0, 0},
 	}
 	for _, tc := range tests {
 		p, err := Lookup(tc.dataset, tc.method)
@@ -32,6 +38,31 @@ func TestPresetTable(t *testing.T) {
 		}
 		if p.BatchSize != tc.batch || p.Optimizer.String() != tc.opt || p.SubTTA.Subspace.Rank != tc.rank || p.SubTTA.Alpha != tc.alpha {
 			t.Errorf("%s/%s: batch %d, %s, R %d, α %v", tc.dataset, tc.method, p.BatchSize, p.Optimizer, p.SubTTA.Subspace.Rank, p.SubTTA.Alpha)
+		}
+	}
+	for _, d := range PresetDatasets {
+		for _, tc := range []struct {
+			method       string
+			steps, round int
+		}{{"watt-s", 2, 5}, {"watt-lite", 1, 2}} {
+			p, err := Lookup(d, tc.method)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := p.WATT
+			if w.Steps != tc.steps || w.Rounds != tc.round || w.Optimizer != p.Optimizer || w.Name != tc.method ||
+				!p.PerTemplateHeads || len(p.Templates) != 8 || p.Templates[0] != "a photo of a {}" {
+				t.Errorf("%s/%s: %+v, templates %q", d, tc.method, w, p.Templates)
+			}
+		}
+		p, err := Lookup(d, "tda")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := p.TDA
+		if c.Positive != (TDACacheConfig{Shots: 3, Alpha: 2, Beta: 5}) || c.Negative != (TDACacheConfig{Shots: 2, Alpha: 0.117, Beta: 1}) ||
+			c.EntropyLower != 0.2 || c.EntropyUpper != 0.5 || c.MaskLower != 0.03 || c.MaskUpper != 1 || c.Scale != 100 || c.PredictBeforeUpdate {
+			t.Errorf("%s/tda: %+v", d, c)
 		}
 	}
 	for _, bad := range [][2]string{{"cifar10-c", "mint-official"}, {"mnist-c", "tent"}, {"cifar10-c", "memo"}} {
@@ -47,14 +78,36 @@ func TestPresetsRun(t *testing.T) {
 	snap := m.Vision.Snapshot()
 	rng := rand.New(rand.NewPCG(3, 4))
 	head, _ := NormalizeRows(randDense(rng, 10, m.Config.EmbedDim, 1))
+	var templateHeads []mat.Matrix
+	for range WATTTemplates {
+		h, _ := NormalizeRows(randDense(rng, 10, m.Config.EmbedDim, 1))
+		templateHeads = append(templateHeads, h)
+	}
 	px := randPixels(rng, 4, m.Config.Vision.ImageSize)
+	seen := map[string]bool{}
 	for _, p := range Presets() {
 		if err := m.Vision.Restore(snap); err != nil {
 			t.Fatal(err)
 		}
-		meth, err := p.New(m, head)
+		// WATT's settings are the same on every dataset and WATT-S takes 80
+		// steps a batch: run its full schedule once per method only.
+		if seen[p.Method] && p.PerTemplateHeads {
+			p.WATT.Steps, p.WATT.Rounds = 1, 1
+		}
+		seen[p.Method] = true
+		var th []mat.Matrix
+		if p.PerTemplateHeads {
+			if _, err := p.New(m, head); err == nil {
+				t.Errorf("%s/%s: New without template heads succeeded", p.Dataset, p.Method)
+			}
+			th = templateHeads
+		}
+		meth, err := p.New(m, head, th...)
 		if err != nil {
 			t.Fatalf("%s/%s: %v", p.Dataset, p.Method, err)
+		}
+		if meth.Name() != p.Method && !strings.HasPrefix(p.Method, "mint") {
+			t.Errorf("%s/%s: method named %q", p.Dataset, p.Method, meth.Name())
 		}
 		res, err := meth.Step(px, 4)
 		if err != nil {
@@ -64,6 +117,47 @@ func TestPresetsRun(t *testing.T) {
 			t.Errorf("%s/%s: logits %d×%d, %d preds, %d skipped", p.Dataset, p.Method, r, c, len(res.Preds), res.Diag.Skipped)
 		}
 	}
+}
+
+// TestPresetHeads builds WATT's heads on clip-tiny with the byte tokenizer
+// (any tokenizer works for the check): the ensemble head is the
+// normalised mean of the per-template heads' unnormalised sum, as
+// ZeroShotHead averages normalised prompt embeddings.
+func TestPresetHeads(t *testing.T) {
+	m := tinyModel(t, false)
+	classes := []string{"cat", "aquarium_fish", "dog"}
+	p, err := Lookup("cifar100-c", "watt-s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, th, err := p.Heads(m, textenc.ByteTokenizer{}, classes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(th) != len(WATTTemplates) {
+		t.Fatalf("%d template heads, want %d", len(th), len(WATTTemplates))
+	}
+	c, d := head.Dims()
+	sum := mat.NewDense(c, d, nil)
+	for _, h := range th {
+		sum.Add(sum, h)
+	}
+	want, _ := NormalizeRows(sum)
+	// The heads are float32 (the model's type): 1e-6 relative.
+	compareDense(t, "ensemble head", head, want, 1e-6, relTol)
+	if mat.EqualApprox(th[0], th[1], 1e-3) {
+		t.Error("the first two templates give the same head")
+	}
+	p, _ = Lookup("cifar100-c", "tda")
+	head1, th, err := p.Heads(m, textenc.ByteTokenizer{}, classes)
+	if err != nil || th != nil {
+		t.Fatalf("tda heads: %v, %d template heads", err, len(th))
+	}
+	z, err := m.ZeroShotHead(textenc.ByteTokenizer{}, classes, []string{"a photo of a {}."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	compareDense(t, "tda head", head1, HeadMatrix(z), 0, absTol)
 }
 
 func randPixels(rng *rand.Rand, n, size int) []float32 {
