@@ -56,8 +56,10 @@ type Config struct {
 	Protocol string `json:"protocol"`
 	// NoShuffle streams each domain in index order instead of Python's
 	// random.shuffle with Seed (the official protocol, seed 1).
-	NoShuffle bool   `json:"no_shuffle,omitempty"`
-	Seed      uint64 `json:"seed"`
+	NoShuffle bool `json:"no_shuffle,omitempty"`
+	// Seed is the shuffle seed: 1 in the official protocol, and the
+	// default of the CLI and ReadConfig (the zero value is seed 0).
+	Seed uint64 `json:"seed"`
 	// CorruptSeed seeds on-the-fly corruptions (corrupt.NewSource).
 	CorruptSeed uint64 `json:"corrupt_seed"`
 	// FrostDir holds frost1.png … frost5.jpg, for frost on the fly.
@@ -74,10 +76,12 @@ type Config struct {
 // DefaultMethods are run when Config.Methods is empty.
 var DefaultMethods = []string{"source", "subtta-m"}
 
-// ReadConfig reads a JSON config file. Unknown keys are an error, so that a
-// misspelt option is not silently ignored.
+// ReadConfig reads a JSON config file. Keys it lacks keep their zero value,
+// except seed and corrupt_seed, which default to 1 as on the command line.
+// Unknown keys are an error, so that a misspelt option is not silently
+// ignored.
 func ReadConfig(path string) (Config, error) {
-	var c Config
+	c := Config{Seed: 1, CorruptSeed: 1}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return c, fmt.Errorf("eval: config: %w", err)

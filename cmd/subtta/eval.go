@@ -55,7 +55,7 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 		}
 		cfg = c
 	} else {
-		cfg.Seed, cfg.CorruptSeed = *seed, *corruptSeed
+		cfg.Seed, cfg.CorruptSeed = *seed, *corruptSeed // the defaults
 	}
 	var flagErr error
 	fs.Visit(func(f *flag.Flag) {
