@@ -14,12 +14,6 @@ import (
 // steps allocate no more than early ones: scratch is pooled, and nothing
 // accumulates from step to step.
 func TestAllocsConstantPerStep(t *testing.T) {
-	for _, fused := range []bool{false, true} {
-		t.Run(map[bool]string{false: "ops", true: "fused"}[fused], func(t *testing.T) { allocsConstantPerStep(t, fused) })
-	}
-}
-
-func allocsConstantPerStep(t *testing.T, fused bool) {
 	// With the collector off the pools keep their buffers, so the counts are
 	// exact rather than subject to when a collection empties a pool.
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
@@ -31,7 +25,6 @@ func allocsConstantPerStep(t *testing.T, fused bool) {
 	blocks := blocksFrom(asTensors(xs), 2, s.batch, s.heads, false)
 	var params []mat.Matrix
 	for _, b := range blocks {
-		b.fused = fused
 		params = append(params, b.ln1.Parameters()...)
 		params = append(params, b.ln2.Parameters()...)
 	}

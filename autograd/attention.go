@@ -30,90 +30,67 @@ func SelfAttention(qkv mat.Tensor, batch, heads int, causal bool) mat.Tensor {
 }
 
 type attentionOp[T dtype] struct {
-	qkv      mat.Tensor
-	a        attention
-	probs    []T // [batch, heads, tokens, tokens], kept for backward
-	operands []mat.Tensor
+	qkv                  mat.Tensor
+	batch, tokens, heads int
+	width, headDim       int
+	causal               bool
+	probs                []T // [batch, heads, tokens, tokens], kept for backward
+	operands             []mat.Tensor
 }
 
 func newAttention[T dtype](qkv mat.Tensor, batch, heads int, causal bool) *attentionOp[T] {
 	rows, cols := dims(qkv)
-	a := attention{batch: batch, tokens: rows / batch, heads: heads, width: cols / 3, causal: causal}
-	return &attentionOp[T]{qkv: qkv, a: a, operands: []mat.Tensor{qkv}}
+	w := cols / 3
+	return &attentionOp[T]{qkv: qkv, batch: batch, tokens: rows / batch, heads: heads,
+		width: w, headDim: w / heads, causal: causal, operands: []mat.Tensor{qkv}}
 }
 
 func (op *attentionOp[T]) Operands() []mat.Tensor { return op.operands }
 
+func (op *attentionOp[T]) scale() T { return T(1 / math.Sqrt(float64(op.headDim))) }
+
 func (op *attentionOp[T]) Forward() (mat.Tensor, error) {
-	a := op.a
-	out := make([]T, a.batch*a.tokens*a.width)
+	n, w, d, h := op.tokens, op.width, op.headDim, op.heads
+	qkv := values[T](op.qkv)
+	out := make([]T, op.batch*n*w)
 	// The probabilities are kept only when a backward pass may need them.
+	var pooled *[]T
 	if op.qkv.RequiresGrad() {
-		op.probs = make([]T, a.probsLen())
+		op.probs = make([]T, op.batch*h*n*n)
+	} else {
+		pooled = getBuf[T](op.batch * h * n * n)
+		op.probs = *pooled
 	}
-	attend(a, values[T](op.qkv), op.probs, out)
-	return newMatrix(out, a.batch*a.tokens, a.width), nil
+	scale := op.scale()
+	parallelFor(op.batch*h, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			b, hd := i/h, i%h
+			base := b*n*3*w + hd*d
+			q, k, v := qkv[base:], qkv[base+w:], qkv[base+2*w:]
+			p := op.probs[i*n*n : (i+1)*n*n]
+			gemmSerial(false, true, n, n, d, scale, q, 3*w, k, 3*w, 0, p, n)
+			kernel.Softmax(p, p, n, n, 1, op.causal)
+			gemmSerial(false, false, n, d, n, 1, p, n, v, 3*w, 0, out[b*n*w+hd*d:], w)
+		}
+	})
+	if pooled != nil {
+		putBuf(pooled)
+		op.probs = nil
+	}
+	return newMatrix(out, op.batch*n, w), nil
 }
 
 func (op *attentionOp[T]) Backward(gy mat.Tensor) error {
 	if !op.qkv.RequiresGrad() {
 		return nil
 	}
-	a := op.a
-	buf := getBuf[T](a.batch * a.tokens * 3 * a.width)
-	attendBackward(a, values[T](op.qkv), op.probs, values[T](gy), *buf)
-	accGrad(op.qkv, *buf)
-	putBuf(buf)
-	return nil
-}
-
-// attention is the geometry of multi-head self-attention over a batch of
-// sequences (see SelfAttention).
-type attention struct {
-	batch, tokens, heads, width int
-	causal                      bool
-}
-
-func (a attention) headDim() int  { return a.width / a.heads }
-func (a attention) probsLen() int { return a.batch * a.heads * a.tokens * a.tokens }
-
-// attend computes the attention output out [batch·tokens, width] from qkv
-// [batch·tokens, 3·width]. With probs non-nil (probsLen values) the
-// probabilities of every sequence and head are kept there for
-// attendBackward; otherwise each goroutine reuses one tokens×tokens scratch.
-func attend[T dtype](a attention, qkv, probs, out []T) {
-	n, w, d, h := a.tokens, a.width, a.headDim(), a.heads
-	scale := T(1 / math.Sqrt(float64(d)))
-	parallelFor(a.batch*h, func(lo, hi int) {
-		var scratch *[]T
-		if probs == nil {
-			scratch = getBuf[T](n * n)
-			defer putBuf(scratch)
-		}
-		for i := lo; i < hi; i++ {
-			b, hd := i/h, i%h
-			base := b*n*3*w + hd*d
-			q, k, v := qkv[base:], qkv[base+w:], qkv[base+2*w:]
-			var p []T
-			if probs != nil {
-				p = probs[i*n*n : (i+1)*n*n]
-			} else {
-				p = *scratch
-			}
-			gemmSerial(false, true, n, n, d, scale, q, 3*w, k, 3*w, 0, p, n)
-			kernel.Softmax(p, p, n, n, 1, a.causal)
-			gemmSerial(false, false, n, d, n, 1, p, n, v, 3*w, 0, out[b*n*w+hd*d:], w)
-		}
-	})
-}
-
-// attendBackward computes dqkv [batch·tokens, 3·width] (overwritten) from
-// the output gradient dout [batch·tokens, width], qkv and the probabilities
-// kept by attend.
-func attendBackward[T dtype](a attention, qkv, probs, dout, dqkv []T) {
-	n, w, d, h := a.tokens, a.width, a.headDim(), a.heads
-	scale := T(1 / math.Sqrt(float64(d)))
-	parallelFor(a.batch*h, func(lo, hi int) {
+	n, w, d, h := op.tokens, op.width, op.headDim, op.heads
+	qkv := values[T](op.qkv)
+	dout := values[T](gy)
+	buf := getBuf[T](op.batch * n * 3 * w)
+	dqkv := *buf
+	scale := op.scale()
+	parallelFor(op.batch*h, func(lo, hi int) {
 		dpBuf := getBuf[T](n * n)
 		dp := *dpBuf
 		for i := lo; i < hi; i++ {
@@ -122,7 +99,7 @@ func attendBackward[T dtype](a attention, qkv, probs, dout, dqkv []T) {
 			q, k, v := qkv[base:], qkv[base+w:], qkv[base+2*w:]
 			dq, dk, dv := dqkv[base:], dqkv[base+w:], dqkv[base+2*w:]
 			do := dout[b*n*w+hd*d:]
-			p := probs[i*n*n : (i+1)*n*n]
+			p := op.probs[i*n*n : (i+1)*n*n]
 			gemmSerial(false, true, n, n, d, 1, do, w, v, 3*w, 0, dp, n)        // dP = dO·Vᵀ
 			gemmSerial(true, false, n, d, n, 1, p, n, do, w, 0, dv, 3*w)        // dV = Pᵀ·dO
 			kernel.SoftmaxBackward(dp, dp, p, n, n, 1)                          // dS
@@ -131,4 +108,7 @@ func attendBackward[T dtype](a attention, qkv, probs, dout, dqkv []T) {
 		}
 		putBuf(dpBuf)
 	})
+	accGrad(op.qkv, dqkv)
+	putBuf(buf)
+	return nil
 }

@@ -121,8 +121,16 @@ func newLinear[T dtype](x mat.Tensor, p *LinearParams) mat.Tensor {
 func (op *linearOp[T]) Operands() []mat.Tensor { return op.operands }
 
 func (op *linearOp[T]) Forward() (mat.Tensor, error) {
+	x := values[T](op.x)
 	y := make([]T, op.rows*op.out)
-	linearInto(op.p, op.rows, values[T](op.x), y, false)
+	if pw := op.p.packed(); pw != nil {
+		kernel.GemmPacked(false, op.rows, 1, any(x).([]float32), op.in, pw, 0, any(y).([]float32), op.out)
+	} else {
+		gemm(false, true, op.rows, op.out, op.in, 1, x, op.in, values[T](op.p.Weight), op.in, 0, y, op.out)
+	}
+	if op.p.Bias != nil {
+		kernel.AddRowVector(y, op.rows, op.out, values[T](op.p.Bias))
+	}
 	return newMatrix(y, op.rows, op.out), nil
 }
 
@@ -130,62 +138,25 @@ func (op *linearOp[T]) Backward(gy mat.Tensor) error {
 	dy := values[T](gy)
 	if op.x.RequiresGrad() {
 		buf := getBuf[T](op.rows * op.in)
-		linearInputGrad(op.p, op.rows, dy, *buf)
-		accGrad(op.x, *buf)
+		dx := *buf
+		// dX = dY·W. W is packed per call into pooled scratch rather than
+		// kept packed: that costs 1/rows of the product and saves a second
+		// copy of every frozen weight.
+		gemm(false, false, op.rows, op.in, op.out, 1, dy, op.out, values[T](op.p.Weight), op.in, 0, dx, op.in)
+		accGrad(op.x, dx)
 		putBuf(buf)
 	}
-	linearParamGrads(op.p, op.rows, dy, values[T](op.x))
+	if op.p.Weight.RequiresGrad() {
+		buf := getBuf[T](op.out * op.in)
+		gemm(true, false, op.out, op.in, op.rows, 1, dy, op.out, values[T](op.x), op.in, 0, *buf, op.in)
+		accGrad(op.p.Weight, *buf)
+		putBuf(buf)
+	}
+	if op.p.Bias != nil && op.p.Bias.RequiresGrad() {
+		buf := getZeroBuf[T](op.out)
+		kernel.SumRows(*buf, dy, op.rows, op.out)
+		accGrad(op.p.Bias, *buf)
+		putBuf(buf)
+	}
 	return nil
-}
-
-// linearInto computes x·Wᵀ + b for x [rows, in] into y [rows, out], or adds
-// it to y when accumulate is set (a residual connection without a separate
-// pass over memory).
-func linearInto[T dtype](p *LinearParams, rows int, x, y []T, accumulate bool) {
-	in, out := p.In(), p.Out()
-	var beta T
-	if accumulate {
-		beta = 1
-	}
-	if pw := p.packed(); pw != nil {
-		kernel.GemmPacked(false, rows, 1, any(x).([]float32), in, pw, float32(beta), any(y).([]float32), out)
-	} else {
-		gemm(false, true, rows, out, in, 1, x, in, values[T](p.Weight), in, beta, y, out)
-	}
-	if p.Bias != nil {
-		kernel.AddRowVector(y, rows, out, values[T](p.Bias))
-	}
-}
-
-// linearInputGrad computes dx = dy·W [rows, in] from dy [rows, out],
-// overwriting dx. W is packed per call into pooled scratch rather than kept
-// packed: that costs 1/rows of the product and saves a second copy of every
-// frozen weight.
-func linearInputGrad[T dtype](p *LinearParams, rows int, dy, dx []T) {
-	in, out := p.In(), p.Out()
-	gemm(false, false, rows, in, out, 1, dy, out, values[T](p.Weight), in, 0, dx, in)
-}
-
-// linearParamGrads adds dyᵀ·x to the weight's gradient and the column sums
-// of dy to the bias's, for those that require gradients; x is the layer's
-// input [rows, in].
-func linearParamGrads[T dtype](p *LinearParams, rows int, dy, x []T) {
-	in, out := p.In(), p.Out()
-	if p.Weight.RequiresGrad() {
-		buf := getBuf[T](out * in)
-		gemm(true, false, out, in, rows, 1, dy, out, x, in, 0, *buf, in)
-		accGrad(p.Weight, *buf)
-		putBuf(buf)
-	}
-	if p.Bias != nil && p.Bias.RequiresGrad() {
-		buf := getZeroBuf[T](out)
-		kernel.SumRows(*buf, dy, rows, out)
-		accGrad(p.Bias, *buf)
-		putBuf(buf)
-	}
-}
-
-// trainable reports whether the weight or the bias requires gradients.
-func (p *LinearParams) trainable() bool {
-	return p.Weight.RequiresGrad() || p.Bias != nil && p.Bias.RequiresGrad()
 }

@@ -182,51 +182,20 @@ func blockInputs(s sizes, blocks int, linGrad bool) []input {
 
 // transformerBlock is a CLIP residual attention block (pre-LN):
 // x += out_proj(attn(in_proj(ln_1(x)))); x += c_proj(QuickGELU(c_fc(ln_2(x)))).
-// With fused set, forward is the one op TransformerBlock; otherwise the
-// chain of separate ops it replaces.
 type transformerBlock struct {
 	ln1, ln2        *LayerNormParams
 	inProj, outProj *LinearParams
 	fc, proj        *LinearParams
 	batch, heads    int
-	causal, gelu    bool
-	fused           bool
-}
-
-func (b *transformerBlock) params() *BlockParams {
-	return &BlockParams{LN1: b.ln1, QKV: b.inProj, Out: b.outProj, LN2: b.ln2, FC: b.fc, Proj: b.proj,
-		Heads: b.heads, Causal: b.causal, GELU: b.gelu}
+	causal          bool
 }
 
 func (b *transformerBlock) forward(x mat.Tensor) mat.Tensor {
-	if b.fused {
-		return TransformerBlock(x, b.params(), b.batch, nil)
-	}
-	return b.forwardOps(x, nil)
-}
-
-// forwardOps is the block as separate ops, passing the intermediates that
-// TransformerBlock traces to trace (if not nil).
-func (b *transformerBlock) forwardOps(x mat.Tensor, trace BlockTrace) mat.Tensor {
-	emit := func(name string, t mat.Tensor) mat.Tensor {
-		if trace != nil {
-			trace(name, t)
-		}
-		return t
-	}
-	h := emit("ln_1", LayerNorm(x, b.ln1))
-	h = Linear(h, b.inProj)
-	h = emit("attn", Linear(SelfAttention(h, b.batch, b.heads, b.causal), b.outProj))
-	x = emit("after_attn", Add(x, h))
-	h = emit("ln_2", LayerNorm(x, b.ln2))
-	h = Linear(h, b.fc)
-	if b.gelu {
-		h = GELU(h)
-	} else {
-		h = QuickGELU(h)
-	}
-	h = emit("mlp_hidden", h)
-	return Add(x, emit("mlp_out", Linear(h, b.proj)))
+	h := Linear(LayerNorm(x, b.ln1), b.inProj)
+	h = Linear(SelfAttention(h, b.batch, b.heads, b.causal), b.outProj)
+	x = Add(x, h)
+	h = QuickGELU(Linear(LayerNorm(x, b.ln2), b.fc))
+	return Add(x, Linear(h, b.proj))
 }
 
 func blocksFrom(x []mat.Tensor, blocks, batch, heads int, causal bool) []*transformerBlock {
@@ -242,46 +211,19 @@ func blocksFrom(x []mat.Tensor, blocks, batch, heads int, causal bool) []*transf
 	return bs
 }
 
-// transformerCases are two stacked blocks, as separate ops
-// ("Transformer2/…") and as TransformerBlock ("Block2/…").
 func transformerCases(s sizes) []opCase {
 	var cases []opCase
 	for _, c := range []struct {
-		name                  string
-		linGrad, causal, gelu bool
-	}{
-		{name: "frozenLinear"}, {name: "trainable", linGrad: true}, {name: "causal", causal: true},
-		{name: "gelu", gelu: true}, {name: "inputOnly"}, {name: "paramsOnly"}, {name: "biasOnly", linGrad: true},
-	} {
-		for _, fused := range []bool{false, true} {
-			name := "Transformer2/" + c.name
-			if fused {
-				name = "Block2/" + c.name
+		name            string
+		linGrad, causal bool
+	}{{"Transformer2/frozenLinear", false, false}, {"Transformer2/trainable", true, false}, {"Transformer2/causal", false, true}} {
+		cases = append(cases, opCase{c.name, blockInputs(s, 2, c.linGrad), func(x []mat.Tensor) mat.Tensor {
+			h := x[0]
+			for _, b := range blocksFrom(x, 2, s.batch, s.heads, c.causal) {
+				h = b.forward(h)
 			}
-			ins := blockInputs(s, 2, c.linGrad)
-			switch c.name {
-			case "inputOnly": // frozen LayerNorms: only the input's gradient flows
-				for i := 1; i < len(ins); i++ {
-					ins[i].grad = false
-				}
-			case "paramsOnly": // the input needs no gradient
-				ins[0].grad = false
-			case "biasOnly": // trainable biases, frozen Linear weights
-				for i := 1; i < len(ins); i += 12 {
-					for _, k := range []int{2, 4, 8, 10} {
-						ins[i+k].grad = false
-					}
-				}
-			}
-			cases = append(cases, opCase{name, ins, func(x []mat.Tensor) mat.Tensor {
-				h := x[0]
-				for _, b := range blocksFrom(x, 2, s.batch, s.heads, c.causal) {
-					b.gelu, b.fused = c.gelu, fused
-					h = b.forward(h)
-				}
-				return h
-			}})
-		}
+			return h
+		}})
 	}
 	return cases
 }

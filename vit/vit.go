@@ -26,25 +26,29 @@ type Block struct {
 type Trace func(name string, t mat.Tensor)
 
 // Forward applies the block to x [batch·tokens, width]:
-// x + attn(ln_1(x)), then + mlp(ln_2(·)), as one fused op
-// (autograd.TransformerBlock) that keeps only what backward needs. The
-// trace receives its intermediates as prefix+"ln_1", "attn", "after_attn",
-// "ln_2", "mlp_hidden", "mlp_out" (copies, off the tape) and the result as
-// prefix+"out".
+// x + attn(ln_1(x)), then + mlp(ln_2(·)).
 func (b *Block) Forward(x mat.Tensor, batch int, prefix string, trace Trace) mat.Tensor {
-	var inner autograd.BlockTrace
-	if trace != nil {
-		inner = func(name string, t mat.Tensor) { trace(prefix+name, t) }
+	h := autograd.LayerNorm(x, b.LN1)
+	trace.Emit(prefix+"ln_1", h)
+	qkv := autograd.Linear(h, b.QKV)
+	a := autograd.Linear(autograd.SelfAttention(qkv, batch, b.Heads, b.Causal), b.Out)
+	trace.Emit(prefix+"attn", a)
+	x = autograd.Add(x, a)
+	trace.Emit(prefix+"after_attn", x)
+	h = autograd.LayerNorm(x, b.LN2)
+	trace.Emit(prefix+"ln_2", h)
+	h = autograd.Linear(h, b.FC)
+	if b.GELU {
+		h = autograd.GELU(h)
+	} else {
+		h = autograd.QuickGELU(h)
 	}
-	x = autograd.TransformerBlock(x, b.params(), batch, inner)
+	trace.Emit(prefix+"mlp_hidden", h)
+	h = autograd.Linear(h, b.Proj)
+	trace.Emit(prefix+"mlp_out", h)
+	x = autograd.Add(x, h)
 	trace.Emit(prefix+"out", x)
 	return x
-}
-
-// params returns the block's parameters in the form autograd takes.
-func (b *Block) params() *autograd.BlockParams {
-	return &autograd.BlockParams{LN1: b.LN1, QKV: b.QKV, Out: b.Out, LN2: b.LN2, FC: b.FC, Proj: b.Proj,
-		Heads: b.Heads, Causal: b.Causal, GELU: b.GELU}
 }
 
 // Emit passes a named intermediate to the trace; a nil Trace ignores it.
