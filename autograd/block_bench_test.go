@@ -58,35 +58,54 @@ func benchFlops() (forward, backward float64) {
 	return linears + attention, linears + 2*attention
 }
 
+// BenchmarkBlockForward and BenchmarkBlockForwardBackward run the block as
+// the fused TransformerBlock (what the models use) and as separate ops.
 func BenchmarkBlockForward(b *testing.B) {
-	blk, x := benchBlock()
-	blk.forward(x) // pack the frozen weights outside the timing
-	fwd, _ := benchFlops()
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		blk.forward(x)
+	for _, fused := range []bool{true, false} {
+		b.Run(benchName(fused), func(b *testing.B) {
+			blk, x := benchBlock()
+			blk.fused = fused
+			blk.forward(x) // pack the frozen weights outside the timing
+			fwd, _ := benchFlops()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				blk.forward(x)
+			}
+			b.ReportMetric(fwd*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
 	}
-	b.ReportMetric(fwd*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }
 
 func BenchmarkBlockForwardBackward(b *testing.B) {
-	blk, x := benchBlock()
-	params := append(blk.ln1.Parameters(), blk.ln2.Parameters()...)
-	step := func() {
-		if err := ag.Backward(Mean(blk.forward(x))); err != nil {
-			b.Fatal(err)
-		}
-		for _, p := range params {
-			p.ZeroGrad()
-		}
+	for _, fused := range []bool{true, false} {
+		b.Run(benchName(fused), func(b *testing.B) {
+			blk, x := benchBlock()
+			blk.fused = fused
+			params := append(blk.ln1.Parameters(), blk.ln2.Parameters()...)
+			step := func() {
+				if err := ag.Backward(Mean(blk.forward(x))); err != nil {
+					b.Fatal(err)
+				}
+				for _, p := range params {
+					p.ZeroGrad()
+				}
+			}
+			step() // pack the frozen weights outside the timing
+			fwd, bwd := benchFlops()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				step()
+			}
+			b.ReportMetric((fwd+bwd)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
 	}
-	step() // pack the frozen weights outside the timing
-	fwd, bwd := benchFlops()
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		step()
+}
+
+func benchName(fused bool) string {
+	if fused {
+		return "fused"
 	}
-	b.ReportMetric((fwd+bwd)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	return "ops"
 }

@@ -10,12 +10,16 @@
 //
 // The ops:
 //
-//   - Linear (y = x·Wᵀ + b, weights in LinearParams; a frozen float32 weight
-//     is packed once for the GEMM kernel), MatMul (with transpose flags);
+//   - Linear (y = x·Wᵀ + b, weights in LinearParams), MatMul (with
+//     transpose flags);
 //   - LayerNorm (LayerNormParams; SetTrainable marks γ and β for
 //     adaptation), QuickGELU, GELU, Add, AddTiled, Scale;
 //   - SelfAttention: multi-head attention over a batch of sequences from a
 //     fused q|k|v projection, optionally causal;
+//   - TransformerBlock: a whole pre-LN residual block (BlockParams) as one
+//     op that keeps less than half the memory of the separate ops for
+//     backward, and TransformerBlockRows, the block's output at some rows
+//     only (the class token after a last block);
 //   - Patches and PatchEmbed (a vision transformer's patch convolution),
 //     TokenEmbedding (class token and positional embedding), GatherRows;
 //   - L2Normalize, Softmax, LogSoftmax, CrossEntropy, Entropy, MeanEntropy, Mean.
@@ -23,11 +27,17 @@
 // A gradient flows to an operand only when it requires one
 // (mat.Matrix.SetRequiresGrad): test-time adaptation marks the LayerNorm
 // parameters only, so backward computes input gradients through frozen
-// layers and parameter gradients for the LayerNorms alone.
+// layers and parameter gradients for the LayerNorms alone. An op none of
+// whose operands requires a gradient is not recorded: its result is a plain
+// matrix, so that a forward pass without gradients keeps no activations
+// alive behind its output.
 //
 // Shapes are checked when an op is built; a mismatch is a programmer error
 // and panics with a message naming the op and the shapes (spago's tape
 // cannot return errors from a forward pass). Backward passes take their
 // scratch from pools, so a training step allocates the same amount every
-// step: the op outputs, which live as long as the graph.
+// step: the op outputs, which live as long as the graph. TransformerBlock
+// hands what it keeps for backward back to its pool once backward has run,
+// so backward may run only once through a graph that holds it (as in
+// PyTorch without retain_graph).
 package autograd

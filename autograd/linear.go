@@ -2,7 +2,6 @@ package autograd
 
 import (
 	"fmt"
-	"sync"
 
 	"github.com/nlpodyssey/spago/mat"
 	"github.com/subtta/subtta/autograd/kernel"
@@ -11,17 +10,14 @@ import (
 // LinearParams holds the weights of an affine layer y = x·Wᵀ + b, stored as
 // PyTorch's nn.Linear stores them.
 //
-// A weight that does not require gradients is frozen: in float32, Linear
-// packs Wᵀ once for the GEMM kernel and reuses it on every forward call (the
-// backward pass packs W per call into pooled scratch). Call Invalidate after
-// changing a frozen weight's values (or after kernel.SetKernel).
+// The weight is packed for the GEMM kernel on every call, into pooled
+// scratch, rather than kept packed: a packed copy of every weight would add
+// the model's size again to the memory that test-time adaptation holds
+// (350 MB for ViT-B/32, twice that in garbage-collector headroom), for a
+// packing cost of 1–2% of the product at batch 64.
 type LinearParams struct {
 	Weight mat.Matrix // [out, in]
 	Bias   mat.Matrix // out values (any shape of that size), or nil for no bias
-
-	mu         sync.Mutex
-	packedWT   *kernel.PackedB // op(B) = Wᵀ (in×out): forward
-	packedFrom []float32       // the weight data that was packed
 }
 
 // NewLinearParams returns the parameters of a layer with weight w [out, in]
@@ -51,45 +47,9 @@ func (p *LinearParams) Parameters() []mat.Matrix {
 	return []mat.Matrix{p.Weight, p.Bias}
 }
 
-// Invalidate drops the packed copies of a frozen weight, so that the next
-// call packs the current values again.
-func (p *LinearParams) Invalidate() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.packedWT != nil {
-		p.packedWT.Release()
-	}
-	p.packedWT, p.packedFrom = nil, nil
-}
-
-// packed returns the packed Wᵀ of a frozen float32 weight, packing it on
-// first use; nil when the weight is trainable.
-func (p *LinearParams) packed() *kernel.PackedB {
-	w, ok := p.Weight.(*mat.Dense[float32])
-	if !ok || w.RequiresGrad() || w.Size() == 0 {
-		return nil
-	}
-	data := values[float32](w)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.packedFrom) > 0 && &p.packedFrom[0] != &data[0] {
-		// The weight matrix was replaced: repack.
-		if p.packedWT != nil {
-			p.packedWT.Release()
-		}
-		p.packedWT = nil
-	}
-	p.packedFrom = data
-	out, in := p.Out(), p.In()
-	if p.packedWT == nil {
-		p.packedWT = kernel.PackB(true, in, out, data, in)
-	}
-	return p.packedWT
-}
-
 // Linear returns x·Wᵀ + b for x [rows, in]: a [rows, out] matrix. The input
 // always gets its gradient when it requires one; W and b get theirs when
-// they require gradients (trainable), and are packed once when frozen.
+// they require gradients (trainable).
 // It panics if x's width is not the layer's input size.
 func Linear(x mat.Tensor, p *LinearParams) mat.Tensor {
 	if sameType("Linear", x, p.Weight, p.Bias) {
@@ -121,16 +81,8 @@ func newLinear[T dtype](x mat.Tensor, p *LinearParams) mat.Tensor {
 func (op *linearOp[T]) Operands() []mat.Tensor { return op.operands }
 
 func (op *linearOp[T]) Forward() (mat.Tensor, error) {
-	x := values[T](op.x)
 	y := make([]T, op.rows*op.out)
-	if pw := op.p.packed(); pw != nil {
-		kernel.GemmPacked(false, op.rows, 1, any(x).([]float32), op.in, pw, 0, any(y).([]float32), op.out)
-	} else {
-		gemm(false, true, op.rows, op.out, op.in, 1, x, op.in, values[T](op.p.Weight), op.in, 0, y, op.out)
-	}
-	if op.p.Bias != nil {
-		kernel.AddRowVector(y, op.rows, op.out, values[T](op.p.Bias))
-	}
+	linearInto(op.p, op.rows, values[T](op.x), y)
 	return newMatrix(y, op.rows, op.out), nil
 }
 
@@ -138,25 +90,50 @@ func (op *linearOp[T]) Backward(gy mat.Tensor) error {
 	dy := values[T](gy)
 	if op.x.RequiresGrad() {
 		buf := getBuf[T](op.rows * op.in)
-		dx := *buf
-		// dX = dY·W. W is packed per call into pooled scratch rather than
-		// kept packed: that costs 1/rows of the product and saves a second
-		// copy of every frozen weight.
-		gemm(false, false, op.rows, op.in, op.out, 1, dy, op.out, values[T](op.p.Weight), op.in, 0, dx, op.in)
-		accGrad(op.x, dx)
+		linearInputGrad(op.p, op.rows, dy, *buf)
+		accGrad(op.x, *buf)
 		putBuf(buf)
 	}
-	if op.p.Weight.RequiresGrad() {
-		buf := getBuf[T](op.out * op.in)
-		gemm(true, false, op.out, op.in, op.rows, 1, dy, op.out, values[T](op.x), op.in, 0, *buf, op.in)
-		accGrad(op.p.Weight, *buf)
-		putBuf(buf)
-	}
-	if op.p.Bias != nil && op.p.Bias.RequiresGrad() {
-		buf := getZeroBuf[T](op.out)
-		kernel.SumRows(*buf, dy, op.rows, op.out)
-		accGrad(op.p.Bias, *buf)
-		putBuf(buf)
-	}
+	linearParamGrads(op.p, op.rows, dy, values[T](op.x))
 	return nil
+}
+
+// linearInto computes y = x·Wᵀ + b for x [rows, in] into y [rows, out].
+func linearInto[T dtype](p *LinearParams, rows int, x, y []T) {
+	in, out := p.In(), p.Out()
+	gemm(false, true, rows, out, in, 1, x, in, values[T](p.Weight), in, 0, y, out)
+	if p.Bias != nil {
+		kernel.AddRowVector(y, rows, out, values[T](p.Bias))
+	}
+}
+
+// linearInputGrad computes dx = dy·W [rows, in] from dy [rows, out],
+// overwriting dx.
+func linearInputGrad[T dtype](p *LinearParams, rows int, dy, dx []T) {
+	in, out := p.In(), p.Out()
+	gemm(false, false, rows, in, out, 1, dy, out, values[T](p.Weight), in, 0, dx, in)
+}
+
+// linearParamGrads adds dyᵀ·x to the weight's gradient and the column sums
+// of dy to the bias's, for those that require gradients; x is the layer's
+// input [rows, in].
+func linearParamGrads[T dtype](p *LinearParams, rows int, dy, x []T) {
+	in, out := p.In(), p.Out()
+	if p.Weight.RequiresGrad() {
+		buf := getBuf[T](out * in)
+		gemm(true, false, out, in, rows, 1, dy, out, x, in, 0, *buf, in)
+		accGrad(p.Weight, *buf)
+		putBuf(buf)
+	}
+	if p.Bias != nil && p.Bias.RequiresGrad() {
+		buf := getZeroBuf[T](out)
+		kernel.SumRows(*buf, dy, rows, out)
+		accGrad(p.Bias, *buf)
+		putBuf(buf)
+	}
+}
+
+// trainable reports whether the weight or the bias requires gradients.
+func (p *LinearParams) trainable() bool {
+	return p.Weight.RequiresGrad() || p.Bias != nil && p.Bias.RequiresGrad()
 }

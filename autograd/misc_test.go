@@ -1,6 +1,7 @@
 package autograd
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,41 +13,76 @@ func mat32(rows, cols int, grad bool) *mat.Dense[float32] {
 	return x
 }
 
-// TestLinearRepack checks that a frozen float32 weight is packed once and
-// that Invalidate makes Linear see new values.
-func TestLinearRepack(t *testing.T) {
-	x := mat32(9, 21, false)
-	w := mat32(13, 21, false)
+// TestLinearSeesWeightChanges checks that a frozen float32 Linear gives
+// x·Wᵀ with the weight's current values: nothing packed is kept between
+// calls.
+func TestLinearSeesWeightChanges(t *testing.T) {
+	x := mat32(9, 300, false) // K over two packing slices
+	w := mat32(13, 300, false)
 	p := NewLinearParams(w, nil)
-	ref := func() []float32 {
-		y := make([]float32, 9*13)
-		gemm(false, true, 9, 13, 21, 1, values[float32](x), 21, values[float32](w), 21, 0, y, 13)
+	ref := func() []float64 {
+		y := make([]float64, 9*13)
+		gemm64(false, true, 9, 13, 300, 1, f64(values[float32](x)), 300, f64(values[float32](w)), 300, 0, y, 13)
 		return y
 	}
 	check := func(when string) {
-		got, want := values[float32](Linear(x, p)), ref()
-		for i := range want {
-			if d := got[i] - want[i]; d > 1e-4 || d < -1e-4 {
-				t.Fatalf("%s: element %d: got %g, want %g", when, i, got[i], want[i])
-			}
+		// float32 dot products of length 300 are accurate to ~1e-6 of the
+		// largest result; a stale or wrong weight gives errors of order 1.
+		if e := relErr(f64(values[float32](Linear(x, p))), ref()); e > 1e-5 {
+			t.Errorf("%s: relative error %.3g", when, e)
 		}
 	}
 	check("first call")
-	first := p.packedWT
-	check("second call")
-	if p.packedWT != first {
-		t.Error("the frozen weight was packed again")
-	}
 	wd := values[float32](w)
 	for i := range wd {
 		wd[i] *= -2
 	}
-	p.Invalidate()
-	check("after Invalidate")
+	check("after changing the weight")
 }
 
-// TestAttentionInference checks that attention without gradients (its
-// probabilities in pooled scratch) gives the same output as with them.
+// TestGemm32Slices checks the float32 GEMM that packs op(B) in K slices
+// against the float64 reference, for every transpose combination, K over
+// one, two and several slices, beta 0, 1 and other, and leading dimensions
+// wider than the matrices.
+func TestGemm32Slices(t *testing.T) {
+	const m, n, pad = 37, 45, 3
+	for _, k := range []int{packDepth - 1, packDepth + 1, 3*packDepth + 17} {
+		for _, tr := range [][2]bool{{false, false}, {false, true}, {true, false}, {true, true}} {
+			for _, beta := range []float64{0, 1, -0.5} {
+				ta, tb := tr[0], tr[1]
+				ar, ac := m, k
+				if ta {
+					ar, ac = k, m
+				}
+				br, bc := k, n
+				if tb {
+					br, bc = n, k
+				}
+				lda, ldb, ldc := ac+pad, bc+pad, n+pad
+				data := makeData([]input{in(ar, lda, false), in(br, ldb, false), in(m, ldc, false)}, uint64(k))
+				want := slices.Clone(data[2])
+				gemm64(ta, tb, m, n, k, 0.75, data[0], lda, data[1], ldb, beta, want, ldc)
+				a, b, c := f32(data[0]), f32(data[1]), f32(data[2])
+				gemm32(ta, tb, m, n, k, 0.75, a, lda, b, ldb, float32(beta), c, ldc)
+				// float32 sums of up to 800 products: ~1e-6 of the largest.
+				if e := relErr(f64(c), want); e > 1e-5 {
+					t.Errorf("k=%d trans=%v beta=%g: relative error %.3g", k, tr, beta, e)
+				}
+			}
+		}
+	}
+}
+
+func f32(v []float64) []float32 {
+	f := make([]float32, len(v))
+	for i, x := range v {
+		f[i] = float32(x)
+	}
+	return f
+}
+
+// TestAttentionInference checks that attention without gradients (off the
+// tape) gives the same output as with them.
 func TestAttentionInference(t *testing.T) {
 	for _, causal := range []bool{false, true} {
 		a := mat32(3*7, 3*12, true)
@@ -85,7 +121,15 @@ func TestShapePanics(t *testing.T) {
 		{"CrossEntropy", func() { CrossEntropy(x, []int{0, 1, 2}) }},
 		{"CrossEntropy", func() { CrossEntropy(x, []int{0, 1, 2, 6}) }},
 		{"Patches", func() { Patches(x, PatchGeometry{Channels: 1, Height: 2, Width: 2, Patch: 2}) }},
+		{"PatchEmbed", func() {
+			PatchEmbed(mat32(2, 2*5*7, false), NewLinearParams(mat32(3, 7, false), nil), PatchGeometry{Channels: 2, Height: 5, Width: 7, Patch: 2})
+		}},
 		{"TokenEmbedding", func() { TokenEmbedding(x, mat32(1, 6, false), mat32(4, 6, false), 2) }},
+		{"TransformerBlock", func() { TransformerBlock(x, blockParams(6, 2, 12), 3, nil) }}, // 4 rows in 3 sequences
+		{"TransformerBlock", func() { TransformerBlock(x, blockParams(6, 4, 12), 2, nil) }}, // 4 heads of width 6
+		{"TransformerBlock", func() { TransformerBlock(x, blockParams(8, 2, 12), 2, nil) }}, // width 8
+		{"TransformerBlockRows", func() { TransformerBlockRows(x, blockParams(6, 2, 12), 2, []int{4}) }},
+		{"TransformerBlockRows", func() { TransformerBlockRows(x, blockParams(6, 2, 12), 3, []int{0}) }},
 	}
 	for _, c := range cases {
 		func() {
@@ -98,5 +142,37 @@ func TestShapePanics(t *testing.T) {
 			}()
 			c.f()
 		}()
+	}
+}
+
+// blockParams returns frozen float32 TransformerBlock parameters of the
+// given width, heads and MLP width.
+func blockParams(width, heads, mlp int) *BlockParams {
+	layerNorm := func() *LayerNormParams {
+		return NewLayerNormParams(mat32(1, width, false), mat32(1, width, false), 1e-5)
+	}
+	return &BlockParams{
+		LN1: layerNorm(), QKV: NewLinearParams(mat32(3*width, width, false), nil),
+		Out: NewLinearParams(mat32(width, width, false), nil), LN2: layerNorm(),
+		FC: NewLinearParams(mat32(mlp, width, false), nil), Proj: NewLinearParams(mat32(width, mlp, false), nil),
+		Heads: heads,
+	}
+}
+
+// TestPatchEmbedWithoutGradients checks PatchEmbed without gradients (cut
+// into chunks of images, the weight packed once) against Patches then
+// Linear.
+func TestPatchEmbedWithoutGradients(t *testing.T) {
+	g := PatchGeometry{Channels: 3, Height: 13, Width: 11, Patch: 4}
+	for _, batch := range []int{1, patchImages, 2*patchImages + 3} {
+		images := mat32(batch, 3*13*11, false)
+		w := NewLinearParams(mat32(5, 3*4*4, false), mat32(1, 5, false))
+		got := values[float32](PatchEmbed(images, w, g))
+		want := values[float32](Linear(Patches(images, g), w))
+		// The same products in the same order: equal up to the last bit,
+		// with room for a different K split.
+		if e := relErr(f64(got), f64(want)); e > 1e-6 {
+			t.Errorf("batch %d: relative error %.3g", batch, e)
+		}
 	}
 }

@@ -60,11 +60,32 @@ func newMatrix[T dtype](data []T, rows, cols int) *mat.Dense[T] {
 	return mat.NewDense[T](mat.WithShape(rows, cols), mat.WithBacking(data))
 }
 
-// run records fn on the tape and runs its forward pass.
+// run records fn on the tape and runs its forward pass. When no operand
+// requires gradients nothing can flow back through fn, so its result is
+// returned as a plain matrix, off the tape: the operands (and everything they
+// hold) are then not kept alive by the result, and a forward pass without
+// gradients keeps only the activations still in use.
 func run(fn ag.AutoGradFunction) mat.Tensor {
+	if !anyRequiresGrad(fn.Operands()) {
+		y, err := fn.Forward()
+		if err != nil {
+			panic(fmt.Sprintf("autograd: forward: %v", err)) // our ops never fail
+		}
+		return y
+	}
 	r := &releaseGrad{AutoGradFunction: fn}
 	r.op = ag.NewOperator(r)
 	return r.op.Run()
+}
+
+// anyRequiresGrad reports whether one of ts requires gradients.
+func anyRequiresGrad(ts []mat.Tensor) bool {
+	for _, t := range ts {
+		if t != nil && t.RequiresGrad() {
+			return true
+		}
+	}
+	return false
 }
 
 // releaseGrad drops an operator's gradient once its backward pass has
@@ -91,15 +112,37 @@ func accGrad[T dtype](t mat.Tensor, g []T) {
 	t.AccGrad(mat.NewDense[T](mat.WithShape(s...), mat.WithBacking(g)))
 }
 
-// Scratch buffers, pooled in power-of-two size classes per element type.
+// Scratch buffers. Small ones are pooled in power-of-two size classes per
+// element type; large ones (activation-sized: the same few sizes recur every
+// step) in pools of their exact length, so that a 39 MB buffer does not
+// occupy a 64 MB allocation.
 var (
 	pool32 [64]sync.Pool
 	pool64 [64]sync.Pool
+	exact  sync.Map // exactKey → *sync.Pool
 )
+
+// exactMin is the length above which buffers are pooled by exact length;
+// shorter ones round up to a power of two, at most exactMin.
+const exactMin = 1 << 15
+
+type exactKey struct {
+	f32 bool
+	n   int
+}
 
 // getBuf returns a pooled buffer of length n; its contents are arbitrary.
 func getBuf[T dtype](n int) *[]T {
-	c := bits.Len(uint(n))
+	if n > exactMin {
+		if p, ok := exact.Load(exactKey{isF32[T](), n}); ok {
+			if b, ok := p.(*sync.Pool).Get().(*[]T); ok {
+				return b
+			}
+		}
+		s := make([]T, n)
+		return &s
+	}
+	c := bits.Len(uint(max(n, 1) - 1))
 	var p *sync.Pool
 	if isF32[T]() {
 		p = &pool32[c]
@@ -123,7 +166,18 @@ func getZeroBuf[T dtype](n int) *[]T {
 
 // putBuf returns a buffer from getBuf to its pool.
 func putBuf[T dtype](b *[]T) {
-	c := bits.Len(uint(cap(*b) - 1))
+	n := cap(*b)
+	if n > exactMin {
+		*b = (*b)[:n]
+		k := exactKey{isF32[T](), n}
+		p, ok := exact.Load(k)
+		if !ok {
+			p, _ = exact.LoadOrStore(k, new(sync.Pool))
+		}
+		p.(*sync.Pool).Put(b)
+		return
+	}
+	c := bits.Len(uint(n - 1))
 	if isF32[T]() {
 		pool32[c].Put(b)
 	} else {

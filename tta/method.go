@@ -188,8 +188,6 @@ func newLNTrainer[T float.DType](v *vit.Model, cfg OptimizerConfig) (*lnTrainer[
 func (tr *lnTrainer[T]) zeroGrad() {
 	for i, m := range tr.mats {
 		m.ZeroGrad()
-		// Re-mark as trainable: another user of the model may have frozen it.
-		m.SetRequiresGrad(true)
 		tr.params[i].Grad = nil
 	}
 }
@@ -326,8 +324,11 @@ func HeadMatrix(z *clip.ZeroShot) *mat.Dense {
 }
 
 // forward runs the vision tower on a fresh tape and returns the feature node
-// and a float64 copy of its value.
-func (b *base) forward(pixels []float32, n int) (smat.Tensor, *mat.Dense, error) {
+// and a float64 copy of its value. With grad the LayerNorms are trainable and
+// the tape keeps what a backward pass needs; without, nothing is kept (a
+// prediction).
+func (b *base) forward(pixels []float32, n int, grad bool) (smat.Tensor, *mat.Dense, error) {
+	b.model.Vision.SetTrainable(grad)
 	x, err := b.model.Images(pixels, n)
 	if err != nil {
 		return nil, nil, fmt.Errorf("tta: %w", err)

@@ -30,7 +30,7 @@ func (s *Source) Reset() error { s.reset(); return nil }
 func (s *Source) Step(pixels []float32, n int) (*Result, error) {
 	d := newDiagnostics()
 	t0 := time.Now()
-	_, f, err := s.forward(pixels, n)
+	_, f, err := s.forward(pixels, n, false)
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +63,7 @@ func (t *TENT) Reset() error { t.reset(); return nil }
 func (t *TENT) Step(pixels []float32, n int) (*Result, error) {
 	d := newDiagnostics()
 	t0 := time.Now()
-	node, f, err := t.forward(pixels, n)
+	node, f, err := t.forward(pixels, n, true)
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +106,7 @@ func (m *BATCLIPMethod) Reset() error { m.reset(); return nil }
 func (m *BATCLIPMethod) Step(pixels []float32, n int) (*Result, error) {
 	d := newDiagnostics()
 	t0 := time.Now()
-	node, f, err := m.forward(pixels, n)
+	node, f, err := m.forward(pixels, n, true)
 	if err != nil {
 		return nil, err
 	}
@@ -195,7 +195,7 @@ func (m *MINTMethod) Step(pixels []float32, n int) (*Result, error) {
 	d := newDiagnostics()
 	t0 := time.Now()
 	m.reset() // source weights and a fresh optimizer for every batch
-	node, f, err := m.forward(pixels, n)
+	node, f, err := m.forward(pixels, n, true)
 	if err != nil {
 		return nil, err
 	}
@@ -219,7 +219,7 @@ func (m *MINTMethod) Step(pixels []float32, n int) (*Result, error) {
 	d.since("adapt", t0)
 
 	t0 = time.Now()
-	_, fPost, err := m.forward(pixels, n)
+	_, fPost, err := m.forward(pixels, n, false)
 	if err != nil {
 		return nil, err
 	}

@@ -177,7 +177,7 @@ func (s *SubTTA) Step(pixels []float32, n int) (*Result, error) {
 		return &Result{Logits: ad.LogitsProj, Preds: ad.Labels, Features: ad.F2, Diag: d}, nil
 	}
 	t0 := time.Now()
-	_, f3, err := s.forward(pixels, n)
+	_, f3, err := s.forward(pixels, n, false)
 	if err != nil {
 		return nil, err
 	}
@@ -195,7 +195,7 @@ type alignment struct {
 // align encodes the batch, runs the alignment on it (and the bank) and
 // leaves ∂L_align/∂θ on the parameters, without stepping.
 func (s *SubTTA) align(pixels []float32, n int) (*alignment, error) {
-	node, f1, err := s.forward(pixels, n)
+	node, f1, err := s.forward(pixels, n, true)
 	if err != nil {
 		return nil, err
 	}
@@ -248,7 +248,7 @@ type adaptation struct {
 // adapt encodes the batch, projects it, and (unless the loss is LossSource)
 // leaves ∂L/∂θ of the second-step loss on the parameters, without stepping.
 func (s *SubTTA) adapt(pixels []float32, n int) (*adaptation, error) {
-	node, f2, err := s.forward(pixels, n)
+	node, f2, err := s.forward(pixels, n, true)
 	if err != nil {
 		return nil, err
 	}

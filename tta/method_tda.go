@@ -56,10 +56,8 @@ func (t *TDAMethod) Reset() error {
 func (t *TDAMethod) Step(pixels []float32, n int) (*Result, error) {
 	d := newDiagnostics()
 	t0 := time.Now()
-	// No gradient is needed: encode without recording a tape. (Every
-	// trainer re-marks the LayerNorms trainable before its backward pass.)
-	t.model.Vision.SetTrainable(false)
-	_, f, err := t.forward(pixels, n)
+	// No gradient is needed: encode without recording a tape.
+	_, f, err := t.forward(pixels, n, false)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package tta
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -258,7 +259,7 @@ func TestSubTTAStages(t *testing.T) {
 				if err := s.tr.setValues(x.paramMap(b+"mint.param.", names)); err != nil {
 					t.Fatal(err)
 				}
-				_, f3, err := s.forward(px[k], bsz)
+				_, f3, err := s.forward(px[k], bsz, false)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -406,5 +407,34 @@ func TestBaselinesEndToEnd(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestMethodsShareModel: methods built one after another on one model (as
+// an evaluation does) each adapt from their first batch, whatever the one
+// before left marked trainable or frozen (TDA and Source encode without a
+// tape).
+func TestMethodsShareModel(t *testing.T) {
+	m := tinyModel(t, false)
+	x := openFixture(t, "fixtures/baselines.safetensors")
+	head := x.dense("T")
+	px := ttaPixels(t, 4)[0]
+	tda, err := NewTDAMethod(m, head, DefaultTDAConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tda.Step(px, 4); err != nil {
+		t.Fatal(err)
+	}
+	tent, err := NewTENT(m, head, OptimizerConfig{Adam: DefaultAdamConfig(1e-3)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := slices.Clone(m.Vision.LayerNorms()[0].Gamma.Data().F64())
+	if _, err := tent.Step(px, 4); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Equal(before, m.Vision.LayerNorms()[0].Gamma.Data().F64()) {
+		t.Fatal("TENT after TDA did not update the first LayerNorm on its first batch")
 	}
 }

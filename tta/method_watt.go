@@ -117,7 +117,7 @@ func (w *WATTMethod) Step(pixels []float32, n int) (*Result, error) {
 		avg.clear()
 		for _, head := range w.heads {
 			for range w.cfg.Steps {
-				node, f, err := w.forward(pixels, n)
+				node, f, err := w.forward(pixels, n, true)
 				if err != nil {
 					return nil, err
 				}
@@ -146,7 +146,7 @@ func (w *WATTMethod) Step(pixels []float32, n int) (*Result, error) {
 	d.since("adapt", t0)
 
 	t0 = time.Now()
-	_, f, err := w.forward(pixels, n)
+	_, f, err := w.forward(pixels, n, false)
 	if err != nil {
 		return nil, err
 	}

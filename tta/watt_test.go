@@ -241,7 +241,7 @@ func TestWATTSchedule(t *testing.T) {
 		snaps = nil
 		for _, h := range heads {
 			for range cfg.Steps {
-				node, f, err := w.forward(px, n)
+				node, f, err := w.forward(px, n, true)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -272,7 +272,7 @@ func TestWATTSchedule(t *testing.T) {
 		}
 	}
 	average()
-	_, f, err := w.forward(px, n)
+	_, f, err := w.forward(px, n, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +284,7 @@ func TestWATTSchedule(t *testing.T) {
 	// The adapted prediction differs from the source one, or the test
 	// above would not see the schedule.
 	w.reset()
-	_, f0, err := w.forward(px, n)
+	_, f0, err := w.forward(px, n, false)
 	if err != nil {
 		t.Fatal(err)
 	}

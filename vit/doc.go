@@ -6,6 +6,9 @@
 // Forward records the whole computation on spago's tape through the ops of
 // package autograd, over the batch at once, so that a loss built on its
 // output can be differentiated with respect to the LayerNorm parameters
-// (test-time adaptation) or the pixels. The model is float32 by default and
+// (test-time adaptation) or the pixels. Each residual block is one fused op
+// (autograd.TransformerBlock) that keeps only what backward needs, and the
+// last block is computed past its keys and values for the class tokens
+// alone; without gradients nothing is kept at all. The model is float32 by default and
 // can be built in float64 for reference runs.
 package vit

@@ -26,29 +26,25 @@ type Block struct {
 type Trace func(name string, t mat.Tensor)
 
 // Forward applies the block to x [batch·tokens, width]:
-// x + attn(ln_1(x)), then + mlp(ln_2(·)).
+// x + attn(ln_1(x)), then + mlp(ln_2(·)), as one fused op
+// (autograd.TransformerBlock) that keeps only what backward needs. The
+// trace receives its intermediates as prefix+"ln_1", "attn", "after_attn",
+// "ln_2", "mlp_hidden", "mlp_out" (copies, off the tape) and the result as
+// prefix+"out".
 func (b *Block) Forward(x mat.Tensor, batch int, prefix string, trace Trace) mat.Tensor {
-	h := autograd.LayerNorm(x, b.LN1)
-	trace.Emit(prefix+"ln_1", h)
-	qkv := autograd.Linear(h, b.QKV)
-	a := autograd.Linear(autograd.SelfAttention(qkv, batch, b.Heads, b.Causal), b.Out)
-	trace.Emit(prefix+"attn", a)
-	x = autograd.Add(x, a)
-	trace.Emit(prefix+"after_attn", x)
-	h = autograd.LayerNorm(x, b.LN2)
-	trace.Emit(prefix+"ln_2", h)
-	h = autograd.Linear(h, b.FC)
-	if b.GELU {
-		h = autograd.GELU(h)
-	} else {
-		h = autograd.QuickGELU(h)
+	var inner autograd.BlockTrace
+	if trace != nil {
+		inner = func(name string, t mat.Tensor) { trace(prefix+name, t) }
 	}
-	trace.Emit(prefix+"mlp_hidden", h)
-	h = autograd.Linear(h, b.Proj)
-	trace.Emit(prefix+"mlp_out", h)
-	x = autograd.Add(x, h)
+	x = autograd.TransformerBlock(x, b.params(), batch, inner)
 	trace.Emit(prefix+"out", x)
 	return x
+}
+
+// params returns the block's parameters in the form autograd takes.
+func (b *Block) params() *autograd.BlockParams {
+	return &autograd.BlockParams{LN1: b.LN1, QKV: b.QKV, Out: b.Out, LN2: b.LN2, FC: b.FC, Proj: b.Proj,
+		Heads: b.Heads, Causal: b.Causal, GELU: b.GELU}
 }
 
 // Emit passes a named intermediate to the trace; a nil Trace ignores it.
@@ -73,6 +69,9 @@ type Model struct {
 
 // Forward encodes images [batch, 3·H·W] (NCHW, preprocessed, one image per
 // row) into unnormalised features [batch, embed]: encode_image of CLIP.
+// Without a trace the last block runs past its keys and values for the
+// class tokens only (autograd.TransformerBlockRows), the rows the features
+// are made of; with one, every stage is computed in full.
 func (m *Model) Forward(images mat.Tensor, trace Trace) mat.Tensor {
 	c := m.Config
 	batch := images.Value().Shape()[0]
@@ -84,16 +83,26 @@ func (m *Model) Forward(images mat.Tensor, trace Trace) mat.Tensor {
 	trace.Emit("embed", x)
 	x = autograd.LayerNorm(x, m.LNPre)
 	trace.Emit("ln_pre", x)
-	for i, b := range m.Blocks {
-		x = b.Forward(x, batch, fmt.Sprintf("block%d.", i), trace)
-	}
-	// The class token of every image, then ln_post and the projection.
+	// The class token of every image goes on to ln_post and the projection.
 	tokens := x.Value().Shape()[0] / batch
 	cls := make([]int, batch)
 	for i := range cls {
 		cls[i] = i * tokens
 	}
-	x = autograd.LayerNorm(autograd.GatherRows(x, cls), m.LNPost)
+	last := len(m.Blocks) - 1
+	for i, b := range m.Blocks {
+		if i == last && trace == nil {
+			// Only the class tokens of the last block are used: compute
+			// the keys and values of all tokens, the rest for those rows.
+			x = autograd.TransformerBlockRows(x, b.params(), batch, cls)
+			break
+		}
+		x = b.Forward(x, batch, fmt.Sprintf("block%d.", i), trace)
+	}
+	if trace != nil || len(m.Blocks) == 0 {
+		x = autograd.GatherRows(x, cls)
+	}
+	x = autograd.LayerNorm(x, m.LNPost)
 	trace.Emit("ln_post", x)
 	x = autograd.MatMul(x, m.Proj, false, false)
 	trace.Emit("final", x)

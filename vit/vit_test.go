@@ -138,3 +138,20 @@ func ExampleModel_LayerNormNames() {
 	// visual.ln_post.weight
 	// visual.ln_post.bias
 }
+
+// TestTraceDoesNotChangeFeatures checks the features computed with the last
+// block for the class tokens only (no trace) against those of the full
+// computation (with a trace).
+func TestTraceDoesNotChangeFeatures(t *testing.T) {
+	px, _ := pixels(t)
+	m := loadTiny(t, "clip-tiny.openai.safetensors", Options{})
+	full := m.Forward(px, func(string, mat.Tensor) {}).Value().Data().F32()
+	pooled := m.Forward(px, nil).Value().Data().F32()
+	// The class-token rows go through the same operations in the same
+	// order either way (measured: identical); 1e-6 is a few float32 ulps.
+	e := fixture.RelErr(pooled, full)
+	t.Logf("features, class tokens only against full: worst relative error %.2e", e)
+	if e > 1e-6 {
+		t.Errorf("relative error %.2e", e)
+	}
+}

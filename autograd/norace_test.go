@@ -1,0 +1,5 @@
+//go:build !race
+
+package autograd
+
+const raceDetector = false
