@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/subtta/subtta/clip"
 )
 
 // TestTDAAdmit walks one class's cache of capacity 2 through the code's
@@ -224,16 +226,10 @@ func TestTDAMethod(t *testing.T) {
 	m := tinyModel(t, false)
 	rng := rand.New(rand.NewPCG(33, 34))
 	const n = 10
-	px := randPixels(rng, n, m.Config.Vision.ImageSize)
-	enc, err := m.EncodeImage(px, n)
-	if err != nil {
-		t.Fatal(err)
-	}
+	px, fc := randomImageFeatures(t, m, rng, n)
 	d := m.Config.EmbedDim
 	// A head whose classes lie near the images' centred features, so that
 	// the zero-shot predictions and entropies vary.
-	f0, _ := NormalizeRows(mat.NewDense(n, d, append([]float64(nil), enc.Value().Data().F64()...)))
-	fc, _ := centerRows(f0)
 	head, _ := NormalizeRows(fc.Slice(0, 4, 0, d))
 	size := len(px) / n
 	run := func(meth *TDAMethod, bs int) ([]int, *mat.Dense) {
@@ -338,4 +334,19 @@ func ExampleTDA() {
 	// TDA:       [0 0 0 1 1 1 1]
 	// last sample: zero-shot logits [71.22 70.20], TDA [72.64 75.59]
 	// cached: 6 positive, 0 negative
+}
+
+// randomImageFeatures encodes n random images and returns their pixels and
+// their normalised image features with the batch mean removed: directions
+// that make heads whose predictions vary.
+func randomImageFeatures(tb testing.TB, m *clip.Model, rng *rand.Rand, n int) ([]float32, *mat.Dense) {
+	tb.Helper()
+	px := randPixels(rng, n, m.Config.Vision.ImageSize)
+	enc, err := m.EncodeImage(px, n)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	f0, _ := NormalizeRows(mat.NewDense(n, m.Config.EmbedDim, append([]float64(nil), enc.Value().Data().F64()...)))
+	fc, _ := centerRows(f0)
+	return px, fc
 }

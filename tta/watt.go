@@ -129,22 +129,9 @@ func WATTLoss(f, t mat.Matrix, scale, temperature float64) (*WATTResult, error) 
 	}, nil
 }
 
-// softmaxInPlace replaces x by softmax(x).
-func softmaxInPlace(x []float64) {
-	mx := math.Inf(-1)
-	for _, v := range x {
-		mx = math.Max(mx, v)
-	}
-	var sum float64
-	for i, v := range x {
-		x[i] = math.Exp(v - mx)
-		sum += x[i]
-	}
-	scale(x, 1/sum)
-}
-
-// logSoftmaxInPlace replaces x by log softmax(x).
-func logSoftmaxInPlace(x []float64) {
+// logSumExp returns log Σ exp(x_i), shifted by the largest entry so that
+// nothing overflows.
+func logSumExp(x []float64) float64 {
 	mx := math.Inf(-1)
 	for _, v := range x {
 		mx = math.Max(mx, v)
@@ -153,7 +140,20 @@ func logSoftmaxInPlace(x []float64) {
 	for _, v := range x {
 		sum += math.Exp(v - mx)
 	}
-	lse := mx + math.Log(sum)
+	return mx + math.Log(sum)
+}
+
+// softmaxInPlace replaces x by softmax(x).
+func softmaxInPlace(x []float64) {
+	lse := logSumExp(x)
+	for i, v := range x {
+		x[i] = math.Exp(v - lse)
+	}
+}
+
+// logSoftmaxInPlace replaces x by log softmax(x).
+func logSoftmaxInPlace(x []float64) {
+	lse := logSumExp(x)
 	for i := range x {
 		x[i] -= lse
 	}

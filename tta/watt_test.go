@@ -169,14 +169,8 @@ func wattFixture(t *testing.T, nHeads int) (*WATTMethod, []mat.Matrix, []float32
 	const n, classes = 6, 10
 	m := tinyModel(t, false)
 	rng := rand.New(rand.NewPCG(21, 22))
-	px := randPixels(rng, n, m.Config.Vision.ImageSize)
-	enc, err := m.EncodeImage(px, n)
-	if err != nil {
-		t.Fatal(err)
-	}
+	px, fc := randomImageFeatures(t, m, rng, n)
 	d := m.Config.EmbedDim
-	f0, _ := NormalizeRows(mat.NewDense(n, d, append([]float64(nil), enc.Value().Data().F64()...)))
-	fc, _ := centerRows(f0)
 	fc, _ = NormalizeRows(fc)
 	near := func() *mat.Dense {
 		h := randDense(rng, classes, d, 0.2)
