@@ -23,7 +23,7 @@ func runCorrupt(args []string, stdout, stderr io.Writer) error {
 	sevs := fs.String("severities", "1,2,3,4,5", "comma-separated severities (imagenet; a CIFAR-C file holds all five)")
 	seed := fs.Uint64("seed", 1, "random seed: image i of a corruption at a severity is the same for the same seed")
 	frost := fs.String("frost", "", "folder with frost1.png … frost5.jpg (default: $SUBTTA_FROST, else downloaded into the cache)")
-	limit := fs.Int("limit", 0, "write only the first N clean images (0: all)")
+	limit := fs.Int("limit", 0, "write only the first N clean images (0: all); an image folder is ordered by class, so its first N may all be of one class")
 	labels := fs.String("labels", "", "cifar10/100 image folder: the labels folder (cifar10_classes.txt, cifar100_classes.txt) that places its class folders; default: the sorted folder names, which must then be all 10 or 100")
 	subset := fs.String("subset", "", "imagenet: list of <wnid>/<file> to keep, in order (e.g. robustbench's imagenet_test_image_ids.txt)")
 	workers := fs.Int("workers", 0, "images corrupted at once (0: GOMAXPROCS)")
