@@ -64,11 +64,7 @@ func TestTextFeaturesMatchPyTorch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			e := fixture.RelErr(got.Value().Data().F32(), want)
-			t.Logf("%s: worst relative error %.2e", tc.want, e)
-			if e > forwardTol {
-				t.Errorf("%s: relative error %.2e > %.0e", tc.want, e, forwardTol)
-			}
+			fixture.CheckRelErr(t, tc.want, got.Value().Data().F32(), want, forwardTol)
 		})
 	}
 }
@@ -108,11 +104,7 @@ func TestTextIntermediatesMatchPyTorch(t *testing.T) {
 		if len(shape) == 2 && len(gv) < len(want) { // [context, width]: compare the computed rows
 			want = want[:len(gv)]
 		}
-		e := fixture.RelErr(gv, want)
-		t.Logf("%-22s worst relative error %.2e", stage, e)
-		if e > forwardTol {
-			t.Errorf("%s: relative error %.2e > %.0e", stage, e, forwardTol)
-		}
+		fixture.CheckRelErr(t, stage, gv, want, forwardTol)
 		checked++
 	}
 	if checked == 0 {
