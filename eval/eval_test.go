@@ -311,3 +311,25 @@ func TestStateFileRoundTrip(t *testing.T) {
 		t.Errorf("missing file: err = %v", err)
 	}
 }
+
+// TestResumeWithoutStateRedoes: when SubTTA's carried state of a finished
+// prefix is missing, the resumed run redoes the prefix rather than continue
+// from a wrong covariance, and each domain is reported once.
+func TestResumeWithoutStateRedoes(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	cfg.Methods, cfg.Corruptions = []string{"subtta-m"}, []string{"gaussian_noise", "contrast"}
+	if _, err := Run(context.Background(), cfg, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(cfg.Out, stateDir)); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Corruptions = append(cfg.Corruptions, "pixelate")
+	sum, err := Run(context.Background(), cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Computed != 3 || len(sum.Records) != 3 {
+		t.Fatalf("computed %d, %d records; want 3 and 3", sum.Computed, len(sum.Records))
+	}
+}

@@ -62,7 +62,7 @@ type Progress struct {
 // Summary is what a run did.
 type Summary struct {
 	Config  Config
-	Records []report.Record // every stored record, this run's and earlier ones
+	Records []report.Record // every stored domain, this run's and earlier ones, the latest record of each
 	// Computed counts domains evaluated by this run, Resumed those found
 	// finished in the results folder and not redone.
 	Computed, Resumed int
@@ -226,7 +226,7 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Summary, error) {
 	if err != nil {
 		return sum, fmt.Errorf("eval: %w", err)
 	}
-	sum.Records = recs
+	sum.Records = report.Latest(recs) // a redone domain appears twice in the file
 	sum.Finished = time.Now()
 	files, err := writeTables(cfg, recs, sum)
 	sum.Files = files
