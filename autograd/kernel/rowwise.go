@@ -378,8 +378,15 @@ func SumRows[T Float](dst, x []T, rows, cols int) {
 // relative) evaluated in Estrin's scheme for a short dependency chain, then
 // scaled by 2ⁿ through the exponent bits. Inputs are clamped to
 // [−87.33, 88], so tiny results stay normal (1.2e-38) and large ones finite
-// (1.65e38); a NaN gives an unspecified value.
+// (1.65e38); a NaN gives an unspecified value. On AVX2 CPUs eight lanes run
+// at once (exp_avx2_amd64.s) with the same operations, hence the same bits.
 func expInPlace32(x []float32) {
+	done := expVector(x)
+	expInPlace32Go(x[done:])
+}
+
+// expInPlace32Go is expInPlace32 one value at a time.
+func expInPlace32Go(x []float32) {
 	const (
 		log2e = 1.44269504088896341
 		ln2Hi = 0.693359375

@@ -291,10 +291,32 @@ func TestExpInPlace32(t *testing.T) {
 	if worst > 3e-7 {
 		t.Errorf("expInPlace32: relative error %.3g", worst)
 	}
-	edge := []float32{0, -200, 200, float32(math.Inf(-1)), float32(math.Inf(1))}
-	expInPlace32(edge)
-	if edge[0] != 1 || edge[1] < 0 || edge[1] > 2e-38 || math.IsInf(float64(edge[2]), 0) || edge[2] < 1e38 ||
-		edge[3] > 2e-38 || edge[4] < 1e38 {
-		t.Errorf("expInPlace32 at 0, ±200, ±Inf: %v", edge)
+	// The vector path must give the Go loop's bits, at every length (so also
+	// in the scalar tail after the last full vector).
+	scalar := append([]float32(nil), x...)
+	expInPlace32Go(scalar)
+	for i := range y {
+		if math.Float32bits(y[i]) != math.Float32bits(scalar[i]) {
+			t.Fatalf("expInPlace32(%g) = %g, the Go loop gives %g", x[i], y[i], scalar[i])
+		}
+	}
+	for _, in := range [][]float32{
+		{0, -200, 200, float32(math.Inf(-1)), float32(math.Inf(1))},
+		{0, -200, 200, float32(math.Inf(-1)), float32(math.Inf(1)), 0, -200, 200, float32(math.Inf(-1)), float32(math.Inf(1))},
+	} {
+		edge := append([]float32(nil), in...)
+		expInPlace32(edge)
+		for i, v := range edge {
+			ok := v == 1
+			switch x := in[i]; {
+			case x < 0:
+				ok = v >= 0 && v <= 2e-38
+			case x > 0:
+				ok = !math.IsInf(float64(v), 0) && v >= 1e38
+			}
+			if !ok {
+				t.Errorf("expInPlace32(%g) = %g (length %d)", in[i], v, len(in))
+			}
+		}
 	}
 }
