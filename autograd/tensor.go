@@ -2,8 +2,6 @@ package autograd
 
 import (
 	"fmt"
-	"math/bits"
-	"sync"
 
 	"github.com/nlpodyssey/spago/ag"
 	"github.com/nlpodyssey/spago/mat"
@@ -110,79 +108,6 @@ func (r *releaseGrad) Backward(gy mat.Tensor) error {
 func accGrad[T dtype](t mat.Tensor, g []T) {
 	s := t.Value().Shape()
 	t.AccGrad(mat.NewDense[T](mat.WithShape(s...), mat.WithBacking(g)))
-}
-
-// Scratch buffers. Small ones are pooled in power-of-two size classes per
-// element type; large ones (activation-sized: the same few sizes recur every
-// step) in pools of their exact length, so that a 39 MB buffer does not
-// occupy a 64 MB allocation.
-var (
-	pool32 [64]sync.Pool
-	pool64 [64]sync.Pool
-	exact  sync.Map // exactKey → *sync.Pool
-)
-
-// exactMin is the length above which buffers are pooled by exact length;
-// shorter ones round up to a power of two, at most exactMin.
-const exactMin = 1 << 15
-
-type exactKey struct {
-	f32 bool
-	n   int
-}
-
-// getBuf returns a pooled buffer of length n; its contents are arbitrary.
-func getBuf[T dtype](n int) *[]T {
-	if n > exactMin {
-		if p, ok := exact.Load(exactKey{isF32[T](), n}); ok {
-			if b, ok := p.(*sync.Pool).Get().(*[]T); ok {
-				return b
-			}
-		}
-		s := make([]T, n)
-		return &s
-	}
-	c := bits.Len(uint(max(n, 1) - 1))
-	var p *sync.Pool
-	if isF32[T]() {
-		p = &pool32[c]
-	} else {
-		p = &pool64[c]
-	}
-	if b, ok := p.Get().(*[]T); ok {
-		*b = (*b)[:n]
-		return b
-	}
-	s := make([]T, n, 1<<c)
-	return &s
-}
-
-// getZeroBuf returns a pooled buffer of length n filled with zeros.
-func getZeroBuf[T dtype](n int) *[]T {
-	b := getBuf[T](n)
-	clear(*b)
-	return b
-}
-
-// putBuf returns a buffer from getBuf to its pool.
-func putBuf[T dtype](b *[]T) {
-	n := cap(*b)
-	if n > exactMin {
-		*b = (*b)[:n]
-		k := exactKey{isF32[T](), n}
-		p, ok := exact.Load(k)
-		if !ok {
-			p, _ = exact.LoadOrStore(k, new(sync.Pool))
-		}
-		p.(*sync.Pool).Put(b)
-		return
-	}
-	c := bits.Len(uint(n - 1))
-	if isF32[T]() {
-		pool32[c].Put(b)
-	} else {
-		pool64[c].Put(b)
-	}
 }
 
 func isF32[T dtype]() bool {
