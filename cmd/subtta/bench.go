@@ -5,8 +5,11 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/nlpodyssey/spago/ag"
@@ -23,11 +26,17 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	batch := fs.Int("batch", 64, "images per batch")
 	reps := fs.Int("reps", 5, "timed repetitions of each measurement (the median is reported)")
 	classes := fs.Int("classes", 1000, "classes of the random zero-shot head used by the SubTTA step")
+	only := fs.String("only", "", "run only the measurements whose name contains this text (forward, backward, subtta)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed repetitions to this file (go tool pprof)")
+	memProfile := fs.String("memprofile", "", "write a heap profile (allocations of every measurement) to this file at the end")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if *batch < 1 || *reps < 1 {
 		return usagef("--batch and --reps must be positive")
+	}
+	if *memProfile != "" {
+		runtime.MemProfileRate = 64 << 10
 	}
 	cfg := vit.ViTB32()
 	m, err := vit.Random(cfg, 1, vit.Options{})
@@ -104,6 +113,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	w := v.Width
 	perImage := 2 * float64(v.Layers) * (float64(t)*float64(w)*float64(3*w+w+2*v.MLPWidth) + 2*float64(t*t*w))
 	perImage += 2 * float64(t-1) * float64(w) * float64(3*v.PatchSize*v.PatchSize)
+	profiling := false
 	for _, b := range []struct {
 		name  string
 		run   func() error
@@ -113,8 +123,23 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		{"forward+backward (LayerNorm gradients)", backward, 2 * perImage},
 		{"SubTTA-MINT step (ImageNet-C preset)", subtta, 5 * perImage},
 	} {
+		if *only != "" && !strings.Contains(strings.ToLower(b.name), strings.ToLower(*only)) {
+			continue
+		}
 		if err := b.run(); err != nil { // warm-up: packs weights, fills pools
 			return err
+		}
+		if *cpuProfile != "" && !profiling {
+			f, err := os.Create(*cpuProfile)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return fmt.Errorf("bench: --cpuprofile: %w", err)
+			}
+			defer pprof.StopCPUProfile()
+			profiling = true
 		}
 		times := make([]float64, *reps)
 		for i := range times {
@@ -131,6 +156,17 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 			b.name, ips, *reps, med, ips*b.flops/1e9)
 	}
 	fmt.Fprintf(stdout, "peak resident memory: %s\n", peakRSS())
+	if *memProfile != "" {
+		f, err := os.Create(*memProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		runtime.GC() // the profile is as of the last completed collection
+		if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+			return fmt.Errorf("bench: --memprofile: %w", err)
+		}
+	}
 	return nil
 }
 

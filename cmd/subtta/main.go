@@ -45,8 +45,20 @@ var commands = map[string]command{
 }
 
 func main() {
+	// Nearly all of subtta's heap is pointer-free float buffers, so a
+	// collection costs well under a millisecond of marking, while Go's default
+	// GOGC=100 lets the heap grow to twice the live data before collecting.
+	// A TTA step (about 1.4 GB live on ViT-B/32 at batch 64) then peaked at
+	// 2.9 GB resident; at 25 it peaks at 2.0 GB, no slower. GOGC in the
+	// environment still wins.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(defaultGCPercent)
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
+
+// defaultGCPercent is the GOGC subtta runs with unless the environment sets one.
+const defaultGCPercent = 25
 
 // run executes one command and returns the exit status: 0 on success, 1 on
 // an error, 2 on bad usage. A panic inside a command is reported as an
