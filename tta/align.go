@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/subtta/subtta/internal/symeig"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -104,20 +105,19 @@ func Align(f mat.Matrix, sigmaOld mat.Symmetric, text *TextSubspace, opt AlignOp
 		}
 	}
 
-	var eig mat.EigenSym
-	if !eig.Factorize(sigma, true) {
-		return nil, errors.New("tta: align: eigendecomposition of the covariance did not converge")
+	dec, err := symeig.Factorize(sigma)
+	if err != nil {
+		return nil, fmt.Errorf("tta: align: eigendecomposition of the covariance: %w", err)
 	}
-	asc := eig.Values(nil)
-	var vecsAsc mat.Dense
-	eig.VectorsTo(&vecsAsc)
-	// Reverse to descending order.
+	// Descending order, eigenvectors as columns.
 	lam := make([]float64, d)
 	vecs := mat.NewDense(d, d, nil)
+	raw := vecs.RawMatrix()
 	for i := range d {
-		lam[i] = asc[d-1-i]
-		for k := range d {
-			vecs.Set(k, i, vecsAsc.At(k, d-1-i))
+		lam[i] = dec.Values[d-1-i]
+		row := dec.Vectors.RawRowView(d - 1 - i)
+		for k, v := range row {
+			raw.Data[k*raw.Stride+i] = v
 		}
 	}
 	basis := mat.NewDense(r, d, nil)

@@ -1,0 +1,189 @@
+package symeig
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"sync"
+
+	"gonum.org/v1/gonum/blas"
+	lapack "gonum.org/v1/gonum/lapack/gonum"
+	"gonum.org/v1/gonum/mat"
+)
+
+// Decomposition is A = Σ_i Values[i]·v_i·v_iᵀ, the eigenvalues in ascending
+// order and v_i the i-th row of Vectors (orthonormal rows).
+type Decomposition struct {
+	Values  []float64
+	Vectors *mat.Dense // n×n, row i is the eigenvector of Values[i]
+}
+
+// maxSweeps bounds the QL sweeps, per eigenvalue on average, as LAPACK's
+// dsteqr does (30·n in all).
+const maxSweeps = 30
+
+// Factorize decomposes the symmetric matrix a. It fails if a holds a
+// non-finite value or the iteration does not converge.
+func Factorize(a mat.Symmetric) (*Decomposition, error) {
+	n := a.SymmetricDim()
+	if n == 0 {
+		return &Decomposition{Vectors: &mat.Dense{}}, nil
+	}
+	q := make([]float64, n*n) // row-major, upper triangle of a
+	for i := range n {
+		for j := i; j < n; j++ {
+			v := a.At(i, j)
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return nil, fmt.Errorf("symeig: element (%d, %d) is %v", i, j, v)
+			}
+			q[i*n+j] = v
+		}
+	}
+	d := make([]float64, n)
+	e := make([]float64, n) // e[i] couples i and i+1; e[n-1] stays 0
+	if n == 1 {
+		d[0] = q[0]
+		return &Decomposition{Values: d, Vectors: mat.NewDense(1, 1, []float64{1})}, nil
+	}
+	// A = Q·T·Qᵀ with T tridiagonal (d, e).
+	var impl lapack.Implementation
+	tau := make([]float64, n-1)
+	work := []float64{0}
+	impl.Dsytrd(blas.Upper, n, q, n, d, e[:n-1], tau, work, -1)
+	impl.Dorgtr(blas.Upper, n, q, n, tau, work, -1)
+	work = make([]float64, int(work[0])+n)
+	impl.Dsytrd(blas.Upper, n, q, n, d, e[:n-1], tau, work, len(work))
+	impl.Dorgtr(blas.Upper, n, q, n, tau, work, len(work))
+
+	// z holds Qᵀ: T's rotations act on its rows, and row i ends up as the
+	// eigenvector of d[i].
+	z := make([]float64, n*n)
+	for i := range n {
+		for j := range n {
+			z[j*n+i] = q[i*n+j]
+		}
+	}
+	if err := tridiagonalQL(d, e, z, n); err != nil {
+		return nil, err
+	}
+
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(x, y int) bool { return d[order[x]] < d[order[y]] })
+	values := make([]float64, n)
+	vecs := make([]float64, n*n)
+	for dst, src := range order {
+		values[dst] = d[src]
+		copy(vecs[dst*n:(dst+1)*n], z[src*n:(src+1)*n])
+	}
+	return &Decomposition{Values: values, Vectors: mat.NewDense(n, n, vecs)}, nil
+}
+
+var errNoConvergence = errors.New("symeig: the QL iteration did not converge")
+
+// tridiagonalQL diagonalises the symmetric tridiagonal matrix (d, e) by the
+// implicit QL algorithm with Wilkinson's shift, in place: d becomes the
+// eigenvalues (unordered), e is destroyed, and each plane rotation is
+// applied to the matching pair of rows of z (n×n, row-major).
+func tridiagonalQL(d, e, z []float64, n int) error {
+	const eps = 0x1p-53
+	cs := make([]float64, n)
+	sn := make([]float64, n)
+	sweeps := 0
+	for l := 0; l < n; l++ {
+		for {
+			// The first negligible coupling at or after l splits the matrix.
+			m := l
+			for ; m < n-1; m++ {
+				if math.Abs(e[m]) <= eps*(math.Abs(d[m])+math.Abs(d[m+1])) {
+					break
+				}
+			}
+			if m == l {
+				break // d[l] is an eigenvalue
+			}
+			if sweeps++; sweeps > maxSweeps*n {
+				return errNoConvergence
+			}
+			// Shift: the eigenvalue of the leading 2×2 block nearer d[l].
+			g := (d[l+1] - d[l]) / (2 * e[l])
+			r := math.Hypot(g, 1)
+			g = d[m] - d[l] + e[l]/(g+math.Copysign(r, g))
+			s, c, p := 1.0, 1.0, 0.0
+			// Chase the bulge from the bottom of the block (m) up to l.
+			i := m - 1
+			deflated := false
+			for ; i >= l; i-- {
+				f := s * e[i]
+				b := c * e[i]
+				r = math.Hypot(f, g)
+				e[i+1] = r
+				if r == 0 { // underflow: the block splits at i+1
+					d[i+1] -= p
+					e[m] = 0
+					deflated = true
+					break
+				}
+				s, c = f/r, g/r
+				g = d[i+1] - p
+				r = (d[i]-g)*s + 2*c*b
+				p = s * r
+				d[i+1] = g + p
+				g = c*r - b
+				cs[i], sn[i] = c, s
+			}
+			// Rotations i+1 … m−1 were computed (all of l … m−1 unless the
+			// block split); apply them in the order they were made.
+			rotateRows(z, n, i+1, m, cs, sn)
+			if deflated {
+				continue
+			}
+			d[l] -= p
+			e[l] = g
+			e[m] = 0
+		}
+	}
+	return nil
+}
+
+// parallelMin is the number of row-pair updates (rotations × columns) from
+// which a sweep's rotations are split over two goroutines.
+const parallelMin = 1 << 14
+
+// rotateRows applies, for i = hi−1 down to lo, the rotation (cs[i], sn[i])
+// to rows i and i+1 of z: zᵢ₊₁ ← s·zᵢ + c·zᵢ₊₁, zᵢ ← c·zᵢ − s·zᵢ₊₁. Columns
+// are independent, so they are split into two halves when the work is big
+// enough.
+func rotateRows(z []float64, n, lo, hi int, cs, sn []float64) {
+	if hi <= lo {
+		return
+	}
+	apply := func(c0, c1 int) {
+		for i := hi - 1; i >= lo; i-- {
+			c, s := cs[i], sn[i]
+			zi := z[i*n+c0 : i*n+c1]
+			zj := z[(i+1)*n+c0 : (i+1)*n+c1][:len(zi)]
+			for k, x := range zi {
+				y := zj[k]
+				zj[k] = s*x + c*y
+				zi[k] = c*x - s*y
+			}
+		}
+	}
+	if (hi-lo)*n < parallelMin {
+		apply(0, n)
+		return
+	}
+	half := n / 2
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		apply(half, n)
+	}()
+	apply(0, half)
+	wg.Wait()
+}
