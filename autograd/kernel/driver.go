@@ -9,6 +9,10 @@ type microKernel struct {
 	name   string
 	mr, nr int
 	tile   func(kb int, a, b, c []float32, ldc int, alpha float32, load bool)
+	// rows, when set, is tile with A read in place (mr rows of a row-major
+	// matrix with leading dimension lda) instead of packed, which saves
+	// packing A when op(A) = A.
+	rows func(kb int, a []float32, lda int, b, c []float32, ldc int, alpha float32, load bool)
 }
 
 // active is the micro-kernel GEMM uses; chosen at start-up from the CPU.
@@ -119,11 +123,13 @@ func gemmPacked(transA bool, m int, alpha float32, a []float32, lda int, p *Pack
 }
 
 // gemmBlock computes rows r0…r1−1 and column panels q0…q1−1 of C. For each
-// K block it packs up to mc rows of op(A) into mr-row panels (zero-padding
-// the last), then sweeps every B panel over them.
+// K block it takes up to mc rows of op(A), packed into mr-row panels
+// (zero-padding the last) unless the kernel reads A in place, then sweeps
+// every B panel over them.
 func gemmBlock(kern microKernel, r0, r1, q0, q1 int, alpha float32, transA bool, a []float32, lda int, p *PackedB, loadC bool, c []float32, ldc int) {
 	mr, nr := kern.mr, kern.nr
 	n, k := p.N, p.K
+	inPlace := !transA && kern.rows != nil
 	ap := getScratch((mc + mr) * kc)
 	tmpC := getScratch(mr * nr)
 	defer putScratch(ap)
@@ -133,20 +139,35 @@ func gemmBlock(kern microKernel, r0, r1, q0, q1 int, alpha float32, transA bool,
 		load := loadC || k0 > 0
 		for i0 := r0; i0 < r1; i0 += mc {
 			i1 := min(i0+mc, r1)
-			packA(*ap, transA, a, lda, i0, i1, k0, kb, mr)
+			// In place, only a last panel of fewer than mr rows is packed
+			// (at the start of ap).
+			packFrom := i0
+			if inPlace {
+				packFrom = i0 + (i1-i0)/mr*mr
+			}
+			if packFrom < i1 {
+				packA(*ap, transA, a, lda, packFrom, i1, k0, kb, mr)
+			}
 			for q := q0; q < q1; q++ {
 				j0 := q * nr
 				cols := min(nr, n-j0)
 				bp := p.panel(k0, kb, j0)
 				for i := i0; i < i1; i += mr {
 					rows := min(mr, i1-i)
-					at := (*ap)[(i-i0)*kb : (i-i0+mr)*kb]
+					dst, ldd, ld := c[i*ldc+j0:], ldc, load
+					if rows < mr || cols < nr {
+						// Edge tile: compute a full tile into scratch, keep the valid part.
+						dst, ldd, ld = *tmpC, nr, false
+					}
+					if i < packFrom {
+						kern.rows(kb, a[i*lda+k0:], lda, bp, dst, ldd, alpha, ld)
+					} else {
+						at := (*ap)[(i-packFrom)*kb : (i-packFrom+mr)*kb]
+						kern.tile(kb, at, bp, dst, ldd, alpha, ld)
+					}
 					if rows == mr && cols == nr {
-						kern.tile(kb, at, bp, c[i*ldc+j0:], ldc, alpha, load)
 						continue
 					}
-					// Edge tile: compute a full tile into scratch, keep the valid part.
-					kern.tile(kb, at, bp, *tmpC, nr, alpha, false)
 					for r := 0; r < rows; r++ {
 						cr := c[(i+r)*ldc+j0 : (i+r)*ldc+j0+cols]
 						tr := (*tmpC)[r*nr : r*nr+cols]

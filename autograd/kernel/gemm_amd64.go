@@ -14,6 +14,12 @@ func sgemmAVX2(kb int, a *float32, b *float32, c *float32, ldc int, alpha float3
 //go:noescape
 func sgemmAVX512(kb int, a *float32, b *float32, c *float32, ldc int, alpha float32, load bool)
 
+//go:noescape
+func sgemmAVX2Rows(kb int, a *float32, lda int, b *float32, c *float32, ldc int, alpha float32, load bool)
+
+//go:noescape
+func sgemmAVX512Rows(kb int, a *float32, lda int, b *float32, c *float32, ldc int, alpha float32, load bool)
+
 // The assembly kernels read kb·mr packed values of A and kb·nr of B, and
 // read/write mr rows of nr values of C. The slices passed by gemmBlock always
 // cover that; the checks below keep a bad caller from reading out of bounds.
@@ -31,9 +37,25 @@ func tileAVX512(kb int, a, b, c []float32, ldc int, alpha float32, load bool) {
 	sgemmAVX512(kb, unsafe.SliceData(a), unsafe.SliceData(b), unsafe.SliceData(c), ldc, alpha, load)
 }
 
+// The Rows kernels read mr rows of kb values at a, a+lda, …; the checks
+// below keep a bad caller from reading out of bounds.
+func rowsAVX2(kb int, a []float32, lda int, b, c []float32, ldc int, alpha float32, load bool) {
+	_ = a[5*lda+kb-1]
+	_ = b[kb*16-1]
+	_ = c[5*ldc+15]
+	sgemmAVX2Rows(kb, unsafe.SliceData(a), lda, unsafe.SliceData(b), unsafe.SliceData(c), ldc, alpha, load)
+}
+
+func rowsAVX512(kb int, a []float32, lda int, b, c []float32, ldc int, alpha float32, load bool) {
+	_ = a[7*lda+kb-1]
+	_ = b[kb*32-1]
+	_ = c[7*ldc+31]
+	sgemmAVX512Rows(kb, unsafe.SliceData(a), lda, unsafe.SliceData(b), unsafe.SliceData(c), ldc, alpha, load)
+}
+
 var (
-	avx2Kernel   = microKernel{name: "avx2", mr: 6, nr: 16, tile: tileAVX2}
-	avx512Kernel = microKernel{name: "avx512", mr: 8, nr: 32, tile: tileAVX512}
+	avx2Kernel   = microKernel{name: "avx2", mr: 6, nr: 16, tile: tileAVX2, rows: rowsAVX2}
+	avx512Kernel = microKernel{name: "avx512", mr: 8, nr: 32, tile: tileAVX512, rows: rowsAVX512}
 )
 
 func available() []microKernel {

@@ -59,6 +59,7 @@ var gemmCases = []gemmCase{
 	{false, false, 6, 16, 1, 1, 0},
 	{false, false, 1, 100, 77, 1, 0},
 	{false, true, 197, 1, 9, 1, 0},
+	{false, true, 103, 50, 300, 1, 0},
 	{false, false, 4, 5, 0, 1, 0.5},
 }
 
