@@ -151,7 +151,8 @@ const quickGELUAlpha = 1.702
 
 // activationSlope overwrites x with act′(x), given y = act(x). For QuickGELU
 // act′ = s + 1.702·y·(1−s) with s = σ(1.702·x) = y/x, so no exponential is
-// needed; for GELU it is Φ(x) + x·φ(x).
+// needed (kernel.QuickGELUSlope does both in one pass); for GELU it is
+// Φ(x) + x·φ(x).
 func (op *blockOp[T]) activationSlope(x, y []T) {
 	gelu := op.p.GELU
 	parallelFor(len(x), func(lo, hi int) {
@@ -258,7 +259,19 @@ func (op *blockOp[T]) Forward() (mat.Tensor, error) {
 	hidden := buffer(o*m, keep)
 	linearInto(p.FC, o, h2, *hidden)
 	act := *buffer(o*m, false)
-	op.activation(act, *hidden)
+	// Backward needs the pre-activation only through the slope of the
+	// activation, unless c_proj's weight gradient needs act itself: then
+	// keep the slope in its place, and backward skips an exponential per
+	// value.
+	slope := keep && !p.Proj.Weight.RequiresGrad()
+	if slope && !p.GELU {
+		kernel.QuickGELUSlope(act, *hidden, *hidden)
+	} else {
+		op.activation(act, *hidden)
+		if slope {
+			op.activationSlope(*hidden, act)
+		}
+	}
 	op.emit("mlp_hidden", act, m)
 
 	linearInto(p.Proj, o, act, proj)
@@ -268,13 +281,7 @@ func (op *blockOp[T]) Forward() (mat.Tensor, error) {
 
 	if keep {
 		op.stats, op.qkv, op.x1, op.hidden = stats, qkv, x1, hidden
-		// Backward needs the pre-activation only through the slope of the
-		// activation, unless c_proj's weight gradient needs act itself:
-		// keep the slope, and backward skips an exponential per value.
-		if !p.Proj.Weight.RequiresGrad() {
-			op.activationSlope(*hidden, act)
-			op.slope = true
-		}
+		op.slope = slope
 		if keepAttn {
 			op.attn = &attnBuf
 		}

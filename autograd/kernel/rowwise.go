@@ -418,6 +418,47 @@ func expInPlace32Go(x []float32) {
 // pass, so that their scratch stays in L1.
 const expBlock = 512
 
+// QuickGELUSlope computes y = QuickGELU(x) like QuickGELU and, in the same
+// pass, slope = dy/dx = s + 1.702·y·(1−s) with s = σ(1.702·x): what the
+// backward pass needs, one exponential per value for both. slope may alias x.
+func QuickGELUSlope[T Float](y, slope, x []T) {
+	checkLen("QuickGELUSlope", y, len(x))
+	checkLen("QuickGELUSlope", slope, len(x))
+	if x32, ok := any(x).([]float32); ok {
+		y32, s32 := any(y).([]float32), any(slope).([]float32)
+		forRows(len(x), 1, func(_, lo, hi int) { quickGELUSlope32(y32[lo:hi], s32[lo:hi], x32[lo:hi]) })
+		return
+	}
+	forRows(len(x), 1, func(_, lo, hi int) {
+		for i, v := range x[lo:hi] {
+			s := T(sigmoid(quickGELUAlpha * float64(v)))
+			yv := v * s
+			y[lo+i] = yv
+			slope[lo+i] = s + quickGELUAlpha*yv*(1-s)
+		}
+	})
+}
+
+func quickGELUSlope32(y, slope, x []float32) {
+	var e [expBlock]float32
+	for i0 := 0; i0 < len(x); i0 += expBlock {
+		xs := x[i0:min(i0+expBlock, len(x))]
+		ys := y[i0 : i0+len(xs)]
+		ss := slope[i0 : i0+len(xs)]
+		es := e[:len(xs)]
+		for i, v := range xs {
+			es[i] = -quickGELUAlpha * v
+		}
+		expInPlace32(es)
+		for i, v := range xs {
+			yv := v / (1 + es[i]) // as quickGELU32, so y is the same
+			s := 1 / (1 + es[i])
+			ys[i] = yv
+			ss[i] = s + quickGELUAlpha*yv*(1-s)
+		}
+	}
+}
+
 func quickGELU32(y, x []float32) {
 	var e [expBlock]float32
 	for i0 := 0; i0 < len(x); i0 += expBlock {

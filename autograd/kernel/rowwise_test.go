@@ -230,6 +230,25 @@ func TestActivations(t *testing.T) {
 		dx32 := to32(dy)
 		c.bwd(dx32, dx32, x32)
 		checkClose(t, c.name+" dx", dx32, dx)
+		if c.name == "QuickGELU" {
+			// The fused form: same y bit for bit, and the slope dy/dx, here
+			// written over its input as the transformer block does.
+			y2, slope := make([]float32, n), to32(x)
+			QuickGELUSlope(y2, slope, slope)
+			for i := range y2 {
+				if y2[i] != y32[i] {
+					t.Fatalf("QuickGELUSlope y[%d] = %g, QuickGELU gives %g", i, y2[i], y32[i])
+				}
+			}
+			want := make([]float64, n)
+			for i, v := range x {
+				want[i] = (c.f(v+c.h) - c.f(v-c.h)) / (2 * c.h)
+			}
+			checkClose(t, "QuickGELUSlope slope", slope, want)
+			slope64 := make([]float64, n)
+			QuickGELUSlope(make([]float64, n), slope64, x)
+			checkClose(t, "QuickGELUSlope float64 slope", to32(slope64), want)
+		}
 	}
 }
 
