@@ -46,17 +46,8 @@ func LayerNorm[T Float](y, x []T, rows, cols int, gamma, beta []T, eps float64, 
 		for r := lo; r < hi; r++ {
 			xr := x[r*cols : r*cols+cols]
 			yr := y[r*cols : r*cols+cols]
-			var s float64
-			for _, v := range xr {
-				s += float64(v)
-			}
-			mu := s / float64(cols)
-			var ss float64
-			for _, v := range xr {
-				d := float64(v) - mu
-				ss += d * d
-			}
-			rs := 1 / math.Sqrt(ss/float64(cols)+eps)
+			mu := sum64(xr) / float64(cols)
+			rs := 1 / math.Sqrt(sumSqDev64(xr, mu)/float64(cols)+eps)
 			m, q := T(mu), T(rs)
 			mean[r], rstd[r] = m, q
 			g, b := gamma[:cols], beta[:cols]
@@ -65,6 +56,44 @@ func LayerNorm[T Float](y, x []T, rows, cols int, gamma, beta []T, eps float64, 
 			}
 		}
 	})
+}
+
+// sum64 returns Σx in float64, in four interleaved partial sums: one chain
+// of additions would wait out the adder's latency at every element, and
+// LayerNorm's statistics took twice as long.
+func sum64[T Float](x []T) float64 {
+	var s0, s1, s2, s3 float64
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		q := x[i : i+4 : i+4]
+		s0 += float64(q[0])
+		s1 += float64(q[1])
+		s2 += float64(q[2])
+		s3 += float64(q[3])
+	}
+	for _, v := range x[i:] {
+		s0 += float64(v)
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// sumSqDev64 returns Σ(x−mu)² in float64, as sum64 does.
+func sumSqDev64[T Float](x []T, mu float64) float64 {
+	var s0, s1, s2, s3 float64
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		q := x[i : i+4 : i+4]
+		d0, d1, d2, d3 := float64(q[0])-mu, float64(q[1])-mu, float64(q[2])-mu, float64(q[3])-mu
+		s0 += d0 * d0
+		s1 += d1 * d1
+		s2 += d2 * d2
+		s3 += d3 * d3
+	}
+	for _, v := range x[i:] {
+		d := float64(v) - mu
+		s0 += d * d
+	}
+	return (s0 + s1) + (s2 + s3)
 }
 
 // LayerNormBackward computes the gradients of LayerNorm given dy, the input x
@@ -91,22 +120,36 @@ func LayerNormBackward[T Float](dx, dgamma, dbeta, dy, x []T, rows, cols int, ga
 			xr := x[r*cols : r*cols+cols]
 			dyr := dy[r*cols : r*cols+cols]
 			m, q := mean[r], rstd[r]
+			if pg != nil && dx != nil {
+				layerNormBackwardRow(dx[r*cols:r*cols+cols], pg, pb, dyr, xr, g, m, q)
+				continue
+			}
 			if pg != nil {
 				for j, v := range xr {
-					pg[j] += dyr[j] * (v - m) * q
+					pg[j] += dyr[j] * ((v - m) * q) // as layerNormBackwardRow
 					pb[j] += dyr[j]
 				}
 			}
 			if dx == nil {
 				continue
 			}
-			var sg, sgx float64
-			for j, v := range xr {
-				gj := float64(dyr[j] * g[j])
-				sg += gj
-				sgx += gj * float64((v-m)*q)
+			// Two interleaved partial sums each, as in sum64.
+			var sg0, sg1, sgx0, sgx1 float64
+			j := 0
+			for ; j+2 <= cols; j += 2 {
+				xv, dv, gv := xr[j:j+2:j+2], dyr[j:j+2:j+2], g[j:j+2:j+2]
+				g0, g1 := float64(dv[0]*gv[0]), float64(dv[1]*gv[1])
+				sg0 += g0
+				sg1 += g1
+				sgx0 += g0 * float64((xv[0]-m)*q)
+				sgx1 += g1 * float64((xv[1]-m)*q)
 			}
-			mg, mgx := T(sg/float64(cols)), T(sgx/float64(cols))
+			for ; j < cols; j++ {
+				gj := float64(dyr[j] * g[j])
+				sg0 += gj
+				sgx0 += gj * float64((xr[j]-m)*q)
+			}
+			mg, mgx := T((sg0+sg1)/float64(cols)), T((sgx0+sgx1)/float64(cols))
 			dxr := dx[r*cols : r*cols+cols]
 			for j, v := range xr {
 				dxr[j] = q * (dyr[j]*g[j] - mg - (v-m)*q*mgx)
@@ -126,6 +169,41 @@ func LayerNormBackward[T Float](dx, dgamma, dbeta, dy, x []T, rows, cols int, ga
 				dbeta[j] += v
 			}
 		}
+	}
+}
+
+// layerNormBackwardRow is one row of LayerNormBackward with every gradient
+// wanted: the parameter gradients' partial sums and the two means dx needs
+// come from one pass over x and dy.
+func layerNormBackwardRow[T Float](dxr, pg, pb, dyr, xr, g []T, m, q T) {
+	n := len(xr)
+	dyr, g, pg, pb, dxr = dyr[:n], g[:n], pg[:n], pb[:n], dxr[:n]
+	var sg0, sg1, sgx0, sgx1 float64
+	j := 0
+	for ; j+2 <= n; j += 2 {
+		h0, h1 := (xr[j]-m)*q, (xr[j+1]-m)*q
+		d0, d1 := dyr[j], dyr[j+1]
+		pg[j] += d0 * h0
+		pg[j+1] += d1 * h1
+		pb[j] += d0
+		pb[j+1] += d1
+		g0, g1 := float64(d0*g[j]), float64(d1*g[j+1])
+		sg0 += g0
+		sg1 += g1
+		sgx0 += g0 * float64(h0)
+		sgx1 += g1 * float64(h1)
+	}
+	for ; j < n; j++ {
+		h, d := (xr[j]-m)*q, dyr[j]
+		pg[j] += d * h
+		pb[j] += d
+		gj := float64(d * g[j])
+		sg0 += gj
+		sgx0 += gj * float64(h)
+	}
+	mg, mgx := T((sg0+sg1)/float64(n)), T((sgx0+sgx1)/float64(n))
+	for j, v := range xr {
+		dxr[j] = q * (dyr[j]*g[j] - mg - (v-m)*q*mgx)
 	}
 }
 

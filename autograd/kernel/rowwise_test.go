@@ -127,6 +127,16 @@ func TestLayerNorm(t *testing.T) {
 				t.Fatalf("%v: dx differs when computed alone", sh)
 			}
 		}
+		dgOnly, dbOnly := make([]float32, cols), make([]float32, cols)
+		for j := range cols {
+			dgOnly[j], dbOnly[j] = 1, -1
+		}
+		LayerNormBackward(nil, dgOnly, dbOnly, to32(dy), x32, rows, cols, g32, mean, rstd)
+		for j := range cols {
+			if dgOnly[j] != dg32[j] || dbOnly[j] != db32[j] {
+				t.Fatalf("%v: dgamma or dbeta differs when computed without dx", sh)
+			}
+		}
 	}
 }
 
