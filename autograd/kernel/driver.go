@@ -1,6 +1,9 @@
 package kernel
 
-import "fmt"
+import (
+	"fmt"
+	"sync/atomic"
+)
 
 // microKernel computes one mr×nr tile of C from a packed kb×mr panel of A
 // (for each k, the tile's mr row values) and a packed kb×nr panel of B:
@@ -116,7 +119,23 @@ func gemmPacked(transA bool, m int, alpha float32, a []float32, lda int, p *Pack
 	case !parallel || t == 1:
 		run(0, m, 0, panels)
 	case m >= t*2*kern.mr:
-		parallelForGrain(m, kern.mr, func(lo, hi int) { run(lo, hi, 0, panels) })
+		// Row blocks handed out one at a time rather than one fixed half per
+		// goroutine: on a shared machine one core often runs slower (other
+		// goroutines, the collector, neighbours), and a static split waits
+		// for it at the end of every product.
+		block := min(mc, (m+4*t-1)/(4*t))
+		block = (block + kern.mr - 1) / kern.mr * kern.mr
+		blocks := (m + block - 1) / block
+		var next atomic.Int64
+		splitRange(t, 1, t, func(_, _, _ int) {
+			for {
+				b := int(next.Add(1)) - 1
+				if b >= blocks {
+					return
+				}
+				run(b*block, min((b+1)*block, m), 0, panels)
+			}
+		})
 	default:
 		ParallelFor(panels, func(lo, hi int) { run(0, m, lo, hi) })
 	}

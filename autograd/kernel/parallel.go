@@ -15,11 +15,6 @@ func ParallelFor(n int, fn func(lo, hi int)) {
 	splitRange(n, 1, Threads(), func(_, lo, hi int) { fn(lo, hi) })
 }
 
-// parallelForGrain is ParallelFor with range boundaries on multiples of grain.
-func parallelForGrain(n, grain int, fn func(lo, hi int)) {
-	splitRange(n, grain, Threads(), func(_, lo, hi int) { fn(lo, hi) })
-}
-
 // splitRange cuts [0, n) into at most chunks contiguous ranges whose
 // boundaries are multiples of grain, and runs fn(chunk, lo, hi) on each in
 // its own goroutine, the last on the calling goroutine.
