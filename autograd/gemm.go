@@ -34,7 +34,27 @@ func gemm32(transA, transB bool, m, n, k int, alpha float32, a []float32, lda in
 		return
 	}
 	packs := packSlices(transB, k, n, b, ldb)
-	gemmSlices(transA, m, alpha, a, lda, packs, beta, c, ldc)
+	gemmSlices(transA, m, alpha, a, lda, packs, beta, nil, c, ldc)
+	for _, p := range packs {
+		p.Release()
+	}
+}
+
+// linear32 computes y = x·Wᵀ + bias (x is m×k, W is n×k, bias has n
+// values) with the bias added by the GEMM as it stores C, saving a pass
+// over y.
+func linear32(m, n, k int, x, w, bias, y []float32) {
+	if m == 0 || n == 0 {
+		return
+	}
+	if k <= packDepth || kernel.Threads() < 2 {
+		p := kernel.PackB(true, k, n, w, k)
+		kernel.GemmPackedBias(false, m, 1, x, k, p, bias, y, n)
+		p.Release()
+		return
+	}
+	packs := packSlices(true, k, n, w, k)
+	gemmSlices(false, m, 1, x, k, packs, 0, bias, y, n)
 	for _, p := range packs {
 		p.Release()
 	}
@@ -59,15 +79,20 @@ func packSlices(transB bool, k, n int, b []float32, ldb int) []*kernel.PackedB {
 }
 
 // gemmSlices computes C = alpha·op(A)·op(B) + beta·C with op(B) packed by
-// packSlices.
-func gemmSlices(transA bool, m int, alpha float32, a []float32, lda int, packs []*kernel.PackedB, beta float32, c []float32, ldc int) {
+// packSlices; with a bias (beta must then be 0), C = alpha·op(A)·op(B) +
+// biasᵀ, the bias added by the first slice's product.
+func gemmSlices(transA bool, m int, alpha float32, a []float32, lda int, packs []*kernel.PackedB, beta float32, bias, c []float32, ldc int) {
 	for s, p := range packs {
 		k0 := s * packDepth
 		as := a[k0:] // A is m×k: columns k0…
 		if transA {  // A is k×m: rows k0…
 			as = a[k0*lda:]
 		}
-		if s > 0 {
+		switch {
+		case s == 0 && bias != nil:
+			kernel.GemmPackedBias(transA, m, alpha, as, lda, p, bias, c, ldc)
+			continue
+		case s > 0:
 			beta = 1
 		}
 		kernel.GemmPacked(transA, m, alpha, as, lda, p, beta, c, ldc)

@@ -101,6 +101,10 @@ func (op *linearOp[T]) Backward(gy mat.Tensor) error {
 // linearInto computes y = x·Wᵀ + b for x [rows, in] into y [rows, out].
 func linearInto[T dtype](p *LinearParams, rows int, x, y []T) {
 	in, out := p.In(), p.Out()
+	if x32, ok := any(x).([]float32); ok && p.Bias != nil {
+		linear32(rows, out, in, x32, any(values[T](p.Weight)).([]float32), any(values[T](p.Bias)).([]float32), any(y).([]float32))
+		return
+	}
 	gemm(false, true, rows, out, in, 1, x, in, values[T](p.Weight), in, 0, y, out)
 	if p.Bias != nil {
 		kernel.AddRowVector(y, rows, out, values[T](p.Bias))

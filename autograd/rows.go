@@ -278,7 +278,7 @@ func patchEmbedOffTape[T dtype](images mat.Tensor, w *LinearParams, g PatchGeome
 		op.each(func(dst, src, k int) { copy(patches[dst:dst+k], x[b0*cols+src:b0*cols+src+k]) })
 		yc := y[b0*perImage*out : (b0+n)*perImage*out]
 		if packs != nil {
-			gemmSlices(false, n*perImage, 1, any(patches).([]float32), rowLen, packs, 0, any(yc).([]float32), out)
+			gemmSlices(false, n*perImage, 1, any(patches).([]float32), rowLen, packs, 0, nil, any(yc).([]float32), out)
 		} else {
 			gemm(false, true, n*perImage, out, rowLen, 1, patches, rowLen, wt, rowLen, 0, yc, out)
 		}

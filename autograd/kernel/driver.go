@@ -7,15 +7,16 @@ import (
 
 // microKernel computes one mr×nr tile of C from a packed kb×mr panel of A
 // (for each k, the tile's mr row values) and a packed kb×nr panel of B:
-// C = alpha·A·B, plus the old C when load is set.
+// C = alpha·A·B, plus the old C when load is set, else plus bias (nr values
+// added to every row) when bias is not nil.
 type microKernel struct {
 	name   string
 	mr, nr int
-	tile   func(kb int, a, b, c []float32, ldc int, alpha float32, load bool)
+	tile   func(kb int, a, b, c []float32, ldc int, alpha float32, load bool, bias []float32)
 	// rows, when set, is tile with A read in place (mr rows of a row-major
 	// matrix with leading dimension lda) instead of packed, which saves
 	// packing A when op(A) = A.
-	rows func(kb int, a []float32, lda int, b, c []float32, ldc int, alpha float32, load bool)
+	rows func(kb int, a []float32, lda int, b, c []float32, ldc int, alpha float32, load bool, bias []float32)
 }
 
 // active is the micro-kernel GEMM uses; chosen at start-up from the CPU.
@@ -53,7 +54,7 @@ func bestKernel() microKernel { return available()[0] }
 // same order as the assembly kernels (one k at a time).
 var goKernel = microKernel{name: "go", mr: 4, nr: 16, tile: goTile}
 
-func goTile(kb int, a, b, c []float32, ldc int, alpha float32, load bool) {
+func goTile(kb int, a, b, c []float32, ldc int, alpha float32, load bool, bias []float32) {
 	var acc [4][16]float32
 	for p := 0; p < kb; p++ {
 		bp := (*[16]float32)(b[p*16 : p*16+16])
@@ -69,9 +70,12 @@ func goTile(kb int, a, b, c []float32, ldc int, alpha float32, load bool) {
 	for r := 0; r < 4; r++ {
 		cr := c[r*ldc : r*ldc+16]
 		for j := 0; j < 16; j++ {
-			if load {
+			switch {
+			case load:
 				cr[j] += alpha * acc[r][j]
-			} else {
+			case bias != nil:
+				cr[j] = alpha*acc[r][j] + bias[j]
+			default:
 				cr[j] = alpha * acc[r][j]
 			}
 		}
@@ -81,14 +85,25 @@ func goTile(kb int, a, b, c []float32, ldc int, alpha float32, load bool) {
 // GemmPacked computes C = alpha·op(A)·B + beta·C with B packed by PackB.
 // op(A) is m×p.K (A itself, or Aᵀ of a stored p.K×m matrix when transA).
 func GemmPacked(transA bool, m int, alpha float32, a []float32, lda int, p *PackedB, beta float32, c []float32, ldc int) {
-	gemmPacked(transA, m, alpha, a, lda, p, beta, c, ldc, true)
+	gemmPacked(transA, m, alpha, a, lda, p, beta, nil, c, ldc, true)
+}
+
+// GemmPackedBias computes C = alpha·op(A)·B + 1·biasᵀ (bias, of length p.N,
+// added to every row of the product, as a linear layer's bias), overwriting
+// C. The bias is added as each tile of C is stored, which saves a pass over C.
+func GemmPackedBias(transA bool, m int, alpha float32, a []float32, lda int, p *PackedB, bias, c []float32, ldc int) {
+	if len(bias) < p.N {
+		panic(fmt.Sprintf("kernel: GemmPackedBias: bias has %d values, want %d", len(bias), p.N))
+	}
+	gemmPacked(transA, m, alpha, a, lda, p, 0, bias[:p.N], c, ldc, true)
 }
 
 func gemmPackedSerial(transA bool, m int, alpha float32, a []float32, lda int, p *PackedB, beta float32, c []float32, ldc int) {
-	gemmPacked(transA, m, alpha, a, lda, p, beta, c, ldc, false)
+	gemmPacked(transA, m, alpha, a, lda, p, beta, nil, c, ldc, false)
 }
 
-func gemmPacked(transA bool, m int, alpha float32, a []float32, lda int, p *PackedB, beta float32, c []float32, ldc int, parallel bool) {
+// gemmPacked is GemmPacked, with a bias when beta is 0 and bias not nil.
+func gemmPacked(transA bool, m int, alpha float32, a []float32, lda int, p *PackedB, beta float32, bias, c []float32, ldc int, parallel bool) {
 	n, k := p.N, p.K
 	if m == 0 || n == 0 {
 		return
@@ -105,14 +120,18 @@ func gemmPacked(transA bool, m int, alpha float32, a []float32, lda int, p *Pack
 	if k == 0 {
 		if beta == 0 {
 			for i := 0; i < m; i++ {
-				clear(c[i*ldc : i*ldc+n])
+				if bias != nil {
+					copy(c[i*ldc:i*ldc+n], bias)
+				} else {
+					clear(c[i*ldc : i*ldc+n])
+				}
 			}
 		}
 		return
 	}
 	panels := (n + kern.nr - 1) / kern.nr
 	run := func(r0, r1, q0, q1 int) {
-		gemmBlock(kern, r0, r1, q0, q1, alpha, transA, a, lda, p, beta != 0, c, ldc)
+		gemmBlock(kern, r0, r1, q0, q1, alpha, transA, a, lda, p, beta != 0, bias, c, ldc)
 	}
 	t := Threads()
 	switch {
@@ -144,8 +163,9 @@ func gemmPacked(transA bool, m int, alpha float32, a []float32, lda int, p *Pack
 // gemmBlock computes rows r0…r1−1 and column panels q0…q1−1 of C. For each
 // K block it takes up to mc rows of op(A), packed into mr-row panels
 // (zero-padding the last) unless the kernel reads A in place, then sweeps
-// every B panel over them.
-func gemmBlock(kern microKernel, r0, r1, q0, q1 int, alpha float32, transA bool, a []float32, lda int, p *PackedB, loadC bool, c []float32, ldc int) {
+// every B panel over them. Unless loadC, bias (if not nil) is added to every
+// row as the first K block is stored.
+func gemmBlock(kern microKernel, r0, r1, q0, q1 int, alpha float32, transA bool, a []float32, lda int, p *PackedB, loadC bool, bias, c []float32, ldc int) {
 	mr, nr := kern.mr, kern.nr
 	n, k := p.N, p.K
 	inPlace := !transA && kern.rows != nil
@@ -171,18 +191,22 @@ func gemmBlock(kern microKernel, r0, r1, q0, q1 int, alpha float32, transA bool,
 				j0 := q * nr
 				cols := min(nr, n-j0)
 				bp := p.panel(k0, kb, j0)
+				var bb []float32 // this panel's bias, when it is added now
+				if bias != nil && !load {
+					bb = bias[j0 : j0+cols]
+				}
 				for i := i0; i < i1; i += mr {
 					rows := min(mr, i1-i)
-					dst, ldd, ld := c[i*ldc+j0:], ldc, load
+					dst, ldd, ld, tb := c[i*ldc+j0:], ldc, load, bb
 					if rows < mr || cols < nr {
 						// Edge tile: compute a full tile into scratch, keep the valid part.
-						dst, ldd, ld = *tmpC, nr, false
+						dst, ldd, ld, tb = *tmpC, nr, false, nil
 					}
 					if i < packFrom {
-						kern.rows(kb, a[i*lda+k0:], lda, bp, dst, ldd, alpha, ld)
+						kern.rows(kb, a[i*lda+k0:], lda, bp, dst, ldd, alpha, ld, tb)
 					} else {
 						at := (*ap)[(i-packFrom)*kb : (i-packFrom+mr)*kb]
-						kern.tile(kb, at, bp, dst, ldd, alpha, ld)
+						kern.tile(kb, at, bp, dst, ldd, alpha, ld, tb)
 					}
 					if rows == mr && cols == nr {
 						continue
@@ -190,11 +214,16 @@ func gemmBlock(kern microKernel, r0, r1, q0, q1 int, alpha float32, transA bool,
 					for r := 0; r < rows; r++ {
 						cr := c[(i+r)*ldc+j0 : (i+r)*ldc+j0+cols]
 						tr := (*tmpC)[r*nr : r*nr+cols]
-						if load {
+						switch {
+						case load:
 							for j := range cr {
 								cr[j] += tr[j]
 							}
-						} else {
+						case bb != nil:
+							for j := range cr {
+								cr[j] = tr[j] + bb[j]
+							}
+						default:
 							copy(cr, tr)
 						}
 					}

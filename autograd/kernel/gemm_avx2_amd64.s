@@ -2,9 +2,10 @@
 
 #include "textflag.h"
 
-// func sgemmAVX2(kb int, a *float32, b *float32, c *float32, ldc int, alpha float32, load bool)
-// C[6×16] = alpha·A[6×kb]·B[kb×16] (+ C if load); A and B are packed panels.
-TEXT ·sgemmAVX2(SB), NOSPLIT, $0-45
+// func sgemmAVX2(kb int, a *float32, b *float32, c *float32, ldc int, alpha float32, load bool, bias *float32)
+// C[6×16] = alpha·A[6×kb]·B[kb×16], plus C if load, else plus bias (16 values,
+// added to every row) unless bias is nil. A and B are packed panels.
+TEXT ·sgemmAVX2(SB), NOSPLIT, $0-56
 	MOVQ kb+0(FP), CX
 	MOVQ a+8(FP), SI
 	MOVQ b+16(FP), DX
@@ -170,7 +171,26 @@ epilogue:
 	VMULPS Y0, Y15, Y15
 	MOVBLZX load+44(FP), AX
 	TESTL AX, AX
+	JNZ addc
+	MOVQ bias+48(FP), BX
+	TESTQ BX, BX
 	JZ store
+	VMOVUPS 0(BX), Y0
+	VMOVUPS 32(BX), Y1
+	VADDPS Y0, Y4, Y4
+	VADDPS Y1, Y5, Y5
+	VADDPS Y0, Y6, Y6
+	VADDPS Y1, Y7, Y7
+	VADDPS Y0, Y8, Y8
+	VADDPS Y1, Y9, Y9
+	VADDPS Y0, Y10, Y10
+	VADDPS Y1, Y11, Y11
+	VADDPS Y0, Y12, Y12
+	VADDPS Y1, Y13, Y13
+	VADDPS Y0, Y14, Y14
+	VADDPS Y1, Y15, Y15
+	JMP store
+addc:
 	VADDPS (DI), Y4, Y4
 	VADDPS 32(DI), Y5, Y5
 	VADDPS (DI)(R9*1), Y6, Y6
@@ -199,10 +219,11 @@ store:
 	VZEROUPPER
 	RET
 
-// func sgemmAVX2Rows(kb int, a *float32, lda int, b *float32, c *float32, ldc int, alpha float32, load bool)
-// C[6×16] = alpha·A[6×kb]·B[kb×16] (+ C if load); A is read in place (row-major,
+// func sgemmAVX2Rows(kb int, a *float32, lda int, b *float32, c *float32, ldc int, alpha float32, load bool, bias *float32)
+// C[6×16] = alpha·A[6×kb]·B[kb×16], plus C if load, else plus bias (16 values,
+// added to every row) unless bias is nil. A is read in place (row-major,
 // leading dimension lda), B is a packed panel.
-TEXT ·sgemmAVX2Rows(SB), NOSPLIT, $0-53
+TEXT ·sgemmAVX2Rows(SB), NOSPLIT, $0-64
 	MOVQ kb+0(FP), CX
 	MOVQ a+8(FP), SI
 	MOVQ lda+16(FP), R8
@@ -374,7 +395,26 @@ epilogue:
 	VMULPS Y0, Y15, Y15
 	MOVBLZX load+52(FP), AX
 	TESTL AX, AX
+	JNZ addc
+	MOVQ bias+56(FP), BX
+	TESTQ BX, BX
 	JZ store
+	VMOVUPS 0(BX), Y0
+	VMOVUPS 32(BX), Y1
+	VADDPS Y0, Y4, Y4
+	VADDPS Y1, Y5, Y5
+	VADDPS Y0, Y6, Y6
+	VADDPS Y1, Y7, Y7
+	VADDPS Y0, Y8, Y8
+	VADDPS Y1, Y9, Y9
+	VADDPS Y0, Y10, Y10
+	VADDPS Y1, Y11, Y11
+	VADDPS Y0, Y12, Y12
+	VADDPS Y1, Y13, Y13
+	VADDPS Y0, Y14, Y14
+	VADDPS Y1, Y15, Y15
+	JMP store
+addc:
 	VADDPS (DI), Y4, Y4
 	VADDPS 32(DI), Y5, Y5
 	VADDPS (DI)(R9*1), Y6, Y6

@@ -2,9 +2,10 @@
 
 #include "textflag.h"
 
-// func sgemmAVX512(kb int, a *float32, b *float32, c *float32, ldc int, alpha float32, load bool)
-// C[8×32] = alpha·A[8×kb]·B[kb×32] (+ C if load); A and B are packed panels.
-TEXT ·sgemmAVX512(SB), NOSPLIT, $0-45
+// func sgemmAVX512(kb int, a *float32, b *float32, c *float32, ldc int, alpha float32, load bool, bias *float32)
+// C[8×32] = alpha·A[8×kb]·B[kb×32], plus C if load, else plus bias (32 values,
+// added to every row) unless bias is nil. A and B are packed panels.
+TEXT ·sgemmAVX512(SB), NOSPLIT, $0-56
 	MOVQ kb+0(FP), CX
 	MOVQ a+8(FP), SI
 	MOVQ b+16(FP), DX
@@ -220,7 +221,30 @@ epilogue:
 	VMULPS Z0, Z19, Z19
 	MOVBLZX load+44(FP), AX
 	TESTL AX, AX
+	JNZ addc
+	MOVQ bias+48(FP), BX
+	TESTQ BX, BX
 	JZ store
+	VMOVUPS 0(BX), Z0
+	VMOVUPS 64(BX), Z1
+	VADDPS Z0, Z4, Z4
+	VADDPS Z1, Z5, Z5
+	VADDPS Z0, Z6, Z6
+	VADDPS Z1, Z7, Z7
+	VADDPS Z0, Z8, Z8
+	VADDPS Z1, Z9, Z9
+	VADDPS Z0, Z10, Z10
+	VADDPS Z1, Z11, Z11
+	VADDPS Z0, Z12, Z12
+	VADDPS Z1, Z13, Z13
+	VADDPS Z0, Z14, Z14
+	VADDPS Z1, Z15, Z15
+	VADDPS Z0, Z16, Z16
+	VADDPS Z1, Z17, Z17
+	VADDPS Z0, Z18, Z18
+	VADDPS Z1, Z19, Z19
+	JMP store
+addc:
 	VADDPS (DI), Z4, Z4
 	VADDPS 64(DI), Z5, Z5
 	VADDPS (DI)(R9*1), Z6, Z6
@@ -257,10 +281,11 @@ store:
 	VZEROUPPER
 	RET
 
-// func sgemmAVX512Rows(kb int, a *float32, lda int, b *float32, c *float32, ldc int, alpha float32, load bool)
-// C[8×32] = alpha·A[8×kb]·B[kb×32] (+ C if load); A is read in place (row-major,
+// func sgemmAVX512Rows(kb int, a *float32, lda int, b *float32, c *float32, ldc int, alpha float32, load bool, bias *float32)
+// C[8×32] = alpha·A[8×kb]·B[kb×32], plus C if load, else plus bias (32 values,
+// added to every row) unless bias is nil. A is read in place (row-major,
 // leading dimension lda), B is a packed panel.
-TEXT ·sgemmAVX512Rows(SB), NOSPLIT, $0-53
+TEXT ·sgemmAVX512Rows(SB), NOSPLIT, $0-64
 	MOVQ kb+0(FP), CX
 	MOVQ a+8(FP), SI
 	MOVQ lda+16(FP), R8
@@ -485,7 +510,30 @@ epilogue:
 	VMULPS Z0, Z19, Z19
 	MOVBLZX load+52(FP), AX
 	TESTL AX, AX
+	JNZ addc
+	MOVQ bias+56(FP), BX
+	TESTQ BX, BX
 	JZ store
+	VMOVUPS 0(BX), Z0
+	VMOVUPS 64(BX), Z1
+	VADDPS Z0, Z4, Z4
+	VADDPS Z1, Z5, Z5
+	VADDPS Z0, Z6, Z6
+	VADDPS Z1, Z7, Z7
+	VADDPS Z0, Z8, Z8
+	VADDPS Z1, Z9, Z9
+	VADDPS Z0, Z10, Z10
+	VADDPS Z1, Z11, Z11
+	VADDPS Z0, Z12, Z12
+	VADDPS Z1, Z13, Z13
+	VADDPS Z0, Z14, Z14
+	VADDPS Z1, Z15, Z15
+	VADDPS Z0, Z16, Z16
+	VADDPS Z1, Z17, Z17
+	VADDPS Z0, Z18, Z18
+	VADDPS Z1, Z19, Z19
+	JMP store
+addc:
 	VADDPS (DI), Z4, Z4
 	VADDPS 64(DI), Z5, Z5
 	VADDPS (DI)(R9*1), Z6, Z6

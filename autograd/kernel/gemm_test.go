@@ -122,3 +122,58 @@ func TestGemm(t *testing.T) {
 		})
 	}
 }
+
+// TestGemmPackedBias: C = alpha·op(A)·op(B) + biasᵀ on every micro-kernel,
+// against the float64-accumulated reference with the bias as a beta = 1
+// term, within the same bound as TestGemm (the bias adds one rounding,
+// which the bound's scale covers through |bias|).
+func TestGemmPackedBias(t *testing.T) {
+	for _, name := range Kernels() {
+		t.Run(name, func(t *testing.T) {
+			prev, err := SetKernel(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer SetKernel(prev)
+			r := rand.New(rand.NewPCG(5, 6))
+			for _, tc := range gemmCases {
+				lda, ldb, arows, brows := tc.k+3, tc.n+1, tc.m, tc.k
+				if tc.tA {
+					lda, arows = tc.m+2, tc.k
+				}
+				if tc.tB {
+					ldb, brows = tc.k+5, tc.n
+				}
+				ldc := tc.n + 4
+				a, b, bias := randSlice(r, arows*lda), randSlice(r, brows*ldb), randSlice(r, tc.n)
+				want := make([]float32, tc.m*ldc)
+				for i := range tc.m {
+					copy(want[i*ldc:], bias)
+				}
+				bound := gemmBound(tc.tA, tc.tB, tc.m, tc.n, tc.k, tc.alpha, a, lda, b, ldb, 1, want, ldc)
+				GemmRef(tc.tA, tc.tB, tc.m, tc.n, tc.k, tc.alpha, a, lda, b, ldb, 1, want, ldc)
+				c := make([]float32, tc.m*ldc)
+				for i := range c {
+					c[i] = float32(math.NaN()) // overwritten, never read
+				}
+				p := PackB(tc.tB, tc.k, tc.n, b, ldb)
+				GemmPackedBias(tc.tA, tc.m, tc.alpha, a, lda, p, bias, c, ldc)
+				p.Release()
+				for i := range tc.m {
+					for j := range ldc {
+						got, w := c[i*ldc+j], want[i*ldc+j]
+						if j >= tc.n {
+							if !math.IsNaN(float64(got)) {
+								t.Fatalf("%+v: wrote outside C at [%d,%d]", tc, i, j)
+							}
+							continue
+						}
+						if d := math.Abs(float64(got) - float64(w)); !(d <= bound[i*ldc+j]) {
+							t.Fatalf("%+v: C[%d,%d] = %g, want %g (bound %g)", tc, i, j, got, w, bound[i*ldc+j])
+						}
+					}
+				}
+			}
+		})
+	}
+}

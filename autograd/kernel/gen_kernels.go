@@ -167,18 +167,20 @@ func gen(s spec) string {
 			}
 		}
 	}
-	// Argument offsets: (kb, a, [lda,] b, c, ldc, alpha, load).
+	// Argument offsets: (kb, a, [lda,] b, c, ldc, alpha, load, bias).
 	off := 0
 	if s.rows {
 		off = 8
-		w("// func %s(kb int, a *float32, lda int, b *float32, c *float32, ldc int, alpha float32, load bool)", s.name)
-		w("// C[%d×%d] = alpha·A[%d×kb]·B[kb×%d] (+ C if load); A is read in place (row-major,", s.mr, nr, s.mr, nr)
+		w("// func %s(kb int, a *float32, lda int, b *float32, c *float32, ldc int, alpha float32, load bool, bias *float32)", s.name)
+		w("// C[%d×%d] = alpha·A[%d×kb]·B[kb×%d], plus C if load, else plus bias (%d values,", s.mr, nr, s.mr, nr, nr)
+		w("// added to every row) unless bias is nil. A is read in place (row-major,")
 		w("// leading dimension lda), B is a packed panel.")
 	} else {
-		w("// func %s(kb int, a *float32, b *float32, c *float32, ldc int, alpha float32, load bool)", s.name)
-		w("// C[%d×%d] = alpha·A[%d×kb]·B[kb×%d] (+ C if load); A and B are packed panels.", s.mr, nr, s.mr, nr)
+		w("// func %s(kb int, a *float32, b *float32, c *float32, ldc int, alpha float32, load bool, bias *float32)", s.name)
+		w("// C[%d×%d] = alpha·A[%d×kb]·B[kb×%d], plus C if load, else plus bias (%d values,", s.mr, nr, s.mr, nr, nr)
+		w("// added to every row) unless bias is nil. A and B are packed panels.")
 	}
-	w("TEXT ·%s(SB), NOSPLIT, $0-%d", s.name, 45+off)
+	w("TEXT ·%s(SB), NOSPLIT, $0-%d", s.name, 56+off)
 	w("\tMOVQ kb+0(FP), CX")
 	w("\tMOVQ a+8(FP), SI")
 	if s.rows {
@@ -255,7 +257,21 @@ func gen(s spec) string {
 	}
 	w("\tMOVBLZX load+%d(FP), AX", 44+off)
 	w("\tTESTL AX, AX")
+	w("\tJNZ addc")
+	// A linear layer's bias, added here instead of in another pass over C.
+	w("\tMOVQ bias+%d(FP), BX", 48+off)
+	w("\tTESTQ BX, BX")
 	w("\tJZ store")
+	for v := 0; v < s.vecs; v++ {
+		w("\tVMOVUPS %d(BX), %s", v*s.lanes*4, bvec(v))
+	}
+	for r := 0; r < s.mr; r++ {
+		for v := 0; v < s.vecs; v++ {
+			w("\tVADDPS %s, %s, %s", bvec(v), acc(r, v), acc(r, v))
+		}
+	}
+	w("\tJMP store")
+	w("addc:")
 	for r := 0; r < s.mr; r++ {
 		for v := 0; v < s.vecs; v++ {
 			w("\tVADDPS %s, %s, %s", cAddr(r, v), acc(r, v), acc(r, v))
