@@ -5,18 +5,19 @@ import (
 	"sync/atomic"
 )
 
-// microKernel computes one mr×nr tile of C from a packed kb×mr panel of A
-// (for each k, the tile's mr row values) and a packed kb×nr panel of B:
-// C = alpha·A·B, plus the old C when load is set, else plus bias (nr values
-// added to every row) when bias is not nil.
+// microKernel computes tiles mr×nr tiles of C, one below the other, each
+// from a packed kb×mr panel of A (for each k, the tile's mr row values; the
+// panels consecutive) and the same packed kb×nr panel of B: C = alpha·A·B,
+// plus the old C when load is set, else plus bias (nr values added to every
+// row) when bias is not nil.
 type microKernel struct {
 	name   string
 	mr, nr int
-	tile   func(kb int, a, b, c []float32, ldc int, alpha float32, load bool, bias []float32)
-	// rows, when set, is tile with A read in place (mr rows of a row-major
-	// matrix with leading dimension lda) instead of packed, which saves
-	// packing A when op(A) = A.
-	rows func(kb int, a []float32, lda int, b, c []float32, ldc int, alpha float32, load bool, bias []float32)
+	tile   func(kb int, a, b, c []float32, ldc int, alpha float32, load bool, bias []float32, tiles int)
+	// rows, when set, is tile with A read in place (the tiles' rows of a
+	// row-major matrix with leading dimension lda) instead of packed, which
+	// saves packing A when op(A) = A.
+	rows func(kb int, a []float32, lda int, b, c []float32, ldc int, alpha float32, load bool, bias []float32, tiles int)
 }
 
 // active is the micro-kernel GEMM uses; chosen at start-up from the CPU.
@@ -54,7 +55,13 @@ func bestKernel() microKernel { return available()[0] }
 // same order as the assembly kernels (one k at a time).
 var goKernel = microKernel{name: "go", mr: 4, nr: 16, tile: goTile}
 
-func goTile(kb int, a, b, c []float32, ldc int, alpha float32, load bool, bias []float32) {
+func goTile(kb int, a, b, c []float32, ldc int, alpha float32, load bool, bias []float32, tiles int) {
+	for t := range tiles {
+		goTile1(kb, a[t*kb*4:], b, c[t*4*ldc:], ldc, alpha, load, bias)
+	}
+}
+
+func goTile1(kb int, a, b, c []float32, ldc int, alpha float32, load bool, bias []float32) {
 	var acc [4][16]float32
 	for p := 0; p < kb; p++ {
 		bp := (*[16]float32)(b[p*16 : p*16+16])
@@ -195,21 +202,26 @@ func gemmBlock(kern microKernel, r0, r1, q0, q1 int, alpha float32, transA bool,
 				if bias != nil && !load {
 					bb = bias[j0 : j0+cols]
 				}
-				for i := i0; i < i1; i += mr {
+				// Full tiles: one kernel call for the tiles read in place and
+				// one for the packed ones.
+				full := i0 + (i1-i0)/mr*mr
+				if cols < nr {
+					full = i0 // every tile is an edge tile
+				}
+				if packFrom > i0 && full > i0 {
+					kern.rows(kb, a[i0*lda+k0:], lda, bp, c[i0*ldc+j0:], ldc, alpha, load, bb, (min(packFrom, full)-i0)/mr)
+				}
+				if full > packFrom {
+					kern.tile(kb, (*ap)[:(full-packFrom)*kb], bp, c[packFrom*ldc+j0:], ldc, alpha, load, bb, (full-packFrom)/mr)
+				}
+				// Edge tiles: compute a full tile into scratch, keep the valid part.
+				for i := full; i < i1; i += mr {
 					rows := min(mr, i1-i)
-					dst, ldd, ld, tb := c[i*ldc+j0:], ldc, load, bb
-					if rows < mr || cols < nr {
-						// Edge tile: compute a full tile into scratch, keep the valid part.
-						dst, ldd, ld, tb = *tmpC, nr, false, nil
-					}
 					if i < packFrom {
-						kern.rows(kb, a[i*lda+k0:], lda, bp, dst, ldd, alpha, ld, tb)
+						kern.rows(kb, a[i*lda+k0:], lda, bp, *tmpC, nr, alpha, false, nil, 1)
 					} else {
 						at := (*ap)[(i-packFrom)*kb : (i-packFrom+mr)*kb]
-						kern.tile(kb, at, bp, dst, ldd, alpha, ld, tb)
-					}
-					if rows == mr && cols == nr {
-						continue
+						kern.tile(kb, at, bp, *tmpC, nr, alpha, false, nil, 1)
 					}
 					for r := 0; r < rows; r++ {
 						cr := c[(i+r)*ldc+j0 : (i+r)*ldc+j0+cols]

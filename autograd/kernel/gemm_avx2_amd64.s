@@ -2,16 +2,19 @@
 
 #include "textflag.h"
 
-// func sgemmAVX2(kb int, a *float32, b *float32, c *float32, ldc int, alpha float32, load bool, bias *float32)
-// C[6×16] = alpha·A[6×kb]·B[kb×16], plus C if load, else plus bias (16 values,
-// added to every row) unless bias is nil. A and B are packed panels.
-TEXT ·sgemmAVX2(SB), NOSPLIT, $0-56
+// func sgemmAVX2(kb int, a *float32, b *float32, c *float32, ldc int, alpha float32, load bool, bias *float32, tiles int, aNext int)
+// For each of tiles (≥ 1) tiles of C[6×16], the next 6 rows down each time:
+// C = alpha·A[6×kb]·B[kb×16], plus C if load, else plus bias (16 values, added
+// to every row) unless bias is nil. A and B are packed panels; the next tile's
+// A starts aNext floats on.
+TEXT ·sgemmAVX2(SB), NOSPLIT, $0-72
+	MOVQ ldc+32(FP), R9
+	SHLQ $2, R9
+tileloop:
 	MOVQ kb+0(FP), CX
 	MOVQ a+8(FP), SI
 	MOVQ b+16(FP), DX
 	MOVQ c+24(FP), DI
-	MOVQ ldc+32(FP), R9
-	SHLQ $2, R9
 	LEAQ (R9)(R9*2), R10
 	LEAQ (DI)(R10*1), R13
 	LEAQ (R13)(R10*1), R14
@@ -216,24 +219,33 @@ store:
 	VMOVUPS Y13, 32(R13)(R9*1)
 	VMOVUPS Y14, (R13)(R9*2)
 	VMOVUPS Y15, 32(R13)(R9*2)
+	MOVQ aNext+64(FP), AX
+	SHLQ $2, AX
+	ADDQ AX, a+8(FP)
+	IMUL3Q $6, R9, R10
+	ADDQ R10, c+24(FP)
+	DECQ tiles+56(FP)
+	JNZ tileloop
 	VZEROUPPER
 	RET
 
-// func sgemmAVX2Rows(kb int, a *float32, lda int, b *float32, c *float32, ldc int, alpha float32, load bool, bias *float32)
-// C[6×16] = alpha·A[6×kb]·B[kb×16], plus C if load, else plus bias (16 values,
-// added to every row) unless bias is nil. A is read in place (row-major,
-// leading dimension lda), B is a packed panel.
-TEXT ·sgemmAVX2Rows(SB), NOSPLIT, $0-64
-	MOVQ kb+0(FP), CX
-	MOVQ a+8(FP), SI
+// func sgemmAVX2Rows(kb int, a *float32, lda int, b *float32, c *float32, ldc int, alpha float32, load bool, bias *float32, tiles int, aNext int)
+// For each of tiles (≥ 1) tiles of C[6×16], the next 6 rows down each time:
+// C = alpha·A[6×kb]·B[kb×16], plus C if load, else plus bias (16 values, added
+// to every row) unless bias is nil. A is read in place (row-major, leading
+// dimension lda), B is a packed panel; the next tile's A starts aNext floats on.
+TEXT ·sgemmAVX2Rows(SB), NOSPLIT, $0-80
+	MOVQ ldc+40(FP), R9
+	SHLQ $2, R9
 	MOVQ lda+16(FP), R8
 	SHLQ $2, R8
+tileloop:
+	MOVQ kb+0(FP), CX
+	MOVQ a+8(FP), SI
 	LEAQ (R8)(R8*2), R10
 	LEAQ (SI)(R10*1), R11
 	MOVQ b+24(FP), DX
 	MOVQ c+32(FP), DI
-	MOVQ ldc+40(FP), R9
-	SHLQ $2, R9
 	LEAQ (R9)(R9*2), R10
 	LEAQ (DI)(R10*1), R13
 	LEAQ (R13)(R10*1), R14
@@ -440,5 +452,12 @@ store:
 	VMOVUPS Y13, 32(R13)(R9*1)
 	VMOVUPS Y14, (R13)(R9*2)
 	VMOVUPS Y15, 32(R13)(R9*2)
+	MOVQ aNext+72(FP), AX
+	SHLQ $2, AX
+	ADDQ AX, a+8(FP)
+	IMUL3Q $6, R9, R10
+	ADDQ R10, c+32(FP)
+	DECQ tiles+64(FP)
+	JNZ tileloop
 	VZEROUPPER
 	RET

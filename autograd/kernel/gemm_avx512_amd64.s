@@ -2,16 +2,19 @@
 
 #include "textflag.h"
 
-// func sgemmAVX512(kb int, a *float32, b *float32, c *float32, ldc int, alpha float32, load bool, bias *float32)
-// C[8×32] = alpha·A[8×kb]·B[kb×32], plus C if load, else plus bias (32 values,
-// added to every row) unless bias is nil. A and B are packed panels.
-TEXT ·sgemmAVX512(SB), NOSPLIT, $0-56
+// func sgemmAVX512(kb int, a *float32, b *float32, c *float32, ldc int, alpha float32, load bool, bias *float32, tiles int, aNext int)
+// For each of tiles (≥ 1) tiles of C[8×32], the next 8 rows down each time:
+// C = alpha·A[8×kb]·B[kb×32], plus C if load, else plus bias (32 values, added
+// to every row) unless bias is nil. A and B are packed panels; the next tile's
+// A starts aNext floats on.
+TEXT ·sgemmAVX512(SB), NOSPLIT, $0-72
+	MOVQ ldc+32(FP), R9
+	SHLQ $2, R9
+tileloop:
 	MOVQ kb+0(FP), CX
 	MOVQ a+8(FP), SI
 	MOVQ b+16(FP), DX
 	MOVQ c+24(FP), DI
-	MOVQ ldc+32(FP), R9
-	SHLQ $2, R9
 	LEAQ (R9)(R9*2), R10
 	LEAQ (DI)(R10*1), R13
 	LEAQ (R13)(R10*1), R14
@@ -278,25 +281,34 @@ store:
 	VMOVUPS Z17, 64(R14)
 	VMOVUPS Z18, (R14)(R9*1)
 	VMOVUPS Z19, 64(R14)(R9*1)
+	MOVQ aNext+64(FP), AX
+	SHLQ $2, AX
+	ADDQ AX, a+8(FP)
+	IMUL3Q $8, R9, R10
+	ADDQ R10, c+24(FP)
+	DECQ tiles+56(FP)
+	JNZ tileloop
 	VZEROUPPER
 	RET
 
-// func sgemmAVX512Rows(kb int, a *float32, lda int, b *float32, c *float32, ldc int, alpha float32, load bool, bias *float32)
-// C[8×32] = alpha·A[8×kb]·B[kb×32], plus C if load, else plus bias (32 values,
-// added to every row) unless bias is nil. A is read in place (row-major,
-// leading dimension lda), B is a packed panel.
-TEXT ·sgemmAVX512Rows(SB), NOSPLIT, $0-64
-	MOVQ kb+0(FP), CX
-	MOVQ a+8(FP), SI
+// func sgemmAVX512Rows(kb int, a *float32, lda int, b *float32, c *float32, ldc int, alpha float32, load bool, bias *float32, tiles int, aNext int)
+// For each of tiles (≥ 1) tiles of C[8×32], the next 8 rows down each time:
+// C = alpha·A[8×kb]·B[kb×32], plus C if load, else plus bias (32 values, added
+// to every row) unless bias is nil. A is read in place (row-major, leading
+// dimension lda), B is a packed panel; the next tile's A starts aNext floats on.
+TEXT ·sgemmAVX512Rows(SB), NOSPLIT, $0-80
+	MOVQ ldc+40(FP), R9
+	SHLQ $2, R9
 	MOVQ lda+16(FP), R8
 	SHLQ $2, R8
+tileloop:
+	MOVQ kb+0(FP), CX
+	MOVQ a+8(FP), SI
 	LEAQ (R8)(R8*2), R10
 	LEAQ (SI)(R10*1), R11
 	LEAQ (R11)(R10*1), R12
 	MOVQ b+24(FP), DX
 	MOVQ c+32(FP), DI
-	MOVQ ldc+40(FP), R9
-	SHLQ $2, R9
 	LEAQ (R9)(R9*2), R10
 	LEAQ (DI)(R10*1), R13
 	LEAQ (R13)(R10*1), R14
@@ -567,5 +579,12 @@ store:
 	VMOVUPS Z17, 64(R14)
 	VMOVUPS Z18, (R14)(R9*1)
 	VMOVUPS Z19, 64(R14)(R9*1)
+	MOVQ aNext+72(FP), AX
+	SHLQ $2, AX
+	ADDQ AX, a+8(FP)
+	IMUL3Q $8, R9, R10
+	ADDQ R10, c+32(FP)
+	DECQ tiles+64(FP)
+	JNZ tileloop
 	VZEROUPPER
 	RET

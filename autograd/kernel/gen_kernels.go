@@ -167,25 +167,36 @@ func gen(s spec) string {
 			}
 		}
 	}
-	// Argument offsets: (kb, a, [lda,] b, c, ldc, alpha, load, bias).
+	// Argument offsets: (kb, a, [lda,] b, c, ldc, alpha, load, bias, tiles, aNext).
 	off := 0
+	sig := "kb int, a *float32, b *float32, c *float32, ldc int, alpha float32, load bool, bias *float32, tiles int, aNext int"
 	if s.rows {
 		off = 8
-		w("// func %s(kb int, a *float32, lda int, b *float32, c *float32, ldc int, alpha float32, load bool, bias *float32)", s.name)
-		w("// C[%d×%d] = alpha·A[%d×kb]·B[kb×%d], plus C if load, else plus bias (%d values,", s.mr, nr, s.mr, nr, nr)
-		w("// added to every row) unless bias is nil. A is read in place (row-major,")
-		w("// leading dimension lda), B is a packed panel.")
-	} else {
-		w("// func %s(kb int, a *float32, b *float32, c *float32, ldc int, alpha float32, load bool, bias *float32)", s.name)
-		w("// C[%d×%d] = alpha·A[%d×kb]·B[kb×%d], plus C if load, else plus bias (%d values,", s.mr, nr, s.mr, nr, nr)
-		w("// added to every row) unless bias is nil. A and B are packed panels.")
+		sig = "kb int, a *float32, lda int, b *float32, c *float32, ldc int, alpha float32, load bool, bias *float32, tiles int, aNext int"
 	}
-	w("TEXT ·%s(SB), NOSPLIT, $0-%d", s.name, 56+off)
-	w("\tMOVQ kb+0(FP), CX")
-	w("\tMOVQ a+8(FP), SI")
+	w("// func %s(%s)", s.name, sig)
+	w("// For each of tiles (≥ 1) tiles of C[%d×%d], the next %d rows down each time:", s.mr, nr, s.mr)
+	w("// C = alpha·A[%d×kb]·B[kb×%d], plus C if load, else plus bias (%d values, added", s.mr, nr, nr)
+	if s.rows {
+		w("// to every row) unless bias is nil. A is read in place (row-major, leading")
+		w("// dimension lda), B is a packed panel; the next tile's A starts aNext floats on.")
+	} else {
+		w("// to every row) unless bias is nil. A and B are packed panels; the next tile's")
+		w("// A starts aNext floats on.")
+	}
+	w("TEXT ·%s(SB), NOSPLIT, $0-%d", s.name, 72+off)
+	w("\tMOVQ ldc+%d(FP), R9", 32+off)
+	w("\tSHLQ $2, R9")
 	if s.rows {
 		w("\tMOVQ lda+16(FP), R8")
 		w("\tSHLQ $2, R8")
+	}
+	// The tile loop: one call covers a column of tiles, so that the Go
+	// side makes one call per B panel and row block, not one per tile.
+	w("tileloop:")
+	w("\tMOVQ kb+0(FP), CX")
+	w("\tMOVQ a+8(FP), SI")
+	if s.rows {
 		w("\tLEAQ (R8)(R8*2), R10")
 		w("\tLEAQ (SI)(R10*1), R11")
 		if s.mr > 6 {
@@ -194,8 +205,6 @@ func gen(s spec) string {
 	}
 	w("\tMOVQ b+%d(FP), DX", 16+off)
 	w("\tMOVQ c+%d(FP), DI", 24+off)
-	w("\tMOVQ ldc+%d(FP), R9", 32+off)
-	w("\tSHLQ $2, R9")
 	w("\tLEAQ (R9)(R9*2), R10")
 	w("\tLEAQ (DI)(R10*1), R13")
 	w("\tLEAQ (R13)(R10*1), R14")
@@ -283,6 +292,13 @@ func gen(s spec) string {
 			w("\tVMOVUPS %s, %s", acc(r, v), cAddr(r, v))
 		}
 	}
+	w("\tMOVQ aNext+%d(FP), AX", 64+off)
+	w("\tSHLQ $2, AX")
+	w("\tADDQ AX, a+8(FP)")
+	w("\tIMUL3Q $%d, R9, R10", s.mr)
+	w("\tADDQ R10, c+%d(FP)", 24+off)
+	w("\tDECQ tiles+%d(FP)", 56+off)
+	w("\tJNZ tileloop")
 	w("\tVZEROUPPER")
 	w("\tRET")
 	return b.String()
