@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"sort"
 	"sync"
 
@@ -155,8 +156,8 @@ const parallelMin = 1 << 14
 
 // rotateRows applies, for i = hi−1 down to lo, the rotation (cs[i], sn[i])
 // to rows i and i+1 of z: zᵢ₊₁ ← s·zᵢ + c·zᵢ₊₁, zᵢ ← c·zᵢ − s·zᵢ₊₁. Columns
-// are independent, so they are split into two halves when the work is big
-// enough.
+// are independent, so they are split over up to GOMAXPROCS goroutines when
+// the work is big enough.
 func rotateRows(z []float64, n, lo, hi int, cs, sn []float64) {
 	if hi <= lo {
 		return
@@ -173,17 +174,19 @@ func rotateRows(z []float64, n, lo, hi int, cs, sn []float64) {
 			}
 		}
 	}
-	if (hi-lo)*n < parallelMin {
+	parts := min(runtime.GOMAXPROCS(0), (hi-lo)*n/parallelMin, n)
+	if parts <= 1 {
 		apply(0, n)
 		return
 	}
-	half := n / 2
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		apply(half, n)
-	}()
-	apply(0, half)
+	for p := 1; p < parts; p++ {
+		wg.Add(1)
+		go func(c0, c1 int) {
+			defer wg.Done()
+			apply(c0, c1)
+		}(p*n/parts, (p+1)*n/parts)
+	}
+	apply(0, n/parts)
 	wg.Wait()
 }
