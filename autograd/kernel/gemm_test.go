@@ -63,9 +63,10 @@ var gemmCases = []gemmCase{
 	{false, false, 4, 5, 0, 1, 0.5},
 }
 
-func checkGemm(t *testing.T, tc gemmCase, r *rand.Rand) {
-	t.Helper()
-	lda, ldb := tc.k+3, tc.n+1
+// operands returns random A and B for tc stored with leading dimensions
+// wider than the matrices (lda, ldb), and the leading dimension of C.
+func (tc gemmCase) operands(r *rand.Rand) (a []float32, lda int, b []float32, ldb, ldc int) {
+	lda, ldb = tc.k+3, tc.n+1
 	arows, brows := tc.m, tc.k
 	if tc.tA {
 		lda, arows = tc.m+2, tc.k
@@ -73,9 +74,12 @@ func checkGemm(t *testing.T, tc gemmCase, r *rand.Rand) {
 	if tc.tB {
 		ldb, brows = tc.k+5, tc.n
 	}
-	ldc := tc.n + 4
-	a := randSlice(r, arows*lda)
-	b := randSlice(r, brows*ldb)
+	return randSlice(r, arows*lda), lda, randSlice(r, brows*ldb), ldb, tc.n + 4
+}
+
+func checkGemm(t *testing.T, tc gemmCase, r *rand.Rand) {
+	t.Helper()
+	a, lda, b, ldb, ldc := tc.operands(r)
 	c := randSlice(r, tc.m*ldc)
 	want := append([]float32(nil), c...)
 	if tc.beta == 0 {
@@ -137,15 +141,8 @@ func TestGemmPackedBias(t *testing.T) {
 			defer SetKernel(prev)
 			r := rand.New(rand.NewPCG(5, 6))
 			for _, tc := range gemmCases {
-				lda, ldb, arows, brows := tc.k+3, tc.n+1, tc.m, tc.k
-				if tc.tA {
-					lda, arows = tc.m+2, tc.k
-				}
-				if tc.tB {
-					ldb, brows = tc.k+5, tc.n
-				}
-				ldc := tc.n + 4
-				a, b, bias := randSlice(r, arows*lda), randSlice(r, brows*ldb), randSlice(r, tc.n)
+				a, lda, b, ldb, ldc := tc.operands(r)
+				bias := randSlice(r, tc.n)
 				want := make([]float32, tc.m*ldc)
 				for i := range tc.m {
 					copy(want[i*ldc:], bias)
