@@ -30,7 +30,9 @@ type WriteOptions struct {
 	// FrostDir is the folder with the frost overlays (corrupt.Config);
 	// only frost needs it.
 	FrostDir string
-	// Limit, if positive, writes only the first Limit clean images.
+	// Limit, if positive, writes only the first Limit clean images. On a
+	// set ordered by class these may all be of one class: pass
+	// Spread(clean, n) instead to take n images over the whole set.
 	Limit int
 	// Workers is the number of images corrupted at once; 0 means
 	// GOMAXPROCS.

@@ -23,7 +23,7 @@ func runCorrupt(args []string, stdout, stderr io.Writer) error {
 	sevs := fs.String("severities", "1,2,3,4,5", "comma-separated severities (imagenet; a CIFAR-C file holds all five)")
 	seed := fs.Uint64("seed", 1, "random seed: image i of a corruption at a severity is the same for the same seed")
 	frost := fs.String("frost", "", "folder with frost1.png … frost5.jpg (default: $SUBTTA_FROST, else downloaded into the cache)")
-	limit := fs.Int("limit", 0, "write only the first N clean images (0: all); an image folder is ordered by class, so its first N may all be of one class")
+	limit := fs.Int("limit", 0, "write N clean images spread evenly over the dataset, so that every class of a class-ordered folder is kept (0: all)")
 	labels := fs.String("labels", "", "cifar10/100 image folder: the labels folder (cifar10_classes.txt, cifar100_classes.txt) that places its class folders; default: the sorted folder names, which must then be all 10 or 100")
 	subset := fs.String("subset", "", "imagenet: list of <wnid>/<file> to keep, in order (e.g. robustbench's imagenet_test_image_ids.txt)")
 	workers := fs.Int("workers", 0, "images corrupted at once (0: GOMAXPROCS)")
@@ -79,17 +79,16 @@ func runCorrupt(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer clean.Close()
+	name := clean.Name()
+	clean = data.Spread(clean, *limit)
 
-	opts := data.WriteOptions{Seed: *seed, Limit: *limit, Workers: *workers}
+	opts := data.WriteOptions{Seed: *seed, Workers: *workers}
 	if slices.Contains(names, "frost") {
 		if opts.FrostDir, err = frostDir(*frost, stderr); err != nil {
 			return err
 		}
 	}
 	n := clean.Len()
-	if *limit > 0 {
-		n = min(n, *limit)
-	}
 	if isCIFAR {
 		severities = []int{1, 2, 3, 4, 5}
 	}
@@ -102,7 +101,7 @@ func runCorrupt(args []string, stdout, stderr io.Writer) error {
 		if toWrite < 0 {
 			toWrite = total
 			if total > 0 {
-				bar = newProgress(stderr, "corrupt "+clean.Name(), total)
+				bar = newProgress(stderr, "corrupt "+name, total)
 			}
 		}
 		if bar != nil && done > last {
@@ -125,7 +124,7 @@ func runCorrupt(args []string, stdout, stderr io.Writer) error {
 	el := time.Since(start)
 	shape := fmt.Sprintf("%d corruptions × %d severities × %d images", len(names), len(severities), n)
 	if toWrite <= 0 {
-		fmt.Fprintf(stdout, "nothing to write: the %d corrupted images of %s (%s) are already in %s\n", planned, clean.Name(), shape, *out)
+		fmt.Fprintf(stdout, "nothing to write: the %d corrupted images of %s (%s) are already in %s\n", planned, name, shape, *out)
 		return nil
 	}
 	skipped := ""
@@ -133,7 +132,7 @@ func runCorrupt(args []string, stdout, stderr io.Writer) error {
 		skipped = fmt.Sprintf("; %d were already there", planned-toWrite)
 	}
 	fmt.Fprintf(stdout, "wrote %d corrupted images of %s (%s%s) to %s in %s, %.1f img/s\n",
-		toWrite, clean.Name(), shape, skipped, *out, el.Round(time.Millisecond), float64(toWrite)/max(el.Seconds(), 1e-9))
+		toWrite, name, shape, skipped, *out, el.Round(time.Millisecond), float64(toWrite)/max(el.Seconds(), 1e-9))
 	return nil
 }
 

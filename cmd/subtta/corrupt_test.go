@@ -172,7 +172,8 @@ func TestCorruptCIFARBinary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkCIFARC(t, out, clean, []string{"shot_noise", "pixelate"}, 2, 1, "")
+	// --limit 2 of 4 takes images 0 and 2 (spread over the set).
+	checkCIFARC(t, out, data.Spread(clean, 2), []string{"shot_noise", "pixelate"}, 2, 1, "")
 }
 
 func TestCorruptImageNet(t *testing.T) {
@@ -260,8 +261,9 @@ func TestCorruptBadInput(t *testing.T) {
 	}
 }
 
-// TestCorruptSharedCIFAR10 corrupts the first 3 images of the shared
-// CIFAR-10 test JPEGs, with frost from the shared overlays.
+// TestCorruptSharedCIFAR10 corrupts 3 images spread over the shared CIFAR-10
+// test JPEGs (a folder ordered by class: three different classes), with
+// frost from the shared overlays.
 func TestCorruptSharedCIFAR10(t *testing.T) {
 	archive := fixture.Path(t, "assets/cifar10/test-jpg.tar.gz")
 	frost := fixture.Path(t, "assets/corruptions")
@@ -282,5 +284,9 @@ func TestCorruptSharedCIFAR10(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer clean.Close()
-	checkCIFARC(t, out, clean, []string{"gaussian_noise", "frost"}, 3, 1, frost)
+	spread := data.Spread(clean, 3)
+	if a, b, c := spread.Label(0), spread.Label(1), spread.Label(2); a == b || b == c || a == c {
+		t.Errorf("--limit 3 took labels %d, %d, %d: want three classes", a, b, c)
+	}
+	checkCIFARC(t, out, spread, []string{"gaussian_noise", "frost"}, 3, 1, frost)
 }
