@@ -108,8 +108,8 @@ func checkGemm(t *testing.T, tc gemmCase, r *rand.Rand) {
 	t.Logf("%s %+v: worst error %.3f of bound", Kernel(), tc, worst)
 }
 
-// TestGemm runs every case on every micro-kernel this CPU has.
-func TestGemm(t *testing.T) {
+// forEachKernel runs test as a subtest on every micro-kernel this CPU has.
+func forEachKernel(t *testing.T, test func(t *testing.T)) {
 	for _, name := range Kernels() {
 		t.Run(name, func(t *testing.T) {
 			prev, err := SetKernel(name)
@@ -117,14 +117,21 @@ func TestGemm(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer SetKernel(prev)
-			r := rand.New(rand.NewPCG(1, 2))
-			for _, tc := range gemmCases {
-				t.Run(fmt.Sprintf("%v%v_%dx%dx%d", tc.tA, tc.tB, tc.m, tc.n, tc.k), func(t *testing.T) {
-					checkGemm(t, tc, r)
-				})
-			}
+			test(t)
 		})
 	}
+}
+
+// TestGemm runs every case on every micro-kernel this CPU has.
+func TestGemm(t *testing.T) {
+	forEachKernel(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(1, 2))
+		for _, tc := range gemmCases {
+			t.Run(fmt.Sprintf("%v%v_%dx%dx%d", tc.tA, tc.tB, tc.m, tc.n, tc.k), func(t *testing.T) {
+				checkGemm(t, tc, r)
+			})
+		}
+	})
 }
 
 // TestGemmPackedBias: C = alpha·op(A)·op(B) + biasᵀ on every micro-kernel,
@@ -132,45 +139,38 @@ func TestGemm(t *testing.T) {
 // term, within the same bound as TestGemm (the bias adds one rounding,
 // which the bound's scale covers through |bias|).
 func TestGemmPackedBias(t *testing.T) {
-	for _, name := range Kernels() {
-		t.Run(name, func(t *testing.T) {
-			prev, err := SetKernel(name)
-			if err != nil {
-				t.Fatal(err)
+	forEachKernel(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(5, 6))
+		for _, tc := range gemmCases {
+			a, lda, b, ldb, ldc := tc.operands(r)
+			bias := randSlice(r, tc.n)
+			want := make([]float32, tc.m*ldc)
+			for i := range tc.m {
+				copy(want[i*ldc:], bias)
 			}
-			defer SetKernel(prev)
-			r := rand.New(rand.NewPCG(5, 6))
-			for _, tc := range gemmCases {
-				a, lda, b, ldb, ldc := tc.operands(r)
-				bias := randSlice(r, tc.n)
-				want := make([]float32, tc.m*ldc)
-				for i := range tc.m {
-					copy(want[i*ldc:], bias)
-				}
-				bound := gemmBound(tc.tA, tc.tB, tc.m, tc.n, tc.k, tc.alpha, a, lda, b, ldb, 1, want, ldc)
-				GemmRef(tc.tA, tc.tB, tc.m, tc.n, tc.k, tc.alpha, a, lda, b, ldb, 1, want, ldc)
-				c := make([]float32, tc.m*ldc)
-				for i := range c {
-					c[i] = float32(math.NaN()) // overwritten, never read
-				}
-				p := PackB(tc.tB, tc.k, tc.n, b, ldb)
-				GemmPackedBias(tc.tA, tc.m, tc.alpha, a, lda, p, bias, c, ldc)
-				p.Release()
-				for i := range tc.m {
-					for j := range ldc {
-						got, w := c[i*ldc+j], want[i*ldc+j]
-						if j >= tc.n {
-							if !math.IsNaN(float64(got)) {
-								t.Fatalf("%+v: wrote outside C at [%d,%d]", tc, i, j)
-							}
-							continue
+			bound := gemmBound(tc.tA, tc.tB, tc.m, tc.n, tc.k, tc.alpha, a, lda, b, ldb, 1, want, ldc)
+			GemmRef(tc.tA, tc.tB, tc.m, tc.n, tc.k, tc.alpha, a, lda, b, ldb, 1, want, ldc)
+			c := make([]float32, tc.m*ldc)
+			for i := range c {
+				c[i] = float32(math.NaN()) // overwritten, never read
+			}
+			p := PackB(tc.tB, tc.k, tc.n, b, ldb)
+			GemmPackedBias(tc.tA, tc.m, tc.alpha, a, lda, p, bias, c, ldc)
+			p.Release()
+			for i := range tc.m {
+				for j := range ldc {
+					got, w := c[i*ldc+j], want[i*ldc+j]
+					if j >= tc.n {
+						if !math.IsNaN(float64(got)) {
+							t.Fatalf("%+v: wrote outside C at [%d,%d]", tc, i, j)
 						}
-						if d := math.Abs(float64(got) - float64(w)); !(d <= bound[i*ldc+j]) {
-							t.Fatalf("%+v: C[%d,%d] = %g, want %g (bound %g)", tc, i, j, got, w, bound[i*ldc+j])
-						}
+						continue
+					}
+					if d := math.Abs(float64(got) - float64(w)); !(d <= bound[i*ldc+j]) {
+						t.Fatalf("%+v: C[%d,%d] = %g, want %g (bound %g)", tc, i, j, got, w, bound[i*ldc+j])
 					}
 				}
 			}
-		})
-	}
+		}
+	})
 }
