@@ -262,33 +262,12 @@ func packA(dst []float32, transA bool, a []float32, lda, i0, i1, k0, kb, mr int)
 			}
 			continue
 		}
-		if rows == 6 && mr == 6 {
-			packA6(panel, a[t*lda+k0:], lda, kb)
-			continue
-		}
 		for r := 0; r < rows; r++ {
 			src := a[(t+r)*lda+k0 : (t+r)*lda+k0+kb]
 			for kk, v := range src {
 				panel[kk*mr+r] = v
 			}
 		}
-	}
-}
-
-// packA6 interleaves six rows of kb values (row r at a[r·lda:]) into
-// panel[kk·6+r]: one pass writing each destination line once, about four
-// times faster than a row at a time, which matters when N is small.
-func packA6(panel, a []float32, lda, kb int) {
-	r0 := a[0*lda : 0*lda+kb]
-	r1 := a[1*lda : 1*lda+kb][:len(r0)]
-	r2 := a[2*lda : 2*lda+kb][:len(r0)]
-	r3 := a[3*lda : 3*lda+kb][:len(r0)]
-	r4 := a[4*lda : 4*lda+kb][:len(r0)]
-	r5 := a[5*lda : 5*lda+kb][:len(r0)]
-	panel = panel[:6*kb]
-	for kk := range r0 {
-		d := (*[6]float32)(panel[kk*6:])
-		d[0], d[1], d[2], d[3], d[4], d[5] = r0[kk], r1[kk], r2[kk], r3[kk], r4[kk], r5[kk]
 	}
 }
 
