@@ -216,6 +216,8 @@ func Softmax[T Float](y, x []T, rows, cols int, scale T, causal bool) {
 	checkLen("Softmax", x, rows*cols)
 	checkLen("Softmax", y, rows*cols)
 	y32, is32 := any(y).([]float32)
+	x32, _ := any(x).([]float32)
+	scale32, _ := any(scale).(float32)
 	forRows(rows, cols, func(_, lo, hi int) {
 		for r := lo; r < hi; r++ {
 			n := cols
@@ -224,6 +226,10 @@ func Softmax[T Float](y, x []T, rows, cols int, scale T, causal bool) {
 			}
 			xr := x[r*cols : r*cols+n]
 			yr := y[r*cols : r*cols+cols]
+			if is32 && softmaxRow32(y32[r*cols:r*cols+n], x32[r*cols:r*cols+n], scale32) {
+				clear(yr[n:])
+				continue
+			}
 			mx := xr[0] * scale
 			for _, v := range xr {
 				mx = max(mx, v*scale)
@@ -518,6 +524,12 @@ func QuickGELUSlope[T Float](y, slope, x []T) {
 }
 
 func quickGELUSlope32(y, slope, x []float32) {
+	done := quickGELUSlopeVector(y, slope, x)
+	quickGELUSlope32Go(y[done:], slope[done:], x[done:])
+}
+
+// quickGELUSlope32Go is quickGELUSlope32 one value at a time (after the vector prefix).
+func quickGELUSlope32Go(y, slope, x []float32) {
 	var e [expBlock]float32
 	for i0 := 0; i0 < len(x); i0 += expBlock {
 		xs := x[i0:min(i0+expBlock, len(x))]
@@ -538,6 +550,12 @@ func quickGELUSlope32(y, slope, x []float32) {
 }
 
 func quickGELU32(y, x []float32) {
+	done := quickGELUVector(y, x)
+	quickGELU32Go(y[done:], x[done:])
+}
+
+// quickGELU32Go is quickGELU32 one value at a time (after the vector prefix).
+func quickGELU32Go(y, x []float32) {
 	var e [expBlock]float32
 	for i0 := 0; i0 < len(x); i0 += expBlock {
 		xs := x[i0:min(i0+expBlock, len(x))]
@@ -554,6 +572,12 @@ func quickGELU32(y, x []float32) {
 }
 
 func quickGELUBackward32(dx, dy, x []float32) {
+	done := quickGELUBackwardVector(dx, dy, x)
+	quickGELUBackward32Go(dx[done:], dy[done:], x[done:])
+}
+
+// quickGELUBackward32Go is quickGELUBackward32 one value at a time (after the vector prefix).
+func quickGELUBackward32Go(dx, dy, x []float32) {
 	var e [expBlock]float32
 	for i0 := 0; i0 < len(x); i0 += expBlock {
 		xs := x[i0:min(i0+expBlock, len(x))]

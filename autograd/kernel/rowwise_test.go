@@ -349,3 +349,87 @@ func TestExpInPlace32(t *testing.T) {
 		}
 	}
 }
+
+// TestQuickGELUVector checks that the AVX2 QuickGELU kernels give the Go
+// loops' bits at every length (vector prefix plus scalar tail), in place
+// and not, over values from the saturated ends to zero.
+func TestQuickGELUVector(t *testing.T) {
+	if !haveAVX2 {
+		t.Skip("no AVX2: the Go loops are the only path")
+	}
+	rng := rand.New(rand.NewPCG(5, 9))
+	x := make([]float32, 1037)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64() * 6)
+	}
+	copy(x, []float32{0, -0, 1e-30, -1e-30, 60, -60, 200, -200, float32(math.Inf(1))})
+	dy := to32(randVec(rng, len(x), 0, 1))
+	same := func(name string, n int, got, want []float32) {
+		t.Helper()
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%s, length %d: value %d (x = %g) is %g, the Go loop gives %g", name, n, i, x[i], got[i], want[i])
+			}
+		}
+	}
+	for _, n := range []int{0, 1, 7, 8, 9, 15, 16, 17, 64, 1037} {
+		xs, dys := x[:n], dy[:n]
+		y, want := make([]float32, n), make([]float32, n)
+		quickGELU32(y, xs)
+		quickGELU32Go(want, xs)
+		same("quickGELU32", n, y, want)
+
+		slope, wantSlope := make([]float32, n), make([]float32, n)
+		quickGELUSlope32(y, slope, xs)
+		quickGELUSlope32Go(want, wantSlope, xs)
+		same("quickGELUSlope32 y", n, y, want)
+		same("quickGELUSlope32 slope", n, slope, wantSlope)
+		inPlace := append([]float32(nil), xs...)
+		quickGELUSlope32(y, inPlace, inPlace) // slope may alias x
+		same("quickGELUSlope32 slope in place", n, inPlace, wantSlope)
+
+		dx := append([]float32(nil), dys...)
+		quickGELUBackward32(dx, dx, xs) // dx may alias dy
+		quickGELUBackward32Go(want, dys, xs)
+		same("quickGELUBackward32", n, dx, want)
+	}
+}
+
+// TestSoftmaxVector compares the AVX2 softmax row with the Go loop it
+// replaces. They differ only in the order of the float64 sum, so they agree
+// within one rounding of the float32 result (bound 2.4e-7 = 2 ulps).
+func TestSoftmaxVector(t *testing.T) {
+	if !haveAVX2 {
+		t.Skip("no AVX2: the Go loop is the only path")
+	}
+	rng := rand.New(rand.NewPCG(7, 3))
+	run := func(vector bool, x []float32, rows, cols int, causal bool) []float32 {
+		saved := haveAVX2
+		haveAVX2 = vector
+		defer func() { haveAVX2 = saved }()
+		y := make([]float32, len(x))
+		Softmax(y, x, rows, cols, 0.9, causal)
+		return y
+	}
+	for _, sh := range [][2]int{{1, 1}, {1, 7}, {1, 8}, {1, 9}, {3, 50}, {50, 50}, {2, 1000}, {4, 1003}} {
+		for _, causal := range []bool{false, true} {
+			rows, cols := sh[0], sh[1]
+			x := to32(randVec(rng, rows*cols, 0, 5))
+			x[0] = 3e4 // a large logit: the maximum is subtracted first
+			got, want := run(true, x, rows, cols, causal), run(false, x, rows, cols, causal)
+			var worst float64
+			for i := range want {
+				d := math.Abs(float64(got[i]) - float64(want[i]))
+				if want[i] == 0 && got[i] != 0 {
+					t.Fatalf("[%d×%d causal=%v] value %d: %g where the Go loop gives 0", rows, cols, causal, i, got[i])
+				}
+				if want[i] != 0 {
+					worst = max(worst, d/float64(want[i]))
+				}
+			}
+			if worst > 2.4e-7 {
+				t.Errorf("[%d×%d causal=%v] vector and Go softmax differ by %.3g relative", rows, cols, causal, worst)
+			}
+		}
+	}
+}

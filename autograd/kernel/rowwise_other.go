@@ -1,0 +1,12 @@
+//go:build !amd64
+
+package kernel
+
+func expVector(x []float32) int                       { return 0 }
+func quickGELUVector(y, x []float32) int              { return 0 }
+func quickGELUSlopeVector(y, slope, x []float32) int  { return 0 }
+func quickGELUBackwardVector(dx, dy, x []float32) int { return 0 }
+func softmaxRow32(y, x []float32, scale float32) bool { return false }
+
+// haveAVX2 is false off amd64: every row-wise kernel runs its Go loop.
+var haveAVX2 = false
