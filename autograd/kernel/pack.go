@@ -29,28 +29,61 @@ func PackB(trans bool, k, n int, b []float32, ldb int) *PackedB {
 	p := &PackedB{K: k, N: n, nr: nr, npad: npad}
 	p.pooled = getScratch(k * npad)
 	p.data = *p.pooled
+	packB(p.data, nr, trans, k, n, b, ldb)
+	return p
+}
+
+// packB writes the packed form of op(B) for panel width nr into data, which
+// holds k·npad floats (npad = n rounded up to a multiple of nr). Every element
+// of data is written, padding included (pooled buffers are not zeroed).
+func packB(data []float32, nr int, trans bool, k, n int, b []float32, ldb int) {
+	npad := (n + nr - 1) / nr * nr
 	for k0 := 0; k0 < k; k0 += kc {
 		kb := min(kc, k-k0)
-		block := p.data[k0*npad : k0*npad+kb*npad]
+		block := data[k0*npad : k0*npad+kb*npad]
 		for j0 := 0; j0 < n; j0 += nr {
 			panel := block[j0*kb : (j0+nr)*kb]
 			w := min(nr, n-j0)
+			if trans {
+				packPanelT(panel, nr, kb, w, b[j0*ldb+k0:], ldb)
+				continue
+			}
 			for kk := 0; kk < kb; kk++ {
 				dst := panel[kk*nr : kk*nr+nr]
-				if trans {
-					for j := 0; j < w; j++ {
-						dst[j] = b[(j0+j)*ldb+k0+kk]
-					}
-				} else {
-					copy(dst[:w], b[(k0+kk)*ldb+j0:(k0+kk)*ldb+j0+w])
-				}
-				for j := w; j < nr; j++ {
-					dst[j] = 0
-				}
+				copy(dst[:w], b[(k0+kk)*ldb+j0:(k0+kk)*ldb+j0+w])
+				clear(dst[w:])
 			}
 		}
 	}
-	return p
+}
+
+// packPanelT fills one kb×nr panel from w rows of a stored n×k matrix
+// (leading dimension ldb, b starting at the panel's first row and K block's
+// first column): panel[kk*nr+j] = b[j*ldb+kk], columns w…nr−1 zero. Full
+// 8×8 blocks go through transposeStrip8 where available; the columns past the
+// last multiple of 8 of w and the rows past the last multiple of 8 of kb stay
+// scalar.
+func packPanelT(panel []float32, nr, kb, w int, b []float32, ldb int) {
+	j8, k8 := 0, 0
+	if haveTransposeStrip8 {
+		k8 = kb &^ 7
+		if k8 > 0 {
+			for ; j8+8 <= w; j8 += 8 {
+				transposeStrip8(panel[j8:], nr, b[j8*ldb:], ldb, k8/8)
+			}
+		}
+	}
+	for kk := 0; kk < kb; kk++ {
+		dst := panel[kk*nr : kk*nr+nr]
+		j := j8
+		if kk >= k8 {
+			j = 0
+		}
+		for ; j < w; j++ {
+			dst[j] = b[j*ldb+kk]
+		}
+		clear(dst[w:])
+	}
 }
 
 // Release returns the packed buffer to the pool; p must not be used after.
