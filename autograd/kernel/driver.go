@@ -149,23 +149,37 @@ func gemmPacked(transA bool, m int, alpha float32, a []float32, lda int, p *Pack
 		// goroutine: on a shared machine one core often runs slower (other
 		// goroutines, the collector, neighbours), and a static split waits
 		// for it at the end of every product.
+		//
+		// A unit of work is a row block and a range of column panels of
+		// about unitFlops: the goroutine that finishes first waits on
+		// average half a unit at the end, and whole row blocks of a ViT
+		// layer (up to 450 MFLOP, 5 ms) left 3% of the cores idle.
 		block := min(mc, (m+4*t-1)/(4*t))
 		block = (block + kern.mr - 1) / kern.mr * kern.mr
 		blocks := (m + block - 1) / block
+		perRange := max(1, unitFlops/(2*block*k*kern.nr))
+		ranges := (panels + perRange - 1) / perRange
+		perRange = (panels + ranges - 1) / ranges // even the ranges out
+		units := blocks * ranges
 		var next atomic.Int64
 		splitRange(t, 1, t, func(_, _, _ int) {
 			for {
-				b := int(next.Add(1)) - 1
-				if b >= blocks {
+				u := int(next.Add(1)) - 1
+				if u >= units {
 					return
 				}
-				run(b*block, min((b+1)*block, m), 0, panels)
+				b, q := u/ranges, u%ranges*perRange
+				run(b*block, min((b+1)*block, m), q, min(q+perRange, panels))
 			}
 		})
 	default:
 		ParallelFor(panels, func(lo, hi int) { run(0, m, lo, hi) })
 	}
 }
+
+// unitFlops is the size of the units of work gemmPacked hands out to its
+// goroutines: about 0.6 ms of one core.
+const unitFlops = 64 << 20
 
 // gemmBlock computes rows r0…r1−1 and column panels q0…q1−1 of C. For each
 // K block it takes up to mc rows of op(A), packed into mr-row panels
