@@ -211,7 +211,9 @@ func layerNormBackwardRow[T Float](dxr, pg, pb, dyr, xr, g []T, m, q T) {
 // subtracting the row maximum first. With causal set, row r sees only
 // columns 0…(r mod cols): the matrix is read as a stack of square
 // cols×cols blocks (one per attention head), and masked entries of y are 0.
-// y may alias x.
+// y may alias x. On AVX2 CPUs a float32 row runs in assembly
+// (softmaxRowAVX2): the same exponentials, summed in float64 in another
+// order than the Go loop, so the two agree within one float32 rounding.
 func Softmax[T Float](y, x []T, rows, cols int, scale T, causal bool) {
 	checkLen("Softmax", x, rows*cols)
 	checkLen("Softmax", y, rows*cols)
