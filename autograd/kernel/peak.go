@@ -21,13 +21,17 @@ func PeakGFLOPS(d time.Duration) float64 {
 	fmaPeak(probe)
 	per := time.Since(start).Seconds() / probe
 	iters := max(probe, int(d.Seconds()/max(per, 1e-12)))
-	t := Threads()
-	var wg sync.WaitGroup
 	start = time.Now()
-	for range t {
+	fmaPeakAll(iters)
+	return float64(Threads()) * 192 * float64(iters) / time.Since(start).Seconds() / 1e9
+}
+
+// fmaPeakAll runs fmaPeak(iters) on Threads() goroutines at once.
+func fmaPeakAll(iters int) {
+	var wg sync.WaitGroup
+	for range Threads() {
 		wg.Add(1)
 		go func() { defer wg.Done(); fmaPeak(iters) }()
 	}
 	wg.Wait()
-	return float64(t) * 192 * float64(iters) / time.Since(start).Seconds() / 1e9
 }
