@@ -21,3 +21,31 @@ func TestPeakGFLOPS(t *testing.T) {
 		t.Fatalf("PeakGFLOPS = %g, implausible for %d threads", p, Threads())
 	}
 }
+
+// TestKernelGFLOPS checks KernelGFLOPS the same way (a comparison with the
+// FMA peak would fail on a noisy machine: see BenchmarkKernelCeiling).
+func TestKernelGFLOPS(t *testing.T) {
+	k := KernelGFLOPS(5 * time.Millisecond)
+	t.Logf("KernelGFLOPS: %.0f GFLOP/s with the %s kernel on %d threads", k, Kernel(), Threads())
+	if k <= 0 || k > 64*6*float64(Threads()) {
+		t.Fatalf("KernelGFLOPS = %g, implausible for %d threads", k, Threads())
+	}
+}
+
+// BenchmarkKernelCeiling reports the micro-kernel's cache-resident rate
+// (KernelGFLOPS) next to the FMA peak measured just before it, and their
+// ratio: how close the kernel itself can come to the machine's limit.
+func BenchmarkKernelCeiling(b *testing.B) {
+	if !fmaPeak(1) {
+		b.Skip("no AVX2+FMA on this CPU")
+	}
+	var peak, kern float64
+	for b.Loop() {
+		peak += PeakGFLOPS(50 * time.Millisecond)
+		kern += KernelGFLOPS(50 * time.Millisecond)
+	}
+	n := float64(b.N)
+	b.ReportMetric(peak/n, "peak-GFLOP/s")
+	b.ReportMetric(kern/n, "kernel-GFLOP/s")
+	b.ReportMetric(100*kern/peak, "%-of-peak")
+}
