@@ -65,7 +65,7 @@ func BenchmarkBlockForward(b *testing.B) {
 		b.Run(benchName(fused), func(b *testing.B) {
 			blk, x := benchBlock()
 			blk.fused = fused
-			blk.forward(x) // pack the frozen weights outside the timing
+			blk.forward(x) // warm-up: fills the buffer pools
 			fwd, _ := benchFlops()
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -91,7 +91,7 @@ func BenchmarkBlockForwardBackward(b *testing.B) {
 					p.ZeroGrad()
 				}
 			}
-			step() // pack the frozen weights outside the timing
+			step() // warm-up: fills the buffer pools
 			fwd, bwd := benchFlops()
 			b.ReportAllocs()
 			b.ResetTimer()

@@ -11,33 +11,15 @@ func gemm[T dtype](transA, transB bool, m, n, k int, alpha T, a []T, lda int, b 
 		return
 	}
 	if a32, ok := any(a).([]float32); ok {
-		gemm32(transA, transB, m, n, k, float32(alpha), a32, lda, any(b).([]float32), ldb, float32(beta), any(c).([]float32), ldc)
+		// One call for the whole product keeps each block of C in cache
+		// across K (kernel.PackB packs op(B) on all cores). Cutting K into
+		// slices packed concurrently and multiplied one after the other, as
+		// this once did, sent C to memory between slices and left a core
+		// idle at the end of every slice's product.
+		kernel.Gemm(transA, transB, m, n, k, float32(alpha), a32, lda, any(b).([]float32), ldb, float32(beta), any(c).([]float32), ldc)
 		return
 	}
 	gemm64(transA, transB, m, n, k, float64(alpha), any(a).([]float64), lda, any(b).([]float64), ldb, float64(beta), any(c).([]float64), ldc)
-}
-
-// packDepth is the depth of the K slices gemm32 packs in parallel: the
-// kernel's K block (kc), so that the slices add up in the order, and with
-// the rounding, of one kernel.Gemm call.
-const packDepth = 256
-
-// gemm32 is kernel.Gemm with op(B) packed in parallel: kernel.Gemm packs
-// it on the calling goroutine before the (parallel) product, which for a
-// weight of 768×3072 takes 3–7 ms, some 5% of the product at batch 64 on two
-// cores. Here op(B) is cut into K slices of packDepth rows, packed
-// concurrently, and the slices' products are summed into C one after the
-// other.
-func gemm32(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	if k <= packDepth || kernel.Threads() < 2 {
-		kernel.Gemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-		return
-	}
-	packs := packSlices(transB, k, n, b, ldb)
-	gemmSlices(transA, m, alpha, a, lda, packs, beta, nil, c, ldc)
-	for _, p := range packs {
-		p.Release()
-	}
 }
 
 // linear32 computes y = x·Wᵀ + bias (x is m×k, W is n×k, bias has n
@@ -47,56 +29,9 @@ func linear32(m, n, k int, x, w, bias, y []float32) {
 	if m == 0 || n == 0 {
 		return
 	}
-	if k <= packDepth || kernel.Threads() < 2 {
-		p := kernel.PackB(true, k, n, w, k)
-		kernel.GemmPackedBias(false, m, 1, x, k, p, bias, y, n)
-		p.Release()
-		return
-	}
-	packs := packSlices(true, k, n, w, k)
-	gemmSlices(false, m, 1, x, k, packs, 0, bias, y, n)
-	for _, p := range packs {
-		p.Release()
-	}
-}
-
-// packSlices packs op(B) (k×n; B itself, or Bᵀ of a stored n×k matrix) as
-// K slices of packDepth rows, concurrently.
-func packSlices(transB bool, k, n int, b []float32, ldb int) []*kernel.PackedB {
-	packs := make([]*kernel.PackedB, (k+packDepth-1)/packDepth)
-	kernel.ParallelFor(len(packs), func(lo, hi int) {
-		for s := lo; s < hi; s++ {
-			k0 := s * packDepth
-			kb := min(packDepth, k-k0)
-			if transB { // B is n×k: columns k0…
-				packs[s] = kernel.PackB(true, kb, n, b[k0:], ldb)
-			} else { // B is k×n: rows k0…
-				packs[s] = kernel.PackB(false, kb, n, b[k0*ldb:], ldb)
-			}
-		}
-	})
-	return packs
-}
-
-// gemmSlices computes C = alpha·op(A)·op(B) + beta·C with op(B) packed by
-// packSlices; with a bias (beta must then be 0), C = alpha·op(A)·op(B) +
-// biasᵀ, the bias added by the first slice's product.
-func gemmSlices(transA bool, m int, alpha float32, a []float32, lda int, packs []*kernel.PackedB, beta float32, bias, c []float32, ldc int) {
-	for s, p := range packs {
-		k0 := s * packDepth
-		as := a[k0:] // A is m×k: columns k0…
-		if transA {  // A is k×m: rows k0…
-			as = a[k0*lda:]
-		}
-		switch {
-		case s == 0 && bias != nil:
-			kernel.GemmPackedBias(transA, m, alpha, as, lda, p, bias, c, ldc)
-			continue
-		case s > 0:
-			beta = 1
-		}
-		kernel.GemmPacked(transA, m, alpha, as, lda, p, beta, c, ldc)
-	}
+	p := kernel.PackB(true, k, n, w, k)
+	kernel.GemmPackedBias(false, m, 1, x, k, p, bias, y, n)
+	p.Release()
 }
 
 // gemmSerial is gemm on the calling goroutine only (for work already split

@@ -40,13 +40,13 @@ func TestLinearSeesWeightChanges(t *testing.T) {
 	check("after changing the weight")
 }
 
-// TestGemm32Slices checks the float32 GEMM that packs op(B) in K slices
-// against the float64 reference, for every transpose combination, K over
-// one, two and several slices, beta 0, 1 and other, and leading dimensions
-// wider than the matrices.
-func TestGemm32Slices(t *testing.T) {
+// TestGemm32 checks the float32 GEMM against the float64 reference, for
+// every transpose combination, K within one, over two and over several of
+// the kernel's K blocks (256 deep), beta 0, 1 and other, and leading
+// dimensions wider than the matrices.
+func TestGemm32(t *testing.T) {
 	const m, n, pad = 37, 45, 3
-	for _, k := range []int{packDepth - 1, packDepth + 1, 3*packDepth + 17} {
+	for _, k := range []int{255, 257, 3*256 + 17} {
 		for _, tr := range [][2]bool{{false, false}, {false, true}, {true, false}, {true, true}} {
 			for _, beta := range []float64{0, 1, -0.5} {
 				ta, tb := tr[0], tr[1]
@@ -63,7 +63,7 @@ func TestGemm32Slices(t *testing.T) {
 				want := slices.Clone(data[2])
 				gemm64(ta, tb, m, n, k, 0.75, data[0], lda, data[1], ldb, beta, want, ldc)
 				a, b, c := f32(data[0]), f32(data[1]), f32(data[2])
-				gemm32(ta, tb, m, n, k, 0.75, a, lda, b, ldb, float32(beta), c, ldc)
+				gemm(ta, tb, m, n, k, float32(0.75), a, lda, b, ldb, float32(beta), c, ldc)
 				// float32 sums of up to 800 products: ~1e-6 of the largest.
 				if e := relErr(f64(c), want); e > 1e-5 {
 					t.Errorf("k=%d trans=%v beta=%g: relative error %.3g", k, tr, beta, e)

@@ -259,14 +259,10 @@ func patchEmbedOffTape[T dtype](images mat.Tensor, w *LinearParams, g PatchGeome
 	y := make([]T, batch*perImage*out)
 	wt := values[T](w.Weight)
 	// The weight is packed once for all chunks (float32).
-	var packs []*kernel.PackedB
+	var packed *kernel.PackedB
 	if wt32, ok := any(wt).([]float32); ok {
-		packs = packSlices(true, rowLen, out, wt32, rowLen)
-		defer func() {
-			for _, p := range packs {
-				p.Release()
-			}
-		}()
+		packed = kernel.PackB(true, rowLen, out, wt32, rowLen)
+		defer packed.Release()
 	}
 	buf := getBuf[T](min(batch, patchImages) * perImage * rowLen)
 	defer putBuf(buf)
@@ -277,8 +273,8 @@ func patchEmbedOffTape[T dtype](images mat.Tensor, w *LinearParams, g PatchGeome
 		op := &patchesOp[T]{images: chunk, g: g}
 		op.each(func(dst, src, k int) { copy(patches[dst:dst+k], x[b0*cols+src:b0*cols+src+k]) })
 		yc := y[b0*perImage*out : (b0+n)*perImage*out]
-		if packs != nil {
-			gemmSlices(false, n*perImage, 1, any(patches).([]float32), rowLen, packs, 0, nil, any(yc).([]float32), out)
+		if packed != nil {
+			kernel.GemmPacked(false, n*perImage, 1, any(patches).([]float32), rowLen, packed, 0, any(yc).([]float32), out)
 		} else {
 			gemm(false, true, n*perImage, out, rowLen, 1, patches, rowLen, wt, rowLen, 0, yc, out)
 		}

@@ -41,7 +41,8 @@ type packCase struct {
 
 // packCases crosses sizes around multiples of 8, of the panel widths (16,
 // 32) and of kc (256), plus the ViT shapes, with tight and loose leading
-// dimensions and offset starts.
+// dimensions and offset starts. The cases of k·n ≥ parallelPack go through
+// PackB's parallel path.
 func packCases() []packCase {
 	sizes := []int{1, 7, 8, 9, 15, 16, 17, 50, 64, 255, 256, 257, 768}
 	var cases []packCase
