@@ -150,26 +150,35 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		// cost of everything around the kernel (memory traffic, row-wise
 		// passes, idle cores), which carries over to other machines, while
 		// the kernel's fraction of the FMA peak depends on the CPU.
-		times, peaks, kerns := make([]float64, *reps), make([]float64, *reps), make([]float64, *reps)
+		//
+		// The share of the time the cores sat idle (1 − CPU time / (threads
+		// × wall time)) is the figure least moved by the neighbours: it
+		// shows waits at the ends of parallel sections and serial code.
+		times, peaks, kerns, idle := make([]float64, *reps), make([]float64, *reps), make([]float64, *reps), make([]float64, *reps)
 		for i := range times {
 			peaks[i] = kernel.PeakGFLOPS(50 * time.Millisecond)
 			kerns[i] = kernel.KernelGFLOPS(50 * time.Millisecond)
-			start := time.Now()
+			cpu0, start := cpuSeconds(), time.Now()
 			if err := b.run(); err != nil {
 				return err
 			}
 			times[i] = time.Since(start).Seconds()
+			idle[i] = 1 - (cpuSeconds()-cpu0)/(float64(kernel.Threads())*times[i])
 		}
 		med, peak, kern := median(times), median(peaks), median(kerns)
 		ips := float64(*batch) / med
 		rate := ips * b.flops / 1e9
-		ceiling := fmt.Sprintf(" = %.0f%% of the %s kernel's %.0f GFLOP/s", 100*rate/kern, kernel.Kernel(), kern)
+		fmt.Fprintf(stdout, "%-40s %7.2f images/s  (median of %d: %.2f s/batch, %.0f GFLOP/s)\n",
+			b.name, ips, *reps, med, rate)
+		detail := fmt.Sprintf("= %.0f%% of the %s kernel's %.0f GFLOP/s", 100*rate/kern, kernel.Kernel(), kern)
 		if peak > 0 {
-			ceiling += fmt.Sprintf(" and %.0f%% of the %.0f GFLOP/s FMA peak", 100*rate/peak, peak)
+			detail += fmt.Sprintf(" and %.0f%% of the %.0f GFLOP/s FMA peak", 100*rate/peak, peak)
 		}
-		ceiling += " measured between repetitions"
-		fmt.Fprintf(stdout, "%-40s %7.2f images/s  (median of %d: %.2f s/batch; %.0f GFLOP/s%s)\n",
-			b.name, ips, *reps, med, rate, ceiling)
+		detail += " measured between repetitions"
+		if cpuSeconds() >= 0 {
+			detail += fmt.Sprintf("; cores idle %.1f%% of the time", 100*median(idle))
+		}
+		fmt.Fprintf(stdout, "%-40s %s\n", "", detail)
 	}
 	fmt.Fprintf(stdout, "peak resident memory: %s\n", peakRSS())
 	if *memProfile != "" {
