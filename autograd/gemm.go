@@ -11,11 +11,9 @@ func gemm[T dtype](transA, transB bool, m, n, k int, alpha T, a []T, lda int, b 
 		return
 	}
 	if a32, ok := any(a).([]float32); ok {
-		// One call for the whole product keeps each block of C in cache
-		// across K (kernel.PackB packs op(B) on all cores). Cutting K into
-		// slices packed concurrently and multiplied one after the other, as
-		// this once did, sent C to memory between slices and left a core
-		// idle at the end of every slice's product.
+		// One call for the whole product (kernel.PackB packs op(B) on all
+		// cores): each block of C stays in cache across K, and the cores
+		// wait for each other once, at the end.
 		kernel.Gemm(transA, transB, m, n, k, float32(alpha), a32, lda, any(b).([]float32), ldb, float32(beta), any(c).([]float32), ldc)
 		return
 	}

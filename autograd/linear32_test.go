@@ -8,8 +8,9 @@ import (
 
 // TestLinear32Bias: the fused-bias linear, x·Wᵀ + b, against float64 for an
 // input width within one of the kernel's K blocks (256 deep) and one
-// spanning three (the bias must be added with the first block only). The error bound is the
-// float32 GEMM's: k·2⁻²⁴ times Σ|x||w| + |b|, with a factor 4 of room.
+// spanning three (the bias must be added with the first block only). The
+// error bound is the float32 GEMM's: k·2⁻²⁴ times Σ|x||w| + |b|, with a
+// factor 4 of room.
 func TestLinear32Bias(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	for _, k := range []int{100, 3*256 - 17} {

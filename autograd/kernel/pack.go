@@ -30,13 +30,11 @@ func PackB(trans bool, k, n int, b []float32, ldb int) *PackedB {
 	p := &PackedB{K: k, N: n, nr: nr, npad: npad}
 	p.pooled = getScratch(k * npad)
 	p.data = *p.pooled
-	panels := npad / nr
-	items := (k + kc - 1) / kc * panels
 	if k*n < parallelPack || Threads() < 2 {
-		packPanels(p.data, nr, trans, k, n, b, ldb, 0, items)
+		packB(p.data, nr, trans, k, n, b, ldb)
 		return p
 	}
-	ParallelFor(items, func(lo, hi int) { packPanels(p.data, nr, trans, k, n, b, ldb, lo, hi) })
+	ParallelFor(packedPanels(k, n, nr), func(lo, hi int) { packPanels(p.data, nr, trans, k, n, b, ldb, lo, hi) })
 	return p
 }
 
@@ -50,8 +48,13 @@ const parallelPack = 1 << 16
 // holds k·npad floats (npad = n rounded up to a multiple of nr). Every element
 // of data is written, padding included (pooled buffers are not zeroed).
 func packB(data []float32, nr int, trans bool, k, n int, b []float32, ldb int) {
-	npad := (n + nr - 1) / nr * nr
-	packPanels(data, nr, trans, k, n, b, ldb, 0, (k+kc-1)/kc*(npad/nr))
+	packPanels(data, nr, trans, k, n, b, ldb, 0, packedPanels(k, n, nr))
+}
+
+// packedPanels is the number of kc×nr panels in the packed form of a k×n
+// operand: one per K block and nr columns.
+func packedPanels(k, n, nr int) int {
+	return (k + kc - 1) / kc * ((n + nr - 1) / nr)
 }
 
 // packPanels writes panels lo…hi−1 of packB's output, numbered K block by K

@@ -152,8 +152,10 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		// the kernel's fraction of the FMA peak depends on the CPU.
 		//
 		// The share of the time the cores sat idle (1 − CPU time / (threads
-		// × wall time)) is the figure least moved by the neighbours: it
-		// shows waits at the ends of parallel sections and serial code.
+		// × wall time)) shows waits at the ends of parallel sections and
+		// serial code. It moves with the neighbours too: a core they slow
+		// down makes the other wait at every barrier.
+		haveCPU := cpuSeconds() >= 0
 		times, peaks, kerns, idle := make([]float64, *reps), make([]float64, *reps), make([]float64, *reps), make([]float64, *reps)
 		for i := range times {
 			peaks[i] = kernel.PeakGFLOPS(50 * time.Millisecond)
@@ -163,7 +165,9 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 				return err
 			}
 			times[i] = time.Since(start).Seconds()
-			idle[i] = 1 - (cpuSeconds()-cpu0)/(float64(kernel.Threads())*times[i])
+			if haveCPU {
+				idle[i] = 1 - (cpuSeconds()-cpu0)/(float64(kernel.Threads())*times[i])
+			}
 		}
 		med, peak, kern := median(times), median(peaks), median(kerns)
 		ips := float64(*batch) / med
@@ -175,7 +179,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 			detail += fmt.Sprintf(" and %.0f%% of the %.0f GFLOP/s FMA peak", 100*rate/peak, peak)
 		}
 		detail += " measured between repetitions"
-		if cpuSeconds() >= 0 {
+		if haveCPU {
 			detail += fmt.Sprintf("; cores idle %.1f%% of the time", 100*median(idle))
 		}
 		fmt.Fprintf(stdout, "%-40s %s\n", "", detail)
