@@ -267,7 +267,116 @@ func genRowwise() string {
 		"TESTQ AX, AX", "JZ done",
 		"VMASKMOVPS (DI)(R8*1), Y14, Y0", "VMULPS Y11, Y0, Y0", "VMASKMOVPS Y0, Y14, (DI)(R8*1)",
 		"done:", "VZEROUPPER", "RET")
+	w("")
+	genLayerNorm(w, ws)
 	return b.String()
+}
+
+// genLayerNorm writes the LayerNorm rows: layerNormRowAVX2 and the two
+// backward rows. Row statistics are float64 sums of float32 values
+// converted four at a time, in two chains (the low and the high half of
+// each eight values): another order than sum64's, so mean and rstd can
+// differ from the Go loop's in the last float32 bit. Everything elementwise
+// follows the Go loops operation by operation, without fused
+// multiply-adds, so given the same mean and rstd it gives the same bits. The
+// one fused multiply-add accumulates products of two float32 values, which
+// are exact in float64, so it rounds as the Go loop's multiply-and-add. n is
+// a positive multiple of 8 throughout.
+func genLayerNorm(w func(string, ...any), ws func(...string)) {
+	// hsum adds the float64 lanes of Ya and Yb into the low lane of Xa,
+	// using Xb as scratch.
+	hsum := func(a, b int) []string {
+		return []string{
+			fmt.Sprintf("VADDPD Y%d, Y%d, Y%d", b, a, a),
+			fmt.Sprintf("VEXTRACTF128 $1, Y%d, X%d", a, b),
+			fmt.Sprintf("VADDPD X%d, X%d, X%d", b, a, a),
+			fmt.Sprintf("VPERMILPD $1, X%d, X%d", a, b),
+			fmt.Sprintf("VADDSD X%d, X%d, X%d", b, a, a),
+		}
+	}
+	// loop runs body over the row, eight values at a time, with the byte
+	// offset in AX.
+	loop := func(label string, body ...string) {
+		ws("XORQ AX, AX", "MOVQ CX, DX", "SHRQ $3, DX", label+"loop:")
+		ws(body...)
+		ws("ADDQ $32, AX", "DECQ DX", "JNZ "+label+"loop")
+	}
+
+	w("// func layerNormRowAVX2(y, x, gamma, beta *float32, n int, eps float64, mean, rstd *float32)")
+	w("// One row of LayerNorm: *mean, *rstd and y[:n] = (x−mean)·rstd·gamma + beta.")
+	w("TEXT ·layerNormRowAVX2(SB), NOSPLIT, $0-64")
+	ws("MOVQ y+0(FP), DI", "MOVQ x+8(FP), SI", "MOVQ gamma+16(FP), R8", "MOVQ beta+24(FP), R9",
+		"MOVQ n+32(FP), CX", "MOVQ mean+48(FP), R10", "MOVQ rstd+56(FP), R11",
+		"VCVTSI2SDQ CX, X12, X12", // n in float64
+		"VXORPD Y0, Y0, Y0", "VXORPD Y1, Y1, Y1")
+	loop("sum", "VCVTPS2PD (SI)(AX*1), Y4", "VCVTPS2PD 16(SI)(AX*1), Y5",
+		"VADDPD Y4, Y0, Y0", "VADDPD Y5, Y1, Y1")
+	ws(hsum(0, 1)...)
+	ws("VDIVSD X12, X0, X15", "VBROADCASTSD X15, Y15", // the mean, float64
+		"VXORPD Y0, Y0, Y0", "VXORPD Y1, Y1, Y1")
+	loop("sqdev", "VCVTPS2PD (SI)(AX*1), Y4", "VCVTPS2PD 16(SI)(AX*1), Y5",
+		"VSUBPD Y15, Y4, Y4", "VSUBPD Y15, Y5, Y5",
+		"VFMADD231PD Y4, Y4, Y0", "VFMADD231PD Y5, Y5, Y1")
+	ws(hsum(0, 1)...)
+	ws("VDIVSD X12, X0, X0", "VADDSD eps+40(FP), X0, X0", "VSQRTSD X0, X0, X0",
+		"VMOVSD one64<>(SB), X1", "VDIVSD X0, X1, X1", // rstd = 1/sqrt(var+eps)
+		"VCVTSD2SS X15, X15, X13", "VCVTSD2SS X1, X1, X14",
+		"VMOVSS X13, (R10)", "VMOVSS X14, (R11)",
+		"VBROADCASTSS X13, Y13", "VBROADCASTSS X14, Y14")
+	loop("norm", "VMOVUPS (SI)(AX*1), Y4", "VSUBPS Y13, Y4, Y4", "VMULPS Y14, Y4, Y4",
+		"VMULPS (R8)(AX*1), Y4, Y4", "VADDPS (R9)(AX*1), Y4, Y4", "VMOVUPS Y4, (DI)(AX*1)")
+	ws("VZEROUPPER", "RET")
+	w("")
+
+	// The backward rows: with x̂ = (x−m)·q (Y4) and gd = dy·gamma (Y5), the sums
+	// Σgd (Y0, Y1) and Σgd·x̂ (Y2, Y3), then dx = q·(gd − mean(gd) −
+	// x̂·mean(gd·x̂)). With params, pg += dy·x̂ and pb += dy on the way.
+	backward := func(name, sig string, params bool) {
+		args := []string{"dx", "dy", "x", "gamma"}
+		if params {
+			args = []string{"dx", "pg", "pb", "dy", "x", "gamma"}
+		}
+		regs := map[string]string{"dx": "DI", "pg": "R8", "pb": "R9", "dy": "R10", "x": "SI", "gamma": "R11"}
+		w("// func %s(%s)", name, sig)
+		if params {
+			w("// One row of LayerNormBackward with dx and the parameters' partial sums.")
+		} else {
+			w("// One row of LayerNormBackward, dx alone.")
+		}
+		off := 8 * len(args)
+		w("TEXT ·%s(SB), NOSPLIT, $0-%d", name, off+16)
+		for i, a := range args {
+			ws(fmt.Sprintf("MOVQ %s+%d(FP), %s", a, 8*i, regs[a]))
+		}
+		ws(fmt.Sprintf("MOVQ n+%d(FP), CX", off),
+			fmt.Sprintf("VBROADCASTSS m+%d(FP), Y13", off+8),
+			fmt.Sprintf("VBROADCASTSS q+%d(FP), Y14", off+12),
+			"VCVTSI2SDQ CX, X12, X12",
+			"VXORPD Y0, Y0, Y0", "VXORPD Y1, Y1, Y1", "VXORPD Y2, Y2, Y2", "VXORPD Y3, Y3, Y3")
+		body := []string{"VMOVUPS (SI)(AX*1), Y4", "VSUBPS Y13, Y4, Y4", "VMULPS Y14, Y4, Y4",
+			"VMOVUPS (R10)(AX*1), Y5"}
+		if params {
+			body = append(body, "VMULPS Y4, Y5, Y6", "VADDPS (R8)(AX*1), Y6, Y6", "VMOVUPS Y6, (R8)(AX*1)",
+				"VADDPS (R9)(AX*1), Y5, Y7", "VMOVUPS Y7, (R9)(AX*1)")
+		}
+		body = append(body, "VMULPS (R11)(AX*1), Y5, Y5",
+			"VCVTPS2PD X5, Y6", "VCVTPS2PD X4, Y7", "VADDPD Y6, Y0, Y0", "VFMADD231PD Y7, Y6, Y2",
+			"VEXTRACTF128 $1, Y5, X5", "VEXTRACTF128 $1, Y4, X4",
+			"VCVTPS2PD X5, Y6", "VCVTPS2PD X4, Y7", "VADDPD Y6, Y1, Y1", "VFMADD231PD Y7, Y6, Y3")
+		loop("sums", body...)
+		ws(hsum(0, 1)...)
+		ws(hsum(2, 3)...)
+		ws("VDIVSD X12, X0, X0", "VDIVSD X12, X2, X2",
+			"VCVTSD2SS X0, X0, X11", "VBROADCASTSS X11, Y11", // mean(gd)
+			"VCVTSD2SS X2, X2, X10", "VBROADCASTSS X10, Y10") // mean(gd·x̂)
+		loop("dx", "VMOVUPS (R10)(AX*1), Y5", "VMULPS (R11)(AX*1), Y5, Y5", "VSUBPS Y11, Y5, Y5",
+			"VMOVUPS (SI)(AX*1), Y4", "VSUBPS Y13, Y4, Y4", "VMULPS Y14, Y4, Y4", "VMULPS Y10, Y4, Y4",
+			"VSUBPS Y4, Y5, Y5", "VMULPS Y14, Y5, Y5", "VMOVUPS Y5, (DI)(AX*1)")
+		ws("VZEROUPPER", "RET")
+		w("")
+	}
+	backward("layerNormBackwardRowAVX2", "dx, pg, pb, dy, x, gamma *float32, n int, m, q float32", true)
+	backward("layerNormInputGradRowAVX2", "dx, dy, x, gamma *float32, n int, m, q float32", false)
 }
 
 // Registers: B vectors in 0…vecs−1, two broadcast registers after them,

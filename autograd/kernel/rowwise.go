@@ -38,12 +38,24 @@ func checkLen[T Float](name string, s []T, n int) {
 // variance (biased, as PyTorch), then applies gamma and beta (length cols):
 // y = (x−mean)·rstd·gamma + beta with rstd = 1/sqrt(var+eps). The per-row
 // mean and rstd are written to mean and rstd (length rows) for the backward
-// pass. y may alias x. Row statistics are accumulated in float64.
+// pass. y may alias x. Row statistics are accumulated in float64. On AVX2
+// CPUs a float32 row whose length is a multiple of 8 runs in assembly
+// (layerNormRowAVX2): the same operations, with the sums in another order,
+// so mean and rstd can differ from the Go loop's in their last bit.
 func LayerNorm[T Float](y, x []T, rows, cols int, gamma, beta []T, eps float64, mean, rstd []T) {
 	checkLen("LayerNorm", x, rows*cols)
 	checkLen("LayerNorm", y, rows*cols)
+	y32, is32 := any(y).([]float32)
+	x32, _ := any(x).([]float32)
+	g32, _ := any(gamma).([]float32)
+	b32, _ := any(beta).([]float32)
+	mean32, _ := any(mean).([]float32)
+	rstd32, _ := any(rstd).([]float32)
 	forRows(rows, cols, func(_, lo, hi int) {
 		for r := lo; r < hi; r++ {
+			if is32 && layerNormRow32(y32[r*cols:r*cols+cols], x32[r*cols:r*cols+cols], g32[:cols], b32[:cols], eps, &mean32[r], &rstd32[r]) {
+				continue
+			}
 			xr := x[r*cols : r*cols+cols]
 			yr := y[r*cols : r*cols+cols]
 			mu := sum64(xr) / float64(cols)
@@ -101,6 +113,10 @@ func sumSqDev64[T Float](x []T, mu float64) float64 {
 // dgamma and dbeta (length cols) are accumulated into when non-nil.
 // With x̂ = (x−mean)·rstd and g = dy·gamma:
 // dx = rstd·(g − mean(g) − x̂·mean(g·x̂)), dgamma += Σ_rows dy·x̂, dbeta += Σ_rows dy.
+// On AVX2 CPUs a float32 row whose length is a multiple of 8 runs in
+// assembly when dx is wanted (layerNormBackwardRowAVX2): the parameter
+// gradients get the Go loop's bits, dx can differ in its last bit (the two
+// means are summed in another order).
 func LayerNormBackward[T Float](dx, dgamma, dbeta, dy, x []T, rows, cols int, gamma, mean, rstd []T) {
 	checkLen("LayerNormBackward", x, rows*cols)
 	checkLen("LayerNormBackward", dy, rows*cols)
@@ -109,17 +125,27 @@ func LayerNormBackward[T Float](dx, dgamma, dbeta, dy, x []T, rows, cols int, ga
 	if dgamma != nil || dbeta != nil {
 		partial = make([]T, 2*chunks*cols)
 	}
+	dx32, is32 := any(dx).([]float32)
+	dy32, _ := any(dy).([]float32)
+	x32, _ := any(x).([]float32)
+	g32, _ := any(gamma).([]float32)
 	forRows(rows, cols, func(c, lo, hi int) {
 		var pg, pb []T
 		if partial != nil {
 			pg = partial[2*c*cols : 2*c*cols+cols]
 			pb = partial[2*c*cols+cols : 2*c*cols+2*cols]
 		}
+		pg32, _ := any(pg).([]float32)
+		pb32, _ := any(pb).([]float32)
 		g := gamma[:cols]
 		for r := lo; r < hi; r++ {
 			xr := x[r*cols : r*cols+cols]
 			dyr := dy[r*cols : r*cols+cols]
 			m, q := mean[r], rstd[r]
+			if is32 && dx != nil && layerNormBackwardRow32(dx32[r*cols:r*cols+cols], pg32, pb32,
+				dy32[r*cols:r*cols+cols], x32[r*cols:r*cols+cols], g32[:cols], float32(m), float32(q)) {
+				continue
+			}
 			if pg != nil && dx != nil {
 				layerNormBackwardRow(dx[r*cols:r*cols+cols], pg, pb, dyr, xr, g, m, q)
 				continue

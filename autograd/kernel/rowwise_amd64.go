@@ -76,3 +76,42 @@ func softmaxRow32(y, x []float32, scale float32) bool {
 	softmaxRowAVX2(&y[0], &x[0], len(x), scale)
 	return true
 }
+
+//go:noescape
+func layerNormRowAVX2(y, x, gamma, beta *float32, n int, eps float64, mean, rstd *float32)
+
+//go:noescape
+func layerNormBackwardRowAVX2(dx, pg, pb, dy, x, gamma *float32, n int, m, q float32)
+
+//go:noescape
+func layerNormInputGradRowAVX2(dx, dy, x, gamma *float32, n int, m, q float32)
+
+// layerNormRow32 runs one row of LayerNorm in assembly and reports whether
+// it did: only with AVX2 and a row length that is a multiple of 8 (every
+// CLIP width).
+func layerNormRow32(y, x, g, b []float32, eps float64, mean, rstd *float32) bool {
+	n := len(x)
+	if !haveAVX2 || n == 0 || n%8 != 0 {
+		return false
+	}
+	_, _, _ = y[n-1], g[n-1], b[n-1]
+	layerNormRowAVX2(&y[0], &x[0], &g[0], &b[0], n, eps, mean, rstd)
+	return true
+}
+
+// layerNormBackwardRow32 is layerNormRow32 for one row of
+// LayerNormBackward: dx, and when pg is not nil the partial sums pg and pb.
+func layerNormBackwardRow32(dx, pg, pb, dy, x, g []float32, m, q float32) bool {
+	n := len(x)
+	if !haveAVX2 || n == 0 || n%8 != 0 {
+		return false
+	}
+	_, _, _ = dx[n-1], dy[n-1], g[n-1]
+	if pg == nil {
+		layerNormInputGradRowAVX2(&dx[0], &dy[0], &x[0], &g[0], n, m, q)
+		return true
+	}
+	_, _ = pg[n-1], pb[n-1]
+	layerNormBackwardRowAVX2(&dx[0], &pg[0], &pb[0], &dy[0], &x[0], &g[0], n, m, q)
+	return true
+}

@@ -91,10 +91,12 @@ func BenchmarkLayerNorm(b *testing.B) {
 	y := make([]float32, len(x))
 	g, bb := make([]float32, cols), make([]float32, cols)
 	mean, rstd := make([]float32, rows), make([]float32, rows)
-	b.SetBytes(int64(4 * len(x)))
-	for b.Loop() {
-		LayerNorm(y, x, rows, cols, g, bb, 1e-5, mean, rstd)
-	}
+	withVector(b, func(b *testing.B) {
+		b.SetBytes(int64(4 * len(x)))
+		for b.Loop() {
+			LayerNorm(y, x, rows, cols, g, bb, 1e-5, mean, rstd)
+		}
+	})
 }
 
 // BenchmarkLayerNormBackward: dx, dγ and dβ of one ViT-B/32 LayerNorm at
@@ -110,8 +112,10 @@ func BenchmarkLayerNormBackward(b *testing.B) {
 	g, dg, db := make([]float32, cols), make([]float32, cols), make([]float32, cols)
 	mean, rstd := make([]float32, rows), make([]float32, rows)
 	LayerNorm(dx, x, rows, cols, g, db, 1e-5, mean, rstd)
-	b.SetBytes(int64(4 * len(x)))
-	for b.Loop() {
-		LayerNormBackward(dx, dg, db, dy, x, rows, cols, g, mean, rstd)
-	}
+	withVector(b, func(b *testing.B) {
+		b.SetBytes(int64(4 * len(x)))
+		for b.Loop() {
+			LayerNormBackward(dx, dg, db, dy, x, rows, cols, g, mean, rstd)
+		}
+	})
 }

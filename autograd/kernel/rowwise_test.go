@@ -91,9 +91,33 @@ func refLayerNorm(x, gamma, beta, dy []float64, rows, cols int, eps float64) (y,
 	return
 }
 
-func TestLayerNorm(t *testing.T) {
+// withPaths runs body once with the AVX2 row kernels (where the CPU has
+// them) and once with the Go loops.
+func withPaths(t *testing.T, body func(t *testing.T)) {
+	for _, vector := range []bool{true, false} {
+		name := "go"
+		if vector {
+			if !haveAVX2 {
+				continue
+			}
+			name = "avx2"
+		}
+		t.Run(name, func(t *testing.T) {
+			saved := haveAVX2
+			haveAVX2 = vector
+			defer func() { haveAVX2 = saved }()
+			body(t)
+		})
+	}
+}
+
+func TestLayerNorm(t *testing.T) { withPaths(t, testLayerNorm) }
+
+func testLayerNorm(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 1))
-	for _, sh := range rowShapes {
+	// The AVX2 rows take widths that are multiples of 8; the others fall
+	// back to the Go loop.
+	for _, sh := range append([][2]int{{2, 8}, {5, 64}, {40, 768}}, rowShapes...) {
 		rows, cols := sh[0], sh[1]
 		x := randVec(rng, rows*cols, 0.5, 2)
 		g, b := randVec(rng, cols, 1, 0.2), randVec(rng, cols, 0, 0.2)
@@ -136,6 +160,55 @@ func TestLayerNorm(t *testing.T) {
 			if dgOnly[j] != dg32[j] || dbOnly[j] != db32[j] {
 				t.Fatalf("%v: dgamma or dbeta differs when computed without dx", sh)
 			}
+		}
+	}
+}
+
+// TestLayerNormVector compares the AVX2 LayerNorm rows with the Go loops
+// they replace. The row sums run in another order, so mean and rstd may
+// differ in their last bit and every output with them: the bound is 4 ulps
+// of the largest value (4.8e-7 relative), where a wrong lane or a missed
+// term gives errors of order 1e-3 and above.
+func TestLayerNormVector(t *testing.T) {
+	if !haveAVX2 {
+		t.Skip("no AVX2: the Go loops are the only path")
+	}
+	const tol = 4.8e-7
+	rng := rand.New(rand.NewPCG(3, 8))
+	type result struct{ y, mean, rstd, dx, dg, db, dxOnly []float32 }
+	run := func(vector bool, x, g, b, dy []float32, rows, cols int) result {
+		saved := haveAVX2
+		haveAVX2 = vector
+		defer func() { haveAVX2 = saved }()
+		r := result{y: make([]float32, len(x)), mean: make([]float32, rows), rstd: make([]float32, rows),
+			dx: make([]float32, len(x)), dg: make([]float32, cols), db: make([]float32, cols), dxOnly: make([]float32, len(x))}
+		LayerNorm(r.y, x, rows, cols, g, b, 1e-5, r.mean, r.rstd)
+		LayerNormBackward(r.dx, r.dg, r.db, dy, x, rows, cols, g, r.mean, r.rstd)
+		LayerNormBackward(r.dxOnly, nil, nil, dy, x, rows, cols, g, r.mean, r.rstd)
+		return r
+	}
+	for _, sh := range [][2]int{{1, 8}, {3, 16}, {7, 24}, {64, 768}, {5, 1024}} {
+		rows, cols := sh[0], sh[1]
+		// A large mean against a small spread, as residual streams have:
+		// the statistics' cancellation is where float64 sums matter.
+		x := to32(randVec(rng, rows*cols, 30, 0.5))
+		g, b := to32(randVec(rng, cols, 1, 0.2)), to32(randVec(rng, cols, 0, 0.2))
+		dy := to32(randVec(rng, rows*cols, 0, 1))
+		got, want := run(true, x, g, b, dy, rows, cols), run(false, x, g, b, dy, rows, cols)
+		for _, c := range []struct {
+			name      string
+			got, want []float32
+		}{{"y", got.y, want.y}, {"mean", got.mean, want.mean}, {"rstd", got.rstd, want.rstd},
+			{"dx", got.dx, want.dx}, {"dgamma", got.dg, want.dg}, {"dbeta", got.db, want.db}, {"dx alone", got.dxOnly, want.dxOnly}} {
+			w := make([]float64, len(c.want))
+			for i, v := range c.want {
+				w[i] = float64(v)
+			}
+			e := relErr32(c.got, w)
+			if e > tol || math.IsNaN(e) {
+				t.Errorf("[%d×%d] %s: AVX2 and Go differ by %.3g relative to the largest value", rows, cols, c.name, e)
+			}
+			t.Logf("[%d×%d] %s: %.3g", rows, cols, c.name, e)
 		}
 	}
 }
