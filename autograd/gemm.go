@@ -20,18 +20,6 @@ func gemm[T dtype](transA, transB bool, m, n, k int, alpha T, a []T, lda int, b 
 	gemm64(transA, transB, m, n, k, float64(alpha), any(a).([]float64), lda, any(b).([]float64), ldb, float64(beta), any(c).([]float64), ldc)
 }
 
-// linear32 computes y = x·Wᵀ + bias (x is m×k, W is n×k, bias has n
-// values) with the bias added by the GEMM as it stores C, saving a pass
-// over y.
-func linear32(m, n, k int, x, w, bias, y []float32) {
-	if m == 0 || n == 0 {
-		return
-	}
-	p := kernel.PackB(true, k, n, w, k)
-	kernel.GemmPackedBias(false, m, 1, x, k, p, bias, y, n)
-	p.Release()
-}
-
 // gemmSerial is gemm on the calling goroutine only (for work already split
 // over goroutines, such as attention heads).
 func gemmSerial[T dtype](transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {

@@ -261,8 +261,11 @@ func patchEmbedOffTape[T dtype](images mat.Tensor, w *LinearParams, g PatchGeome
 	// The weight is packed once for all chunks (float32).
 	var packed *kernel.PackedB
 	if wt32, ok := any(wt).([]float32); ok {
-		packed = kernel.PackB(true, rowLen, out, wt32, rowLen)
-		defer packed.Release()
+		var kept bool
+		packed, kept = w.packed32(true, wt32)
+		if !kept {
+			defer packed.Release()
+		}
 	}
 	buf := getBuf[T](min(batch, patchImages) * perImage * rowLen)
 	defer putBuf(buf)

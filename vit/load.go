@@ -42,6 +42,7 @@ func New(s *weights.State, cfg *weights.CLIPConfig, opt Options) (*Model, error)
 	if b.Err != nil {
 		return nil, fmt.Errorf("vit: %w", b.Err)
 	}
+	m.KeepPacked(true)
 	return m, nil
 }
 

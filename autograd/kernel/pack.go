@@ -25,11 +25,27 @@ type PackedB struct {
 // weight [out, in] gives op(B) = Wᵀ with trans = true). A large operand is
 // packed on Threads() goroutines.
 func PackB(trans bool, k, n int, b []float32, ldb int) *PackedB {
+	return packBInto(nil, trans, k, n, b, ldb)
+}
+
+// PackBToKeep is PackB into memory of its own, sized exactly, rather than
+// pooled scratch sized to a power of two: for an operand packed once and
+// kept, such as a frozen weight. Release is a no-op on the result.
+func PackBToKeep(trans bool, k, n int, b []float32, ldb int) *PackedB {
+	npad := (n + active.nr - 1) / active.nr * active.nr
+	return packBInto(make([]float32, k*npad), trans, k, n, b, ldb)
+}
+
+// packBInto is PackB into data (k·npad values), or into pooled scratch when
+// data is nil.
+func packBInto(data []float32, trans bool, k, n int, b []float32, ldb int) *PackedB {
 	nr := active.nr
 	npad := (n + nr - 1) / nr * nr
-	p := &PackedB{K: k, N: n, nr: nr, npad: npad}
-	p.pooled = getScratch(k * npad)
-	p.data = *p.pooled
+	p := &PackedB{K: k, N: n, nr: nr, npad: npad, data: data}
+	if data == nil {
+		p.pooled = getScratch(k * npad)
+		p.data = *p.pooled
+	}
 	if k*n < parallelPack || Threads() < 2 {
 		packB(p.data, nr, trans, k, n, b, ldb)
 		return p
@@ -116,6 +132,11 @@ func (p *PackedB) Release() {
 		p.pooled, p.data = nil, nil
 	}
 }
+
+// ForActiveKernel reports whether p was packed for the micro-kernel now
+// active: a PackedB kept across calls must be packed again after SetKernel
+// changes the panel width.
+func (p *PackedB) ForActiveKernel() bool { return p.nr == active.nr }
 
 // panel returns the kb×nr panel of K block k0 holding columns j0…j0+nr−1.
 func (p *PackedB) panel(k0, kb, j0 int) []float32 {

@@ -135,16 +135,21 @@ func packPaths(t *testing.T, test func(t *testing.T)) {
 func TestPackB(t *testing.T) {
 	forEachKernel(t, func(t *testing.T) {
 		packPaths(t, func(t *testing.T) {
-			for _, trans := range []bool{true, false} {
-				checkPack(t, active.nr, trans, func(trans bool, k, n int, b []float32, ldb int) []float32 {
-					p := PackB(trans, k, n, b, ldb)
-					if p.K != k || p.N != n || p.nr != active.nr {
-						t.Fatalf("PackB(%v, %d, %d): got K=%d N=%d nr=%d", trans, k, n, p.K, p.N, p.nr)
-					}
-					out := append([]float32(nil), p.data...)
-					p.Release()
-					return out
-				})
+			for _, pack := range []struct {
+				name string
+				fn   func(trans bool, k, n int, b []float32, ldb int) *PackedB
+			}{{"PackB", PackB}, {"PackBToKeep", PackBToKeep}} {
+				for _, trans := range []bool{true, false} {
+					checkPack(t, active.nr, trans, func(trans bool, k, n int, b []float32, ldb int) []float32 {
+						p := pack.fn(trans, k, n, b, ldb)
+						if p.K != k || p.N != n || p.nr != active.nr || !p.ForActiveKernel() {
+							t.Fatalf("%s(%v, %d, %d): got K=%d N=%d nr=%d", pack.name, trans, k, n, p.K, p.N, p.nr)
+						}
+						out := append([]float32(nil), p.data...)
+						p.Release()
+						return out
+					})
+				}
 			}
 		})
 	})
