@@ -2,26 +2,6 @@ package kernel
 
 import "testing"
 
-// withVector runs the benchmark body once with the AVX2 kernels ("avx2")
-// and once with the Go loops ("go"), for comparison.
-func withVector(b *testing.B, body func(b *testing.B)) {
-	for _, vector := range []bool{true, false} {
-		name := "go"
-		if vector {
-			if !haveAVX2 {
-				continue
-			}
-			name = "avx2"
-		}
-		b.Run(name, func(b *testing.B) {
-			saved := haveAVX2
-			haveAVX2 = vector
-			defer func() { haveAVX2 = saved }()
-			body(b)
-		})
-	}
-}
-
 // geluInput is one MLP hidden layer's worth of pre-activations, 2²⁰ values.
 func geluInput() []float32 {
 	x := make([]float32, 1<<20)
@@ -34,7 +14,7 @@ func geluInput() []float32 {
 func BenchmarkQuickGELU(b *testing.B) {
 	x := geluInput()
 	y := make([]float32, len(x))
-	withVector(b, func(b *testing.B) {
+	forEachPath(b, func(b *testing.B) {
 		b.SetBytes(int64(4 * len(x)))
 		for b.Loop() {
 			QuickGELU(y, x)
@@ -45,7 +25,7 @@ func BenchmarkQuickGELU(b *testing.B) {
 func BenchmarkQuickGELUSlope(b *testing.B) {
 	x := geluInput()
 	y, slope := make([]float32, len(x)), make([]float32, len(x))
-	withVector(b, func(b *testing.B) {
+	forEachPath(b, func(b *testing.B) {
 		b.SetBytes(int64(4 * len(x)))
 		for b.Loop() {
 			QuickGELUSlope(y, slope, x)
@@ -56,7 +36,7 @@ func BenchmarkQuickGELUSlope(b *testing.B) {
 func BenchmarkQuickGELUBackward(b *testing.B) {
 	x := geluInput()
 	y := make([]float32, len(x))
-	withVector(b, func(b *testing.B) {
+	forEachPath(b, func(b *testing.B) {
 		b.SetBytes(int64(4 * len(x)))
 		for b.Loop() {
 			QuickGELUBackward(y, x, x)
@@ -73,7 +53,7 @@ func BenchmarkSoftmax(b *testing.B) {
 		x[i] = float32(i%97)/10 - 5
 	}
 	y := make([]float32, len(x))
-	withVector(b, func(b *testing.B) {
+	forEachPath(b, func(b *testing.B) {
 		b.SetBytes(int64(4 * len(x)))
 		for b.Loop() {
 			Softmax(y, x, rows, cols, 1, false)
@@ -91,7 +71,7 @@ func BenchmarkLayerNorm(b *testing.B) {
 	y := make([]float32, len(x))
 	g, bb := make([]float32, cols), make([]float32, cols)
 	mean, rstd := make([]float32, rows), make([]float32, rows)
-	withVector(b, func(b *testing.B) {
+	forEachPath(b, func(b *testing.B) {
 		b.SetBytes(int64(4 * len(x)))
 		for b.Loop() {
 			LayerNorm(y, x, rows, cols, g, bb, 1e-5, mean, rstd)
@@ -112,7 +92,7 @@ func BenchmarkLayerNormBackward(b *testing.B) {
 	g, dg, db := make([]float32, cols), make([]float32, cols), make([]float32, cols)
 	mean, rstd := make([]float32, rows), make([]float32, rows)
 	LayerNorm(dx, x, rows, cols, g, db, 1e-5, mean, rstd)
-	withVector(b, func(b *testing.B) {
+	forEachPath(b, func(b *testing.B) {
 		b.SetBytes(int64(4 * len(x)))
 		for b.Loop() {
 			LayerNormBackward(dx, dg, db, dy, x, rows, cols, g, mean, rstd)

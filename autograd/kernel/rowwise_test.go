@@ -91,9 +91,10 @@ func refLayerNorm(x, gamma, beta, dy []float64, rows, cols int, eps float64) (y,
 	return
 }
 
-// withPaths runs body once with the AVX2 row kernels (where the CPU has
-// them) and once with the Go loops.
-func withPaths(t *testing.T, body func(t *testing.T)) {
+// forEachPath runs body as a subtest or sub-benchmark of r once with the
+// AVX2 row kernels ("avx2", where the CPU has them) and once with the Go
+// loops ("go").
+func forEachPath[T any](r interface{ Run(string, func(T)) bool }, body func(T)) {
 	for _, vector := range []bool{true, false} {
 		name := "go"
 		if vector {
@@ -102,16 +103,16 @@ func withPaths(t *testing.T, body func(t *testing.T)) {
 			}
 			name = "avx2"
 		}
-		t.Run(name, func(t *testing.T) {
+		r.Run(name, func(x T) {
 			saved := haveAVX2
 			haveAVX2 = vector
 			defer func() { haveAVX2 = saved }()
-			body(t)
+			body(x)
 		})
 	}
 }
 
-func TestLayerNorm(t *testing.T) { withPaths(t, testLayerNorm) }
+func TestLayerNorm(t *testing.T) { forEachPath(t, testLayerNorm) }
 
 func testLayerNorm(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 1))
