@@ -27,19 +27,21 @@ type LinearParams struct {
 type weightPacks struct {
 	mu    sync.Mutex
 	w, wT *kernel.PackedB
+	src   *float32 // the weight's first value when packed: a new Weight matrix drops the packs
 }
 
 // KeepPacked makes the layer keep its weight packed for the GEMM kernel
 // while the weight is frozen (float32 only), instead of packing it on every
-// call: that saves the pack, 1–2% of a ViT-B/32 pass at batch 64, for memory
-// of up to twice the weight's size (one copy in each of the two layouts, the
-// second made only by a backward pass). KeepPacked(false) drops the packed
-// copies.
+// call: that saves the pack, about 2% of a ViT-B/32 pass at batch 64, for
+// memory of up to twice the weight's size (one copy in each of the two
+// layouts, the second made only by a backward pass). KeepPacked(false) drops
+// the packed copies. Do not call it while the layer is in use.
 //
 // The copies are of the values the weight had when first used. While the
 // weight is trainable they are not used, and they are dropped as soon as a
-// call sees it trainable, so an optimizer's updates are never missed; but
-// after writing into a frozen weight yourself, call KeepPacked(true) again.
+// call sees it trainable, so an optimizer's updates are never missed; a new
+// Weight matrix is noticed too. But after writing into a frozen weight's
+// values yourself, call KeepPacked(true) again.
 func (p *LinearParams) KeepPacked(keep bool) {
 	if keep {
 		p.packs = &weightPacks{}
@@ -63,9 +65,12 @@ func (p *LinearParams) packed32(trans bool, w []float32) (pk *kernel.PackedB, ke
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if p.Weight.RequiresGrad() {
+	if p.Weight.RequiresGrad() || len(w) == 0 {
 		c.w, c.wT = nil, nil
 		return kernel.PackB(trans, k, n, w, in), false
+	}
+	if c.src != &w[0] {
+		c.w, c.wT, c.src = nil, nil, &w[0]
 	}
 	slot := &c.w
 	if trans {

@@ -39,7 +39,8 @@ func TestLinear32(t *testing.T) {
 }
 
 // TestKeepPacked: kept packs never serve a weight that changed through
-// training, and KeepPacked(true) picks up a frozen weight written in place.
+// training or was replaced, and KeepPacked(true) picks up a frozen weight
+// written in place.
 func TestKeepPacked(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 1))
 	const m, n, k = 13, 40, 70
@@ -71,6 +72,9 @@ func TestKeepPacked(t *testing.T) {
 	scale(3)
 	p.KeepPacked(true)
 	check("after writing into the frozen weight and KeepPacked(true)")
+	w = randSlice32(r, n*k)
+	p.Weight = mat.NewDense[float32](mat.WithShape(n, k), mat.WithBacking(w))
+	check("with a new weight matrix")
 }
 
 func randSlice32(r *rand.Rand, n int) []float32 {
