@@ -63,7 +63,14 @@ func allocsConstantPerStep(t *testing.T, fused bool) {
 	for range 10 {
 		step()
 	}
+	// The count is global, so a stray allocation elsewhere in the runtime
+	// can add one to a measurement (about 1 run in 50 failed on that, at
+	// sessions 5 and 6's code alike): the least of three measurements is
+	// taken. Growth from step to step would show in all three.
 	late := testing.AllocsPerRun(3, step)
+	for range 2 {
+		late = min(late, testing.AllocsPerRun(3, step))
+	}
 	t.Logf("allocations per step: %.0f early, %.0f after 10 more steps", early, late)
 	if late > early {
 		t.Errorf("allocations per step grew from %.0f to %.0f", early, late)
