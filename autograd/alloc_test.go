@@ -64,9 +64,9 @@ func allocsConstantPerStep(t *testing.T, fused bool) {
 		step()
 	}
 	// The count is global, so a stray allocation elsewhere in the runtime
-	// can add one to a measurement (about 1 run in 50 failed on that, at
-	// sessions 5 and 6's code alike): the least of three measurements is
-	// taken. Growth from step to step would show in all three.
+	// can add one to a measurement (a single measurement failed about 1
+	// package run in 50): the least of three measurements is taken. Growth
+	// from step to step would show in all three.
 	late := testing.AllocsPerRun(3, step)
 	for range 2 {
 		late = min(late, testing.AllocsPerRun(3, step))
