@@ -13,7 +13,8 @@
 //   - Linear (y = x·Wᵀ + b, weights in LinearParams), MatMul (with
 //     transpose flags);
 //   - LayerNorm (LayerNormParams; SetTrainable marks γ and β for
-//     adaptation), QuickGELU, GELU, Add, AddTiled, Scale;
+//     adaptation), QuickGELU, GELU, Add, AddTiled, Scale, ExpScale (a learned
+//     temperature);
 //   - SelfAttention: multi-head attention over a batch of sequences from a
 //     fused q|k|v projection, optionally causal;
 //   - TransformerBlock: a whole pre-LN residual block (BlockParams) as one

@@ -2,6 +2,7 @@ package autograd
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/nlpodyssey/spago/mat"
 	"github.com/subtta/subtta/autograd/kernel"
@@ -161,5 +162,53 @@ func (op *scaleOp[T]) Backward(gy mat.Tensor) error {
 	kernel.Scale(*buf, T(op.alpha), dy)
 	accGrad(op.x, *buf)
 	putBuf(buf)
+	return nil
+}
+
+// ExpScale returns exp(t)·x for a 1×1 tensor t: CLIP's logits with a
+// learned temperature, logit_scale.exp() · similarities. Both operands may
+// require gradients: ∂/∂x = exp(t)·dy and ∂/∂t = Σ dy·y.
+func ExpScale(x, t mat.Tensor) mat.Tensor {
+	if r, c := dims(t); r*c != 1 {
+		panic(fmt.Sprintf("autograd: ExpScale: scale is [%d, %d], want one value", r, c))
+	}
+	if sameType("ExpScale", x, t) {
+		return run(&expScaleOp[float32]{x: x, t: t})
+	}
+	return run(&expScaleOp[float64]{x: x, t: t})
+}
+
+type expScaleOp[T dtype] struct {
+	x, t mat.Tensor
+	y    []T
+}
+
+func (op *expScaleOp[T]) Operands() []mat.Tensor { return []mat.Tensor{op.x, op.t} }
+
+func (op *expScaleOp[T]) scale() T { return T(math.Exp(float64(values[T](op.t)[0]))) }
+
+func (op *expScaleOp[T]) Forward() (mat.Tensor, error) {
+	x := values[T](op.x)
+	op.y = make([]T, len(x))
+	kernel.Scale(op.y, op.scale(), x)
+	r, c := dims(op.x)
+	return newMatrix(op.y, r, c), nil
+}
+
+func (op *expScaleOp[T]) Backward(gy mat.Tensor) error {
+	dy := values[T](gy)
+	if op.t.RequiresGrad() {
+		var s float64
+		for i, g := range dy {
+			s += float64(g) * float64(op.y[i])
+		}
+		accGrad(op.t, []T{T(s)})
+	}
+	if op.x.RequiresGrad() {
+		buf := getBuf[T](len(dy))
+		kernel.Scale(*buf, op.scale(), dy)
+		accGrad(op.x, *buf)
+		putBuf(buf)
+	}
 	return nil
 }
