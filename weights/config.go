@@ -516,6 +516,22 @@ func LoadCLIP(path string) (*State, *CLIPConfig, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	return clipState(path, raw)
+}
+
+// LoadCLIPBytes is LoadCLIP for a file's contents held in memory (a
+// safetensors file, plain or zstd-compressed, or a PyTorch archive, such as
+// an embedded model); name identifies it in errors.
+func LoadCLIPBytes(name string, data []byte) (*State, *CLIPConfig, error) {
+	raw, err := loadBytes(name, data)
+	if err != nil {
+		return nil, nil, err
+	}
+	return clipState(name, raw)
+}
+
+// clipState renames raw to OpenAI's names and finds its configuration.
+func clipState(path string, raw *State) (*State, *CLIPConfig, error) {
 	s, err := ToOpenAI(raw)
 	if err != nil {
 		return nil, nil, err
