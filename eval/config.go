@@ -41,7 +41,8 @@ type Config struct {
 	// Methods are preset method names (tta.PresetMethods); default
 	// ["source", "subtta-m"].
 	Methods []string `json:"methods"`
-	// Corruptions default to all 15, in the benchmark's order.
+	// Corruptions default to all 15, in the benchmark's order; Clean adds
+	// the uncorrupted images as one domain.
 	Corruptions []string `json:"corruptions"`
 	// Severities default to [5].
 	Severities []int `json:"severities"`
@@ -72,6 +73,10 @@ type Config struct {
 	// Workers decode and preprocess images in parallel (default GOMAXPROCS).
 	Workers int `json:"workers,omitempty"`
 }
+
+// Clean, given as a corruption, is the uncorrupted test set: one domain,
+// named "clean", whatever the severities.
+const Clean = "clean"
 
 // DefaultMethods are run when Config.Methods is empty.
 var DefaultMethods = []string{"source", "subtta-m"}
@@ -124,8 +129,8 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	seen = map[string]bool{}
 	for _, n := range c.Corruptions {
-		if _, err := corrupt.Lookup(n); err != nil {
-			return c, fmt.Errorf("eval: %w", err)
+		if _, err := corrupt.Lookup(n); err != nil && n != Clean {
+			return c, fmt.Errorf("eval: %w (or %s, the uncorrupted images)", err, Clean)
 		}
 		if seen[n] {
 			return c, fmt.Errorf("eval: corruption %q given twice", n)

@@ -36,6 +36,9 @@ const (
 
 // Options are the hooks of a run; all are optional.
 type Options struct {
+	// Model, if not nil, is the model Config.Model names (then only a name,
+	// such as "default" for the built-in model); nil means loading it.
+	Model *clip.Model
 	// Tokenizer encodes the class prompts; nil means loading Config.Vocab.
 	Tokenizer textenc.Tokenizer
 	// Progress is called after every batch.
@@ -117,9 +120,11 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Summary, error) {
 	}
 
 	// The model, the data and the plan.
-	model, err := clip.Load(cfg.Model, clip.Options{})
-	if err != nil {
-		return nil, fmt.Errorf("eval: %w", err)
+	model := opt.Model
+	if model == nil {
+		if model, err = clip.Load(cfg.Model, clip.Options{}); err != nil {
+			return nil, fmt.Errorf("eval: %w", err)
+		}
 	}
 	tok := opt.Tokenizer
 	if tok == nil {
@@ -138,9 +143,14 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Summary, error) {
 	src.frost = opt.Frost
 	logf("data: %s", src.describe())
 	var plan []plannedDomain
+	if slices.Contains(cfg.Corruptions, Clean) {
+		plan = append(plan, plannedDomain{Clean, Clean, 0})
+	}
 	for _, sev := range cfg.Severities {
 		for _, c := range cfg.Corruptions {
-			plan = append(plan, plannedDomain{c + "/" + strconv.Itoa(sev), c, sev})
+			if c != Clean {
+				plan = append(plan, plannedDomain{c + "/" + strconv.Itoa(sev), c, sev})
+			}
 		}
 	}
 	pre := data.NewCLIPPreprocessor(model.Config.Vision.ImageSize)

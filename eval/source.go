@@ -10,9 +10,8 @@ import (
 	"github.com/subtta/subtta/data/corrupt"
 )
 
-// cifar10Classes are CIFAR-10's class names in label order (batches.meta.txt),
-// used for CIFAR-10-C, whose files carry no names.
-var cifar10Classes = []string{"airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"}
+// cifar10Classes name CIFAR-10-C's labels, which its files do not carry.
+var cifar10Classes = data.CIFAR10Classes
 
 // source opens the domains of a run: from the benchmark's own files
 // (CIFAR-10/100-C .npy, ImageNet-C folders) or by corrupting a clean test
@@ -122,12 +121,18 @@ func openSource(cfg Config) (*source, error) {
 
 // open returns the dataset of one corruption at one severity.
 func (s *source) open(name string, severity int) (data.Dataset, error) {
+	if name == Clean && s.kind != "clean" {
+		return nil, fmt.Errorf("eval: %s: the %s domain needs a clean test set, not the corrupted benchmark's files", s.cfg.Data, Clean)
+	}
 	switch s.kind {
 	case "cifar-c":
 		return data.OpenCIFARC(s.cfg.Data, name, severity, s.classes)
 	case "imagenet-c":
 		return data.OpenImageNetC(s.cfg.Data, name, severity, data.ImageNetOptions{Classes: s.classes, SubsetList: s.cfg.SubsetList})
 	case "clean":
+		if name == Clean {
+			return unclosed{s.clean}, nil
+		}
 		if name == "frost" && s.cfg.FrostDir == "" {
 			if s.frost == nil {
 				return nil, errors.New("eval: frost needs the frost overlays: give --frost DIR (frost1.png … frost5.jpg)")
@@ -153,3 +158,9 @@ func (s *source) describe() string {
 	}
 	return fmt.Sprintf("%s (%d images), corrupted on the fly with the %s parameters", s.clean.Name(), s.clean.Len(), s.preset)
 }
+
+// unclosed is a dataset whose Close leaves the underlying one open: the
+// clean domain shares the source's dataset, which the source closes.
+type unclosed struct{ data.Dataset }
+
+func (unclosed) Close() error { return nil }
