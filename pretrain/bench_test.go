@@ -1,0 +1,44 @@
+package pretrain
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// syntheticImages returns n random size×size images of k classes.
+func syntheticImages(n, size, k int, seed uint64) *Images {
+	r := rand.New(rand.NewPCG(seed, 3))
+	s := &Images{Size: size, Pix: make([]uint8, n*3*size*size), Labels: make([]int, n)}
+	for i := range s.Pix {
+		s.Pix[i] = uint8(r.IntN(256))
+	}
+	for i := range s.Labels {
+		s.Labels[i] = r.IntN(k)
+	}
+	for i := range k {
+		s.Classes = append(s.Classes, string(rune('a'+i))+"class")
+	}
+	return s
+}
+
+// BenchmarkTrainStep times one training step of the default model's
+// architecture at its batch size (images/s is reported).
+func BenchmarkTrainStep(b *testing.B) {
+	classes := syntheticImages(1, 32, 10, 1).Classes
+	cfg := DefaultConfig(classes, []string{"a photo of a {}.", "a blurry photo of the {}."})
+	set := syntheticImages(4*cfg.BatchSize, 32, 10, 2)
+	tr, err := NewTrainer(cfg, set)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := tr.TrainStep(); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := tr.TrainStep(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*cfg.BatchSize)/b.Elapsed().Seconds(), "images/s")
+}

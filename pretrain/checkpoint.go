@@ -1,0 +1,210 @@
+package pretrain
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/subtta/subtta/tta"
+	"github.com/subtta/subtta/weights"
+)
+
+// Names of a run folder's files.
+const (
+	CheckpointFile = "checkpoint.safetensors" // weights, optimizer moments, step
+	ModelFile      = "model.safetensors"      // the weights alone, loadable by clip.Load
+	LogFile        = "log.jsonl"              // one record per epoch
+)
+
+// Prefixes of the optimizer moments' tensor names in a checkpoint.
+const (
+	expAvgPrefix   = "optimizer.exp_avg."
+	expAvgSqPrefix = "optimizer.exp_avg_sq."
+)
+
+// progress is the part of a run's state that is not tensors: stored in the
+// checkpoint's metadata as JSON.
+type progress struct {
+	Step int `json:"step"`
+	// Sums over the steps of the current epoch so far, so that an epoch
+	// interrupted and resumed logs the same figures.
+	EpochLoss    float64 `json:"epoch_loss"`
+	EpochCorrect int     `json:"epoch_correct"`
+	EpochImages  int     `json:"epoch_images"`
+	// Elapsed is the wall time of all earlier sessions of the run, seconds.
+	Elapsed float64 `json:"elapsed_s"`
+	// OptimizerSteps is each parameter's Adam step count.
+	OptimizerSteps map[string]int `json:"optimizer_steps"`
+}
+
+// modelMetadata is the safetensors metadata of an exported model.
+func (t *Trainer) modelMetadata() (map[string]string, error) {
+	cj, err := json.Marshal(t.Config.Model)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]string{
+		"format":    "pt",
+		"layout":    string(weights.LayoutOpenAI),
+		"config":    string(cj),
+		"tokenizer": "byte-level",
+		"generator": "github.com/subtta/subtta/pretrain",
+		"step":      strconv.Itoa(t.Step),
+	}, nil
+}
+
+// SaveModel writes the weights as a safetensors file with OpenAI names and
+// the configuration in its metadata (zstd-compressed when path ends in
+// ".zst"), written atomically.
+func (t *Trainer) SaveModel(path string) error {
+	meta, err := t.modelMetadata()
+	if err != nil {
+		return err
+	}
+	var ts []weights.Tensor
+	for _, p := range t.Params {
+		ts = append(ts, weights.Tensor{Name: p.Name, DType: weights.F32, Shape: p.Shape, Data: p.Value.Data().F32()})
+	}
+	return weights.WriteFile(path, ts, meta)
+}
+
+// saveCheckpoint writes the weights, the optimizer moments and pr to path,
+// atomically.
+func (t *Trainer) saveCheckpoint(path string, pr progress) error {
+	meta, err := t.modelMetadata()
+	if err != nil {
+		return err
+	}
+	tc, err := json.Marshal(t.Config)
+	if err != nil {
+		return err
+	}
+	meta["train_config"] = string(tc)
+	pr.Step = t.Step
+	pr.OptimizerSteps = map[string]int{}
+	var ts []weights.Tensor
+	for _, p := range t.Params {
+		ts = append(ts, weights.Tensor{Name: p.Name, DType: weights.F32, Shape: p.Shape, Data: p.Value.Data().F32()})
+	}
+	for _, st := range []tta.State[float32]{t.opt.State(), t.optPlain.State()} {
+		for _, p := range t.Params {
+			ps, ok := st[p.Name]
+			if !ok {
+				continue
+			}
+			pr.OptimizerSteps[p.Name] = ps.Step
+			ts = append(ts,
+				weights.Tensor{Name: expAvgPrefix + p.Name, DType: weights.F32, Shape: p.Shape, Data: ps.Buffers[tta.BufExpAvg]},
+				weights.Tensor{Name: expAvgSqPrefix + p.Name, DType: weights.F32, Shape: p.Shape, Data: ps.Buffers[tta.BufExpAvgSq]})
+		}
+	}
+	pj, err := json.Marshal(pr)
+	if err != nil {
+		return err
+	}
+	meta["progress"] = string(pj)
+	return weights.WriteFile(path, ts, meta)
+}
+
+// errConfigDiffers is wrapped when a checkpoint was made with other settings.
+var errConfigDiffers = errors.New("the checkpoint was made with other settings")
+
+// loadCheckpoint rebuilds a trainer from a checkpoint written by
+// saveCheckpoint. The checkpoint's settings must equal cfg.
+func loadCheckpoint(path string, cfg Config, train *Images) (*Trainer, progress, error) {
+	var pr progress
+	raw, err := weights.Load(path)
+	if err != nil {
+		return nil, pr, err
+	}
+	var saved Config
+	if err := json.Unmarshal([]byte(raw.Metadata["train_config"]), &saved); err != nil {
+		return nil, pr, fmt.Errorf("pretrain: %s: no readable training settings: %w", path, err)
+	}
+	a, _ := json.Marshal(saved)
+	b, _ := json.Marshal(cfg)
+	if string(a) != string(b) {
+		return nil, pr, fmt.Errorf("pretrain: %s: %w: %s (this run: %s); use another folder or the same settings", path, errConfigDiffers, diffJSON(a, b), diffJSON(b, a))
+	}
+	if err := json.Unmarshal([]byte(raw.Metadata["progress"]), &pr); err != nil {
+		return nil, pr, fmt.Errorf("pretrain: %s: no readable progress record: %w", path, err)
+	}
+	params := weights.NewState(path)
+	moments := map[string]map[string][]float32{}
+	for _, name := range raw.Names() {
+		p, _ := raw.Param(name)
+		switch {
+		case strings.HasPrefix(name, expAvgPrefix):
+			n := strings.TrimPrefix(name, expAvgPrefix)
+			if moments[n] == nil {
+				moments[n] = map[string][]float32{}
+			}
+			moments[n][tta.BufExpAvg] = p.Data
+		case strings.HasPrefix(name, expAvgSqPrefix):
+			n := strings.TrimPrefix(name, expAvgSqPrefix)
+			if moments[n] == nil {
+				moments[n] = map[string][]float32{}
+			}
+			moments[n][tta.BufExpAvgSq] = p.Data
+		default:
+			params.Set(p)
+		}
+	}
+	if err := cfg.Model.Validate(params); err != nil {
+		return nil, pr, err
+	}
+	t, err := newTrainer(cfg, train, params)
+	if err != nil {
+		return nil, pr, err
+	}
+	decayed, plain := tta.State[float32]{}, tta.State[float32]{}
+	for _, p := range t.Params {
+		bufs, ok := moments[p.Name]
+		if !ok {
+			continue
+		}
+		ps := tta.ParamState[float32]{Step: pr.OptimizerSteps[p.Name], Buffers: bufs}
+		if p.Decay {
+			decayed[p.Name] = ps
+		} else {
+			plain[p.Name] = ps
+		}
+	}
+	if err := t.opt.SetState(decayed); err != nil {
+		return nil, pr, fmt.Errorf("pretrain: %s: %w", path, err)
+	}
+	if err := t.optPlain.SetState(plain); err != nil {
+		return nil, pr, fmt.Errorf("pretrain: %s: %w", path, err)
+	}
+	t.Step = pr.Step
+	return t, pr, nil
+}
+
+// diffJSON returns the top-level keys of JSON object a whose values differ
+// from b's, with a's values.
+func diffJSON(a, b []byte) string {
+	var ma, mb map[string]json.RawMessage
+	json.Unmarshal(a, &ma)
+	json.Unmarshal(b, &mb)
+	var out []string
+	for k, v := range ma {
+		if string(mb[k]) != string(v) {
+			out = append(out, k+"="+string(v))
+		}
+	}
+	if len(out) == 0 {
+		return "(same keys)"
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
+}
+
+// fileExists reports whether path names an existing file.
+func fileExists(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && !st.IsDir()
+}

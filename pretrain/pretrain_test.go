@@ -1,0 +1,292 @@
+package pretrain
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"github.com/nlpodyssey/spago/mat"
+	"github.com/subtta/subtta/autograd"
+	"github.com/subtta/subtta/clip"
+	"github.com/subtta/subtta/data"
+	"github.com/subtta/subtta/textenc"
+	"github.com/subtta/subtta/weights"
+)
+
+// tinyConfig is a CLIP small enough for float64 gradient checks: 8×8
+// images in 4×4 patches, towers of width 8 with 2 heads.
+func tinyConfig() Config {
+	cfg := DefaultConfig([]string{"cat", "dog", "ship"}, []string{"a {}.", "the {} here"})
+	cfg.Model = weights.CLIPConfig{
+		EmbedDim:      6,
+		Vision:        weights.VisionConfig{Width: 8, Layers: 2, Heads: 2, MLPWidth: 12, PatchSize: 4, ImageSize: 8},
+		Text:          weights.TextConfig{Width: 8, Layers: 1, Heads: 2, MLPWidth: 12, ContextLength: 16, VocabSize: textenc.ByteVocabSize},
+		HasLogitScale: true,
+		LayerNormEps:  weights.DefaultLayerNormEps,
+		Activation:    weights.QuickGELU,
+	}
+	cfg.Epochs, cfg.BatchSize, cfg.WarmupSteps, cfg.Pad = 2, 4, 2, 2
+	return cfg
+}
+
+// gradTol bounds |analytic − numeric| / max(1, |numeric|) in float64 with
+// step 1e-5 (see autograd.GradcheckStep): about 1e-9 on a graph this size;
+// a wrong index, sign or factor gives 1e-2 or more.
+const gradTol = 1e-6
+
+// TestLossGradients checks the gradient of the training loss with respect
+// to every tensor of the model (both towers' linear weights and biases,
+// LayerNorms, patch projection, class and positional embeddings, token
+// embedding, projections and the logit scale) against central differences.
+func TestLossGradients(t *testing.T) {
+	cfg := tinyConfig()
+	s, err := RandomState(&cfg.Model, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The text embeddings start at std 0.01–0.02, where ln_1's curvature
+	// makes the central difference's truncation error (∝ (step/std)²)
+	// reach 2e-5 (it falls 100× with a 10× smaller step). Larger values
+	// keep the check at the house step and tolerance.
+	for _, name := range []string{"token_embedding.weight", "positional_embedding"} {
+		p, _ := s.Param(name)
+		for i := range p.Data {
+			p.Data[i] *= 20
+		}
+	}
+	m, err := clip.New(s, &cfg.Model, clip.Options{Float64: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scale := mat.NewDense[float64](mat.WithShape(1, 1), mat.WithBacking([]float64{initialLogitScale}))
+	params, err := Params(m, scale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(params), len(cfg.Model.Names()); got != want {
+		t.Fatalf("%d parameters, the configuration names %d", got, want)
+	}
+	var inputs []*mat.Dense[float64]
+	for _, p := range params {
+		p.Value.SetRequiresGrad(true)
+		inputs = append(inputs, p.Value.(*mat.Dense[float64]))
+	}
+	r := rand.New(rand.NewPCG(5, 5))
+	n, size := 3, cfg.Model.Vision.ImageSize
+	px := make([]float64, n*3*size*size)
+	for i := range px {
+		px[i] = r.NormFloat64()
+	}
+	images := mat.NewDense[float64](mat.WithShape(n, 3*size*size), mat.WithBacking(px))
+	var tok textenc.ByteTokenizer
+	caps, err := tok.TokenizeBatch([]string{"a cat.", "the dog here", "a ship."}, cfg.Model.Text.ContextLength, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := []int{2, 0, 1}
+	res, err := autograd.Gradcheck(func() mat.Tensor {
+		loss, _, err := Loss(m, scale, images, caps, labels, 0.1)
+		if err != nil {
+			panic(err)
+		}
+		return loss
+	}, inputs, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	worst := 0.0
+	for _, e := range res {
+		p := params[e.Input]
+		worst = max(worst, e.Err)
+		if e.Err > gradTol || e.Index < 0 {
+			t.Errorf("%s: element %d: analytic %.10g, numeric %.10g (err %.3g)", p.Name, e.Index, e.Analytic, e.Numeric, e.Err)
+		}
+		if e.Analytic == 0 && e.Numeric == 0 {
+			t.Errorf("%s: no gradient reaches it", p.Name)
+		}
+	}
+	t.Logf("worst gradient error %.3g over %d tensors", worst, len(res))
+}
+
+// TestResumeEqualsUninterrupted stops a run twice (once mid-epoch) and
+// resumes it from its checkpoint; the weights, optimizer moments and log
+// must equal those of a run never stopped.
+func TestResumeEqualsUninterrupted(t *testing.T) {
+	cfg := tinyConfig()
+	cfg.Epochs = 3
+	train := syntheticImages(13, cfg.Model.Vision.ImageSize, len(cfg.Classes), 9) // 3 steps per epoch
+	test := syntheticImages(7, cfg.Model.Vision.ImageSize, len(cfg.Classes), 10)
+
+	whole := t.TempDir()
+	tw, err := Run(context.Background(), cfg, train, RunOptions{Dir: whole, Test: test})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := t.TempDir()
+	for _, stop := range []int{4, 2} { // stops at step 4 (mid-epoch 2), then 6
+		if _, err := Run(context.Background(), cfg, train, RunOptions{Dir: parts, Test: test, StopAfter: stop}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tp, err := Run(context.Background(), cfg, train, RunOptions{Dir: parts, Test: test})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tw.Step != 9 || tp.Step != 9 {
+		t.Fatalf("steps: %d uninterrupted, %d resumed; want 9", tw.Step, tp.Step)
+	}
+	for i, p := range tw.Params {
+		if !reflect.DeepEqual(p.Value.Data().F32(), tp.Params[i].Value.Data().F32()) {
+			t.Errorf("%s differs after resuming", p.Name)
+		}
+	}
+	if !reflect.DeepEqual(tw.opt.State(), tp.opt.State()) || !reflect.DeepEqual(tw.optPlain.State(), tp.optPlain.State()) {
+		t.Error("optimizer state differs after resuming")
+	}
+	lw, err := ReadLog(filepath.Join(whole, LogFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lp, err := ReadLog(filepath.Join(parts, LogFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lw) != 3 || len(lp) != 3 {
+		t.Fatalf("log lines: %d and %d, want 3", len(lw), len(lp))
+	}
+	for i := range lw {
+		lw[i].Seconds, lp[i].Seconds = 0, 0
+		if lw[i] != lp[i] {
+			t.Errorf("epoch %d: uninterrupted %+v, resumed %+v", i+1, lw[i], lp[i])
+		}
+	}
+	// The exported model loads as a CLIP checkpoint with its configuration.
+	m, err := clip.Load(filepath.Join(parts, ModelFile), clip.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(*m.Config, cfg.Model) {
+		t.Errorf("exported config %+v, want %+v", *m.Config, cfg.Model)
+	}
+	if got, want := m.LogitScale, tp.LogitScale(); math.Abs(got-want) > 1e-5*want {
+		t.Errorf("exported logit scale %v, trainer's %v", got, want)
+	}
+}
+
+// TestResumeRefusesOtherSettings resumes a run folder with another
+// learning rate.
+func TestResumeRefusesOtherSettings(t *testing.T) {
+	cfg := tinyConfig()
+	train := syntheticImages(8, cfg.Model.Vision.ImageSize, len(cfg.Classes), 1)
+	dir := t.TempDir()
+	if _, err := Run(context.Background(), cfg, train, RunOptions{Dir: dir, StopAfter: 1}); err != nil {
+		t.Fatal(err)
+	}
+	cfg.LR *= 2
+	_, err := Run(context.Background(), cfg, train, RunOptions{Dir: dir})
+	if err == nil {
+		t.Fatal("a checkpoint of other settings was resumed")
+	}
+	t.Log(err)
+}
+
+// TestInterruptSavesCheckpoint cancels a run; it must leave a checkpoint
+// at the step it reached.
+func TestInterruptSavesCheckpoint(t *testing.T) {
+	cfg := tinyConfig()
+	train := syntheticImages(8, cfg.Model.Vision.ImageSize, len(cfg.Classes), 1)
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	steps := 0
+	tr, err := Run(ctx, cfg, train, RunOptions{Dir: dir, Progress: func(Progress) {
+		if steps++; steps == 3 {
+			cancel()
+		}
+	}})
+	if err == nil || tr == nil || tr.Step != 3 {
+		t.Fatalf("cancelled run: step %v, error %v; want step 3 and an error", tr, err)
+	}
+	back, err := Open(dir, cfg, train)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Step != 3 {
+		t.Errorf("checkpoint at step %d, want 3", back.Step)
+	}
+}
+
+func TestAugment(t *testing.T) {
+	const size = 4
+	src := data.NewRGB(size, size)
+	for i := range src.Pix {
+		src.Pix[i] = uint8(i/3 + 1) // pixel index + 1, never 0
+	}
+	dst := data.NewRGB(size, size)
+	r := rand.New(rand.NewPCG(1, 1))
+	for range 50 {
+		Augment(dst, src, 1, true, r)
+		// Every output pixel is a source pixel of the same row offset or
+		// padding, and the picture is a shift of the source, possibly
+		// mirrored: consecutive non-padding pixels of a row step by ±1.
+		for y := range size {
+			prev := -1
+			for x := range size {
+				v := int(dst.Pix[3*(y*size+x)])
+				if v == 0 {
+					continue
+				}
+				if prev >= 0 && v-prev != 1 && prev-v != 1 {
+					t.Fatalf("row %d: pixels %d then %d are not neighbours", y, prev, v)
+				}
+				prev = v
+			}
+		}
+	}
+	Augment(dst, src, 0, false, r)
+	if !reflect.DeepEqual(dst.Pix, src.Pix) {
+		t.Error("no padding and no flip changed the image")
+	}
+}
+
+func TestLearningRate(t *testing.T) {
+	cfg := Config{LR: 1e-3, MinLR: 1e-5, WarmupSteps: 10}
+	for _, c := range []struct {
+		step int
+		want float64
+	}{{0, 1e-4}, {9, 1e-3}, {10, 1e-3}, {55, 1e-5 + (1e-3-1e-5)/2}, {100, 1e-5}} {
+		if got := cfg.LearningRate(c.step, 100); math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("step %d: lr %v, want %v", c.step, got, c.want)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		edit func(*Config)
+	}{
+		{"epochs", func(c *Config) { c.Epochs = 0 }},
+		{"batch", func(c *Config) { c.BatchSize = -1 }},
+		{"lr", func(c *Config) { c.LR = math.NaN() }},
+		{"min lr", func(c *Config) { c.MinLR = 1 }},
+		{"beta2", func(c *Config) { c.Beta2 = 1 }},
+		{"smoothing", func(c *Config) { c.LabelSmoothing = 1 }},
+		{"pad", func(c *Config) { c.Pad = c.Model.Vision.ImageSize }},
+		{"classes", func(c *Config) { c.Classes = c.Classes[:1] }},
+		{"templates", func(c *Config) { c.Templates = nil }},
+		{"vocabulary", func(c *Config) { c.Model.Text.VocabSize = 49408 }},
+	} {
+		cfg := tinyConfig()
+		c.edit(&cfg)
+		if err := cfg.Validate(); err == nil {
+			t.Errorf("%s: accepted", c.name)
+		}
+	}
+	cfg := tinyConfig()
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("the tiny configuration is refused: %v", err)
+	}
+}
