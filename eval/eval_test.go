@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"image"
 	imagepng "image/png"
 	"os"
@@ -196,8 +197,8 @@ func TestCancelKeepsFinishedDomains(t *testing.T) {
 			cancel()
 		}
 	}})
-	if err == nil || !strings.Contains(err.Error(), "interrupted") {
-		t.Fatalf("err = %v, want an interruption", err)
+	if err == nil || !strings.Contains(err.Error(), "interrupted") || !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want an interruption wrapping context.Canceled", err)
 	}
 	recs, err := report.ReadRecordsFile(filepath.Join(cfg.Out, ResultsFile))
 	if err != nil || len(recs) != 1 {
@@ -332,4 +333,22 @@ func TestResumeWithoutStateRedoes(t *testing.T) {
 	if sum.Computed != 3 || len(sum.Records) != 3 {
 		t.Fatalf("computed %d, %d records; want 3 and 3", sum.Computed, len(sum.Records))
 	}
+}
+
+// TestOneWriterPerFolder starts a second run in a results folder while a
+// first one is writing there: the second is refused, naming the holder.
+func TestOneWriterPerFolder(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	cfg.Methods, cfg.Corruptions = []string{"source"}, []string{"contrast"}
+	var second error
+	_, err := Run(context.Background(), cfg, Options{AfterDomain: func(report.Record) {
+		_, second = Run(context.Background(), cfg, Options{})
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second == nil || !strings.Contains(second.Error(), fmt.Sprintf("process %d", os.Getpid())) {
+		t.Fatalf("second writer: %v; want a refusal naming process %d", second, os.Getpid())
+	}
+	t.Log(second)
 }

@@ -218,10 +218,20 @@ func (r *methodRun) store(rec report.Record) error {
 // interrupted wraps an error that stopped a method mid-way.
 func (r *methodRun) interrupted(err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("eval: interrupted during %s; finished domains are kept in %s, run again to resume", r.name(), filepath.Join(r.cfg.Out, ResultsFile))
+		return interruptedError{fmt.Sprintf("eval: interrupted during %s; finished domains are kept in %s, run again to resume", r.name(), filepath.Join(r.cfg.Out, ResultsFile)), err}
 	}
 	return fmt.Errorf("eval: %s: %w", r.name(), err)
 }
+
+// interruptedError says where the results of an interrupted run are; it
+// wraps the context's error.
+type interruptedError struct {
+	msg string
+	err error
+}
+
+func (e interruptedError) Error() string { return e.msg }
+func (e interruptedError) Unwrap() error { return e.err }
 
 // resumePoint is the length of the longest finished prefix of the domains
 // whose carried state is on disk (0 needs none).

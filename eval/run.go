@@ -17,6 +17,7 @@ import (
 
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/data"
+	"github.com/subtta/subtta/internal/dirlock"
 	"github.com/subtta/subtta/report"
 	"github.com/subtta/subtta/textenc"
 	"github.com/subtta/subtta/tta"
@@ -110,6 +111,13 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Summary, error) {
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 		return nil, fmt.Errorf("eval: %w", err)
 	}
+	// One writer per results folder: two runs would each compute and
+	// append every domain, and share the state files' temporary names.
+	lock, err := dirlock.Acquire(cfg.Out)
+	if err != nil {
+		return nil, fmt.Errorf("eval: %w", err)
+	}
+	defer lock.Unlock()
 	resultsPath := filepath.Join(cfg.Out, ResultsFile)
 	prior, err := report.ReadRecordsFile(resultsPath)
 	if err != nil {

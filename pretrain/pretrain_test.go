@@ -2,6 +2,7 @@ package pretrain
 
 import (
 	"context"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/data"
+	"github.com/subtta/subtta/internal/dirlock"
 	"github.com/subtta/subtta/textenc"
 	"github.com/subtta/subtta/weights"
 )
@@ -289,4 +291,22 @@ func TestConfigValidate(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Errorf("the tiny configuration is refused: %v", err)
 	}
+}
+
+// TestOneWriterPerFolder starts a second run in a folder a run is using.
+func TestOneWriterPerFolder(t *testing.T) {
+	cfg := tinyConfig()
+	train := syntheticImages(8, cfg.Model.Vision.ImageSize, len(cfg.Classes), 1)
+	dir := t.TempDir()
+	var second error
+	_, err := Run(context.Background(), cfg, train, RunOptions{Dir: dir, StopAfter: 1, Progress: func(Progress) {
+		_, second = Run(context.Background(), cfg, train, RunOptions{Dir: dir})
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(second, dirlock.ErrLocked) {
+		t.Fatalf("a second run in the same folder: %v; want it refused", second)
+	}
+	t.Log(second)
 }

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/subtta/subtta/internal/dirlock"
 )
 
 // RunOptions control Run.
@@ -88,6 +90,11 @@ func Run(ctx context.Context, cfg Config, train *Images, opt RunOptions) (*Train
 	if err := os.MkdirAll(opt.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("pretrain: %w", err)
 	}
+	lock, err := dirlock.Acquire(opt.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("pretrain: %w", err)
+	}
+	defer lock.Unlock()
 	t, pr, err := open(opt.Dir, cfg, train)
 	if err != nil {
 		return nil, err
