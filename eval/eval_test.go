@@ -3,10 +3,12 @@ package eval
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"image"
 	imagepng "image/png"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -185,6 +187,29 @@ func TestResumeAfterKill(t *testing.T) {
 				key(r), g.Correct, g.SemanticConcentration, r.Correct, r.SemanticConcentration)
 		}
 	}
+	// Each domain has the batch lines of its stored run only: those of the
+	// domain the kill interrupted are gone.
+	if a, b := batchLines(t, out), batchLines(t, clean.Out); !maps.Equal(a, b) {
+		t.Errorf("batch lines per method and domain: resumed %v, uninterrupted %v", a, b)
+	}
+}
+
+// batchLines counts the lines of a results folder's batch log by method and
+// stream.
+func batchLines(t *testing.T, dir string) map[string]int {
+	b, err := os.ReadFile(filepath.Join(dir, BatchesFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var l batchLine
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatalf("%s: %q: %v", BatchesFile, line, err)
+		}
+		n[l.Method+" "+l.Stream]++
+	}
+	return n
 }
 
 func TestCancelKeepsFinishedDomains(t *testing.T) {
@@ -351,4 +376,40 @@ func TestOneWriterPerFolder(t *testing.T) {
 		t.Fatalf("second writer: %v; want a refusal naming process %d", second, os.Getpid())
 	}
 	t.Log(second)
+}
+
+// TestCarriedStateFollowsDomainOrder runs SubTTA (whose EMA covariance is
+// carried from domain to domain) on two corruptions, then in the same
+// folder on three, in another order: the carried state must be that of a
+// clean run of the three, not one continued from the first run's.
+func TestCarriedStateFollowsDomainOrder(t *testing.T) {
+	first := testConfig(t, t.TempDir())
+	first.Methods, first.Corruptions = []string{"subtta-m"}, []string{"contrast", "gaussian_noise"}
+	if _, err := Run(context.Background(), first, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	second := first
+	second.Corruptions = []string{"gaussian_noise", "contrast", "pixelate"}
+	if _, err := Run(context.Background(), second, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	clean := second
+	clean.Out = t.TempDir()
+	if _, err := Run(context.Background(), clean, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	final := func(dir string) []byte {
+		files, _ := filepath.Glob(filepath.Join(dir, stateDir, "subtta-m.3.*.f64"))
+		if len(files) != 1 {
+			t.Fatalf("%s: state files after three domains: %v", dir, files)
+		}
+		b, err := os.ReadFile(files[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if !bytes.Equal(final(second.Out), final(clean.Out)) {
+		t.Error("the state after gaussian_noise, contrast, pixelate differs from a clean run's")
+	}
 }

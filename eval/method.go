@@ -1,7 +1,9 @@
 package eval
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -9,7 +11,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"gonum.org/v1/gonum/mat"
@@ -49,15 +50,15 @@ type domainStats struct {
 func (r *methodRun) name() string { return r.preset.Method }
 
 func (r *methodRun) run() error {
-	f, err := os.OpenFile(filepath.Join(r.cfg.Out, BatchesFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		return fmt.Errorf("eval: %w", err)
-	}
-	defer f.Close()
-	r.batches = f
 	r.stats = map[string]*domainStats{}
 	proto, _ := protocol(r.cfg.Protocol)
 	if proto != tta.ResetEachDomain {
+		// Every domain is redone: the batch lines of earlier, interrupted
+		// attempts go.
+		if err := r.openBatches(func(string) bool { return true }); err != nil {
+			return err
+		}
+		defer r.batches.Close()
 		return r.runWhole(proto)
 	}
 	start := 0
@@ -80,6 +81,17 @@ func (r *methodRun) run() error {
 			r.todo = append(r.todo, i)
 		}
 	}
+	redo := map[string]bool{}
+	for _, i := range r.todo {
+		redo[r.domains[i].name] = true
+	}
+	// Batch lines of domains about to be computed (left by an interrupted
+	// attempt, or redone after the carried state) are dropped first, so
+	// each domain's lines are those of its stored record.
+	if err := r.openBatches(func(stream string) bool { return redo[stream] }); err != nil {
+		return err
+	}
+	defer r.batches.Close()
 	r.sum.Resumed += len(r.domains) - len(r.todo)
 	if n := len(r.domains) - len(r.todo); n > 0 {
 		r.logf("%s: resuming: %d of %d domains already done", r.name(), n, len(r.domains))
@@ -140,6 +152,54 @@ func (r *methodRun) runWhole(proto tta.Protocol) error {
 		}
 	}
 	return nil
+}
+
+// openBatches rewrites the batch log without this method's lines for the
+// streams drop selects, and opens it for appending.
+func (r *methodRun) openBatches(drop func(stream string) bool) error {
+	path := filepath.Join(r.cfg.Out, BatchesFile)
+	if err := pruneBatches(path, r.name(), drop); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("eval: %w", err)
+	}
+	r.batches = f
+	return nil
+}
+
+// pruneBatches rewrites the batch log at path (if any) without the lines of
+// method whose stream drop selects; a line that cannot be read (one cut
+// short by a kill) goes too.
+func pruneBatches(path, method string, drop func(stream string) bool) error {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("eval: %w", err)
+	}
+	var kept []byte
+	changed := false
+	for _, line := range bytes.SplitAfter(b, []byte("\n")) {
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var id struct {
+			Method string `json:"method"`
+			Stream string `json:"stream"`
+		}
+		if json.Unmarshal(line, &id) != nil || !bytes.HasSuffix(line, []byte("\n")) || id.Method == method && drop(id.Stream) {
+			changed = true
+			continue
+		}
+		kept = append(kept, line...)
+	}
+	if !changed {
+		return nil
+	}
+	return writeFileAtomic(path, kept)
 }
 
 func (r *methodRun) runnerConfig(proto tta.Protocol) tta.RunnerConfig {
@@ -248,9 +308,18 @@ func (r *methodRun) resumePoint() int {
 	return k
 }
 
-// statePath is the file of the carried state after k finished domains.
+// statePath is the file of the carried state after the first k domains.
+// Its name holds a hash of those domains' names in order: a state is only
+// resumed after exactly the domains that made it, not after as many others
+// (a run of shot_noise then gaussian_noise leaves nothing that a run of all
+// 15 corruptions, gaussian_noise first, would take up).
 func (r *methodRun) statePath(k int) string {
-	return filepath.Join(r.cfg.Out, stateDir, r.name()+"."+strconv.Itoa(k)+".f64")
+	h := sha256.New()
+	for _, d := range r.domains[:k] {
+		h.Write([]byte(d.name))
+		h.Write([]byte{0})
+	}
+	return filepath.Join(r.cfg.Out, stateDir, fmt.Sprintf("%s.%d.%x.f64", r.name(), k, h.Sum(nil)[:8]))
 }
 
 const stateMagic = "subtta-carried-v1"
