@@ -140,13 +140,21 @@ func (c Config) withDefaults() (Config, error) {
 	if len(c.Severities) == 0 {
 		c.Severities = []int{5}
 	}
-	for _, s := range c.Severities {
+	for i, s := range c.Severities {
 		if s < 1 || s > 5 {
 			return c, fmt.Errorf("eval: severity %d is not in 1…5", s)
 		}
+		if slices.Contains(c.Severities[:i], s) {
+			return c, fmt.Errorf("eval: severity %d given twice", s)
+		}
 	}
-	if c.Limit < 0 || c.BatchSize < 0 || c.Workers < 0 {
-		return c, fmt.Errorf("eval: limit, batch size and workers must not be negative")
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"limit", c.Limit}, {"batch size", c.BatchSize}, {"workers", c.Workers}} {
+		if f.v < 0 {
+			return c, fmt.Errorf("eval: %s %d must not be negative", f.name, f.v)
+		}
 	}
 	if c.Protocol == "" {
 		c.Protocol = "reset"

@@ -413,3 +413,21 @@ func TestCarriedStateFollowsDomainOrder(t *testing.T) {
 		t.Error("the state after gaussian_noise, contrast, pixelate differs from a clean run's")
 	}
 }
+
+// TestBadInputWritesNothing: a run refused for its inputs leaves no results
+// folder behind.
+func TestBadInputWritesNothing(t *testing.T) {
+	for _, edit := range []func(*Config){
+		func(c *Config) { c.Model = filepath.Join(c.Out, "..", "missing.safetensors") },
+		func(c *Config) { c.Data = filepath.Join(c.Out, "..", "missing-data") },
+	} {
+		cfg := testConfig(t, filepath.Join(t.TempDir(), "results"))
+		edit(&cfg)
+		if _, err := Run(context.Background(), cfg, Options{}); err == nil {
+			t.Fatal("a run with a missing input succeeded")
+		}
+		if _, err := os.Stat(cfg.Out); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the refused run created %s (%v)", cfg.Out, err)
+		}
+	}
+}

@@ -108,26 +108,7 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Summary, error) {
 			fmt.Fprintf(opt.Log, format+"\n", a...)
 		}
 	}
-	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
-		return nil, fmt.Errorf("eval: %w", err)
-	}
-	// One writer per results folder: two runs would each compute and
-	// append every domain, and share the state files' temporary names.
-	lock, err := dirlock.Acquire(cfg.Out)
-	if err != nil {
-		return nil, fmt.Errorf("eval: %w", err)
-	}
-	defer lock.Unlock()
-	resultsPath := filepath.Join(cfg.Out, ResultsFile)
-	prior, err := report.ReadRecordsFile(resultsPath)
-	if err != nil {
-		return nil, fmt.Errorf("eval: %w", err)
-	}
-	if err := checkRunFile(cfg, len(prior) > 0); err != nil {
-		return nil, err
-	}
-
-	// The model, the data and the plan.
+	// The model and the data, checked before anything is written.
 	model := opt.Model
 	if model == nil {
 		if model, err = clip.Load(cfg.Model, clip.Options{}); err != nil {
@@ -148,6 +129,26 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Summary, error) {
 		return nil, err
 	}
 	defer src.Close()
+	// The results folder.
+	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
+		return nil, fmt.Errorf("eval: %w", err)
+	}
+	// One writer per results folder: two runs would each compute and
+	// append every domain, and share the state files' temporary names.
+	lock, err := dirlock.Acquire(cfg.Out)
+	if err != nil {
+		return nil, fmt.Errorf("eval: %w", err)
+	}
+	defer lock.Unlock()
+	resultsPath := filepath.Join(cfg.Out, ResultsFile)
+	prior, err := report.ReadRecordsFile(resultsPath)
+	if err != nil {
+		return nil, fmt.Errorf("eval: %w", err)
+	}
+	if err := checkRunFile(cfg, len(prior) > 0); err != nil {
+		return nil, err
+	}
+
 	src.frost = opt.Frost
 	logf("data: %s", src.describe())
 	var plan []plannedDomain
