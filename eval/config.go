@@ -176,17 +176,3 @@ func protocol(name string) (tta.Protocol, error) {
 	}
 	return 0, fmt.Errorf("eval: unknown protocol %q (want reset, continual or mixed)", name)
 }
-
-// identity is the part of a config that the stored results depend on: a
-// results folder made with another identity cannot be resumed.
-type identity struct {
-	Model, Dataset, Data, Labels, SubsetList string
-	Limit, BatchSize                         int
-	Protocol                                 string
-	NoShuffle                                bool
-	Seed, CorruptSeed                        uint64
-}
-
-func (c Config) identity() identity {
-	return identity{c.Model, c.Dataset, c.Data, c.Labels, c.SubsetList, c.Limit, c.BatchSize, c.Protocol, c.NoShuffle, c.Seed, c.CorruptSeed}
-}

@@ -313,7 +313,7 @@ func TestResumeRefusesOtherConfiguration(t *testing.T) {
 	}
 	cfg.Limit = 8
 	_, err := Run(context.Background(), cfg, Options{})
-	if err == nil || !strings.Contains(err.Error(), "Limit was 12, now 8") {
+	if err == nil || !strings.Contains(err.Error(), "limit was 12, now 8") {
 		t.Fatalf("err = %v, want a refusal naming the limit", err)
 	}
 }
@@ -430,4 +430,48 @@ func TestBadInputWritesNothing(t *testing.T) {
 			t.Errorf("the refused run created %s (%v)", cfg.Out, err)
 		}
 	}
+}
+
+// TestIdentityByContent: a run is identified by what its inputs hold, not
+// by the paths naming them. The same data by a relative path resumes;
+// another model saved at the same path is refused, and the refusal says
+// that the model differs.
+func TestIdentityByContent(t *testing.T) {
+	dir := t.TempDir()
+	src := testConfig(t, "")
+	model := filepath.Join(dir, "model.safetensors")
+	b, err := os.ReadFile(src.Model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(model, b, 0o644)
+	cfg := testConfig(t, filepath.Join(dir, "out"))
+	cfg.Model = model
+	cfg.Methods, cfg.Corruptions = []string{"source"}, []string{"contrast"}
+	if _, err := Run(context.Background(), cfg, Options{}); err != nil {
+		t.Fatal(err)
+	}
+
+	wd, _ := os.Getwd()
+	rel, err := filepath.Rel(wd, cfg.Data)
+	if err != nil {
+		t.Skip("no relative path to the data:", err)
+	}
+	same := cfg
+	same.Data = rel
+	sum, err := Run(context.Background(), same, Options{})
+	if err != nil {
+		t.Fatalf("the same data by a relative path: %v", err)
+	}
+	if sum.Resumed != 1 || sum.Computed != 0 {
+		t.Errorf("resumed %d, computed %d; want 1 and 0", sum.Resumed, sum.Computed)
+	}
+
+	b[len(b)-1] ^= 1 // another model at the same path
+	os.WriteFile(model, b, 0o644)
+	_, err = Run(context.Background(), cfg, Options{})
+	if err == nil || !strings.Contains(err.Error(), "model was") {
+		t.Fatalf("another model at the same path: %v; want a refusal naming the model", err)
+	}
+	t.Log(err)
 }

@@ -40,6 +40,10 @@ type Options struct {
 	// Model, if not nil, is the model Config.Model names (then only a name,
 	// such as "default" for the built-in model); nil means loading it.
 	Model *clip.Model
+	// ModelID identifies Model's weights in the results folder's run.json
+	// (a run is resumed only with the same); required with Model. Without
+	// Model the checkpoint file's fingerprint is used.
+	ModelID string
 	// Tokenizer encodes the class prompts; nil means loading Config.Vocab.
 	Tokenizer textenc.Tokenizer
 	// Progress is called after every batch.
@@ -145,7 +149,11 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Summary, error) {
 	if err != nil {
 		return nil, fmt.Errorf("eval: %w", err)
 	}
-	if err := checkRunFile(cfg, len(prior) > 0); err != nil {
+	id, err := runIdentity(cfg, opt, tok, src)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkRunFile(cfg, id, len(prior) > 0); err != nil {
 		return nil, err
 	}
 
@@ -195,6 +203,7 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Summary, error) {
 	progress := Progress{Total: total}
 
 	headCache := map[string]methodHeads{} // by templates: methods share heads
+	warned := map[string]bool{}           // prompts too long for the context, reported once
 	for _, name := range cfg.Methods {
 		if len(todo[name]) == 0 {
 			sum.Resumed += len(domains)
@@ -211,7 +220,17 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Summary, error) {
 		key := fmt.Sprint(p.Method == "mint-official", p.PerTemplateHeads, p.Templates)
 		h, ok := headCache[key]
 		if !ok {
-			head, th, err := p.Heads(model, tok, headClasses(p, src.classes))
+			classes := headClasses(p, src.classes)
+			for _, tmpl := range p.Templates {
+				for _, c := range classes {
+					prompt := strings.ReplaceAll(tmpl, "{}", c)
+					if n := len(tok.Encode(prompt)) + 2; n > model.Config.Text.ContextLength && !warned[prompt] {
+						warned[prompt] = true
+						logf("warning: prompt %q is %d tokens, more than the text context of %d: it is cut", prompt, n, model.Config.Text.ContextLength)
+					}
+				}
+			}
+			head, th, err := p.Heads(model, tok, classes)
 			if err != nil {
 				return nil, fmt.Errorf("eval: %s: head: %w", name, err)
 			}
@@ -313,25 +332,64 @@ func diagnosticSubspace(m tta.Method, head *mat.Dense, dataset string) (*tta.Tex
 
 // checkRunFile refuses to resume into a folder made with another
 // configuration, and records this run's configuration.
-func checkRunFile(cfg Config, haveResults bool) error {
+func checkRunFile(cfg Config, id identity, haveResults bool) error {
 	path := filepath.Join(cfg.Out, RunFile)
 	if b, err := os.ReadFile(path); err == nil && haveResults {
 		var old runFile
 		if err := json.Unmarshal(b, &old); err != nil {
 			return fmt.Errorf("eval: %s: %w", path, err)
 		}
-		if old.Identity != cfg.identity() {
+		if old.Identity != id {
 			return fmt.Errorf("eval: %s holds results of another configuration (%s); use another --out or remove the folder",
-				cfg.Out, identityDiff(old.Identity, cfg.identity()))
+				cfg.Out, identityDiff(old.Identity, id))
 		}
 	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("eval: %w", err)
 	}
-	b, err := json.MarshalIndent(runFile{Identity: cfg.identity(), Config: cfg}, "", "  ")
+	b, err := json.MarshalIndent(runFile{Identity: id, Config: cfg}, "", "  ")
 	if err != nil {
 		return fmt.Errorf("eval: %w", err)
 	}
 	return writeFileAtomic(path, append(b, '\n'))
+}
+
+// runIdentity fingerprints the run's inputs (see identity).
+func runIdentity(cfg Config, opt Options, tok textenc.Tokenizer, src *source) (identity, error) {
+	id := identity{Dataset: cfg.Dataset, Limit: cfg.Limit, BatchSize: cfg.BatchSize, Protocol: cfg.Protocol,
+		NoShuffle: cfg.NoShuffle, Seed: cfg.Seed, CorruptSeed: cfg.CorruptSeed}
+	var err error
+	switch {
+	case opt.ModelID != "":
+		id.Model = opt.ModelID
+	case opt.Model != nil:
+		return id, errors.New("eval: Options.Model needs Options.ModelID, the model's fingerprint")
+	default:
+		if id.Model, err = fingerprint(cfg.Model, true); err != nil {
+			return id, err
+		}
+	}
+	if cfg.Vocab != "" {
+		if id.Tokenizer, err = fingerprint(cfg.Vocab, true); err != nil {
+			return id, err
+		}
+	} else {
+		id.Tokenizer = fmt.Sprintf("%T", tok)
+	}
+	if id.Data, err = fingerprint(cfg.Data, false); err != nil {
+		return id, err
+	}
+	if id.Labels, err = fingerprint(cfg.Labels, true); err != nil {
+		return id, err
+	}
+	if id.SubsetList, err = fingerprint(cfg.SubsetList, true); err != nil {
+		return id, err
+	}
+	if src.kind == "clean" && slices.Contains(cfg.Corruptions, "frost") && cfg.FrostDir != "" {
+		if id.Frost, err = frostFingerprint(cfg.FrostDir); err != nil {
+			return id, err
+		}
+	}
+	return id, nil
 }
 
 func identityDiff(a, b identity) string {
