@@ -26,6 +26,10 @@ type Model struct {
 type Options struct {
 	// Float64 builds both towers in float64 (reference runs).
 	Float64 bool
+	// Config, if not nil, is the architecture, in place of the one stored
+	// with the checkpoint or read off its tensor shapes (which takes
+	// OpenAI's heads = width/64); it is validated against the tensors.
+	Config *weights.CLIPConfig
 }
 
 // Load reads a CLIP checkpoint in any supported format and layout (see
@@ -34,6 +38,14 @@ func Load(path string, opt Options) (*Model, error) {
 	s, cfg, err := weights.LoadCLIP(path)
 	if err != nil {
 		return nil, err
+	}
+	if opt.Config != nil {
+		c := *opt.Config
+		c.HasLogitScale = s.Has("logit_scale")
+		if err := c.Validate(s); err != nil {
+			return nil, err
+		}
+		cfg = &c
 	}
 	return New(s, cfg, opt)
 }

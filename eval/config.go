@@ -18,6 +18,9 @@ import (
 type Config struct {
 	// Model is the checkpoint: .safetensors, .pt or a Hugging Face folder.
 	Model string `json:"model"`
+	// ModelConfig, if set, is a file with the model's architecture (see
+	// weights.ParseConfig), for checkpoints that do not store one.
+	ModelConfig string `json:"model_config,omitempty"`
 	// Vocab is the CLIP BPE vocabulary (see textenc.LoadBPETokenizer);
 	// the CLI finds or downloads one when empty.
 	Vocab string `json:"vocab,omitempty"`

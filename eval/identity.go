@@ -17,7 +17,8 @@ import (
 // absolute path is the same run, another model saved at the same path is
 // not.
 type identity struct {
-	Model       string `json:"model"`     // fingerprint of the checkpoint (see Options.ModelID)
+	Model       string `json:"model"` // fingerprint of the checkpoint (see Options.ModelID)
+	ModelConfig string `json:"model_config"`
 	Tokenizer   string `json:"tokenizer"` // fingerprint of the vocabulary, or the tokenizer's kind
 	Dataset     string `json:"dataset"`
 	Data        string `json:"data"`   // fingerprint of the data's files

@@ -21,6 +21,7 @@ import (
 	"github.com/subtta/subtta/report"
 	"github.com/subtta/subtta/textenc"
 	"github.com/subtta/subtta/tta"
+	"github.com/subtta/subtta/weights"
 )
 
 // Files of a results folder.
@@ -115,7 +116,17 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Summary, error) {
 	// The model and the data, checked before anything is written.
 	model := opt.Model
 	if model == nil {
-		if model, err = clip.Load(cfg.Model, clip.Options{}); err != nil {
+		var copt clip.Options
+		if cfg.ModelConfig != "" {
+			b, err := os.ReadFile(cfg.ModelConfig)
+			if err != nil {
+				return nil, fmt.Errorf("eval: model config: %w", err)
+			}
+			if copt.Config, err = weights.ParseConfig(b); err != nil {
+				return nil, fmt.Errorf("eval: %s: %w", cfg.ModelConfig, err)
+			}
+		}
+		if model, err = clip.Load(cfg.Model, copt); err != nil {
 			return nil, fmt.Errorf("eval: %w", err)
 		}
 	}
@@ -367,6 +378,9 @@ func runIdentity(cfg Config, opt Options, tok textenc.Tokenizer, src *source) (i
 		if id.Model, err = fingerprint(cfg.Model, true); err != nil {
 			return id, err
 		}
+	}
+	if id.ModelConfig, err = fingerprint(cfg.ModelConfig, true); err != nil {
+		return id, err
 	}
 	if cfg.Vocab != "" {
 		if id.Tokenizer, err = fingerprint(cfg.Vocab, true); err != nil {

@@ -23,6 +23,10 @@ type CLIPConfig struct {
 	// Activation is the MLP nonlinearity: "quick_gelu" (x·σ(1.702x), as
 	// OpenAI trained) or "gelu".
 	Activation string `json:"activation"`
+	// Inferred reports a configuration read off the tensor shapes
+	// (InferConfig): the head counts are then OpenAI's width/64 rule, which
+	// other models need not follow. Not stored.
+	Inferred bool `json:"-"`
 }
 
 // VisionConfig describes the vision transformer.
@@ -354,6 +358,7 @@ func InferConfig(s *State) (*CLIPConfig, error) {
 		HasLogitScale: s.Has("logit_scale"),
 		LayerNormEps:  DefaultLayerNormEps,
 		Activation:    QuickGELU,
+		Inferred:      true,
 	}
 	c.Vision.Layers = countLayers(s, "visual.transformer.resblocks.")
 	c.Text.Layers = countLayers(s, "transformer.resblocks.")
