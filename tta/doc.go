@@ -50,7 +50,7 @@
 // # Code versus paper
 //
 // Where they disagree this package follows the official SubTTA code
-// (zhichenz98/SubTTA_EMNLP26 @3baa2a2, docs/subtta-spec.md §0):
+// (zhichenz98/SubTTA_EMNLP26 @3baa2a2; docs/method.md lists every point):
 //   - covariances are mean-centred and divided by n−1+1e-6; the image side
 //     uses the unnormalised image features, the text side the normalised
 //     text embeddings;

@@ -11,7 +11,7 @@ import (
 )
 
 // Preset is a named configuration from the paper's experiments
-// (docs/subtta-spec.md §1.5 and §2): the batch size, the prompt templates of
+// (docs/method.md, "Presets and protocol"): the batch size, the prompt templates of
 // the head, and the method's settings.
 type Preset struct {
 	Dataset   string // "imagenet-c", "cifar10-c", "cifar100-c"
@@ -88,7 +88,7 @@ var datasetHypers = map[string]datasetHyper{
 //     the eight WATTTemplates (one training head each; the evaluation head
 //     is their ensemble), L = 2 steps per template, M = 5 rounds. [W] has
 //     no ImageNet-C setting; the same one is used.
-//   - watt-lite: WATT-S with L = 1, M = 2 (our choice, spec §2.4): 16 steps
+//   - watt-lite: WATT-S with L = 1, M = 2 (our choice, docs/method.md): 16 steps
 //     per batch instead of 80.
 //   - tda: DefaultTDAConfig ([T] configs/imagenet.yaml, the only
 //     ImageNet-family setting; [T] has none for CIFAR), scale 100, batch 1
