@@ -25,9 +25,30 @@ type BlockParams struct {
 	GELU   bool // exact GELU in the MLP instead of QuickGELU
 }
 
-// BlockTrace receives named intermediate results of TransformerBlock; see
-// there.
-type BlockTrace func(name string, t mat.Tensor)
+// Trace receives named intermediate results of a forward pass (copies, off
+// the tape): the stages of TransformerBlock, and those the towers emit. A
+// nil Trace ignores them.
+type Trace func(name string, t mat.Tensor)
+
+// Emit passes a named intermediate to the trace, if any.
+func (tr Trace) Emit(name string, t mat.Tensor) {
+	if tr != nil {
+		tr(name, t)
+	}
+}
+
+// Forward applies the block to x [batch·tokens, width] (TransformerBlock)
+// and traces its stages as prefix+"ln_1", … (see TransformerBlock) and the
+// result as prefix+"out": how both CLIP towers run their blocks.
+func (p *BlockParams) Forward(x mat.Tensor, batch int, prefix string, trace Trace) mat.Tensor {
+	var inner Trace
+	if trace != nil {
+		inner = func(name string, t mat.Tensor) { trace(prefix+name, t) }
+	}
+	x = TransformerBlock(x, p, batch, inner)
+	trace.Emit(prefix+"out", x)
+	return x
+}
 
 // TransformerBlock applies a residual block to x [batch·tokens, width]
 // (sequence-major rows):
@@ -52,7 +73,7 @@ type BlockTrace func(name string, t mat.Tensor)
 // (the output projection), "after_attn" (x₁), "ln_2", "mlp_hidden" (after
 // the activation) and "mlp_out" (c_proj); they are off the tape. It panics
 // if the shapes do not fit.
-func TransformerBlock(x mat.Tensor, p *BlockParams, batch int, trace BlockTrace) mat.Tensor {
+func TransformerBlock(x mat.Tensor, p *BlockParams, batch int, trace Trace) mat.Tensor {
 	return newBlock("TransformerBlock", x, p, batch, nil, trace)
 }
 
@@ -75,7 +96,7 @@ func TransformerBlockRows(x mat.Tensor, p *BlockParams, batch int, rows []int) m
 
 // newBlock checks the shapes and records a block op on the tape; sel are
 // the output rows (nil for all).
-func newBlock(name string, x mat.Tensor, p *BlockParams, batch int, sel []int, trace BlockTrace) mat.Tensor {
+func newBlock(name string, x mat.Tensor, p *BlockParams, batch int, sel []int, trace Trace) mat.Tensor {
 	rows, w := dims(x)
 	mlp := p.FC.Out()
 	switch {
@@ -115,7 +136,7 @@ type blockOp[T dtype] struct {
 	out      int   // rows of the result: rows, or len(sel)
 	sel      []int // the rows of x computed past the keys and values; nil for all
 	mlp      int
-	trace    BlockTrace
+	trace    Trace
 	operands []mat.Tensor
 
 	// Kept for backward (pooled; released by Backward).

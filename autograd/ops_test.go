@@ -213,7 +213,7 @@ func (b *transformerBlock) forward(x mat.Tensor) mat.Tensor {
 
 // forwardOps is the block as separate ops, passing the intermediates that
 // TransformerBlock traces to trace (if not nil).
-func (b *transformerBlock) forwardOps(x mat.Tensor, trace BlockTrace) mat.Tensor {
+func (b *transformerBlock) forwardOps(x mat.Tensor, trace Trace) mat.Tensor {
 	emit := func(name string, t mat.Tensor) mat.Tensor {
 		if trace != nil {
 			trace(name, t)

@@ -8,9 +8,9 @@ import (
 	"strings"
 
 	"github.com/nlpodyssey/spago/mat"
+	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/textenc"
-	"github.com/subtta/subtta/vit"
 	"github.com/subtta/subtta/weights"
 )
 
@@ -116,7 +116,7 @@ type NamedParam struct {
 // optimizer that writes into them changes the model.
 func Params(m *clip.Model, logitScale mat.Matrix) ([]NamedParam, error) {
 	byName := map[string]mat.Matrix{"logit_scale": logitScale}
-	blocks := func(prefix string, bs []*vit.Block) {
+	blocks := func(prefix string, bs []*autograd.BlockParams) {
 		for i, b := range bs {
 			p := prefix + strconv.Itoa(i) + "."
 			byName[p+"attn.in_proj_weight"] = b.QKV.Weight

@@ -6,7 +6,6 @@ import (
 	"github.com/nlpodyssey/spago/mat"
 	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/internal/build"
-	"github.com/subtta/subtta/vit"
 	"github.com/subtta/subtta/weights"
 )
 
@@ -18,7 +17,7 @@ type Model struct {
 	EmbedDim int
 	Token    mat.Matrix // token_embedding [vocab, width]
 	Pos      mat.Matrix // positional_embedding [context, width]
-	Blocks   []*vit.Block
+	Blocks   []*autograd.BlockParams
 	LNFinal  *autograd.LayerNormParams
 	Proj     mat.Matrix // text_projection [width, embed]
 }
@@ -38,7 +37,7 @@ func New(s *weights.State, cfg *weights.CLIPConfig, opt Options) (*Model, error)
 	m.Token = b.Matrix("token_embedding.weight", c.VocabSize, c.Width)
 	m.Pos = b.Matrix("positional_embedding", c.ContextLength, c.Width)
 	for i := 0; i < c.Layers; i++ {
-		m.Blocks = append(m.Blocks, vit.NewBlock(b, fmt.Sprintf("transformer.resblocks.%d.", i), c.Width, c.MLPWidth, c.Heads, true, cfg.Activation))
+		m.Blocks = append(m.Blocks, b.Block(fmt.Sprintf("transformer.resblocks.%d.", i), c.Width, c.MLPWidth, c.Heads, true, cfg.Activation))
 	}
 	m.LNFinal = b.LayerNorm("ln_final.", c.Width)
 	m.Proj = b.Matrix("text_projection", c.Width, cfg.EmbedDim)
@@ -57,7 +56,7 @@ func New(s *weights.State, cfg *weights.CLIPConfig, opt Options) (*Model, error)
 // eos_token_id 2). Because the mask is causal, the rows after the longest
 // sequence's end token cannot change the result, so Forward only computes
 // the first L positions, where L is that end token's position plus one.
-func (m *Model) Forward(tokens [][]int, trace vit.Trace) (mat.Tensor, error) {
+func (m *Model) Forward(tokens [][]int, trace autograd.Trace) (mat.Tensor, error) {
 	batch := len(tokens)
 	if batch == 0 {
 		return nil, fmt.Errorf("textenc: Forward: no sequences")

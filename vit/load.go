@@ -32,7 +32,7 @@ func New(s *weights.State, cfg *weights.CLIPConfig, opt Options) (*Model, error)
 	m.Pos = b.Matrix("visual.positional_embedding", g*g+1, w)
 	m.LNPre = b.LayerNorm("visual.ln_pre.", w)
 	for i := 0; i < v.Layers; i++ {
-		m.Blocks = append(m.Blocks, newBlock(b, fmt.Sprintf("visual.transformer.resblocks.%d.", i), w, v.MLPWidth, v.Heads, false, cfg.Activation))
+		m.Blocks = append(m.Blocks, b.Block(fmt.Sprintf("visual.transformer.resblocks.%d.", i), w, v.MLPWidth, v.Heads, false, cfg.Activation))
 	}
 	m.LNPost = b.LayerNorm("visual.ln_post.", w)
 	if b.Err != nil {
@@ -44,29 +44,6 @@ func New(s *weights.State, cfg *weights.CLIPConfig, opt Options) (*Model, error)
 	}
 	m.KeepPacked(true)
 	return m, nil
-}
-
-// newBlock reads one residual block; the text tower uses it too through
-// NewBlock.
-func newBlock(b *build.Builder, p string, width, mlp, heads int, causal bool, activation string) *Block {
-	return &Block{
-		LN1:    b.LayerNorm(p+"ln_1.", width),
-		QKV:    b.Linear(p+"attn.", "in_proj_weight", "in_proj_bias", 3*width, width),
-		Out:    b.Linear(p+"attn.out_proj.", "weight", "bias", width, width),
-		LN2:    b.LayerNorm(p+"ln_2.", width),
-		FC:     b.Linear(p+"mlp.c_fc.", "weight", "bias", mlp, width),
-		Proj:   b.Linear(p+"mlp.c_proj.", "weight", "bias", width, mlp),
-		Heads:  heads,
-		Causal: causal,
-		GELU:   activation == "gelu",
-	}
-}
-
-// NewBlock reads the residual block whose tensors start with prefix (for
-// example "transformer.resblocks.0." in the text tower). Errors are
-// recorded in b.
-func NewBlock(b *build.Builder, prefix string, width, mlp, heads int, causal bool, activation string) *Block {
-	return newBlock(b, prefix, width, mlp, heads, causal, activation)
 }
 
 // Snapshot copies the values of every LayerNorm parameter (gamma, beta in

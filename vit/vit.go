@@ -8,51 +8,9 @@ import (
 	"github.com/subtta/subtta/weights"
 )
 
-// Block is one pre-LN residual attention block.
-type Block struct {
-	LN1    *autograd.LayerNormParams
-	QKV    *autograd.LinearParams // attn.in_proj: [3·width, width], rows q, k, v
-	Out    *autograd.LinearParams // attn.out_proj
-	LN2    *autograd.LayerNormParams
-	FC     *autograd.LinearParams // mlp.c_fc: [mlp, width]
-	Proj   *autograd.LinearParams // mlp.c_proj: [width, mlp]
-	Heads  int
-	Causal bool
-	GELU   bool // exact GELU instead of QuickGELU
-}
-
 // Trace receives named intermediate results during a forward pass (for
 // tests and inspection); it may be nil.
-type Trace func(name string, t mat.Tensor)
-
-// Forward applies the block to x [batch·tokens, width]:
-// x + attn(ln_1(x)), then + mlp(ln_2(·)), as one fused op
-// (autograd.TransformerBlock) that keeps only what backward needs. The
-// trace receives its intermediates as prefix+"ln_1", "attn", "after_attn",
-// "ln_2", "mlp_hidden", "mlp_out" (copies, off the tape) and the result as
-// prefix+"out".
-func (b *Block) Forward(x mat.Tensor, batch int, prefix string, trace Trace) mat.Tensor {
-	var inner autograd.BlockTrace
-	if trace != nil {
-		inner = func(name string, t mat.Tensor) { trace(prefix+name, t) }
-	}
-	x = autograd.TransformerBlock(x, b.params(), batch, inner)
-	trace.Emit(prefix+"out", x)
-	return x
-}
-
-// params returns the block's parameters in the form autograd takes.
-func (b *Block) params() *autograd.BlockParams {
-	return &autograd.BlockParams{LN1: b.LN1, QKV: b.QKV, Out: b.Out, LN2: b.LN2, FC: b.FC, Proj: b.Proj,
-		Heads: b.Heads, Causal: b.Causal, GELU: b.GELU}
-}
-
-// Emit passes a named intermediate to the trace; a nil Trace ignores it.
-func (trace Trace) Emit(name string, t mat.Tensor) {
-	if trace != nil {
-		trace(name, t)
-	}
-}
+type Trace = autograd.Trace
 
 // Model is the CLIP vision tower.
 type Model struct {
@@ -62,7 +20,7 @@ type Model struct {
 	Class    mat.Matrix             // class_embedding, width values
 	Pos      mat.Matrix             // positional_embedding [grid²+1, width]
 	LNPre    *autograd.LayerNormParams
-	Blocks   []*Block
+	Blocks   []*autograd.BlockParams
 	LNPost   *autograd.LayerNormParams
 	Proj     mat.Matrix // proj [width, embed]
 }
@@ -94,7 +52,7 @@ func (m *Model) Forward(images mat.Tensor, trace Trace) mat.Tensor {
 		if i == last && trace == nil {
 			// Only the class tokens of the last block are used: compute
 			// the keys and values of all tokens, the rest for those rows.
-			x = autograd.TransformerBlockRows(x, b.params(), batch, cls)
+			x = autograd.TransformerBlockRows(x, b, batch, cls)
 			break
 		}
 		x = b.Forward(x, batch, fmt.Sprintf("block%d.", i), trace)

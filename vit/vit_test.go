@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/nlpodyssey/spago/mat"
+	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/internal/fixture"
 	"github.com/subtta/subtta/weights"
 )
@@ -114,7 +115,7 @@ func TestIntermediatesMatchPyTorch(t *testing.T) {
 }
 
 func ExampleModel_LayerNormNames() {
-	m := &Model{Blocks: make([]*Block, 1)}
+	m := &Model{Blocks: make([]*autograd.BlockParams, 1)}
 	fmt.Println(strings.Join(m.LayerNormNames(), "\n"))
 	// Output:
 	// visual.ln_pre.weight

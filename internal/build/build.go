@@ -73,3 +73,24 @@ func (b *Builder) Linear(prefix, weightName, biasName string, out, in int) *auto
 	}
 	return autograd.NewLinearParams(w, bias)
 }
+
+// Block returns the pre-LN residual block whose tensors start with prefix
+// ("visual.transformer.resblocks.0.", "transformer.resblocks.0."), as
+// both CLIP towers hold it.
+func (b *Builder) Block(prefix string, width, mlp, heads int, causal bool, activation string) *autograd.BlockParams {
+	p := &autograd.BlockParams{
+		LN1:    b.LayerNorm(prefix+"ln_1.", width),
+		QKV:    b.Linear(prefix+"attn.", "in_proj_weight", "in_proj_bias", 3*width, width),
+		Out:    b.Linear(prefix+"attn.out_proj.", "weight", "bias", width, width),
+		LN2:    b.LayerNorm(prefix+"ln_2.", width),
+		FC:     b.Linear(prefix+"mlp.c_fc.", "weight", "bias", mlp, width),
+		Proj:   b.Linear(prefix+"mlp.c_proj.", "weight", "bias", width, mlp),
+		Heads:  heads,
+		Causal: causal,
+		GELU:   activation == "gelu",
+	}
+	if b.Err != nil {
+		return nil
+	}
+	return p
+}
