@@ -71,6 +71,30 @@ func New(s *weights.State, cfg *weights.CLIPConfig, opt Options) (*Model, error)
 	return m, nil
 }
 
+// VisionOnly returns a model of the vision tower alone (Text is nil), with
+// logit scale 100: enough for image features, test-time adaptation with a
+// head made elsewhere, and benchmarks.
+func VisionOnly(cfg *weights.CLIPConfig, v *vit.Model) *Model {
+	return &Model{Config: cfg, Vision: v, LogitScale: 100}
+}
+
+// ImageFeatures runs the vision tower on images [n, 3·H·W] (Images) and
+// returns the unnormalised features [n, embed]. When a LayerNorm requires
+// gradients (SetVisionTrainable) the pass is recorded on the tape for
+// ag.Backward; otherwise it keeps nothing.
+func (m *Model) ImageFeatures(images mat.Tensor) mat.Tensor { return m.Vision.Forward(images, nil) }
+
+// VisionLayerNorms returns the LayerNorms of the vision tower (ln_pre, each
+// block's ln_1 and ln_2, ln_post), the parameters test-time adaptation
+// trains, and the OpenAI names of their tensors, γ then β of each.
+func (m *Model) VisionLayerNorms() ([]*autograd.LayerNormParams, []string) {
+	return m.Vision.LayerNorms(), m.Vision.LayerNormNames()
+}
+
+// SetVisionTrainable marks every LayerNorm of the vision tower as requiring
+// gradients, or none.
+func (m *Model) SetVisionTrainable(on bool) { m.Vision.SetTrainable(on) }
+
 // Float64 reports whether the model computes in float64.
 func (m *Model) Float64() bool {
 	_, ok := m.Vision.Proj.(*mat.Dense[float64])

@@ -11,7 +11,6 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/subtta/subtta/clip"
-	"github.com/subtta/subtta/vit"
 )
 
 // Carrier is a Method with state that survives Reset: SubTTA's EMA
@@ -150,21 +149,21 @@ type lnTrainer[T float.DType] struct {
 	opt    Optimizer[T]
 }
 
-func newTrainer(v *vit.Model, f64 bool, cfg OptimizerConfig) (trainer, error) {
+func newTrainer(m *clip.Model, f64 bool, cfg OptimizerConfig) (trainer, error) {
 	if f64 {
-		return newLNTrainer[float64](v, cfg)
+		return newLNTrainer[float64](m, cfg)
 	}
-	return newLNTrainer[float32](v, cfg)
+	return newLNTrainer[float32](m, cfg)
 }
 
-func newLNTrainer[T float.DType](v *vit.Model, cfg OptimizerConfig) (*lnTrainer[T], error) {
+func newLNTrainer[T float.DType](m *clip.Model, cfg OptimizerConfig) (*lnTrainer[T], error) {
 	opt, err := newOptimizer[T](cfg)
 	if err != nil {
 		return nil, err
 	}
-	names := v.LayerNormNames()
+	lns, names := m.VisionLayerNorms()
 	tr := &lnTrainer[T]{opt: opt}
-	for _, ln := range v.LayerNorms() {
+	for _, ln := range lns {
 		tr.mats = append(tr.mats, ln.Parameters()...)
 	}
 	if len(names) != len(tr.mats) {
@@ -309,7 +308,7 @@ func newBase(m *clip.Model, head mat.Matrix, opt OptimizerConfig) (base, error) 
 		return base{}, fmt.Errorf("tta: head is %d×%d, model embeds in %d dims", c, d, m.Config.EmbedDim)
 	}
 	f64 := m.Float64()
-	tr, err := newTrainer(m.Vision, f64, opt)
+	tr, err := newTrainer(m, f64, opt)
 	if err != nil {
 		return base{}, err
 	}
@@ -328,12 +327,12 @@ func HeadMatrix(z *clip.ZeroShot) *mat.Dense {
 // the tape keeps what a backward pass needs; without, nothing is kept (a
 // prediction).
 func (b *base) forward(pixels []float32, n int, grad bool) (smat.Tensor, *mat.Dense, error) {
-	b.model.Vision.SetTrainable(grad)
+	b.model.SetVisionTrainable(grad)
 	x, err := b.model.Images(pixels, n)
 	if err != nil {
 		return nil, nil, fmt.Errorf("tta: %w", err)
 	}
-	node := b.model.Vision.Forward(x, nil)
+	node := b.model.ImageFeatures(x)
 	s := node.Value().Shape()
 	vals := append([]float64(nil), node.Value().Data().F64()...)
 	return node, mat.NewDense(s[0], s[1], vals), nil

@@ -336,7 +336,7 @@ func TestWATTEpisodic(t *testing.T) {
 // torch's sum(...)/K on float32 tensors.
 func TestLNAveragerFloat32(t *testing.T) {
 	m := tinyModel(t, false)
-	tr, err := newLNTrainer[float32](m.Vision, AdamL2(1e-3, 0))
+	tr, err := newLNTrainer[float32](m, AdamL2(1e-3, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
