@@ -17,6 +17,7 @@ import (
 
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/data"
+	"github.com/subtta/subtta/internal/atomicfile"
 	"github.com/subtta/subtta/internal/dirlock"
 	"github.com/subtta/subtta/report"
 	"github.com/subtta/subtta/textenc"
@@ -422,26 +423,9 @@ func identityDiff(a, b identity) string {
 	return strings.Join(diffs, "; ")
 }
 
-// writeFileAtomic writes path through a temporary file and a rename, so that
-// path is never seen half written.
+// writeFileAtomic writes path whole or not at all (internal/atomicfile).
 func writeFileAtomic(path string, b []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return fmt.Errorf("eval: %w", err)
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return fmt.Errorf("eval: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("eval: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("eval: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := atomicfile.Write(path, b); err != nil {
 		return fmt.Errorf("eval: %w", err)
 	}
 	return nil

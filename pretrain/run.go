@@ -2,6 +2,7 @@ package pretrain
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/subtta/subtta/internal/atomicfile"
 	"github.com/subtta/subtta/internal/dirlock"
 )
 
@@ -187,31 +189,17 @@ func appendLog(path string, rec EpochRecord) error {
 		}
 	}
 	kept = append(kept, rec)
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return fmt.Errorf("pretrain: %w", err)
-	}
-	w := bufio.NewWriter(f)
-	enc := json.NewEncoder(w)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
 	for _, r := range kept {
 		if err := enc.Encode(r); err != nil {
-			f.Close()
 			return err
 		}
 	}
-	if err := w.Flush(); err != nil {
-		f.Close()
+	if err := atomicfile.Write(path, b.Bytes()); err != nil {
 		return fmt.Errorf("pretrain: %w", err)
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("pretrain: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("pretrain: %w", err)
-	}
-	return os.Rename(tmp, path)
+	return nil
 }
 
 // ReadLog reads the epoch records of a run's log.

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/subtta/subtta/data/corrupt"
+	"github.com/subtta/subtta/internal/atomicfile"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -50,7 +51,7 @@ func Plots(dir string, recs []Record) ([]string, error) {
 	var paths []string
 	save := func(name string, png []byte) error {
 		path := filepath.Join(dir, name)
-		if err := writeFileAtomic(path, png); err != nil {
+		if err := atomicfile.Write(path, png); err != nil {
 			return fmt.Errorf("report: plots: %w", err)
 		}
 		paths = append(paths, path)
@@ -105,29 +106,6 @@ func Plots(dir string, recs []Record) ([]string, error) {
 		}
 	}
 	return paths, nil
-}
-
-// writeFileAtomic writes data to a temporary file beside path and renames
-// it into place, so that a killed run never leaves half an image.
-func writeFileAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(f.Name(), 0o644) // CreateTemp makes it private
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
 }
 
 // series is the values of one method, for a histogram.

@@ -49,7 +49,3 @@ func TrainingPlot(points []TrainingPoint) ([]byte, error) {
 	}
 	return render(p, legend, 16*vg.Centimeter, 10*vg.Centimeter, nil)
 }
-
-// WriteFileAtomic writes data to path through a temporary file and a
-// rename, so that a killed process never leaves half a file.
-func WriteFileAtomic(path string, data []byte) error { return writeFileAtomic(path, data) }
