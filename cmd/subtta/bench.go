@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -21,27 +22,57 @@ import (
 	gmat "gonum.org/v1/gonum/mat"
 )
 
+// benchNames are the measurements --only selects from.
+var benchNames = []string{"forward", "backward", "subtta"}
+
 func runBench(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("bench", "", stderr)
-	batch := fs.Int("batch", 64, "images per batch")
+	batch := fs.Int("batch-size", 64, "images per batch")
+	fs.IntVar(batch, "batch", 64, "same as --batch-size")
 	reps := fs.Int("reps", 5, "timed repetitions of each measurement (the median is reported)")
 	classes := fs.Int("classes", 1000, "classes of the random zero-shot head used by the SubTTA step")
-	only := fs.String("only", "", "run only the measurements whose name contains this text (forward, backward, subtta)")
+	only := fs.String("only", "", "comma-separated measurements to run, of forward, backward (forward+backward) and subtta (default all)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed repetitions to this file (go tool pprof)")
 	memProfile := fs.String("memprofile", "", "write a heap profile (allocations of every measurement) to this file at the end")
+	modelPath := fs.String("model", "", "the vision tower to time: default (the built-in model) or a checkpoint; without it ViT-B/32 with random weights")
+	modelConfig := fs.String("model-config", "", modelConfigHelp)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if *batch < 1 || *reps < 1 {
-		return usagef("--batch and --reps must be positive")
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"batch-size", *batch}, {"reps", *reps}, {"classes", *classes}} {
+		if f.v < 1 {
+			return usagef("--%s %d: must be positive", f.name, f.v)
+		}
+	}
+	selected := map[string]bool{}
+	for _, name := range splitList(*only) {
+		if !slices.Contains(benchNames, name) {
+			return usagef("--only: unknown measurement %q (want %s)", name, strings.Join(benchNames, ", "))
+		}
+		selected[name] = true
 	}
 	if *memProfile != "" {
 		runtime.MemProfileRate = 64 << 10
 	}
 	cfg := vit.ViTB32()
-	m, err := vit.Random(cfg, 1, vit.Options{})
-	if err != nil {
-		return err
+	name := "ViT-B/32 vision tower, random weights"
+	var m *vit.Model
+	if *modelPath == "" {
+		var err error
+		if m, err = vit.Random(cfg, 1, vit.Options{}); err != nil {
+			return err
+		}
+	} else {
+		cm, err := loadModel(*modelPath, *modelConfig, stderr)
+		if err != nil {
+			return err
+		}
+		cfg, m = cm.Config, cm.Vision
+		name = fmt.Sprintf("vision tower of %s (%d×%d, patch %d, %d blocks of width %d)", *modelPath,
+			cfg.Vision.ImageSize, cfg.Vision.ImageSize, cfg.Vision.PatchSize, cfg.Vision.Layers, cfg.Vision.Width)
 	}
 	v := cfg.Vision
 	size := 3 * v.ImageSize * v.ImageSize
@@ -55,8 +86,8 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	for i := range grad {
 		grad[i] = float32(r.NormFloat64())
 	}
-	fmt.Fprintf(stdout, "ViT-B/32 vision tower, random weights, batch %d, %d threads, GEMM kernel %s\n",
-		*batch, runtime.GOMAXPROCS(0), kernel.Kernel())
+	fmt.Fprintf(stdout, "%s, batch %d, %d threads, GEMM kernel %s\n",
+		name, *batch, runtime.GOMAXPROCS(0), kernel.Kernel())
 
 	forward := func() error {
 		m.SetTrainable(false)
@@ -98,7 +129,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 			row[j] /= math.Sqrt(n)
 		}
 	}
-	model := &clip.Model{Config: cfg, Vision: m, LogitScale: 100}
+	model := clip.VisionOnly(cfg, m)
 	method, err := preset.New(model, gmat.NewDense(*classes, cfg.EmbedDim, head))
 	if err != nil {
 		return err
@@ -115,15 +146,15 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	perImage += 2 * float64(t-1) * float64(w) * float64(3*v.PatchSize*v.PatchSize)
 	profiling := false
 	for _, b := range []struct {
-		name  string
-		run   func() error
-		flops float64 // per image
+		key, name string
+		run       func() error
+		flops     float64 // per image
 	}{
-		{"forward", forward, perImage},
-		{"forward+backward (LayerNorm gradients)", backward, 2 * perImage},
-		{"SubTTA-MINT step (ImageNet-C preset)", subtta, 5 * perImage},
+		{"forward", "forward", forward, perImage},
+		{"backward", "forward+backward (LayerNorm gradients)", backward, 2 * perImage},
+		{"subtta", "SubTTA-MINT step (ImageNet-C preset)", subtta, 5 * perImage},
 	} {
-		if *only != "" && !strings.Contains(strings.ToLower(b.name), strings.ToLower(*only)) {
+		if len(selected) > 0 && !selected[b.key] {
 			continue
 		}
 		if err := b.run(); err != nil { // warm-up: packs weights, fills pools

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/subtta/subtta/builtin"
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/textenc"
 	"github.com/subtta/subtta/weights"
@@ -58,11 +59,57 @@ func loadTokenizer(vocab, model string, stderr io.Writer) (*textenc.BPETokenizer
 	return textenc.LoadBPETokenizer(vocab)
 }
 
-func loadModel(path string) (*clip.Model, error) {
-	if path == "" {
-		return nil, usagef("--model is required (a .safetensors, .pt or Hugging Face directory)")
+// modelFlagHelp is the help of every --model flag.
+const modelFlagHelp = "checkpoint: .safetensors, .pt or Hugging Face directory (default: the built-in CLIP trained on CIFAR-10)"
+
+// loadModel loads the checkpoint at path, or the built-in model when path
+// is empty or "default". configPath, if not empty, is the architecture (a
+// Hugging Face config.json, an open_clip model config, OpenAI's CLIP
+// keyword arguments, or the JSON that convert stores). A warning goes to
+// stderr when the head counts were inferred from the tensor shapes.
+func loadModel(path, configPath string, stderr io.Writer) (*clip.Model, error) {
+	var opt clip.Options
+	if configPath != "" {
+		b, err := os.ReadFile(configPath)
+		if err != nil {
+			return nil, usagef("--model-config: %v", err)
+		}
+		if opt.Config, err = weights.ParseConfig(b); err != nil {
+			return nil, fmt.Errorf("--model-config %s: %w", configPath, err)
+		}
 	}
-	return clip.Load(path, clip.Options{})
+	if path == "" || path == builtin.ModelName {
+		if configPath != "" {
+			return nil, usagef("--model-config needs --model: the built-in model has its own")
+		}
+		return builtin.Model(opt)
+	}
+	m, err := clip.Load(path, opt)
+	if err != nil {
+		return nil, err
+	}
+	if m.Config.Inferred && opt.Config == nil {
+		fmt.Fprintf(stderr, "warning: %s has no stored configuration: %d vision and %d text heads assumed (width/64, as OpenAI's models); give --model-config if it differs\n",
+			path, m.Config.Vision.Heads, m.Config.Text.Heads)
+	}
+	return m, nil
+}
+
+// modelConfigHelp is the help of every --model-config flag.
+const modelConfigHelp = "architecture of --model, when it is not stored with the weights: a Hugging Face config.json, an open_clip model config (ViT-B-32.json), OpenAI's CLIP keyword arguments, or convert's JSON"
+
+// isBuiltin reports whether a --model value names the built-in model.
+func isBuiltin(path string) bool { return path == "" || path == builtin.ModelName }
+
+// modelTokenizer returns the tokenizer for m: the byte-level one when the
+// text tower has the byte-level vocabulary (the built-in model and models
+// from subtta train) and no --vocab is given, else the CLIP BPE vocabulary
+// that loadTokenizer finds.
+func modelTokenizer(m *clip.Model, vocab, model string, stderr io.Writer) (textenc.Tokenizer, error) {
+	if vocab == "" && m.Config.Text.VocabSize == textenc.ByteVocabSize {
+		return textenc.ByteTokenizer{}, nil
+	}
+	return loadTokenizer(vocab, model, stderr)
 }
 
 func writeJSON(w io.Writer, v any) error {

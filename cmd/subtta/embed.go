@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 
@@ -37,7 +38,8 @@ func preprocessImages(m *clip.Model, paths []string) ([]float32, error) {
 
 func runEmbed(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("embed", "", stderr)
-	model := fs.String("model", "", "checkpoint: .safetensors, .pt or Hugging Face directory")
+	model := fs.String("model", "", modelFlagHelp)
+	modelConfig := fs.String("model-config", "", modelConfigHelp)
 	vocab := fs.String("vocab", "", "CLIP vocabulary (see subtta tokenize -h)")
 	normalize := fs.Bool("normalize", false, "L2-normalise the features")
 	var images, texts stringList
@@ -49,7 +51,7 @@ func runEmbed(args []string, stdout, stderr io.Writer) error {
 	if len(images)+len(texts) == 0 || fs.NArg() > 0 {
 		return usagef("give --image FILE and/or --text TEXT (repeatable)")
 	}
-	m, err := loadModel(*model)
+	m, err := loadModel(*model, *modelConfig, stderr)
 	if err != nil {
 		return err
 	}
@@ -73,7 +75,7 @@ func runEmbed(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if len(texts) > 0 {
-		tok, err := loadTokenizer(*vocab, *model, stderr)
+		tok, err := modelTokenizer(m, *vocab, *model, stderr)
 		if err != nil {
 			return err
 		}
@@ -119,32 +121,56 @@ func rows(v []float64, n int, normalize bool) [][]float64 {
 
 func runClassify(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("classify", "IMAGE...", stderr)
-	model := fs.String("model", "", "checkpoint: .safetensors, .pt or Hugging Face directory")
+	model := fs.String("model", "", modelFlagHelp)
+	modelConfig := fs.String("model-config", "", modelConfigHelp)
 	vocab := fs.String("vocab", "", "CLIP vocabulary (see subtta tokenize -h)")
-	labels := fs.String("labels", "", `comma-separated labels, e.g. "a diagram,a dog,a cat"`)
-	template := fs.String("template", "{}", `prompt template; {} is replaced by each label (e.g. "a photo of a {}.")`)
+	labels := fs.String("labels", "", `comma-separated labels, e.g. "a diagram,a dog,a cat" (default with the built-in model: CIFAR-10's classes)`)
+	template := fs.String("template", "", `prompt template; {} is replaced by each label (e.g. "a photo of a {}."; default "{}", or with the built-in model the 18 CIFAR-10 templates, averaged)`)
 	jsonOut := fs.Bool("json", false, "print JSON instead of a table")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() == 0 || *labels == "" {
-		return usagef("give --labels and at least one image")
+	if fs.NArg() == 0 {
+		return usagef("give at least one image")
 	}
 	var classes []string
 	for _, l := range strings.Split(*labels, ",") {
 		if l = strings.TrimSpace(l); l != "" {
+			if slices.Contains(classes, l) {
+				return usagef("--labels: %q is given twice", l)
+			}
 			classes = append(classes, l)
 		}
 	}
-	m, err := loadModel(*model)
+	templates := []string{*template}
+	switch {
+	case len(classes) == 0 && !isBuiltin(*model):
+		return usagef("give --labels (the built-in model alone defaults to CIFAR-10's classes)")
+	case len(classes) == 0:
+		classes = data.CIFAR10Classes
+	}
+	if *template == "" {
+		templates = []string{"{}"}
+		if isBuiltin(*model) {
+			templates = data.CIFAR10Templates
+		}
+	}
+	m, err := loadModel(*model, *modelConfig, stderr)
 	if err != nil {
 		return err
 	}
-	tok, err := loadTokenizer(*vocab, *model, stderr)
+	tok, err := modelTokenizer(m, *vocab, *model, stderr)
 	if err != nil {
 		return err
 	}
-	head, err := m.ZeroShotHead(tok, classes, []string{*template})
+	var prompts []string
+	for _, tmpl := range templates {
+		for _, c := range classes {
+			prompts = append(prompts, strings.ReplaceAll(tmpl, "{}", c))
+		}
+	}
+	warnCut(stderr, tok, prompts, m.Config.Text.ContextLength)
+	head, err := m.ZeroShotHead(tok, classes, templates)
 	if err != nil {
 		return err
 	}
@@ -158,15 +184,20 @@ func runClassify(args []string, stdout, stderr io.Writer) error {
 	}
 	probs := clip.Softmax(m.Classify(head, f))
 	if *jsonOut {
+		// Labels in the order given, as a list.
+		type labelProb struct {
+			Label string  `json:"label"`
+			Prob  float64 `json:"prob"`
+		}
 		type result struct {
-			Image string             `json:"image"`
-			Probs map[string]float64 `json:"probs"`
+			Image string      `json:"image"`
+			Probs []labelProb `json:"probs"`
 		}
 		var out []result
 		for i, p := range probs {
-			r := result{Image: fs.Arg(i), Probs: map[string]float64{}}
+			r := result{Image: fs.Arg(i)}
 			for j, c := range classes {
-				r.Probs[c] = p[j]
+				r.Probs = append(r.Probs, labelProb{c, p[j]})
 			}
 			out = append(out, r)
 		}

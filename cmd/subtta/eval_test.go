@@ -3,12 +3,18 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"image"
+	"image/png"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/subtta/subtta/builtin"
+	"github.com/subtta/subtta/data"
 	"github.com/subtta/subtta/internal/fixture"
+	"github.com/subtta/subtta/report"
 )
 
 func evalArgs(t *testing.T, out string, extra ...string) []string {
@@ -69,17 +75,109 @@ func TestEvalBadInput(t *testing.T) {
 		status int
 		stderr string
 	}{
-		{[]string{"eval"}, 2, "--model is required"},
+		{[]string{"eval", "--data", dir}, 2, "--dataset is required with --data"},
+		{[]string{"eval", "--dataset", "imagenet-c"}, 2, "--data is required for imagenet-c"},
 		{evalArgs(t, dir, "--severities", "x"), 2, `"x" is not an integer`},
 		{evalArgs(t, dir, "--corruptions", "rain"), 1, `"rain"`},
 		{evalArgs(t, dir, "--data", filepath.Join(dir, "missing")), 1, "no such file or folder"},
 		{evalArgs(t, dir, "--config", badCfg), 1, `unknown field "methodz"`},
 		{evalArgs(t, dir, "stray"), 2, `unexpected argument "stray"`},
+		{evalArgs(t, dir, "--limit", "-5"), 2, "--limit -5: must not be negative"},
+		{evalArgs(t, dir, "--severities", "5,5"), 1, "severity 5 given twice"},
 	} {
 		var stdout, stderr bytes.Buffer
 		st := run(tc.args, &stdout, &stderr)
-		if st != tc.status || !strings.Contains(stderr.String(), tc.stderr) || strings.Count(strings.TrimSpace(stderr.String()), "\n") > 2 {
+		if st != tc.status || !strings.Contains(stderr.String(), tc.stderr) || strings.Count(strings.TrimSpace(stderr.String()), "\n") > 2 ||
+			strings.Contains(stderr.String(), "eval: eval:") {
 			t.Errorf("run(%q) = %d, stderr %q; want %d and %q", tc.args[1:], st, stderr.String(), tc.status, tc.stderr)
 		}
+	}
+}
+
+// TestEvalBuiltin runs eval as a new user does, with no model and no data:
+// the built-in model on the embedded CIFAR-10 images, here on few images
+// of two domains, the clean one among them.
+func TestEvalBuiltin(t *testing.T) {
+	t.Setenv("SUBTTA_CACHE", t.TempDir())
+	t.Setenv("SUBTTA_FROST", "")
+	out := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	args := []string{"eval", "--methods", "source,tent", "--corruptions", "clean,gaussian_noise", "--limit", "40", "--out", out, "--quiet"}
+	if st := run(args, &stdout, &stderr); st != 0 {
+		t.Fatalf("status %d: %s", st, stderr.String())
+	}
+	for _, want := range []string{"source", "tent", "clean", "Gauss."} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, stdout.String())
+		}
+	}
+	recs, err := report.ReadRecordsFile(filepath.Join(out, "results.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, r := range recs {
+		if r.Method == "source" && r.Domain == "clean" {
+			found = true
+			// Chance is 10%; the built-in model classifies most clean images.
+			if r.Accuracy < 50 {
+				t.Errorf("built-in model, clean images: accuracy %.1f%%", r.Accuracy)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no record of source on the clean domain in %+v", recs)
+	}
+}
+
+// TestClassifyBuiltin classifies an embedded image with the built-in model:
+// CIFAR-10's ten classes, probabilities summing to one.
+func TestClassifyBuiltin(t *testing.T) {
+	subset, _, err := builtin.Extract(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := data.OpenFolder(subset, data.FolderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, _, err := ds.Item(0)
+	ds.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "img.png")
+	f, _ := os.Create(path)
+	rgba := image.NewNRGBA(image.Rect(0, 0, img.W, img.H))
+	for i := range img.W * img.H {
+		copy(rgba.Pix[4*i:4*i+3], img.Pix[3*i:3*i+3])
+		rgba.Pix[4*i+3] = 255
+	}
+	if err := png.Encode(f, rgba); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	var stdout, stderr bytes.Buffer
+	if st := run([]string{"classify", "--json", path}, &stdout, &stderr); st != 0 {
+		t.Fatalf("status %d: %s", st, stderr.String())
+	}
+	var res []struct {
+		Probs []struct {
+			Label string
+			Prob  float64
+		}
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil || len(res) != 1 || len(res[0].Probs) != len(data.CIFAR10Classes) {
+		t.Fatalf("classify output %q: %v", stdout.String(), err)
+	}
+	var sum float64
+	for i, c := range data.CIFAR10Classes {
+		if res[0].Probs[i].Label != c {
+			t.Errorf("label %d is %q, want %q", i, res[0].Probs[i].Label, c)
+		}
+		sum += res[0].Probs[i].Prob
+	}
+	if math.Abs(sum-1) > 1e-6 {
+		t.Errorf("probabilities of CIFAR-10's classes sum to %g", sum)
 	}
 }

@@ -14,6 +14,7 @@
 //	eval       test-time adaptation over a corrupted benchmark: the paper's table, CSV, JSON, plots
 //	bench      images/s of the ViT-B/32 vision tower, forward and forward+backward
 //	corrupt    write CIFAR-10/100-C or ImageNet-C from a clean dataset
+//	train      train a small CLIP from scratch on CIFAR-10 (checkpoints, resume, log)
 //
 // Run `subtta <command> -h` for a command's flags.
 package main
@@ -26,6 +27,7 @@ import (
 	"os"
 	"runtime/debug"
 	"sort"
+	"strings"
 )
 
 type command struct {
@@ -42,6 +44,7 @@ var commands = map[string]command{
 	"eval":     {"test-time adaptation over a corrupted benchmark: the paper's table, CSV, JSON, plots", runEval},
 	"bench":    {"images/s of the ViT-B/32 vision tower, forward and forward+backward", runBench},
 	"corrupt":  {"write CIFAR-10/100-C or ImageNet-C from a clean dataset", runCorrupt},
+	"train":    {"train a small CLIP from scratch on CIFAR-10 (checkpoints, resume, log)", runTrain},
 }
 
 func main() {
@@ -79,7 +82,12 @@ func run(args []string, stdout, stderr io.Writer) (status int) {
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			fmt.Fprintf(stderr, "subtta %s: internal error: %v\n%s", args[0], r, debug.Stack())
+			// A bug, not bad input: one line for the user, the stack only
+			// when asked for (SUBTTA_TRACE=1).
+			fmt.Fprintf(stderr, "subtta %s: internal error: %v (please report it; SUBTTA_TRACE=1 prints the stack)\n", args[0], r)
+			if os.Getenv("SUBTTA_TRACE") == "1" {
+				stderr.Write(debug.Stack())
+			}
 			status = 1
 		}
 	}()
@@ -87,12 +95,18 @@ func run(args []string, stdout, stderr io.Writer) (status int) {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		if errors.Is(err, errInterrupted) {
+			return 130 // as a shell reports a process ended by SIGINT
+		}
+		// Package errors start with the package's name, often the
+		// command's: "subtta eval: eval: …" says it twice.
+		msg := strings.TrimPrefix(err.Error(), args[0]+": ")
 		var ue usageError
 		if errors.As(err, &ue) {
-			fmt.Fprintf(stderr, "subtta %s: %v\n", args[0], err)
+			fmt.Fprintf(stderr, "subtta %s: %s\n", args[0], msg)
 			return 2
 		}
-		fmt.Fprintf(stderr, "subtta %s: %v\n", args[0], err)
+		fmt.Fprintf(stderr, "subtta %s: %s\n", args[0], msg)
 		return 1
 	}
 	return 0
@@ -112,6 +126,10 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "\nRun 'subtta <command> -h' for the flags of a command.")
 }
 
+// errInterrupted is returned by a command that stopped on SIGINT or SIGTERM
+// after saving its work; the message is already printed.
+var errInterrupted = errors.New("interrupted")
+
 // usageError marks a bad invocation (exit status 2).
 type usageError struct{ msg string }
 
@@ -130,13 +148,49 @@ func newFlags(name, args string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// parse parses flags; a flag error is a usage error.
+// parse parses flags, which may come before, between or after the
+// positional arguments (`convert SRC DST --dtype f16`); "--" ends the
+// flags. A flag error is a usage error.
 func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(interspersed(fs, args)); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
 		return usageError{err.Error()}
 	}
 	return nil
+}
+
+// interspersed reorders args so that every flag (with its value) comes
+// before the positional arguments, as the standard flag package expects.
+func interspersed(fs *flag.FlagSet, args []string) []string {
+	var flags, positional []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			positional = append(positional, args[i+1:]...)
+			break
+		}
+		if len(a) < 2 || a[0] != '-' {
+			positional = append(positional, a)
+			continue
+		}
+		flags = append(flags, a)
+		name := strings.TrimLeft(a, "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		f := fs.Lookup(name)
+		if f == nil {
+			continue // the flag package reports it
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			continue
+		}
+		if i+1 < len(args) {
+			flags = append(flags, args[i+1])
+			i++
+		}
+	}
+	return append(append(flags, "--"), positional...)
 }

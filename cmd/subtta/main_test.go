@@ -3,10 +3,20 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"image"
+	"image/png"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/internal/fixture"
+	"github.com/subtta/subtta/pretrain"
+	"github.com/subtta/subtta/textenc"
+	"github.com/subtta/subtta/weights"
 )
 
 func TestRunExitCodes(t *testing.T) {
@@ -18,9 +28,15 @@ func TestRunExitCodes(t *testing.T) {
 		{nil, 2, "usage"},
 		{[]string{"bogus"}, 2, `unknown command "bogus"`},
 		{[]string{"tokenize"}, 2, "no text given"},
+		{[]string{"tokenize", "--context", "100000000", "x"}, 2, "--context 100000000: want 2 to 4096"},
 		{[]string{"convert", "--dtype", "f8", "a", "b"}, 2, `--dtype "f8"`},
 		{[]string{"classify", "--labels", "a", "--model", "/does/not/exist.pt", "x.png"}, 1, "/does/not/exist.pt"},
-		{[]string{"bench", "--batch", "0"}, 2, "must be positive"},
+		{[]string{"bench", "--batch", "0"}, 2, "--batch-size 0: must be positive"},
+		{[]string{"bench", "--batch-size", "-1"}, 2, "--batch-size -1: must be positive"},
+		{[]string{"bench", "--classes", "0"}, 2, "--classes 0: must be positive"},
+		{[]string{"bench", "--classes", "-3"}, 2, "--classes -3: must be positive"},
+		{[]string{"bench", "--only", "forwar"}, 2, `unknown measurement "forwar"`},
+		{[]string{"classify", "--labels", "cat,dog,cat", "x.png"}, 2, `"cat" is given twice`},
 	} {
 		var out, errb bytes.Buffer
 		if got := run(tc.args, &out, &errb); got != tc.status || !strings.Contains(errb.String(), tc.stderr) {
@@ -45,15 +61,125 @@ func TestTokenizeAndClassify(t *testing.T) {
 	if st := run([]string{"classify", "--json", "--model", model, "--vocab", vocab, "--labels", "a diagram,a dog,a cat", img}, &out, &errb); st != 0 {
 		t.Fatalf("classify: status %d: %s", st, errb.String())
 	}
-	var res []struct{ Probs map[string]float64 }
+	var res []struct {
+		Probs []struct {
+			Label string
+			Prob  float64
+		}
+	}
 	if err := json.Unmarshal(out.Bytes(), &res); err != nil || len(res) != 1 || len(res[0].Probs) != 3 {
 		t.Fatalf("classify output %q: %v", out.String(), err)
 	}
 	var sum float64
-	for _, p := range res[0].Probs {
-		sum += p
+	for i, p := range res[0].Probs {
+		sum += p.Prob
+		if want := []string{"a diagram", "a dog", "a cat"}[i]; p.Label != want {
+			t.Errorf("label %d is %q, want %q (the order given)", i, p.Label, want)
+		}
 	}
 	if sum < 0.999 || sum > 1.001 {
 		t.Errorf("probabilities sum to %g", sum)
 	}
+}
+
+// TestLongPromptWarns classifies with a template longer than the built-in
+// model's context: every prompt is cut, and the user is told which.
+func TestLongPromptWarns(t *testing.T) {
+	img := filepath.Join(t.TempDir(), "img.png")
+	f, _ := os.Create(img)
+	png.Encode(f, image.NewNRGBA(image.Rect(0, 0, 32, 32)))
+	f.Close()
+	long := "a photo that goes on and on about many things before it names the {}."
+	var out, errb bytes.Buffer
+	if st := run([]string{"classify", "--labels", "cat,dog", "--template", long, img}, &out, &errb); st != 0 {
+		t.Fatalf("status %d: %s", st, errb.String())
+	}
+	if !strings.Contains(errb.String(), `warning: "a photo that goes on`) || !strings.Contains(errb.String(), "it is cut") {
+		t.Errorf("no warning about the cut prompts: %q", errb.String())
+	}
+}
+
+func TestInterspersedFlags(t *testing.T) {
+	fs := newFlags("x", "", &bytes.Buffer{})
+	dtype := fs.String("dtype", "", "")
+	zstd := fs.Bool("zstd", false, "")
+	if err := parse(fs, []string{"src", "--dtype", "f16", "dst", "--zstd", "--", "-odd"}); err != nil {
+		t.Fatal(err)
+	}
+	if *dtype != "f16" || !*zstd || !slices.Equal(fs.Args(), []string{"src", "dst", "-odd"}) {
+		t.Errorf("dtype %q, zstd %v, args %q", *dtype, *zstd, fs.Args())
+	}
+}
+
+// TestModelConfig loads a checkpoint that stores no configuration and
+// whose heads are not OpenAI's width/64: without --model-config the heads
+// are inferred (wrongly) with a warning; with it the features are the
+// model's.
+func TestModelConfig(t *testing.T) {
+	cfg := pretrain.SmallCIFAR()
+	cfg.Vision.Layers, cfg.Text.Layers = 1, 1
+	cfg.Vision.Heads, cfg.Text.Heads = 4, 4 // width 128: the rule says 2
+	s, err := pretrain.RandomState(&cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	model := filepath.Join(dir, "model.safetensors")
+	if err := weights.WriteFile(model, s.Tensors(weights.F32), nil); err != nil {
+		t.Fatal(err)
+	}
+	cj, _ := json.Marshal(cfg)
+	cfgPath := filepath.Join(dir, "config.json")
+	os.WriteFile(cfgPath, cj, 0o644)
+	ref, err := clip.New(s, &cfg, clip.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := ref.EncodeText([][]int{mustTokenize(t, "a cat", cfg.Text.ContextLength)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	embed := func(extra ...string) ([]float64, string) {
+		var out, errb bytes.Buffer
+		args := append([]string{"embed", "--model", model, "--text", "a cat"}, extra...)
+		if st := run(args, &out, &errb); st != 0 {
+			t.Fatalf("embed %q: status %d: %s", extra, st, errb.String())
+		}
+		var res []struct{ Features []float64 }
+		if err := json.Unmarshal(out.Bytes(), &res); err != nil || len(res) != 1 {
+			t.Fatalf("embed output %q: %v", out.String(), err)
+		}
+		return res[0].Features, errb.String()
+	}
+	matches := func(a []float64) bool {
+		w := want.Value().Data().F64()
+		for i := range w {
+			if math.Abs(a[i]-w[i]) > 1e-5*(1+math.Abs(w[i])) {
+				return false
+			}
+		}
+		return true
+	}
+	inferred, warn := embed()
+	if !strings.Contains(warn, "2 vision and 2 text heads assumed") {
+		t.Errorf("no warning about inferred heads: %q", warn)
+	}
+	if matches(inferred) {
+		t.Error("features with 2 heads equal those with 4: the test cannot tell them apart")
+	}
+	given, warn := embed("--model-config", cfgPath)
+	if warn != "" {
+		t.Errorf("warning with --model-config: %q", warn)
+	}
+	if !matches(given) {
+		t.Error("features with --model-config differ from the model's")
+	}
+}
+
+func mustTokenize(t *testing.T, text string, ctx int) []int {
+	ids, err := textenc.ByteTokenizer{}.Tokenize(text, ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
 }

@@ -1,6 +1,15 @@
 package main
 
-import "io"
+import (
+	"fmt"
+	"io"
+
+	"github.com/subtta/subtta/textenc"
+)
+
+// maxContext bounds --context: far beyond any CLIP's 77, and small enough
+// that a typo cannot ask for gigabytes of padding.
+const maxContext = 4096
 
 func runTokenize(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("tokenize", "TEXT...", stderr)
@@ -11,6 +20,9 @@ func runTokenize(args []string, stdout, stderr io.Writer) error {
 	}
 	if fs.NArg() == 0 {
 		return usagef("no text given")
+	}
+	if *ctx < 2 || *ctx > maxContext {
+		return usagef("--context %d: want 2 to %d (the start and end tokens take two)", *ctx, maxContext)
 	}
 	tok, err := loadTokenizer(*vocab, "", stderr)
 	if err != nil {
@@ -27,7 +39,19 @@ func runTokenize(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
+		warnCut(stderr, tok, []string{text}, *ctx)
 		out = append(out, row{Text: text, IDs: tok.Encode(text), Padded: padded})
 	}
 	return writeJSON(stdout, out)
+}
+
+// warnCut prints a warning for each text that does not fit in the context
+// and is therefore cut (CLIP truncates silently: a long template can make
+// every prompt the same).
+func warnCut(w io.Writer, tok textenc.Tokenizer, texts []string, context int) {
+	for _, t := range texts {
+		if n := len(tok.Encode(t)) + 2; n > context {
+			fmt.Fprintf(w, "warning: %q is %d tokens, more than the context of %d: it is cut\n", t, n, context)
+		}
+	}
 }
