@@ -43,6 +43,10 @@ func TestConfigFixture(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if !got.Inferred {
+			t.Errorf("%s: InferConfig's result is not marked Inferred", rel)
+		}
+		got.Inferred = false
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: inferred %+v, want %+v", rel, got, want)
 		}
@@ -51,6 +55,7 @@ func TestConfigFixture(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		got.Inferred = false
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: LoadCLIP config %+v, want %+v", rel, got, want)
 		}

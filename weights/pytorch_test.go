@@ -45,6 +45,10 @@ func TestTorchScriptArchive(t *testing.T) {
 	}
 	compareStates(t, s, ref, nil)
 	want, _ := fixtureConfig(t)
+	if !cfg.Inferred {
+		t.Error("a TorchScript archive stores no configuration, but it is not marked inferred")
+	}
+	cfg.Inferred = false
 	if *cfg != *want {
 		t.Errorf("config %+v, want %+v", cfg, want)
 	}
