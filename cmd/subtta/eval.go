@@ -45,7 +45,7 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	labels := fs.String("labels", "", "folder of class-name files (cifar10_classes.txt, cifar100_classes.txt, imagenet_classes_openai.txt)")
 	subset := fs.String("subset", "", "ImageNet: list of <wnid>/<file> to keep (robustbench's 5,000 images)")
 	methods := fs.String("methods", "", "comma-separated methods (default source,subtta-m; on the built-in images "+strings.Join(builtinMethods, ",")+"): "+strings.Join(tta.PresetMethods, ", "))
-	corruptions := fs.String("corruptions", "", "comma-separated corruptions, or all (default all 15); clean adds the uncorrupted images")
+	corruptions := fs.String("corruptions", "", "comma-separated corruptions; all stands for the 15 (the default); clean adds the uncorrupted images")
 	severities := fs.String("severities", "", "comma-separated severities 1–5 (default 5)")
 	limit := fs.Int("limit", 0, fmt.Sprintf("keep the first N images of every domain's stream (0: all; on the built-in images %d unless given)", builtinLimit))
 	batch := fs.Int("batch-size", 0, "batch size for every method (0: each preset's)")
@@ -96,10 +96,13 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 		case "methods":
 			cfg.Methods = splitList(*methods)
 		case "corruptions":
-			if *corruptions == "all" {
-				cfg.Corruptions = corrupt.Names()
-			} else {
-				cfg.Corruptions = splitList(*corruptions)
+			cfg.Corruptions = nil
+			for _, c := range splitList(*corruptions) {
+				if c == "all" { // the 15, in the benchmark's order ("clean,all" too)
+					cfg.Corruptions = append(cfg.Corruptions, corrupt.Names()...)
+				} else {
+					cfg.Corruptions = append(cfg.Corruptions, c)
+				}
 			}
 		case "severities":
 			cfg.Severities, err = parseInts(*severities)

@@ -181,3 +181,17 @@ func TestClassifyBuiltin(t *testing.T) {
 		t.Errorf("probabilities of CIFAR-10's classes sum to %g", sum)
 	}
 }
+
+// TestEvalAllInList: "all" in a list of corruptions stands for the 15.
+func TestEvalAllInList(t *testing.T) {
+	t.Setenv("SUBTTA_CACHE", t.TempDir())
+	out := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	args := []string{"eval", "--methods", "source", "--corruptions", "clean,all", "--limit", "4", "--out", out, "--quiet"}
+	if st := run(args, &stdout, &stderr); st != 0 {
+		t.Fatalf("status %d: %s", st, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "16 domains computed") {
+		t.Errorf("clean,all: %s", stderr.String())
+	}
+}
