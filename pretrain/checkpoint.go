@@ -35,7 +35,7 @@ type progress struct {
 	EpochLoss    float64 `json:"epoch_loss"`
 	EpochCorrect int     `json:"epoch_correct"`
 	EpochImages  int     `json:"epoch_images"`
-	// Elapsed is the wall time of all earlier sessions of the run, seconds.
+	// Elapsed is the wall time of the processes that ran the run before, seconds.
 	Elapsed float64 `json:"elapsed_s"`
 	// OptimizerSteps is each parameter's Adam step count.
 	OptimizerSteps map[string]int `json:"optimizer_steps"`

@@ -57,7 +57,7 @@ type EpochRecord struct {
 	TestImages int     `json:"test_images,omitempty"`
 	LR         float64 `json:"lr"`
 	LogitScale float64 `json:"logit_scale"`
-	// Seconds is the run's wall time so far, over every session of it.
+	// Seconds is the run's wall time so far, summed over every process that ran part of it.
 	Seconds float64 `json:"seconds"`
 }
 
