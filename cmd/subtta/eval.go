@@ -35,7 +35,7 @@ func limitGiven(fs *flag.FlagSet) bool {
 }
 
 func runEval(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("eval", "", stderr)
+	fs := newFlags("eval", "\n\nWith no flags: the built-in model on the embedded CIFAR-10 test images, corrupted on the fly,\nfor "+strings.Join(builtinMethods, ", ")+" on "+strconv.Itoa(builtinLimit)+" images per corruption (about four minutes on two cores).\n", stderr)
 	configFile := fs.String("config", "", "JSON config file (keys as in results.json's config); flags given override it")
 	model := fs.String("model", "", modelFlagHelp)
 	modelConfig := fs.String("model-config", "", modelConfigHelp)
