@@ -161,8 +161,9 @@ func Params(m *clip.Model, logitScale mat.Matrix) ([]NamedParam, error) {
 		if x.Size() != n {
 			return nil, fmt.Errorf("pretrain: tensor %q has %d values, want %v", name, x.Size(), shape)
 		}
-		decay := strings.HasSuffix(name, "_weight") && !strings.Contains(name, "ln_") ||
-			strings.HasSuffix(name, ".weight") && !strings.Contains(name, "ln_") && name != "token_embedding.weight" ||
+		// Linear weights, the patch projection and both projections decay;
+		// LayerNorms, biases, embeddings and the temperature do not.
+		decay := strings.HasSuffix(name, "weight") && !strings.Contains(name, "ln_") && name != "token_embedding.weight" ||
 			name == "visual.proj" || name == "text_projection"
 		out = append(out, NamedParam{Name: name, Shape: shape, Value: x, Decay: decay})
 	}
