@@ -84,15 +84,20 @@ const Clean = "clean"
 // DefaultMethods are run when Config.Methods is empty.
 var DefaultMethods = []string{"source", "subtta-m"}
 
-// ReadConfig reads a JSON config file. Keys it lacks keep their zero value,
-// except seed and corrupt_seed, which default to 1 as on the command line.
-// Unknown keys are an error, so that a misspelt option is not silently
-// ignored.
+// ReadConfig reads a JSON config file: a Config, or a file eval writes
+// (run.json, results.json), whose "config" member is then read, so that a
+// finished or interrupted run can be repeated with `--config OUT/run.json`.
+// Keys it lacks keep their zero value, except seed and corrupt_seed, which
+// default to 1 as on the command line. Unknown keys are an error, so that a
+// misspelt option is not silently ignored.
 func ReadConfig(path string) (Config, error) {
 	c := Config{Seed: 1, CorruptSeed: 1}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return c, fmt.Errorf("eval: config: %w", err)
+	}
+	if inner, ok := writtenConfig(b); ok {
+		b = inner
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -100,6 +105,23 @@ func ReadConfig(path string) (Config, error) {
 		return c, fmt.Errorf("eval: config %s: %w", path, err)
 	}
 	return c, nil
+}
+
+// writtenConfig returns the "config" member of a run.json or results.json:
+// a JSON object with no member that neither file has.
+func writtenConfig(b []byte) ([]byte, bool) {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(b, &top) != nil || top["config"] == nil {
+		return nil, false
+	}
+	run := []string{"identity", "config"}
+	results := []string{"config", "started", "finished", "seconds", "methods", "records"}
+	for k := range top {
+		if !slices.Contains(run, k) && !slices.Contains(results, k) {
+			return nil, false
+		}
+	}
+	return top["config"], true
 }
 
 // withDefaults returns c with the defaults filled in, or an error naming the

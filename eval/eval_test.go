@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -81,8 +82,17 @@ func TestRunWritesTablesAndPlots(t *testing.T) {
 	}
 	t.Logf("\n%s", md)
 
-	// A second run finds everything done and computes nothing.
-	sum2, err := Run(context.Background(), cfg, Options{})
+	// A second run, configured by the run.json the first one wrote, finds
+	// everything done and computes nothing; results.json holds the same
+	// configuration.
+	again, err := ReadConfig(filepath.Join(cfg.Out, RunFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fromResults, err := ReadConfig(filepath.Join(cfg.Out, JSONFile)); err != nil || !reflect.DeepEqual(fromResults, again) {
+		t.Errorf("config from %s: %+v (%v)\nfrom %s: %+v", JSONFile, fromResults, err, RunFile, again)
+	}
+	sum2, err := Run(context.Background(), again, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

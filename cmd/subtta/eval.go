@@ -36,7 +36,7 @@ func limitGiven(fs *flag.FlagSet) bool {
 
 func runEval(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("eval", "\n\nWith no flags: the built-in model on the embedded CIFAR-10 test images, corrupted on the fly,\nfor "+strings.Join(builtinMethods, ", ")+" on "+strconv.Itoa(builtinLimit)+" images per corruption (about four minutes on two cores).\n", stderr)
-	configFile := fs.String("config", "", "JSON config file (keys as in results.json's config); flags given override it")
+	configFile := fs.String("config", "", "JSON config file (keys as in results.json's config), or the run.json or results.json of an earlier run; flags given override it")
 	model := fs.String("model", "", modelFlagHelp)
 	modelConfig := fs.String("model-config", "", modelConfigHelp)
 	vocab := fs.String("vocab", "", "CLIP vocabulary (see subtta tokenize -h)")
