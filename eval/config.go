@@ -10,6 +10,7 @@ import (
 
 	"github.com/subtta/subtta/data/corrupt"
 	"github.com/subtta/subtta/tta"
+	"github.com/subtta/subtta/weights"
 )
 
 // Config is everything that defines an evaluation run. Its JSON form is
@@ -21,6 +22,9 @@ type Config struct {
 	// ModelConfig, if set, is a file with the model's architecture (see
 	// weights.ParseConfig), for checkpoints that do not store one.
 	ModelConfig string `json:"model_config,omitempty"`
+	// Arch, if set, names the model's architecture among open_clip's
+	// (weights.Arch), in place of ModelConfig.
+	Arch string `json:"arch,omitempty"`
 	// Vocab is the CLIP BPE vocabulary (see textenc.LoadBPETokenizer);
 	// the CLI finds or downloads one when empty.
 	Vocab string `json:"vocab,omitempty"`
@@ -122,6 +126,32 @@ func writtenConfig(b []byte) ([]byte, bool) {
 		}
 	}
 	return top["config"], true
+}
+
+// architecture returns the model architecture c gives (ModelConfig or
+// Arch), or nil when the checkpoint's own is to be used.
+func (c Config) architecture() (*weights.CLIPConfig, error) {
+	switch {
+	case c.ModelConfig != "" && c.Arch != "":
+		return nil, fmt.Errorf("eval: model_config and arch both give the architecture: give one")
+	case c.Arch != "":
+		a, err := weights.Arch(c.Arch)
+		if err != nil {
+			return nil, fmt.Errorf("eval: %w", err)
+		}
+		return a, nil
+	case c.ModelConfig != "":
+		b, err := os.ReadFile(c.ModelConfig)
+		if err != nil {
+			return nil, fmt.Errorf("eval: model config: %w", err)
+		}
+		a, err := weights.ParseConfig(b)
+		if err != nil {
+			return nil, fmt.Errorf("eval: %s: %w", c.ModelConfig, err)
+		}
+		return a, nil
+	}
+	return nil, nil
 }
 
 // withDefaults returns c with the defaults filled in, or an error naming the

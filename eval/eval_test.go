@@ -485,3 +485,21 @@ func TestIdentityByContent(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// TestArchitecture: a config names the model's architecture by file or by
+// open_clip name, not both.
+func TestArchitecture(t *testing.T) {
+	a, err := Config{Arch: "ViT-H-14"}.architecture()
+	if err != nil || a.Vision.Heads != 16 {
+		t.Errorf("arch ViT-H-14: %+v, %v; want 16 vision heads", a, err)
+	}
+	if a, err := (Config{}).architecture(); a != nil || err != nil {
+		t.Errorf("no architecture given: %+v, %v; want nil, nil", a, err)
+	}
+	if _, err := (Config{Arch: "ViT-B-32", ModelConfig: "c.json"}).architecture(); err == nil {
+		t.Error("arch and model_config together accepted")
+	}
+	if _, err := (Config{Arch: "RN50"}).architecture(); err == nil || !strings.Contains(err.Error(), "RN50") {
+		t.Errorf("unknown arch: %v", err)
+	}
+}

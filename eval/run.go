@@ -22,7 +22,6 @@ import (
 	"github.com/subtta/subtta/report"
 	"github.com/subtta/subtta/textenc"
 	"github.com/subtta/subtta/tta"
-	"github.com/subtta/subtta/weights"
 )
 
 // Files of a results folder.
@@ -118,14 +117,8 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Summary, error) {
 	model := opt.Model
 	if model == nil {
 		var copt clip.Options
-		if cfg.ModelConfig != "" {
-			b, err := os.ReadFile(cfg.ModelConfig)
-			if err != nil {
-				return nil, fmt.Errorf("eval: model config: %w", err)
-			}
-			if copt.Config, err = weights.ParseConfig(b); err != nil {
-				return nil, fmt.Errorf("eval: %s: %w", cfg.ModelConfig, err)
-			}
+		if copt.Config, err = cfg.architecture(); err != nil {
+			return nil, err
 		}
 		if model, err = clip.Load(cfg.Model, copt); err != nil {
 			return nil, fmt.Errorf("eval: %w", err)
@@ -382,6 +375,9 @@ func runIdentity(cfg Config, opt Options, tok textenc.Tokenizer, src *source) (i
 	}
 	if id.ModelConfig, err = fingerprint(cfg.ModelConfig, true); err != nil {
 		return id, err
+	}
+	if cfg.Arch != "" {
+		id.ModelConfig = "open_clip " + cfg.Arch
 	}
 	if cfg.Vocab != "" {
 		if id.Tokenizer, err = fingerprint(cfg.Vocab, true); err != nil {

@@ -36,6 +36,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	memProfile := fs.String("memprofile", "", "write a heap profile (allocations of every measurement) to this file at the end")
 	modelPath := fs.String("model", "", "the vision tower to time: default (the built-in model) or a checkpoint; without it ViT-B/32 with random weights")
 	modelConfig := fs.String("model-config", "", modelConfigHelp)
+	arch := fs.String("arch", "", archHelp)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -66,7 +67,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	} else {
-		cm, err := loadModel(*modelPath, *modelConfig, stderr)
+		cm, err := loadModel(*modelPath, *modelConfig, *arch, stderr)
 		if err != nil {
 			return err
 		}

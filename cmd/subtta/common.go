@@ -63,13 +63,23 @@ func loadTokenizer(vocab, model string, stderr io.Writer) (*textenc.BPETokenizer
 const modelFlagHelp = "checkpoint: .safetensors, .pt or Hugging Face directory (default: the built-in CLIP trained on CIFAR-10)"
 
 // loadModel loads the checkpoint at path, or the built-in model when path
-// is empty or "default". configPath, if not empty, is the architecture (a
-// Hugging Face config.json, an open_clip model config, OpenAI's CLIP
-// keyword arguments, or the JSON that convert stores). A warning goes to
-// stderr when the head counts were inferred from the tensor shapes.
-func loadModel(path, configPath string, stderr io.Writer) (*clip.Model, error) {
+// is empty or "default". configPath (--model-config: a Hugging Face
+// config.json, an open_clip model config, OpenAI's CLIP keyword arguments,
+// or the JSON that convert stores) or arch (--arch, an open_clip model
+// name), if given, is the architecture. A warning goes to stderr when the
+// head counts were inferred from the tensor shapes.
+func loadModel(path, configPath, arch string, stderr io.Writer) (*clip.Model, error) {
 	var opt clip.Options
-	if configPath != "" {
+	switch {
+	case configPath != "" && arch != "":
+		return nil, usagef("--model-config and --arch both give the architecture: give one")
+	case arch != "":
+		c, err := weights.Arch(arch)
+		if err != nil {
+			return nil, usagef("--arch: %v", err)
+		}
+		opt.Config = c
+	case configPath != "":
 		b, err := os.ReadFile(configPath)
 		if err != nil {
 			return nil, usagef("--model-config: %v", err)
@@ -79,8 +89,8 @@ func loadModel(path, configPath string, stderr io.Writer) (*clip.Model, error) {
 		}
 	}
 	if path == "" || path == builtin.ModelName {
-		if configPath != "" {
-			return nil, usagef("--model-config needs --model: the built-in model has its own")
+		if opt.Config != nil {
+			return nil, usagef("--model-config and --arch need --model: the built-in model has its own architecture")
 		}
 		return builtin.Model(opt)
 	}
@@ -89,14 +99,18 @@ func loadModel(path, configPath string, stderr io.Writer) (*clip.Model, error) {
 		return nil, err
 	}
 	if m.Config.Inferred && opt.Config == nil {
-		fmt.Fprintf(stderr, "warning: %s has no stored configuration: %d vision and %d text heads assumed (width/64, as OpenAI's models); give --model-config if it differs\n",
+		fmt.Fprintf(stderr, "warning: %s has no stored configuration: %d vision and %d text heads assumed (width/64, as OpenAI's models); give --arch or --model-config if it differs\n",
 			path, m.Config.Vision.Heads, m.Config.Text.Heads)
 	}
 	return m, nil
 }
 
-// modelConfigHelp is the help of every --model-config flag.
-const modelConfigHelp = "architecture of --model, when it is not stored with the weights: a Hugging Face config.json, an open_clip model config (ViT-B-32.json), OpenAI's CLIP keyword arguments, or convert's JSON"
+// modelConfigHelp and archHelp are the help of every --model-config and
+// --arch flag.
+const (
+	modelConfigHelp = "architecture of --model, when it is not stored with the weights: a Hugging Face config.json, an open_clip model config (ViT-B-32.json), OpenAI's CLIP keyword arguments, or convert's JSON"
+	archHelp        = "architecture of --model by open_clip model name (ViT-B-32, ViT-B-16-quickgelu, ViT-L-14-336, ViT-H-14, ...), when it is not stored with the weights"
+)
 
 // isBuiltin reports whether a --model value names the built-in model.
 func isBuiltin(path string) bool { return path == "" || path == builtin.ModelName }

@@ -40,6 +40,7 @@ func runEmbed(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("embed", "", stderr)
 	model := fs.String("model", "", modelFlagHelp)
 	modelConfig := fs.String("model-config", "", modelConfigHelp)
+	arch := fs.String("arch", "", archHelp)
 	vocab := fs.String("vocab", "", "CLIP vocabulary (see subtta tokenize -h)")
 	normalize := fs.Bool("normalize", false, "L2-normalise the features")
 	var images, texts stringList
@@ -51,7 +52,7 @@ func runEmbed(args []string, stdout, stderr io.Writer) error {
 	if len(images)+len(texts) == 0 || fs.NArg() > 0 {
 		return usagef("give --image FILE and/or --text TEXT (repeatable)")
 	}
-	m, err := loadModel(*model, *modelConfig, stderr)
+	m, err := loadModel(*model, *modelConfig, *arch, stderr)
 	if err != nil {
 		return err
 	}
@@ -123,6 +124,7 @@ func runClassify(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("classify", "IMAGE...", stderr)
 	model := fs.String("model", "", modelFlagHelp)
 	modelConfig := fs.String("model-config", "", modelConfigHelp)
+	arch := fs.String("arch", "", archHelp)
 	vocab := fs.String("vocab", "", "CLIP vocabulary (see subtta tokenize -h)")
 	labels := fs.String("labels", "", `comma-separated labels, e.g. "a diagram,a dog,a cat" (default with the built-in model: CIFAR-10's classes)`)
 	template := fs.String("template", "", `prompt template; {} is replaced by each label (e.g. "a photo of a {}."; default "{}", or with the built-in model the 18 CIFAR-10 templates, averaged)`)
@@ -155,7 +157,7 @@ func runClassify(args []string, stdout, stderr io.Writer) error {
 			templates = data.CIFAR10Templates
 		}
 	}
-	m, err := loadModel(*model, *modelConfig, stderr)
+	m, err := loadModel(*model, *modelConfig, *arch, stderr)
 	if err != nil {
 		return err
 	}

@@ -39,6 +39,7 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	configFile := fs.String("config", "", "JSON config file (keys as in results.json's config), or the run.json or results.json of an earlier run; flags given override it")
 	model := fs.String("model", "", modelFlagHelp)
 	modelConfig := fs.String("model-config", "", modelConfigHelp)
+	arch := fs.String("arch", "", archHelp)
 	vocab := fs.String("vocab", "", "CLIP vocabulary (see subtta tokenize -h)")
 	dataset := fs.String("dataset", "", "benchmark: "+strings.Join(tta.PresetDatasets, ", ")+" (default cifar10-c)")
 	dataPath := fs.String("data", "", "the -C files (CIFAR-C .npy folder, ImageNet-C folders), or a clean test set to corrupt on the fly (CIFAR binaries, image folder, .tar/.tar.gz); default: the built-in 2,000 CIFAR-10 test images")
@@ -83,6 +84,8 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 			cfg.Model = *model
 		case "model-config":
 			cfg.ModelConfig = *modelConfig
+		case "arch":
+			cfg.Arch = *arch
 		case "vocab":
 			cfg.Vocab = *vocab
 		case "dataset":
@@ -178,7 +181,7 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 			cfg.Limit = builtinLimit
 		}
 	}
-	m, err := loadModel(cfg.Model, cfg.ModelConfig, stderr)
+	m, err := loadModel(cfg.Model, cfg.ModelConfig, cfg.Arch, stderr)
 	if err != nil {
 		return err
 	}

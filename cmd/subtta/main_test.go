@@ -183,3 +183,36 @@ func mustTokenize(t *testing.T, text string, ctx int) []int {
 	}
 	return ids
 }
+
+// TestArchFlag: --arch takes open_clip's model names; the named
+// architecture is checked against the checkpoint's tensors, and the flag's
+// misuses are refused with the flag named.
+func TestArchFlag(t *testing.T) {
+	cfg := pretrain.SmallCIFAR()
+	cfg.Vision.Layers, cfg.Text.Layers = 1, 1
+	s, err := pretrain.RandomState(&cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := filepath.Join(t.TempDir(), "model.safetensors")
+	if err := weights.WriteFile(model, s.Tensors(weights.F32), nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args   []string
+		status int
+		want   string
+	}{
+		{[]string{"--model", model, "--arch", "ViT-B-32"}, 1, "the config wants"},
+		{[]string{"--model", model, "--arch", "ViT-B/32"}, 2, "--arch: weights: unknown architecture \"ViT-B/32\" (known: ViT-B-16"},
+		{[]string{"--model", model, "--arch", "ViT-B-32", "--model-config", "x.json"}, 2, "give one"},
+		{[]string{"--arch", "ViT-B-32"}, 2, "need --model"},
+	} {
+		var out, errb bytes.Buffer
+		args := append([]string{"embed", "--text", "a cat"}, tc.args...)
+		st := run(args, &out, &errb)
+		if st != tc.status || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("%q: status %d, stderr %q; want %d and %q", tc.args, st, errb.String(), tc.status, tc.want)
+		}
+	}
+}
