@@ -15,6 +15,11 @@ import (
 //	gaussian_noise/5  [=========>          ]  4800/10000  48%  212.4 img/s  ETA 0:24
 //
 // It is safe for concurrent use.
+//
+// It is not github.com/schollz/progressbar/v3 because that bar (v3.19.1),
+// written to a log file, redraws with \r on one endless line (10,000 items
+// over 12 s: 370 redraws, 25 KB, no newline) and shows its first rate from
+// the first item (352,858 img/s).
 type progressBar struct {
 	mu       sync.Mutex
 	w        io.Writer
@@ -70,22 +75,27 @@ func (p *progressBar) Done() {
 	}
 }
 
+// rateAfter is how long a bar runs before it shows a rate and an ETA.
+const rateAfter = time.Second
+
 func (p *progressBar) draw(now time.Time) {
 	p.drawn = p.done
-	el := now.Sub(p.start).Seconds()
-	rate := 0.0
-	if el > 0 {
-		rate = float64(p.done) / el
-	}
+	el := now.Sub(p.start)
 	frac := 0.0
 	if p.total > 0 {
 		frac = min(1, float64(p.done)/float64(p.total))
 	}
-	eta := "--:--"
-	if rate > 0 && p.total > 0 {
-		eta = formatDuration(time.Duration(float64(p.total-p.done) / rate * float64(time.Second)))
+	// A rate over the first instants (one item in a few microseconds) is
+	// noise: it is shown from rateAfter on, or at the end.
+	rate, eta := "--", "--:--"
+	if el > 0 && (el >= rateAfter || p.done >= p.total) {
+		r := float64(p.done) / el.Seconds()
+		rate = fmt.Sprintf("%.1f", r)
+		if r > 0 && p.total > 0 {
+			eta = formatDuration(time.Duration(float64(p.total-p.done) / r * float64(time.Second)))
+		}
 	}
-	line := fmt.Sprintf("%s  %s  %d/%d  %3.0f%%  %.1f img/s  ETA %s", p.label, bar(frac, p.width), p.done, p.total, 100*frac, rate, eta)
+	line := fmt.Sprintf("%s  %s  %d/%d  %3.0f%%  %s img/s  ETA %s", p.label, bar(frac, p.width), p.done, p.total, 100*frac, rate, eta)
 	if p.terminal {
 		fmt.Fprintf(p.w, "\r%s\033[K", line)
 	} else {
