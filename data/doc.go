@@ -1,7 +1,8 @@
 // Package data turns image files into model inputs: decoding, CLIP's
-// preprocessing, and (as they are added) the datasets, the 15 corruptions
-// of CIFAR-10-C/ImageNet-C, and the batched streams of domains that the
-// test-time adaptation runs consume. It knows nothing of the model.
+// preprocessing, the datasets the benchmarks read (CIFAR-10 and CIFAR-100
+// binaries, CIFAR-10-C and CIFAR-100-C arrays, image folders such as
+// ImageNet and ImageNet-C), and corrupted datasets made with the 15
+// corruptions of package corrupt. It knows nothing of the model.
 //
 // # Decoding
 //

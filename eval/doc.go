@@ -5,18 +5,24 @@
 //
 // Run takes a Config (the JSON of `subtta eval --config`) and:
 //
-//  1. loads the checkpoint and builds each method's zero-shot head from its
-//     preset's prompt templates (tta.Lookup);
-//  2. opens one domain per corruption and severity, from the benchmark's
-//     files (CIFAR-C .npy, ImageNet-C folders) or, when Data is a clean test
-//     set, corrupting its images on the fly (package data/corrupt, seeded per
-//     image); every domain is streamed in the official order (Python's
-//     random.shuffle with seed 1) and cut to Limit images;
-//  3. streams every domain through every method with tta.Runner, resetting
-//     before each domain (or continually, or mixed);
-//  4. appends each finished domain to Out/results.jsonl at once, with its
+//  1. loads the checkpoint and the tokenizer, and finds where the images
+//     come from: the benchmark's files (CIFAR-C .npy, ImageNet-C folders)
+//     or a clean test set to corrupt on the fly;
+//  2. locks the results folder Out and reads what it already holds,
+//     refusing a folder made with another configuration (see Resuming);
+//  3. opens one domain per corruption and severity, corrupting a clean
+//     test set's images on the fly (package data/corrupt, seeded per image)
+//     when that is the source; every domain is streamed in the official
+//     order (Python's random.shuffle with Seed, 1 in the official protocol)
+//     and cut to Limit images;
+//  4. for each method, builds its zero-shot head from its preset's prompt
+//     templates (tta.Lookup) and streams the domains not yet done through
+//     it with tta.Runner, resetting before each domain (or continually, or
+//     mixed);
+//  5. appends each finished domain to Out/results.jsonl at once (in the
+//     continual and mixed protocols, at the end of the stream), with its
 //     per-batch diagnostics, and every batch to Out/batches.jsonl;
-//  5. writes results.md (the paper's layout: methods as rows, corruptions
+//  6. writes results.md (the paper's layout: methods as rows, corruptions
 //     grouped Noise/Blur/Weather/Digital, mean), results.csv, results.json
 //     (configuration, timings, means) and, with Plot, PNG plots.
 //

@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"path/filepath"
 
+	"github.com/subtta/subtta/builtin"
+	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/eval"
 	"github.com/subtta/subtta/report"
 )
@@ -32,4 +35,52 @@ func ExampleRun() {
 		log.Fatal(err)
 	}
 	fmt.Println(sum.Computed, "domains computed; tables in", cfg.Out)
+}
+
+// A run that needs no files: the built-in model on a few of its embedded
+// CIFAR-10 test images, corrupted with Gaussian noise on the fly, printing
+// each domain as it is stored. Run a second time with the same Out, it
+// finds both domains done and computes nothing.
+func Example_builtin() {
+	dir, err := os.MkdirTemp("", "eval-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	subset, _, err := builtin.Extract(dir)
+	if err != nil {
+		log.Fatal(err)
+	}
+	m, err := builtin.Model(clip.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	cfg := eval.Config{
+		Model:       builtin.ModelName,
+		Dataset:     "cifar10-c",
+		Data:        subset,
+		Methods:     []string{"source", "subtta-m"},
+		Corruptions: []string{"gaussian_noise"},
+		Limit:       16,
+		Seed:        1, CorruptSeed: 1,
+		Out: filepath.Join(dir, "results"),
+	}
+	opt := eval.Options{
+		Model:       m,
+		ModelID:     "built-in " + builtin.ModelSHA256(),
+		Tokenizer:   builtin.Tokenizer(),
+		AfterDomain: func(r report.Record) { fmt.Printf("%s %s: %d images\n", r.Method, r.Domain, r.Samples) },
+	}
+	for range 2 {
+		sum, err := eval.Run(context.Background(), cfg, opt)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("computed %d, resumed %d\n", sum.Computed, sum.Resumed)
+	}
+	// Output:
+	// source gaussian_noise/5: 16 images
+	// subtta-m gaussian_noise/5: 16 images
+	// computed 2, resumed 0
+	// computed 0, resumed 2
 }

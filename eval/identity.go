@@ -40,8 +40,9 @@ const maxHashedBytes = 1 << 30
 
 // fingerprint identifies the contents of path: for a file, its size and
 // SHA-256 (see maxHashedBytes); for a folder, the sorted list of its files
-// with their sizes (a data set of many images), or for a folder holding a
-// checkpoint, its files' fingerprints. The result is "" for an empty path.
+// with their sizes (enough for a data set of many images) and, when
+// contents is set (a checkpoint folder), their contents too. The result is
+// "" for an empty path.
 func fingerprint(path string, contents bool) (string, error) {
 	if path == "" {
 		return "", nil

@@ -91,12 +91,6 @@ type runFile struct {
 	Config   Config   `json:"config"`
 }
 
-type plannedDomain struct {
-	name       string
-	corruption string
-	severity   int
-}
-
 // Run evaluates every method of cfg on every domain, appending each finished
 // domain to Out/results.jsonl, and then writes the tables (Markdown, CSV,
 // JSON) and, with cfg.Plot, the plots. Domains already in results.jsonl are
@@ -107,63 +101,133 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
-	sum := &Summary{Config: cfg, Started: time.Now()}
-	logf := func(format string, a ...any) {
-		if opt.Log != nil {
-			fmt.Fprintf(opt.Log, format+"\n", a...)
+	e := &evaluation{ctx: ctx, cfg: cfg, opt: opt, sum: &Summary{Config: cfg, Started: time.Now()}}
+	// The model and the data are checked before anything is written.
+	if err := e.openInputs(); err != nil {
+		return nil, err
+	}
+	defer e.src.Close()
+	if err := e.lockResults(); err != nil {
+		return nil, err
+	}
+	defer e.lock.Unlock()
+	if err := e.readResults(); err != nil {
+		return nil, err
+	}
+	if err := e.openDomains(); err != nil {
+		return nil, err
+	}
+	defer closeDomains(e.domains)
+	e.planRemaining()
+	for _, name := range cfg.Methods {
+		if err := e.runMethod(name); err != nil {
+			return e.sum, err
 		}
 	}
-	// The model and the data, checked before anything is written.
-	model := opt.Model
-	if model == nil {
+	return e.sum, e.writeReports()
+}
+
+// evaluation is the state of one Run, shared by its steps.
+type evaluation struct {
+	ctx context.Context
+	cfg Config
+	opt Options
+	sum *Summary
+
+	// The inputs (openInputs).
+	model *clip.Model
+	tok   textenc.Tokenizer
+	src   *source
+
+	// The results folder (lockResults, readResults).
+	lock        *dirlock.Lock
+	resultsPath string
+	prior       []report.Record // the records stored before this run
+
+	// The domains, in stream order, and what is left of them (planRemaining).
+	domains  []*domain
+	done     map[[2]string]bool // (method, domain) pairs stored in the results
+	todo     map[string][]int   // method → indices into domains still to compute
+	progress Progress
+
+	heads  map[string]methodHeads // by templates: methods share heads
+	warned map[string]bool        // prompts too long for the context, reported once
+}
+
+func (e *evaluation) logf(format string, a ...any) {
+	if e.opt.Log != nil {
+		fmt.Fprintf(e.opt.Log, format+"\n", a...)
+	}
+}
+
+// openInputs loads the model (unless Options gives one) and the tokenizer,
+// and opens the data source.
+func (e *evaluation) openInputs() error {
+	cfg := e.cfg
+	var err error
+	e.model = e.opt.Model
+	if e.model == nil {
 		var copt clip.Options
 		if copt.Config, err = cfg.architecture(); err != nil {
-			return nil, err
+			return err
 		}
-		if model, err = clip.Load(cfg.Model, copt); err != nil {
-			return nil, fmt.Errorf("eval: %w", err)
+		if e.model, err = clip.Load(cfg.Model, copt); err != nil {
+			return fmt.Errorf("eval: %w", err)
 		}
 	}
-	tok := opt.Tokenizer
-	if tok == nil {
+	e.tok = e.opt.Tokenizer
+	if e.tok == nil {
 		if cfg.Vocab == "" {
-			return nil, errors.New("eval: no tokenizer: set Config.Vocab or Options.Tokenizer")
+			return errors.New("eval: no tokenizer: set Config.Vocab or Options.Tokenizer")
 		}
-		if tok, err = textenc.LoadBPETokenizer(cfg.Vocab); err != nil {
-			return nil, fmt.Errorf("eval: %w", err)
+		if e.tok, err = textenc.LoadBPETokenizer(cfg.Vocab); err != nil {
+			return fmt.Errorf("eval: %w", err)
 		}
 	}
-	src, err := openSource(cfg)
-	if err != nil {
-		return nil, err
-	}
-	defer src.Close()
-	// The results folder.
-	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
-		return nil, fmt.Errorf("eval: %w", err)
-	}
-	// One writer per results folder: two runs would each compute and
-	// append every domain, and share the state files' temporary names.
-	lock, err := dirlock.Acquire(cfg.Out)
-	if err != nil {
-		return nil, fmt.Errorf("eval: %w", err)
-	}
-	defer lock.Unlock()
-	resultsPath := filepath.Join(cfg.Out, ResultsFile)
-	prior, err := report.ReadRecordsFile(resultsPath)
-	if err != nil {
-		return nil, fmt.Errorf("eval: %w", err)
-	}
-	id, err := runIdentity(cfg, opt, tok, src)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkRunFile(cfg, id, len(prior) > 0); err != nil {
-		return nil, err
-	}
+	e.src, err = openSource(cfg)
+	return err
+}
 
-	src.frost = opt.Frost
-	logf("data: %s", src.describe())
+// lockResults creates the results folder and takes its lock: two runs in
+// one folder would each compute and append every domain, and share the
+// state files' temporary names.
+func (e *evaluation) lockResults() error {
+	if err := os.MkdirAll(e.cfg.Out, 0o755); err != nil {
+		return fmt.Errorf("eval: %w", err)
+	}
+	lock, err := dirlock.Acquire(e.cfg.Out)
+	if err != nil {
+		return fmt.Errorf("eval: %w", err)
+	}
+	e.lock = lock
+	return nil
+}
+
+// readResults reads the records already stored in the results folder, and
+// refuses a folder made with another configuration (checkRunFile).
+func (e *evaluation) readResults() error {
+	e.resultsPath = filepath.Join(e.cfg.Out, ResultsFile)
+	var err error
+	if e.prior, err = report.ReadRecordsFile(e.resultsPath); err != nil {
+		return fmt.Errorf("eval: %w", err)
+	}
+	id, err := runIdentity(e.cfg, e.opt, e.tok, e.src)
+	if err != nil {
+		return err
+	}
+	return checkRunFile(e.cfg, id, len(e.prior) > 0)
+}
+
+// A plannedDomain is one domain of the run before it is opened.
+type plannedDomain struct {
+	name       string
+	corruption string
+	severity   int
+}
+
+// planDomains lists the run's domains in stream order: the clean images
+// first when asked for, then every corruption at each severity in turn.
+func planDomains(cfg Config) []plannedDomain {
 	var plan []plannedDomain
 	if slices.Contains(cfg.Corruptions, Clean) {
 		plan = append(plan, plannedDomain{Clean, Clean, 0})
@@ -175,111 +239,151 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Summary, error) {
 			}
 		}
 	}
-	pre := data.NewCLIPPreprocessor(model.Config.Vision.ImageSize)
-	domains := make([]*domain, len(plan))
-	for i, p := range plan {
-		ds, err := src.open(p.corruption, p.severity)
-		if err != nil {
-			return nil, err
-		}
-		defer ds.Close()
-		if len(ds.Classes()) != len(src.classes) {
-			return nil, fmt.Errorf("eval: %s: %d classes, expected %d", p.name, len(ds.Classes()), len(src.classes))
-		}
-		domains[i] = &domain{name: p.name, corruption: p.corruption, severity: p.severity, ds: ds,
-			indices: streamOrder(ds.Len(), cfg), pre: pre, workers: cfg.Workers}
-	}
+	return plan
+}
 
-	done := map[[2]string]bool{}
-	for _, r := range prior {
-		done[[2]string{r.Method, r.Domain}] = true
+// openDomains opens every domain of the run, each streamed in the order of
+// streamOrder and preprocessed for the model. On error, those already open
+// are closed.
+func (e *evaluation) openDomains() error {
+	e.src.frost = e.opt.Frost
+	e.logf("data: %s", e.src.describe())
+	pre := data.NewCLIPPreprocessor(e.model.Config.Vision.ImageSize)
+	plan := planDomains(e.cfg)
+	domains := make([]*domain, 0, len(plan))
+	for _, p := range plan {
+		ds, err := e.src.open(p.corruption, p.severity)
+		if err != nil {
+			closeDomains(domains)
+			return err
+		}
+		domains = append(domains, &domain{name: p.name, corruption: p.corruption, severity: p.severity, ds: ds,
+			indices: streamOrder(ds.Len(), e.cfg), pre: pre, workers: e.cfg.Workers})
+		if len(ds.Classes()) != len(e.src.classes) {
+			closeDomains(domains)
+			return fmt.Errorf("eval: %s: %d classes, expected %d", p.name, len(ds.Classes()), len(e.src.classes))
+		}
 	}
-	// What is left to compute, for the progress total.
-	todo := make(map[string][]int, len(cfg.Methods)) // method → indices into domains
+	e.domains = domains
+	return nil
+}
+
+// closeDomains closes the domains' datasets, the last opened first.
+func closeDomains(domains []*domain) {
+	for _, d := range slices.Backward(domains) {
+		d.ds.Close()
+	}
+}
+
+// planRemaining finds, for every method, the domains not yet in the
+// results, and counts their images for the progress total.
+func (e *evaluation) planRemaining() {
+	e.done = map[[2]string]bool{}
+	for _, r := range e.prior {
+		e.done[[2]string{r.Method, r.Domain}] = true
+	}
+	e.todo = make(map[string][]int, len(e.cfg.Methods))
 	total := 0
-	for _, name := range cfg.Methods {
-		for i, d := range domains {
-			if !done[[2]string{name, d.name}] {
-				todo[name] = append(todo[name], i)
+	for _, name := range e.cfg.Methods {
+		for i, d := range e.domains {
+			if !e.done[[2]string{name, d.name}] {
+				e.todo[name] = append(e.todo[name], i)
 				total += d.Len()
 			}
 		}
 	}
-	progress := Progress{Total: total}
+	e.progress = Progress{Total: total}
+}
 
-	headCache := map[string]methodHeads{} // by templates: methods share heads
-	warned := map[string]bool{}           // prompts too long for the context, reported once
-	for _, name := range cfg.Methods {
-		if len(todo[name]) == 0 {
-			sum.Resumed += len(domains)
-			logf("%s: all %d domains already in %s", name, len(domains), resultsPath)
-			continue
-		}
-		p, err := tta.Lookup(cfg.Dataset, name)
-		if err != nil {
-			return nil, fmt.Errorf("eval: %w", err)
-		}
-		if cfg.BatchSize > 0 {
-			p.BatchSize = cfg.BatchSize
-		}
-		key := fmt.Sprint(p.Method == "mint-official", p.PerTemplateHeads, p.Templates)
-		h, ok := headCache[key]
-		if !ok {
-			classes := headClasses(p, src.classes)
-			for _, tmpl := range p.Templates {
-				for _, c := range classes {
-					prompt := strings.ReplaceAll(tmpl, "{}", c)
-					if n := len(tok.Encode(prompt)) + 2; n > model.Config.Text.ContextLength && !warned[prompt] {
-						warned[prompt] = true
-						logf("warning: prompt %q is %d tokens, more than the text context of %d: it is cut", prompt, n, model.Config.Text.ContextLength)
-					}
-				}
+// runMethod evaluates one method on the domains it has left, and then
+// resets the model to its loaded state for the next method.
+func (e *evaluation) runMethod(name string) error {
+	if len(e.todo[name]) == 0 {
+		e.sum.Resumed += len(e.domains)
+		e.logf("%s: all %d domains already in %s", name, len(e.domains), e.resultsPath)
+		return nil
+	}
+	p, err := tta.Lookup(e.cfg.Dataset, name)
+	if err != nil {
+		return fmt.Errorf("eval: %w", err)
+	}
+	if e.cfg.BatchSize > 0 {
+		p.BatchSize = e.cfg.BatchSize
+	}
+	h, err := e.methodHeads(name, p)
+	if err != nil {
+		return err
+	}
+	head := h.head
+	method, err := p.New(e.model, head, h.templates...)
+	if err != nil {
+		return fmt.Errorf("eval: %s: %w", name, err)
+	}
+	text, err := diagnosticSubspace(method, head, e.cfg.Dataset)
+	if err != nil {
+		// Only the geometric diagnostics need it (few classes, say).
+		e.logf("%s: no subspace diagnostics: %v", name, err)
+		text = nil
+	}
+	mr := &methodRun{cfg: e.cfg, preset: p, method: method, text: text, head: head, domains: e.domains,
+		todo: e.todo[name], done: e.done, opt: e.opt, progress: &e.progress, ctx: e.ctx, sum: e.sum, logf: e.logf}
+	err = mr.run()
+	// Leave the model as it was loaded for the next method.
+	if rerr := method.Reset(); err == nil && rerr != nil {
+		err = fmt.Errorf("eval: %s: reset: %w", name, rerr)
+	}
+	return err
+}
+
+// methodHeads returns the zero-shot heads of preset p (method name), built
+// once for all methods that share them, and warns of prompts longer than
+// the text context.
+func (e *evaluation) methodHeads(name string, p tta.Preset) (methodHeads, error) {
+	key := fmt.Sprint(p.Method == "mint-official", p.PerTemplateHeads, p.Templates)
+	if h, ok := e.heads[key]; ok {
+		return h, nil
+	}
+	if e.heads == nil {
+		e.heads, e.warned = map[string]methodHeads{}, map[string]bool{}
+	}
+	classes := headClasses(p, e.src.classes)
+	ctxLen := e.model.Config.Text.ContextLength
+	for _, tmpl := range p.Templates {
+		for _, c := range classes {
+			prompt := strings.ReplaceAll(tmpl, "{}", c)
+			if n := len(e.tok.Encode(prompt)) + 2; n > ctxLen && !e.warned[prompt] {
+				e.warned[prompt] = true
+				e.logf("warning: prompt %q is %d tokens, more than the text context of %d: it is cut", prompt, n, ctxLen)
 			}
-			head, th, err := p.Heads(model, tok, classes)
-			if err != nil {
-				return nil, fmt.Errorf("eval: %s: head: %w", name, err)
-			}
-			h = methodHeads{head, th}
-			headCache[key] = h
-		}
-		head := h.head
-		method, err := p.New(model, head, h.templates...)
-		if err != nil {
-			return nil, fmt.Errorf("eval: %s: %w", name, err)
-		}
-		text, err := diagnosticSubspace(method, head, cfg.Dataset)
-		if err != nil {
-			// Only the geometric diagnostics need it (few classes, say).
-			logf("%s: no subspace diagnostics: %v", name, err)
-			text = nil
-		}
-		mr := &methodRun{cfg: cfg, preset: p, method: method, text: text, head: head, domains: domains,
-			todo: todo[name], done: done, opt: opt, progress: &progress, ctx: ctx, sum: sum, logf: logf}
-		err = mr.run()
-		// Leave the model as it was loaded for the next method.
-		if rerr := method.Reset(); err == nil && rerr != nil {
-			err = fmt.Errorf("eval: %s: reset: %w", name, rerr)
-		}
-		if err != nil {
-			return sum, err
 		}
 	}
-
-	recs, err := report.ReadRecordsFile(resultsPath)
+	head, th, err := p.Heads(e.model, e.tok, classes)
 	if err != nil {
-		return sum, fmt.Errorf("eval: %w", err)
+		return methodHeads{}, fmt.Errorf("eval: %s: head: %w", name, err)
 	}
-	sum.Records = report.Latest(recs) // a redone domain appears twice in the file
-	sum.Finished = time.Now()
-	files, err := writeTables(cfg, recs, sum)
-	sum.Files = files
+	h := methodHeads{head, th}
+	e.heads[key] = h
+	return h, nil
+}
+
+// writeReports reads back every stored record and writes the tables and
+// plots of the latest record of each domain.
+func (e *evaluation) writeReports() error {
+	recs, err := report.ReadRecordsFile(e.resultsPath)
 	if err != nil {
-		return sum, err
+		return fmt.Errorf("eval: %w", err)
+	}
+	e.sum.Records = report.Latest(recs) // a redone domain appears twice in the file
+	e.sum.Finished = time.Now()
+	files, err := writeTables(e.cfg, recs, e.sum)
+	e.sum.Files = files
+	if err != nil {
+		return err
 	}
 	for _, f := range files {
-		logf("wrote %s", f)
+		e.logf("wrote %s", f)
 	}
-	return sum, nil
+	return nil
 }
 
 // methodHeads are a preset's zero-shot head and, for WATT, its

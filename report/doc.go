@@ -19,4 +19,7 @@
 // When the same (method, domain) was recorded more than once, as happens
 // when a domain is rerun, the later record wins everywhere except in CSV,
 // which writes the records as given.
+//
+// TrainingPlot, apart from the evaluation outputs, draws the accuracy per
+// epoch of a training run (`subtta train`).
 package report

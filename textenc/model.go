@@ -48,8 +48,8 @@ func New(s *weights.State, cfg *weights.CLIPConfig, opt Options) (*Model, error)
 }
 
 // Forward encodes a batch of token sequences (each as Tokenize returns it:
-// start token, ids, end token, zero padding) into unnormalised features
-// [batch, embed]: encode_text of CLIP.
+// start token, ids, end token, then the tokenizer's padding) into
+// unnormalised features [batch, embed]: encode_text of CLIP.
 //
 // The features are pooled at each sequence's highest id, which is its first
 // end-of-text token (as OpenAI's code, and Hugging Face's with the legacy

@@ -4,7 +4,8 @@
 // gemm_avx2_amd64.s (6×16 tile, AVX2+FMA) and gemm_avx512_amd64.s
 // (8×32 tile, AVX-512F). Both kernels have the same structure; only the
 // register width and tile shape differ. It also writes rowwise_avx2_amd64.s,
-// the 8-wide forms of expInPlace32, the QuickGELU loops and a softmax row.
+// the 8-wide forms of expInPlace32, the QuickGELU loops, a softmax row and
+// the LayerNorm rows (forward and backward).
 // Run with `go generate`.
 package main
 
@@ -45,13 +46,13 @@ func main() {
 	}
 }
 
-// genRowwise writes rowwise_avx2_amd64.s: expAVX2, the QuickGELU kernels
-// and softmaxRowAVX2. The exponential runs expInPlace32's float32
-// operations in the same order, eight lanes at a time and without fused
-// multiply-adds, so it gives the same bits as the Go loop; so do the
-// QuickGELU kernels, which follow their Go loops operation by operation.
-// The constants are converted here by Go's exact constant arithmetic, as
-// they are in rowwise.go.
+// genRowwise writes rowwise_avx2_amd64.s: expAVX2, the QuickGELU kernels,
+// softmaxRowAVX2 and the LayerNorm rows (genLayerNorm). The exponential
+// runs expInPlace32's float32 operations in the same order, eight lanes at
+// a time and without fused multiply-adds, so it gives the same bits as the
+// Go loop; so do the QuickGELU kernels, which follow their Go loops
+// operation by operation. The constants are converted here by Go's exact
+// constant arithmetic, as they are in rowwise.go.
 func genRowwise() string {
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }

@@ -11,7 +11,7 @@ const mc = 96
 // PackedB is the right-hand operand op(B) (k×n) rearranged for the
 // micro-kernel: K is cut into blocks of kc rows, and each block into column
 // panels of nr columns stored contiguously (kc×nr, the last panel zero-padded).
-// Pack a frozen weight once with PackB and reuse it for every call.
+// Pack a frozen weight once (PackBToKeep) and reuse it for every call.
 type PackedB struct {
 	K, N   int
 	nr     int // panel width of the kernel the data was packed for

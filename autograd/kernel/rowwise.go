@@ -14,8 +14,8 @@ const rowGrain = 1 << 14
 
 // forRows splits rows 0…rows−1 into at most Threads() contiguous ranges and
 // runs fn on each in parallel when the matrix (rows×cols) is large enough.
-// fn receives the range and the index of its chunk (0…chunks−1); chunks is
-// returned so that callers can size per-chunk partial sums.
+// fn receives the index of its chunk (0 … rowChunks(rows, cols)−1) and the
+// range, so that callers can keep per-chunk partial sums.
 func forRows(rows, cols int, fn func(chunk, lo, hi int)) {
 	splitRange(rows, 1, rowChunks(rows, cols), fn)
 }
@@ -114,7 +114,8 @@ func sumSqDev64[T Float](x []T, mu float64) float64 {
 // With x̂ = (x−mean)·rstd and g = dy·gamma:
 // dx = rstd·(g − mean(g) − x̂·mean(g·x̂)), dgamma += Σ_rows dy·x̂, dbeta += Σ_rows dy.
 // On AVX2 CPUs a float32 row whose length is a multiple of 8 runs in
-// assembly when dx is wanted (layerNormBackwardRowAVX2): the parameter
+// assembly when dx is wanted (layerNormBackwardRowAVX2, or
+// layerNormInputGradRowAVX2 without parameter gradients): the parameter
 // gradients get the Go loop's bits, dx can differ in its last bit (the two
 // means are summed in another order).
 func LayerNormBackward[T Float](dx, dgamma, dbeta, dy, x []T, rows, cols int, gamma, mean, rstd []T) {
@@ -491,7 +492,8 @@ func SumRows[T Float](dst, x []T, rows, cols int) {
 // scaled by 2ⁿ through the exponent bits. Inputs are clamped to
 // [−87.33, 88], so tiny results stay normal (1.2e-38) and large ones finite
 // (1.65e38); a NaN gives an unspecified value. On AVX2 CPUs eight lanes run
-// at once (exp_avx2_amd64.s) with the same operations, hence the same bits.
+// at once (expAVX2 in rowwise_avx2_amd64.s) with the same operations, hence
+// the same bits.
 func expInPlace32(x []float32) {
 	done := expVector(x)
 	expInPlace32Go(x[done:])
