@@ -36,190 +36,32 @@ func limitGiven(fs *flag.FlagSet) bool {
 
 func runEval(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("eval", "\n\nWith no flags: the built-in model on the embedded CIFAR-10 test images, corrupted on the fly,\nfor "+strings.Join(builtinMethods, ", ")+" on "+strconv.Itoa(builtinLimit)+" images per corruption (about four minutes on two cores).\n", stderr)
-	configFile := fs.String("config", "", "JSON config file (keys as in results.json's config), or the run.json or results.json of an earlier run; flags given override it")
-	model := fs.String("model", "", modelFlagHelp)
-	modelConfig := fs.String("model-config", "", modelConfigHelp)
-	arch := fs.String("arch", "", archHelp)
-	vocab := fs.String("vocab", "", "CLIP vocabulary (see subtta tokenize -h)")
-	dataset := fs.String("dataset", "", "benchmark: "+strings.Join(tta.PresetDatasets, ", ")+" (default cifar10-c)")
-	dataPath := fs.String("data", "", "the -C files (CIFAR-C .npy folder, ImageNet-C folders), or a clean test set to corrupt on the fly (CIFAR binaries, image folder, .tar/.tar.gz); default: the built-in 2,000 CIFAR-10 test images")
-	labels := fs.String("labels", "", "folder of class-name files (cifar10_classes.txt, cifar100_classes.txt, imagenet_classes_openai.txt)")
-	subset := fs.String("subset", "", "ImageNet: list of <wnid>/<file> to keep (robustbench's 5,000 images)")
-	methods := fs.String("methods", "", "comma-separated methods (default source,subtta-m; on the built-in images "+strings.Join(builtinMethods, ",")+"): "+strings.Join(tta.PresetMethods, ", "))
-	corruptions := fs.String("corruptions", "", "comma-separated corruptions; all stands for the 15 (the default); clean adds the uncorrupted images")
-	severities := fs.String("severities", "", "comma-separated severities 1–5 (default 5)")
-	limit := fs.Int("limit", 0, fmt.Sprintf("keep the first N images of every domain's stream (0: all; on the built-in images %d unless given)", builtinLimit))
-	batch := fs.Int("batch-size", 0, "batch size for every method (0: each preset's)")
-	proto := fs.String("protocol", "", "reset (default; reset before every corruption), continual or mixed")
-	noShuffle := fs.Bool("no-shuffle", false, "stream every domain in file order instead of the official seeded shuffle")
-	seed := fs.Uint64("seed", 1, "shuffle seed (Python's random.seed; the official protocol uses 1)")
-	corruptSeed := fs.Uint64("corrupt-seed", 1, "seed of on-the-fly corruptions")
-	frost := fs.String("frost", "", "folder with frost1.png … frost5.jpg (default: $SUBTTA_FROST, else downloaded into the cache)")
-	out := fs.String("out", "", "results folder (default subtta-results); an interrupted run resumes there")
-	plot := fs.Bool("plot", false, "write PNG plots of accuracy and diagnostics into OUT/plots")
-	workers := fs.Int("workers", 0, "image decoding goroutines (0: GOMAXPROCS)")
-	quiet := fs.Bool("quiet", false, "no progress bar")
+	f := newEvalFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q (all inputs are flags)", fs.Arg(0))
 	}
-
-	var cfg eval.Config
-	if *configFile != "" {
-		c, err := eval.ReadConfig(*configFile)
-		if err != nil {
-			return err
-		}
-		cfg = c
-	} else {
-		cfg.Seed, cfg.CorruptSeed = *seed, *corruptSeed // the defaults
-	}
-	var flagErr error
-	fs.Visit(func(f *flag.Flag) {
-		var err error
-		switch f.Name {
-		case "model":
-			cfg.Model = *model
-		case "model-config":
-			cfg.ModelConfig = *modelConfig
-		case "arch":
-			cfg.Arch = *arch
-		case "vocab":
-			cfg.Vocab = *vocab
-		case "dataset":
-			cfg.Dataset = *dataset
-		case "data":
-			cfg.Data = *dataPath
-		case "labels":
-			cfg.Labels = *labels
-		case "subset":
-			cfg.SubsetList = *subset
-		case "methods":
-			cfg.Methods = splitList(*methods)
-		case "corruptions":
-			cfg.Corruptions = nil
-			for _, c := range splitList(*corruptions) {
-				if c == "all" { // the 15, in the benchmark's order ("clean,all" too)
-					cfg.Corruptions = append(cfg.Corruptions, corrupt.Names()...)
-				} else {
-					cfg.Corruptions = append(cfg.Corruptions, c)
-				}
-			}
-		case "severities":
-			cfg.Severities, err = parseInts(*severities)
-		case "limit":
-			cfg.Limit = *limit
-		case "batch-size":
-			cfg.BatchSize = *batch
-		case "protocol":
-			cfg.Protocol = *proto
-		case "no-shuffle":
-			cfg.NoShuffle = *noShuffle
-		case "seed":
-			cfg.Seed = *seed
-		case "corrupt-seed":
-			cfg.CorruptSeed = *corruptSeed
-		case "frost":
-			cfg.FrostDir = *frost
-		case "out":
-			cfg.Out = *out
-		case "plot":
-			cfg.Plot = *plot
-		case "workers":
-			cfg.Workers = *workers
-		}
-		if err != nil && flagErr == nil {
-			flagErr = usagef("--%s: %v", f.Name, err)
-		}
-	})
-	if flagErr != nil {
-		return flagErr
-	}
-	for _, f := range []struct {
-		name string
-		v    int
-	}{{"limit", cfg.Limit}, {"batch-size", cfg.BatchSize}, {"workers", cfg.Workers}} {
-		if f.v < 0 {
-			return usagef("--%s %d: must not be negative", f.name, f.v)
-		}
-	}
-	if cfg.FrostDir == "" {
-		cfg.FrostDir = os.Getenv("SUBTTA_FROST")
-	}
-	if cfg.Model == "" {
-		cfg.Model = builtin.ModelName
-	}
-	if cfg.Dataset == "" {
-		if cfg.Data != "" {
-			return usagef("--dataset is required with --data (%s)", strings.Join(tta.PresetDatasets, ", "))
-		}
-		cfg.Dataset = "cifar10-c"
+	cfg, err := f.config()
+	if err != nil {
+		return err
 	}
 	if cfg.Data == "" {
-		if cfg.Dataset != "cifar10-c" {
-			return usagef("--data is required for %s (the built-in images are CIFAR-10's)", cfg.Dataset)
-		}
-		// The built-in evaluation set, written once into the cache.
-		dir, err := cacheDir()
-		if err != nil {
+		if err := useBuiltinData(&cfg, limitGiven(fs)); err != nil {
 			return err
-		}
-		subset, frost, err := builtin.Extract(filepath.Join(dir, "builtin"))
-		if err != nil {
-			return err
-		}
-		cfg.Data = subset
-		if cfg.FrostDir == "" {
-			cfg.FrostDir = frost
-		}
-		if len(cfg.Methods) == 0 {
-			cfg.Methods = builtinMethods
-		}
-		if cfg.Limit == 0 && !limitGiven(fs) {
-			cfg.Limit = builtinLimit
 		}
 	}
-	m, err := loadModel(cfg.Model, cfg.ModelConfig, cfg.Arch, stderr)
+	opt, err := evalOptions(cfg, stderr)
 	if err != nil {
 		return err
 	}
-	modelID := "built-in, sha256 " + builtin.ModelSHA256()[:16]
-	if !isBuiltin(cfg.Model) {
-		if modelID, err = eval.ModelFingerprint(cfg.Model); err != nil {
-			return err
-		}
-	}
-	tok, err := modelTokenizer(m, cfg.Vocab, cfg.Model, stderr)
-	if err != nil {
-		return err
-	}
-
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var bar *progressBar
-	opt := eval.Options{
-		Model:     m,
-		ModelID:   modelID,
-		Tokenizer: tok,
-		Log:       lineWriter{stderr, &bar},
-		Frost:     func() (string, error) { return frostDir("", stderr) },
-	}
-	if !*quiet {
-		last := 0
-		started := time.Now()
-		opt.Progress = func(p eval.Progress) {
-			if bar == nil {
-				// The rate counts from the start of the work, not from
-				// the first batch's end.
-				bar = newProgress(stderr, "", p.Total)
-				bar.start = started
-			}
-			bar.SetLabel(fmt.Sprintf("%s %s", p.Method, p.Domain))
-			bar.Add(p.Done - last)
-			last = p.Done
-		}
+	opt.Log = lineWriter{stderr, &bar}
+	if !*f.quiet {
+		opt.Progress = progressTo(stderr, &bar)
 	}
 	sum, err := eval.Run(ctx, cfg, opt)
 	if bar != nil {
@@ -239,6 +81,212 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	stdout.Write(md)
 	fmt.Fprintf(stderr, "%d domains computed, %d taken from earlier runs; results in %s\n", sum.Computed, sum.Resumed, sum.Config.Out)
 	return nil
+}
+
+// evalFlags are eval's flags; config turns those given into an eval.Config.
+type evalFlags struct {
+	fs                                                *flag.FlagSet
+	configFile, model, modelConfig, arch, vocab       *string
+	dataset, data, labels, subset                     *string
+	methods, corruptions, severities, protocol, frost *string
+	out                                               *string
+	limit, batchSize, workers                         *int
+	seed, corruptSeed                                 *uint64
+	noShuffle, plot, quiet                            *bool
+}
+
+func newEvalFlags(fs *flag.FlagSet) *evalFlags {
+	return &evalFlags{
+		fs:          fs,
+		configFile:  fs.String("config", "", "JSON config file (keys as in results.json's config), or the run.json or results.json of an earlier run; flags given override it"),
+		model:       fs.String("model", "", modelFlagHelp),
+		modelConfig: fs.String("model-config", "", modelConfigHelp),
+		arch:        fs.String("arch", "", archHelp),
+		vocab:       fs.String("vocab", "", "CLIP vocabulary (see subtta tokenize -h)"),
+		dataset:     fs.String("dataset", "", "benchmark: "+strings.Join(tta.PresetDatasets, ", ")+" (default cifar10-c)"),
+		data:        fs.String("data", "", "the -C files (CIFAR-C .npy folder, ImageNet-C folders), or a clean test set to corrupt on the fly (CIFAR binaries, image folder, .tar/.tar.gz); default: the built-in 2,000 CIFAR-10 test images"),
+		labels:      fs.String("labels", "", "folder of class-name files (cifar10_classes.txt, cifar100_classes.txt, imagenet_classes_openai.txt)"),
+		subset:      fs.String("subset", "", "ImageNet: list of <wnid>/<file> to keep (robustbench's 5,000 images)"),
+		methods:     fs.String("methods", "", "comma-separated methods (default source,subtta-m; on the built-in images "+strings.Join(builtinMethods, ",")+"): "+strings.Join(tta.PresetMethods, ", ")),
+		corruptions: fs.String("corruptions", "", "comma-separated corruptions; all stands for the 15 (the default); clean adds the uncorrupted images"),
+		severities:  fs.String("severities", "", "comma-separated severities 1–5 (default 5)"),
+		limit:       fs.Int("limit", 0, fmt.Sprintf("keep the first N images of every domain's stream (0: all; on the built-in images %d unless given)", builtinLimit)),
+		batchSize:   fs.Int("batch-size", 0, "batch size for every method (0: each preset's)"),
+		protocol:    fs.String("protocol", "", "reset (default; reset before every corruption), continual or mixed"),
+		noShuffle:   fs.Bool("no-shuffle", false, "stream every domain in file order instead of the official seeded shuffle"),
+		seed:        fs.Uint64("seed", 1, "shuffle seed (Python's random.seed; the official protocol uses 1)"),
+		corruptSeed: fs.Uint64("corrupt-seed", 1, "seed of on-the-fly corruptions"),
+		frost:       fs.String("frost", "", "folder with frost1.png … frost5.jpg (default: $SUBTTA_FROST, else downloaded into the cache)"),
+		out:         fs.String("out", "", "results folder (default subtta-results); an interrupted run resumes there"),
+		plot:        fs.Bool("plot", false, "write PNG plots of accuracy and diagnostics into OUT/plots"),
+		workers:     fs.Int("workers", 0, "image decoding goroutines (0: GOMAXPROCS)"),
+		quiet:       fs.Bool("quiet", false, "no progress bar"),
+	}
+}
+
+// config is the --config file (if any) with the flags given on top, and
+// the defaults that depend on no file: the built-in model, cifar10-c.
+func (f *evalFlags) config() (eval.Config, error) {
+	var cfg eval.Config
+	if *f.configFile != "" {
+		c, err := eval.ReadConfig(*f.configFile)
+		if err != nil {
+			return cfg, err
+		}
+		cfg = c
+	} else {
+		cfg.Seed, cfg.CorruptSeed = *f.seed, *f.corruptSeed // the defaults
+	}
+	var flagErr error
+	f.fs.Visit(func(fl *flag.Flag) {
+		var err error
+		switch fl.Name {
+		case "model":
+			cfg.Model = *f.model
+		case "model-config":
+			cfg.ModelConfig = *f.modelConfig
+		case "arch":
+			cfg.Arch = *f.arch
+		case "vocab":
+			cfg.Vocab = *f.vocab
+		case "dataset":
+			cfg.Dataset = *f.dataset
+		case "data":
+			cfg.Data = *f.data
+		case "labels":
+			cfg.Labels = *f.labels
+		case "subset":
+			cfg.SubsetList = *f.subset
+		case "methods":
+			cfg.Methods = splitList(*f.methods)
+		case "corruptions":
+			cfg.Corruptions = nil
+			for _, c := range splitList(*f.corruptions) {
+				if c == "all" { // the 15, in the benchmark's order ("clean,all" too)
+					cfg.Corruptions = append(cfg.Corruptions, corrupt.Names()...)
+				} else {
+					cfg.Corruptions = append(cfg.Corruptions, c)
+				}
+			}
+		case "severities":
+			cfg.Severities, err = parseInts(*f.severities)
+		case "limit":
+			cfg.Limit = *f.limit
+		case "batch-size":
+			cfg.BatchSize = *f.batchSize
+		case "protocol":
+			cfg.Protocol = *f.protocol
+		case "no-shuffle":
+			cfg.NoShuffle = *f.noShuffle
+		case "seed":
+			cfg.Seed = *f.seed
+		case "corrupt-seed":
+			cfg.CorruptSeed = *f.corruptSeed
+		case "frost":
+			cfg.FrostDir = *f.frost
+		case "out":
+			cfg.Out = *f.out
+		case "plot":
+			cfg.Plot = *f.plot
+		case "workers":
+			cfg.Workers = *f.workers
+		}
+		if err != nil && flagErr == nil {
+			flagErr = usagef("--%s: %v", fl.Name, err)
+		}
+	})
+	if flagErr != nil {
+		return cfg, flagErr
+	}
+	for _, v := range []struct {
+		name string
+		v    int
+	}{{"limit", cfg.Limit}, {"batch-size", cfg.BatchSize}, {"workers", cfg.Workers}} {
+		if v.v < 0 {
+			return cfg, usagef("--%s %d: must not be negative", v.name, v.v)
+		}
+	}
+	if cfg.FrostDir == "" {
+		cfg.FrostDir = os.Getenv("SUBTTA_FROST")
+	}
+	if cfg.Model == "" {
+		cfg.Model = builtin.ModelName
+	}
+	if cfg.Dataset == "" {
+		if cfg.Data != "" {
+			return cfg, usagef("--dataset is required with --data (%s)", strings.Join(tta.PresetDatasets, ", "))
+		}
+		cfg.Dataset = "cifar10-c"
+	}
+	if cfg.Data == "" && cfg.Dataset != "cifar10-c" {
+		return cfg, usagef("--data is required for %s (the built-in images are CIFAR-10's)", cfg.Dataset)
+	}
+	return cfg, nil
+}
+
+// useBuiltinData points cfg at the built-in evaluation images and frost
+// overlays (written once into the cache), with the methods and limit that
+// make the no-flag run take a few minutes unless they were given.
+func useBuiltinData(cfg *eval.Config, limitGiven bool) error {
+	dir, err := cacheDir()
+	if err != nil {
+		return err
+	}
+	subset, frost, err := builtin.Extract(filepath.Join(dir, "builtin"))
+	if err != nil {
+		return err
+	}
+	cfg.Data = subset
+	if cfg.FrostDir == "" {
+		cfg.FrostDir = frost
+	}
+	if len(cfg.Methods) == 0 {
+		cfg.Methods = builtinMethods
+	}
+	if cfg.Limit == 0 && !limitGiven {
+		cfg.Limit = builtinLimit
+	}
+	return nil
+}
+
+// evalOptions loads cfg's model and tokenizer for eval.Run.
+func evalOptions(cfg eval.Config, stderr io.Writer) (eval.Options, error) {
+	m, err := loadModel(cfg.Model, cfg.ModelConfig, cfg.Arch, stderr)
+	if err != nil {
+		return eval.Options{}, err
+	}
+	modelID := "built-in, sha256 " + builtin.ModelSHA256()[:16]
+	if !isBuiltin(cfg.Model) {
+		if modelID, err = eval.ModelFingerprint(cfg.Model); err != nil {
+			return eval.Options{}, err
+		}
+	}
+	tok, err := modelTokenizer(m, cfg.Vocab, cfg.Model, stderr)
+	if err != nil {
+		return eval.Options{}, err
+	}
+	return eval.Options{
+		Model:     m,
+		ModelID:   modelID,
+		Tokenizer: tok,
+		Frost:     func() (string, error) { return frostDir("", stderr) },
+	}, nil
+}
+
+// progressTo returns an eval.Options.Progress that draws *bar on w, made at
+// the first report; its rate counts from now, the start of the work.
+func progressTo(w io.Writer, bar **progressBar) func(eval.Progress) {
+	last := 0
+	started := time.Now()
+	return func(p eval.Progress) {
+		if *bar == nil {
+			*bar = newProgress(w, "", p.Total)
+			(*bar).start = started
+		}
+		(*bar).SetLabel(fmt.Sprintf("%s %s", p.Method, p.Domain))
+		(*bar).Add(p.Done - last)
+		last = p.Done
+	}
 }
 
 // lineWriter writes log lines above a progress bar drawn on a terminal.
