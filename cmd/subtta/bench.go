@@ -19,6 +19,7 @@ import (
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/tta"
 	"github.com/subtta/subtta/vit"
+	"github.com/subtta/subtta/weights"
 	gmat "gonum.org/v1/gonum/mat"
 )
 
@@ -58,103 +59,18 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	if *memProfile != "" {
 		runtime.MemProfileRate = 64 << 10
 	}
-	cfg := vit.ViTB32()
-	name := "ViT-B/32 vision tower, random weights"
-	var m *vit.Model
-	if *modelPath == "" {
-		var err error
-		if m, err = vit.Random(cfg, 1, vit.Options{}); err != nil {
-			return err
-		}
-	} else {
-		cm, err := loadModel(*modelPath, *modelConfig, *arch, stderr)
-		if err != nil {
-			return err
-		}
-		cfg, m = cm.Config, cm.Vision
-		name = fmt.Sprintf("vision tower of %s (%d×%d, patch %d, %d blocks of width %d)", *modelPath,
-			cfg.Vision.ImageSize, cfg.Vision.ImageSize, cfg.Vision.PatchSize, cfg.Vision.Layers, cfg.Vision.Width)
+	name, cfg, m, err := benchModel(*modelPath, *modelConfig, *arch, stderr)
+	if err != nil {
+		return err
 	}
-	v := cfg.Vision
-	size := 3 * v.ImageSize * v.ImageSize
-	r := rand.New(rand.NewPCG(2, 2))
-	px := make([]float32, *batch*size)
-	for i := range px {
-		px[i] = float32(r.NormFloat64())
-	}
-	images := mat.NewDense[float32](mat.WithShape(*batch, size), mat.WithBacking(px))
-	grad := make([]float32, *batch*cfg.EmbedDim)
-	for i := range grad {
-		grad[i] = float32(r.NormFloat64())
+	cases, err := benchCases(cfg, m, *batch, *classes)
+	if err != nil {
+		return err
 	}
 	fmt.Fprintf(stdout, "%s, batch %d, %d threads, GEMM kernel %s\n",
 		name, *batch, runtime.GOMAXPROCS(0), kernel.Kernel())
-
-	forward := func() error {
-		m.SetTrainable(false)
-		m.Forward(images, nil)
-		return nil
-	}
-	backward := func() error {
-		m.SetTrainable(true)
-		defer m.SetTrainable(false)
-		f := m.Forward(images, nil)
-		f.AccGrad(mat.NewDense[float32](mat.WithShape(*batch, cfg.EmbedDim), mat.WithBacking(grad)))
-		if err := ag.Backward(f); err != nil {
-			return err
-		}
-		for _, ln := range m.LayerNorms() {
-			for _, p := range ln.Parameters() {
-				p.ZeroGrad()
-			}
-		}
-		return nil
-	}
-	// One SubTTA-MINT step with the ImageNet-C preset (R=256, α=0.5,
-	// AdamW): two forward+backward passes and a third forward.
-	preset, err := tta.Lookup("imagenet-c", "subtta-m")
-	if err != nil {
-		return err
-	}
-	head := make([]float64, *classes*cfg.EmbedDim)
-	for i := range head {
-		head[i] = r.NormFloat64()
-	}
-	for c := 0; c < *classes; c++ {
-		row := head[c*cfg.EmbedDim : (c+1)*cfg.EmbedDim]
-		var n float64
-		for _, x := range row {
-			n += x * x
-		}
-		for j := range row {
-			row[j] /= math.Sqrt(n)
-		}
-	}
-	model := clip.VisionOnly(cfg, m)
-	method, err := preset.New(model, gmat.NewDense(*classes, cfg.EmbedDim, head))
-	if err != nil {
-		return err
-	}
-	subtta := func() error {
-		_, err := method.Step(px, *batch)
-		return err
-	}
-	// GEMM flops of one image: 2·MACs of the linears, patch embedding and
-	// attention products (the figure the engineering notes use).
-	t := v.Grid()*v.Grid() + 1
-	w := v.Width
-	perImage := 2 * float64(v.Layers) * (float64(t)*float64(w)*float64(3*w+w+2*v.MLPWidth) + 2*float64(t*t*w))
-	perImage += 2 * float64(t-1) * float64(w) * float64(3*v.PatchSize*v.PatchSize)
 	profiling := false
-	for _, b := range []struct {
-		key, name string
-		run       func() error
-		flops     float64 // per image
-	}{
-		{"forward", "forward", forward, perImage},
-		{"backward", "forward+backward (LayerNorm gradients)", backward, 2 * perImage},
-		{"subtta", "SubTTA-MINT step (ImageNet-C preset)", subtta, 5 * perImage},
-	} {
+	for _, b := range cases {
 		if len(selected) > 0 && !selected[b.key] {
 			continue
 		}
@@ -173,48 +89,9 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 			defer pprof.StopCPUProfile()
 			profiling = true
 		}
-		// The FMA ceiling is measured before every repetition: on a shared
-		// machine it moves, and the efficiency is only honest against the
-		// ceiling of the same minutes.
-		//
-		// So is the micro-kernel's own rate on cache-resident operands
-		// (kernel.KernelGFLOPS): the fraction of it a figure reaches is the
-		// cost of everything around the kernel (memory traffic, row-wise
-		// passes, idle cores), which carries over to other machines, while
-		// the kernel's fraction of the FMA peak depends on the CPU.
-		//
-		// The share of the time the cores sat idle (1 − CPU time / (threads
-		// × wall time)) shows waits at the ends of parallel sections and
-		// serial code. It moves with the neighbours too: a core they slow
-		// down makes the other wait at every barrier.
-		haveCPU := cpuSeconds() >= 0
-		times, peaks, kerns, idle := make([]float64, *reps), make([]float64, *reps), make([]float64, *reps), make([]float64, *reps)
-		for i := range times {
-			peaks[i] = kernel.PeakGFLOPS(50 * time.Millisecond)
-			kerns[i] = kernel.KernelGFLOPS(50 * time.Millisecond)
-			cpu0, start := cpuSeconds(), time.Now()
-			if err := b.run(); err != nil {
-				return err
-			}
-			times[i] = time.Since(start).Seconds()
-			if haveCPU {
-				idle[i] = 1 - (cpuSeconds()-cpu0)/(float64(kernel.Threads())*times[i])
-			}
+		if err := b.time(stdout, *batch, *reps); err != nil {
+			return err
 		}
-		med, peak, kern := median(times), median(peaks), median(kerns)
-		ips := float64(*batch) / med
-		rate := ips * b.flops / 1e9
-		fmt.Fprintf(stdout, "%-40s %7.2f images/s  (median of %d: %.2f s/batch, %.0f GFLOP/s)\n",
-			b.name, ips, *reps, med, rate)
-		detail := fmt.Sprintf("= %.0f%% of the %s kernel's %.0f GFLOP/s", 100*rate/kern, kernel.Kernel(), kern)
-		if peak > 0 {
-			detail += fmt.Sprintf(" and %.0f%% of the %.0f GFLOP/s FMA peak", 100*rate/peak, peak)
-		}
-		detail += " measured between repetitions"
-		if haveCPU {
-			detail += fmt.Sprintf("; cores idle %.1f%% of the time", 100*median(idle))
-		}
-		fmt.Fprintf(stdout, "%-40s %s\n", "", detail)
 	}
 	fmt.Fprintf(stdout, "peak resident memory: %s\n", peakRSS())
 	if *memProfile != "" {
@@ -228,6 +105,157 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("bench: --memprofile: %w", err)
 		}
 	}
+	return nil
+}
+
+// benchModel is the vision tower to time: a checkpoint's, or ViT-B/32 with
+// random weights when path is empty.
+func benchModel(path, configPath, arch string, stderr io.Writer) (string, *weights.CLIPConfig, *vit.Model, error) {
+	if path == "" {
+		cfg := vit.ViTB32()
+		m, err := vit.Random(cfg, 1, vit.Options{})
+		return "ViT-B/32 vision tower, random weights", cfg, m, err
+	}
+	cm, err := loadModel(path, configPath, arch, stderr)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	v := cm.Config.Vision
+	name := fmt.Sprintf("vision tower of %s (%d×%d, patch %d, %d blocks of width %d)", path,
+		v.ImageSize, v.ImageSize, v.PatchSize, v.Layers, v.Width)
+	return name, cm.Config, cm.Vision, nil
+}
+
+// benchCase is one measurement: run does the work on one batch.
+type benchCase struct {
+	key, name string
+	run       func() error
+	flops     float64 // GEMM flops per image
+}
+
+// benchCases builds the three measurements on random images: the forward
+// pass, forward+backward to the LayerNorm parameters, and one SubTTA-MINT
+// step with the ImageNet-C preset (R=256, α=0.5, AdamW: two
+// forward+backward passes and a third forward) against a random head of
+// classes classes.
+func benchCases(cfg *weights.CLIPConfig, m *vit.Model, batch, classes int) ([]benchCase, error) {
+	v := cfg.Vision
+	size := 3 * v.ImageSize * v.ImageSize
+	r := rand.New(rand.NewPCG(2, 2))
+	px := make([]float32, batch*size)
+	for i := range px {
+		px[i] = float32(r.NormFloat64())
+	}
+	images := mat.NewDense[float32](mat.WithShape(batch, size), mat.WithBacking(px))
+	grad := make([]float32, batch*cfg.EmbedDim)
+	for i := range grad {
+		grad[i] = float32(r.NormFloat64())
+	}
+	forward := func() error {
+		m.SetTrainable(false)
+		m.Forward(images, nil)
+		return nil
+	}
+	backward := func() error {
+		m.SetTrainable(true)
+		defer m.SetTrainable(false)
+		f := m.Forward(images, nil)
+		f.AccGrad(mat.NewDense[float32](mat.WithShape(batch, cfg.EmbedDim), mat.WithBacking(grad)))
+		if err := ag.Backward(f); err != nil {
+			return err
+		}
+		for _, ln := range m.LayerNorms() {
+			for _, p := range ln.Parameters() {
+				p.ZeroGrad()
+			}
+		}
+		return nil
+	}
+	preset, err := tta.Lookup("imagenet-c", "subtta-m")
+	if err != nil {
+		return nil, err
+	}
+	head := make([]float64, classes*cfg.EmbedDim)
+	for i := range head {
+		head[i] = r.NormFloat64()
+	}
+	for c := range classes {
+		row := head[c*cfg.EmbedDim : (c+1)*cfg.EmbedDim]
+		var n float64
+		for _, x := range row {
+			n += x * x
+		}
+		for j := range row {
+			row[j] /= math.Sqrt(n)
+		}
+	}
+	method, err := preset.New(clip.VisionOnly(cfg, m), gmat.NewDense(classes, cfg.EmbedDim, head))
+	if err != nil {
+		return nil, err
+	}
+	subtta := func() error {
+		_, err := method.Step(px, batch)
+		return err
+	}
+	// GEMM flops of one image: 2·MACs of the linears, patch embedding and
+	// attention products (the figure the engineering notes use).
+	t := v.Grid()*v.Grid() + 1
+	w := v.Width
+	perImage := 2 * float64(v.Layers) * (float64(t)*float64(w)*float64(3*w+w+2*v.MLPWidth) + 2*float64(t*t*w))
+	perImage += 2 * float64(t-1) * float64(w) * float64(3*v.PatchSize*v.PatchSize)
+	return []benchCase{
+		{"forward", "forward", forward, perImage},
+		{"backward", "forward+backward (LayerNorm gradients)", backward, 2 * perImage},
+		{"subtta", "SubTTA-MINT step (ImageNet-C preset)", subtta, 5 * perImage},
+	}, nil
+}
+
+// time runs b reps times on batches of batch images and prints the median
+// rate with what it is a fraction of.
+//
+// The FMA ceiling is measured before every repetition: on a shared machine
+// it moves, and the efficiency is only honest against the ceiling of the
+// same minutes.
+//
+// So is the micro-kernel's own rate on cache-resident operands
+// (kernel.KernelGFLOPS): the fraction of it a figure reaches is the cost of
+// everything around the kernel (memory traffic, row-wise passes, idle
+// cores), which carries over to other machines, while the kernel's
+// fraction of the FMA peak depends on the CPU.
+//
+// The share of the time the cores sat idle (1 − CPU time / (threads × wall
+// time)) shows waits at the ends of parallel sections and serial code. It
+// moves with the neighbours too: a core they slow down makes the other wait
+// at every barrier.
+func (b benchCase) time(stdout io.Writer, batch, reps int) error {
+	haveCPU := cpuSeconds() >= 0
+	times, peaks, kerns, idle := make([]float64, reps), make([]float64, reps), make([]float64, reps), make([]float64, reps)
+	for i := range times {
+		peaks[i] = kernel.PeakGFLOPS(50 * time.Millisecond)
+		kerns[i] = kernel.KernelGFLOPS(50 * time.Millisecond)
+		cpu0, start := cpuSeconds(), time.Now()
+		if err := b.run(); err != nil {
+			return err
+		}
+		times[i] = time.Since(start).Seconds()
+		if haveCPU {
+			idle[i] = 1 - (cpuSeconds()-cpu0)/(float64(kernel.Threads())*times[i])
+		}
+	}
+	med, peak, kern := median(times), median(peaks), median(kerns)
+	ips := float64(batch) / med
+	rate := ips * b.flops / 1e9
+	fmt.Fprintf(stdout, "%-40s %7.2f images/s  (median of %d: %.2f s/batch, %.0f GFLOP/s)\n",
+		b.name, ips, reps, med, rate)
+	detail := fmt.Sprintf("= %.0f%% of the %s kernel's %.0f GFLOP/s", 100*rate/kern, kernel.Kernel(), kern)
+	if peak > 0 {
+		detail += fmt.Sprintf(" and %.0f%% of the %.0f GFLOP/s FMA peak", 100*rate/peak, peak)
+	}
+	detail += " measured between repetitions"
+	if haveCPU {
+		detail += fmt.Sprintf("; cores idle %.1f%% of the time", 100*median(idle))
+	}
+	fmt.Fprintf(stdout, "%-40s %s\n", "", detail)
 	return nil
 }
 
