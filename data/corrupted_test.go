@@ -199,23 +199,27 @@ func TestCorruptedFrost(t *testing.T) {
 }
 
 // TestCorruptedImageNetFixture runs make_imagenet_c.py's pipeline on the
-// two fixture photos for the corruptions corrupt reproduces exactly: the
-// array before saving must equal the original code's, pixel for pixel, and
-// Item (after Go's JPEG round trip) must stay close to the original's file,
+// fixture photos for the corruptions corrupt reproduces exactly: the array
+// before saving must equal the original code's, pixel for pixel, and Item
+// (after Go's JPEG round trip) must stay close to the original's file,
 // which libjpeg encoded.
 func TestCorruptedImageNetFixture(t *testing.T) {
-	names := []string{"chelsea", "coffee"}
-	clean := &memDataset{name: "photos", classes: names, labels: []int{0, 1}}
-	for _, n := range names {
-		m, err := ReadRGB(fixtureAsset(t, "assets/images/"+n+".png"))
+	photos, severities := imageNetCFixture(t)
+	var names []string
+	clean := &memDataset{name: "photos"}
+	for i, ph := range photos {
+		m, err := ReadRGB(fixtureAsset(t, "assets/images/"+ph.Source))
 		if err != nil {
 			t.Fatal(err)
 		}
+		names = append(names, ph.Name)
 		clean.imgs = append(clean.imgs, m)
+		clean.labels = append(clean.labels, i)
 	}
+	clean.classes = names
 	cfg := corrupt.Config{Preset: corrupt.ImageNet}
 	for _, c := range []string{"contrast", "brightness", "pixelate"} {
-		for _, sev := range []int{3, 5} {
+		for _, sev := range severities {
 			ds, err := NewCorrupted(clean, c, sev, cfg, 0)
 			if err != nil {
 				t.Fatal(err)

@@ -1,16 +1,47 @@
 package data
 
 import (
+	"encoding/json"
+	"os"
 	"slices"
 	"testing"
 )
 
+// imageNetCPhoto is one ImageNet-style input of the corruption fixtures.
+type imageNetCPhoto struct {
+	Name   string `json:"name"`
+	Source string `json:"source"` // a file of assets/images
+}
+
+// imageNetCFixture reads the ImageNet photos and severities of
+// fixtures/corruptions/manifest.json.
+func imageNetCFixture(t *testing.T) (photos []imageNetCPhoto, severities []int) {
+	t.Helper()
+	b, err := os.ReadFile(fixtureAsset(t, "fixtures/corruptions/manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Images     []imageNetCPhoto `json:"imagenet_images"`
+		Severities []int            `json:"imagenet_severities"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("corruptions/manifest.json: %v", err)
+	}
+	if len(m.Images) == 0 {
+		t.Skip("corruptions/manifest.json lists no ImageNet images")
+	}
+	return m.Images, m.Severities
+}
+
 // TestImageNetCInputFixture checks Resize(256) (Pillow bilinear) and
-// CenterCrop(224) against torchvision 0.14 / Pillow 9.4 on the two photos
-// of the corruption fixtures: every pixel must match.
+// CenterCrop(224) against torchvision 0.14 / Pillow 9.4 on the photos of
+// the corruption fixtures: every pixel must match.
 func TestImageNetCInputFixture(t *testing.T) {
-	for _, name := range []string{"chelsea", "coffee"} {
-		src, err := ReadRGB(fixtureAsset(t, "assets/images/"+name+".png"))
+	photos, _ := imageNetCFixture(t)
+	for _, ph := range photos {
+		name := ph.Name
+		src, err := ReadRGB(fixtureAsset(t, "assets/images/"+ph.Source))
 		if err != nil {
 			t.Fatal(err)
 		}

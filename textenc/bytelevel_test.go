@@ -58,7 +58,11 @@ func TestByteRoundTrip(t *testing.T) {
 	for _, r := range loadGolden(t) {
 		texts = append(texts, r.Text)
 	}
-	rows, err := tok.TokenizeBatch(texts, 600, false)
+	ctx := 0 // one byte per id: a context that fits the longest text
+	for _, s := range texts {
+		ctx = max(ctx, len(s)+2)
+	}
+	rows, err := tok.TokenizeBatch(texts, ctx, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package weights
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"reflect"
 	"strings"
@@ -115,21 +116,41 @@ func TestConfigValidate(t *testing.T) {
 	if err := want.Validate(s); err != nil {
 		t.Fatal(err)
 	}
+	// The edits are relative to the fixture's own configuration: its last
+	// text layer, a width one too large, a layer fewer in a tower that has
+	// two, heads that cannot divide the width, and another patch size that
+	// divides the image.
+	lastFC := fmt.Sprintf("transformer.resblocks.%d.mlp.c_fc.bias", want.Text.Layers-1)
+	patch := 1
+	if want.Vision.PatchSize == patch {
+		patch = want.Vision.ImageSize
+	}
 	for _, c := range []struct {
 		name string
 		edit func(c *CLIPConfig, s *State)
 		is   error
 		want string
 	}{
-		{"missing", func(c *CLIPConfig, s *State) { s.Delete("transformer.resblocks.1.mlp.c_fc.bias") }, ErrNotFound, `"transformer.resblocks.1.mlp.c_fc.bias"`},
+		{"missing", func(c *CLIPConfig, s *State) { s.Delete(lastFC) }, ErrNotFound, `"` + lastFC + `"`},
 		{"shape", func(c *CLIPConfig, s *State) {
-			s.Set(&Param{Name: "visual.ln_post.bias", Shape: []int{2}, Data: []float32{0, 0}})
+			n := c.Vision.Width + 1
+			s.Set(&Param{Name: "visual.ln_post.bias", Shape: []int{n}, Data: make([]float32, n)})
 		}, ErrShape, `"visual.ln_post.bias"`},
-		{"fewer layers", func(c *CLIPConfig, s *State) { c.Vision.Layers-- }, nil, "not part of a model"},
+		{"fewer layers", func(c *CLIPConfig, s *State) {
+			if c.Vision.Layers > 1 {
+				c.Vision.Layers--
+			} else {
+				c.Text.Layers--
+			}
+		}, nil, "not part of a model"},
 		{"more layers", func(c *CLIPConfig, s *State) { c.Text.Layers++ }, ErrNotFound, "transformer.resblocks."},
-		{"heads", func(c *CLIPConfig, s *State) { c.Text.Heads = 3 }, nil, "divisible"},
-		{"patch", func(c *CLIPConfig, s *State) { c.Vision.PatchSize = 16 }, ErrShape, `"visual.positional_embedding"`},
+		{"heads", func(c *CLIPConfig, s *State) { c.Text.Heads = c.Text.Width + 1 }, nil, "divisible"},
+		{"patch", func(c *CLIPConfig, s *State) { c.Vision.PatchSize = patch }, ErrShape, `"visual.positional_embedding"`},
 	} {
+		if c.name == "fewer layers" && want.Vision.Layers < 2 && want.Text.Layers < 2 {
+			t.Logf("%s: skipped, both towers of the fixture model have a single layer", c.name)
+			continue
+		}
 		cc := *want
 		ss := &State{Source: s.Source}
 		for _, n := range s.Names() {

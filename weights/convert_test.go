@@ -55,7 +55,7 @@ func TestConvert(t *testing.T) {
 		t.Error("integer dtype accepted")
 	}
 	bad := *want
-	bad.Vision.Layers = 5
+	bad.Vision.Layers++
 	if _, err := Convert(fixture.Path(t, "fixtures/clip-tiny.openai.safetensors"), filepath.Join(dir, "y"), ConvertOptions{Config: &bad}); err == nil {
 		t.Error("a config that does not fit the tensors was accepted")
 	}

@@ -145,7 +145,8 @@ func TestToOpenAIErrors(t *testing.T) {
 		edit func(s *State)
 		want string
 	}{
-		{"missing k", func(s *State) { s.Delete("vision_model.encoder.layers.1.self_attn.k_proj.weight") }, `"visual.transformer.resblocks.1.attn.in_proj_weight": the k projection is missing`},
+		// Layer 0: every model has it.
+		{"missing k", func(s *State) { s.Delete("vision_model.encoder.layers.0.self_attn.k_proj.weight") }, `"visual.transformer.resblocks.0.attn.in_proj_weight": the k projection is missing`},
 		{"unknown", func(s *State) {
 			s.Set(&Param{Name: "vision_model.extra.weight", Shape: []int{1}, Data: []float32{0}})
 		}, `"vision_model.extra.weight"`},
