@@ -1,6 +1,7 @@
 package weights
 
 import (
+	"errors"
 	"fmt"
 	"io"
 
@@ -16,9 +17,20 @@ func isZstd(b []byte) bool { return len(b) >= 4 && string(b[:4]) == string(zstdM
 // corrupt frame can ask for).
 const maxDecompressed = 64 << 30
 
+// A zstd file may expand to maxRatio times its size, or to smallExpansion
+// whatever its size. Weights compress by a few times at most (float bits
+// are nearly random); a frame that claims more is a corrupt or hostile file
+// (a few kilobytes of run-length blocks can ask for gigabytes) and is
+// refused before the memory is taken.
+const (
+	maxRatio       = 1000
+	smallExpansion = 64 << 20
+)
+
 // decompressZstd decompresses a whole zstd stream into memory.
 func decompressZstd(b []byte) ([]byte, error) {
-	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxDecompressed))
+	limit := min(max(uint64(len(b))*maxRatio, smallExpansion), maxDecompressed)
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(limit))
 	if err != nil {
 		return nil, fmt.Errorf("zstd: %w", err)
 	}
@@ -31,6 +43,9 @@ func decompressZstd(b []byte) ([]byte, error) {
 		hint = int(h.FrameContentSize)
 	}
 	out, err := dec.DecodeAll(b, make([]byte, 0, hint))
+	if errors.Is(err, zstd.ErrDecoderSizeExceeded) || errors.Is(err, zstd.ErrWindowSizeExceeded) {
+		return nil, fmt.Errorf("zstd: %d bytes that expand to more than %d MB (%d× their size): a corrupt file, not weights", len(b), limit>>20, limit/uint64(max(len(b), 1)))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("zstd: %w", err)
 	}
