@@ -33,7 +33,8 @@
 //
 // # Methods and the runner
 //
-// [Method] wires these pieces to a CLIP model (package clip): [Source],
+// [Method] wires these pieces to a CLIP model (a [Model], which *clip.Model
+// implements; package tta does not import clip): [Source],
 // [TENT], [BATCLIPMethod], [MINTMethod], [SubTTA] (SubTTA-S/T/M/B by its
 // second-step loss), [WATTMethod] (WATT-S: per batch, rounds of sequential
 // per-template steps with weight averaging, Mehrdad-Noori/WATT) and

@@ -10,8 +10,38 @@ import (
 	"github.com/nlpodyssey/spago/mat/float"
 	"gonum.org/v1/gonum/mat"
 
-	"github.com/subtta/subtta/clip"
+	"github.com/subtta/subtta/autograd"
 )
+
+// Model is what a Method needs of a CLIP model: the vision tower on spago's
+// tape, its LayerNorm parameters, the width of its features and its logit
+// scale. *clip.Model implements it. Package tta does not import clip: the
+// adaptation code depends on this interface only, not on the tower's
+// implementation.
+type Model interface {
+	// Images wraps n preprocessed images (NCHW float32, n rows of 3·H·W
+	// values) as the vision tower's input, in the model's precision.
+	Images(pixels []float32, n int) (smat.Matrix, error)
+	// ImageFeatures runs the vision tower on Images' output and returns the
+	// unnormalised features (n×EmbedDim), recorded on the tape when a
+	// LayerNorm requires gradients.
+	ImageFeatures(images smat.Tensor) smat.Tensor
+	// VisionLayerNorms returns the LayerNorms of the vision tower, the
+	// parameters the Methods train, and the names of their tensors, γ then
+	// β of each.
+	VisionLayerNorms() ([]*autograd.LayerNormParams, []string)
+	// SetVisionTrainable marks every one of those LayerNorms as requiring
+	// gradients, or none.
+	SetVisionTrainable(on bool)
+	// Float64 reports whether the model computes in float64 rather than
+	// float32.
+	Float64() bool
+	// EmbedDim is the width d of the features.
+	EmbedDim() int
+	// InverseTemperature is exp(logit_scale), the factor that turns
+	// cosine similarities into logits.
+	InverseTemperature() float64
+}
 
 // Carrier is a Method with state that survives Reset: SubTTA's EMA
 // covariance, which the official code keeps from one corruption to the next.
@@ -149,14 +179,14 @@ type lnTrainer[T float.DType] struct {
 	opt    Optimizer[T]
 }
 
-func newTrainer(m *clip.Model, f64 bool, cfg OptimizerConfig) (trainer, error) {
+func newTrainer(m Model, f64 bool, cfg OptimizerConfig) (trainer, error) {
 	if f64 {
 		return newLNTrainer[float64](m, cfg)
 	}
 	return newLNTrainer[float32](m, cfg)
 }
 
-func newLNTrainer[T float.DType](m *clip.Model, cfg OptimizerConfig) (*lnTrainer[T], error) {
+func newLNTrainer[T float.DType](m Model, cfg OptimizerConfig) (*lnTrainer[T], error) {
 	opt, err := newOptimizer[T](cfg)
 	if err != nil {
 		return nil, err
@@ -290,7 +320,7 @@ func (tr *lnTrainer[T]) optimizer() any { return tr.opt }
 // base is what every Method shares: the model, the text head and the
 // trainable parameters.
 type base struct {
-	model *clip.Model
+	model Model
 	// text is the head (C×d, unit rows) in float64; textModel is the same in
 	// the model's element type, for the returned logits' precision.
 	text  *mat.Dense
@@ -299,27 +329,27 @@ type base struct {
 	tr    trainer
 }
 
-func newBase(m *clip.Model, head mat.Matrix, opt OptimizerConfig) (base, error) {
+func newBase(m Model, head mat.Matrix, opt OptimizerConfig) (base, error) {
 	if m == nil {
 		return base{}, errors.New("tta: nil model")
 	}
 	c, d := head.Dims()
-	if d != m.Config.EmbedDim || c < 1 {
-		return base{}, fmt.Errorf("tta: head is %d×%d, model embeds in %d dims", c, d, m.Config.EmbedDim)
+	if d != m.EmbedDim() || c < 1 {
+		return base{}, fmt.Errorf("tta: head is %d×%d, model embeds in %d dims", c, d, m.EmbedDim())
 	}
 	f64 := m.Float64()
 	tr, err := newTrainer(m, f64, opt)
 	if err != nil {
 		return base{}, err
 	}
-	return base{model: m, text: mat.DenseCopyOf(head), scale: m.LogitScale, f64: f64, tr: tr}, nil
+	return base{model: m, text: mat.DenseCopyOf(head), scale: m.InverseTemperature(), f64: f64, tr: tr}, nil
 }
 
-// HeadMatrix returns a zero-shot head's class weights (C×d) as a float64
-// matrix, the form Methods take.
-func HeadMatrix(z *clip.ZeroShot) *mat.Dense {
-	s := z.Weights.Shape()
-	return mat.NewDense(s[0], s[1], z.Weights.Data().F64())
+// HeadMatrix returns a zero-shot head's class weights (C×d, such as
+// clip.ZeroShot.Weights) as a float64 matrix, the form Methods take.
+func HeadMatrix(w smat.Matrix) *mat.Dense {
+	s := w.Shape()
+	return mat.NewDense(s[0], s[1], w.Data().F64())
 }
 
 // forward runs the vision tower on a fresh tape and returns the feature node

@@ -12,6 +12,12 @@ import (
 	"github.com/subtta/subtta/internal/fixture"
 )
 
+// *clip.Model is what the Methods and the presets run on.
+var (
+	_ Model       = (*clip.Model)(nil)
+	_ HeadEncoder = (*clip.Model)(nil)
+)
+
 // tinyModel loads the fixture model (a fresh copy: Methods write its
 // LayerNorm parameters in place).
 func tinyModel(tb testing.TB, f64 bool) *clip.Model {

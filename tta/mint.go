@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"gonum.org/v1/gonum/mat"
-
-	"github.com/subtta/subtta/clip"
 )
 
 // MINTConfig configures MINTMethod.
@@ -45,7 +43,7 @@ type MINTMethod struct {
 }
 
 // NewMINTMethod returns MINT with the head (C×d, unit rows).
-func NewMINTMethod(m *clip.Model, head mat.Matrix, cfg MINTConfig) (*MINTMethod, error) {
+func NewMINTMethod(m Model, head mat.Matrix, cfg MINTConfig) (*MINTMethod, error) {
 	b, err := newBase(m, head, cfg.Optimizer)
 	if err != nil {
 		return nil, err

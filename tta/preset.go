@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"sort"
 
+	smat "github.com/nlpodyssey/spago/mat"
 	"gonum.org/v1/gonum/mat"
 
-	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/textenc"
 )
 
@@ -156,7 +156,7 @@ func Presets() []Preset {
 // New builds the preset's Method on a model with a head (C×d, unit rows)
 // built from p.Templates. With PerTemplateHeads, templateHeads are the
 // heads of each template alone, in the order of p.Templates.
-func (p Preset) New(m *clip.Model, head mat.Matrix, templateHeads ...mat.Matrix) (Method, error) {
+func (p Preset) New(m Model, head mat.Matrix, templateHeads ...mat.Matrix) (Method, error) {
 	if p.PerTemplateHeads && len(templateHeads) != len(p.Templates) {
 		return nil, fmt.Errorf("tta: preset %s: %d template heads for %d templates", p.Method, len(templateHeads), len(p.Templates))
 	}
@@ -179,25 +179,33 @@ func (p Preset) New(m *clip.Model, head mat.Matrix, templateHeads ...mat.Matrix)
 	return nil, fmt.Errorf("tta: preset: unknown method %q", p.Method)
 }
 
+// HeadEncoder builds zero-shot heads: ZeroShotWeights embeds every class
+// name in every template and returns one unit row per class (C×d), the
+// normalised mean of the normalised prompt embeddings. *clip.Model
+// implements it.
+type HeadEncoder interface {
+	ZeroShotWeights(tok textenc.Tokenizer, classes, templates []string) (smat.Matrix, error)
+}
+
 // Heads builds the preset's heads from the class names: the ensemble head
-// of p.Templates (clip.Model.ZeroShotHead) and, with PerTemplateHeads, one
-// head per template. Pass them to New. Class names are used as given;
-// replace underscores first where the preset asks for it (MINTTemplates).
-func (p Preset) Heads(m *clip.Model, tok textenc.Tokenizer, classes []string) (head *mat.Dense, templateHeads []mat.Matrix, err error) {
-	z, err := m.ZeroShotHead(tok, classes, p.Templates)
+// of p.Templates and, with PerTemplateHeads, one head per template. Pass
+// them to New. Class names are used as given; replace underscores first
+// where the preset asks for it (MINTTemplates).
+func (p Preset) Heads(m HeadEncoder, tok textenc.Tokenizer, classes []string) (head *mat.Dense, templateHeads []mat.Matrix, err error) {
+	w, err := m.ZeroShotWeights(tok, classes, p.Templates)
 	if err != nil {
 		return nil, nil, fmt.Errorf("tta: preset %s: %w", p.Method, err)
 	}
-	head = HeadMatrix(z)
+	head = HeadMatrix(w)
 	if !p.PerTemplateHeads {
 		return head, nil, nil
 	}
 	for _, tmpl := range p.Templates {
-		z, err := m.ZeroShotHead(tok, classes, []string{tmpl})
+		w, err := m.ZeroShotWeights(tok, classes, []string{tmpl})
 		if err != nil {
 			return nil, nil, fmt.Errorf("tta: preset %s: %w", p.Method, err)
 		}
-		templateHeads = append(templateHeads, HeadMatrix(z))
+		templateHeads = append(templateHeads, HeadMatrix(w))
 	}
 	return head, templateHeads, nil
 }

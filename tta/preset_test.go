@@ -157,7 +157,7 @@ func TestPresetHeads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	compareDense(t, "tda head", head1, HeadMatrix(z), 0, absTol)
+	compareDense(t, "tda head", head1, HeadMatrix(z.Weights), 0, absTol)
 }
 
 func randPixels(rng *rand.Rand, n, size int) []float32 {

@@ -4,15 +4,13 @@ import (
 	"time"
 
 	"gonum.org/v1/gonum/mat"
-
-	"github.com/subtta/subtta/clip"
 )
 
 // Source is zero-shot CLIP: no adaptation.
 type Source struct{ base }
 
 // NewSource returns the zero-shot method with the head (C×d, unit rows).
-func NewSource(m *clip.Model, head mat.Matrix) (*Source, error) {
+func NewSource(m Model, head mat.Matrix) (*Source, error) {
 	b, err := newBase(m, head, OptimizerConfig{Adam: DefaultAdamConfig(0)})
 	if err != nil {
 		return nil, err

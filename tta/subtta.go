@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"gonum.org/v1/gonum/mat"
-
-	"github.com/subtta/subtta/clip"
 )
 
 // Prediction selects what SubTTA reports for a batch.
@@ -90,7 +88,7 @@ type SubTTA struct {
 
 // NewSubTTA returns SubTTA with the head T (C×d, unit rows), which also
 // defines the text subspace.
-func NewSubTTA(m *clip.Model, head mat.Matrix, cfg SubTTAConfig) (*SubTTA, error) {
+func NewSubTTA(m Model, head mat.Matrix, cfg SubTTAConfig) (*SubTTA, error) {
 	b, err := newBase(m, head, cfg.Optimizer)
 	if err != nil {
 		return nil, err

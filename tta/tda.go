@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"gonum.org/v1/gonum/mat"
-
-	"github.com/subtta/subtta/clip"
 )
 
 // TDACacheConfig configures one of TDA's caches.
@@ -86,7 +84,7 @@ type TDAMethod struct {
 
 // NewTDAMethod returns TDA over the head (C×d, unit rows). A zero cfg.Scale
 // takes the model's logit scale.
-func NewTDAMethod(m *clip.Model, head mat.Matrix, cfg TDAConfig) (*TDAMethod, error) {
+func NewTDAMethod(m Model, head mat.Matrix, cfg TDAConfig) (*TDAMethod, error) {
 	b, err := newBase(m, head, OptimizerConfig{Adam: DefaultAdamConfig(0)})
 	if err != nil {
 		return nil, err

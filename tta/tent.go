@@ -4,8 +4,6 @@ import (
 	"time"
 
 	"gonum.org/v1/gonum/mat"
-
-	"github.com/subtta/subtta/clip"
 )
 
 // TENT minimises the mean class entropy of CLIP's zero-shot softmax,
@@ -14,7 +12,7 @@ import (
 type TENT struct{ base }
 
 // NewTENT returns TENT with the given optimizer over the visual LayerNorms.
-func NewTENT(m *clip.Model, head mat.Matrix, opt OptimizerConfig) (*TENT, error) {
+func NewTENT(m Model, head mat.Matrix, opt OptimizerConfig) (*TENT, error) {
 	b, err := newBase(m, head, opt)
 	if err != nil {
 		return nil, err

@@ -8,8 +8,6 @@ import (
 
 	"github.com/nlpodyssey/spago/mat/float"
 	"gonum.org/v1/gonum/mat"
-
-	"github.com/subtta/subtta/clip"
 )
 
 // WATTTemplates are WATT's eight prompt templates ([W] templates.yaml), in
@@ -73,7 +71,7 @@ type WATTMethod struct {
 // NewWATT returns WATT-S on the model. head (C×d, unit rows) is the
 // evaluation head; heads are the per-template training heads (C×d each,
 // unit rows), one per template in visiting order (WATTTemplates, each alone).
-func NewWATT(m *clip.Model, head mat.Matrix, heads []mat.Matrix, cfg WATTConfig) (*WATTMethod, error) {
+func NewWATT(m Model, head mat.Matrix, heads []mat.Matrix, cfg WATTConfig) (*WATTMethod, error) {
 	if len(heads) == 0 {
 		return nil, errors.New("tta: watt: no template heads")
 	}
