@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/subtta/subtta/optim"
 )
 
 // Baseline fixtures are fp32 torch; our float64 computation is held to the
@@ -104,7 +106,7 @@ func TestBaselinesEndToEnd(t *testing.T) {
 	for _, name := range []string{"tent", "batclip", "mint"} {
 		t.Run(name, func(t *testing.T) {
 			m := tinyModel(t, false)
-			opt := OptimizerConfig{Adam: js.Config[name].adam(t)}
+			opt := optim.Config{Adam: js.Config[name].adam(t)}
 			var meth Method
 			var err error
 			switch name {

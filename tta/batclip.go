@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/subtta/subtta/optim"
 )
 
 // BATCLIPMethod is BATCLIP as in the SubTTA repo (text encoder frozen): loss
@@ -13,7 +15,7 @@ import (
 type BATCLIPMethod struct{ base }
 
 // NewBATCLIP returns BATCLIP with the given optimizer.
-func NewBATCLIP(m Model, head mat.Matrix, opt OptimizerConfig) (*BATCLIPMethod, error) {
+func NewBATCLIP(m Model, head mat.Matrix, opt optim.Config) (*BATCLIPMethod, error) {
 	b, err := newBase(m, head, opt)
 	if err != nil {
 		return nil, err

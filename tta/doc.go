@@ -7,13 +7,6 @@
 //
 // # Pieces
 //
-//   - Optimizers over named parameter vectors ([Param]): [Adam] (with
-//     Decoupled, AdamW) and [SGD], following torch's single-tensor update
-//     order in the element type (float32 for the model, float64 for checks).
-//     A step with a NaN or ±Inf gradient is skipped and counted, as a
-//     GradScaler would. State is per parameter and can be copied out
-//     (State), restored (SetState) and cleared (Reset). [GradMean] keeps
-//     MINT's running mean of batch gradients.
 //   - The text subspace ([NewTextSubspace]): Σ_T, the thin SVD of the
 //     centred class embeddings, the basis B_T and the projector P_T.
 //   - The alignment step ([Align], [Aligner]): the batch covariance S, the
@@ -34,16 +27,18 @@
 // # Methods and the runner
 //
 // [Method] wires these pieces to a CLIP model (a [Model], which *clip.Model
-// implements; package tta does not import clip): [Source],
-// [TENT], [BATCLIPMethod], [MINTMethod], [SubTTA] (SubTTA-S/T/M/B by its
+// implements; package tta does not import clip): [Source], [TENT],
+// [BATCLIPMethod], [MINTMethod], [SubTTA] (SubTTA-S/T/M/B by its
 // second-step loss), [WATTMethod] (WATT-S: per batch, rounds of sequential
 // per-template steps with weight averaging, Mehrdad-Noori/WATT) and
-// [TDAMethod] (TDA's caches, sample by sample, kdiAAA/TDA). Each forward pass records the vision tower on a fresh
-// spago tape; a feature-level gradient ∂L/∂F is injected on the feature node
-// and propagated by ag.Backward to the visual LayerNorm parameters, which the
-// optimizer updates in place. [Runner] streams [Domain]s through a Method
-// (reset per domain, continual or mixed) and logs per-batch diagnostics;
-// [Lookup] returns the paper's configurations.
+// [TDAMethod] (TDA's caches, sample by sample, kdiAAA/TDA). Each forward
+// pass records the vision tower on a fresh spago tape; a feature-level
+// gradient ∂L/∂F is injected on the feature node and propagated by
+// ag.Backward to the visual LayerNorm parameters, which an optimizer of
+// package optim, chosen by an [optim.Config], updates in place (MINT steps
+// with an [optim.GradMean] of its batch gradients). [Runner] streams
+// [Domain]s through a Method (reset per domain, continual or mixed) and logs
+// per-batch diagnostics; [Lookup] returns the paper's configurations.
 //
 // All feature-level math runs in float64 on gonum matrices; use
 // [DenseFromFloat32] and [Float32s] at the model boundary.
@@ -87,9 +82,4 @@
 // a tie the loss itself is barely differentiable and the gradient is large
 // (~1/gap) either way. On the fixtures the smallest boundary gap is about
 // 8e-5·λ_max and nothing is clamped.
-//
-// Optimizer arithmetic: bias corrections and step sizes are float64 and
-// rounded to the element type, and every elementwise operation is rounded
-// in the element type, as torch does on float32 tensors; the fixtures'
-// AdamW, Adam and L2-Adam steps agree to within one float32 ulp.
 package tta

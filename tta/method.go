@@ -11,6 +11,7 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/subtta/subtta/autograd"
+	"github.com/subtta/subtta/optim"
 )
 
 // Model is what a Method needs of a CLIP model: the vision tower on spago's
@@ -111,55 +112,14 @@ func (d *Diagnostics) since(phase string, t0 time.Time) {
 	d.Timings[phase] += time.Since(t0).Seconds()
 }
 
-// OptimizerConfig selects the optimizer of the LayerNorm parameters: SGD
-// when SGD is set, otherwise Adam (AdamW when Adam.Decoupled is set).
-type OptimizerConfig struct {
-	Adam AdamConfig
-	SGD  *SGDConfig
-}
-
-// AdamW returns the config of torch.optim.AdamW(lr, weight_decay=wd).
-func AdamW(lr, wd float64) OptimizerConfig {
-	c := DefaultAdamConfig(lr)
-	c.WeightDecay, c.Decoupled = wd, true
-	return OptimizerConfig{Adam: c}
-}
-
-// AdamL2 returns the config of torch.optim.Adam(lr, weight_decay=wd), an L2
-// penalty added to the gradient.
-func AdamL2(lr, wd float64) OptimizerConfig {
-	c := DefaultAdamConfig(lr)
-	c.WeightDecay = wd
-	return OptimizerConfig{Adam: c}
-}
-
-func (c OptimizerConfig) String() string {
-	if c.SGD != nil {
-		s := c.SGD
-		return fmt.Sprintf("SGD(lr=%g, momentum=%g, nesterov=%v, wd=%g)", s.LR, s.Momentum, s.Nesterov, s.WeightDecay)
-	}
-	name := "Adam"
-	if c.Adam.Decoupled {
-		name = "AdamW"
-	}
-	return fmt.Sprintf("%s(lr=%g, wd=%g)", name, c.Adam.LR, c.Adam.WeightDecay)
-}
-
-func newOptimizer[T float.DType](c OptimizerConfig) (Optimizer[T], error) {
-	if c.SGD != nil {
-		return NewSGD[T](*c.SGD)
-	}
-	return NewAdam[T](c.Adam)
-}
-
 // trainer holds the trainable visual LayerNorm parameters of a model, their
 // source values and the optimizer, in the model's element type.
 type trainer interface {
 	zeroGrad()
 	step() (bool, error)
 	// addGrads adds the current gradients to g; stepMean steps with g's mean.
-	addGrads(g *GradMean) error
-	stepMean(g *GradMean) (bool, error)
+	addGrads(g *optim.GradMean) error
+	stepMean(g *optim.GradMean) (bool, error)
 	resetOptimizer()
 	restoreSource()
 	skipped() int
@@ -174,20 +134,20 @@ type trainer interface {
 
 type lnTrainer[T float.DType] struct {
 	mats   []smat.Matrix
-	params []Param[T]
+	params []optim.Param[T]
 	source [][]T
-	opt    Optimizer[T]
+	opt    optim.Optimizer[T]
 }
 
-func newTrainer(m Model, f64 bool, cfg OptimizerConfig) (trainer, error) {
+func newTrainer(m Model, f64 bool, cfg optim.Config) (trainer, error) {
 	if f64 {
 		return newLNTrainer[float64](m, cfg)
 	}
 	return newLNTrainer[float32](m, cfg)
 }
 
-func newLNTrainer[T float.DType](m Model, cfg OptimizerConfig) (*lnTrainer[T], error) {
-	opt, err := newOptimizer[T](cfg)
+func newLNTrainer[T float.DType](m Model, cfg optim.Config) (*lnTrainer[T], error) {
+	opt, err := optim.New[T](cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +167,7 @@ func newLNTrainer[T float.DType](m Model, cfg OptimizerConfig) (*lnTrainer[T], e
 		// Data of a Dense of the same element type shares its backing
 		// array: the optimizer updates the model in place.
 		val := float.SliceValueOf[T](d.Data())
-		tr.params = append(tr.params, Param[T]{Name: names[i], Value: val})
+		tr.params = append(tr.params, optim.Param[T]{Name: names[i], Value: val})
 		tr.source = append(tr.source, append([]T(nil), val...))
 		m.SetRequiresGrad(true)
 	}
@@ -237,18 +197,18 @@ func (tr *lnTrainer[T]) step() (bool, error) {
 	return tr.opt.Step(tr.params)
 }
 
-func (tr *lnTrainer[T]) addGrads(g *GradMean) error {
+func (tr *lnTrainer[T]) addGrads(g *optim.GradMean) error {
 	tr.collect()
 	switch p := any(tr.params).(type) {
-	case []Param[float32]:
+	case []optim.Param[float32]:
 		return g.Add(p)
-	case []Param[float64]:
+	case []optim.Param[float64]:
 		return g.AddFloat64(p)
 	}
 	panic("unreachable")
 }
 
-func (tr *lnTrainer[T]) stepMean(g *GradMean) (bool, error) {
+func (tr *lnTrainer[T]) stepMean(g *optim.GradMean) (bool, error) {
 	for i := range tr.params {
 		m := g.MeanFloat64(tr.params[i].Name)
 		if m == nil {
@@ -329,7 +289,7 @@ type base struct {
 	tr    trainer
 }
 
-func newBase(m Model, head mat.Matrix, opt OptimizerConfig) (base, error) {
+func newBase(m Model, head mat.Matrix, opt optim.Config) (base, error) {
 	if m == nil {
 		return base{}, errors.New("tta: nil model")
 	}

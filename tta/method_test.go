@@ -10,6 +10,7 @@ import (
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/data"
 	"github.com/subtta/subtta/internal/fixture"
+	"github.com/subtta/subtta/optim"
 )
 
 // *clip.Model is what the Methods and the presets run on.
@@ -95,9 +96,9 @@ func setAdamState(tb testing.TB, tr trainer, x *fx, prefix string, step int) {
 	tb.Helper()
 	var err error
 	switch o := tr.optimizer().(type) {
-	case *Adam[float32]:
+	case *optim.Adam[float32]:
 		err = o.SetState(adamState[float32](x, prefix, tr.names(), step))
-	case *Adam[float64]:
+	case *optim.Adam[float64]:
 		err = o.SetState(adamState[float64](x, prefix, tr.names(), step))
 	default:
 		tb.Fatalf("optimizer %T is not Adam", o)
@@ -140,7 +141,7 @@ func TestMethodsShareModel(t *testing.T) {
 	if _, err := tda.Step(px, 4); err != nil {
 		t.Fatal(err)
 	}
-	tent, err := NewTENT(m, head, OptimizerConfig{Adam: DefaultAdamConfig(1e-3)})
+	tent, err := NewTENT(m, head, optim.Config{Adam: optim.DefaultAdamConfig(1e-3)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,11 +5,13 @@ import (
 	"time"
 
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/subtta/subtta/optim"
 )
 
 // MINTConfig configures MINTMethod.
 type MINTConfig struct {
-	Optimizer OptimizerConfig
+	Optimizer optim.Config
 	// Scale multiplies the cosine logits: a literal 100 in both codes.
 	Scale float64
 	// PriorN is N0 in the mixing ratio n/(N0+n): 10000.
@@ -39,7 +41,7 @@ var MINTTemplates = []string{
 type MINTMethod struct {
 	base
 	state *MINT
-	agg   GradMean
+	agg   optim.GradMean
 }
 
 // NewMINTMethod returns MINT with the head (C×d, unit rows).
@@ -114,7 +116,7 @@ func (m *MINTMethod) Step(pixels []float32, n int) (*Result, error) {
 // detached class sums of the normalised features before and after
 // adaptation, over one domain. The method around it restores the source
 // weights and a fresh optimizer for every batch, steps once with the running
-// mean of all batch gradients (GradMean), re-encodes, and calls Predict.
+// mean of all batch gradients (optim.GradMean), re-encodes, and calls Predict.
 type MINT struct {
 	// Scale multiplies the cosine logits (the code uses a literal 100).
 	Scale float64

@@ -7,6 +7,7 @@ import (
 	smat "github.com/nlpodyssey/spago/mat"
 	"gonum.org/v1/gonum/mat"
 
+	"github.com/subtta/subtta/optim"
 	"github.com/subtta/subtta/textenc"
 )
 
@@ -26,7 +27,7 @@ type Preset struct {
 	// in order, and pass them to New after the ensemble head (Heads does
 	// both).
 	PerTemplateHeads bool
-	Optimizer        OptimizerConfig
+	Optimizer        optim.Config
 	SubTTA           SubTTAConfig // SubTTA variants
 	MINT             MINTConfig   // MINT variants
 	WATT             WATTConfig   // WATT variants
@@ -42,29 +43,29 @@ var (
 
 type datasetHyper struct {
 	batch    int
-	subtta   OptimizerConfig // [S] cfgs/*/subtta.yaml
+	subtta   optim.Config // [S] cfgs/*/subtta.yaml
 	rank     int
 	alpha    float64
 	entScale float64
-	tent     OptimizerConfig
-	batclip  OptimizerConfig
+	tent     optim.Config
+	batclip  optim.Config
 	// mintOfficialLR is [M]'s Adam lr; 0 where [M] gives none.
 	mintOfficialLR float64
 }
 
 var datasetHypers = map[string]datasetHyper{
 	"imagenet-c": {
-		batch: 64, subtta: AdamW(5e-4, 0.01), rank: 256, alpha: 0.5, entScale: 3,
-		tent:    OptimizerConfig{SGD: &SGDConfig{LR: 2.5e-4, Momentum: 0.9, Nesterov: true}},
-		batclip: AdamW(5e-4, 0.01), mintOfficialLR: 0.015,
+		batch: 64, subtta: optim.AdamW(5e-4, 0.01), rank: 256, alpha: 0.5, entScale: 3,
+		tent:    optim.Config{SGD: &optim.SGDConfig{LR: 2.5e-4, Momentum: 0.9, Nesterov: true}},
+		batclip: optim.AdamW(5e-4, 0.01), mintOfficialLR: 0.015,
 	},
 	"cifar10-c": {
-		batch: 200, subtta: AdamW(1e-3, 0.01), rank: 256, alpha: 0.1, entScale: 0.05,
-		tent: AdamL2(1e-3, 0), batclip: AdamW(1e-3, 0.01),
+		batch: 200, subtta: optim.AdamW(1e-3, 0.01), rank: 256, alpha: 0.1, entScale: 0.05,
+		tent: optim.AdamL2(1e-3, 0), batclip: optim.AdamW(1e-3, 0.01),
 	},
 	"cifar100-c": {
-		batch: 200, subtta: AdamL2(5e-4, 0.01), rank: 64, alpha: 0.5, entScale: 0.05,
-		tent: AdamL2(1e-3, 0), batclip: AdamL2(5e-4, 0.01), mintOfficialLR: 0.007,
+		batch: 200, subtta: optim.AdamL2(5e-4, 0.01), rank: 64, alpha: 0.5, entScale: 0.05,
+		tent: optim.AdamL2(1e-3, 0), batclip: optim.AdamL2(5e-4, 0.01), mintOfficialLR: 0.007,
 	},
 }
 
@@ -103,7 +104,7 @@ func Lookup(dataset, method string) (Preset, error) {
 		return Preset{}, fmt.Errorf("tta: preset: unknown dataset %q (want one of %v)", dataset, PresetDatasets)
 	}
 	p := Preset{Dataset: dataset, Method: method, BatchSize: h.batch, Templates: []string{"a photo of a {}."}}
-	mint := MINTConfig{Optimizer: AdamL2(1e-2, 0.01), Scale: 100, PriorN: 10000}
+	mint := MINTConfig{Optimizer: optim.AdamL2(1e-2, 0.01), Scale: 100, PriorN: 10000}
 	switch method {
 	case "source":
 	case "tent":
@@ -116,7 +117,7 @@ func Lookup(dataset, method string) (Preset, error) {
 		if h.mintOfficialLR == 0 {
 			return Preset{}, fmt.Errorf("tta: preset: the official MINT code has no %s setting", dataset)
 		}
-		mint.Optimizer = AdamL2(h.mintOfficialLR, 0)
+		mint.Optimizer = optim.AdamL2(h.mintOfficialLR, 0)
 		p.Optimizer, p.MINT, p.BatchSize = mint.Optimizer, mint, 20
 		p.Templates = MINTTemplates
 	case "subtta-s", "subtta-t", "subtta-b", "subtta-m":
@@ -125,7 +126,7 @@ func Lookup(dataset, method string) (Preset, error) {
 		p.SubTTA = SubTTAConfig{Subspace: SubspaceOptions{Rank: h.rank}, Alpha: h.alpha, Loss: loss,
 			EntropyScale: h.entScale, Optimizer: h.subtta}
 	case "watt-s", "watt-lite":
-		p.Optimizer, p.BatchSize = AdamL2(1e-3, 0), 128
+		p.Optimizer, p.BatchSize = optim.AdamL2(1e-3, 0), 128
 		p.Templates, p.PerTemplateHeads = WATTTemplates, true
 		p.WATT = WATTConfig{Optimizer: p.Optimizer, Steps: 2, Rounds: 5, Name: method}
 		if method == "watt-lite" {

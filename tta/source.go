@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/subtta/subtta/optim"
 )
 
 // Source is zero-shot CLIP: no adaptation.
@@ -11,7 +13,7 @@ type Source struct{ base }
 
 // NewSource returns the zero-shot method with the head (C×d, unit rows).
 func NewSource(m Model, head mat.Matrix) (*Source, error) {
-	b, err := newBase(m, head, OptimizerConfig{Adam: DefaultAdamConfig(0)})
+	b, err := newBase(m, head, optim.Config{Adam: optim.DefaultAdamConfig(0)})
 	if err != nil {
 		return nil, err
 	}

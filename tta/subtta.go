@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/subtta/subtta/optim"
 )
 
 // Prediction selects what SubTTA reports for a batch.
@@ -51,7 +53,7 @@ type SubTTAConfig struct {
 	// ResetCovariance makes Reset also set the EMA covariance back to Σ_T.
 	// The official code never does: its global_cov carries across domains.
 	ResetCovariance bool
-	Optimizer       OptimizerConfig
+	Optimizer       optim.Config
 }
 
 // SubTTA is SubTTA on a CLIP model (spec §1.3). Per batch:

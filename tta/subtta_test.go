@@ -8,6 +8,7 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/subtta/subtta/clip"
+	"github.com/subtta/subtta/optim"
 )
 
 // subttaFromFixture builds SubTTA with the fixture's config and head.
@@ -26,7 +27,7 @@ func subttaFromFixture(tb testing.TB, m *clip.Model, x *fx) *SubTTA {
 		Subspace:  SubspaceOptions{Rank: cfg.R, KeepTopPC: !cfg.RemoveFirstPC},
 		Alpha:     cfg.Alpha,
 		Loss:      loss,
-		Optimizer: OptimizerConfig{Adam: js.Config.adam(tb)},
+		Optimizer: optim.Config{Adam: js.Config.adam(tb)},
 	})
 	if err != nil {
 		tb.Fatal(err)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/subtta/subtta/optim"
 )
 
 // TDACacheConfig configures one of TDA's caches.
@@ -85,7 +87,7 @@ type TDAMethod struct {
 // NewTDAMethod returns TDA over the head (C×d, unit rows). A zero cfg.Scale
 // takes the model's logit scale.
 func NewTDAMethod(m Model, head mat.Matrix, cfg TDAConfig) (*TDAMethod, error) {
-	b, err := newBase(m, head, OptimizerConfig{Adam: DefaultAdamConfig(0)})
+	b, err := newBase(m, head, optim.Config{Adam: optim.DefaultAdamConfig(0)})
 	if err != nil {
 		return nil, err
 	}

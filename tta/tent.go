@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/subtta/subtta/optim"
 )
 
 // TENT minimises the mean class entropy of CLIP's zero-shot softmax,
@@ -12,7 +14,7 @@ import (
 type TENT struct{ base }
 
 // NewTENT returns TENT with the given optimizer over the visual LayerNorms.
-func NewTENT(m Model, head mat.Matrix, opt OptimizerConfig) (*TENT, error) {
+func NewTENT(m Model, head mat.Matrix, opt optim.Config) (*TENT, error) {
 	b, err := newBase(m, head, opt)
 	if err != nil {
 		return nil, err

@@ -8,6 +8,8 @@ import (
 
 	"github.com/nlpodyssey/spago/mat/float"
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/subtta/subtta/optim"
 )
 
 // WATTTemplates are WATT's eight prompt templates ([W] templates.yaml), in
@@ -27,7 +29,7 @@ const WATTTemperature = 0.01
 type WATTConfig struct {
 	// Optimizer is Adam with lr 1e-3 in the README and the bash scripts
 	// (main.py's default is 1e-4), betas (0.9, 0.999), no weight decay.
-	Optimizer OptimizerConfig
+	Optimizer optim.Config
 	// Steps (L) is the number of optimizer steps per template, Rounds (M)
 	// the number of weight-averaging rounds: 2 and 5 for WATT-S.
 	Steps, Rounds int
