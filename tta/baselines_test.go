@@ -41,18 +41,18 @@ func TestBaselineGradCheck(t *testing.T) {
 	const b, d, c = 8, 10, 5
 	text, _ := NormalizeRows(randDense(rng, c, d, 1))
 	f := randDense(rng, b, d, 1)
-	tent, _ := Tent(f, text, 10)
-	gradCheck(t, "tent", f, func(f *mat.Dense) float64 { r, _ := Tent(f, text, 10); return r.Loss }, tent.DLdF, 1e-6, 1e-6)
-	bc, _ := BATCLIP(f, text, 10)
+	tent, _ := TentLoss(f, text, 10)
+	gradCheck(t, "tent", f, func(f *mat.Dense) float64 { r, _ := TentLoss(f, text, 10); return r.Loss }, tent.DLdF, 1e-6, 1e-6)
+	bc, _ := BATCLIPLoss(f, text, 10)
 	t.Logf("batclip random problem: %d classes predicted", len(distinct(bc.Preds)))
 	if len(distinct(bc.Preds)) < 2 {
 		t.Fatal("random problem predicts one class: InterMean untested")
 	}
-	gradCheck(t, "batclip", f, func(f *mat.Dense) float64 { r, _ := BATCLIP(f, text, 10); return r.Loss }, bc.DLdF, 1e-6, 1e-6)
+	gradCheck(t, "batclip", f, func(f *mat.Dense) float64 { r, _ := BATCLIPLoss(f, text, 10); return r.Loss }, bc.DLdF, 1e-6, 1e-6)
 
 	// MINT: with the cumulative means held fixed (they are detached), the loss
 	// is a function of Fn, then F.
-	m, _ := NewMINT(c, d, 100, 10000)
+	m, _ := NewMINTState(c, d, 100, 10000)
 	m.Loss(randDense(rng, b, d, 1), text) // some history
 	mint, _ := m.Loss(f, text)
 	sums, n := m.ClassSums()
@@ -117,7 +117,7 @@ func TestBaselinesEndToEnd(t *testing.T) {
 			case "mint":
 				var scale float64
 				fmt.Sscanf(bj.Config.Mint.Scale, "%g", &scale)
-				meth, err = NewMINTMethod(m, head, MINTConfig{Optimizer: opt, Scale: scale, PriorN: bj.Config.Mint.PriorN})
+				meth, err = NewMINT(m, head, MINTConfig{Optimizer: opt, Scale: scale, PriorN: bj.Config.Mint.PriorN})
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -126,9 +126,9 @@ func TestBaselinesEndToEnd(t *testing.T) {
 			switch mm := meth.(type) {
 			case *TENT:
 				tr = mm.tr
-			case *BATCLIPMethod:
+			case *BATCLIP:
 				tr = mm.tr
-			case *MINTMethod:
+			case *MINT:
 				tr = mm.tr
 			}
 			names := tr.names()
@@ -156,7 +156,7 @@ func TestBaselinesEndToEnd(t *testing.T) {
 					compareParams(t, "", tr.grads(), names, x, b+"grad.", 1e-4, relTol, nil)
 					compareParams(t, "", tr.values(), names, x, b+"param.", 1e-6, absTol, nil)
 				case "mint":
-					mm := meth.(*MINTMethod)
+					mm := meth.(*MINT)
 					compareInts(t, b+"pre_preds", res.Diag.PseudoLabels, x.ints(b+"pre_preds"))
 					compare(t, b+"loss", []float64{res.Diag.Losses["mint"]}, []float64{x.scalar(b + "loss")}, 1e-5, relTol)
 					// The gradients of this batch stay on the tensors after

@@ -9,35 +9,35 @@ import (
 	"github.com/subtta/subtta/optim"
 )
 
-// BATCLIPMethod is BATCLIP as in the SubTTA repo (text encoder frozen): loss
-// = mean entropy − I2T − InterMean, one step per batch, predictions from the
-// pre-update logits (spec §2.3).
-type BATCLIPMethod struct{ base }
+// BATCLIP is the BATCLIP method as in the SubTTA repo (text encoder
+// frozen): one step per batch on BATCLIPLoss = mean entropy − I2T −
+// InterMean, predictions from the pre-update logits (spec §2.3).
+type BATCLIP struct{ base }
 
 // NewBATCLIP returns BATCLIP with the given optimizer.
-func NewBATCLIP(m Model, head mat.Matrix, opt optim.Config) (*BATCLIPMethod, error) {
+func NewBATCLIP(m Model, head mat.Matrix, opt optim.Config) (*BATCLIP, error) {
 	b, err := newBase(m, head, opt)
 	if err != nil {
 		return nil, err
 	}
-	return &BATCLIPMethod{b}, nil
+	return &BATCLIP{b}, nil
 }
 
 // Name returns "batclip".
-func (m *BATCLIPMethod) Name() string { return "batclip" }
+func (m *BATCLIP) Name() string { return "batclip" }
 
 // Reset restores the source weights and a fresh optimizer.
-func (m *BATCLIPMethod) Reset() error { m.reset(); return nil }
+func (m *BATCLIP) Reset() error { m.reset(); return nil }
 
 // Step runs one BATCLIP step on the batch.
-func (m *BATCLIPMethod) Step(pixels []float32, n int) (*Result, error) {
+func (m *BATCLIP) Step(pixels []float32, n int) (*Result, error) {
 	d := newDiagnostics()
 	t0 := time.Now()
 	node, f, err := m.forward(pixels, n, true)
 	if err != nil {
 		return nil, err
 	}
-	res, err := BATCLIP(f, m.text, m.scale)
+	res, err := BATCLIPLoss(f, m.text, m.scale)
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +56,7 @@ func (m *BATCLIPMethod) Step(pixels []float32, n int) (*Result, error) {
 	return &Result{Logits: res.Logits, Preds: res.Preds, Features: f, Diag: d}, nil
 }
 
-// BATCLIPResult is BATCLIP's loss on one batch.
+// BATCLIPResult is BATCLIPLoss's result on one batch.
 type BATCLIPResult struct {
 	Logits    *mat.Dense // scale·normalize(F)·Tᵀ, the (pre-update) prediction
 	Preds     []int      // argmax of Logits, also the pseudo-labels
@@ -67,10 +67,10 @@ type BATCLIPResult struct {
 	DLdF      *mat.Dense // ∂Loss/∂F (B×d)
 }
 
-// BATCLIP computes BATCLIP's loss (as in the SubTTA repo, text frozen) on the
-// unnormalised image features f (B×d). Class means μ_l are of the
+// BATCLIPLoss computes BATCLIP's loss (as in the SubTTA repo, text frozen)
+// on the unnormalised image features f (B×d). Class means μ_l are of the
 // unnormalised features, as in the official code.
-func BATCLIP(f, t mat.Matrix, logitScale float64) (*BATCLIPResult, error) {
+func BATCLIPLoss(f, t mat.Matrix, logitScale float64) (*BATCLIPResult, error) {
 	if err := checkFeatures(f, t, "batclip"); err != nil {
 		return nil, err
 	}

@@ -11,7 +11,7 @@ func TestBATCLIPFixture(t *testing.T) {
 	scale := logitScale(t)
 	for k := range x.batches("batclip.b", "F") {
 		b := fmt.Sprintf("batclip.b%d.", k)
-		res, err := BATCLIP(x.dense(b+"F"), text, scale)
+		res, err := BATCLIPLoss(x.dense(b+"F"), text, scale)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,23 +15,26 @@
 //     closed-form gradients ∂L/∂S and ∂L/∂F, with no SVD backward.
 //   - SubTTA's second step: [Project] (Z = normalize(F·P_T), optionally the
 //     paper's soft projection) with its backward, [Logits], [Argmax], and
-//     the losses [MintLoss], [ClassMeanCosineLoss] ("batclip") and
-//     [FeatureEntropyLoss] ("tent"), each with ∂L/∂Z. [Head] is the
-//     zero-shot head that every method predicts with.
-//   - Baselines: [Tent], [BATCLIP], [MINT] and [WATTLoss] (one template's
-//     loss of WATT), each with ∂L/∂F; [TDA]'s positive and negative caches,
-//     training-free.
+//     the losses [BetweenClassScatterLoss] ("mint"), [ClassMeanCosineLoss]
+//     ("batclip") and [FeatureEntropyLoss] ("tent"), each with ∂L/∂Z.
+//     [Head] is the zero-shot head that every method predicts with.
+//   - The baselines' losses: [TentLoss], [BATCLIPLoss] and [WATTLoss] (one
+//     template's loss of WATT), each with ∂L/∂F; MINT's per-domain class
+//     statistics with its loss and prediction, [MINTState]; and TDA's
+//     positive and negative caches, [TDACache], training-free.
 //   - Diagnostics: [PrincipalAngleCosines], [SemanticConcentration],
 //     [PredictedClassCosine].
 //
 // # Methods and the runner
 //
 // [Method] wires these pieces to a CLIP model (a [Model], which *clip.Model
-// implements; package tta does not import clip): [Source], [TENT],
-// [BATCLIPMethod], [MINTMethod], [SubTTA] (SubTTA-S/T/M/B by its
-// second-step loss), [WATTMethod] (WATT-S: per batch, rounds of sequential
-// per-template steps with weight averaging, Mehrdad-Noori/WATT) and
-// [TDAMethod] (TDA's caches, sample by sample, kdiAAA/TDA). Each forward
+// implements; package tta does not import clip). A type named after a
+// method is that Method, and a name ending in Loss is a loss (TENT runs
+// TentLoss): [Source], [TENT], [BATCLIP], [MINT], [SubTTA] (SubTTA-S/T/M/B
+// by its second-step loss), [WATT] (WATT-S: per batch, rounds of sequential
+// per-template steps with weight averaging, Mehrdad-Noori/WATT) and [TDA]
+// (TDA's caches, sample by sample, kdiAAA/TDA), built by NewSource, NewTENT
+// and so on. Each forward
 // pass records the vision tower on a fresh spago tape; a feature-level
 // gradient ∂L/∂F is injected on the feature node and propagated by
 // ag.Backward to the visual LayerNorm parameters, which an optimizer of
@@ -54,7 +57,8 @@
 //     α = 0 turns the alignment step off ([AlignOptions]);
 //   - the top principal component is dropped in both bases and
 //     r = min(C−1, R) ([SubspaceOptions].KeepTopPC restores it);
-//   - the default loss is the simplified MINT loss, not official MINT;
+//   - the default loss is the simplified MINT loss
+//     ([BetweenClassScatterLoss]), not official MINT;
 //   - the prediction is the plain head on a third forward pass, not the
 //     projected logits of the paper's Algorithm 1;
 //   - the EMA covariance survives the reset between corruptions: an

@@ -41,7 +41,7 @@ func Example() {
 
 	proj, _ := tta.Project(feats, sub.Projector, 0)
 	labels := tta.Argmax(tta.Logits(proj.Z, text, 100))
-	loss, dz, _ := tta.MintLoss(proj.Z, labels)
+	loss, dz, _ := tta.BetweenClassScatterLoss(proj.Z, labels)
 	dF := proj.Backward(dz)
 	r, c := dF.Dims()
 	fmt.Printf("pseudo-labels %v, L_mint %.4f, dL/dF %d×%d\n", labels, loss, r, c)

@@ -134,7 +134,7 @@ func TestMethodsShareModel(t *testing.T) {
 	x := openFixture(t, "fixtures/baselines.safetensors")
 	head := x.dense("T")
 	px := ttaPixels(t, 4)[0]
-	tda, err := NewTDAMethod(m, head, DefaultTDAConfig())
+	tda, err := NewTDA(m, head, DefaultTDAConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

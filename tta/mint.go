@@ -9,7 +9,7 @@ import (
 	"github.com/subtta/subtta/optim"
 )
 
-// MINTConfig configures MINTMethod.
+// MINTConfig configures MINT.
 type MINTConfig struct {
 	Optimizer optim.Config
 	// Scale multiplies the cosine logits: a literal 100 in both codes.
@@ -26,8 +26,8 @@ var MINTTemplates = []string{
 	"a {} in a video game.", "art of the {}.", "a photo of the small {}.",
 }
 
-// MINTMethod is MINT. Every batch starts from the source weights and a fresh
-// optimizer; the batch's loss gradient joins the running mean of all batch
+// MINT is the MINT method. Every batch starts from the source weights and a
+// fresh optimizer; the batch's loss gradient joins the running mean of all batch
 // gradients of the domain, one optimizer step is taken with that mean, the
 // batch is re-encoded and classified with text weights mixed towards the
 // post-adaptation class means; then the source weights are restored.
@@ -38,32 +38,32 @@ var MINTTemplates = []string{
 // CIFAR-100-C, no weight decay). Both are this type with another head and
 // optimizer (see the presets). Not reproduced from [M]: its optimizer also
 // updates the unused text ln_final, which has no effect on predictions.
-type MINTMethod struct {
+type MINT struct {
 	base
-	state *MINT
+	state *MINTState
 	agg   optim.GradMean
 }
 
-// NewMINTMethod returns MINT with the head (C×d, unit rows).
-func NewMINTMethod(m Model, head mat.Matrix, cfg MINTConfig) (*MINTMethod, error) {
+// NewMINT returns MINT with the head (C×d, unit rows).
+func NewMINT(m Model, head mat.Matrix, cfg MINTConfig) (*MINT, error) {
 	b, err := newBase(m, head, cfg.Optimizer)
 	if err != nil {
 		return nil, err
 	}
 	c, d := head.Dims()
-	st, err := NewMINT(c, d, cfg.Scale, cfg.PriorN)
+	st, err := NewMINTState(c, d, cfg.Scale, cfg.PriorN)
 	if err != nil {
 		return nil, err
 	}
-	return &MINTMethod{base: b, state: st}, nil
+	return &MINT{base: b, state: st}, nil
 }
 
 // Name returns "mint".
-func (m *MINTMethod) Name() string { return "mint" }
+func (m *MINT) Name() string { return "mint" }
 
 // Reset restores the source weights and clears the class sums and the
 // aggregated gradient.
-func (m *MINTMethod) Reset() error {
+func (m *MINT) Reset() error {
 	m.reset()
 	m.state.Reset()
 	m.agg.Reset()
@@ -71,7 +71,7 @@ func (m *MINTMethod) Reset() error {
 }
 
 // Step runs MINT on the batch.
-func (m *MINTMethod) Step(pixels []float32, n int) (*Result, error) {
+func (m *MINT) Step(pixels []float32, n int) (*Result, error) {
 	d := newDiagnostics()
 	t0 := time.Now()
 	m.reset() // source weights and a fresh optimizer for every batch
@@ -112,12 +112,13 @@ func (m *MINTMethod) Step(pixels []float32, n int) (*Result, error) {
 	return &Result{Logits: pred.Logits, Preds: pred.Preds, Features: fPost, Diag: d}, nil
 }
 
-// MINT is the state of MINT as implemented in the SubTTA repo: cumulative,
-// detached class sums of the normalised features before and after
-// adaptation, over one domain. The method around it restores the source
-// weights and a fresh optimizer for every batch, steps once with the running
-// mean of all batch gradients (optim.GradMean), re-encodes, and calls Predict.
-type MINT struct {
+// MINTState is MINT's per-domain state as implemented in the SubTTA repo:
+// cumulative, detached class sums of the normalised features before and
+// after adaptation, with the loss (Loss) and the prediction (Predict) that
+// read them. The MINT method around it restores the source weights and a
+// fresh optimizer for every batch, steps once with the running mean of all
+// batch gradients (optim.GradMean), re-encodes, and calls Predict.
+type MINTState struct {
 	// Scale multiplies the cosine logits (the code uses a literal 100).
 	Scale float64
 	// PriorN is N0 in the mixing ratio n/(N0+n) (10000).
@@ -131,18 +132,18 @@ type MINT struct {
 	seen         int
 }
 
-// NewMINT returns MINT state for classes×dim text features.
-func NewMINT(classes, dim int, scale, priorN float64) (*MINT, error) {
+// NewMINTState returns empty MINT state for classes×dim text features.
+func NewMINTState(classes, dim int, scale, priorN float64) (*MINTState, error) {
 	if classes < 1 || dim < 1 || !(priorN >= 0) {
 		return nil, fmt.Errorf("tta: mint: bad sizes classes=%d dim=%d N0=%v", classes, dim, priorN)
 	}
-	m := &MINT{Scale: scale, PriorN: priorN, classes: classes, dim: dim}
+	m := &MINTState{Scale: scale, PriorN: priorN, classes: classes, dim: dim}
 	m.Reset()
 	return m, nil
 }
 
 // Reset clears the accumulators (at the start of each domain).
-func (m *MINT) Reset() {
+func (m *MINTState) Reset() {
 	m.preSums = mat.NewDense(m.classes, m.dim, nil)
 	m.preN = make([]float64, m.classes)
 	m.postSums = mat.NewDense(m.classes, m.dim, nil)
@@ -151,12 +152,12 @@ func (m *MINT) Reset() {
 }
 
 // ClassSums returns the cumulative pre-adaptation class sums and counts.
-func (m *MINT) ClassSums() (*mat.Dense, []float64) {
+func (m *MINTState) ClassSums() (*mat.Dense, []float64) {
 	return mat.DenseCopyOf(m.preSums), append([]float64(nil), m.preN...)
 }
 
-// MINTLoss is MINT's loss on one batch.
-type MINTLoss struct {
+// MINTResult is MINTState.Loss's result on one batch.
+type MINTResult struct {
 	Fn    *mat.Dense // normalised features
 	Preds []int      // argmax(Scale·Fn·normalize(T)ᵀ), the pseudo-labels
 	Loss  float64
@@ -169,7 +170,7 @@ type MINTLoss struct {
 // count (the detached class statistics MINT keeps before and after
 // adaptation). It returns the normalised features, their norms and the
 // predicted classes.
-func (m *MINT) accumulate(f, t mat.Matrix, sums *mat.Dense, counts []float64) (*mat.Dense, []float64, []int, error) {
+func (m *MINTState) accumulate(f, t mat.Matrix, sums *mat.Dense, counts []float64) (*mat.Dense, []float64, []int, error) {
 	if err := checkFeatures(f, t, "mint"); err != nil {
 		return nil, nil, nil, err
 	}
@@ -196,7 +197,7 @@ func (m *MINT) accumulate(f, t mat.Matrix, sums *mat.Dense, counts []float64) (*
 //
 // with μ and μ_c the cumulative (detached) overall and class means, K the
 // number of classes present in the batch and n their in-batch counts.
-func (m *MINT) Loss(f, t mat.Matrix) (*MINTLoss, error) {
+func (m *MINTState) Loss(f, t mat.Matrix) (*MINTResult, error) {
 	fn, norms, preds, err := m.accumulate(f, t, m.preSums, m.preN)
 	if err != nil {
 		return nil, err
@@ -230,7 +231,7 @@ func (m *MINT) Loss(f, t mat.Matrix) (*MINTLoss, error) {
 		}
 		loss -= w * (toAll - toClass)
 	}
-	return &MINTLoss{
+	return &MINTResult{
 		Fn:    fn,
 		Preds: preds,
 		Loss:  loss,
@@ -239,7 +240,8 @@ func (m *MINT) Loss(f, t mat.Matrix) (*MINTLoss, error) {
 	}, nil
 }
 
-// MINTPrediction is MINT's output on a batch after adaptation.
+// MINTPrediction is MINTState.Predict's result: MINT's output on a batch
+// after adaptation.
 type MINTPrediction struct {
 	PostPreds []int      // argmax(Scale·normalize(F′)·normalize(T)ᵀ)
 	Ratio     float64    // n/(N0+n), n the samples seen in the domain
@@ -251,7 +253,7 @@ type MINTPrediction struct {
 // Predict adds the re-encoded features fPost (B×d) to the post-adaptation
 // class sums and classifies them with the text weights mixed towards the
 // post-adaptation class means.
-func (m *MINT) Predict(fPost, t mat.Matrix) (*MINTPrediction, error) {
+func (m *MINTState) Predict(fPost, t mat.Matrix) (*MINTPrediction, error) {
 	fn, _, post, err := m.accumulate(fPost, t, m.postSums, m.postN)
 	if err != nil {
 		return nil, err

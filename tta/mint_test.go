@@ -20,7 +20,7 @@ func TestMINTFixture(t *testing.T) {
 	x := openFixture(t, "fixtures/baselines.safetensors")
 	text := x.dense("T")
 	c, d := text.Dims()
-	m, err := NewMINT(c, d, scale, js.Config.Mint.PriorN)
+	m, err := NewMINTState(c, d, scale, js.Config.Mint.PriorN)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -93,7 +93,7 @@ var datasetHypers = map[string]datasetHyper{
 //     per batch instead of 80.
 //   - tda: DefaultTDAConfig ([T] configs/imagenet.yaml, the only
 //     ImageNet-family setting; [T] has none for CIFAR), scale 100, batch 1
-//     as in the official code. TDAMethod gives the same predictions at any
+//     as in the official code. TDA gives the same predictions at any
 //     batch size, so a larger one only saves time. Head "a photo of a {}."
 //     like the other SubTTA-repo presets; [T]'s own ImageNet head is the
 //     MINTTemplates ensemble.
@@ -169,13 +169,13 @@ func (p Preset) New(m Model, head mat.Matrix, templateHeads ...mat.Matrix) (Meth
 	case "batclip":
 		return NewBATCLIP(m, head, p.Optimizer)
 	case "mint", "mint-official":
-		return NewMINTMethod(m, head, p.MINT)
+		return NewMINT(m, head, p.MINT)
 	case "subtta-s", "subtta-t", "subtta-b", "subtta-m":
 		return NewSubTTA(m, head, p.SubTTA)
 	case "watt-s", "watt-lite":
 		return NewWATT(m, head, templateHeads, p.WATT)
 	case "tda":
-		return NewTDAMethod(m, head, p.TDA)
+		return NewTDA(m, head, p.TDA)
 	}
 	return nil, fmt.Errorf("tta: preset: unknown method %q", p.Method)
 }

@@ -266,7 +266,7 @@ func (s *SubTTA) adapt(pixels []float32, n int) (*adaptation, error) {
 	case LossSource:
 		return ad, nil
 	case LossMint:
-		ad.Loss, ad.DLdZ, err = MintLoss(pr.Z, ad.Labels)
+		ad.Loss, ad.DLdZ, err = BetweenClassScatterLoss(pr.Z, ad.Labels)
 	case LossBATCLIP:
 		ad.Loss, ad.DLdZ, err = ClassMeanCosineLoss(pr.Z, ad.Labels)
 	case LossTent:

@@ -8,9 +8,10 @@ import (
 	"github.com/subtta/subtta/optim"
 )
 
-// TENT minimises the mean class entropy of CLIP's zero-shot softmax,
-// exp(logit_scale)·cos(f, t), one step per batch, and predicts with the
-// pre-update logits ([S] methods/tent.py, spec §2.1).
+// TENT is the TENT method: it minimises the mean class entropy of CLIP's
+// zero-shot softmax, exp(logit_scale)·cos(f, t) (TentLoss), one step per
+// batch, and predicts with the pre-update logits ([S] methods/tent.py, spec
+// §2.1).
 type TENT struct{ base }
 
 // NewTENT returns TENT with the given optimizer over the visual LayerNorms.
@@ -36,7 +37,7 @@ func (t *TENT) Step(pixels []float32, n int) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, err := Tent(f, t.text, t.scale)
+	res, err := TentLoss(f, t.text, t.scale)
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +52,7 @@ func (t *TENT) Step(pixels []float32, n int) (*Result, error) {
 	return &Result{Logits: res.Logits, Preds: res.Preds, Features: f, Diag: d}, nil
 }
 
-// TentResult is TENT's loss on one batch.
+// TentResult is TentLoss's result on one batch.
 type TentResult struct {
 	Logits *mat.Dense // scale·normalize(F)·Tᵀ, the (pre-update) prediction
 	Preds  []int
@@ -59,10 +60,10 @@ type TentResult struct {
 	DLdF   *mat.Dense // ∂Loss/∂F (B×d)
 }
 
-// Tent computes TENT's loss (mean class entropy of CLIP's zero-shot softmax)
-// on the unnormalised image features f (B×d) with text features t (C×d),
-// scale = exp(logit_scale).
-func Tent(f, t mat.Matrix, scale float64) (*TentResult, error) {
+// TentLoss computes TENT's loss (mean class entropy of CLIP's zero-shot
+// softmax) on the unnormalised image features f (B×d) with text features t
+// (C×d), scale = exp(logit_scale).
+func TentLoss(f, t mat.Matrix, scale float64) (*TentResult, error) {
 	if err := checkFeatures(f, t, "tent"); err != nil {
 		return nil, err
 	}

@@ -11,7 +11,7 @@ func TestTentFixture(t *testing.T) {
 	scale := logitScale(t)
 	for k := range x.batches("tent.b", "F") {
 		b := fmt.Sprintf("tent.b%d.", k)
-		res, err := Tent(x.dense(b+"F"), text, scale)
+		res, err := TentLoss(x.dense(b+"F"), text, scale)
 		if err != nil {
 			t.Fatal(err)
 		}

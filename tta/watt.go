@@ -25,7 +25,7 @@ var WATTTemplates = []string{
 // in [W] adapt/watt.py.
 const WATTTemperature = 0.01
 
-// WATTConfig configures WATTMethod.
+// WATTConfig configures WATT.
 type WATTConfig struct {
 	// Optimizer is Adam with lr 1e-3 in the README and the bash scripts
 	// (main.py's default is 1e-4), betas (0.9, 0.999), no weight decay.
@@ -39,7 +39,7 @@ type WATTConfig struct {
 	Name string
 }
 
-// WATTMethod is WATT-S, the sequential variant of WATT ([W] adapt/watt.py
+// WATT is WATT-S, the sequential variant of WATT ([W] adapt/watt.py
 // with type "sequential", spec §2.4). Every batch starts from the source
 // weights and a fresh Adam. In each of Rounds rounds the method visits the
 // template heads in order, each continuing from the previous template's
@@ -64,7 +64,7 @@ type WATTConfig struct {
 // (clip.load), this port computes in the model's precision (float32); and a
 // step with a NaN or ±Inf gradient is skipped and counted, where torch's
 // Adam would apply it.
-type WATTMethod struct {
+type WATT struct {
 	base
 	heads []*mat.Dense
 	cfg   WATTConfig
@@ -73,7 +73,7 @@ type WATTMethod struct {
 // NewWATT returns WATT-S on the model. head (C×d, unit rows) is the
 // evaluation head; heads are the per-template training heads (C×d each,
 // unit rows), one per template in visiting order (WATTTemplates, each alone).
-func NewWATT(m Model, head mat.Matrix, heads []mat.Matrix, cfg WATTConfig) (*WATTMethod, error) {
+func NewWATT(m Model, head mat.Matrix, heads []mat.Matrix, cfg WATTConfig) (*WATT, error) {
 	if len(heads) == 0 {
 		return nil, errors.New("tta: watt: no template heads")
 	}
@@ -90,7 +90,7 @@ func NewWATT(m Model, head mat.Matrix, heads []mat.Matrix, cfg WATTConfig) (*WAT
 	if err != nil {
 		return nil, err
 	}
-	w := &WATTMethod{base: b, cfg: cfg}
+	w := &WATT{base: b, cfg: cfg}
 	c, d := head.Dims()
 	for i, h := range heads {
 		if hc, hd := h.Dims(); hc != c || hd != d {
@@ -102,7 +102,7 @@ func NewWATT(m Model, head mat.Matrix, heads []mat.Matrix, cfg WATTConfig) (*WAT
 }
 
 // Name returns the configured name, "watt-s" by default.
-func (w *WATTMethod) Name() string {
+func (w *WATT) Name() string {
 	if w.cfg.Name != "" {
 		return w.cfg.Name
 	}
@@ -111,13 +111,13 @@ func (w *WATTMethod) Name() string {
 
 // Reset restores the source weights and a fresh optimizer. Step starts
 // every batch that way itself, so WATT keeps no state between batches.
-func (w *WATTMethod) Reset() error { w.reset(); return nil }
+func (w *WATT) Reset() error { w.reset(); return nil }
 
 // Step adapts on the batch from the source weights and classifies it with
 // the averaged weights. Diag.Losses["watt"] is the mean WATTLoss over the
 // batch's Rounds·len(heads)·Steps steps, "watt_first" that of the first step
 // (source weights, first template).
-func (w *WATTMethod) Step(pixels []float32, n int) (*Result, error) {
+func (w *WATT) Step(pixels []float32, n int) (*Result, error) {
 	d := newDiagnostics()
 	t0 := time.Now()
 	w.reset()
@@ -169,7 +169,7 @@ func (w *WATTMethod) Step(pixels []float32, n int) (*Result, error) {
 	return &Result{Logits: logits, Preds: preds, Features: f, Diag: d}, nil
 }
 
-// WATTResult is WATT's loss on one batch for one template.
+// WATTResult is WATTLoss's result on one batch for one template.
 type WATTResult struct {
 	// Preds are the pseudo-labels argmax normalize(F)·Tᵀ (no gradient).
 	Preds []int

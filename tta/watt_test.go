@@ -166,7 +166,7 @@ func TestWATTLossErrors(t *testing.T) {
 // class rows lie near the images' centred source features, so that the
 // pseudo-labels differ within the batch (WATT's gradient vanishes when they
 // all agree; see TestWATTLossAgreeingLabels).
-func wattFixture(t *testing.T, nHeads int) (*WATTMethod, []mat.Matrix, []float32, WATTConfig) {
+func wattFixture(t *testing.T, nHeads int) (*WATT, []mat.Matrix, []float32, WATTConfig) {
 	t.Helper()
 	const n, classes = 6, 10
 	m := tinyModel(t, false)
