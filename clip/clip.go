@@ -101,6 +101,14 @@ func (m *Model) Float64() bool {
 	return ok
 }
 
+// EmbedDim returns the width of the joint embedding: the number of image
+// and text features.
+func (m *Model) EmbedDim() int { return m.Config.EmbedDim }
+
+// InverseTemperature returns LogitScale, exp(logit_scale): CLIP's learned
+// 1/τ, which multiplies the cosine similarities to give the logits.
+func (m *Model) InverseTemperature() float64 { return m.LogitScale }
+
 // Images wraps preprocessed images (n rows of C·H·W values, NCHW) as the
 // vision tower's input matrix, in the model's precision.
 func (m *Model) Images(pixels []float32, n int) (mat.Matrix, error) {
@@ -204,6 +212,17 @@ func (m *Model) ZeroShotHead(tok textenc.Tokenizer, classes, templates []string)
 		wm = mat.NewDense[float32](mat.WithShape(len(classes), embed), mat.WithBacking(w32))
 	}
 	return &ZeroShot{Classes: append([]string(nil), classes...), Weights: wm}, nil
+}
+
+// ZeroShotWeights returns the class weights of ZeroShotHead alone
+// ([classes, embed], unit rows, in the model's precision): what a
+// classifier that does not need the class names takes.
+func (m *Model) ZeroShotWeights(tok textenc.Tokenizer, classes, templates []string) (mat.Matrix, error) {
+	z, err := m.ZeroShotHead(tok, classes, templates)
+	if err != nil {
+		return nil, err
+	}
+	return z.Weights, nil
 }
 
 func norm(x []float64) float64 {

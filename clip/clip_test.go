@@ -3,6 +3,7 @@ package clip
 import (
 	"encoding/json"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/subtta/subtta/internal/fixture"
@@ -111,6 +112,13 @@ func TestZeroShotHeadMatchesReference(t *testing.T) {
 		t.Fatal(err)
 	}
 	fixture.CheckRelErr(t, "text.T", head.Weights.Data().F32(), want, tol)
+	w, err := m.ZeroShotWeights(tok, meta.Classes, []string{meta.Template})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(w.Data().F32(), head.Weights.Data().F32()) {
+		t.Error("ZeroShotWeights differs from ZeroShotHead's weights")
+	}
 	if _, err := m.ZeroShotHead(tok, meta.Classes, []string{"no placeholder"}); err == nil {
 		t.Error("a template without {} was accepted")
 	}

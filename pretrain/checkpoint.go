@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/subtta/subtta/tta"
+	"github.com/subtta/subtta/optim"
 	"github.com/subtta/subtta/weights"
 )
 
@@ -90,7 +90,7 @@ func (t *Trainer) saveCheckpoint(path string, pr progress) error {
 	for _, p := range t.Params {
 		ts = append(ts, weights.Tensor{Name: p.Name, DType: weights.F32, Shape: p.Shape, Data: p.Value.Data().F32()})
 	}
-	for _, st := range []tta.State[float32]{t.opt.State(), t.optPlain.State()} {
+	for _, st := range []optim.State[float32]{t.opt.State(), t.optPlain.State()} {
 		for _, p := range t.Params {
 			ps, ok := st[p.Name]
 			if !ok {
@@ -98,8 +98,8 @@ func (t *Trainer) saveCheckpoint(path string, pr progress) error {
 			}
 			pr.OptimizerSteps[p.Name] = ps.Step
 			ts = append(ts,
-				weights.Tensor{Name: expAvgPrefix + p.Name, DType: weights.F32, Shape: p.Shape, Data: ps.Buffers[tta.BufExpAvg]},
-				weights.Tensor{Name: expAvgSqPrefix + p.Name, DType: weights.F32, Shape: p.Shape, Data: ps.Buffers[tta.BufExpAvgSq]})
+				weights.Tensor{Name: expAvgPrefix + p.Name, DType: weights.F32, Shape: p.Shape, Data: ps.Buffers[optim.BufExpAvg]},
+				weights.Tensor{Name: expAvgSqPrefix + p.Name, DType: weights.F32, Shape: p.Shape, Data: ps.Buffers[optim.BufExpAvgSq]})
 		}
 	}
 	pj, err := json.Marshal(pr)
@@ -143,13 +143,13 @@ func loadCheckpoint(path string, cfg Config, train *Images) (*Trainer, progress,
 			if moments[n] == nil {
 				moments[n] = map[string][]float32{}
 			}
-			moments[n][tta.BufExpAvg] = p.Data
+			moments[n][optim.BufExpAvg] = p.Data
 		case strings.HasPrefix(name, expAvgSqPrefix):
 			n := strings.TrimPrefix(name, expAvgSqPrefix)
 			if moments[n] == nil {
 				moments[n] = map[string][]float32{}
 			}
-			moments[n][tta.BufExpAvgSq] = p.Data
+			moments[n][optim.BufExpAvgSq] = p.Data
 		default:
 			params.Set(p)
 		}
@@ -161,13 +161,13 @@ func loadCheckpoint(path string, cfg Config, train *Images) (*Trainer, progress,
 	if err != nil {
 		return nil, pr, err
 	}
-	decayed, plain := tta.State[float32]{}, tta.State[float32]{}
+	decayed, plain := optim.State[float32]{}, optim.State[float32]{}
 	for _, p := range t.Params {
 		bufs, ok := moments[p.Name]
 		if !ok {
 			continue
 		}
-		ps := tta.ParamState[float32]{Step: pr.OptimizerSteps[p.Name], Buffers: bufs}
+		ps := optim.ParamState[float32]{Step: pr.OptimizerSteps[p.Name], Buffers: bufs}
 		if p.Decay {
 			decayed[p.Name] = ps
 		} else {

@@ -12,7 +12,7 @@
 // zero-shot classification afterwards runs through prompts as for any CLIP
 // (ZeroShotAccuracy).
 //
-// Optimisation is AdamW (tta.Adam, decoupled decay on linear and
+// Optimisation is AdamW (optim.Adam, decoupled decay on linear and
 // projection weights only: not on gains, biases, embeddings or the
 // temperature), a linear warm-up and a cosine decay of the learning rate
 // (Config.LearningRate), and clipping of the global gradient norm. Images

@@ -14,8 +14,8 @@ import (
 	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/data"
+	"github.com/subtta/subtta/optim"
 	"github.com/subtta/subtta/textenc"
-	"github.com/subtta/subtta/tta"
 	"github.com/subtta/subtta/weights"
 )
 
@@ -37,9 +37,9 @@ type Trainer struct {
 	// Step is the number of optimizer steps taken.
 	Step int
 
-	scale    *mat.Dense[float32] // logit_scale, 1×1
-	opt      *tta.Adam[float32]  // linear and projection weights (decayed)
-	optPlain *tta.Adam[float32]  // everything else
+	scale    *mat.Dense[float32]  // logit_scale, 1×1
+	opt      *optim.Adam[float32] // linear and projection weights (decayed)
+	optPlain *optim.Adam[float32] // everything else
 	train    *Images
 	pre      *data.Preprocessor
 	tok      textenc.ByteTokenizer
@@ -81,12 +81,12 @@ func newTrainer(cfg Config, train *Images, s *weights.State) (*Trainer, error) {
 	if t.Params, err = Params(m, t.scale); err != nil {
 		return nil, err
 	}
-	adam := tta.AdamConfig{LR: cfg.LR, Beta1: 0.9, Beta2: cfg.Beta2, Eps: 1e-8, WeightDecay: cfg.WeightDecay, Decoupled: true}
-	if t.opt, err = tta.NewAdam[float32](adam); err != nil {
+	adam := optim.AdamConfig{LR: cfg.LR, Beta1: 0.9, Beta2: cfg.Beta2, Eps: 1e-8, WeightDecay: cfg.WeightDecay, Decoupled: true}
+	if t.opt, err = optim.NewAdam[float32](adam); err != nil {
 		return nil, err
 	}
 	adam.WeightDecay = 0
-	if t.optPlain, err = tta.NewAdam[float32](adam); err != nil {
+	if t.optPlain, err = optim.NewAdam[float32](adam); err != nil {
 		return nil, err
 	}
 	t.setTrainable(true)
@@ -248,10 +248,10 @@ func Loss(m *clip.Model, logitScale mat.Matrix, images mat.Tensor, captions [][]
 
 // collect returns the parameters with their gradients, split into those
 // that are decayed and those that are not.
-func (t *Trainer) collect() (decayed, plain []tta.Param[float32]) {
+func (t *Trainer) collect() (decayed, plain []optim.Param[float32]) {
 	for _, p := range t.Params {
 		d := p.Value.(*mat.Dense[float32])
-		tp := tta.Param[float32]{Name: p.Name, Value: float.SliceValueOf[float32](d.Data())}
+		tp := optim.Param[float32]{Name: p.Name, Value: float.SliceValueOf[float32](d.Data())}
 		if p.Value.HasGrad() {
 			tp.Grad = float.SliceValueOf[float32](p.Value.Grad().Value().Data())
 		}
@@ -266,7 +266,7 @@ func (t *Trainer) collect() (decayed, plain []tta.Param[float32]) {
 
 // clipGrads scales every gradient so that their joint L2 norm is at most
 // maxNorm (when maxNorm > 0) and returns the norm before scaling.
-func clipGrads(ps []tta.Param[float32], maxNorm float64) float64 {
+func clipGrads(ps []optim.Param[float32], maxNorm float64) float64 {
 	var s float64
 	for _, p := range ps {
 		for _, g := range p.Grad {

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/subtta/subtta/optim"
 )
 
 // Baseline fixtures are fp32 torch; our float64 computation is held to the
@@ -30,97 +32,6 @@ func logitScale(t *testing.T) float64 {
 	return openFixture(t, "fixtures/subtta.safetensors").scalar("logit_scale_exp")
 }
 
-func TestTentFixture(t *testing.T) {
-	x := openFixture(t, "fixtures/baselines.safetensors")
-	text := x.dense("T")
-	scale := logitScale(t)
-	for k := range x.batches("tent.b", "F") {
-		b := fmt.Sprintf("tent.b%d.", k)
-		res, err := Tent(x.dense(b+"F"), text, scale)
-		if err != nil {
-			t.Fatal(err)
-		}
-		compareDense(t, b+"logits", res.Logits, x.dense(b+"logits"), baseTol, relTol)
-		compareInts(t, b+"preds", res.Preds, x.ints(b+"preds"))
-		compare(t, b+"loss", []float64{res.Loss}, []float64{x.scalar(b + "loss")}, baseTol, relTol)
-		compareDense(t, b+"dL_dF", res.DLdF, x.dense(b+"dL_dF"), baseTol, relTol)
-	}
-}
-
-func TestBATCLIPFixture(t *testing.T) {
-	x := openFixture(t, "fixtures/baselines.safetensors")
-	text := x.dense("T")
-	scale := logitScale(t)
-	for k := range x.batches("batclip.b", "F") {
-		b := fmt.Sprintf("batclip.b%d.", k)
-		res, err := BATCLIP(x.dense(b+"F"), text, scale)
-		if err != nil {
-			t.Fatal(err)
-		}
-		compareDense(t, b+"logits", res.Logits, x.dense(b+"logits"), baseTol, relTol)
-		compareInts(t, b+"preds", res.Preds, x.ints(b+"preds"))
-		for _, s := range []struct {
-			name string
-			got  float64
-		}{{"loss", res.Loss}, {"loss_entropy", res.Entropy}, {"loss_i2t", res.I2T}, {"loss_intermean", res.InterMean}} {
-			// InterMean is a sum of 1−cos terms near 0 that torch forms in
-			// fp32: compare it in absolute terms (1e-5).
-			kind := relTol
-			if s.name == "loss_intermean" {
-				kind = absTol
-			}
-			compare(t, b+s.name, []float64{s.got}, []float64{x.scalar(b + s.name)}, baseTol, kind)
-		}
-		compareDense(t, b+"dL_dF", res.DLdF, x.dense(b+"dL_dF"), baseTol, relTol)
-	}
-}
-
-func TestMINTFixture(t *testing.T) {
-	var js baselinesJSON
-	readJSON(t, "fixtures/baselines.json", &js)
-	if js.Config.Mint.PriorN <= 0 {
-		t.Fatalf("baselines.json: mint prior_n %v", js.Config.Mint.PriorN)
-	}
-	var scale float64
-	if _, err := fmt.Sscanf(js.Config.Mint.Scale, "%g", &scale); err != nil {
-		t.Fatalf("baselines.json: mint scale %q: %v", js.Config.Mint.Scale, err)
-	}
-	x := openFixture(t, "fixtures/baselines.safetensors")
-	text := x.dense("T")
-	c, d := text.Dims()
-	m, err := NewMINT(c, d, scale, js.Config.Mint.PriorN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k := range x.batches("mint.b", "pre_F") {
-		b := fmt.Sprintf("mint.b%d.", k)
-		loss, err := m.Loss(x.dense(b+"pre_F"), text)
-		if err != nil {
-			t.Fatal(err)
-		}
-		compareInts(t, b+"pre_preds", loss.Preds, x.ints(b+"pre_preds"))
-		sums, n := m.ClassSums()
-		compareDense(t, b+"pre_class_sums", sums, x.dense(b+"pre_class_sums"), baseTol, relTol)
-		compare(t, b+"pre_class_n", n, x.vec(b+"pre_class_n"), 0, absTol)
-		compare(t, b+"loss", []float64{loss.Loss}, []float64{x.scalar(b + "loss")}, baseTol, relTol)
-		compareDense(t, b+"dL_dFn", loss.DLdFn, x.dense(b+"dL_dFn"), baseTol, relTol)
-
-		pred, err := m.Predict(x.dense(b+"post_F"), text)
-		if err != nil {
-			t.Fatal(err)
-		}
-		compareInts(t, b+"post_preds", pred.PostPreds, x.ints(b+"post_preds"))
-		compare(t, b+"ratio", []float64{pred.Ratio}, []float64{x.scalar(b + "ratio")}, 1e-15, relTol)
-		compareDense(t, b+"mixed_weights", pred.Weights, x.dense(b+"mixed_weights"), baseTol, relTol)
-		compareDense(t, b+"logits", pred.Logits, x.dense(b+"logits"), baseTol, relTol)
-		compareInts(t, b+"preds", pred.Preds, x.ints(b+"preds"))
-	}
-	m.Reset()
-	if sums, n := m.ClassSums(); mat.Sum(sums) != 0 || n[0] != 0 {
-		t.Error("Reset left class sums")
-	}
-}
-
 // TestBaselineGradCheck: TENT and BATCLIP feature gradients against float64
 // central differences (h = 1e-6, tolerance 1e-6 relative to the max). The
 // pseudo-labels come from argmax inside the loss; h is far too small to flip
@@ -130,18 +41,18 @@ func TestBaselineGradCheck(t *testing.T) {
 	const b, d, c = 8, 10, 5
 	text, _ := NormalizeRows(randDense(rng, c, d, 1))
 	f := randDense(rng, b, d, 1)
-	tent, _ := Tent(f, text, 10)
-	gradCheck(t, "tent", f, func(f *mat.Dense) float64 { r, _ := Tent(f, text, 10); return r.Loss }, tent.DLdF, 1e-6, 1e-6)
-	bc, _ := BATCLIP(f, text, 10)
+	tent, _ := TentLoss(f, text, 10)
+	gradCheck(t, "tent", f, func(f *mat.Dense) float64 { r, _ := TentLoss(f, text, 10); return r.Loss }, tent.DLdF, 1e-6, 1e-6)
+	bc, _ := BATCLIPLoss(f, text, 10)
 	t.Logf("batclip random problem: %d classes predicted", len(distinct(bc.Preds)))
 	if len(distinct(bc.Preds)) < 2 {
 		t.Fatal("random problem predicts one class: InterMean untested")
 	}
-	gradCheck(t, "batclip", f, func(f *mat.Dense) float64 { r, _ := BATCLIP(f, text, 10); return r.Loss }, bc.DLdF, 1e-6, 1e-6)
+	gradCheck(t, "batclip", f, func(f *mat.Dense) float64 { r, _ := BATCLIPLoss(f, text, 10); return r.Loss }, bc.DLdF, 1e-6, 1e-6)
 
 	// MINT: with the cumulative means held fixed (they are detached), the loss
 	// is a function of Fn, then F.
-	m, _ := NewMINT(c, d, 100, 10000)
+	m, _ := NewMINTState(c, d, 100, 10000)
 	m.Loss(randDense(rng, b, d, 1), text) // some history
 	mint, _ := m.Loss(f, text)
 	sums, n := m.ClassSums()
@@ -176,4 +87,90 @@ func distinct(a []int) map[int]bool {
 		m[v] = true
 	}
 	return m
+}
+
+// TestBaselinesEndToEnd runs TENT, BATCLIP and MINT (SubTTA-repo variants)
+// through the fp32 model over every batch of baselines.safetensors from the
+// initial weights: features and logits 1e-5 relative, LayerNorm gradients
+// 1e-4, parameters after each step 1e-6 absolute (README: 1.2e-7 between
+// thread counts).
+func TestBaselinesEndToEnd(t *testing.T) {
+	var js struct {
+		Config map[string]optJSON `json:"config"`
+	}
+	readJSON(t, "fixtures/baselines.json", &js)
+	var bj baselinesJSON
+	readJSON(t, "fixtures/baselines.json", &bj)
+	x := openFixture(t, "fixtures/baselines.safetensors")
+	head := x.dense("T")
+	for _, name := range []string{"tent", "batclip", "mint"} {
+		t.Run(name, func(t *testing.T) {
+			m := tinyModel(t, false)
+			opt := optim.Config{Adam: js.Config[name].adam(t)}
+			var meth Method
+			var err error
+			switch name {
+			case "tent":
+				meth, err = NewTENT(m, head, opt)
+			case "batclip":
+				meth, err = NewBATCLIP(m, head, opt)
+			case "mint":
+				var scale float64
+				fmt.Sscanf(bj.Config.Mint.Scale, "%g", &scale)
+				meth, err = NewMINT(m, head, MINTConfig{Optimizer: opt, Scale: scale, PriorN: bj.Config.Mint.PriorN})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var tr trainer
+			switch mm := meth.(type) {
+			case *TENT:
+				tr = mm.tr
+			case *BATCLIP:
+				tr = mm.tr
+			case *MINT:
+				tr = mm.tr
+			}
+			names := tr.names()
+			first := "F"
+			if name == "mint" {
+				first = "pre_F"
+			}
+			bsz, _ := x.dense(name + ".b0." + first).Dims()
+			px := ttaPixels(t, bsz)
+			for k := range x.batches(name+".b", first) {
+				b := fmt.Sprintf("%s.b%d.", name, k)
+				res, err := meth.Step(px[k], bsz)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Diag.Steps != 1 || res.Diag.Skipped != 0 {
+					t.Errorf("%s: %d steps, %d skipped", b, res.Diag.Steps, res.Diag.Skipped)
+				}
+				compareDense(t, b+"logits", res.Logits, x.dense(b+"logits"), 1e-5, relTol)
+				compareInts(t, b+"preds", res.Preds, x.ints(b+"preds"))
+				switch name {
+				case "tent", "batclip":
+					compareDense(t, b+"F", res.Features, x.dense(b+"F"), 1e-5, relTol)
+					compare(t, b+"loss", []float64{res.Diag.Losses[name]}, []float64{x.scalar(b + "loss")}, 1e-5, relTol)
+					compareParams(t, "", tr.grads(), names, x, b+"grad.", 1e-4, relTol, nil)
+					compareParams(t, "", tr.values(), names, x, b+"param.", 1e-6, absTol, nil)
+				case "mint":
+					mm := meth.(*MINT)
+					compareInts(t, b+"pre_preds", res.Diag.PseudoLabels, x.ints(b+"pre_preds"))
+					compare(t, b+"loss", []float64{res.Diag.Losses["mint"]}, []float64{x.scalar(b + "loss")}, 1e-5, relTol)
+					// The gradients of this batch stay on the tensors after
+					// the step; the parameters are back at the source.
+					compareParams(t, "", tr.grads(), names, x, b+"batch_grad.", 1e-4, relTol, nil)
+					agg := make([][]float64, len(names))
+					for i, p := range names {
+						agg[i] = mm.agg.MeanFloat64(p)
+					}
+					compareParams(t, "", agg, names, x, b+"agg_grad.", 1e-4, relTol, nil)
+					compareParams(t, "", tr.values(), names, x, "init.param.", 0, absTol, nil)
+					compareDense(t, b+"post_F", res.Features, x.dense(b+"post_F"), 1e-5, relTol)
+				}
+			}
+		})
+	}
 }

@@ -7,13 +7,6 @@
 //
 // # Pieces
 //
-//   - Optimizers over named parameter vectors ([Param]): [Adam] (with
-//     Decoupled, AdamW) and [SGD], following torch's single-tensor update
-//     order in the element type (float32 for the model, float64 for checks).
-//     A step with a NaN or ±Inf gradient is skipped and counted, as a
-//     GradScaler would. State is per parameter and can be copied out
-//     (State), restored (SetState) and cleared (Reset). [GradMean] keeps
-//     MINT's running mean of batch gradients.
 //   - The text subspace ([NewTextSubspace]): Σ_T, the thin SVD of the
 //     centred class embeddings, the basis B_T and the projector P_T.
 //   - The alignment step ([Align], [Aligner]): the batch covariance S, the
@@ -22,27 +15,33 @@
 //     closed-form gradients ∂L/∂S and ∂L/∂F, with no SVD backward.
 //   - SubTTA's second step: [Project] (Z = normalize(F·P_T), optionally the
 //     paper's soft projection) with its backward, [Logits], [Argmax], and
-//     the losses [MintLoss], [ClassMeanCosineLoss] ("batclip") and
-//     [FeatureEntropyLoss] ("tent"), each with ∂L/∂Z. [Head] is the
-//     zero-shot head that every method predicts with.
-//   - Baselines: [Tent], [BATCLIP], [MINT] and [WATTLoss] (one template's
-//     loss of WATT), each with ∂L/∂F; [TDA]'s positive and negative caches,
-//     training-free.
+//     the losses [BetweenClassScatterLoss] ("mint"), [ClassMeanCosineLoss]
+//     ("batclip") and [FeatureEntropyLoss] ("tent"), each with ∂L/∂Z.
+//     [Head] is the zero-shot head that every method predicts with.
+//   - The baselines' losses: [TentLoss], [BATCLIPLoss] and [WATTLoss] (one
+//     template's loss of WATT), each with ∂L/∂F; MINT's per-domain class
+//     statistics with its loss and prediction, [MINTState]; and TDA's
+//     positive and negative caches, [TDACache], training-free.
 //   - Diagnostics: [PrincipalAngleCosines], [SemanticConcentration],
 //     [PredictedClassCosine].
 //
 // # Methods and the runner
 //
-// [Method] wires these pieces to a CLIP model (package clip): [Source],
-// [TENT], [BATCLIPMethod], [MINTMethod], [SubTTA] (SubTTA-S/T/M/B by its
-// second-step loss), [WATTMethod] (WATT-S: per batch, rounds of sequential
-// per-template steps with weight averaging, Mehrdad-Noori/WATT) and
-// [TDAMethod] (TDA's caches, sample by sample, kdiAAA/TDA). Each forward pass records the vision tower on a fresh
-// spago tape; a feature-level gradient ∂L/∂F is injected on the feature node
-// and propagated by ag.Backward to the visual LayerNorm parameters, which the
-// optimizer updates in place. [Runner] streams [Domain]s through a Method
-// (reset per domain, continual or mixed) and logs per-batch diagnostics;
-// [Lookup] returns the paper's configurations.
+// [Method] wires these pieces to a CLIP model (a [Model], which *clip.Model
+// implements; package tta does not import clip). A type named after a
+// method is that Method, and a name ending in Loss is a loss (TENT runs
+// TentLoss): [Source], [TENT], [BATCLIP], [MINT], [SubTTA] (SubTTA-S/T/M/B
+// by its second-step loss), [WATT] (WATT-S: per batch, rounds of sequential
+// per-template steps with weight averaging, Mehrdad-Noori/WATT) and [TDA]
+// (TDA's caches, sample by sample, kdiAAA/TDA), built by NewSource, NewTENT
+// and so on. Each forward
+// pass records the vision tower on a fresh spago tape; a feature-level
+// gradient ∂L/∂F is injected on the feature node and propagated by
+// ag.Backward to the visual LayerNorm parameters, which an optimizer of
+// package optim, chosen by an [optim.Config], updates in place (MINT steps
+// with an [optim.GradMean] of its batch gradients). [Runner] streams
+// [Domain]s through a Method (reset per domain, continual or mixed) and logs
+// per-batch diagnostics; [Lookup] returns the paper's configurations.
 //
 // All feature-level math runs in float64 on gonum matrices; use
 // [DenseFromFloat32] and [Float32s] at the model boundary.
@@ -58,7 +57,8 @@
 //     α = 0 turns the alignment step off ([AlignOptions]);
 //   - the top principal component is dropped in both bases and
 //     r = min(C−1, R) ([SubspaceOptions].KeepTopPC restores it);
-//   - the default loss is the simplified MINT loss, not official MINT;
+//   - the default loss is the simplified MINT loss
+//     ([BetweenClassScatterLoss]), not official MINT;
 //   - the prediction is the plain head on a third forward pass, not the
 //     projected logits of the paper's Algorithm 1;
 //   - the EMA covariance survives the reset between corruptions: an
@@ -86,9 +86,4 @@
 // a tie the loss itself is barely differentiable and the gradient is large
 // (~1/gap) either way. On the fixtures the smallest boundary gap is about
 // 8e-5·λ_max and nothing is clamped.
-//
-// Optimizer arithmetic: bias corrections and step sizes are float64 and
-// rounded to the element type, and every elementwise operation is rounded
-// in the element type, as torch does on float32 tensors; the fixtures'
-// AdamW, Adam and L2-Adam steps agree to within one float32 ulp.
 package tta

@@ -3,7 +3,6 @@ package tta_test
 import (
 	"fmt"
 	"log"
-	"math"
 
 	"gonum.org/v1/gonum/mat"
 
@@ -42,32 +41,11 @@ func Example() {
 
 	proj, _ := tta.Project(feats, sub.Projector, 0)
 	labels := tta.Argmax(tta.Logits(proj.Z, text, 100))
-	loss, dz, _ := tta.MintLoss(proj.Z, labels)
+	loss, dz, _ := tta.BetweenClassScatterLoss(proj.Z, labels)
 	dF := proj.Backward(dz)
 	r, c := dF.Dims()
 	fmt.Printf("pseudo-labels %v, L_mint %.4f, dL/dF %d×%d\n", labels, loss, r, c)
 	// Output:
 	// rank 2, L_align -1.9101
 	// pseudo-labels [2 3 1 1 2], L_mint -0.1918, dL/dF 5×3
-}
-
-// An AdamW step on one named LayerNorm vector; a non-finite gradient skips
-// the step.
-func ExampleAdam() {
-	cfg := tta.DefaultAdamConfig(1e-3)
-	cfg.WeightDecay, cfg.Decoupled = 0.01, true
-	opt, err := tta.NewAdam[float32](cfg)
-	if err != nil {
-		log.Fatal(err)
-	}
-	w := tta.Param[float32]{Name: "visual.ln_post.weight", Value: []float32{1, 1}, Grad: []float32{0.5, -2}}
-	stepped, _ := opt.Step([]tta.Param[float32]{w})
-	fmt.Println(stepped, w.Value, opt.State()[w.Name].Step)
-
-	w.Grad[0] = float32(math.NaN())
-	stepped, _ = opt.Step([]tta.Param[float32]{w})
-	fmt.Println(stepped, w.Value, opt.Skipped())
-	// Output:
-	// true [0.99899 1.00099] 1
-	// false [0.99899 1.00099] 1
 }

@@ -70,11 +70,14 @@ func Head(f, t mat.Matrix, scale float64) (*mat.Dense, []int) {
 type SubTTALoss int
 
 const (
-	// LossMint is the simplified MINT loss, the default.
+	// LossMint is the simplified MINT loss (BetweenClassScatterLoss), the
+	// default.
 	LossMint SubTTALoss = iota
-	// LossBATCLIP is the mean cosine between present class means.
+	// LossBATCLIP is the mean cosine between present class means
+	// (ClassMeanCosineLoss).
 	LossBATCLIP
-	// LossTent is the entropy of softmax(scale·z) over feature dimensions.
+	// LossTent is the entropy of softmax(scale·z) over feature dimensions
+	// (FeatureEntropyLoss).
 	LossTent
 	// LossSource skips the second step.
 	LossSource
@@ -105,14 +108,16 @@ func ParseSubTTALoss(s string) (SubTTALoss, error) {
 	return 0, fmt.Errorf("tta: unknown SubTTA loss %q (want mint, batclip, tent or source)", s)
 }
 
-// MintLoss is SubTTA's simplified MINT loss on the projected features z
-// (B×d) with pseudo-labels:
+// BetweenClassScatterLoss is SubTTA's "mint" loss (LossMint), the SubTTA
+// code's simplified MINT loss, on the projected features z (B×d) with
+// pseudo-labels: the negated between-class scatter of the batch,
 //
 //	L = mean_i ‖z_i − μ_{y_i}‖² − mean_i ‖z_i − z̄‖² = −(1/B) Σ_c n_c ‖μ_c − z̄‖²,
 //
 // with per-batch class means that carry gradient; ∂L/∂z_i = −(2/B)(μ_{y_i} − z̄).
-// With fewer than 2 classes the loss and gradient are 0.
-func MintLoss(z mat.Matrix, labels []int) (float64, *mat.Dense, error) {
+// With fewer than 2 classes the loss and gradient are 0. It is not MINT's
+// own loss (MINTState.Loss), which uses cumulative, detached class means.
+func BetweenClassScatterLoss(z mat.Matrix, labels []int) (float64, *mat.Dense, error) {
 	b, d := z.Dims()
 	if err := checkLabels(labels, b, "mint loss"); err != nil {
 		return 0, nil, err

@@ -35,7 +35,7 @@ func TestStageBFixture(t *testing.T) {
 				compareDense(t, b+"logits_proj", logits, x.dense(b+"logits_proj"), tol.forward, relTol)
 				labels := Argmax(logits)
 				compareInts(t, b+"pseudo_labels", labels, x.ints(b+"pseudo_labels"))
-				loss, dz, err := MintLoss(proj.Z, labels)
+				loss, dz, err := BetweenClassScatterLoss(proj.Z, labels)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -81,7 +81,7 @@ func TestStageBGradCheck(t *testing.T) {
 		name string
 		fn   func(*mat.Dense) (float64, *mat.Dense)
 	}{
-		{"mint", func(z *mat.Dense) (float64, *mat.Dense) { l, g, _ := MintLoss(z, labels); return l, g }},
+		{"mint", func(z *mat.Dense) (float64, *mat.Dense) { l, g, _ := BetweenClassScatterLoss(z, labels); return l, g }},
 		{"class-mean cosine (batclip)", func(z *mat.Dense) (float64, *mat.Dense) {
 			l, g, _ := ClassMeanCosineLoss(z, labels)
 			return l, g
@@ -95,21 +95,22 @@ func TestStageBGradCheck(t *testing.T) {
 
 	// The whole chain F → Z → mint loss, as the lead wires it.
 	pr, _ := Project(f, ts.Projector, 0)
-	_, dz, _ := MintLoss(pr.Z, labels)
+	_, dz, _ := BetweenClassScatterLoss(pr.Z, labels)
 	gradCheck(t, "F → Z → mint", f, func(f *mat.Dense) float64 {
 		p, _ := Project(f, ts.Projector, 0)
-		l, _, _ := MintLoss(p.Z, labels)
+		l, _, _ := BetweenClassScatterLoss(p.Z, labels)
 		return l
 	}, pr.Backward(dz), h, tol)
 }
 
-// TestMintLossIdentity: the code's form mean‖z−μ_y‖² − mean‖z−z̄‖² equals
-// −(1/B)Σ_c n_c‖μ_c − z̄‖², and a single class gives exactly 0.
-func TestMintLossIdentity(t *testing.T) {
+// TestBetweenClassScatterLossIdentity: the code's form mean‖z−μ_y‖² −
+// mean‖z−z̄‖² equals −(1/B)Σ_c n_c‖μ_c − z̄‖², and a single class gives
+// exactly 0.
+func TestBetweenClassScatterLossIdentity(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	z := randDense(rng, 9, 5, 1)
 	labels := []int{3, 1, 3, 3, 7, 1, 7, 7, 7}
-	got, _, _ := MintLoss(z, labels)
+	got, _, _ := BetweenClassScatterLoss(z, labels)
 	zbar := colMean(z, nil)
 	classes, rows := classGroups(labels)
 	var want float64
@@ -121,7 +122,7 @@ func TestMintLossIdentity(t *testing.T) {
 	}
 	want /= 9
 	compare(t, "mint loss identity", []float64{got}, []float64{want}, 1e-14, relTol)
-	for _, fn := range []func(mat.Matrix, []int) (float64, *mat.Dense, error){MintLoss, ClassMeanCosineLoss} {
+	for _, fn := range []func(mat.Matrix, []int) (float64, *mat.Dense, error){BetweenClassScatterLoss, ClassMeanCosineLoss} {
 		l, g, err := fn(z, make([]int, 9))
 		if err != nil || l != 0 || mat.Sum(g) != 0 || mat.Norm(g, 2) != 0 {
 			t.Errorf("one class: loss %v, |grad| %v, err %v", l, mat.Norm(g, 2), err)

@@ -155,3 +155,47 @@ func classGroups(labels []int) (classes []int, rows map[int][]int) {
 	slices.Sort(classes)
 	return classes, rows
 }
+
+// checkFeatures reports an error unless the features f (B×d) and the text
+// features t (C×d) are non-empty and of the same width.
+func checkFeatures(f, t mat.Matrix, what string) error {
+	b, d := f.Dims()
+	c, td := t.Dims()
+	if b < 1 || c < 1 {
+		return fmt.Errorf("tta: %s: empty features (%d×%d) or text (%d×%d)", what, b, d, c, td)
+	}
+	if d != td {
+		return fmt.Errorf("tta: %s: features have %d dims, text features %d", what, d, td)
+	}
+	return nil
+}
+
+// logSumExp returns log Σ exp(x_i), shifted by the largest entry so that
+// nothing overflows.
+func logSumExp(x []float64) float64 {
+	mx := math.Inf(-1)
+	for _, v := range x {
+		mx = math.Max(mx, v)
+	}
+	var sum float64
+	for _, v := range x {
+		sum += math.Exp(v - mx)
+	}
+	return mx + math.Log(sum)
+}
+
+// softmaxInPlace replaces x by softmax(x).
+func softmaxInPlace(x []float64) {
+	lse := logSumExp(x)
+	for i, v := range x {
+		x[i] = math.Exp(v - lse)
+	}
+}
+
+// logSoftmaxInPlace replaces x by log softmax(x).
+func logSoftmaxInPlace(x []float64) {
+	lse := logSumExp(x)
+	for i := range x {
+		x[i] -= lse
+	}
+}

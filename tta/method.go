@@ -10,8 +10,39 @@ import (
 	"github.com/nlpodyssey/spago/mat/float"
 	"gonum.org/v1/gonum/mat"
 
-	"github.com/subtta/subtta/clip"
+	"github.com/subtta/subtta/autograd"
+	"github.com/subtta/subtta/optim"
 )
+
+// Model is what a Method needs of a CLIP model: the vision tower on spago's
+// tape, its LayerNorm parameters, the width of its features and its logit
+// scale. *clip.Model implements it. Package tta does not import clip: the
+// adaptation code depends on this interface only, not on the tower's
+// implementation.
+type Model interface {
+	// Images wraps n preprocessed images (NCHW float32, n rows of 3·H·W
+	// values) as the vision tower's input, in the model's precision.
+	Images(pixels []float32, n int) (smat.Matrix, error)
+	// ImageFeatures runs the vision tower on Images' output and returns the
+	// unnormalised features (n×EmbedDim), recorded on the tape when a
+	// LayerNorm requires gradients.
+	ImageFeatures(images smat.Tensor) smat.Tensor
+	// VisionLayerNorms returns the LayerNorms of the vision tower, the
+	// parameters the Methods train, and the names of their tensors, γ then
+	// β of each.
+	VisionLayerNorms() ([]*autograd.LayerNormParams, []string)
+	// SetVisionTrainable marks every one of those LayerNorms as requiring
+	// gradients, or none.
+	SetVisionTrainable(on bool)
+	// Float64 reports whether the model computes in float64 rather than
+	// float32.
+	Float64() bool
+	// EmbedDim is the width d of the features.
+	EmbedDim() int
+	// InverseTemperature is exp(logit_scale), the factor that turns
+	// cosine similarities into logits.
+	InverseTemperature() float64
+}
 
 // Carrier is a Method with state that survives Reset: SubTTA's EMA
 // covariance, which the official code keeps from one corruption to the next.
@@ -81,55 +112,14 @@ func (d *Diagnostics) since(phase string, t0 time.Time) {
 	d.Timings[phase] += time.Since(t0).Seconds()
 }
 
-// OptimizerConfig selects the optimizer of the LayerNorm parameters: SGD
-// when SGD is set, otherwise Adam (AdamW when Adam.Decoupled is set).
-type OptimizerConfig struct {
-	Adam AdamConfig
-	SGD  *SGDConfig
-}
-
-// AdamW returns the config of torch.optim.AdamW(lr, weight_decay=wd).
-func AdamW(lr, wd float64) OptimizerConfig {
-	c := DefaultAdamConfig(lr)
-	c.WeightDecay, c.Decoupled = wd, true
-	return OptimizerConfig{Adam: c}
-}
-
-// AdamL2 returns the config of torch.optim.Adam(lr, weight_decay=wd), an L2
-// penalty added to the gradient.
-func AdamL2(lr, wd float64) OptimizerConfig {
-	c := DefaultAdamConfig(lr)
-	c.WeightDecay = wd
-	return OptimizerConfig{Adam: c}
-}
-
-func (c OptimizerConfig) String() string {
-	if c.SGD != nil {
-		s := c.SGD
-		return fmt.Sprintf("SGD(lr=%g, momentum=%g, nesterov=%v, wd=%g)", s.LR, s.Momentum, s.Nesterov, s.WeightDecay)
-	}
-	name := "Adam"
-	if c.Adam.Decoupled {
-		name = "AdamW"
-	}
-	return fmt.Sprintf("%s(lr=%g, wd=%g)", name, c.Adam.LR, c.Adam.WeightDecay)
-}
-
-func newOptimizer[T float.DType](c OptimizerConfig) (Optimizer[T], error) {
-	if c.SGD != nil {
-		return NewSGD[T](*c.SGD)
-	}
-	return NewAdam[T](c.Adam)
-}
-
 // trainer holds the trainable visual LayerNorm parameters of a model, their
 // source values and the optimizer, in the model's element type.
 type trainer interface {
 	zeroGrad()
 	step() (bool, error)
 	// addGrads adds the current gradients to g; stepMean steps with g's mean.
-	addGrads(g *GradMean) error
-	stepMean(g *GradMean) (bool, error)
+	addGrads(g *optim.GradMean) error
+	stepMean(g *optim.GradMean) (bool, error)
 	resetOptimizer()
 	restoreSource()
 	skipped() int
@@ -144,20 +134,20 @@ type trainer interface {
 
 type lnTrainer[T float.DType] struct {
 	mats   []smat.Matrix
-	params []Param[T]
+	params []optim.Param[T]
 	source [][]T
-	opt    Optimizer[T]
+	opt    optim.Optimizer[T]
 }
 
-func newTrainer(m *clip.Model, f64 bool, cfg OptimizerConfig) (trainer, error) {
+func newTrainer(m Model, f64 bool, cfg optim.Config) (trainer, error) {
 	if f64 {
 		return newLNTrainer[float64](m, cfg)
 	}
 	return newLNTrainer[float32](m, cfg)
 }
 
-func newLNTrainer[T float.DType](m *clip.Model, cfg OptimizerConfig) (*lnTrainer[T], error) {
-	opt, err := newOptimizer[T](cfg)
+func newLNTrainer[T float.DType](m Model, cfg optim.Config) (*lnTrainer[T], error) {
+	opt, err := optim.New[T](cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -177,7 +167,7 @@ func newLNTrainer[T float.DType](m *clip.Model, cfg OptimizerConfig) (*lnTrainer
 		// Data of a Dense of the same element type shares its backing
 		// array: the optimizer updates the model in place.
 		val := float.SliceValueOf[T](d.Data())
-		tr.params = append(tr.params, Param[T]{Name: names[i], Value: val})
+		tr.params = append(tr.params, optim.Param[T]{Name: names[i], Value: val})
 		tr.source = append(tr.source, append([]T(nil), val...))
 		m.SetRequiresGrad(true)
 	}
@@ -207,18 +197,18 @@ func (tr *lnTrainer[T]) step() (bool, error) {
 	return tr.opt.Step(tr.params)
 }
 
-func (tr *lnTrainer[T]) addGrads(g *GradMean) error {
+func (tr *lnTrainer[T]) addGrads(g *optim.GradMean) error {
 	tr.collect()
 	switch p := any(tr.params).(type) {
-	case []Param[float32]:
+	case []optim.Param[float32]:
 		return g.Add(p)
-	case []Param[float64]:
+	case []optim.Param[float64]:
 		return g.AddFloat64(p)
 	}
 	panic("unreachable")
 }
 
-func (tr *lnTrainer[T]) stepMean(g *GradMean) (bool, error) {
+func (tr *lnTrainer[T]) stepMean(g *optim.GradMean) (bool, error) {
 	for i := range tr.params {
 		m := g.MeanFloat64(tr.params[i].Name)
 		if m == nil {
@@ -290,7 +280,7 @@ func (tr *lnTrainer[T]) optimizer() any { return tr.opt }
 // base is what every Method shares: the model, the text head and the
 // trainable parameters.
 type base struct {
-	model *clip.Model
+	model Model
 	// text is the head (C×d, unit rows) in float64; textModel is the same in
 	// the model's element type, for the returned logits' precision.
 	text  *mat.Dense
@@ -299,27 +289,27 @@ type base struct {
 	tr    trainer
 }
 
-func newBase(m *clip.Model, head mat.Matrix, opt OptimizerConfig) (base, error) {
+func newBase(m Model, head mat.Matrix, opt optim.Config) (base, error) {
 	if m == nil {
 		return base{}, errors.New("tta: nil model")
 	}
 	c, d := head.Dims()
-	if d != m.Config.EmbedDim || c < 1 {
-		return base{}, fmt.Errorf("tta: head is %d×%d, model embeds in %d dims", c, d, m.Config.EmbedDim)
+	if d != m.EmbedDim() || c < 1 {
+		return base{}, fmt.Errorf("tta: head is %d×%d, model embeds in %d dims", c, d, m.EmbedDim())
 	}
 	f64 := m.Float64()
 	tr, err := newTrainer(m, f64, opt)
 	if err != nil {
 		return base{}, err
 	}
-	return base{model: m, text: mat.DenseCopyOf(head), scale: m.LogitScale, f64: f64, tr: tr}, nil
+	return base{model: m, text: mat.DenseCopyOf(head), scale: m.InverseTemperature(), f64: f64, tr: tr}, nil
 }
 
-// HeadMatrix returns a zero-shot head's class weights (C×d) as a float64
-// matrix, the form Methods take.
-func HeadMatrix(z *clip.ZeroShot) *mat.Dense {
-	s := z.Weights.Shape()
-	return mat.NewDense(s[0], s[1], z.Weights.Data().F64())
+// HeadMatrix returns a zero-shot head's class weights (C×d, such as
+// clip.ZeroShot.Weights) as a float64 matrix, the form Methods take.
+func HeadMatrix(w smat.Matrix) *mat.Dense {
+	s := w.Shape()
+	return mat.NewDense(s[0], s[1], w.Data().F64())
 }
 
 // forward runs the vision tower on a fresh tape and returns the feature node

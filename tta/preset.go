@@ -4,9 +4,10 @@ import (
 	"fmt"
 	"sort"
 
+	smat "github.com/nlpodyssey/spago/mat"
 	"gonum.org/v1/gonum/mat"
 
-	"github.com/subtta/subtta/clip"
+	"github.com/subtta/subtta/optim"
 	"github.com/subtta/subtta/textenc"
 )
 
@@ -26,7 +27,7 @@ type Preset struct {
 	// in order, and pass them to New after the ensemble head (Heads does
 	// both).
 	PerTemplateHeads bool
-	Optimizer        OptimizerConfig
+	Optimizer        optim.Config
 	SubTTA           SubTTAConfig // SubTTA variants
 	MINT             MINTConfig   // MINT variants
 	WATT             WATTConfig   // WATT variants
@@ -42,29 +43,29 @@ var (
 
 type datasetHyper struct {
 	batch    int
-	subtta   OptimizerConfig // [S] cfgs/*/subtta.yaml
+	subtta   optim.Config // [S] cfgs/*/subtta.yaml
 	rank     int
 	alpha    float64
 	entScale float64
-	tent     OptimizerConfig
-	batclip  OptimizerConfig
+	tent     optim.Config
+	batclip  optim.Config
 	// mintOfficialLR is [M]'s Adam lr; 0 where [M] gives none.
 	mintOfficialLR float64
 }
 
 var datasetHypers = map[string]datasetHyper{
 	"imagenet-c": {
-		batch: 64, subtta: AdamW(5e-4, 0.01), rank: 256, alpha: 0.5, entScale: 3,
-		tent:    OptimizerConfig{SGD: &SGDConfig{LR: 2.5e-4, Momentum: 0.9, Nesterov: true}},
-		batclip: AdamW(5e-4, 0.01), mintOfficialLR: 0.015,
+		batch: 64, subtta: optim.AdamW(5e-4, 0.01), rank: 256, alpha: 0.5, entScale: 3,
+		tent:    optim.Config{SGD: &optim.SGDConfig{LR: 2.5e-4, Momentum: 0.9, Nesterov: true}},
+		batclip: optim.AdamW(5e-4, 0.01), mintOfficialLR: 0.015,
 	},
 	"cifar10-c": {
-		batch: 200, subtta: AdamW(1e-3, 0.01), rank: 256, alpha: 0.1, entScale: 0.05,
-		tent: AdamL2(1e-3, 0), batclip: AdamW(1e-3, 0.01),
+		batch: 200, subtta: optim.AdamW(1e-3, 0.01), rank: 256, alpha: 0.1, entScale: 0.05,
+		tent: optim.AdamL2(1e-3, 0), batclip: optim.AdamW(1e-3, 0.01),
 	},
 	"cifar100-c": {
-		batch: 200, subtta: AdamL2(5e-4, 0.01), rank: 64, alpha: 0.5, entScale: 0.05,
-		tent: AdamL2(1e-3, 0), batclip: AdamL2(5e-4, 0.01), mintOfficialLR: 0.007,
+		batch: 200, subtta: optim.AdamL2(5e-4, 0.01), rank: 64, alpha: 0.5, entScale: 0.05,
+		tent: optim.AdamL2(1e-3, 0), batclip: optim.AdamL2(5e-4, 0.01), mintOfficialLR: 0.007,
 	},
 }
 
@@ -92,7 +93,7 @@ var datasetHypers = map[string]datasetHyper{
 //     per batch instead of 80.
 //   - tda: DefaultTDAConfig ([T] configs/imagenet.yaml, the only
 //     ImageNet-family setting; [T] has none for CIFAR), scale 100, batch 1
-//     as in the official code. TDAMethod gives the same predictions at any
+//     as in the official code. TDA gives the same predictions at any
 //     batch size, so a larger one only saves time. Head "a photo of a {}."
 //     like the other SubTTA-repo presets; [T]'s own ImageNet head is the
 //     MINTTemplates ensemble.
@@ -103,7 +104,7 @@ func Lookup(dataset, method string) (Preset, error) {
 		return Preset{}, fmt.Errorf("tta: preset: unknown dataset %q (want one of %v)", dataset, PresetDatasets)
 	}
 	p := Preset{Dataset: dataset, Method: method, BatchSize: h.batch, Templates: []string{"a photo of a {}."}}
-	mint := MINTConfig{Optimizer: AdamL2(1e-2, 0.01), Scale: 100, PriorN: 10000}
+	mint := MINTConfig{Optimizer: optim.AdamL2(1e-2, 0.01), Scale: 100, PriorN: 10000}
 	switch method {
 	case "source":
 	case "tent":
@@ -116,7 +117,7 @@ func Lookup(dataset, method string) (Preset, error) {
 		if h.mintOfficialLR == 0 {
 			return Preset{}, fmt.Errorf("tta: preset: the official MINT code has no %s setting", dataset)
 		}
-		mint.Optimizer = AdamL2(h.mintOfficialLR, 0)
+		mint.Optimizer = optim.AdamL2(h.mintOfficialLR, 0)
 		p.Optimizer, p.MINT, p.BatchSize = mint.Optimizer, mint, 20
 		p.Templates = MINTTemplates
 	case "subtta-s", "subtta-t", "subtta-b", "subtta-m":
@@ -125,7 +126,7 @@ func Lookup(dataset, method string) (Preset, error) {
 		p.SubTTA = SubTTAConfig{Subspace: SubspaceOptions{Rank: h.rank}, Alpha: h.alpha, Loss: loss,
 			EntropyScale: h.entScale, Optimizer: h.subtta}
 	case "watt-s", "watt-lite":
-		p.Optimizer, p.BatchSize = AdamL2(1e-3, 0), 128
+		p.Optimizer, p.BatchSize = optim.AdamL2(1e-3, 0), 128
 		p.Templates, p.PerTemplateHeads = WATTTemplates, true
 		p.WATT = WATTConfig{Optimizer: p.Optimizer, Steps: 2, Rounds: 5, Name: method}
 		if method == "watt-lite" {
@@ -156,7 +157,7 @@ func Presets() []Preset {
 // New builds the preset's Method on a model with a head (C×d, unit rows)
 // built from p.Templates. With PerTemplateHeads, templateHeads are the
 // heads of each template alone, in the order of p.Templates.
-func (p Preset) New(m *clip.Model, head mat.Matrix, templateHeads ...mat.Matrix) (Method, error) {
+func (p Preset) New(m Model, head mat.Matrix, templateHeads ...mat.Matrix) (Method, error) {
 	if p.PerTemplateHeads && len(templateHeads) != len(p.Templates) {
 		return nil, fmt.Errorf("tta: preset %s: %d template heads for %d templates", p.Method, len(templateHeads), len(p.Templates))
 	}
@@ -168,36 +169,44 @@ func (p Preset) New(m *clip.Model, head mat.Matrix, templateHeads ...mat.Matrix)
 	case "batclip":
 		return NewBATCLIP(m, head, p.Optimizer)
 	case "mint", "mint-official":
-		return NewMINTMethod(m, head, p.MINT)
+		return NewMINT(m, head, p.MINT)
 	case "subtta-s", "subtta-t", "subtta-b", "subtta-m":
 		return NewSubTTA(m, head, p.SubTTA)
 	case "watt-s", "watt-lite":
 		return NewWATT(m, head, templateHeads, p.WATT)
 	case "tda":
-		return NewTDAMethod(m, head, p.TDA)
+		return NewTDA(m, head, p.TDA)
 	}
 	return nil, fmt.Errorf("tta: preset: unknown method %q", p.Method)
 }
 
+// HeadEncoder builds zero-shot heads: ZeroShotWeights embeds every class
+// name in every template and returns one unit row per class (C×d), the
+// normalised mean of the normalised prompt embeddings. *clip.Model
+// implements it.
+type HeadEncoder interface {
+	ZeroShotWeights(tok textenc.Tokenizer, classes, templates []string) (smat.Matrix, error)
+}
+
 // Heads builds the preset's heads from the class names: the ensemble head
-// of p.Templates (clip.Model.ZeroShotHead) and, with PerTemplateHeads, one
-// head per template. Pass them to New. Class names are used as given;
-// replace underscores first where the preset asks for it (MINTTemplates).
-func (p Preset) Heads(m *clip.Model, tok textenc.Tokenizer, classes []string) (head *mat.Dense, templateHeads []mat.Matrix, err error) {
-	z, err := m.ZeroShotHead(tok, classes, p.Templates)
+// of p.Templates and, with PerTemplateHeads, one head per template. Pass
+// them to New. Class names are used as given; replace underscores first
+// where the preset asks for it (MINTTemplates).
+func (p Preset) Heads(m HeadEncoder, tok textenc.Tokenizer, classes []string) (head *mat.Dense, templateHeads []mat.Matrix, err error) {
+	w, err := m.ZeroShotWeights(tok, classes, p.Templates)
 	if err != nil {
 		return nil, nil, fmt.Errorf("tta: preset %s: %w", p.Method, err)
 	}
-	head = HeadMatrix(z)
+	head = HeadMatrix(w)
 	if !p.PerTemplateHeads {
 		return head, nil, nil
 	}
 	for _, tmpl := range p.Templates {
-		z, err := m.ZeroShotHead(tok, classes, []string{tmpl})
+		w, err := m.ZeroShotWeights(tok, classes, []string{tmpl})
 		if err != nil {
 			return nil, nil, fmt.Errorf("tta: preset %s: %w", p.Method, err)
 		}
-		templateHeads = append(templateHeads, HeadMatrix(z))
+		templateHeads = append(templateHeads, HeadMatrix(w))
 	}
 	return head, templateHeads, nil
 }

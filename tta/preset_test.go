@@ -7,6 +7,7 @@ import (
 
 	"gonum.org/v1/gonum/mat"
 
+	"github.com/subtta/subtta/optim"
 	"github.com/subtta/subtta/textenc"
 )
 
@@ -19,8 +20,8 @@ func TestPresetTable(t *testing.T) {
 		rank            int
 		alpha           float64
 	}{
-		{"imagenet-c", "subtta-m", 64, "AdamW(lr=0.0005, wd=0.01)", 256, 0.5},
-		{"cifar10-c", "subtta-b", 200, "AdamW(lr=0.001, wd=0.01)", 256, 0.1},
+		{"imagenet-c", "subtta-m", 64, "optim.AdamW(lr=0.0005, wd=0.01)", 256, 0.5},
+		{"cifar10-c", "subtta-b", 200, "optim.AdamW(lr=0.001, wd=0.01)", 256, 0.1},
 		{"cifar100-c", "subtta-t", 200, "Adam(lr=0.0005, wd=0.01)", 64, 0.5},
 		{"imagenet-c", "tent", 64, "SGD(lr=0.00025, momentum=0.9, nesterov=true, wd=0)", 0, 0},
 		{"cifar10-c", "tent", 200, "Adam(lr=0.001, wd=0)", 0, 0},
@@ -157,7 +158,7 @@ func TestPresetHeads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	compareDense(t, "tda head", head1, HeadMatrix(z), 0, absTol)
+	compareDense(t, "tda head", head1, HeadMatrix(z.Weights), 0, absTol)
 }
 
 func randPixels(rng *rand.Rand, n, size int) []float32 {
@@ -175,7 +176,7 @@ func TestSubTTAOptions(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	head, _ := NormalizeRows(randDense(rng, 10, m.Config.EmbedDim, 1))
 	px := randPixels(rng, 4, m.Config.Vision.ImageSize)
-	base := SubTTAConfig{Subspace: SubspaceOptions{Rank: 4}, Alpha: 0.5, Optimizer: AdamW(1e-3, 0.01), EntropyScale: 0.05}
+	base := SubTTAConfig{Subspace: SubspaceOptions{Rank: 4}, Alpha: 0.5, Optimizer: optim.AdamW(1e-3, 0.01), EntropyScale: 0.05}
 	run := func(cfg SubTTAConfig, n int) (*SubTTA, *Result) {
 		t.Helper()
 		if err := m.Vision.Restore(snap); err != nil {

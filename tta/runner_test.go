@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/subtta/subtta/optim"
 )
 
 // TestPythonShuffle checks the order against CPython 3
@@ -85,7 +87,7 @@ type probeStep struct {
 
 func (p *probe) Step(px []float32, n int) (*Result, error) {
 	st := probeStep{n: n, values: p.tr.values(), sigma: p.aligner.Covariance()}
-	for _, ps := range p.tr.optimizer().(*Adam[float32]).State() {
+	for _, ps := range p.tr.optimizer().(*optim.Adam[float32]).State() {
 		st.adamStep = max(st.adamStep, ps.Step)
 	}
 	p.steps = append(p.steps, st)
@@ -143,7 +145,7 @@ func TestRunnerProtocols(t *testing.T) {
 			}
 			s, err := NewSubTTA(m, head, SubTTAConfig{
 				Subspace: SubspaceOptions{Rank: 3}, Alpha: 0.5, Loss: LossMint,
-				Optimizer: AdamW(1e-2, 0.01), ResetCovariance: tc.resetCov,
+				Optimizer: optim.AdamW(1e-2, 0.01), ResetCovariance: tc.resetCov,
 			})
 			if err != nil {
 				t.Fatal(err)

@@ -5,8 +5,11 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"time"
 
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/subtta/subtta/optim"
 )
 
 // TDACacheConfig configures one of TDA's caches.
@@ -32,8 +35,8 @@ type TDAConfig struct {
 	// negative entry's value (strictly inside): its mask is 1 there, 0
 	// elsewhere.
 	MaskLower, MaskUpper float64
-	// Scale multiplies the cosine logits: a literal 100 in the code. In
-	// TDAMethod, 0 means the model's logit scale.
+	// Scale multiplies the cosine logits: a literal 100 in the code. For
+	// NewTDA, 0 means the model's logit scale.
 	Scale float64
 	// PredictBeforeUpdate predicts every sample from the caches as they
 	// were before it arrived. The code (and the default) admits the sample
@@ -70,6 +73,75 @@ func (c TDAConfig) validate() error {
 	return nil
 }
 
+// TDA is the TDA method ([T] kdiAAA/TDA, spec §2.5) on a CLIP model:
+// training free, the weights never change. The official code runs at batch
+// size 1; TDA encodes a whole batch in one forward pass and then runs its
+// TDACache over the samples one at a time, in order, so any batch size
+// gives the predictions of batch size 1 (up to the rounding of the forward
+// pass). Reset empties the caches (per domain).
+type TDA struct {
+	base
+	cache *TDACache
+}
+
+// NewTDA returns TDA over the head (C×d, unit rows). A zero cfg.Scale
+// takes the model's logit scale.
+func NewTDA(m Model, head mat.Matrix, cfg TDAConfig) (*TDA, error) {
+	b, err := newBase(m, head, optim.Config{Adam: optim.DefaultAdamConfig(0)})
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Scale == 0 {
+		cfg.Scale = b.scale
+	}
+	t, err := NewTDACache(head, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &TDA{base: b, cache: t}, nil
+}
+
+// Name returns "tda".
+func (t *TDA) Name() string { return "tda" }
+
+// Reset empties the caches (and restores the source weights, which TDA never
+// changes).
+func (t *TDA) Reset() error {
+	t.reset()
+	t.cache.Reset()
+	return nil
+}
+
+// Step classifies the batch sample by sample, updating the caches.
+// Diag.PseudoLabels are the zero-shot predictions the caches were updated
+// with; Diag.Losses["entropy"] is the batch mean of their softmax entropy
+// in nats (as BATCLIP's), and "tda_entropy" the mean of the normalised
+// entropy H/log₂(C) that the negative cache's band tests.
+func (t *TDA) Step(pixels []float32, n int) (*Result, error) {
+	d := newDiagnostics()
+	t0 := time.Now()
+	// No gradient is needed: encode without recording a tape.
+	_, f, err := t.forward(pixels, n, false)
+	if err != nil {
+		return nil, err
+	}
+	res, err := t.cache.Step(f)
+	if err != nil {
+		return nil, err
+	}
+	var ent float64
+	for _, e := range res.Entropy {
+		ent += e
+	}
+	ent /= float64(len(res.Entropy))
+	_, c := res.Logits.Dims()
+	d.Losses["tda_entropy"] = ent
+	d.Losses["entropy"] = ent * math.Log2(float64(c))
+	d.PseudoLabels = res.ZeroShotPreds
+	d.since("predict", t0)
+	return &Result{Logits: res.Logits, Preds: res.Preds, Features: f, Diag: d}, nil
+}
+
 // tdaEntry is one cached sample: its normalised features (the key), the
 // entropy of its zero-shot softmax, and for the negative cache the mask of
 // its probabilities (the value).
@@ -79,8 +151,8 @@ type tdaEntry struct {
 	mask    []float64
 }
 
-// TDA is the Training-free Dynamic Adapter ([T] kdiAAA/TDA, spec §2.5) at
-// the level of image features: a positive and a negative key-value cache
+// TDACache is the Training-free Dynamic Adapter ([T] kdiAAA/TDA, spec §2.5)
+// at the level of image features: a positive and a negative key-value cache
 // of test features per pseudo-label. It processes samples one at a time in
 // order (the code's batch size 1), so its output does not depend on how a
 // stream is cut into batches.
@@ -103,35 +175,35 @@ type tdaEntry struct {
 // (see TDAConfig.PredictBeforeUpdate): a sample that enters the positive
 // cache adds α⁺·exp(0) = α⁺ to its own zero-shot class. The code computes
 // the cache logits in fp16 on CUDA; this port in float64.
-type TDA struct {
+type TDACache struct {
 	cfg      TDAConfig
 	head     *mat.Dense
 	pos, neg map[int][]tdaEntry
 }
 
-// NewTDA returns TDA with empty caches over the head (C×d, unit rows).
-func NewTDA(head mat.Matrix, cfg TDAConfig) (*TDA, error) {
+// NewTDACache returns TDA's caches, empty, over the head (C×d, unit rows).
+func NewTDACache(head mat.Matrix, cfg TDAConfig) (*TDACache, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	if c, d := head.Dims(); c < 1 || d < 1 {
 		return nil, fmt.Errorf("tta: tda: empty head (%d×%d)", c, d)
 	}
-	t := &TDA{cfg: cfg, head: mat.DenseCopyOf(head)}
+	t := &TDACache{cfg: cfg, head: mat.DenseCopyOf(head)}
 	t.Reset()
 	return t, nil
 }
 
 // Reset empties both caches (the code runs each dataset with new caches;
 // here, each domain).
-func (t *TDA) Reset() {
+func (t *TDACache) Reset() {
 	t.pos = map[int][]tdaEntry{}
 	t.neg = map[int][]tdaEntry{}
 }
 
 // CacheSizes returns the number of entries in the positive and the
 // negative cache.
-func (t *TDA) CacheSizes() (positive, negative int) {
+func (t *TDACache) CacheSizes() (positive, negative int) {
 	for _, e := range t.pos {
 		positive += len(e)
 	}
@@ -159,7 +231,7 @@ type TDAResult struct {
 // Step runs TDA over the rows of f (B×d, unnormalised image features) in
 // order, updating the caches after (or, with PredictBeforeUpdate, before)
 // each sample's prediction.
-func (t *TDA) Step(f mat.Matrix) (*TDAResult, error) {
+func (t *TDACache) Step(f mat.Matrix) (*TDAResult, error) {
 	if err := checkFeatures(f, t.head, "tda"); err != nil {
 		return nil, err
 	}
@@ -244,7 +316,7 @@ func admit(list []tdaEntry, e tdaEntry, shots int) (out []tdaEntry, kept bool) {
 
 // cacheLogits adds sign·α·Σ exp(−β(1 − z·k))·value to out over the cache,
 // classes in ascending order (the code's summation order).
-func (t *TDA) cacheLogits(out, z []float64, cache map[int][]tdaEntry, cfg TDACacheConfig, sign float64) {
+func (t *TDACache) cacheLogits(out, z []float64, cache map[int][]tdaEntry, cfg TDACacheConfig, sign float64) {
 	classes := make([]int, 0, len(cache))
 	for y := range cache {
 		classes = append(classes, y)

@@ -93,7 +93,7 @@ func TestTDAHand(t *testing.T) {
 	for _, tc := range tests {
 		c := cfg
 		c.PredictBeforeUpdate = tc.before
-		tda, err := NewTDA(head, c)
+		tda, err := NewTDACache(head, c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,7 +130,7 @@ func TestTDANegativeMask(t *testing.T) {
 	// 0.03, so the mask is (1, 0, 0); H ≈ 0.177 nats and H/log₂3 ≈ 0.112 is
 	// below the default band, so lower the band to admit it.
 	cfg.EntropyLower = 0.1
-	tda, err := NewTDA(head, cfg)
+	tda, err := NewTDACache(head, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +183,7 @@ func TestTDABatchSizeIndependent(t *testing.T) {
 	cfg := DefaultTDAConfig()
 	cfg.Scale = 20 // moderate entropies on this synthetic stream
 	run := func(bs int) (*mat.Dense, int) {
-		tda, err := NewTDA(head, cfg)
+		tda, err := NewTDACache(head, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,14 +212,14 @@ func TestTDABatchSizeIndependent(t *testing.T) {
 		compareDense(t, "logits", got, one, 0, absTol)
 	}
 	// The caches matter: the predictions are not the zero-shot ones.
-	tda, _ := NewTDA(head, cfg)
+	tda, _ := NewTDACache(head, cfg)
 	res, _ := tda.Step(f)
 	if mat.Equal(res.Logits, res.ZeroShot) {
 		t.Error("cache logits are zero")
 	}
 }
 
-// TestTDAMethod runs TDAMethod on clip-tiny in batches of 1 and of 5: the
+// TestTDAMethod runs the TDA method on clip-tiny in batches of 1 and of 5: the
 // predictions must agree and the logits to within the forward pass's float32
 // rounding (1e-5 relative), and Reset must empty the caches.
 func TestTDAMethod(t *testing.T) {
@@ -232,7 +232,7 @@ func TestTDAMethod(t *testing.T) {
 	// the zero-shot predictions and entropies vary.
 	head, _ := NormalizeRows(fc.Slice(0, 4, 0, d))
 	size := len(px) / n
-	run := func(meth *TDAMethod, bs int) ([]int, *mat.Dense) {
+	run := func(meth *TDA, bs int) ([]int, *mat.Dense) {
 		var preds []int
 		logits := mat.NewDense(n, 4, nil)
 		for s := 0; s < n; s += bs {
@@ -247,17 +247,17 @@ func TestTDAMethod(t *testing.T) {
 		}
 		return preds, logits
 	}
-	meth, err := NewTDAMethod(m, head, DefaultTDAConfig())
+	meth, err := NewTDA(m, head, DefaultTDAConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	p1, l1 := run(meth, 1)
-	pos, neg := meth.tda.CacheSizes()
+	pos, neg := meth.cache.CacheSizes()
 	t.Logf("after %d samples: %d positive, %d negative cache entries", n, pos, neg)
 	if err := meth.Reset(); err != nil {
 		t.Fatal(err)
 	}
-	if p, q := meth.tda.CacheSizes(); p != 0 || q != 0 {
+	if p, q := meth.cache.CacheSizes(); p != 0 || q != 0 {
 		t.Errorf("Reset left %d/%d cache entries", p, q)
 	}
 	p5, l5 := run(meth, 5)
@@ -288,13 +288,13 @@ func TestTDAConfigErrors(t *testing.T) {
 	} {
 		c := DefaultTDAConfig()
 		mod(&c)
-		if _, err := NewTDA(head, c); err == nil {
+		if _, err := NewTDACache(head, c); err == nil {
 			t.Errorf("config %+v accepted", c)
 		}
 	}
 	c := DefaultTDAConfig()
 	c.Negative.Disabled, c.Negative.Shots = true, 0
-	tda, err := NewTDA(head, c)
+	tda, err := NewTDACache(head, c)
 	if err != nil {
 		t.Fatalf("a disabled cache needs no capacity: %v", err)
 	}
@@ -309,7 +309,7 @@ func TestTDAConfigErrors(t *testing.T) {
 // samples, so it does not enter it: the cache logits flip it to class 1.
 func ExampleTDA() {
 	head := mat.NewDense(2, 2, []float64{1, 0, 0, 1})
-	tda, err := NewTDA(head, DefaultTDAConfig())
+	tda, err := NewTDACache(head, DefaultTDAConfig())
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -2,9 +2,14 @@ package tta
 
 import (
 	"errors"
+	"fmt"
 	"math"
+	"time"
 
+	"github.com/nlpodyssey/spago/mat/float"
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/subtta/subtta/optim"
 )
 
 // WATTTemplates are WATT's eight prompt templates ([W] templates.yaml), in
@@ -20,7 +25,151 @@ var WATTTemplates = []string{
 // in [W] adapt/watt.py.
 const WATTTemperature = 0.01
 
-// WATTResult is WATT's loss on one batch for one template.
+// WATTConfig configures WATT.
+type WATTConfig struct {
+	// Optimizer is Adam with lr 1e-3 in the README and the bash scripts
+	// (main.py's default is 1e-4), betas (0.9, 0.999), no weight decay.
+	Optimizer optim.Config
+	// Steps (L) is the number of optimizer steps per template, Rounds (M)
+	// the number of weight-averaging rounds: 2 and 5 for WATT-S.
+	Steps, Rounds int
+	// Temperature of the soft targets; 0 means WATTTemperature.
+	Temperature float64
+	// Name is what Name reports; "" means "watt-s".
+	Name string
+}
+
+// WATT is WATT-S, the sequential variant of WATT ([W] adapt/watt.py
+// with type "sequential", spec §2.4). Every batch starts from the source
+// weights and a fresh Adam. In each of Rounds rounds the method visits the
+// template heads in order, each continuing from the previous template's
+// weights, and takes Steps steps of WATTLoss against that head; after each
+// template it takes a snapshot of the visual LayerNorm weights, and at the
+// end of the round it loads the mean of the snapshots, from which the next
+// round starts. Adam's state is never reset within a batch: it carries
+// across templates and rounds, as in the code, where only the weights are
+// reloaded after the first round. The batch is then classified with the
+// averaged weights and the evaluation head (the normalised mean of the
+// templates' normalised embeddings, [W]'s evaluate without ref_eval).
+//
+// Each step encodes the batch once: the code's no-grad pass for the
+// pseudo-labels and its pass with gradient use the same weights, so the
+// pseudo-labels come from the features of the pass with gradient. The
+// snapshots are averaged in the model's element type, summed in template
+// order and divided by their number, as the code's sum(...)/K does on
+// float32 tensors. The prediction's logits use the model's logit scale (the
+// code writes 100, which only scales the logits).
+//
+// Divergences from [W]: the code keeps the CLIP model in fp16 on CUDA
+// (clip.load), this port computes in the model's precision (float32); and a
+// step with a NaN or ±Inf gradient is skipped and counted, where torch's
+// Adam would apply it.
+type WATT struct {
+	base
+	heads []*mat.Dense
+	cfg   WATTConfig
+}
+
+// NewWATT returns WATT-S on the model. head (C×d, unit rows) is the
+// evaluation head; heads are the per-template training heads (C×d each,
+// unit rows), one per template in visiting order (WATTTemplates, each alone).
+func NewWATT(m Model, head mat.Matrix, heads []mat.Matrix, cfg WATTConfig) (*WATT, error) {
+	if len(heads) == 0 {
+		return nil, errors.New("tta: watt: no template heads")
+	}
+	if cfg.Steps < 1 || cfg.Rounds < 1 {
+		return nil, fmt.Errorf("tta: watt: steps per template %d and rounds %d must be positive", cfg.Steps, cfg.Rounds)
+	}
+	if cfg.Temperature < 0 {
+		return nil, fmt.Errorf("tta: watt: negative temperature %g", cfg.Temperature)
+	}
+	if cfg.Temperature == 0 {
+		cfg.Temperature = WATTTemperature
+	}
+	b, err := newBase(m, head, cfg.Optimizer)
+	if err != nil {
+		return nil, err
+	}
+	w := &WATT{base: b, cfg: cfg}
+	c, d := head.Dims()
+	for i, h := range heads {
+		if hc, hd := h.Dims(); hc != c || hd != d {
+			return nil, fmt.Errorf("tta: watt: template head %d is %d×%d, evaluation head %d×%d", i, hc, hd, c, d)
+		}
+		w.heads = append(w.heads, mat.DenseCopyOf(h))
+	}
+	return w, nil
+}
+
+// Name returns the configured name, "watt-s" by default.
+func (w *WATT) Name() string {
+	if w.cfg.Name != "" {
+		return w.cfg.Name
+	}
+	return "watt-s"
+}
+
+// Reset restores the source weights and a fresh optimizer. Step starts
+// every batch that way itself, so WATT keeps no state between batches.
+func (w *WATT) Reset() error { w.reset(); return nil }
+
+// Step adapts on the batch from the source weights and classifies it with
+// the averaged weights. Diag.Losses["watt"] is the mean WATTLoss over the
+// batch's Rounds·len(heads)·Steps steps, "watt_first" that of the first step
+// (source weights, first template).
+func (w *WATT) Step(pixels []float32, n int) (*Result, error) {
+	d := newDiagnostics()
+	t0 := time.Now()
+	w.reset()
+	avg := newWeightAverager(w.tr)
+	var sum float64
+	steps := 0
+	for r := range w.cfg.Rounds {
+		if r > 0 {
+			avg.load()
+		}
+		avg.clear()
+		for _, head := range w.heads {
+			for range w.cfg.Steps {
+				node, f, err := w.forward(pixels, n, true)
+				if err != nil {
+					return nil, err
+				}
+				res, err := WATTLoss(f, head, w.scale, w.cfg.Temperature)
+				if err != nil {
+					return nil, err
+				}
+				if steps == 0 {
+					d.Losses["watt_first"] = res.Loss
+				}
+				sum += res.Loss
+				steps++
+				if err := w.backward(node, res.DLdF); err != nil {
+					return nil, err
+				}
+				if err := w.update(&d); err != nil {
+					return nil, err
+				}
+			}
+			avg.add()
+		}
+	}
+	avg.load()
+	w.tr.zeroGrad()
+	d.Losses["watt"] = sum / float64(steps)
+	d.since("adapt", t0)
+
+	t0 = time.Now()
+	_, f, err := w.forward(pixels, n, false)
+	if err != nil {
+		return nil, err
+	}
+	logits, preds := w.head(f)
+	d.since("predict", t0)
+	return &Result{Logits: logits, Preds: preds, Features: f, Diag: d}, nil
+}
+
+// WATTResult is WATTLoss's result on one batch for one template.
 type WATTResult struct {
 	// Preds are the pseudo-labels argmax normalize(F)·Tᵀ (no gradient).
 	Preds []int
@@ -129,32 +278,51 @@ func WATTLoss(f, t mat.Matrix, scale, temperature float64) (*WATTResult, error) 
 	}, nil
 }
 
-// logSumExp returns log Σ exp(x_i), shifted by the largest entry so that
-// nothing overflows.
-func logSumExp(x []float64) float64 {
-	mx := math.Inf(-1)
-	for _, v := range x {
-		mx = math.Max(mx, v)
-	}
-	var sum float64
-	for _, v := range x {
-		sum += math.Exp(v - mx)
-	}
-	return mx + math.Log(sum)
+// weightAverager keeps snapshots of a trainer's parameters and loads their
+// mean, in the trainer's element type.
+type weightAverager interface {
+	add()   // snapshot the current values
+	load()  // overwrite the values with the mean of the snapshots
+	clear() // forget the snapshots
 }
 
-// softmaxInPlace replaces x by softmax(x).
-func softmaxInPlace(x []float64) {
-	lse := logSumExp(x)
-	for i, v := range x {
-		x[i] = math.Exp(v - lse)
+func newWeightAverager(tr trainer) weightAverager {
+	switch tr := tr.(type) {
+	case *lnTrainer[float32]:
+		return &lnAverager[float32]{tr: tr}
+	case *lnTrainer[float64]:
+		return &lnAverager[float64]{tr: tr}
+	}
+	panic(fmt.Sprintf("tta: watt: trainer %T", tr))
+}
+
+type lnAverager[T float.DType] struct {
+	tr    *lnTrainer[T]
+	snaps [][][]T // snapshot, parameter, element
+}
+
+func (a *lnAverager[T]) add() {
+	s := make([][]T, len(a.tr.params))
+	for i, p := range a.tr.params {
+		s[i] = append([]T(nil), p.Value...)
+	}
+	a.snaps = append(a.snaps, s)
+}
+
+func (a *lnAverager[T]) load() {
+	if len(a.snaps) == 0 {
+		return
+	}
+	k := T(len(a.snaps))
+	for i, p := range a.tr.params {
+		for j := range p.Value {
+			var s T
+			for _, snap := range a.snaps {
+				s += snap[i][j]
+			}
+			p.Value[j] = s / k
+		}
 	}
 }
 
-// logSoftmaxInPlace replaces x by log softmax(x).
-func logSoftmaxInPlace(x []float64) {
-	lse := logSumExp(x)
-	for i := range x {
-		x[i] -= lse
-	}
-}
+func (a *lnAverager[T]) clear() { a.snaps = a.snaps[:0] }

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/subtta/subtta/optim"
 )
 
 // TestWATTLossHand checks a case small enough to do by hand: F = T = I (2×2),
@@ -164,7 +166,7 @@ func TestWATTLossErrors(t *testing.T) {
 // class rows lie near the images' centred source features, so that the
 // pseudo-labels differ within the batch (WATT's gradient vanishes when they
 // all agree; see TestWATTLossAgreeingLabels).
-func wattFixture(t *testing.T, nHeads int) (*WATTMethod, []mat.Matrix, []float32, WATTConfig) {
+func wattFixture(t *testing.T, nHeads int) (*WATT, []mat.Matrix, []float32, WATTConfig) {
 	t.Helper()
 	const n, classes = 6, 10
 	m := tinyModel(t, false)
@@ -187,7 +189,7 @@ func wattFixture(t *testing.T, nHeads int) (*WATTMethod, []mat.Matrix, []float32
 	for range nHeads {
 		heads = append(heads, near())
 	}
-	cfg := WATTConfig{Optimizer: AdamL2(1e-3, 0), Steps: 2, Rounds: 2}
+	cfg := WATTConfig{Optimizer: optim.AdamL2(1e-3, 0), Steps: 2, Rounds: 2}
 	w, err := NewWATT(m, near(), heads, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -336,7 +338,7 @@ func TestWATTEpisodic(t *testing.T) {
 // torch's sum(...)/K on float32 tensors.
 func TestLNAveragerFloat32(t *testing.T) {
 	m := tinyModel(t, false)
-	tr, err := newLNTrainer[float32](m, AdamL2(1e-3, 0))
+	tr, err := newLNTrainer[float32](m, optim.AdamL2(1e-3, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 
 	"gonum.org/v1/gonum/mat"
 
-	"github.com/subtta/subtta/clip"
+	"github.com/subtta/subtta/optim"
 )
 
 // Prediction selects what SubTTA reports for a batch.
@@ -53,7 +53,7 @@ type SubTTAConfig struct {
 	// ResetCovariance makes Reset also set the EMA covariance back to Σ_T.
 	// The official code never does: its global_cov carries across domains.
 	ResetCovariance bool
-	Optimizer       OptimizerConfig
+	Optimizer       optim.Config
 }
 
 // SubTTA is SubTTA on a CLIP model (spec §1.3). Per batch:
@@ -90,7 +90,7 @@ type SubTTA struct {
 
 // NewSubTTA returns SubTTA with the head T (C×d, unit rows), which also
 // defines the text subspace.
-func NewSubTTA(m *clip.Model, head mat.Matrix, cfg SubTTAConfig) (*SubTTA, error) {
+func NewSubTTA(m Model, head mat.Matrix, cfg SubTTAConfig) (*SubTTA, error) {
 	b, err := newBase(m, head, cfg.Optimizer)
 	if err != nil {
 		return nil, err
@@ -266,7 +266,7 @@ func (s *SubTTA) adapt(pixels []float32, n int) (*adaptation, error) {
 	case LossSource:
 		return ad, nil
 	case LossMint:
-		ad.Loss, ad.DLdZ, err = MintLoss(pr.Z, ad.Labels)
+		ad.Loss, ad.DLdZ, err = BetweenClassScatterLoss(pr.Z, ad.Labels)
 	case LossBATCLIP:
 		ad.Loss, ad.DLdZ, err = ClassMeanCosineLoss(pr.Z, ad.Labels)
 	case LossTent:

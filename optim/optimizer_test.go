@@ -1,10 +1,12 @@
-package tta
+package optim
 
 import (
 	"fmt"
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/subtta/subtta/internal/fixture"
 )
 
 // optTol: optimizer steps are compared element-wise in absolute terms, as the
@@ -178,7 +180,7 @@ func TestBaselineOptimizerSteps(t *testing.T) {
 		}
 		for _, p := range names {
 			// The running mean of k fp32 gradients (float64 here): rounding only.
-			compare(t, b+"agg_grad."+p, toF64(agg.Mean(p)), x.vec(b+"agg_grad."+p), 1e-6, relTol)
+			fixture.CheckRelErr(t, b+"agg_grad."+p, agg.Mean(p), x.vec(b+"agg_grad."+p), 1e-6)
 		}
 		runAdamCase[float32](t, x, cfg, names, adamCase{label: b + "step", paramFrom: "init.param.",
 			grad: b + "agg_grad.", wantParam: b + "param."}, optTol32)

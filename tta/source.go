@@ -1,0 +1,40 @@
+package tta
+
+import (
+	"time"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/subtta/subtta/optim"
+)
+
+// Source is zero-shot CLIP: no adaptation.
+type Source struct{ base }
+
+// NewSource returns the zero-shot method with the head (C×d, unit rows).
+func NewSource(m Model, head mat.Matrix) (*Source, error) {
+	b, err := newBase(m, head, optim.Config{Adam: optim.DefaultAdamConfig(0)})
+	if err != nil {
+		return nil, err
+	}
+	return &Source{b}, nil
+}
+
+// Name returns "source".
+func (s *Source) Name() string { return "source" }
+
+// Reset restores the source weights (a no-op unless something else wrote them).
+func (s *Source) Reset() error { s.reset(); return nil }
+
+// Step classifies the batch with the plain head.
+func (s *Source) Step(pixels []float32, n int) (*Result, error) {
+	d := newDiagnostics()
+	t0 := time.Now()
+	_, f, err := s.forward(pixels, n, false)
+	if err != nil {
+		return nil, err
+	}
+	logits, preds := s.head(f)
+	d.since("predict", t0)
+	return &Result{Logits: logits, Preds: preds, Features: f, Diag: d}, nil
+}
