@@ -1,6 +1,8 @@
 package tta
 
 import (
+	"encoding/json"
+	"os"
 	"slices"
 	"testing"
 
@@ -31,9 +33,10 @@ func tinyModel(tb testing.TB, f64 bool) *clip.Model {
 }
 
 // ttaPixels returns the preprocessed images of tta_inputs.safetensors
-// (pixel_u8 [N,H,W,3], already resized and cropped) in batches of b:
-// float32(u8)/255, then (x−mean)/std in float32, HWC→CHW, which is what
-// data's CLIP preprocessor does to an image of its output size.
+// (pixel_u8 [N,H,W,3], already resized and cropped) in batches of b (a last
+// partial batch is left out): float32(u8)/255, then (x−mean)/std in float32
+// with tta_inputs.json's mean and std, HWC→CHW, which is what data's CLIP
+// preprocessor does to an image of its output size.
 func ttaPixels(tb testing.TB, b int) [][]float32 {
 	tb.Helper()
 	x := openFixture(tb, "fixtures/tta_inputs.safetensors")
@@ -41,11 +44,28 @@ func ttaPixels(tb testing.TB, b int) [][]float32 {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if len(shape) != 4 || shape[3] != 3 || shape[1] != shape[2] || shape[0]%b != 0 {
-		tb.Fatalf("pixel_u8: shape %v, want [N·%d, S, S, 3]", shape, b)
+	if len(shape) != 4 || shape[3] != 3 || shape[1] != shape[2] {
+		tb.Fatalf("pixel_u8: shape %v, want [N, S, S, 3]", shape)
+	}
+	if shape[0] < b {
+		tb.Skipf("tta_inputs holds %d images, fewer than a batch of %d", shape[0], b)
+	}
+	var meta struct{ Mean, Std []float32 }
+	if raw, err := os.ReadFile(fixture.Path(tb, "fixtures/tta_inputs.json")); err != nil {
+		tb.Fatal(err)
+	} else if err := json.Unmarshal(raw, &meta); err != nil {
+		tb.Fatalf("tta_inputs.json: %v", err)
 	}
 	s := shape[1]
-	pre := data.NewCLIPPreprocessor(s)
+	cfg := data.PreprocessConfig{Size: s}
+	if len(meta.Mean) == 3 && len(meta.Std) == 3 {
+		copy(cfg.Mean[:], meta.Mean)
+		copy(cfg.Std[:], meta.Std)
+	}
+	pre, err := data.NewPreprocessor(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
 	var out [][]float32
 	for k := 0; k < shape[0]/b; k++ {
 		imgs := make([]*data.RGB, b)

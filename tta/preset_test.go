@@ -20,8 +20,8 @@ func TestPresetTable(t *testing.T) {
 		rank            int
 		alpha           float64
 	}{
-		{"imagenet-c", "subtta-m", 64, "optim.AdamW(lr=0.0005, wd=0.01)", 256, 0.5},
-		{"cifar10-c", "subtta-b", 200, "optim.AdamW(lr=0.001, wd=0.01)", 256, 0.1},
+		{"imagenet-c", "subtta-m", 64, "AdamW(lr=0.0005, wd=0.01)", 256, 0.5},
+		{"cifar10-c", "subtta-b", 200, "AdamW(lr=0.001, wd=0.01)", 256, 0.1},
 		{"cifar100-c", "subtta-t", 200, "Adam(lr=0.0005, wd=0.01)", 64, 0.5},
 		{"imagenet-c", "tent", 64, "SGD(lr=0.00025, momentum=0.9, nesterov=true, wd=0)", 0, 0},
 		{"cifar10-c", "tent", 200, "Adam(lr=0.001, wd=0)", 0, 0},

@@ -1,13 +1,16 @@
 package tta
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/subtta/subtta/clip"
+	"github.com/subtta/subtta/internal/fixture"
 	"github.com/subtta/subtta/optim"
 )
 
@@ -60,6 +63,37 @@ func stageTolsFor(file string) stageTols {
 	return stageTols{forward: 1e-5, lnGrad: 1e-4, alignGrad: 1e-3, opt: 1e-6, noiseAbs: 1e-6}
 }
 
+// subttaStep is what subtta.json records of one batch's optimizer steps:
+// whether each was taken (a non-finite gradient skips one, as torch's
+// GradScaler does) and Adam's step count after it.
+type subttaStep struct {
+	AlignTaken     bool `json:"align_step_taken"`
+	MintTaken      bool `json:"mint_step_taken"`
+	AdamAfterAlign int  `json:"adam_step_after_align"`
+	AdamAfterMint  int  `json:"adam_step_after_mint"`
+}
+
+// subttaSteps reads the per-batch records of file's run (fp32 or float64)
+// from subtta.json.
+func subttaSteps(tb testing.TB, file string) []subttaStep {
+	tb.Helper()
+	raw, err := os.ReadFile(fixture.Path(tb, "fixtures/subtta.json"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var doc struct {
+		FP32 []subttaStep `json:"per_batch_fp32"`
+		FP64 []subttaStep `json:"per_batch_fp64"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		tb.Fatalf("subtta.json: %v", err)
+	}
+	if strings.Contains(file, "fp64") {
+		return doc.FP64
+	}
+	return doc.FP32
+}
+
 // TestSubTTAStages checks SubTTA stage by stage from the stored state (README
 // §6: A, A-opt, B, B-opt, C) for every batch, through the real model: fp32
 // against subtta.safetensors, float64 against subtta_fp64.safetensors.
@@ -79,6 +113,10 @@ func TestSubTTAStages(t *testing.T) {
 			px := ttaPixels(t, bsz)
 			if len(px) < nb {
 				t.Fatalf("%d input batches for %d fixture batches", len(px), nb)
+			}
+			steps := subttaSteps(t, file)
+			if len(steps) < nb {
+				t.Fatalf("subtta.json records %d batches, the tensors %d", len(steps), nb)
 			}
 			noise := map[string]float64{"visual.ln_post.bias": tol.noiseAbs}
 			for k := range nb {
@@ -111,11 +149,11 @@ func TestSubTTAStages(t *testing.T) {
 				// A-opt: the optimizer from the stored state and gradient.
 				s.tr.resetOptimizer()
 				if prevState != "" {
-					setAdamState(t, s.tr, x, prevState, 2*k)
+					setAdamState(t, s.tr, x, prevState, steps[k-1].AdamAfterMint)
 				}
 				injectGrads(t, s.tr, x.paramMap(b+"align.grad.", names))
-				if ok, err := s.tr.step(); !ok || err != nil {
-					t.Fatalf("%sA-opt: stepped %v, %v", b, ok, err)
+				if ok, err := s.tr.step(); ok != steps[k].AlignTaken || err != nil {
+					t.Fatalf("%sA-opt: stepped %v (%v), the reference %v", b, ok, err, steps[k].AlignTaken)
 				}
 				compareParams(t, "", s.tr.values(), names, x, b+"align.param.", tol.opt, absTol, nil)
 
@@ -138,10 +176,10 @@ func TestSubTTAStages(t *testing.T) {
 
 				// B-opt.
 				s.tr.resetOptimizer()
-				setAdamState(t, s.tr, x, b+"align.adam.", 2*k+1)
+				setAdamState(t, s.tr, x, b+"align.adam.", steps[k].AdamAfterAlign)
 				injectGrads(t, s.tr, x.paramMap(b+"mint.grad.", names))
-				if ok, err := s.tr.step(); !ok || err != nil {
-					t.Fatalf("%sB-opt: stepped %v, %v", b, ok, err)
+				if ok, err := s.tr.step(); ok != steps[k].MintTaken || err != nil {
+					t.Fatalf("%sB-opt: stepped %v (%v), the reference %v", b, ok, err, steps[k].MintTaken)
 				}
 				compareParams(t, "", s.tr.values(), names, x, b+"mint.param.", tol.opt, absTol, nil)
 
@@ -184,6 +222,7 @@ func TestSubTTAEndToEnd(t *testing.T) {
 			names := s.tr.names()
 			bsz, _ := x.dense("b0.F1").Dims()
 			px := ttaPixels(t, bsz)
+			steps := subttaSteps(t, file)
 			const tol64 = 1e-6
 			for k := range x.batches("b", "F1") {
 				b := fmt.Sprintf("b%d.", k)
@@ -192,8 +231,14 @@ func TestSubTTAEndToEnd(t *testing.T) {
 					t.Fatal(err)
 				}
 				d := res.Diag
-				if d.Steps != 2 || d.Skipped != 0 {
-					t.Errorf("%s: %d steps, %d skipped; want 2, 0", b, d.Steps, d.Skipped)
+				taken := 0
+				for _, ok := range []bool{steps[k].AlignTaken, steps[k].MintTaken} {
+					if ok {
+						taken++
+					}
+				}
+				if d.Steps != taken || d.Skipped != 2-taken {
+					t.Errorf("%s: %d steps, %d skipped; the reference %d, %d", b, d.Steps, d.Skipped, taken, 2-taken)
 				}
 				compareInts(t, b+"pseudo_labels", d.PseudoLabels, x.ints(b+"pseudo_labels"))
 				compareInts(t, b+"preds", res.Preds, x.ints(b+"preds"))
