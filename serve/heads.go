@@ -22,7 +22,8 @@ type heads struct {
 }
 
 // headCache keeps the heads of the most recently used label sets: building
-// one runs the text tower on every label in every template.
+// one runs the text tower on every label in every template. Requests that
+// miss on the same key wait for one build.
 type headCache struct {
 	srv   *Server
 	max   int
@@ -32,8 +33,10 @@ type headCache struct {
 }
 
 type headEntry struct {
-	h    *heads
-	used int64
+	ready chan struct{} // closed when h or err is set
+	h     *heads
+	err   error
+	used  int64
 }
 
 func newHeadCache(s *Server, max int) *headCache {
@@ -53,33 +56,36 @@ func (c *headCache) get(labels, templates []string, perTemplate bool) (*heads, e
 	if e, ok := c.m[key]; ok {
 		e.used = c.clock
 		c.mu.Unlock()
-		return e.h, nil
+		<-e.ready
+		return e.h, e.err
 	}
+	if len(c.m) >= c.max {
+		var oldest string
+		var used int64 = -1
+		for k, e := range c.m {
+			if isClosed(e.ready) && (used < 0 || e.used < used) {
+				oldest, used = k, e.used
+			}
+		}
+		delete(c.m, oldest)
+	}
+	e := &headEntry{ready: make(chan struct{}), used: c.clock}
+	c.m[key] = e
 	c.mu.Unlock()
 
 	p := c.srv.preset
 	p.Templates, p.PerTemplateHeads = templates, perTemplate
 	head, th, err := p.Heads(c.srv.cfg.Model, c.srv.cfg.Tokenizer, labels)
 	if err != nil {
-		return nil, err
+		e.err = err
+		c.mu.Lock()
+		delete(c.m, key) // not kept: the next request tries again
+		c.mu.Unlock()
+	} else {
+		e.h = &heads{head: head, templates: th}
 	}
-	h := &heads{head: head, templates: th}
-
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.m) >= c.max {
-		var oldest string
-		var used int64 = -1
-		for k, e := range c.m {
-			if used < 0 || e.used < used {
-				oldest, used = k, e.used
-			}
-		}
-		delete(c.m, oldest)
-	}
-	c.clock++
-	c.m[key] = &headEntry{h: h, used: c.clock}
-	return h, nil
+	close(e.ready)
+	return e.h, e.err
 }
 
 // subspace returns the text subspace of the head for the principal-angle

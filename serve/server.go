@@ -200,6 +200,15 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.heads = newHeadCache(s, 32)
 	s.m = newMetrics(s)
+	// The default heads, made now rather than by the first requests.
+	if _, err := s.heads.get(cfg.Labels, cfg.Templates, false); err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	if p.PerTemplateHeads {
+		if _, err := s.heads.get(cfg.Labels, cfg.Templates, true); err != nil {
+			return nil, fmt.Errorf("serve: %w", err)
+		}
+	}
 	return s, nil
 }
 

@@ -88,7 +88,7 @@ func serveMain(ctx context.Context, args []string, stderr io.Writer, ready func(
 	if err != nil {
 		return err
 	}
-	version := builtin.ModelName + " sha256 " + builtin.ModelSHA256()[:16]
+	version := "built-in, sha256 " + builtin.ModelSHA256()[:16] // as eval names it
 	if !isBuiltin(*model) {
 		fp, err := eval.ModelFingerprint(*model)
 		if err != nil {
