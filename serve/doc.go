@@ -32,13 +32,17 @@
 // A [tta.Method] owns the LayerNorm parameters of its model's vision tower:
 // it writes them in place. The server keeps one model, whose weights all
 // streams share, and one Method per stream built over it. Between steps the
-// model holds the source LayerNorm values, so frozen requests run
-// concurrently under a read lock. An adaptation step takes the write lock,
-// copies the stream's LayerNorm values into the model, steps, copies them
-// back out and restores the source values. A stream thus holds only its
-// LayerNorm values (a few thousand floats for the built-in model, 40,000
-// for ViT-B/32) and its Method's own state: optimizer moments, SubTTA's EMA
-// covariance, MINT's class sums.
+// model holds the source LayerNorm values. An adaptation step takes the
+// model's lock, copies the stream's LayerNorm values into the model, steps,
+// copies them back out and restores the source values: one step at a time.
+// A stream thus holds only its LayerNorm values (3,584 floats for the
+// built-in model, about 40,000 for ViT-B/32) and its Method's own state:
+// optimizer moments, SubTTA's EMA covariance, MINT's class sums.
+//
+// Frozen requests run on a second clip.Model that shares every weight
+// matrix with the first but has LayerNorms of its own, at the source values
+// and never written: they need no lock, and neither wait for a step nor see
+// a stream's parameters.
 //
 // # Persistence
 //

@@ -225,7 +225,16 @@ func (s *Server) readInput(w http.ResponseWriter, r *http.Request, jsonOK bool) 
 		}
 	}
 	if in.image != nil {
-		if in.pixels, err = s.decode(in.image); err != nil {
+		// Decoding holds the whole bitmap: a few at a time, not
+		// MaxConcurrent of them (up to 100 MB each at MaxPixels).
+		select {
+		case s.decoding <- struct{}{}:
+		case <-r.Context().Done():
+			return nil, r.Context().Err()
+		}
+		in.pixels, err = s.decode(in.image)
+		<-s.decoding
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -402,14 +411,12 @@ func (s *Server) handleClassify(w http.ResponseWriter, r *http.Request) error {
 }
 
 // frozenFeatures encodes images with the source weights, concurrently with
-// other frozen requests.
+// other frozen requests and with streams' steps.
 func (s *Server) frozenFeatures(ctx context.Context, px []float32, n int) (*mat.Dense, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	s.model.RLock()
-	defer s.model.RUnlock()
-	f, err := s.cfg.Model.EncodeImage(px, n)
+	f, err := s.frozen.EncodeImage(px, n)
 	if err != nil {
 		return nil, err
 	}
@@ -448,7 +455,7 @@ func (s *Server) handleEmbed(w http.ResponseWriter, r *http.Request) error {
 				return errorf(http.StatusBadRequest, "text %d: %v", i, err)
 			}
 		}
-		t, err := s.cfg.Model.EncodeText(ids)
+		t, err := s.frozen.EncodeText(ids)
 		if err != nil {
 			return err
 		}

@@ -209,12 +209,12 @@ func (s *Server) streamState(t *testing.T, id string) (params, carried []float64
 		t.Fatalf("stream %s is not in memory", id)
 	}
 	<-st.ready
-	s.model.RLock()
+	s.model.Lock()
 	params = slices.Clone(st.params)
 	if c, ok := st.method.(tta.Carrier); ok {
 		carried = c.Carried()
 	}
-	s.model.RUnlock()
+	s.model.Unlock()
 	st.mu.Lock()
 	stats = st.stats
 	st.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 
 	smat "github.com/nlpodyssey/spago/mat"
 
+	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/clip"
 )
 
@@ -71,4 +72,41 @@ func (v *paramView) write(src []float64) {
 		copy(t, src)
 		src = src[len(t):]
 	}
+}
+
+// frozenCopy returns a model that shares every weight of m, both towers'
+// linear layers and embeddings included, but holds its own copy of the
+// vision LayerNorms: the source values, never written. Frozen requests run
+// on it without a lock, while streams' steps write m's LayerNorms.
+func frozenCopy(m *clip.Model) (*clip.Model, error) {
+	ln := func(p *autograd.LayerNormParams) *autograd.LayerNormParams {
+		return &autograd.LayerNormParams{Gamma: p.Gamma.Clone(), Beta: p.Beta.Clone(), Eps: p.Eps}
+	}
+	v := *m.Vision
+	v.LNPre, v.LNPost = ln(v.LNPre), ln(v.LNPost)
+	v.Blocks = make([]*autograd.BlockParams, len(m.Vision.Blocks))
+	for i, b := range m.Vision.Blocks {
+		nb := *b
+		nb.LN1, nb.LN2 = ln(b.LN1), ln(b.LN2)
+		v.Blocks[i] = &nb
+	}
+	f := *m
+	f.Vision = &v
+	f.SetVisionTrainable(false)
+	// Every LayerNorm tensor a Method trains must be a copy here.
+	shared, _ := m.VisionLayerNorms()
+	own, _ := f.VisionLayerNorms()
+	seen := map[smat.Matrix]bool{}
+	for _, p := range shared {
+		seen[p.Gamma], seen[p.Beta] = true, true
+	}
+	for _, p := range own {
+		if seen[p.Gamma] || seen[p.Beta] {
+			return nil, fmt.Errorf("serve: the frozen copy of the model shares a LayerNorm tensor")
+		}
+	}
+	if len(own) != len(shared) {
+		return nil, fmt.Errorf("serve: the frozen copy has %d LayerNorms, the model %d", len(own), len(shared))
+	}
+	return &f, nil
 }

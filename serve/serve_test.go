@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
+	"fmt"
 	"hash/crc32"
 	"image"
 	"image/png"
@@ -134,10 +136,14 @@ func TestStreamEqualsEval(t *testing.T) {
 			t.Fatalf("image %d (batch %d): logits %v, eval's %v", i, i/4, g.Logits, want[i])
 		}
 	}
-	// The adapted stream differs from the frozen model.
+	// The adapted stream differs from the frozen model, which is still
+	// the source model.
 	frozen, _ := classify(t, ts, "", images(t, 12)[11])
 	if slices.Equal(frozen.Logits, got[11].Logits) {
 		t.Error("the stream's last prediction equals the frozen model's: nothing adapted")
+	}
+	if src := referenceLogits(t, "source", [][][]byte{images(t, 12)[11:]}); !slices.Equal(frozen.Logits, src[0]) {
+		t.Errorf("frozen logits after adaptation %v, the source method's %v", frozen.Logits, src[0])
 	}
 	st, code := streamStatus(t, ts, "cam1")
 	if code != http.StatusOK || st.Images != 12 || st.Batches != 3 || st.Steps != 6 || st.Pending != 0 || !st.InMemory ||
@@ -241,6 +247,52 @@ func TestSnapshotRestoresValues(t *testing.T) {
 	p2, c2, stats := b.streamState(t, "cam")
 	if !slices.Equal(p2, params) || !slices.Equal(c2, carried) || stats.Restored != "snapshot" || stats.Images != 8 {
 		t.Errorf("restored stream differs: restored %q, images %d", stats.Restored, stats.Images)
+	}
+}
+
+// Frozen requests run while a stream steps, and still get the source
+// model's answer.
+func TestFrozenDuringSteps(t *testing.T) {
+	_, ts := startServer(t, testConfig(t))
+	imgs := images(t, 8)
+	want := referenceLogits(t, "source", [][][]byte{imgs[:1]})[0]
+	stop := make(chan struct{})
+	type result struct {
+		n   int
+		err string
+	}
+	res := make(chan result, 1)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				res <- result{n, ""}
+				return
+			default:
+			}
+			resp, err := http.Post(ts.URL+"/v1/classify", "image/jpeg", bytes.NewReader(imgs[0]))
+			if err != nil {
+				res <- result{n, err.Error()}
+				return
+			}
+			var got ClassifyResponse
+			err = json.NewDecoder(resp.Body).Decode(&got)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != http.StatusOK || !slices.Equal(got.Logits, want) {
+				res <- result{n, fmt.Sprintf("status %d, logits %v, want %v (%v)", resp.StatusCode, got.Logits, want, err)}
+				return
+			}
+			n++
+		}
+	}()
+	for _, b := range batchesOf(imgs, 4) {
+		streamBatch(t, ts, "busy", b)
+	}
+	close(stop)
+	r := <-res
+	if r.err != "" || r.n == 0 {
+		t.Errorf("after %d frozen requests during the steps: %s", r.n, r.err)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -146,14 +147,18 @@ type Server struct {
 	m      *metrics
 	heads  *headCache
 
-	// model guards the vision tower's LayerNorm values: frozen requests
-	// read them (the source values) under RLock; an adaptation step swaps a
-	// stream's values in and out under Lock.
-	model  sync.RWMutex
+	// model guards the LayerNorm values of the shared model's vision tower,
+	// which hold the source values at rest: an adaptation step swaps a
+	// stream's values in and out under it. frozen shares every weight but
+	// has LayerNorms of its own, at the source values, so frozen requests
+	// need no lock.
+	model  sync.Mutex
 	params *paramView
 	source []float64 // the source LayerNorm values
+	frozen *clip.Model
 
-	slots chan struct{} // MaxConcurrent request slots
+	slots    chan struct{} // MaxConcurrent request slots
+	decoding chan struct{} // images being decoded at once (GOMAXPROCS)
 
 	mu       sync.Mutex
 	streams  map[string]*stream
@@ -189,14 +194,19 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg.Model.SetVisionTrainable(false)
-	s := &Server{
+	frozen, err := frozenCopy(cfg.Model)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{frozen: frozen,
 		cfg: cfg, preset: p, log: cfg.Logger,
-		pre:     data.NewCLIPPreprocessor(cfg.Model.Config.Vision.ImageSize),
-		params:  pv,
-		source:  pv.read(nil),
-		slots:   make(chan struct{}, cfg.MaxConcurrent),
-		streams: map[string]*stream{},
-		drain:   make(chan struct{}),
+		pre:      data.NewCLIPPreprocessor(cfg.Model.Config.Vision.ImageSize),
+		params:   pv,
+		source:   pv.read(nil),
+		slots:    make(chan struct{}, cfg.MaxConcurrent),
+		decoding: make(chan struct{}, runtime.GOMAXPROCS(0)),
+		streams:  map[string]*stream{},
+		drain:    make(chan struct{}),
 	}
 	s.heads = newHeadCache(s, 32)
 	s.m = newMetrics(s)
