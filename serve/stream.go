@@ -44,6 +44,7 @@ type stream struct {
 	busy    bool // a batch is being stepped and saved
 	closing bool // takes no more requests; set by stop, delete or eviction
 	deleted bool // the stream is being deleted: waiting requests fail
+	unsaved bool // the last save failed: evicting would lose adaptation
 	stats   streamStats
 	journal int // batches in the journal file, −1 when there is none (see persist)
 }
@@ -171,7 +172,7 @@ func (s *Server) evictLocked() error {
 	var victim *stream
 	for _, st := range s.streams {
 		st.mu.Lock()
-		idle := !st.busy && !st.closing && len(st.pending) == 0 && isClosed(st.ready)
+		idle := !st.busy && !st.closing && !st.unsaved && len(st.pending) == 0 && isClosed(st.ready)
 		st.mu.Unlock()
 		if idle && (victim == nil || st.used < victim.used) {
 			victim = st
@@ -363,10 +364,14 @@ func (s *Server) step(st *stream, batch []*job) {
 		st.stats.LastLoss = res.Diag.Losses
 		st.stats.Cosines = cos
 		st.mu.Unlock()
-		if perr := s.persist(st, batch); perr != nil {
+		perr := s.persist(st, batch)
+		if perr != nil {
 			s.m.saveErrors.Inc()
 			s.log.Error("serve: saving stream state", "stream", st.id, "err", perr)
 		}
+		st.mu.Lock()
+		st.unsaved = perr != nil
+		st.mu.Unlock()
 	} else {
 		s.log.Error("serve: adaptation step failed", "stream", st.id, "err", err)
 	}
