@@ -403,9 +403,11 @@ func (s *Server) handleClassify(w http.ResponseWriter, r *http.Request) error {
 		resp.Stream = &StreamAnswer{ID: in.stream, Method: s.preset.Method, Batch: a.batch, BatchSize: a.size, Position: a.position, Steps: a.steps}
 	}
 	resp.Logits, resp.Probs, resp.Label = logits, softmax(logits), resp.Labels[pred]
-	if err := r.Context().Err(); err != nil {
-		return err
+	if err := r.Context().Err(); err != nil && !errors.Is(context.Cause(r.Context()), errTimeout) {
+		return err // the client has gone
 	}
+	// A stream's answer is written even past Timeout: the stream adapted
+	// on the image (submit).
 	writeJSON(w, http.StatusOK, resp)
 	return nil
 }

@@ -570,6 +570,22 @@ func TestConcurrencyLimitAndTimeout(t *testing.T) {
 	}
 }
 
+// A request whose batch is being stepped when its time runs out still gets
+// the step's answer: the stream has adapted on its image.
+func TestTimeoutDuringStepIsAnswered(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.BatchSize, cfg.Timeout = 1, 300*time.Millisecond
+	s, ts := startServer(t, cfg)
+	s.beforeStep = func() { time.Sleep(time.Second) }
+	got, r := classify(t, ts, "?stream=slow", images(t, 1)[0])
+	if r.status != http.StatusOK || got.Stream == nil {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	if st, _ := streamStatus(t, ts, "slow"); st.Images != 1 {
+		t.Errorf("%d images adapted on for 1 answer", st.Images)
+	}
+}
+
 func TestPanicIsA500(t *testing.T) {
 	s, _ := startServer(t, testConfig(t))
 	h := s.wrap("boom", false, map[string]handlerFunc{http.MethodGet: func(http.ResponseWriter, *http.Request) error { panic("boom") }})

@@ -66,7 +66,10 @@ type Config struct {
 	// beyond it requests get 429 with Retry-After. A stream's batch only
 	// fills up to the number of its requests waiting at once.
 	MaxConcurrent int
-	// Timeout limits one request (default 60s).
+	// Timeout limits the time a request may take (default 60s) to read,
+	// decode, and wait for its stream's batch. A request whose batch is
+	// being stepped gets that step's answer, however long it takes: the
+	// stream has adapted on its image.
 	Timeout time.Duration
 	// Logger receives errors and evictions (default: slog.Default()).
 	Logger *slog.Logger
@@ -159,6 +162,9 @@ type Server struct {
 
 	slots    chan struct{} // MaxConcurrent request slots
 	decoding chan struct{} // images being decoded at once (GOMAXPROCS)
+
+	// beforeStep, when set (by tests), runs before every adaptation step.
+	beforeStep func()
 
 	mu       sync.Mutex
 	streams  map[string]*stream

@@ -68,6 +68,7 @@ type job struct {
 	image   []byte // the encoded image, for the journal
 	arrived time.Time
 	done    chan answer // capacity 1: the worker never blocks on it
+	taken   bool        // in a batch being stepped; guarded by the stream's mu
 }
 
 // answer is a job's outcome: its row of the batch's prediction.
@@ -222,11 +223,23 @@ func (st *stream) submit(ctx context.Context, px []float32, img []byte) (answer,
 	case a := <-j.done:
 		return a, a.err
 	case <-ctx.Done():
-		// If the worker has not taken it yet, it drops it (next); if it
-		// has, the answer goes unread into the buffered channel.
-		st.wake()
+	}
+	st.mu.Lock()
+	taken := j.taken
+	if !taken {
+		st.pending = slices.DeleteFunc(st.pending, func(p *job) bool { return p == j })
+	}
+	st.mu.Unlock()
+	if !taken || !errors.Is(context.Cause(ctx), errTimeout) {
+		// Not in a batch yet: dropped, the stream never sees it. Or the
+		// client has gone: its answer goes unread.
 		return answer{}, ctx.Err()
 	}
+	// The stream is adapting on this image: the request gets that step's
+	// answer however long it takes, so that no image is adapted on
+	// without being answered.
+	a := <-j.done
+	return a, a.err
 }
 
 // run is the stream's worker.
@@ -308,6 +321,9 @@ func (st *stream) next() (batch []*job, ok bool) {
 		if n >= size || n > 0 && (wait <= 0 || st.closing || isClosed(s.drain)) {
 			batch = slices.Clone(st.pending[:min(n, size)])
 			st.pending = slices.Delete(st.pending, 0, len(batch))
+			for _, j := range batch {
+				j.taken = true
+			}
 			st.busy = true
 			st.mu.Unlock()
 			return batch, true
@@ -400,6 +416,9 @@ func (s *Server) adapt(st *stream, px []float32, n int) (res *tta.Result, err er
 			res, err = nil, fmt.Errorf("panic: %v", p)
 		}
 	}()
+	if s.beforeStep != nil {
+		s.beforeStep()
+	}
 	s.params.write(st.params)
 	res, err = st.method.Step(px, n)
 	st.params = s.params.read(st.params)

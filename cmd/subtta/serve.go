@@ -60,7 +60,7 @@ func serveMain(ctx context.Context, args []string, stderr io.Writer, ready func(
 	maxPixels := fs.Int("max-pixels", serve.DefaultMaxPixels, "largest image, width×height")
 	maxLabels := fs.Int("max-labels", serve.DefaultMaxLabels, "most labels (or texts) in one request")
 	maxConc := fs.Int("max-concurrent", serve.DefaultMaxConcurrent, "requests served at once; beyond, 429 with Retry-After (a stream's batch fills only with its requests waiting at once)")
-	timeout := fs.Duration("timeout", serve.DefaultTimeout, "longest time one request may take (504 beyond)")
+	timeout := fs.Duration("timeout", serve.DefaultTimeout, "longest time a request may wait for its batch (504 beyond); a request whose batch is being stepped gets its answer")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -119,7 +119,6 @@ func serveMain(ctx context.Context, args []string, stderr io.Writer, ready func(
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       *timeout,
-		WriteTimeout:      *timeout + 10*time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
