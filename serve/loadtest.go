@@ -59,6 +59,10 @@ type LoadReport struct {
 	// PeakRSS is the server's peak resident set size after the test, from
 	// its /metrics (0 when it does not report one).
 	PeakRSS int64 `json:"server_peak_rss_bytes"`
+	// CPUSeconds is the CPU time the server used during the test (from
+	// process_cpu_seconds_total), which depends less than requests/s on
+	// what else the machine runs.
+	CPUSeconds float64 `json:"server_cpu_seconds"`
 }
 
 // Run runs the load test.
@@ -83,6 +87,7 @@ func (lt LoadTest) Run(ctx context.Context) (*LoadReport, error) {
 	if c == nil {
 		c = &http.Client{Timeout: 5 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: lt.Sources * lt.Concurrency}}
 	}
+	cpu0, _ := metricValue(ctx, c, base, "process_cpu_seconds_total")
 	before := map[int]int64{}
 	if !lt.Frozen {
 		for i := range lt.Sources {
@@ -202,7 +207,11 @@ func (lt LoadTest) Run(ctx context.Context) (*LoadReport, error) {
 		q := func(p float64) float64 { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
 		rep.P50, rep.P99, rep.Max = q(0.50), q(0.99), lat[len(lat)-1]
 	}
-	rep.PeakRSS = peakFromMetrics(ctx, c, base)
+	peak, _ := metricValue(ctx, c, base, "subtta_process_peak_resident_memory_bytes")
+	rep.PeakRSS = int64(peak)
+	if cpu1, ok := metricValue(ctx, c, base, "process_cpu_seconds_total"); ok {
+		rep.CPUSeconds = cpu1 - cpu0
+	}
 	return rep, nil
 }
 
@@ -211,6 +220,9 @@ func (r *LoadReport) Write(w io.Writer) {
 	fmt.Fprintf(w, "%d requests sent (%d not sent before the time limit) in %.1f s: %d OK, %d errors %v\n",
 		r.Sent, r.Unsent, r.Seconds, r.OK, r.Errors, r.ByStatus)
 	fmt.Fprintf(w, "%.2f requests/s; latency p50 %.3f s, p99 %.3f s, max %.3f s\n", r.PerSec, r.P50, r.P99, r.Max)
+	if r.CPUSeconds > 0 && r.OK > 0 {
+		fmt.Fprintf(w, "server CPU %.1f s, %.1f ms per answer\n", r.CPUSeconds, 1000*r.CPUSeconds/float64(r.OK))
+	}
 	if r.PeakRSS > 0 {
 		fmt.Fprintf(w, "server peak RSS %.1f MiB\n", float64(r.PeakRSS)/(1<<20))
 	}
@@ -249,22 +261,22 @@ func (lt LoadTest) streamImages(ctx context.Context, c *http.Client, base *url.U
 	return st.Images
 }
 
-// peakFromMetrics reads subtta_process_peak_resident_memory_bytes.
-func peakFromMetrics(ctx context.Context, c *http.Client, base *url.URL) int64 {
+// metricValue reads an unlabelled metric from the server's /metrics.
+func metricValue(ctx context.Context, c *http.Client, base *url.URL, name string) (float64, bool) {
 	u := *base
 	u.Path = strings.TrimSuffix(u.Path, "/") + "/metrics"
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	resp, err := c.Do(req)
 	if err != nil {
-		return 0
+		return 0, false
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "subtta_process_peak_resident_memory_bytes "); ok {
-			f, _ := strconv.ParseFloat(v, 64)
-			return int64(f)
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			return f, err == nil
 		}
 	}
-	return 0
+	return 0, false
 }

@@ -690,7 +690,7 @@ func TestLoadTest(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rep.Sent != 8 || rep.OK != 8 || rep.Errors != 0 || !rep.ExactlyOnce || rep.P99 <= 0 || rep.PerSec <= 0 {
+		if rep.Sent != 8 || rep.OK != 8 || rep.Errors != 0 || !rep.ExactlyOnce || rep.P99 <= 0 || rep.PerSec <= 0 || rep.CPUSeconds <= 0 || rep.PeakRSS <= 0 {
 			var b strings.Builder
 			rep.Write(&b)
 			t.Errorf("frozen %v: %+v\n%s", frozen, rep, b.String())
