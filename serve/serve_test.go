@@ -296,6 +296,41 @@ func TestFrozenDuringSteps(t *testing.T) {
 	}
 }
 
+// The status of a stream can be read while it steps and saves (run with
+// -race).
+func TestStatusDuringSteps(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.StateDir, cfg.ReplayLimit = t.TempDir(), 1
+	_, ts := startServer(t, cfg)
+	stop := make(chan struct{})
+	polled := make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				polled <- n
+				return
+			default:
+			}
+			if resp, err := http.Get(ts.URL + "/v1/streams/cam"); err == nil {
+				resp.Body.Close()
+				n++
+			}
+		}
+	}()
+	for _, b := range batchesOf(images(t, 12), 4) {
+		streamBatch(t, ts, "cam", b)
+	}
+	close(stop)
+	if n := <-polled; n == 0 {
+		t.Error("no status read during the steps")
+	}
+	if st, _ := streamStatus(t, ts, "cam"); st.Batches != 3 || st.ExactRestore {
+		t.Errorf("after 3 batches with a replay limit of 1: %+v", st)
+	}
+}
+
 func TestEvictionAndDelete(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testConfig(t)

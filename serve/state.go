@@ -56,31 +56,34 @@ func (s *Server) journalPath(id string) string { return filepath.Join(s.cfg.Stat
 
 // persist saves the stream after a step: the batch goes to the journal
 // while the journal is kept, then the state file is rewritten. Only the
-// stream's worker calls it.
+// stream's worker calls it (and writes st.journal and st.params).
 func (s *Server) persist(st *stream, batch []*job) error {
 	if s.cfg.StateDir == "" {
 		return nil
 	}
-	if st.journal >= 0 {
-		if st.journal < s.cfg.ReplayLimit {
-			if err := s.appendJournal(st.id, st.journal == 0, batch); err != nil {
+	st.mu.Lock()
+	journal, stats := st.journal, st.stats
+	st.mu.Unlock()
+	if journal >= 0 {
+		if journal < s.cfg.ReplayLimit {
+			if err := s.appendJournal(st.id, journal == 0, batch); err != nil {
 				return err
 			}
-			st.journal++
+			journal++
 		} else {
 			// From here on a restore starts from the saved values.
-			st.journal = -1
+			journal = -1
 			if err := os.Remove(s.journalPath(st.id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return err
 			}
 		}
+		st.mu.Lock()
+		st.journal = journal
+		st.mu.Unlock()
 	}
-	st.mu.Lock()
-	stats := st.stats
-	st.mu.Unlock()
 	sv := savedStream{Format: stateFormat, ID: st.id, ModelVersion: s.cfg.ModelVersion, Dataset: s.cfg.Dataset,
 		Method: s.preset.Method, Labels: st.labels, Templates: st.templates, Stats: stats,
-		Params: st.params, Journal: st.journal, Saved: time.Now().UTC()}
+		Params: st.params, Journal: journal, Saved: time.Now().UTC()}
 	if c, ok := st.method.(tta.Carrier); ok {
 		sv.Carried = c.Carried()
 	}

@@ -142,7 +142,15 @@ func (s *Server) lookup(id string, labels, templates []string) (*stream, error) 
 		st.used = s.clock
 		return st, nil
 	}
-	if len(s.streams) >= s.cfg.MaxStreams {
+	active := 0 // streams not already on their way out
+	for _, st := range s.streams {
+		st.mu.Lock()
+		if !st.closing {
+			active++
+		}
+		st.mu.Unlock()
+	}
+	if active >= s.cfg.MaxStreams {
 		if err := s.evictLocked(); err != nil {
 			return nil, err
 		}
