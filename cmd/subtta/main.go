@@ -15,6 +15,8 @@
 //	bench      images/s of the ViT-B/32 vision tower, forward and forward+backward
 //	corrupt    write CIFAR-10/100-C or ImageNet-C from a clean dataset
 //	train      train a small CLIP from scratch on CIFAR-10 (checkpoints, resume, log)
+//	serve      HTTP classifier that adapts to each client's image stream (subtta-m)
+//	loadtest   requests/s and latency of a subtta serve on this machine
 //
 // Run `subtta <command> -h` for a command's flags.
 package main
@@ -45,6 +47,8 @@ var commands = map[string]command{
 	"bench":    {"images/s of the ViT-B/32 vision tower, forward and forward+backward", runBench},
 	"corrupt":  {"write CIFAR-10/100-C or ImageNet-C from a clean dataset", runCorrupt},
 	"train":    {"train a small CLIP from scratch on CIFAR-10 (checkpoints, resume, log)", runTrain},
+	"serve":    {"HTTP classifier that adapts to each client's image stream (subtta-m)", runServe},
+	"loadtest": {"requests/s and latency of a subtta serve on this machine", runLoadtest},
 }
 
 func main() {

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// syncBuffer is a bytes.Buffer safe for the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startServe runs serveMain until the returned stop is called, which
+// returns serveMain's error.
+func startServe(t *testing.T, args ...string) (addr string, stop func() error, log *syncBuffer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	log = &syncBuffer{}
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- serveMain(ctx, append([]string{"--addr", "127.0.0.1:0"}, args...), log, func(a string) { ready <- a })
+	}()
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("serve: %v\n%s", err, log)
+	}
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() { cancel(); err = <-done })
+		return err
+	}
+	t.Cleanup(func() { stop() })
+	return addr, stop, log
+}
+
+// The serve command answers the load test's requests exactly once, drains
+// on a signal (here its context) leaving every stream saved, and serves the
+// saved streams again after a restart.
+func TestServeCommand(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"--batch-size", "2", "--max-wait", "100ms", "--state-dir", dir}
+	addr, stop, log := startServe(t, args...)
+	var out, errb bytes.Buffer
+	if st := run([]string{"loadtest", "--addr", addr, "--streams", "2", "--requests", "4", "--concurrency", "2", "--prefix", "cam"}, &out, &errb); st != 0 {
+		t.Fatalf("loadtest: status %d: %s%s", st, out.String(), errb.String())
+	}
+	if !strings.Contains(out.String(), "every request answered exactly once") || !strings.Contains(out.String(), "8 OK, 0 errors") {
+		t.Errorf("loadtest output:\n%s", out.String())
+	}
+	out.Reset()
+	if st := run([]string{"loadtest", "--addr", addr, "--frozen", "--streams", "1", "--requests", "2", "--json"}, &out, &errb); st != 0 {
+		t.Fatalf("frozen loadtest: status %d: %s", st, errb.String())
+	}
+	var rep struct {
+		OK          int  `json:"ok"`
+		ExactlyOnce bool `json:"exactly_once"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil || rep.OK != 2 || !rep.ExactlyOnce {
+		t.Errorf("frozen loadtest JSON %s: %v", out.String(), err)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("drain: %v\n%s", err, log)
+	}
+	if !strings.Contains(log.String(), "stopped") {
+		t.Errorf("serve log:\n%s", log)
+	}
+	for _, f := range []string{"cam0.stream", "cam1.stream", "cam0.journal"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("after the drain: %v", err)
+		}
+	}
+
+	addr, _, _ = startServe(t, args...)
+	resp, err := http.Get("http://" + addr + "/v1/streams/cam0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st struct{ Images int }
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || resp.StatusCode != 200 || st.Images != 4 {
+		t.Errorf("cam0 after a restart: status %d, %+v, %v", resp.StatusCode, st, err)
+	}
+}
+
+func TestServeBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args   []string
+		stderr string
+	}{
+		{[]string{"serve", "--method", "nope"}, `unknown method "nope"`},
+		{[]string{"serve", "--dataset", "imagenet", "--model", "x.safetensors"}, "give --labels"},
+		{[]string{"serve", "extra"}, `unexpected argument "extra"`},
+		{[]string{"loadtest", "--streams", "0"}, "must be positive"},
+	} {
+		var out, errb bytes.Buffer
+		if got := run(tc.args, &out, &errb); got != 2 || !strings.Contains(errb.String(), tc.stderr) {
+			t.Errorf("run(%q) = %d, stderr %q; want 2 and %q", tc.args, got, errb.String(), tc.stderr)
+		}
+	}
+	var out, errb bytes.Buffer
+	if got := run([]string{"loadtest", "--addr", "192.0.2.1:8080", "--requests", "1"}, &out, &errb); got != 1 || !strings.Contains(errb.String(), "not a loopback address") {
+		t.Errorf("loadtest elsewhere: %d %q", got, errb.String())
+	}
+}

@@ -1,0 +1,70 @@
+// Package serve is an HTTP server for a CLIP classifier that adapts to each
+// client's image stream while it serves (subtta serve).
+//
+// # Requests
+//
+//   - POST /v1/classify: one image, as the raw body with an image content
+//     type (or application/octet-stream), or as the "image" part of a
+//     multipart form. Optional parameters, in the query string or as form
+//     fields: labels (comma-separated), template (repeatable; "{}" stands for
+//     the label) and stream. The answer holds the label probabilities in
+//     label order, the logits, the best label and the model's version.
+//     Without stream the frozen (source) model answers at once. With stream,
+//     the request waits for its stream's next batch: requests of one stream
+//     are gathered until the method's batch size is reached or the oldest
+//     has waited MaxWait, the method takes its adaptation step on that
+//     batch, and every request gets its row of the step's prediction, the
+//     same numbers `subtta eval` gives for the same batch.
+//   - POST /v1/embed: image features (an image, as for classify) or text
+//     features (a JSON body {"texts": [...]}); normalize=true L2-normalises.
+//   - GET /v1/streams/{id}: images seen, batches, optimizer steps, the last
+//     batch's losses and principal-angle cosines, requests waiting.
+//     DELETE /v1/streams/{id} forgets the stream and its saved state; its
+//     next request starts afresh from the source weights.
+//   - GET /healthz, and GET /metrics in the Prometheus text format.
+//
+// Every error is a JSON object {"error": "..."} with a 4xx or 5xx status; a
+// panic in a handler or an adaptation step becomes a 500 and the server
+// goes on.
+//
+// # One model, many streams
+//
+// A [tta.Method] owns the LayerNorm parameters of its model's vision tower:
+// it writes them in place. The server keeps one model, whose weights all
+// streams share, and one Method per stream built over it. Between steps the
+// model holds the source LayerNorm values. An adaptation step takes the
+// model's lock, copies the stream's LayerNorm values into the model, steps,
+// copies them back out and restores the source values: one step at a time.
+// A stream thus holds only its LayerNorm values (3,584 floats for the
+// built-in model, about 40,000 for ViT-B/32) and its Method's own state:
+// optimizer moments, SubTTA's EMA covariance, MINT's class sums.
+//
+// Frozen requests run on a second clip.Model that shares every weight
+// matrix with the first but has LayerNorms of its own, at the source values
+// and never written: they need no lock, and neither wait for a step nor see
+// a stream's parameters.
+//
+// # Persistence
+//
+// With a state directory, a stream's state is written after every step,
+// before its requests are answered, so an answered request's adaptation
+// survives a crash. Beyond MaxStreams streams in memory, the least recently
+// used idle one is dropped (its state is on disk) and read back when it is
+// used again; without a state directory, new streams are refused instead.
+//
+// The tta.Method interface offers no way to copy out an optimizer's
+// moments, so the state is kept in two forms. For a stream's first
+// ReplayLimit batches the images themselves are journaled, and a restore
+// replays them through a fresh Method: the restored stream is exactly the
+// one that was saved, moments and all. After that the journal is dropped
+// and a restore takes the saved LayerNorm values, the carried state
+// ([tta.Carrier]: SubTTA's EMA covariance) and the counters, with a fresh
+// optimizer and fresh per-domain state (MINT's class sums, TDA's caches).
+//
+// # Limits
+//
+// The request body (MaxBodyBytes), the decoded image (MaxPixels, checked on
+// the header with image.DecodeConfig before anything is decoded), labels and
+// templates per request, concurrent requests (MaxConcurrent; beyond it 429
+// with Retry-After) and the time a request may take (Timeout; 504).
+package serve

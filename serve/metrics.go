@@ -1,0 +1,105 @@
+package serve
+
+import (
+	"bufio"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// metrics are the server's Prometheus metrics, in a registry of its own (so
+// that several servers can live in one process, as in tests).
+type metrics struct {
+	reg            *prometheus.Registry
+	requests       *prometheus.CounterVec
+	latency        *prometheus.HistogramVec
+	inflight       prometheus.Gauge
+	rejected       prometheus.Counter
+	batchSize      prometheus.Histogram
+	stepSeconds    prometheus.Histogram
+	batches        prometheus.Counter
+	optimizerSteps prometheus.Counter
+	streams        prometheus.Gauge
+	evictions      prometheus.Counter
+	restores       *prometheus.CounterVec
+	saveErrors     prometheus.Counter
+}
+
+func newMetrics(s *Server) *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "subtta_requests_total",
+		Help: "HTTP requests by endpoint and status code (499: the client went away)."}, []string{"endpoint", "code"})
+	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "subtta_request_duration_seconds",
+		Help:    "Time from a request's arrival to its answer, by endpoint.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)}, []string{"endpoint"})
+	m.inflight = prometheus.NewGauge(prometheus.GaugeOpts{Name: "subtta_requests_in_flight",
+		Help: "Requests being served (the concurrency limit counts these)."})
+	m.rejected = prometheus.NewCounter(prometheus.CounterOpts{Name: "subtta_requests_rejected_total",
+		Help: "Requests refused with 429 beyond the concurrency limit."})
+	m.batchSize = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "subtta_batch_size",
+		Help: "Images per adaptation step.", Buckets: prometheus.ExponentialBuckets(1, 2, 10)})
+	m.stepSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "subtta_step_duration_seconds",
+		Help: "Time of one adaptation step (waiting for the model included).", Buckets: prometheus.ExponentialBuckets(0.005, 2, 16)})
+	m.batches = prometheus.NewCounter(prometheus.CounterOpts{Name: "subtta_adaptation_batches_total",
+		Help: "Batches a stream's method has stepped on."})
+	m.optimizerSteps = prometheus.NewCounter(prometheus.CounterOpts{Name: "subtta_adaptation_optimizer_steps_total",
+		Help: "Optimizer steps taken by the streams' methods (SubTTA takes two per batch)."})
+	m.streams = prometheus.NewGauge(prometheus.GaugeOpts{Name: "subtta_streams",
+		Help: "Streams in memory."})
+	m.evictions = prometheus.NewCounter(prometheus.CounterOpts{Name: "subtta_stream_evictions_total",
+		Help: "Streams dropped from memory (their state is on disk) to stay within the limit."})
+	m.restores = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "subtta_stream_restores_total",
+		Help: "Streams read back from the state directory, by how: exact (journal replayed) or snapshot."}, []string{"how"})
+	m.saveErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "subtta_state_save_errors_total",
+		Help: "Failures to save a stream's state after a step."})
+	for _, c := range []prometheus.Collector{m.requests, m.latency, m.inflight, m.rejected, m.batchSize, m.stepSeconds,
+		m.batches, m.optimizerSteps, m.streams, m.evictions, m.restores, m.saveErrors} {
+		f(c)
+	}
+	f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "subtta_stream_batch_size_limit",
+		Help: "The most images one adaptation step takes."}, func() float64 { return float64(s.preset.BatchSize) }))
+	f(collectors.NewGoCollector())
+	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if _, ok := peakRSS(); ok {
+		f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "subtta_process_peak_resident_memory_bytes",
+			Help: "The largest resident set size of the process so far (VmHWM)."}, func() float64 {
+			v, _ := peakRSS()
+			return float64(v)
+		}))
+	}
+	return m
+}
+
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+func (m *metrics) observe(endpoint string, code int, d time.Duration) {
+	m.requests.WithLabelValues(endpoint, strconv.Itoa(code)).Inc()
+	m.latency.WithLabelValues(endpoint).Observe(d.Seconds())
+}
+
+// peakRSS reads the process's peak resident set size from
+// /proc/self/status (Linux).
+func peakRSS() (int64, bool) {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10, err == nil
+		}
+	}
+	return 0, false
+}

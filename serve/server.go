@@ -1,0 +1,445 @@
+package serve
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/http"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/subtta/subtta/clip"
+	"github.com/subtta/subtta/data"
+	"github.com/subtta/subtta/textenc"
+	"github.com/subtta/subtta/tta"
+)
+
+// Config configures a Server. Model, Tokenizer and Labels are required;
+// every other zero value means the default given.
+type Config struct {
+	Model     *clip.Model
+	Tokenizer textenc.Tokenizer
+	// ModelVersion names the model in answers and in saved states: a state
+	// saved with another version is not restored.
+	ModelVersion string
+	// Dataset picks the preset's hyperparameters (tta.Lookup): "cifar10-c"
+	// (default), "cifar100-c" or "imagenet-c".
+	Dataset string
+	// Method is the adaptation method of streams (default "subtta-m").
+	Method string
+	// BatchSize overrides the preset's batch size when positive.
+	BatchSize int
+	// Labels are the classes when a request names none.
+	Labels []string
+	// Templates are the prompt templates when a request gives none
+	// (default: the preset's).
+	Templates []string
+	// MaxWait is how long a stream's oldest request waits for its batch to
+	// fill before the batch is stepped as it is (default 1s).
+	MaxWait time.Duration
+	// MaxStreams is the number of streams kept in memory (default 100).
+	MaxStreams int
+	// StateDir, when set, is where streams' states are saved after every
+	// step, and read back after an eviction or a restart.
+	StateDir string
+	// ReplayLimit is the number of a stream's first batches whose images are
+	// journaled so that a restore is exact (default 16; negative: none).
+	ReplayLimit int
+	// MaxBodyBytes limits a request body (default 16 MiB).
+	MaxBodyBytes int64
+	// MaxPixels limits an image's width×height (default 4096×4096).
+	MaxPixels int
+	// MaxLabels limits the labels of a request (default 1000), MaxTemplates
+	// its templates (default 32), and MaxLabelBytes the length of one label
+	// or template (default 256).
+	MaxLabels, MaxTemplates, MaxLabelBytes int
+	// MaxConcurrent limits the requests being served at once (default 256);
+	// beyond it requests get 429 with Retry-After. A stream's batch only
+	// fills up to the number of its requests waiting at once.
+	MaxConcurrent int
+	// Timeout limits the time a request may take (default 60s) to read,
+	// decode, and wait for its stream's batch. A request whose batch is
+	// being stepped gets that step's answer, however long it takes: the
+	// stream has adapted on its image.
+	Timeout time.Duration
+	// Logger receives errors and evictions (default: slog.Default()).
+	Logger *slog.Logger
+}
+
+// Defaults of Config.
+const (
+	DefaultMaxWait       = time.Second
+	DefaultMaxStreams    = 100
+	DefaultReplayLimit   = 16
+	DefaultMaxBodyBytes  = 16 << 20
+	DefaultMaxPixels     = 4096 * 4096
+	DefaultMaxLabels     = 1000
+	DefaultMaxTemplates  = 32
+	DefaultMaxLabelBytes = 256
+	DefaultMaxConcurrent = 256
+	DefaultTimeout       = 60 * time.Second
+)
+
+func (c *Config) defaults() error {
+	if c.Model == nil || c.Tokenizer == nil {
+		return errors.New("serve: Config needs Model and Tokenizer")
+	}
+	if c.Model.Text == nil {
+		return errors.New("serve: the model has no text tower")
+	}
+	if len(c.Labels) < 2 {
+		return fmt.Errorf("serve: Config.Labels: %d labels, need at least 2", len(c.Labels))
+	}
+	if c.Dataset == "" {
+		c.Dataset = "cifar10-c"
+	}
+	if c.Method == "" {
+		c.Method = "subtta-m"
+	}
+	set := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	set(&c.MaxStreams, DefaultMaxStreams)
+	set(&c.ReplayLimit, DefaultReplayLimit)
+	set(&c.MaxPixels, DefaultMaxPixels)
+	set(&c.MaxLabels, DefaultMaxLabels)
+	set(&c.MaxTemplates, DefaultMaxTemplates)
+	set(&c.MaxLabelBytes, DefaultMaxLabelBytes)
+	set(&c.MaxConcurrent, DefaultMaxConcurrent)
+	if c.MaxWait == 0 {
+		c.MaxWait = DefaultMaxWait
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.MaxStreams < 1 || c.MaxPixels < 1 || c.MaxLabels < 2 || c.MaxTemplates < 1 || c.MaxConcurrent < 1 || c.MaxBodyBytes < 1 || c.MaxWait < 0 || c.Timeout < 0 || c.BatchSize < 0 {
+		return errors.New("serve: negative or too small limit in Config")
+	}
+	if c.StateDir != "" {
+		if err := os.MkdirAll(c.StateDir, 0o755); err != nil {
+			return fmt.Errorf("serve: state directory: %w", err)
+		}
+	}
+	return nil
+}
+
+// Server serves one model to many streams. Build it with New, serve its
+// Handler, and call Shutdown before exiting.
+type Server struct {
+	cfg    Config
+	preset tta.Preset
+	pre    *data.Preprocessor
+	log    *slog.Logger
+	m      *metrics
+	heads  *headCache
+
+	// model guards the LayerNorm values of the shared model's vision tower,
+	// which hold the source values at rest: an adaptation step swaps a
+	// stream's values in and out under it. frozen shares every weight but
+	// has LayerNorms of its own, at the source values, so frozen requests
+	// need no lock.
+	model  sync.Mutex
+	params *paramView
+	source []float64 // the source LayerNorm values
+	frozen *clip.Model
+
+	slots    chan struct{} // MaxConcurrent request slots
+	decoding chan struct{} // images being decoded at once (GOMAXPROCS)
+
+	// beforeStep, when set (by tests), runs before every adaptation step.
+	beforeStep func()
+
+	mu       sync.Mutex
+	streams  map[string]*stream
+	clock    int64 // bumped on every use of a stream, for LRU order
+	draining bool
+	drain    chan struct{} // closed by Shutdown: batches go without waiting
+	workers  sync.WaitGroup
+}
+
+// New returns a server for cfg.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	p, err := tta.Lookup(cfg.Dataset, cfg.Method)
+	if err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	if cfg.BatchSize > 0 {
+		p.BatchSize = cfg.BatchSize
+	}
+	if cfg.Templates == nil {
+		cfg.Templates = p.Templates
+	}
+	if err := checkLabels(cfg.Labels, len(cfg.Labels), cfg.MaxLabelBytes); err != nil {
+		return nil, fmt.Errorf("serve: Config.Labels: %w", err)
+	}
+	if err := checkTemplates(cfg.Templates, cfg.MaxTemplates, cfg.MaxLabelBytes); err != nil {
+		return nil, fmt.Errorf("serve: Config.Templates: %w", err)
+	}
+	pv, err := newParamView(cfg.Model)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Model.SetVisionTrainable(false)
+	frozen, err := frozenCopy(cfg.Model)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{frozen: frozen,
+		cfg: cfg, preset: p, log: cfg.Logger,
+		pre:      data.NewCLIPPreprocessor(cfg.Model.Config.Vision.ImageSize),
+		params:   pv,
+		source:   pv.read(nil),
+		slots:    make(chan struct{}, cfg.MaxConcurrent),
+		decoding: make(chan struct{}, runtime.GOMAXPROCS(0)),
+		streams:  map[string]*stream{},
+		drain:    make(chan struct{}),
+	}
+	s.heads = newHeadCache(s, 32)
+	s.m = newMetrics(s)
+	// The default heads, made now rather than by the first requests.
+	if _, err := s.heads.get(cfg.Labels, cfg.Templates, false); err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	if p.PerTemplateHeads {
+		if _, err := s.heads.get(cfg.Labels, cfg.Templates, true); err != nil {
+			return nil, fmt.Errorf("serve: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// BatchSize is the number of requests a stream's step takes at most.
+func (s *Server) BatchSize() int { return s.preset.BatchSize }
+
+// Handler returns the HTTP handler of every endpoint.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	route := func(pattern, name string, limited bool, h map[string]handlerFunc) {
+		mux.Handle(pattern, s.wrap(name, limited, h))
+	}
+	route("/v1/classify", "classify", true, map[string]handlerFunc{http.MethodPost: s.handleClassify})
+	route("/v1/embed", "embed", true, map[string]handlerFunc{http.MethodPost: s.handleEmbed})
+	route("/v1/streams/{id}", "streams", false, map[string]handlerFunc{
+		http.MethodGet: s.handleStreamGet, http.MethodDelete: s.handleStreamDelete})
+	route("/healthz", "healthz", false, map[string]handlerFunc{http.MethodGet: s.handleHealth})
+	metrics := s.m.handler()
+	route("/metrics", "metrics", false, map[string]handlerFunc{http.MethodGet: func(w http.ResponseWriter, r *http.Request) error {
+		metrics.ServeHTTP(w, r)
+		return nil
+	}})
+	route("/", "other", false, map[string]handlerFunc{})
+	return mux
+}
+
+// handlerFunc is an endpoint: it writes a successful answer itself and
+// returns an error (an *httpError for a client's mistake) for wrap to write.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// httpError is an error with its HTTP status.
+type httpError struct {
+	status int
+	msg    string
+	header map[string]string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+func errorf(status int, format string, a ...any) *httpError {
+	return &httpError{status: status, msg: fmt.Sprintf(format, a...)}
+}
+
+// statusClientClosed is the status logged for a client that went away
+// before its answer (nginx's 499); the client never sees it.
+const statusClientClosed = 499
+
+// errTimeout is the cause of a request's context when Timeout passed.
+var errTimeout = errors.New("request timed out")
+
+// wrap adds what every endpoint shares: method dispatch, a panic guard, the
+// concurrency limit, the timeout, JSON errors and metrics.
+func (s *Server) wrap(name string, limited bool, methods map[string]handlerFunc) http.Handler {
+	allowed := slices.Sorted(maps.Keys(methods))
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		t0 := time.Now()
+		w := &statusWriter{ResponseWriter: rw}
+		defer func() {
+			if p := recover(); p != nil {
+				s.log.Error("serve: panic", "endpoint", name, "panic", p)
+				if w.status == 0 {
+					writeError(w, errorf(http.StatusInternalServerError, "internal error: %v", p))
+				}
+			}
+			s.m.observe(name, w.code(), time.Since(t0))
+		}()
+		h, ok := methods[r.Method]
+		switch {
+		case len(methods) == 0:
+			writeError(w, errorf(http.StatusNotFound, "no such endpoint: %s", r.URL.Path))
+			return
+		case !ok:
+			e := errorf(http.StatusMethodNotAllowed, "%s takes %v, not %s", r.URL.Path, allowed, r.Method)
+			e.header = map[string]string{"Allow": strings.Join(allowed, ", ")}
+			writeError(w, e)
+			return
+		}
+		if limited {
+			select {
+			case s.slots <- struct{}{}:
+				defer func() { <-s.slots }()
+			default:
+				s.m.rejected.Inc()
+				e := errorf(http.StatusTooManyRequests, "more than %d requests at once; retry later", s.cfg.MaxConcurrent)
+				e.header = map[string]string{"Retry-After": "1"}
+				writeError(w, e)
+				return
+			}
+			s.m.inflight.Inc()
+			defer s.m.inflight.Dec()
+			if s.cfg.Timeout > 0 {
+				ctx, cancel := context.WithTimeoutCause(r.Context(), s.cfg.Timeout, errTimeout)
+				defer cancel()
+				r = r.WithContext(ctx)
+			}
+		}
+		if err := h(w, r); err != nil {
+			writeError(w, s.classify(r, err))
+		}
+	})
+}
+
+// classify turns an endpoint's error into an HTTP error: a client's
+// mistake keeps its status, a done context becomes 504 or 499, anything
+// else is a 500 (and is logged).
+func (s *Server) classify(r *http.Request, err error) *httpError {
+	var he *httpError
+	var mb *http.MaxBytesError
+	switch {
+	case errors.As(err, &he):
+		return he
+	case errors.As(err, &mb):
+		return errorf(http.StatusRequestEntityTooLarge, "request body larger than %d bytes", mb.Limit)
+	case r.Context().Err() != nil && errors.Is(context.Cause(r.Context()), errTimeout):
+		return errorf(http.StatusGatewayTimeout, "not answered within %v", s.cfg.Timeout)
+	case r.Context().Err() != nil:
+		return errorf(statusClientClosed, "client closed the request")
+	}
+	s.log.Error("serve: request failed", "path", r.URL.Path, "err", err)
+	return errorf(http.StatusInternalServerError, "%v", err)
+}
+
+// statusWriter records the status written.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) code() int {
+	if w.status == 0 {
+		return http.StatusOK
+	}
+	return w.status
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func writeError(w http.ResponseWriter, e *httpError) {
+	for k, v := range e.header {
+		w.Header().Set(k, v)
+	}
+	if sw, ok := w.(*statusWriter); ok && e.status == statusClientClosed {
+		sw.status = statusClientClosed // nobody reads it; only the metrics do
+		return
+	}
+	writeJSON(w, e.status, map[string]string{"error": e.msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(map[string]string{"error": err.Error()})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) error {
+	s.mu.Lock()
+	n, draining := len(s.streams), s.draining
+	s.mu.Unlock()
+	status, state := http.StatusOK, "ok"
+	if draining {
+		status, state = http.StatusServiceUnavailable, "draining"
+	}
+	writeJSON(w, status, map[string]any{"status": state, "model": s.cfg.ModelVersion, "method": s.preset.Method, "streams": n})
+	return nil
+}
+
+// Shutdown stops taking stream requests (they get 503), steps the batches
+// waiting without waiting for them to fill, waits for every stream's worker
+// to finish (or ctx), and saves every stream. Call it after
+// http.Server.Shutdown has answered the requests in flight, or before, to
+// hurry their batches along.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.draining {
+		s.draining = true
+		close(s.drain)
+	}
+	all := make([]*stream, 0, len(s.streams))
+	for _, st := range s.streams {
+		all = append(all, st)
+	}
+	s.mu.Unlock()
+	var errs []error
+	for _, st := range all {
+		if err := st.stop(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// discard drains and closes a body that was not fully read, so that the
+// connection can be reused.
+func discard(r io.ReadCloser) {
+	io.Copy(io.Discard, io.LimitReader(r, 1<<16))
+	r.Close()
+}
