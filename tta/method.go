@@ -281,8 +281,7 @@ func (tr *lnTrainer[T]) optimizer() any { return tr.opt }
 // trainable parameters.
 type base struct {
 	model Model
-	// text is the head (C×d, unit rows) in float64; textModel is the same in
-	// the model's element type, for the returned logits' precision.
+	// text is the head (C×d, unit rows) in float64.
 	text  *mat.Dense
 	scale float64 // exp(logit_scale)
 	f64   bool
