@@ -246,21 +246,26 @@ func Softmax(logits mat.Tensor) [][]float64 {
 	v := logits.Value().Data().F64()
 	out := make([][]float64, s[0])
 	for i := range out {
-		row := v[i*s[1] : (i+1)*s[1]]
-		mx := math.Inf(-1)
-		for _, x := range row {
-			mx = max(mx, x)
-		}
-		p := make([]float64, len(row))
-		var sum float64
-		for j, x := range row {
-			p[j] = math.Exp(x - mx)
-			sum += p[j]
-		}
-		for j := range p {
-			p[j] /= sum
-		}
-		out[i] = p
+		out[i] = SoftmaxRow(v[i*s[1] : (i+1)*s[1]])
 	}
 	return out
+}
+
+// SoftmaxRow returns the softmax of one row of logits (exp(x − max x),
+// normalised).
+func SoftmaxRow(row []float64) []float64 {
+	mx := math.Inf(-1)
+	for _, x := range row {
+		mx = max(mx, x)
+	}
+	p := make([]float64, len(row))
+	var sum float64
+	for j, x := range row {
+		p[j] = math.Exp(x - mx)
+		sum += p[j]
+	}
+	for j := range p {
+		p[j] /= sum
+	}
+	return p
 }

@@ -19,6 +19,7 @@ import (
 
 	"gonum.org/v1/gonum/mat"
 
+	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/data"
 )
 
@@ -402,7 +403,7 @@ func (s *Server) handleClassify(w http.ResponseWriter, r *http.Request) error {
 		logits, pred = a.logits, a.pred
 		resp.Stream = &StreamAnswer{ID: in.stream, Method: s.preset.Method, Batch: a.batch, BatchSize: a.size, Position: a.position, Steps: a.steps}
 	}
-	resp.Logits, resp.Probs, resp.Label = logits, softmax(logits), resp.Labels[pred]
+	resp.Logits, resp.Probs, resp.Label = logits, clip.SoftmaxRow(logits), resp.Labels[pred]
 	if err := r.Context().Err(); err != nil && !errors.Is(context.Cause(r.Context()), errTimeout) {
 		return err // the client has gone
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"regexp"
 	"slices"
@@ -462,24 +461,6 @@ func (st *stream) stop(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("serve: stream %s: %w", st.id, ctx.Err())
 	}
-}
-
-// softmax returns the softmax of one row of logits.
-func softmax(logits []float64) []float64 {
-	m := math.Inf(-1)
-	for _, v := range logits {
-		m = max(m, v)
-	}
-	out := make([]float64, len(logits))
-	var sum float64
-	for i, v := range logits {
-		out[i] = math.Exp(v - m)
-		sum += out[i]
-	}
-	for i := range out {
-		out[i] /= sum
-	}
-	return out
 }
 
 // headLogits is the frozen model's prediction: tta.Head on the features,
