@@ -1,13 +1,18 @@
 package builtin
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/subtta/subtta/clip"
@@ -75,6 +80,36 @@ func Tokenizer() textenc.Tokenizer { return textenc.ByteTokenizer{} }
 // (internal/mksubset), as the original JPEG bytes of the test set's
 // image-folder copy, in a .tar.gz of test/<class>/<file>.jpg.
 func CIFARSubset() []byte { return cifarSubset }
+
+// JPEGs returns the first n images of CIFARSubset (all of them when n
+// exceeds 2,000) as JPEG bytes, in archive order: test inputs for a server
+// or a benchmark that need real images and no file.
+func JPEGs(n int) ([][]byte, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(cifarSubset))
+	if err != nil {
+		return nil, fmt.Errorf("builtin: %w", err)
+	}
+	tr := tar.NewReader(zr)
+	var out [][]byte
+	for len(out) < n {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("builtin: %w", err)
+		}
+		if !strings.HasSuffix(h.Name, ".jpg") {
+			continue
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			return nil, fmt.Errorf("builtin: %w", err)
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
 
 var extractMu sync.Mutex
 

@@ -86,3 +86,19 @@ func TestExtract(t *testing.T) {
 		t.Error("an intact overlay was rewritten")
 	}
 }
+
+// TestJPEGs: n images of the embedded subset as JPEG bytes, all 2,000 when
+// more are asked for.
+func TestJPEGs(t *testing.T) {
+	for _, tc := range []struct{ n, want int }{{0, 0}, {3, 3}, {5000, 2000}} {
+		imgs, err := JPEGs(tc.n)
+		if err != nil || len(imgs) != tc.want {
+			t.Fatalf("JPEGs(%d): %d images, %v; want %d", tc.n, len(imgs), err, tc.want)
+		}
+		for i, b := range imgs {
+			if len(b) < 3 || b[0] != 0xff || b[1] != 0xd8 || b[2] != 0xff {
+				t.Fatalf("JPEGs(%d)[%d] does not start with a JPEG marker", tc.n, i)
+			}
+		}
+	}
+}

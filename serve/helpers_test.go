@@ -1,9 +1,7 @@
 package serve
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"io"
@@ -11,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,29 +20,7 @@ import (
 )
 
 // testImages are the first JPEGs of the built-in CIFAR-10 test images.
-var testImages = sync.OnceValues(func() ([][]byte, error) {
-	zr, err := gzip.NewReader(bytes.NewReader(builtin.CIFARSubset()))
-	if err != nil {
-		return nil, err
-	}
-	tr := tar.NewReader(zr)
-	var out [][]byte
-	for len(out) < 64 {
-		h, err := tr.Next()
-		if err != nil {
-			return nil, err
-		}
-		if !strings.HasSuffix(h.Name, ".jpg") {
-			continue
-		}
-		b, err := io.ReadAll(tr)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, b)
-	}
-	return out, nil
-})
+var testImages = sync.OnceValues(func() ([][]byte, error) { return builtin.JPEGs(64) })
 
 func images(t *testing.T, n int) [][]byte {
 	t.Helper()

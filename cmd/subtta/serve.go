@@ -1,9 +1,6 @@
 package main
 
 import (
-	"archive/tar"
-	"bytes"
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -173,7 +170,7 @@ func runLoadtest(args []string, stdout, stderr io.Writer) error {
 	if *streams < 1 || *requests < 1 || *conc < 1 {
 		return usagef("--streams, --requests and --concurrency must be positive")
 	}
-	imgs, err := builtinJPEGs(*streams * *requests)
+	imgs, err := builtin.JPEGs(*streams * *requests)
 	if err != nil {
 		return err
 	}
@@ -199,32 +196,4 @@ func runLoadtest(args []string, stdout, stderr io.Writer) error {
 		return errors.New("some requests were not answered exactly once")
 	}
 	return nil
-}
-
-// builtinJPEGs returns up to n of the built-in CIFAR-10 test JPEGs.
-func builtinJPEGs(n int) ([][]byte, error) {
-	zr, err := gzip.NewReader(bytes.NewReader(builtin.CIFARSubset()))
-	if err != nil {
-		return nil, err
-	}
-	tr := tar.NewReader(zr)
-	var out [][]byte
-	for len(out) < n {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
-		if !strings.HasSuffix(h.Name, ".jpg") {
-			continue
-		}
-		b, err := io.ReadAll(tr)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, b)
-	}
-	return out, nil
 }
