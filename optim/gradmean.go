@@ -85,3 +85,28 @@ func (g *GradMean) MeanFloat64(name string) []float64 {
 
 // Reset forgets everything.
 func (g *GradMean) Reset() { g.count = 0; g.sums = nil }
+
+// Sums returns the number of Add calls and a copy of the per-parameter sums,
+// the whole state (to save it).
+func (g *GradMean) Sums() (count int, sums map[string][]float64) {
+	sums = make(map[string][]float64, len(g.sums))
+	for k, v := range g.sums {
+		sums[k] = append([]float64(nil), v...)
+	}
+	return g.count, sums
+}
+
+// SetSums restores what Sums returned.
+func (g *GradMean) SetSums(count int, sums map[string][]float64) error {
+	if count < 0 || count == 0 && len(sums) > 0 {
+		return fmt.Errorf("optim: grad mean: %d sums after %d Add calls", len(sums), count)
+	}
+	g.count, g.sums = count, nil
+	for k, v := range sums {
+		if g.sums == nil {
+			g.sums = map[string][]float64{}
+		}
+		g.sums[k] = append([]float64(nil), v...)
+	}
+	return nil
+}

@@ -3,6 +3,7 @@ package optim
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -352,5 +353,39 @@ func TestOptimizerSnapshotRestore(t *testing.T) {
 	opt.Reset()
 	if len(opt.State()) != 0 || opt.Skipped() != 0 {
 		t.Error("Reset left state behind")
+	}
+}
+
+// TestGradMeanSums saves a GradMean half way, restores it into another, and
+// checks that both give the same mean after the same further gradients.
+func TestGradMeanSums(t *testing.T) {
+	grads := [][]float32{{1, 2}, {3, -4}, {0.5, 0.25}}
+	var a GradMean
+	for _, g := range grads[:2] {
+		if err := a.Add([]Param[float32]{{Name: "w", Value: make([]float32, 2), Grad: g}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count, sums := a.Sums()
+	sums["w"][0] = 99 // a copy: a is unchanged
+	if m := a.MeanFloat64("w"); m[0] != 2 {
+		t.Fatalf("changing Sums' map changed the GradMean: mean %v", m)
+	}
+	sums["w"][0] = 4
+	var b GradMean
+	if err := b.SetSums(count, sums); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []*GradMean{&a, &b} {
+		if err := g.Add([]Param[float32]{{Name: "w", Value: make([]float32, 2), Grad: grads[2]}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []float64{4.5 / 3, -1.75 / 3}
+	if ga, gb := a.MeanFloat64("w"), b.MeanFloat64("w"); !slices.Equal(ga, want) || !slices.Equal(gb, want) {
+		t.Errorf("means %v and %v, want %v", ga, gb, want)
+	}
+	if err := b.SetSums(0, map[string][]float64{"w": {1}}); err == nil {
+		t.Error("sums without any Add call accepted")
 	}
 }

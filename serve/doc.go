@@ -52,14 +52,10 @@
 // used idle one is dropped (its state is on disk) and read back when it is
 // used again; without a state directory, new streams are refused instead.
 //
-// The tta.Method interface offers no way to copy out an optimizer's
-// moments, so the state is kept in two forms. For a stream's first
-// ReplayLimit batches the images themselves are journaled, and a restore
-// replays them through a fresh Method: the restored stream is exactly the
-// one that was saved, moments and all. After that the journal is dropped
-// and a restore takes the saved LayerNorm values, the carried state
-// ([tta.Carrier]: SubTTA's EMA covariance) and the counters, with a fresh
-// optimizer and fresh per-domain state (MINT's class sums, TDA's caches).
+// The state is the stream's counters and its Method's whole state
+// (tta.Stateful: LayerNorm values, optimizer moments and step counts,
+// SubTTA's EMA covariance and bank, MINT's class sums, TDA's caches), so a
+// stream read back continues exactly as if it had never left memory.
 //
 // # Limits
 //

@@ -11,7 +11,6 @@ import (
 	"math"
 	"mime"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -72,12 +71,9 @@ type StreamStatus struct {
 	// the last batch's visual subspace and the text subspace (SubTTA).
 	PrincipalAngles *AngleSummary `json:"principal_angles,omitempty"`
 	Created         time.Time     `json:"created"`
-	// Restored is how the stream was last read back from the state
-	// directory: "exact" (journal replayed) or "snapshot" (saved values,
-	// fresh optimizer); empty if it was not.
-	Restored string `json:"restored,omitempty"`
-	// ExactRestore says whether a restore now would be exact.
-	ExactRestore bool `json:"exact_restore"`
+	// Restored says whether the stream was read back from the state
+	// directory (where it continued exactly as saved).
+	Restored bool `json:"restored"`
 }
 
 // AngleSummary summarises principal-angle cosines.
@@ -387,7 +383,7 @@ func (s *Server) handleClassify(w http.ResponseWriter, r *http.Request) error {
 			if err != nil {
 				return err
 			}
-			a, err = st.submit(r.Context(), in.pixels, in.image)
+			a, err = st.submit(r.Context(), in.pixels)
 			if errors.Is(err, errStreamClosed) {
 				continue
 			}
@@ -497,7 +493,7 @@ func (s *Server) handleStreamGet(w http.ResponseWriter, r *http.Request) error {
 	if ok && isClosed(st.ready) && st.loadErr == nil {
 		st.mu.Lock()
 		status := StreamStatus{ID: id, Method: s.preset.Method, Labels: st.labels, Templates: st.templates, InMemory: true,
-			Pending: len(st.pending), ExactRestore: st.journal >= 0 && s.cfg.StateDir != ""}
+			Pending: len(st.pending)}
 		status.fill(st.stats)
 		st.mu.Unlock()
 		writeJSON(w, http.StatusOK, status)
@@ -513,7 +509,7 @@ func (s *Server) handleStreamGet(w http.ResponseWriter, r *http.Request) error {
 		}
 		return errorf(http.StatusNotFound, "no stream %s", id)
 	}
-	status := StreamStatus{ID: id, Method: sv.Method, Labels: sv.Labels, Templates: sv.Templates, ExactRestore: sv.Journal >= 0}
+	status := StreamStatus{ID: id, Method: sv.Method, Labels: sv.Labels, Templates: sv.Templates}
 	status.fill(sv.Stats)
 	writeJSON(w, http.StatusOK, status)
 	return nil
@@ -542,13 +538,10 @@ func (s *Server) handleStreamDelete(w http.ResponseWriter, r *http.Request) erro
 	if !ok {
 		// Not in memory: its files go now, under the lock, so that no
 		// request reads them back meanwhile.
-		sv, err := s.readState(id)
-		if err == nil && sv == nil {
-			_, err = os.Stat(s.journalPath(id))
-			if s.cfg.StateDir == "" || errors.Is(err, os.ErrNotExist) {
-				s.mu.Unlock()
-				return errorf(http.StatusNotFound, "no stream %s", id)
-			}
+		// A corrupt state file is deleted too.
+		if sv, err := s.readState(id); err == nil && sv == nil {
+			s.mu.Unlock()
+			return errorf(http.StatusNotFound, "no stream %s", id)
 		}
 		s.removeState(id)
 		s.mu.Unlock()

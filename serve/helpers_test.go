@@ -16,7 +16,6 @@ import (
 	"github.com/subtta/subtta/builtin"
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/data"
-	"github.com/subtta/subtta/tta"
 )
 
 // testImages are the first JPEGs of the built-in CIFAR-10 test images.
@@ -173,9 +172,9 @@ func streamBatch(t *testing.T, ts *httptest.Server, id string, imgs [][]byte) []
 	return out
 }
 
-// streamState is a stream's LayerNorm values, carried state and counters,
-// read under the locks their writers hold.
-func (s *Server) streamState(t *testing.T, id string) (params, carried []float64, stats streamStats) {
+// streamState is a stream's LayerNorm values, its method's saved state
+// and its counters, read under the locks their writers hold.
+func (s *Server) streamState(t *testing.T, id string) (params []float64, state []byte, stats streamStats) {
 	t.Helper()
 	s.mu.Lock()
 	st := s.streams[id]
@@ -185,13 +184,10 @@ func (s *Server) streamState(t *testing.T, id string) (params, carried []float64
 	}
 	<-st.ready
 	s.model.Lock()
-	params = slices.Clone(st.params)
-	if c, ok := st.method.(tta.Carrier); ok {
-		carried = c.Carried()
-	}
+	params, state = slices.Clone(st.params), slices.Clone(st.state)
 	s.model.Unlock()
 	st.mu.Lock()
 	stats = st.stats
 	st.mu.Unlock()
-	return params, carried, stats
+	return params, state, stats
 }

@@ -27,7 +27,7 @@ type metrics struct {
 	optimizerSteps prometheus.Counter
 	streams        prometheus.Gauge
 	evictions      prometheus.Counter
-	restores       *prometheus.CounterVec
+	restores       prometheus.Counter
 	saveErrors     prometheus.Counter
 }
 
@@ -55,8 +55,8 @@ func newMetrics(s *Server) *metrics {
 		Help: "Streams in memory."})
 	m.evictions = prometheus.NewCounter(prometheus.CounterOpts{Name: "subtta_stream_evictions_total",
 		Help: "Streams dropped from memory (their state is on disk) to stay within the limit."})
-	m.restores = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "subtta_stream_restores_total",
-		Help: "Streams read back from the state directory, by how: exact (journal replayed) or snapshot."}, []string{"how"})
+	m.restores = prometheus.NewCounter(prometheus.CounterOpts{Name: "subtta_stream_restores_total",
+		Help: "Streams read back from the state directory."})
 	m.saveErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "subtta_state_save_errors_total",
 		Help: "Failures to save a stream's state after a step."})
 	for _, c := range []prometheus.Collector{m.requests, m.latency, m.inflight, m.rejected, m.batchSize, m.stepSeconds,

@@ -51,9 +51,6 @@ type Config struct {
 	// StateDir, when set, is where streams' states are saved after every
 	// step, and read back after an eviction or a restart.
 	StateDir string
-	// ReplayLimit is the number of a stream's first batches whose images are
-	// journaled so that a restore is exact (default 16; negative: none).
-	ReplayLimit int
 	// MaxBodyBytes limits a request body (default 16 MiB).
 	MaxBodyBytes int64
 	// MaxPixels limits an image's width×height (default 4096×4096).
@@ -79,7 +76,6 @@ type Config struct {
 const (
 	DefaultMaxWait       = time.Second
 	DefaultMaxStreams    = 100
-	DefaultReplayLimit   = 16
 	DefaultMaxBodyBytes  = 16 << 20
 	DefaultMaxPixels     = 4096 * 4096
 	DefaultMaxLabels     = 1000
@@ -111,7 +107,6 @@ func (c *Config) defaults() error {
 		}
 	}
 	set(&c.MaxStreams, DefaultMaxStreams)
-	set(&c.ReplayLimit, DefaultReplayLimit)
 	set(&c.MaxPixels, DefaultMaxPixels)
 	set(&c.MaxLabels, DefaultMaxLabels)
 	set(&c.MaxTemplates, DefaultMaxTemplates)

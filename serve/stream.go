@@ -29,8 +29,9 @@ type stream struct {
 	labels    []string
 	templates []string
 	heads     *heads
-	method    tta.Method
+	method    tta.Stateful
 	params    []float64 // this stream's LayerNorm values (the model holds the source ones)
+	state     []byte    // the Method's state after the last step, when there is a state directory
 
 	ready   chan struct{} // closed when loaded, or when loading failed (loadErr)
 	loadErr error
@@ -45,7 +46,6 @@ type stream struct {
 	deleted bool // the stream is being deleted: waiting requests fail
 	unsaved bool // the last save failed: evicting would lose adaptation
 	stats   streamStats
-	journal int // batches in the journal file, −1 when there is none (see persist)
 }
 
 // streamStats are a stream's counters, saved with its state.
@@ -57,14 +57,13 @@ type streamStats struct {
 	LastLoss map[string]float64
 	Cosines  []float64 // principal-angle cosines of the last batch, when it aligned
 	Created  time.Time
-	Restored string // how the stream was last read back: "exact", "snapshot" or ""
+	Restored bool // read back from the state directory
 }
 
 // job is one request waiting for its stream's batch.
 type job struct {
 	ctx     context.Context
 	pixels  []float32
-	image   []byte // the encoded image, for the journal
 	arrived time.Time
 	done    chan answer // capacity 1: the worker never blocks on it
 	taken   bool        // in a batch being stepped; guarded by the stream's mu
@@ -216,8 +215,8 @@ func (st *stream) wake() {
 }
 
 // submit queues a request and waits for its answer.
-func (st *stream) submit(ctx context.Context, px []float32, img []byte) (answer, error) {
-	j := &job{ctx: ctx, pixels: px, image: img, arrived: time.Now(), done: make(chan answer, 1)}
+func (st *stream) submit(ctx context.Context, px []float32) (answer, error) {
+	j := &job{ctx: ctx, pixels: px, arrived: time.Now(), done: make(chan answer, 1)}
 	st.mu.Lock()
 	if st.closing {
 		st.mu.Unlock()
@@ -387,7 +386,7 @@ func (s *Server) step(st *stream, batch []*job) {
 		st.stats.LastLoss = res.Diag.Losses
 		st.stats.Cosines = cos
 		st.mu.Unlock()
-		perr := s.persist(st, batch)
+		perr := s.persist(st)
 		if perr != nil {
 			s.m.saveErrors.Inc()
 			s.log.Error("serve: saving stream state", "stream", st.id, "err", perr)
@@ -432,20 +431,49 @@ func (s *Server) adapt(st *stream, px []float32, n int) (res *tta.Result, err er
 	if err == nil && (res.Logits == nil || len(res.Preds) != n) {
 		err = fmt.Errorf("%s returned %d predictions for %d images", st.method.Name(), len(res.Preds), n)
 	}
+	if err == nil && s.cfg.StateDir != "" {
+		// Saved here, while the stream's values are in the model.
+		st.state, err = st.method.MarshalBinary()
+	}
 	return res, err
 }
 
-// newMethod builds the stream's Method over the shared model. It snapshots
-// the model's LayerNorm values as the source, so it runs under the write
-// lock, with the model at rest.
-func (s *Server) newMethod(h *heads) (tta.Method, error) {
+// restore installs a Method state saved by adapt in the stream's Method and
+// takes the stream's LayerNorm values from it.
+func (s *Server) restore(st *stream, state []byte) error {
 	s.model.Lock()
 	defer func() {
 		s.params.write(s.source)
 		s.cfg.Model.SetVisionTrainable(false)
 		s.model.Unlock()
 	}()
-	return s.preset.New(s.cfg.Model, h.head, h.templates...)
+	if err := st.method.UnmarshalBinary(state); err != nil {
+		return err
+	}
+	st.params = s.params.read(st.params)
+	st.state = state
+	return nil
+}
+
+// newMethod builds the stream's Method over the shared model. It snapshots
+// the model's LayerNorm values as the source, so it runs under the write
+// lock, with the model at rest.
+func (s *Server) newMethod(h *heads) (tta.Stateful, error) {
+	s.model.Lock()
+	defer func() {
+		s.params.write(s.source)
+		s.cfg.Model.SetVisionTrainable(false)
+		s.model.Unlock()
+	}()
+	m, err := s.preset.New(s.cfg.Model, h.head, h.templates...)
+	if err != nil {
+		return nil, err
+	}
+	sm, ok := m.(tta.Stateful)
+	if !ok {
+		return nil, fmt.Errorf("%s cannot save its state", m.Name())
+	}
+	return sm, nil
 }
 
 // stop closes the stream once the requests waiting have been stepped, and

@@ -123,6 +123,11 @@ type trainer interface {
 	resetOptimizer()
 	restoreSource()
 	skipped() int
+	// The state of Stateful (state.go): optimizer state in float64, a
+	// check that saved values fit, and their installation.
+	optState() optim.State[float64]
+	checkState(names []string, values [][]float64, st optim.State[float64]) error
+	setState(values [][]float64, st optim.State[float64]) error
 	// For tests: parameter values, gradients (nil when none) and optimizer
 	// state, in float64, by parameter name.
 	names() []string

@@ -56,7 +56,6 @@ func serveMain(ctx context.Context, args []string, stderr io.Writer, ready func(
 	maxWait := fs.Duration("max-wait", serve.DefaultMaxWait, "how long a stream's oldest request waits for its batch to fill")
 	maxStreams := fs.Int("max-streams", serve.DefaultMaxStreams, "streams kept in memory; beyond, the least recently used is evicted to --state-dir")
 	stateDir := fs.String("state-dir", "", "folder where streams are saved after every step and read back after an eviction or restart (none: streams live in memory only)")
-	replay := fs.Int("replay-limit", serve.DefaultReplayLimit, "a stream's first N batches are journaled so that a restore replays them exactly (0: none); later restores keep the LayerNorm values and carried state with a fresh optimizer")
 	maxBody := fs.Int64("max-body", serve.DefaultMaxBodyBytes, "largest request body, bytes")
 	maxPixels := fs.Int("max-pixels", serve.DefaultMaxPixels, "largest image, width×height")
 	maxLabels := fs.Int("max-labels", serve.DefaultMaxLabels, "most labels (or texts) in one request")
@@ -67,9 +66,6 @@ func serveMain(ctx context.Context, args []string, stderr io.Writer, ready func(
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q (all inputs are flags)", fs.Arg(0))
-	}
-	if *replay == 0 {
-		*replay = -1 // serve.Config's "none"
 	}
 	ds := *dataset
 	if a, ok := datasetAliases[ds]; ok {
@@ -105,7 +101,7 @@ func serveMain(ctx context.Context, args []string, stderr io.Writer, ready func(
 	s, err := serve.New(serve.Config{
 		Model: m, Tokenizer: tok, ModelVersion: version,
 		Dataset: ds, Method: *method, BatchSize: *batch, Labels: classes, Templates: templates,
-		MaxWait: *maxWait, MaxStreams: *maxStreams, StateDir: *stateDir, ReplayLimit: *replay,
+		MaxWait: *maxWait, MaxStreams: *maxStreams, StateDir: *stateDir,
 		MaxBodyBytes: *maxBody, MaxPixels: *maxPixels, MaxLabels: *maxLabels, MaxConcurrent: *maxConc,
 		Timeout: *timeout, Logger: logger,
 	})

@@ -88,7 +88,7 @@ func TestServeCommand(t *testing.T) {
 	if !strings.Contains(log.String(), "stopped") {
 		t.Errorf("serve log:\n%s", log)
 	}
-	for _, f := range []string{"cam0.stream", "cam1.stream", "cam0.journal"} {
+	for _, f := range []string{"cam0.stream", "cam1.stream"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Errorf("after the drain: %v", err)
 		}
