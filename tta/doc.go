@@ -42,6 +42,9 @@
 // with an [optim.GradMean] of its batch gradients). [Runner] streams
 // [Domain]s through a Method (reset per domain, continual or mixed) and logs
 // per-batch diagnostics; [Lookup] returns the paper's configurations.
+// Every Method is [Stateful]: its whole state between two Steps saves to
+// bytes and restores into a Method built alike, which then continues bit
+// for bit (subtta serve keeps each stream that way).
 //
 // All feature-level math runs in float64 on gonum matrices; use
 // [DenseFromFloat32] and [Float32s] at the model boundary.
