@@ -26,8 +26,8 @@ var device atomic.Pointer[kernel.Device]
 // A frozen weight (and bias) of a layer that keeps its weight packed
 // (LinearParams.KeepPacked) is uploaded once and kept on d, under the same
 // rules as the packed copies; other weights, and LayerNorm parameters, are
-// uploaded at each call. Everything else (attention, row-wise ops and
-// weight gradients of graphs that record for backward, traced passes,
+// uploaded at each call. Everything else (attention and the row-wise ops
+// of blocks that record for backward or are traced, weight gradients,
 // float64) stays on the CPU. A device error panics, as forward passes
 // cannot return errors. Do not call SetDevice while ops run.
 func SetDevice(d kernel.Device) {
