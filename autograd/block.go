@@ -221,6 +221,11 @@ func (op *blockOp[T]) Forward() (mat.Tensor, error) {
 	r, o, w, m := op.rows, op.out, op.a.width, op.mlp
 	p := &op.p
 	keep := anyRequiresGrad(op.operands)
+	if d := CurrentDevice(); d != nil && !keep && op.trace == nil {
+		if op32, ok := any(op).(*blockOp[float32]); ok {
+			return newMatrix(any(blockOnDevice(d, op32)).([]T), o, w), nil
+		}
+	}
 	// buffer returns a pooled buffer of n values; those not kept for
 	// backward go back to the pool on return.
 	var scratch []*[]T

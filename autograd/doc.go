@@ -41,4 +41,8 @@
 // hands what it keeps for backward back to its pool once backward has run,
 // so backward may run only once through a graph that holds it (as in
 // PyTorch without retain_graph).
+//
+// SetDevice moves the heavy float32 work onto a kernel.Device, such as a
+// GPU (package gpu): blocks without a tape run whole there, linear
+// products with frozen weights in every pass.
 package autograd

@@ -28,6 +28,7 @@ type weightPacks struct {
 	mu    sync.Mutex
 	w, wT *kernel.PackedB
 	src   *float32 // the weight's first value when packed: a new Weight matrix drops the packs
+	dev   *devCopy // the weight on the device set by SetDevice, made on first use there
 }
 
 // KeepPacked makes the layer keep its weight packed for the GEMM kernel
@@ -66,7 +67,7 @@ func (p *LinearParams) packed32(trans bool, w []float32) (pk *kernel.PackedB, ke
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if p.Weight.RequiresGrad() || len(w) == 0 {
-		c.w, c.wT = nil, nil
+		c.w, c.wT, c.dev = nil, nil, nil
 		return kernel.PackB(trans, k, n, w, in), false
 	}
 	if c.src != &w[0] {
@@ -167,6 +168,10 @@ func linearInto[T dtype](p *LinearParams, rows int, x, y []T) {
 		if rows == 0 || out == 0 {
 			return
 		}
+		if d := CurrentDevice(); d != nil && !p.Weight.RequiresGrad() {
+			linearOnDevice(d, p, rows, x32, any(y).([]float32), false)
+			return
+		}
 		pk, kept := p.packed32(true, any(values[T](p.Weight)).([]float32))
 		if p.Bias != nil {
 			// The bias is added by the GEMM as it stores y, saving a pass.
@@ -191,6 +196,10 @@ func linearInputGrad[T dtype](p *LinearParams, rows int, dy, dx []T) {
 	in, out := p.In(), p.Out()
 	if dy32, ok := any(dy).([]float32); ok {
 		if rows == 0 || in == 0 {
+			return
+		}
+		if d := CurrentDevice(); d != nil && !p.Weight.RequiresGrad() {
+			linearOnDevice(d, p, rows, dy32, any(dx).([]float32), true)
 			return
 		}
 		pk, kept := p.packed32(false, any(values[T](p.Weight)).([]float32))

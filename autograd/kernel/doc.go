@@ -8,5 +8,8 @@
 // and in tests. All matrices are row-major with an explicit leading dimension
 // (the distance in elements between the starts of two rows).
 //
+// Device is the seam to memory and kernels apart from the CPU's (a GPU's,
+// in package gpu); Host implements it with this package's functions.
+//
 // The package never imports the autodiff tape: it works on plain slices.
 package kernel

@@ -38,9 +38,15 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	modelPath := fs.String("model", "", "the vision tower to time: default (the built-in model) or a checkpoint; without it ViT-B/32 with random weights")
 	modelConfig := fs.String("model-config", "", modelConfigHelp)
 	arch := fs.String("arch", "", archHelp)
+	device := deviceFlag(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	release, err := useDevice(*device, stderr)
+	if err != nil {
+		return err
+	}
+	defer release()
 	for _, f := range []struct {
 		name string
 		v    int

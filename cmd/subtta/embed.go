@@ -46,9 +46,15 @@ func runEmbed(args []string, stdout, stderr io.Writer) error {
 	var images, texts stringList
 	fs.Var(&images, "image", "image file (repeatable)")
 	fs.Var(&texts, "text", "text (repeatable)")
+	device := deviceFlag(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	release, err := useDevice(*device, stderr)
+	if err != nil {
+		return err
+	}
+	defer release()
 	if len(images)+len(texts) == 0 || fs.NArg() > 0 {
 		return usagef("give --image FILE and/or --text TEXT (repeatable)")
 	}
@@ -129,9 +135,15 @@ func runClassify(args []string, stdout, stderr io.Writer) error {
 	labels := fs.String("labels", "", `comma-separated labels, e.g. "a diagram,a dog,a cat" (default with the built-in model: CIFAR-10's classes)`)
 	template := fs.String("template", "", `prompt template; {} is replaced by each label (e.g. "a photo of a {}."; default "{}", or with the built-in model the 18 CIFAR-10 templates, averaged)`)
 	jsonOut := fs.Bool("json", false, "print JSON instead of a table")
+	device := deviceFlag(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	release, err := useDevice(*device, stderr)
+	if err != nil {
+		return err
+	}
+	defer release()
 	if fs.NArg() == 0 {
 		return usagef("give at least one image")
 	}

@@ -38,9 +38,15 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	final := fs.String("export", "", "when training ends, also write the model here (.safetensors, or .safetensors.zst for zstd)")
 	plot := fs.Bool("plot", false, "write OUT/accuracy.png, the test accuracy and training loss per epoch")
 	quiet := fs.Bool("quiet", false, "no progress bar")
+	device := deviceFlag(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	release, err := useDevice(*device, stderr)
+	if err != nil {
+		return err
+	}
+	defer release()
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q (all inputs are flags)", fs.Arg(0))
 	}

@@ -1,0 +1,289 @@
+package autograd
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"sync/atomic"
+
+	"github.com/subtta/subtta/autograd/kernel"
+)
+
+// device holds the kernel.Device set by SetDevice; nil for the CPU.
+var device atomic.Pointer[kernel.Device]
+
+// SetDevice makes float32 ops run their heavy parts on d (nil: the CPU,
+// the default):
+//
+//   - a TransformerBlock none of whose operands requires a gradient (a
+//     forward pass without a tape) runs whole on d: its input is uploaded
+//     once, its result downloaded once;
+//   - the products of a Linear layer whose weight is frozen, x·Wᵀ + b and
+//     the input gradient dy·W, run on d in every pass, blocks that record
+//     for backward included: the operand is uploaded and the product
+//     downloaded at each call.
+//
+// A frozen weight (and bias) of a layer that keeps its weight packed
+// (LinearParams.KeepPacked) is uploaded once and kept on d, under the same
+// rules as the packed copies; other weights, and LayerNorm parameters, are
+// uploaded at each call. Everything else (attention and the row-wise ops
+// of blocks that record for backward or are traced, weight gradients,
+// float64) stays on the CPU. A device error panics, as forward passes
+// cannot return errors. Do not call SetDevice while ops run.
+func SetDevice(d kernel.Device) {
+	if d == nil {
+		device.Store(nil)
+		return
+	}
+	device.Store(&d)
+}
+
+// CurrentDevice returns the device set by SetDevice, or nil.
+func CurrentDevice() kernel.Device {
+	if d := device.Load(); d != nil {
+		return *d
+	}
+	return nil
+}
+
+// devRun is one computation on a device: the buffers it allocated, freed by
+// close, and its first error, after which its calls do nothing.
+type devRun struct {
+	d    kernel.Device
+	err  error
+	bufs []kernel.Buf
+	keep []any // values to keep alive until close (resident weights)
+}
+
+// do runs f unless an earlier call failed.
+func (r *devRun) do(f func() error) {
+	if r.err == nil {
+		r.err = f()
+	}
+}
+
+// alloc returns a buffer of n values that close frees.
+func (r *devRun) alloc(n int) kernel.Buf {
+	if r.err != nil {
+		return nil
+	}
+	b, err := r.d.Alloc(n)
+	if err != nil {
+		r.err = err
+		return nil
+	}
+	r.bufs = append(r.bufs, b)
+	return b
+}
+
+// upload returns v in a buffer that close frees.
+func (r *devRun) upload(v []float32) kernel.Buf {
+	b := r.alloc(len(v))
+	r.do(func() error { return r.d.Upload(b, v) })
+	return b
+}
+
+// close frees the run's buffers and panics with its error, if any.
+func (r *devRun) close() {
+	for _, b := range r.bufs {
+		r.d.Free(b)
+	}
+	runtime.KeepAlive(r.keep)
+	if r.err != nil {
+		panic(fmt.Errorf("autograd: device %s: %w", r.d.Name(), r.err))
+	}
+}
+
+// weights returns the layer's frozen weight and its bias (nil without one)
+// on the device: kept copies when the layer keeps its weight packed, else
+// uploaded for this run. A trainable bias is uploaded for this run.
+func (r *devRun) weights(p *LinearParams) (w, b kernel.Buf) {
+	if r.err != nil {
+		return nil, nil
+	}
+	wv := values[float32](p.Weight)
+	var bv, frozenB []float32
+	if p.Bias != nil {
+		bv = values[float32](p.Bias)
+		if !p.Bias.RequiresGrad() && len(bv) > 0 {
+			frozenB = bv
+		}
+	}
+	c := p.packs
+	if c == nil || len(wv) == 0 {
+		w = r.upload(wv)
+		if bv != nil {
+			b = r.upload(bv)
+		}
+		return w, b
+	}
+	c.mu.Lock()
+	dc := c.dev
+	if dc == nil || dc.d != r.d || dc.src != &wv[0] || dc.bsrc != first(frozenB) {
+		dc, r.err = newDevCopy(r.d, wv, frozenB)
+		c.dev = dc
+	}
+	c.mu.Unlock()
+	if r.err != nil {
+		return nil, nil
+	}
+	r.keep = append(r.keep, dc)
+	w, b = dc.w, dc.b
+	if b == nil && bv != nil {
+		b = r.upload(bv)
+	}
+	return w, b
+}
+
+// first returns &v[0], or nil for an empty v.
+func first(v []float32) *float32 {
+	if len(v) == 0 {
+		return nil
+	}
+	return &v[0]
+}
+
+// devCopy is a frozen weight, and its bias when that is frozen too, kept in
+// a device's memory; a cleanup frees them once no layer or run holds it.
+type devCopy struct {
+	d         kernel.Device
+	src, bsrc *float32 // the first values copied: a new matrix is noticed
+	w, b      kernel.Buf
+}
+
+// newDevCopy uploads w and bias (nil for none) to d.
+func newDevCopy(d kernel.Device, w, bias []float32) (*devCopy, error) {
+	dc := &devCopy{d: d, src: first(w), bsrc: first(bias)}
+	var bufs []kernel.Buf
+	free := func(bufs []kernel.Buf) {
+		for _, b := range bufs {
+			d.Free(b)
+		}
+	}
+	for i, v := range [][]float32{w, bias} {
+		if v == nil {
+			continue
+		}
+		buf, err := d.Alloc(len(v))
+		if err == nil {
+			bufs = append(bufs, buf)
+			err = d.Upload(buf, v)
+		}
+		if err != nil {
+			free(bufs)
+			return nil, err
+		}
+		if i == 0 {
+			dc.w = buf
+		} else {
+			dc.b = buf
+		}
+	}
+	runtime.AddCleanup(dc, free, bufs)
+	return dc, nil
+}
+
+// linear computes y = x·Wᵀ + b on the device for x [rows, in] into y
+// [rows, out]: the bias is copied into y first and the product added to it
+// as the CPU kernel adds it (the bias with the first block of the sum).
+func (r *devRun) linear(p *LinearParams, rows int, x, y kernel.Buf) {
+	in, out := p.In(), p.Out()
+	w, b := r.weights(p)
+	beta := float32(0)
+	if b != nil {
+		r.do(func() error { return r.d.FillRows(y, rows, out, b) })
+		beta = 1
+	}
+	r.do(func() error { return r.d.Gemm(false, true, rows, out, in, 1, x, in, w, in, beta, y, out) })
+}
+
+// linearOnDevice computes y = x·Wᵀ + b (x [rows, in], y [rows, out]) on d,
+// or with grad set the input gradient y = x·W (x = dy [rows, out], y = dx
+// [rows, in]). The weight must be frozen.
+func linearOnDevice(d kernel.Device, p *LinearParams, rows int, x, y []float32, grad bool) {
+	r := &devRun{d: d}
+	defer r.close()
+	in, out := p.In(), p.Out()
+	xd := r.upload(x)
+	yd := r.alloc(len(y))
+	if grad {
+		w, _ := r.weights(p)
+		r.do(func() error { return d.Gemm(false, false, rows, in, out, 1, xd, out, w, in, 0, yd, in) })
+	} else {
+		r.linear(p, rows, xd, yd)
+	}
+	r.do(func() error { return d.Download(y, yd) })
+}
+
+// blockOnDevice is op.Forward without a tape, run on d: the same steps in
+// the same order, each as the device operation that the CPU path's kernel
+// call corresponds to. The output rows op.sel, if set, are picked from the
+// whole block's output after the download.
+func blockOnDevice(d kernel.Device, op *blockOp[float32]) []float32 {
+	r := &devRun{d: d}
+	defer r.close()
+	n, w, m := op.rows, op.a.width, op.mlp
+	p := &op.p
+	x := r.upload(values[float32](op.x))
+	h := r.alloc(n * w)
+	r.layerNorm(h, x, n, w, p.LN1)
+	qkv := r.alloc(3 * n * w)
+	r.linear(p.QKV, n, h, qkv)
+	r.attend(op.a, qkv, h) // the attention output goes where ln_1(x) was
+	proj := r.alloc(n * w)
+	r.linear(p.Out, n, h, proj)
+	x1 := r.alloc(n * w)
+	r.do(func() error { return d.Add(x1, x, proj, n*w) }) // x₁ = x + out_proj(attn)
+	r.layerNorm(h, x1, n, w, p.LN2)
+	hidden := r.alloc(n * m)
+	r.linear(p.FC, n, h, hidden)
+	r.do(func() error {
+		if p.GELU {
+			return d.GELU(hidden, hidden, n*m)
+		}
+		return d.QuickGELU(hidden, hidden, n*m)
+	})
+	r.linear(p.Proj, n, hidden, proj)
+	r.do(func() error { return d.Add(x, x1, proj, n*w) }) // y = x₁ + c_proj(act)
+	y := make([]float32, n*w)
+	r.do(func() error { return d.Download(y, x) })
+	if op.sel == nil {
+		return y
+	}
+	out := make([]float32, len(op.sel)*w)
+	gatherRows(out, y, op.sel, w)
+	return out
+}
+
+// layerNorm normalises the rows of x into y with ln's parameters, uploaded
+// for this run (they are what adaptation changes).
+func (r *devRun) layerNorm(y, x kernel.Buf, rows, cols int, ln *LayerNormParams) {
+	g := r.upload(values[float32](ln.Gamma))
+	b := r.upload(values[float32](ln.Beta))
+	r.do(func() error { return r.d.LayerNorm(y, x, rows, cols, g, b, ln.Eps) })
+}
+
+// attend is attend on the device: per head, S = s·Q·Kᵀ for every sequence
+// in one batched product, the softmax of its rows, and P·V into the head's
+// columns of out.
+func (r *devRun) attend(a attention, qkv, out kernel.Buf) {
+	n, w, dh, heads := a.tokens, a.width, a.headDim(), a.heads
+	scale := float32(1 / math.Sqrt(float64(dh)))
+	s := r.alloc(a.batch * n * n)
+	for hd := range heads {
+		if r.err != nil {
+			return
+		}
+		q := qkv.Slice(hd*dh, qkv.Len())
+		k := qkv.Slice(w+hd*dh, qkv.Len())
+		v := qkv.Slice(2*w+hd*dh, qkv.Len())
+		o := out.Slice(hd*dh, out.Len())
+		r.do(func() error {
+			return r.d.GemmBatched(false, true, a.batch, n, n, dh, scale, q, 3*w, n*3*w, k, 3*w, n*3*w, 0, s, n, n*n)
+		})
+		r.do(func() error { return r.d.Softmax(s, s, a.batch*n, n, 1, a.causal) })
+		r.do(func() error {
+			return r.d.GemmBatched(false, false, a.batch, n, dh, n, 1, s, n, n*n, v, 3*w, n*3*w, 0, o, w, n*w)
+		})
+	}
+}

@@ -1,0 +1,103 @@
+package clip_test
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/nlpodyssey/spago/ag"
+	"github.com/nlpodyssey/spago/mat"
+	"github.com/subtta/subtta/autograd"
+	"github.com/subtta/subtta/autograd/kernel"
+	"github.com/subtta/subtta/builtin"
+	"github.com/subtta/subtta/clip"
+	"github.com/subtta/subtta/data"
+)
+
+// TestDeviceSeamBitForBit runs the built-in model's towers through the
+// device seam (autograd.SetDevice) on kernel.Host and compares them with
+// the CPU path bit for bit: image and text features without gradients
+// (blocks whole on the device) and the LayerNorm gradients of a backward
+// pass through the vision tower, as adaptation takes it (linear products
+// on the device). On a GPU the same code runs with gpu's device (gpu's
+// tests compare it within 1e-4).
+func TestDeviceSeamBitForBit(t *testing.T) {
+	m, err := builtin.Model(clip.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := m.Config.Vision.ImageSize
+	n := 5
+	rng := rand.New(rand.NewPCG(1, 2))
+	px := make([]float32, n*3*size*size)
+	for i := range px {
+		px[i] = float32(rng.NormFloat64())
+	}
+	tok := builtin.Tokenizer()
+	var tokens [][]int
+	for _, c := range data.CIFAR10Classes[:4] {
+		ids, err := tok.Tokenize("a photo of a "+c+".", m.Config.Text.ContextLength, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens = append(tokens, ids)
+	}
+	run := func() (img, txt []float32, grads [][]float32) {
+		i, err := m.EncodeImage(px, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, err := m.EncodeText(tokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.SetVisionTrainable(true)
+		defer m.SetVisionTrainable(false)
+		images, err := m.Images(px, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := m.ImageFeatures(images)
+		r, c := f.Value().Shape()[0], f.Value().Shape()[1]
+		seed := make([]float32, r*c)
+		for k := range seed {
+			seed[k] = float32(k%5) - 2
+		}
+		f.AccGrad(mat.NewDense[float32](mat.WithShape(r, c), mat.WithBacking(seed)))
+		if err := ag.Backward(f); err != nil {
+			t.Fatal(err)
+		}
+		lns, _ := m.VisionLayerNorms()
+		for _, ln := range lns {
+			for _, p := range ln.Parameters() {
+				grads = append(grads, slices.Clone(p.Grad().Data().F32()))
+				p.ZeroGrad()
+			}
+		}
+		return slices.Clone(i.Value().Data().F32()), slices.Clone(x.Value().Data().F32()), grads
+	}
+	wantImg, wantTxt, wantGrads := run()
+	autograd.SetDevice(kernel.Host)
+	img, txt, grads := run()
+	autograd.SetDevice(nil)
+	same := func(name string, got, want []float32) {
+		t.Helper()
+		if len(got) != len(want) || len(want) == 0 {
+			t.Fatalf("%s: %d values through the seam, %d on the CPU", name, len(got), len(want))
+		}
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%s: value %d is %g through the seam, %g on the CPU", name, i, got[i], want[i])
+			}
+		}
+	}
+	same("image features", img, wantImg)
+	same("text features", txt, wantTxt)
+	if len(grads) != len(wantGrads) {
+		t.Fatalf("%d gradients through the seam, %d on the CPU", len(grads), len(wantGrads))
+	}
+	for i := range wantGrads {
+		same("LayerNorm gradient", grads[i], wantGrads[i])
+	}
+}

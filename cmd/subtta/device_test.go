@@ -1,0 +1,36 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/subtta/subtta/gpu"
+)
+
+// TestDeviceFlag: --device cuda where no GPU can be used (in the default
+// build: always) is a one-line usage error saying why, before any work, in
+// every command that takes it; an unknown device is one too.
+func TestDeviceFlag(t *testing.T) {
+	ok, why := gpu.Available()
+	for _, cmd := range []string{"eval", "bench", "classify", "embed", "train"} {
+		var out, errb bytes.Buffer
+		st := run([]string{cmd, "--device", "tpu"}, &out, &errb)
+		if want := `--device "tpu": want cpu or cuda`; st != 2 || !strings.Contains(errb.String(), want) {
+			t.Errorf("%s --device tpu: status %d, stderr %q; want 2 and %q", cmd, st, errb.String(), want)
+		}
+		if ok {
+			continue // a usable GPU: nothing to refuse
+		}
+		out.Reset()
+		errb.Reset()
+		st = run([]string{cmd, "--device", "cuda"}, &out, &errb)
+		want := "subtta " + cmd + ": --device cuda: " + why + "\n"
+		if st != 2 || errb.String() != want {
+			t.Errorf("%s --device cuda: status %d, stderr %q; want 2 and %q", cmd, st, errb.String(), want)
+		}
+	}
+	if !ok && !strings.Contains(why, "-tags cuda") && !strings.Contains(why, "not found") && !strings.Contains(why, "device") {
+		t.Errorf("reason %q names neither the build nor a library nor the device", why)
+	}
+}

@@ -1,0 +1,784 @@
+//go:build cuda && cgo
+
+package gpu
+
+/*
+#cgo LDFLAGS: -ldl
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+// The few CUDA signatures used, declared here so that the package builds
+// without CUDA's headers or libraries. Every status type of the four APIs
+// (cudaError_t, cublasStatus_t, nvrtcResult, CUresult) is a C enum: an int.
+// Handles (cublasHandle_t, nvrtcProgram, CUcontext, CUmodule, CUfunction,
+// CUstream) are pointers; CUdevice is an int.
+typedef int status;
+
+static struct {
+	// libcudart
+	status (*cudaGetDeviceCount)(int *count);
+	status (*cudaMalloc)(void **p, size_t bytes);
+	status (*cudaFree)(void *p);
+	status (*cudaMemcpy)(void *dst, const void *src, size_t bytes, int kind);
+	status (*cudaRuntimeGetVersion)(int *version);
+	status (*cudaDeviceGetAttribute)(int *value, int attr, int device);
+	const char *(*cudaGetErrorName)(status s);
+	// libcublas
+	status (*cublasCreate)(void **handle);
+	status (*cublasDestroy)(void *handle);
+	status (*cublasSetMathMode)(void *handle, int mode);
+	status (*cublasSgemm)(void *handle, int transa, int transb, int m, int n, int k,
+		const float *alpha, const float *a, int lda, const float *b, int ldb,
+		const float *beta, float *c, int ldc);
+	status (*cublasSgemmStridedBatched)(void *handle, int transa, int transb, int m, int n, int k,
+		const float *alpha, const float *a, int lda, long long strideA,
+		const float *b, int ldb, long long strideB,
+		const float *beta, float *c, int ldc, long long strideC, int batch);
+	// libnvrtc
+	status (*nvrtcCreateProgram)(void **prog, const char *src, const char *name,
+		int headers, const char *const *headerSrc, const char *const *headerNames);
+	status (*nvrtcCompileProgram)(void *prog, int n, const char *const *options);
+	status (*nvrtcGetProgramLogSize)(void *prog, size_t *size);
+	status (*nvrtcGetProgramLog)(void *prog, char *log);
+	status (*nvrtcGetCUBINSize)(void *prog, size_t *size);
+	status (*nvrtcGetCUBIN)(void *prog, char *cubin);
+	status (*nvrtcDestroyProgram)(void **prog);
+	const char *(*nvrtcGetErrorString)(status s);
+	// libcuda (the driver)
+	status (*cuInit)(unsigned flags);
+	status (*cuDeviceGet)(int *dev, int ordinal);
+	status (*cuDeviceGetName)(char *name, int len, int dev);
+	status (*cuDevicePrimaryCtxRetain)(void **ctx, int dev);
+	status (*cuCtxSetCurrent)(void *ctx);
+	status (*cuModuleLoadData)(void **module, const void *image);
+	status (*cuModuleGetFunction)(void **fn, void *module, const char *name);
+	status (*cuLaunchKernel)(void *fn, unsigned gx, unsigned gy, unsigned gz,
+		unsigned bx, unsigned by, unsigned bz, unsigned shared, void *stream,
+		void **params, void **extra);
+	status (*cuGetErrorName)(status s, const char **name);
+} api;
+
+#define BIND(lib, f, name) if ((*(void **)&api.f = dlsym(lib, name)) == NULL) return name;
+
+// sub_bind looks up every function; it returns the name of the first one
+// missing, or NULL. cuBLAS exports its v2 API under _v2 names.
+static const char *sub_bind(void *rt, void *blas, void *rtc, void *drv) {
+	BIND(rt, cudaGetDeviceCount, "cudaGetDeviceCount")
+	BIND(rt, cudaMalloc, "cudaMalloc")
+	BIND(rt, cudaFree, "cudaFree")
+	BIND(rt, cudaMemcpy, "cudaMemcpy")
+	BIND(rt, cudaRuntimeGetVersion, "cudaRuntimeGetVersion")
+	BIND(rt, cudaDeviceGetAttribute, "cudaDeviceGetAttribute")
+	BIND(rt, cudaGetErrorName, "cudaGetErrorName")
+	BIND(blas, cublasCreate, "cublasCreate_v2")
+	BIND(blas, cublasDestroy, "cublasDestroy_v2")
+	BIND(blas, cublasSetMathMode, "cublasSetMathMode")
+	BIND(blas, cublasSgemm, "cublasSgemm_v2")
+	BIND(blas, cublasSgemmStridedBatched, "cublasSgemmStridedBatched")
+	BIND(rtc, nvrtcCreateProgram, "nvrtcCreateProgram")
+	BIND(rtc, nvrtcCompileProgram, "nvrtcCompileProgram")
+	BIND(rtc, nvrtcGetProgramLogSize, "nvrtcGetProgramLogSize")
+	BIND(rtc, nvrtcGetProgramLog, "nvrtcGetProgramLog")
+	BIND(rtc, nvrtcGetCUBINSize, "nvrtcGetCUBINSize")
+	BIND(rtc, nvrtcGetCUBIN, "nvrtcGetCUBIN")
+	BIND(rtc, nvrtcDestroyProgram, "nvrtcDestroyProgram")
+	BIND(rtc, nvrtcGetErrorString, "nvrtcGetErrorString")
+	BIND(drv, cuInit, "cuInit")
+	BIND(drv, cuDeviceGet, "cuDeviceGet")
+	BIND(drv, cuDeviceGetName, "cuDeviceGetName")
+	BIND(drv, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")
+	BIND(drv, cuCtxSetCurrent, "cuCtxSetCurrent")
+	BIND(drv, cuModuleLoadData, "cuModuleLoadData")
+	BIND(drv, cuModuleGetFunction, "cuModuleGetFunction")
+	BIND(drv, cuLaunchKernel, "cuLaunchKernel")
+	BIND(drv, cuGetErrorName, "cuGetErrorName")
+	return NULL;
+}
+
+static void *sub_dlopen(const char *name) { return dlopen(name, RTLD_NOW | RTLD_LOCAL); }
+
+// Go cannot call C function pointers: one wrapper per call.
+static status w_cudaGetDeviceCount(int *n) { return api.cudaGetDeviceCount(n); }
+static status w_cudaMalloc(uintptr_t *p, size_t bytes) { return api.cudaMalloc((void **)p, bytes); }
+static status w_cudaFree(uintptr_t p) { return api.cudaFree((void *)p); }
+static status w_upload(uintptr_t dst, const void *src, size_t bytes) { return api.cudaMemcpy((void *)dst, src, bytes, 1); }
+static status w_download(void *dst, uintptr_t src, size_t bytes) { return api.cudaMemcpy(dst, (const void *)src, bytes, 2); }
+static status w_cudaRuntimeGetVersion(int *v) { return api.cudaRuntimeGetVersion(v); }
+static status w_cudaDeviceGetAttribute(int *v, int attr, int dev) { return api.cudaDeviceGetAttribute(v, attr, dev); }
+static const char *w_cudaGetErrorName(status s) { return api.cudaGetErrorName(s); }
+
+static status w_cublasCreate(void **h) { return api.cublasCreate(h); }
+static status w_cublasDestroy(void *h) { return api.cublasDestroy(h); }
+static status w_cublasSetMathMode(void *h, int mode) { return api.cublasSetMathMode(h, mode); }
+static status w_sgemm(void *h, int ta, int tb, int m, int n, int k, float alpha,
+		uintptr_t a, int lda, uintptr_t b, int ldb, float beta, uintptr_t c, int ldc) {
+	return api.cublasSgemm(h, ta, tb, m, n, k, &alpha, (const float *)a, lda,
+		(const float *)b, ldb, &beta, (float *)c, ldc);
+}
+static status w_sgemmStridedBatched(void *h, int ta, int tb, int m, int n, int k, float alpha,
+		uintptr_t a, int lda, long long sa, uintptr_t b, int ldb, long long sb,
+		float beta, uintptr_t c, int ldc, long long sc, int batch) {
+	return api.cublasSgemmStridedBatched(h, ta, tb, m, n, k, &alpha, (const float *)a, lda, sa,
+		(const float *)b, ldb, sb, &beta, (float *)c, ldc, sc, batch);
+}
+
+static status w_nvrtcCreateProgram(void **p, const char *src, const char *name) {
+	return api.nvrtcCreateProgram(p, src, name, 0, NULL, NULL);
+}
+static status w_nvrtcCompileProgram(void *p, const char *arch) {
+	const char *opts[1] = {arch};
+	return api.nvrtcCompileProgram(p, 1, opts);
+}
+static status w_nvrtcGetProgramLogSize(void *p, size_t *n) { return api.nvrtcGetProgramLogSize(p, n); }
+static status w_nvrtcGetProgramLog(void *p, char *log) { return api.nvrtcGetProgramLog(p, log); }
+static status w_nvrtcGetCUBINSize(void *p, size_t *n) { return api.nvrtcGetCUBINSize(p, n); }
+static status w_nvrtcGetCUBIN(void *p, char *out) { return api.nvrtcGetCUBIN(p, out); }
+static status w_nvrtcDestroyProgram(void **p) { return api.nvrtcDestroyProgram(p); }
+static const char *w_nvrtcGetErrorString(status s) { return api.nvrtcGetErrorString(s); }
+
+static status w_cuInit(void) { return api.cuInit(0); }
+static status w_cuDeviceGet(int *dev, int ordinal) { return api.cuDeviceGet(dev, ordinal); }
+static status w_cuDeviceGetName(char *name, int len, int dev) { return api.cuDeviceGetName(name, len, dev); }
+static status w_cuDevicePrimaryCtxRetain(void **ctx, int dev) { return api.cuDevicePrimaryCtxRetain(ctx, dev); }
+static status w_cuCtxSetCurrent(void *ctx) { return api.cuCtxSetCurrent(ctx); }
+static status w_cuModuleLoadData(void **m, const void *image) { return api.cuModuleLoadData(m, image); }
+static status w_cuModuleGetFunction(void **f, void *m, const char *name) { return api.cuModuleGetFunction(f, m, name); }
+static const char *w_cuGetErrorName(status s) {
+	const char *name = NULL;
+	if (api.cuGetErrorName(s, &name) != 0) return NULL;
+	return name;
+}
+
+// w_launch starts fn on grid blocks of block threads (1-D) on the default
+// stream. args holds nargs parameters in 8-byte slots, each as the kernel
+// declares it (a pointer, or a 4-byte int or float in the low bytes);
+// cuLaunchKernel copies them before returning.
+static status w_launch(void *fn, unsigned grid, unsigned block, void *args, int nargs) {
+	void *params[16];
+	if (nargs > 16) return 1; // CUDA_ERROR_INVALID_VALUE
+	for (int i = 0; i < nargs; i++) params[i] = (char *)args + 8 * i;
+	return api.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, NULL, params, NULL);
+}
+*/
+import "C"
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"runtime"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/subtta/subtta/autograd/kernel"
+)
+
+// The libraries, each by its sonames, newest first. CUDA 11's runtime and
+// NVRTC carry a minor version in the soname.
+var (
+	cudartNames = []string{"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"}
+	cublasNames = []string{"libcublas.so.13", "libcublas.so.12", "libcublas.so.11"}
+	nvrtcNames  = []string{"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2"}
+	cudaNames   = []string{"libcuda.so.1"}
+)
+
+var (
+	loadOnce sync.Once
+	loadErr  error
+)
+
+// load opens the four libraries and binds the functions, once.
+func load() error {
+	loadOnce.Do(func() {
+		var handles [4]unsafe.Pointer
+		for i, names := range [][]string{cudartNames, cublasNames, nvrtcNames, cudaNames} {
+			if handles[i] = dlopenFirst(names); handles[i] == nil {
+				loadErr = fmt.Errorf("%s not found", soNames(names))
+				return
+			}
+		}
+		if missing := C.sub_bind(handles[0], handles[1], handles[2], handles[3]); missing != nil {
+			loadErr = fmt.Errorf("the CUDA libraries lack %s", C.GoString(missing))
+		}
+	})
+	return loadErr
+}
+
+// dlopenFirst returns the first of names that dlopen opens, or nil.
+func dlopenFirst(names []string) unsafe.Pointer {
+	for _, n := range names {
+		cn := C.CString(n)
+		h := C.sub_dlopen(cn)
+		C.free(unsafe.Pointer(cn))
+		if h != nil {
+			return h
+		}
+	}
+	return nil
+}
+
+// soNames writes sonames with their common stem once:
+// "libcudart.so.13/.12/.11.0".
+func soNames(names []string) string {
+	stem := names[0][:strings.Index(names[0], ".so")+3]
+	parts := []string{names[0]}
+	for _, n := range names[1:] {
+		parts = append(parts, strings.TrimPrefix(n, stem))
+	}
+	return strings.Join(parts, "/")
+}
+
+// Available reports whether a CUDA device can be used and, when it cannot,
+// why (a library missing, no device).
+func Available() (bool, string) {
+	if err := load(); err != nil {
+		return false, err.Error()
+	}
+	var n C.int
+	if s := C.w_cudaGetDeviceCount(&n); s != 0 {
+		return false, rtErr("cudaGetDeviceCount", s).Error()
+	}
+	if n == 0 {
+		return false, "no CUDA device"
+	}
+	return true, ""
+}
+
+// Error is an error status of a CUDA, cuBLAS or NVRTC call.
+type Error struct {
+	Call string // the function that returned it
+	Code int    // its status code
+	Name string // the status's name, when the library gives one
+}
+
+func (e *Error) Error() string {
+	if e.Name == "" {
+		return fmt.Sprintf("gpu: %s: status %d", e.Call, e.Code)
+	}
+	return fmt.Sprintf("gpu: %s: %s (%d)", e.Call, e.Name, e.Code)
+}
+
+func rtErr(call string, s C.status) error {
+	return &Error{call, int(s), C.GoString(C.w_cudaGetErrorName(s))}
+}
+
+func drvErr(call string, s C.status) error {
+	var name string
+	if p := C.w_cuGetErrorName(s); p != nil {
+		name = C.GoString(p)
+	}
+	return &Error{call, int(s), name}
+}
+
+func rtcErr(call string, s C.status) error {
+	return &Error{call, int(s), C.GoString(C.w_nvrtcGetErrorString(s))}
+}
+
+// cublasStatusNames are cublasStatus_t's values (cublas_api.h).
+var cublasStatusNames = map[int]string{
+	1: "CUBLAS_STATUS_NOT_INITIALIZED", 3: "CUBLAS_STATUS_ALLOC_FAILED", 7: "CUBLAS_STATUS_INVALID_VALUE",
+	8: "CUBLAS_STATUS_ARCH_MISMATCH", 11: "CUBLAS_STATUS_MAPPING_ERROR", 13: "CUBLAS_STATUS_EXECUTION_FAILED",
+	14: "CUBLAS_STATUS_INTERNAL_ERROR", 15: "CUBLAS_STATUS_NOT_SUPPORTED", 16: "CUBLAS_STATUS_LICENSE_ERROR",
+}
+
+func blasErr(call string, s C.status) error {
+	return &Error{call, int(s), cublasStatusNames[int(s)]}
+}
+
+// cuBLAS enums (cublas_api.h) and runtime attributes (driver_types.h).
+const (
+	cublasOpN              = 0
+	cublasOpT              = 1
+	cublasDefaultMath      = 0
+	cublasTF32TensorOpMath = 3
+	attrCCMajor            = 75 // cudaDevAttrComputeCapabilityMajor
+	attrCCMinor            = 76 // cudaDevAttrComputeCapabilityMinor
+)
+
+// device is a CUDA GPU as a kernel.Device: memory from cudaMalloc, products
+// from cuBLAS, row-wise kernels compiled by NVRTC when opened. Every call
+// takes the mutex and runs on a locked OS thread with the device's primary
+// context made current, since a goroutine may change threads between calls
+// and the driver API's context is per thread. Work goes to the default
+// stream, in call order; Download (a synchronous cudaMemcpy) waits for it.
+type device struct {
+	mu     sync.Mutex
+	name   string
+	ctx    unsafe.Pointer
+	blas   unsafe.Pointer
+	fn     map[string]unsafe.Pointer // the row-wise kernels by name
+	free   map[int][]uintptr         // freed buffers by length, for reuse
+	closed bool
+}
+
+// Open initialises CUDA device o.Ordinal: the libraries, its primary
+// context, a cuBLAS handle (TF32 off unless o.TF32) and the row-wise kernels,
+// compiled for it by NVRTC. The result implements kernel.Device and has a
+// Close method (interface{ Close() error }) releasing the memory it keeps.
+func Open(o Options) (kernel.Device, error) {
+	d, err := open(o)
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func open(o Options) (*device, error) {
+	if err := load(); err != nil {
+		return nil, fmt.Errorf("gpu: %w", err)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if s := C.w_cuInit(); s != 0 {
+		return nil, drvErr("cuInit", s)
+	}
+	var dev C.int
+	if s := C.w_cuDeviceGet(&dev, C.int(o.Ordinal)); s != 0 {
+		return nil, drvErr("cuDeviceGet", s)
+	}
+	d := &device{fn: map[string]unsafe.Pointer{}, free: map[int][]uintptr{}}
+	if s := C.w_cuDevicePrimaryCtxRetain(&d.ctx, dev); s != 0 {
+		return nil, drvErr("cuDevicePrimaryCtxRetain", s)
+	}
+	if s := C.w_cuCtxSetCurrent(d.ctx); s != 0 {
+		return nil, drvErr("cuCtxSetCurrent", s)
+	}
+	var cname [256]C.char
+	if s := C.w_cuDeviceGetName(&cname[0], C.int(len(cname)), dev); s != 0 {
+		return nil, drvErr("cuDeviceGetName", s)
+	}
+	var major, minor, version C.int
+	if s := C.w_cudaDeviceGetAttribute(&major, attrCCMajor, C.int(o.Ordinal)); s != 0 {
+		return nil, rtErr("cudaDeviceGetAttribute", s)
+	}
+	if s := C.w_cudaDeviceGetAttribute(&minor, attrCCMinor, C.int(o.Ordinal)); s != 0 {
+		return nil, rtErr("cudaDeviceGetAttribute", s)
+	}
+	if s := C.w_cudaRuntimeGetVersion(&version); s != 0 {
+		return nil, rtErr("cudaRuntimeGetVersion", s)
+	}
+	if s := C.w_cublasCreate(&d.blas); s != 0 {
+		return nil, blasErr("cublasCreate_v2", s)
+	}
+	mode, tf32 := C.int(cublasDefaultMath), "off"
+	if o.TF32 {
+		mode, tf32 = cublasTF32TensorOpMath, "on"
+	}
+	if s := C.w_cublasSetMathMode(d.blas, mode); s != 0 {
+		C.w_cublasDestroy(d.blas)
+		return nil, blasErr("cublasSetMathMode", s)
+	}
+	if err := d.compile(int(major)*10 + int(minor)); err != nil {
+		C.w_cublasDestroy(d.blas)
+		return nil, err
+	}
+	d.name = fmt.Sprintf("cuda:%d %s (sm_%d%d, CUDA runtime %d.%d, TF32 %s)", o.Ordinal, C.GoString(&cname[0]),
+		major, minor, version/1000, version%1000/10, tf32)
+	return d, nil
+}
+
+// compile builds rowwiseSource with NVRTC for sm_<arch> and loads the
+// kernels. Called with the context current on a locked thread.
+func (d *device) compile(arch int) error {
+	src, name := C.CString(rowwiseSource), C.CString("subtta_rowwise.cu")
+	defer C.free(unsafe.Pointer(src))
+	defer C.free(unsafe.Pointer(name))
+	var prog unsafe.Pointer
+	if s := C.w_nvrtcCreateProgram(&prog, src, name); s != 0 {
+		return rtcErr("nvrtcCreateProgram", s)
+	}
+	defer C.w_nvrtcDestroyProgram(&prog)
+	opt := C.CString(fmt.Sprintf("--gpu-architecture=sm_%d", arch))
+	defer C.free(unsafe.Pointer(opt))
+	if s := C.w_nvrtcCompileProgram(prog, opt); s != 0 {
+		err := rtcErr("nvrtcCompileProgram", s)
+		var n C.size_t
+		if C.w_nvrtcGetProgramLogSize(prog, &n) == 0 && n > 1 {
+			log := (*C.char)(C.malloc(n))
+			defer C.free(unsafe.Pointer(log))
+			if C.w_nvrtcGetProgramLog(prog, log) == 0 {
+				err = fmt.Errorf("%w: %s", err, strings.TrimSpace(C.GoString(log)))
+			}
+		}
+		return err
+	}
+	var n C.size_t
+	if s := C.w_nvrtcGetCUBINSize(prog, &n); s != 0 {
+		return rtcErr("nvrtcGetCUBINSize", s)
+	}
+	cubin := C.malloc(n)
+	defer C.free(cubin)
+	if s := C.w_nvrtcGetCUBIN(prog, (*C.char)(cubin)); s != 0 {
+		return rtcErr("nvrtcGetCUBIN", s)
+	}
+	var mod unsafe.Pointer
+	if s := C.w_cuModuleLoadData(&mod, cubin); s != 0 {
+		return drvErr("cuModuleLoadData", s)
+	}
+	for _, k := range rowwiseKernels {
+		cn := C.CString(k)
+		var f unsafe.Pointer
+		s := C.w_cuModuleGetFunction(&f, mod, cn)
+		C.free(unsafe.Pointer(cn))
+		if s != 0 {
+			return drvErr("cuModuleGetFunction("+k+")", s)
+		}
+		d.fn[k] = f
+	}
+	return nil
+}
+
+// exec runs f under the mutex on a locked thread with the context current.
+func (d *device) exec(f func() error) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return fmt.Errorf("gpu: %s: used after Close", d.name)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if s := C.w_cuCtxSetCurrent(d.ctx); s != 0 {
+		return drvErr("cuCtxSetCurrent", s)
+	}
+	return f()
+}
+
+func (d *device) Name() string { return d.name }
+
+// Close frees the memory kept for reuse and the cuBLAS handle; buffers not
+// freed stay allocated until the process ends.
+func (d *device) Close() error {
+	return d.exec(func() error {
+		for _, ps := range d.free {
+			for _, p := range ps {
+				C.w_cudaFree(C.uintptr_t(p))
+			}
+		}
+		d.free = nil
+		d.closed = true
+		if s := C.w_cublasDestroy(d.blas); s != 0 {
+			return blasErr("cublasDestroy_v2", s)
+		}
+		return nil
+	})
+}
+
+// buf is device memory: n float32 values at ptr. own marks a buffer from
+// Alloc, which Free may take back (a Slice shares its memory).
+type buf struct {
+	d   *device
+	ptr uintptr
+	n   int
+	own bool
+}
+
+func (b *buf) Len() int { return b.n }
+
+func (b *buf) Slice(i, j int) kernel.Buf {
+	if i < 0 || j < i || j > b.n {
+		panic(fmt.Sprintf("gpu: Slice(%d, %d) of a buffer of %d values", i, j, b.n))
+	}
+	return &buf{d: b.d, ptr: b.ptr + uintptr(4*i), n: j - i}
+}
+
+// Alloc returns n values of device memory. A buffer freed earlier with the
+// same length is reused: the shapes of a model repeat, and cudaMalloc and
+// cudaFree synchronise the device.
+func (d *device) Alloc(n int) (kernel.Buf, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("gpu: Alloc(%d)", n)
+	}
+	b := &buf{d: d, n: n, own: true}
+	if n == 0 {
+		return b, nil
+	}
+	err := d.exec(func() error {
+		if ps := d.free[n]; len(ps) > 0 {
+			b.ptr, d.free[n] = ps[len(ps)-1], ps[:len(ps)-1]
+			return nil
+		}
+		var p C.uintptr_t
+		if s := C.w_cudaMalloc(&p, C.size_t(4*n)); s != 0 {
+			return rtErr("cudaMalloc", s)
+		}
+		b.ptr = uintptr(p)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// Free keeps the buffer for reuse by Alloc (until Close).
+func (d *device) Free(kb kernel.Buf) {
+	b, ok := kb.(*buf)
+	if !ok || b.d != d || !b.own || b.ptr == 0 {
+		return
+	}
+	d.mu.Lock()
+	if !d.closed {
+		d.free[b.n] = append(d.free[b.n], b.ptr)
+	}
+	d.mu.Unlock()
+	b.ptr = 0
+}
+
+// ptr returns the address of kb after checking that it belongs to d and
+// holds at least need values.
+func (d *device) ptr(what string, kb kernel.Buf, need int) (C.uintptr_t, error) {
+	b, ok := kb.(*buf)
+	switch {
+	case !ok || b == nil:
+		return 0, fmt.Errorf("gpu: %s: not a buffer of this device (%T)", what, kb)
+	case b.d != d:
+		return 0, fmt.Errorf("gpu: %s: a buffer of another device", what)
+	case b.own && b.ptr == 0 && b.n > 0:
+		return 0, fmt.Errorf("gpu: %s: buffer used after Free", what)
+	case need > b.n:
+		return 0, fmt.Errorf("gpu: %s: needs %d values, the buffer holds %d", what, need, b.n)
+	}
+	return C.uintptr_t(b.ptr), nil
+}
+
+func (d *device) Upload(dst kernel.Buf, src []float32) error {
+	p, err := d.ptr("Upload", dst, len(src))
+	if err != nil || len(src) == 0 {
+		return err
+	}
+	return d.exec(func() error {
+		if s := C.w_upload(p, unsafe.Pointer(&src[0]), C.size_t(4*len(src))); s != 0 {
+			return rtErr("cudaMemcpy (upload)", s)
+		}
+		return nil
+	})
+}
+
+func (d *device) Download(dst []float32, src kernel.Buf) error {
+	p, err := d.ptr("Download", src, len(dst))
+	if err != nil || len(dst) == 0 {
+		return err
+	}
+	return d.exec(func() error {
+		if s := C.w_download(unsafe.Pointer(&dst[0]), p, C.size_t(4*len(dst))); s != 0 {
+			return rtErr("cudaMemcpy (download)", s)
+		}
+		return nil
+	})
+}
+
+// extent is the number of values a row-major rows×cols matrix with leading
+// dimension ld spans; the leading dimension must hold a row.
+func extent(what string, rows, cols, ld int) (int, error) {
+	if rows < 0 || cols < 0 || ld < max(1, cols) {
+		return 0, fmt.Errorf("gpu: %s: %d×%d matrix with leading dimension %d", what, rows, cols, ld)
+	}
+	if rows == 0 || cols == 0 {
+		return 0, nil
+	}
+	return (rows-1)*ld + cols, nil
+}
+
+// operand checks a GEMM operand: op(X) is rows×cols, stored transposed
+// when trans, batch of them stride values apart.
+func (d *device) operand(what string, x kernel.Buf, trans bool, rows, cols, ld, batch, stride int) (C.uintptr_t, error) {
+	if trans {
+		rows, cols = cols, rows
+	}
+	n, err := extent(what, rows, cols, ld)
+	if err != nil {
+		return 0, err
+	}
+	if batch > 1 && n > 0 {
+		n += (batch - 1) * stride
+	}
+	return d.ptr(what, x, n)
+}
+
+// fits32 reports whether every value fits cuBLAS's and the kernels' int.
+func fits32(v ...int) bool {
+	for _, x := range v {
+		if x < 0 || x > math.MaxInt32 {
+			return false
+		}
+	}
+	return true
+}
+
+func cublasOp(trans bool) C.int {
+	if trans {
+		return cublasOpT
+	}
+	return cublasOpN
+}
+
+// Gemm runs the row-major product C = alpha·op(A)·op(B) + beta·C as the
+// column-major Cᵀ = alpha·op(B)ᵀ·op(A)ᵀ + beta·Cᵀ: a row-major matrix read
+// column-major is its transpose, so the operands swap places and keep
+// their trans flags, and nothing is copied.
+func (d *device) Gemm(transA, transB bool, m, n, k int, alpha float32, a kernel.Buf, lda int, b kernel.Buf, ldb int, beta float32, c kernel.Buf, ldc int) error {
+	return d.GemmBatched(transA, transB, 1, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0)
+}
+
+func (d *device) GemmBatched(transA, transB bool, batch, m, n, k int, alpha float32, a kernel.Buf, lda, strideA int, b kernel.Buf, ldb, strideB int, beta float32, c kernel.Buf, ldc, strideC int) error {
+	if !fits32(batch, m, n, k, lda, ldb, ldc, strideA, strideB, strideC) {
+		return fmt.Errorf("gpu: Gemm: sizes out of range (batch %d, %d×%d×%d)", batch, m, n, k)
+	}
+	if batch == 0 || m == 0 || n == 0 {
+		return nil
+	}
+	pa, err := d.operand("Gemm A", a, transA, m, k, lda, batch, strideA)
+	if err != nil {
+		return err
+	}
+	pb, err := d.operand("Gemm B", b, transB, k, n, ldb, batch, strideB)
+	if err != nil {
+		return err
+	}
+	pc, err := d.operand("Gemm C", c, false, m, n, ldc, batch, strideC)
+	if err != nil {
+		return err
+	}
+	if k == 0 {
+		// cuBLAS may skip the call; kernel.Gemm scales C by beta. Keep it
+		// simple and rare: refuse.
+		return fmt.Errorf("gpu: Gemm with k = 0")
+	}
+	return d.exec(func() error {
+		if batch == 1 {
+			if s := C.w_sgemm(d.blas, cublasOp(transB), cublasOp(transA), C.int(n), C.int(m), C.int(k), C.float(alpha),
+				pb, C.int(ldb), pa, C.int(lda), C.float(beta), pc, C.int(ldc)); s != 0 {
+				return blasErr("cublasSgemm_v2", s)
+			}
+			return nil
+		}
+		if s := C.w_sgemmStridedBatched(d.blas, cublasOp(transB), cublasOp(transA), C.int(n), C.int(m), C.int(k), C.float(alpha),
+			pb, C.int(ldb), C.longlong(strideB), pa, C.int(lda), C.longlong(strideA),
+			C.float(beta), pc, C.int(ldc), C.longlong(strideC), C.int(batch)); s != 0 {
+			return blasErr("cublasSgemmStridedBatched", s)
+		}
+		return nil
+	})
+}
+
+// args packs kernel parameters in 8-byte slots (w_launch).
+type args []byte
+
+func (a *args) ptr(p C.uintptr_t) { *a = binary.LittleEndian.AppendUint64(*a, uint64(p)) }
+func (a *args) i32(v int)         { *a = binary.LittleEndian.AppendUint64(*a, uint64(uint32(int32(v)))) }
+func (a *args) f32(v float32)     { *a = binary.LittleEndian.AppendUint64(*a, uint64(math.Float32bits(v))) }
+func (a *args) f64(v float64)     { *a = binary.LittleEndian.AppendUint64(*a, math.Float64bits(v)) }
+
+// launch runs kernel name on grid blocks of rowwiseBlock threads.
+func (d *device) launch(name string, grid int, a args) error {
+	if grid == 0 {
+		return nil
+	}
+	return d.exec(func() error {
+		if s := C.w_launch(d.fn[name], C.uint(grid), rowwiseBlock, unsafe.Pointer(&a[0]), C.int(len(a)/8)); s != 0 {
+			return drvErr("cuLaunchKernel("+name+")", s)
+		}
+		return nil
+	})
+}
+
+// elementGrid is the number of blocks for n values: one value per thread,
+// capped (the kernels loop over the rest).
+func elementGrid(n int) int { return min((n+rowwiseBlock-1)/rowwiseBlock, 1<<16) }
+
+// ptrs checks buffers of n values each.
+func (d *device) ptrs(what string, n int, bs ...kernel.Buf) ([]C.uintptr_t, error) {
+	if !fits32(n) {
+		return nil, fmt.Errorf("gpu: %s: %d values", what, n)
+	}
+	ps := make([]C.uintptr_t, len(bs))
+	for i, b := range bs {
+		var err error
+		if ps[i], err = d.ptr(what, b, n); err != nil {
+			return nil, err
+		}
+	}
+	return ps, nil
+}
+
+func (d *device) LayerNorm(y, x kernel.Buf, rows, cols int, gamma, beta kernel.Buf, eps float64) error {
+	if !fits32(rows, cols, rows*cols) {
+		return fmt.Errorf("gpu: LayerNorm: %d×%d", rows, cols)
+	}
+	p, err := d.ptrs("LayerNorm", rows*cols, y, x)
+	if err != nil {
+		return err
+	}
+	g, err := d.ptrs("LayerNorm", cols, gamma, beta)
+	if err != nil || rows == 0 || cols == 0 {
+		return err
+	}
+	var a args
+	a.ptr(p[0])
+	a.ptr(p[1])
+	a.i32(cols)
+	a.ptr(g[0])
+	a.ptr(g[1])
+	a.f64(eps)
+	return d.launch("layer_norm", rows, a)
+}
+
+func (d *device) Softmax(y, x kernel.Buf, rows, cols int, scale float32, causal bool) error {
+	if !fits32(rows, cols, rows*cols) {
+		return fmt.Errorf("gpu: Softmax: %d×%d", rows, cols)
+	}
+	p, err := d.ptrs("Softmax", rows*cols, y, x)
+	if err != nil || rows == 0 || cols == 0 {
+		return err
+	}
+	var a args
+	a.ptr(p[0])
+	a.ptr(p[1])
+	a.i32(cols)
+	a.f32(scale)
+	if causal {
+		a.i32(1)
+	} else {
+		a.i32(0)
+	}
+	return d.launch("softmax", rows, a)
+}
+
+func (d *device) elementwise(name string, n int, bs ...kernel.Buf) error {
+	p, err := d.ptrs(name, n, bs...)
+	if err != nil || n == 0 {
+		return err
+	}
+	var a args
+	for _, q := range p {
+		a.ptr(q)
+	}
+	a.i32(n)
+	return d.launch(name, elementGrid(n), a)
+}
+
+func (d *device) QuickGELU(y, x kernel.Buf, n int) error { return d.elementwise("quick_gelu", n, y, x) }
+func (d *device) GELU(y, x kernel.Buf, n int) error      { return d.elementwise("gelu", n, y, x) }
+func (d *device) Add(y, a, b kernel.Buf, n int) error    { return d.elementwise("add", n, y, a, b) }
+
+func (d *device) FillRows(y kernel.Buf, rows, cols int, v kernel.Buf) error {
+	if !fits32(rows, cols, rows*cols) {
+		return fmt.Errorf("gpu: FillRows: %d×%d", rows, cols)
+	}
+	p, err := d.ptrs("FillRows", rows*cols, y)
+	if err != nil {
+		return err
+	}
+	q, err := d.ptrs("FillRows", cols, v)
+	if err != nil || rows == 0 || cols == 0 {
+		return err
+	}
+	var a args
+	a.ptr(p[0])
+	a.i32(rows)
+	a.i32(cols)
+	a.ptr(q[0])
+	return d.launch("fill_rows", elementGrid(rows*cols), a)
+}

@@ -1,0 +1,247 @@
+//go:build cuda && cgo
+
+package gpu
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/subtta/subtta/autograd/kernel"
+	"github.com/subtta/subtta/internal/fixture"
+)
+
+// tol bounds the error of a device op against the CPU's, relative to the
+// largest value (fixture.RelErr), with TF32 off.
+const tol = 1e-4
+
+// openOrSkip opens device 0, or skips the test with the reason there is
+// none. Where a device is available, a failing Open fails the test.
+func openOrSkip(t *testing.T, o Options) *device {
+	t.Helper()
+	if ok, why := Available(); !ok {
+		t.Skip("gpu: no CUDA device: " + why)
+	}
+	d, err := open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := d.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Logf("%s", d.Name())
+	return d
+}
+
+func randSlice(rng *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(rng.NormFloat64())
+	}
+	return v
+}
+
+// upload returns v on the device.
+func upload(t *testing.T, d *device, v []float32) kernel.Buf {
+	t.Helper()
+	b, err := d.Alloc(len(v))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Upload(b, v); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Free(b) })
+	return b
+}
+
+// download returns the first n values of b.
+func download(t *testing.T, d *device, b kernel.Buf, n int) []float32 {
+	t.Helper()
+	v := make([]float32, n)
+	if err := d.Download(v, b); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func check(t *testing.T, name string, got, want []float32) {
+	t.Helper()
+	fixture.CheckRelErr(t, name, got, want, tol)
+}
+
+func TestUploadDownload(t *testing.T) {
+	d := openOrSkip(t, Options{})
+	v := randSlice(rand.New(rand.NewPCG(1, 2)), 1000)
+	b := upload(t, d, v)
+	got := download(t, d, b.Slice(10, 20), 10)
+	for i, x := range got {
+		if x != v[10+i] {
+			t.Fatalf("value %d of the slice: %g, want %g", i, x, v[10+i])
+		}
+	}
+	if err := d.Upload(b, make([]float32, 1001)); err == nil {
+		t.Error("uploading 1001 values into 1000: no error")
+	}
+	if err := d.Download(make([]float32, 11), b.Slice(0, 10)); err == nil {
+		t.Error("downloading 11 values from 10: no error")
+	}
+}
+
+// TestErrorNamesCall: a CUDA failure is an *Error naming the call.
+func TestErrorNamesCall(t *testing.T) {
+	d := openOrSkip(t, Options{})
+	_, err := d.Alloc(1 << 45) // 128 TiB
+	var e *Error
+	if !errors.As(err, &e) || e.Call != "cudaMalloc" || e.Code == 0 || !strings.Contains(err.Error(), "cudaMalloc") {
+		t.Fatalf("Alloc(2⁴⁵): %v; want a cudaMalloc error", err)
+	}
+	t.Log(err)
+}
+
+// TestGemmMatchesCPU compares the device's GEMM (all four transpositions,
+// leading dimensions wider than the rows, beta 0 and 1) with kernel.Gemm.
+func TestGemmMatchesCPU(t *testing.T) {
+	d := openOrSkip(t, Options{})
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, s := range []struct{ m, n, k, pad int }{{1, 1, 1, 0}, {37, 45, 300, 3}, {64, 768, 768, 0}, {5, 3, 2, 1}} {
+		for _, tr := range [][2]bool{{false, false}, {false, true}, {true, false}, {true, true}} {
+			for _, beta := range []float32{0, 1} {
+				ta, tb := tr[0], tr[1]
+				ar, ac := s.m, s.k
+				if ta {
+					ar, ac = ac, ar
+				}
+				br, bc := s.k, s.n
+				if tb {
+					br, bc = bc, br
+				}
+				lda, ldb, ldc := ac+s.pad, bc+s.pad, s.n+s.pad
+				a, b, c := randSlice(rng, ar*lda), randSlice(rng, br*ldb), randSlice(rng, s.m*ldc)
+				want := append([]float32(nil), c...)
+				kernel.Gemm(ta, tb, s.m, s.n, s.k, 0.5, a, lda, b, ldb, beta, want, ldc)
+				cd := upload(t, d, c)
+				if err := d.Gemm(ta, tb, s.m, s.n, s.k, 0.5, upload(t, d, a), lda, upload(t, d, b), ldb, beta, cd, ldc); err != nil {
+					t.Fatal(err)
+				}
+				check(t, fmt.Sprintf("Gemm %v %v %v β=%g", s, ta, tb, beta), download(t, d, cd, len(c)), want)
+			}
+		}
+	}
+}
+
+// TestGemmBatchedMatchesCPU runs attention's products: per head, the
+// sequences' blocks of a q|k|v matrix, a stride of rows apart.
+func TestGemmBatchedMatchesCPU(t *testing.T) {
+	d := openOrSkip(t, Options{})
+	rng := rand.New(rand.NewPCG(5, 6))
+	batch, n, w, dh := 3, 50, 96, 32
+	qkv := randSlice(rng, batch*n*3*w)
+	s := make([]float32, batch*n*n)
+	kernel.GemmBatched(false, true, batch, n, n, dh, 0.125, qkv, 3*w, n*3*w, qkv[w:], 3*w, n*3*w, 0, s, n, n*n)
+	qd := upload(t, d, qkv)
+	sd := upload(t, d, make([]float32, len(s)))
+	if err := d.GemmBatched(false, true, batch, n, n, dh, 0.125, qd, 3*w, n*3*w, qd.Slice(w, qd.Len()), 3*w, n*3*w, 0, sd, n, n*n); err != nil {
+		t.Fatal(err)
+	}
+	check(t, "GemmBatched Q·Kᵀ", download(t, d, sd, len(s)), s)
+	if err := d.GemmBatched(false, true, batch, n, n, dh, 1, qd, 3*w, n*3*w, qd, 3*w, n*3*w, 0, sd, n, 2*n*n); err == nil {
+		t.Error("a batch past the end of C: no error")
+	}
+}
+
+// TestRowwiseMatchesCPU compares every row-wise kernel with its CPU
+// function, on rows shorter and longer than a block and in place.
+func TestRowwiseMatchesCPU(t *testing.T) {
+	d := openOrSkip(t, Options{})
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, s := range []struct{ rows, cols int }{{1, 1}, {3, 7}, {50, 50}, {10, 768}, {4, 3000}} {
+		n := s.rows * s.cols
+		x, g, b := randSlice(rng, n), randSlice(rng, s.cols), randSlice(rng, s.cols)
+		for i := range x {
+			x[i] = 3*x[i] + 1 // LayerNorm with a mean and a spread
+		}
+		xd, gd, bd := upload(t, d, x), upload(t, d, g), upload(t, d, b)
+		name := fmt.Sprintf("%d×%d", s.rows, s.cols)
+
+		want := make([]float32, n)
+		stats := make([]float32, 2*s.rows)
+		kernel.LayerNorm(want, x, s.rows, s.cols, g, b, 1e-5, stats[:s.rows], stats[s.rows:])
+		yd := upload(t, d, make([]float32, n))
+		if err := d.LayerNorm(yd, xd, s.rows, s.cols, gd, bd, 1e-5); err != nil {
+			t.Fatal(err)
+		}
+		check(t, "LayerNorm "+name, download(t, d, yd, n), want)
+
+		for _, causal := range []bool{false, true} {
+			if causal && s.rows%s.cols != 0 {
+				continue
+			}
+			kernel.Softmax(want, x, s.rows, s.cols, 0.3, causal)
+			if err := d.Softmax(yd, xd, s.rows, s.cols, 0.3, causal); err != nil {
+				t.Fatal(err)
+			}
+			check(t, fmt.Sprintf("Softmax %s causal=%v", name, causal), download(t, d, yd, n), want)
+		}
+
+		kernel.QuickGELU(want, x)
+		if err := d.QuickGELU(yd, xd, n); err != nil {
+			t.Fatal(err)
+		}
+		check(t, "QuickGELU "+name, download(t, d, yd, n), want)
+
+		kernel.GELU(want, x)
+		if err := d.GELU(yd, xd, n); err != nil {
+			t.Fatal(err)
+		}
+		check(t, "GELU "+name, download(t, d, yd, n), want)
+
+		kernel.Add(want, x, want)
+		if err := d.Add(yd, xd, yd, n); err != nil { // in place, as the residuals
+			t.Fatal(err)
+		}
+		check(t, "Add "+name, download(t, d, yd, n), want)
+
+		for r := range s.rows {
+			copy(want[r*s.cols:(r+1)*s.cols], b)
+		}
+		if err := d.FillRows(yd, s.rows, s.cols, bd); err != nil {
+			t.Fatal(err)
+		}
+		check(t, "FillRows "+name, download(t, d, yd, n), want)
+
+		// In place: LayerNorm and Softmax overwrite their input.
+		kernel.Softmax(want, x, s.rows, s.cols, 1, false)
+		if err := d.Softmax(xd, xd, s.rows, s.cols, 1, false); err != nil {
+			t.Fatal(err)
+		}
+		check(t, "Softmax in place "+name, download(t, d, xd, n), want)
+	}
+}
+
+func TestTF32Option(t *testing.T) {
+	d := openOrSkip(t, Options{TF32: true})
+	if !strings.Contains(d.Name(), "TF32 on") {
+		t.Errorf("name %q does not say TF32 is on", d.Name())
+	}
+	// TF32 keeps 10 bits of mantissa: products within about 1e-2.
+	rng := rand.New(rand.NewPCG(9, 10))
+	m, n, k := 64, 64, 256
+	a, b := randSlice(rng, m*k), randSlice(rng, k*n)
+	want := make([]float32, m*n)
+	kernel.Gemm(false, false, m, n, k, 1, a, k, b, n, 0, want, n)
+	cd := upload(t, d, make([]float32, m*n))
+	if err := d.Gemm(false, false, m, n, k, 1, upload(t, d, a), k, upload(t, d, b), n, 0, cd, n); err != nil {
+		t.Fatal(err)
+	}
+	if e := fixture.RelErr(download(t, d, cd, m*n), want); e > 1e-2 || math.IsNaN(e) {
+		t.Errorf("TF32 product: relative error %.2e", e)
+	} else {
+		t.Logf("TF32 product: relative error %.2e", e)
+	}
+}

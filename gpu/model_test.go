@@ -1,0 +1,210 @@
+//go:build cuda && cgo
+
+package gpu
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/nlpodyssey/spago/ag"
+	"github.com/nlpodyssey/spago/mat"
+	"github.com/subtta/subtta/autograd"
+	"github.com/subtta/subtta/clip"
+	"github.com/subtta/subtta/internal/fixture"
+	"github.com/subtta/subtta/weights"
+)
+
+// onDevice runs f with d set as autograd's device, and the CPU after.
+func onDevice(d *device, f func()) {
+	autograd.SetDevice(d)
+	defer autograd.SetDevice(nil)
+	f()
+}
+
+func randMatrix(rng *rand.Rand, rows, cols int, scale float32) *mat.Dense[float32] {
+	v := randSlice(rng, rows*cols)
+	for i := range v {
+		v[i] *= scale
+	}
+	return mat.NewDense[float32](mat.WithShape(rows, cols), mat.WithBacking(v))
+}
+
+func randBlock(rng *rand.Rand, width, heads, mlp int, causal, gelu bool) *autograd.BlockParams {
+	ln := func() *autograd.LayerNormParams {
+		g := randMatrix(rng, 1, width, 0.1)
+		for i := range g.Data().F32() {
+			g.Data().F32()[i] += 1
+		}
+		return autograd.NewLayerNormParams(g, randMatrix(rng, 1, width, 0.1), 1e-5)
+	}
+	lin := func(out, in int) *autograd.LinearParams {
+		p := autograd.NewLinearParams(randMatrix(rng, out, in, 0.05), randMatrix(rng, 1, out, 0.1))
+		p.KeepPacked(true)
+		return p
+	}
+	return &autograd.BlockParams{LN1: ln(), QKV: lin(3*width, width), Out: lin(width, width), LN2: ln(),
+		FC: lin(mlp, width), Proj: lin(width, mlp), Heads: heads, Causal: causal, GELU: gelu}
+}
+
+// TestBlockMatchesCPU runs transformer blocks through autograd on the
+// device, without a tape (whole on the device) and with trainable
+// LayerNorms and backward (the linear products on the device), and
+// compares outputs and gradients with the CPU.
+func TestBlockMatchesCPU(t *testing.T) {
+	d := openOrSkip(t, Options{})
+	for _, c := range []struct {
+		name         string
+		causal, gelu bool
+	}{{"vision", false, false}, {"text", true, false}, {"gelu", false, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(11, 12))
+			batch, tokens, width, heads := 4, 50, 128, 4
+			p := randBlock(rng, width, heads, 4*width, c.causal, c.gelu)
+			x := randMatrix(rng, batch*tokens, width, 1)
+			seed := randSlice(rng, batch*tokens*width)
+
+			want := slices.Clone(autograd.TransformerBlock(x, p, batch, nil).Value().Data().F32())
+			var got []float32
+			onDevice(d, func() { got = slices.Clone(autograd.TransformerBlock(x, p, batch, nil).Value().Data().F32()) })
+			check(t, "forward without gradients", got, want)
+
+			step := func() (out []float32, grads [][]float32) {
+				p.LN1.SetTrainable(true)
+				p.LN2.SetTrainable(true)
+				defer p.LN1.SetTrainable(false)
+				defer p.LN2.SetTrainable(false)
+				xg := randMatrix(rand.New(rand.NewPCG(13, 14)), batch*tokens, width, 1)
+				xg.SetRequiresGrad(true)
+				y := autograd.TransformerBlock(xg, p, batch, nil)
+				y.AccGrad(mat.NewDense[float32](mat.WithShape(batch*tokens, width), mat.WithBacking(seed)))
+				if err := ag.Backward(y); err != nil {
+					t.Fatal(err)
+				}
+				for _, g := range []mat.Matrix{xg, p.LN1.Gamma, p.LN1.Beta, p.LN2.Gamma, p.LN2.Beta} {
+					grads = append(grads, slices.Clone(g.Grad().Data().F32()))
+					g.ZeroGrad()
+				}
+				return slices.Clone(y.Value().Data().F32()), grads
+			}
+			wantY, wantG := step()
+			var gotY []float32
+			var gotG [][]float32
+			onDevice(d, func() { gotY, gotG = step() })
+			check(t, "forward recording", gotY, wantY)
+			for i, name := range []string{"dx", "dγ1", "dβ1", "dγ2", "dβ2"} {
+				check(t, name, gotG[i], wantG[i])
+			}
+		})
+	}
+}
+
+// TestCLIPTinyMatchesCPU runs the clip-tiny fixture end to end on the
+// device: image and text features and the logits of the PyTorch fixture,
+// and the LayerNorm gradients of a backward pass through the vision tower
+// (what adaptation computes), against the CPU.
+func TestCLIPTinyMatchesCPU(t *testing.T) {
+	d := openOrSkip(t, Options{})
+	m, err := clip.Load(fixture.Path(t, "fixtures/clip-tiny.openai.safetensors"), clip.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pre, err := weights.Open(fixture.Path(t, "fixtures/preprocess.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pre.Close()
+	px, shape, err := pre.Float32("pixel_values")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := weights.Open(fixture.Path(t, "fixtures/forward.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	ids, tshape, err := ref.Int64("text_tokens")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var meta struct {
+		Rows []int `json:"cifar10_prompt_rows"`
+	}
+	raw, err := os.ReadFile(fixture.Path(t, "fixtures/forward.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &meta); err != nil {
+		t.Fatal(err)
+	}
+	var tokens [][]int
+	for _, r := range meta.Rows {
+		seq := make([]int, tshape[1])
+		for j := range seq {
+			seq[j] = int(ids[r*tshape[1]+j])
+		}
+		tokens = append(tokens, seq)
+	}
+	encode := func() (img, txt []float32, logits []float32) {
+		i, err := m.EncodeImage(px, shape[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, err := m.EncodeText(tokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.Clone(i.Value().Data().F32()), slices.Clone(x.Value().Data().F32()),
+			slices.Clone(m.Logits(i, x).Value().Data().F32())
+	}
+	wantImg, wantTxt, wantLogits := encode()
+	var img, txt, logits []float32
+	onDevice(d, func() { img, txt, logits = encode() })
+	check(t, "image features", img, wantImg)
+	check(t, "text features", txt, wantTxt)
+	check(t, "logits", logits, wantLogits)
+	torch, _, err := ref.Float32("logits_per_image")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, "logits against PyTorch", logits, torch)
+
+	adapt := func() [][]float32 {
+		m.SetVisionTrainable(true)
+		defer m.SetVisionTrainable(false)
+		x, err := m.Images(px, shape[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := m.ImageFeatures(x)
+		seed := make([]float32, f.Size())
+		for i := range seed {
+			seed[i] = float32(i%7) - 3
+		}
+		r, c := f.Value().Shape()[0], f.Value().Shape()[1]
+		f.AccGrad(mat.NewDense[float32](mat.WithShape(r, c), mat.WithBacking(seed)))
+		if err := ag.Backward(f); err != nil {
+			t.Fatal(err)
+		}
+		var grads [][]float32
+		lns, _ := m.VisionLayerNorms()
+		for _, ln := range lns {
+			for _, p := range ln.Parameters() {
+				grads = append(grads, slices.Clone(p.Grad().Data().F32()))
+				p.ZeroGrad()
+			}
+		}
+		return grads
+	}
+	want := adapt()
+	var got [][]float32
+	onDevice(d, func() { got = adapt() })
+	if len(got) != len(want) || len(want) == 0 {
+		t.Fatalf("%d LayerNorm gradients on the device, %d on the CPU", len(got), len(want))
+	}
+	for i := range want {
+		check(t, "LayerNorm gradient", got[i], want[i])
+	}
+}
