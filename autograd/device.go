@@ -90,9 +90,20 @@ func (r *devRun) close() {
 	}
 	runtime.KeepAlive(r.keep)
 	if r.err != nil {
-		panic(fmt.Errorf("autograd: device %s: %w", r.d.Name(), r.err))
+		panic(&DeviceError{Device: r.d.Name(), Err: r.err})
 	}
 }
+
+// DeviceError is the panic value of an op whose device failed (out of
+// memory, a CUDA error): ops cannot return errors, so a caller that wants
+// one recovers it.
+type DeviceError struct {
+	Device string // the device's name
+	Err    error
+}
+
+func (e *DeviceError) Error() string { return fmt.Sprintf("autograd: device %s: %v", e.Device, e.Err) }
+func (e *DeviceError) Unwrap() error { return e.Err }
 
 // weights returns the layer's frozen weight and its bias (nil without one)
 // on the device: kept copies when the layer keeps its weight packed, else

@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"io"
 	"strings"
 	"testing"
 
+	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/gpu"
 )
 
@@ -32,5 +35,21 @@ func TestDeviceFlag(t *testing.T) {
 	}
 	if !ok && !strings.Contains(why, "-tags cuda") && !strings.Contains(why, "not found") && !strings.Contains(why, "device") {
 		t.Errorf("reason %q names neither the build nor a library nor the device", why)
+	}
+}
+
+// TestDeviceErrorIsNotABug: a device that fails inside a pass (its error
+// arrives as a panic) is reported as that error, without the words of an
+// internal error.
+func TestDeviceErrorIsNotABug(t *testing.T) {
+	commands["failing-device"] = command{"", func([]string, io.Writer, io.Writer) error {
+		panic(&autograd.DeviceError{Device: "GPU 0", Err: errors.New("gpu: cudaMalloc: cudaErrorMemoryAllocation (2)")})
+	}}
+	defer delete(commands, "failing-device")
+	var out, errb bytes.Buffer
+	st := run([]string{"failing-device"}, &out, &errb)
+	want := "subtta failing-device: autograd: device GPU 0: gpu: cudaMalloc: cudaErrorMemoryAllocation (2)\n"
+	if st != 1 || errb.String() != want {
+		t.Errorf("status %d, stderr %q; want 1 and %q", st, errb.String(), want)
 	}
 }

@@ -30,6 +30,8 @@ import (
 	"runtime/debug"
 	"sort"
 	"strings"
+
+	"github.com/subtta/subtta/autograd"
 )
 
 type command struct {
@@ -86,6 +88,12 @@ func run(args []string, stdout, stderr io.Writer) (status int) {
 	}
 	defer func() {
 		if r := recover(); r != nil {
+			if e, ok := r.(*autograd.DeviceError); ok {
+				// The GPU failed (out of memory, a CUDA error): not a bug.
+				fmt.Fprintf(stderr, "subtta %s: %v\n", args[0], e)
+				status = 1
+				return
+			}
 			// A bug, not bad input: one line for the user, the stack only
 			// when asked for (SUBTTA_TRACE=1).
 			fmt.Fprintf(stderr, "subtta %s: internal error: %v (please report it; SUBTTA_TRACE=1 prints the stack)\n", args[0], r)
