@@ -2,7 +2,6 @@ package autograd
 
 import (
 	"fmt"
-	"math"
 	"slices"
 
 	"github.com/nlpodyssey/spago/mat"
@@ -167,32 +166,6 @@ func (op *blockOp[T]) activation(y, x []T) {
 	}
 }
 
-// quickGELUAlpha is the sigmoid slope of QuickGELU, x·σ(1.702·x).
-const quickGELUAlpha = 1.702
-
-// activationSlope overwrites x with act′(x), given y = act(x). For QuickGELU
-// act′ = s + 1.702·y·(1−s) with s = σ(1.702·x) = y/x, so no exponential is
-// needed (kernel.QuickGELUSlope does both in one pass); for GELU it is
-// Φ(x) + x·φ(x).
-func (op *blockOp[T]) activationSlope(x, y []T) {
-	gelu := op.p.GELU
-	parallelFor(len(x), func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			v := x[i]
-			if gelu {
-				f := float64(v)
-				x[i] = T(0.5*(1+math.Erf(f/math.Sqrt2)) + f*math.Exp(-0.5*f*f)/math.Sqrt(2*math.Pi))
-				continue
-			}
-			s := T(0.5)
-			if v != 0 {
-				s = y[i] / v
-			}
-			x[i] = s + quickGELUAlpha*y[i]*(1-s)
-		}
-	})
-}
-
 // multiply computes y *= x elementwise.
 func multiply[T dtype](y, x []T) {
 	x = x[:len(y)]
@@ -295,7 +268,7 @@ func (op *blockOp[T]) Forward() (mat.Tensor, error) {
 	} else {
 		op.activation(act, *hidden)
 		if slope {
-			op.activationSlope(*hidden, act)
+			kernel.GELUSlope(*hidden, *hidden)
 		}
 	}
 	op.emit("mlp_hidden", act, m)

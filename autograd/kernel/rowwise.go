@@ -414,6 +414,28 @@ func GELUBackward[T Float](dx, dy, x []T) {
 	})
 }
 
+// GELUSlope computes slope = Φ(x) + x·φ(x), the derivative of GELU, which
+// a forward pass keeps for backward. slope may alias x.
+func GELUSlope[T Float](slope, x []T) {
+	slope = slope[:len(x)]
+	forRows(len(x), 1, func(_, lo, hi int) {
+		for i, v := range x[lo:hi] {
+			f := float64(v)
+			slope[lo+i] = T(0.5*(1+math.Erf(f/math.Sqrt2)) + f*math.Exp(-0.5*f*f)/math.Sqrt(2*math.Pi))
+		}
+	})
+}
+
+// Mul computes y = a·b elementwise. y may alias a or b.
+func Mul[T Float](y, a, b []T) {
+	b, y = b[:len(a)], y[:len(a)]
+	forRows(len(a), 1, func(_, lo, hi int) {
+		for i, v := range a[lo:hi] {
+			y[lo+i] = v * b[lo+i]
+		}
+	})
+}
+
 // Add computes y = a + b elementwise. y may alias a or b.
 func Add[T Float](y, a, b []T) {
 	b, y = b[:len(a)], y[:len(a)]

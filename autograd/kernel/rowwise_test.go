@@ -333,6 +333,16 @@ func TestActivations(t *testing.T) {
 			QuickGELUSlope(make([]float64, n), slope64, x)
 			checkClose(t, "QuickGELUSlope float64 slope", to32(slope64), want)
 		}
+		if c.name == "GELU" {
+			// The slope alone, written over its input.
+			want := make([]float64, n)
+			for i, v := range x {
+				want[i] = (c.f(v+c.h) - c.f(v-c.h)) / (2 * c.h)
+			}
+			slope := to32(x)
+			GELUSlope(slope, slope)
+			checkClose(t, "GELUSlope", slope, want)
+		}
 	}
 }
 
@@ -361,6 +371,13 @@ func TestElementwise(t *testing.T) {
 		y = to32(b)
 		Axpy(y, -0.5, to32(a))
 		checkClose(t, "Axpy", y, axpy)
+		prod := make([]float64, n)
+		for i := range n {
+			prod[i] = a[i] * b[i]
+		}
+		y = to32(a)
+		Mul(y, y, to32(b))
+		checkClose(t, "Mul", y, prod)
 		y = to32(a)
 		Scale(y, 3, y)
 		checkClose(t, "Scale", y, scaled)
