@@ -237,7 +237,7 @@ func blockOnDevice(d kernel.Device, op *blockOp[float32]) []float32 {
 	p := &op.p
 	x := r.upload(values[float32](op.x))
 	h := r.alloc(n * w)
-	r.layerNorm(h, x, n, w, p.LN1)
+	r.layerNorm(h, x, n, w, p.LN1, nil, nil)
 	qkv := r.alloc(3 * n * w)
 	r.linear(p.QKV, n, h, qkv)
 	r.attend(op.a, qkv, h) // the attention output goes where ln_1(x) was
@@ -245,7 +245,7 @@ func blockOnDevice(d kernel.Device, op *blockOp[float32]) []float32 {
 	r.linear(p.Out, n, h, proj)
 	x1 := r.alloc(n * w)
 	r.do(func() error { return d.Add(x1, x, proj, n*w) }) // x₁ = x + out_proj(attn)
-	r.layerNorm(h, x1, n, w, p.LN2)
+	r.layerNorm(h, x1, n, w, p.LN2, nil, nil)
 	hidden := r.alloc(n * m)
 	r.linear(p.FC, n, h, hidden)
 	r.do(func() error {
@@ -267,11 +267,12 @@ func blockOnDevice(d kernel.Device, op *blockOp[float32]) []float32 {
 }
 
 // layerNorm normalises the rows of x into y with ln's parameters, uploaded
-// for this run (they are what adaptation changes).
-func (r *devRun) layerNorm(y, x kernel.Buf, rows, cols int, ln *LayerNormParams) {
+// for this run (they are what adaptation changes), and writes the row
+// statistics to mean and rstd unless they are nil.
+func (r *devRun) layerNorm(y, x kernel.Buf, rows, cols int, ln *LayerNormParams, mean, rstd kernel.Buf) {
 	g := r.upload(values[float32](ln.Gamma))
 	b := r.upload(values[float32](ln.Beta))
-	r.do(func() error { return r.d.LayerNorm(y, x, rows, cols, g, b, ln.Eps) })
+	r.do(func() error { return r.d.LayerNorm(y, x, rows, cols, g, b, ln.Eps, mean, rstd) })
 }
 
 // attend is attend on the device: per head, S = s·Q·Kᵀ for every sequence

@@ -703,15 +703,39 @@ func (d *device) ptrs(what string, n int, bs ...kernel.Buf) ([]C.uintptr_t, erro
 	return ps, nil
 }
 
-func (d *device) LayerNorm(y, x kernel.Buf, rows, cols int, gamma, beta kernel.Buf, eps float64) error {
+// optPtrs is ptrs for buffers that may be nil (outputs not wanted), which
+// give 0, the kernels' null.
+func (d *device) optPtrs(what string, n int, bs ...kernel.Buf) ([]C.uintptr_t, error) {
+	ps := make([]C.uintptr_t, len(bs))
+	for i, b := range bs {
+		if b == nil {
+			continue
+		}
+		p, err := d.ptrs(what, n, b)
+		if err != nil {
+			return nil, err
+		}
+		ps[i] = p[0]
+	}
+	return ps, nil
+}
+
+func (d *device) LayerNorm(y, x kernel.Buf, rows, cols int, gamma, beta kernel.Buf, eps float64, mean, rstd kernel.Buf) error {
 	if !fits32(rows, cols, rows*cols) {
 		return fmt.Errorf("gpu: LayerNorm: %d×%d", rows, cols)
+	}
+	if (mean == nil) != (rstd == nil) {
+		return fmt.Errorf("gpu: LayerNorm: mean and rstd must both be set or both nil")
 	}
 	p, err := d.ptrs("LayerNorm", rows*cols, y, x)
 	if err != nil {
 		return err
 	}
 	g, err := d.ptrs("LayerNorm", cols, gamma, beta)
+	if err != nil {
+		return err
+	}
+	st, err := d.optPtrs("LayerNorm", rows, mean, rstd)
 	if err != nil || rows == 0 || cols == 0 {
 		return err
 	}
@@ -722,7 +746,67 @@ func (d *device) LayerNorm(y, x kernel.Buf, rows, cols int, gamma, beta kernel.B
 	a.ptr(g[0])
 	a.ptr(g[1])
 	a.f64(eps)
+	a.ptr(st[0])
+	a.ptr(st[1])
 	return d.launch("layer_norm", rows, a)
+}
+
+// LayerNormBackward runs layer_norm_backward (one block per row) for dx and
+// layer_norm_param_grads (one block per paramGradCols columns) for dgamma
+// and dbeta.
+func (d *device) LayerNormBackward(dx, dgamma, dbeta, dy, x kernel.Buf, rows, cols int, gamma, mean, rstd kernel.Buf) error {
+	if !fits32(rows, cols, rows*cols) {
+		return fmt.Errorf("gpu: LayerNormBackward: %d×%d", rows, cols)
+	}
+	if (dgamma == nil) != (dbeta == nil) {
+		return fmt.Errorf("gpu: LayerNormBackward: dgamma and dbeta must both be set or both nil")
+	}
+	p, err := d.ptrs("LayerNormBackward", rows*cols, dy, x)
+	if err != nil {
+		return err
+	}
+	dp, err := d.optPtrs("LayerNormBackward", rows*cols, dx)
+	if err != nil {
+		return err
+	}
+	g, err := d.ptrs("LayerNormBackward", cols, gamma)
+	if err != nil {
+		return err
+	}
+	st, err := d.ptrs("LayerNormBackward", rows, mean, rstd)
+	if err != nil {
+		return err
+	}
+	pg, err := d.optPtrs("LayerNormBackward", cols, dgamma, dbeta)
+	if err != nil || cols == 0 {
+		return err
+	}
+	if dx != nil && rows > 0 {
+		var a args
+		a.ptr(dp[0])
+		a.ptr(p[0])
+		a.ptr(p[1])
+		a.i32(cols)
+		a.ptr(g[0])
+		a.ptr(st[0])
+		a.ptr(st[1])
+		if err := d.launch("layer_norm_backward", rows, a); err != nil {
+			return err
+		}
+	}
+	if dgamma == nil {
+		return nil
+	}
+	var a args
+	a.ptr(pg[0])
+	a.ptr(pg[1])
+	a.ptr(p[0])
+	a.ptr(p[1])
+	a.i32(rows)
+	a.i32(cols)
+	a.ptr(st[0])
+	a.ptr(st[1])
+	return d.launch("layer_norm_param_grads", (cols+paramGradCols-1)/paramGradCols, a)
 }
 
 func (d *device) Softmax(y, x kernel.Buf, rows, cols int, scale float32, causal bool) error {
@@ -746,6 +830,23 @@ func (d *device) Softmax(y, x kernel.Buf, rows, cols int, scale float32, causal 
 	return d.launch("softmax", rows, a)
 }
 
+func (d *device) SoftmaxBackward(dx, dy, y kernel.Buf, rows, cols int, scale float32) error {
+	if !fits32(rows, cols, rows*cols) {
+		return fmt.Errorf("gpu: SoftmaxBackward: %d×%d", rows, cols)
+	}
+	p, err := d.ptrs("SoftmaxBackward", rows*cols, dx, dy, y)
+	if err != nil || rows == 0 || cols == 0 {
+		return err
+	}
+	var a args
+	a.ptr(p[0])
+	a.ptr(p[1])
+	a.ptr(p[2])
+	a.i32(cols)
+	a.f32(scale)
+	return d.launch("softmax_backward", rows, a)
+}
+
 func (d *device) elementwise(name string, n int, bs ...kernel.Buf) error {
 	p, err := d.ptrs(name, n, bs...)
 	if err != nil || n == 0 {
@@ -762,6 +863,13 @@ func (d *device) elementwise(name string, n int, bs ...kernel.Buf) error {
 func (d *device) QuickGELU(y, x kernel.Buf, n int) error { return d.elementwise("quick_gelu", n, y, x) }
 func (d *device) GELU(y, x kernel.Buf, n int) error      { return d.elementwise("gelu", n, y, x) }
 func (d *device) Add(y, a, b kernel.Buf, n int) error    { return d.elementwise("add", n, y, a, b) }
+func (d *device) Mul(y, a, b kernel.Buf, n int) error    { return d.elementwise("mul", n, y, a, b) }
+func (d *device) QuickGELUSlope(y, slope, x kernel.Buf, n int) error {
+	return d.elementwise("quick_gelu_slope", n, y, slope, x)
+}
+func (d *device) GELUSlope(slope, x kernel.Buf, n int) error {
+	return d.elementwise("gelu_slope", n, slope, x)
+}
 
 func (d *device) FillRows(y kernel.Buf, rows, cols int, v kernel.Buf) error {
 	if !fits32(rows, cols, rows*cols) {

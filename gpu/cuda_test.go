@@ -173,10 +173,43 @@ func TestRowwiseMatchesCPU(t *testing.T) {
 		stats := make([]float32, 2*s.rows)
 		kernel.LayerNorm(want, x, s.rows, s.cols, g, b, 1e-5, stats[:s.rows], stats[s.rows:])
 		yd := upload(t, d, make([]float32, n))
-		if err := d.LayerNorm(yd, xd, s.rows, s.cols, gd, bd, 1e-5); err != nil {
+		if err := d.LayerNorm(yd, xd, s.rows, s.cols, gd, bd, 1e-5, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 		check(t, "LayerNorm "+name, download(t, d, yd, n), want)
+		sd := upload(t, d, make([]float32, 2*s.rows))
+		if err := d.LayerNorm(yd, xd, s.rows, s.cols, gd, bd, 1e-5, sd.Slice(0, s.rows), sd.Slice(s.rows, 2*s.rows)); err != nil {
+			t.Fatal(err)
+		}
+		check(t, "LayerNorm with statistics "+name, download(t, d, yd, n), want)
+		check(t, "LayerNorm mean "+name, download(t, d, sd, s.rows), stats[:s.rows])
+		check(t, "LayerNorm rstd "+name, download(t, d, sd.Slice(s.rows, 2*s.rows), s.rows), stats[s.rows:])
+
+		// LayerNorm's backward from the statistics: dx, and dγ, dβ
+		// (overwritten: the buffer starts with garbage), together and
+		// apart.
+		dy := randSlice(rng, n)
+		dyd := upload(t, d, dy)
+		wantDx, wantDp := make([]float32, n), make([]float32, 2*s.cols)
+		kernel.LayerNormBackward(wantDx, wantDp[:s.cols], wantDp[s.cols:], dy, x, s.rows, s.cols, g, stats[:s.rows], stats[s.rows:])
+		dxd, dpd := upload(t, d, make([]float32, n)), upload(t, d, randSlice(rng, 2*s.cols))
+		dgd, dbd := dpd.Slice(0, s.cols), dpd.Slice(s.cols, 2*s.cols)
+		if err := d.LayerNormBackward(dxd, dgd, dbd, dyd, xd, s.rows, s.cols, gd, sd.Slice(0, s.rows), sd.Slice(s.rows, 2*s.rows)); err != nil {
+			t.Fatal(err)
+		}
+		check(t, "LayerNormBackward dx "+name, download(t, d, dxd, n), wantDx)
+		check(t, "LayerNormBackward dγ "+name, download(t, d, dgd, s.cols), wantDp[:s.cols])
+		check(t, "LayerNormBackward dβ "+name, download(t, d, dbd, s.cols), wantDp[s.cols:])
+		dxOnly := upload(t, d, make([]float32, n))
+		if err := d.LayerNormBackward(dxOnly, nil, nil, dyd, xd, s.rows, s.cols, gd, sd.Slice(0, s.rows), sd.Slice(s.rows, 2*s.rows)); err != nil {
+			t.Fatal(err)
+		}
+		check(t, "LayerNormBackward dx alone "+name, download(t, d, dxOnly, n), wantDx)
+		dpOnly := upload(t, d, randSlice(rng, 2*s.cols))
+		if err := d.LayerNormBackward(nil, dpOnly.Slice(0, s.cols), dpOnly.Slice(s.cols, 2*s.cols), dyd, xd, s.rows, s.cols, gd, sd.Slice(0, s.rows), sd.Slice(s.rows, 2*s.rows)); err != nil {
+			t.Fatal(err)
+		}
+		check(t, "LayerNormBackward dγ|dβ alone "+name, download(t, d, dpOnly, 2*s.cols), wantDp)
 
 		for _, causal := range []bool{false, true} {
 			if causal && s.rows%s.cols != 0 {
@@ -187,6 +220,15 @@ func TestRowwiseMatchesCPU(t *testing.T) {
 				t.Fatal(err)
 			}
 			check(t, fmt.Sprintf("Softmax %s causal=%v", name, causal), download(t, d, yd, n), want)
+
+			// Its backward, in place on dy as attention runs it.
+			wantDx := make([]float32, n)
+			kernel.SoftmaxBackward(wantDx, dy, want, s.rows, s.cols, 0.3)
+			dyc := upload(t, d, dy)
+			if err := d.SoftmaxBackward(dyc, dyc, yd, s.rows, s.cols, 0.3); err != nil {
+				t.Fatal(err)
+			}
+			check(t, fmt.Sprintf("SoftmaxBackward %s causal=%v", name, causal), download(t, d, dyc, n), wantDx)
 		}
 
 		kernel.QuickGELU(want, x)
@@ -201,11 +243,35 @@ func TestRowwiseMatchesCPU(t *testing.T) {
 		}
 		check(t, "GELU "+name, download(t, d, yd, n), want)
 
+		// The slopes, in place on x as the forward pass keeps them.
+		wantSlope := make([]float32, n)
+		kernel.QuickGELUSlope(want, wantSlope, x)
+		xc := upload(t, d, x)
+		if err := d.QuickGELUSlope(yd, xc, xc, n); err != nil {
+			t.Fatal(err)
+		}
+		check(t, "QuickGELUSlope y "+name, download(t, d, yd, n), want)
+		check(t, "QuickGELUSlope slope "+name, download(t, d, xc, n), wantSlope)
+		kernel.GELUSlope(wantSlope, x)
+		if err := d.Upload(xc, x); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.GELUSlope(xc, xc, n); err != nil {
+			t.Fatal(err)
+		}
+		check(t, "GELUSlope "+name, download(t, d, xc, n), wantSlope)
+
+		kernel.Mul(want, x, dy)
+		if err := d.Mul(yd, xd, dyd, n); err != nil {
+			t.Fatal(err)
+		}
+		check(t, "Mul "+name, download(t, d, yd, n), want)
+
 		kernel.Add(want, x, want)
 		if err := d.Add(yd, xd, yd, n); err != nil { // in place, as the residuals
 			t.Fatal(err)
 		}
-		check(t, "Add "+name, download(t, d, yd, n), want)
+		check(t, "Add "+name, download(t, d, yd, n), want) // yd held Mul's result
 
 		for r := range s.rows {
 			copy(want[r*s.cols:(r+1)*s.cols], b)

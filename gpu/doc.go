@@ -1,8 +1,8 @@
 // Package gpu runs the model's kernels on an NVIDIA GPU: Open returns a
 // kernel.Device whose buffers are device memory, whose products are cuBLAS
 // SGEMMs and whose row-wise kernels (LayerNorm, softmax, QuickGELU, GELU,
-// residual add, bias rows) are CUDA C compiled at run time by NVRTC for the
-// GPU at hand. autograd.SetDevice puts it under the model (see there for
+// their backward passes, residual add, bias rows) are CUDA C compiled at run
+// time by NVRTC for the GPU at hand. autograd.SetDevice puts it under the model (see there for
 // what runs on it).
 //
 // The package is built with CUDA only under the build tag cuda, with cgo:

@@ -7,7 +7,12 @@ package gpu
 const rowwiseBlock = 256
 
 // rowwiseKernels are the functions of rowwiseSource.
-var rowwiseKernels = []string{"layer_norm", "softmax", "quick_gelu", "gelu", "add", "fill_rows"}
+var rowwiseKernels = []string{"layer_norm", "layer_norm_backward", "layer_norm_param_grads", "softmax",
+	"softmax_backward", "quick_gelu", "quick_gelu_slope", "gelu", "gelu_slope", "add", "mul", "fill_rows"}
+
+// paramGradCols is the number of columns a block of layer_norm_param_grads
+// sums (COLS in rowwiseSource).
+const paramGradCols = 32
 
 // rowwiseSource is the CUDA C of the row-wise kernels, compiled by NVRTC
 // when a device is opened. Each mirrors the function of package kernel of
@@ -45,10 +50,11 @@ __device__ float block_max(float v, float *s) {
 }
 
 // y = (x - mean)·rstd·gamma + beta per row of cols values, rstd =
-// 1/sqrt(var + eps), the statistics in double. y may be x: each thread
+// 1/sqrt(var + eps), the statistics in double; they are written to mean
+// and rstd (one per row) unless those are null. y may be x: each thread
 // writes only the values it read, after the last reduction.
 extern "C" __global__ void layer_norm(float *y, const float *x, int cols,
-		const float *gamma, const float *beta, double eps) {
+		const float *gamma, const float *beta, double eps, float *mean, float *rstd) {
 	__shared__ double s[BLOCK];
 	const float *xr = x + (unsigned long long)blockIdx.x * cols;
 	float *yr = y + (unsigned long long)blockIdx.x * cols;
@@ -62,7 +68,62 @@ extern "C" __global__ void layer_norm(float *y, const float *x, int cols,
 	}
 	double rs = 1.0 / sqrt(block_sum(sq, s) / cols + eps);
 	float m = (float)mu, q = (float)rs;
+	if (threadIdx.x == 0 && mean) {
+		mean[blockIdx.x] = m;
+		rstd[blockIdx.x] = q;
+	}
 	for (int j = threadIdx.x; j < cols; j += BLOCK) yr[j] = (xr[j] - m) * q * gamma[j] + beta[j];
+}
+
+// The input gradient of layer_norm per row, from the kept statistics: with
+// h = (x - mean)·rstd and g = dy·gamma, dx = rstd·(g - mean(g) - h·mean(g·h)),
+// the means in double.
+extern "C" __global__ void layer_norm_backward(float *dx, const float *dy, const float *x, int cols,
+		const float *gamma, const float *mean, const float *rstd) {
+	__shared__ double s[BLOCK];
+	unsigned long long off = (unsigned long long)blockIdx.x * cols;
+	const float *xr = x + off, *dyr = dy + off;
+	float *dxr = dx + off;
+	float m = mean[blockIdx.x], q = rstd[blockIdx.x];
+	double sg = 0, sgh = 0;
+	for (int j = threadIdx.x; j < cols; j += BLOCK) {
+		float g = dyr[j] * gamma[j];
+		sg += g;
+		sgh += (double)g * ((xr[j] - m) * q);
+	}
+	float mg = (float)(block_sum(sg, s) / cols);
+	float mgh = (float)(block_sum(sgh, s) / cols);
+	for (int j = threadIdx.x; j < cols; j += BLOCK) dxr[j] = q * (dyr[j] * gamma[j] - mg - (xr[j] - m) * q * mgh);
+}
+
+// dgamma = Σ_rows dy·h and dbeta = Σ_rows dy (overwritten): a block sums
+// COLS columns, its threads in BLOCK/COLS lanes of rows, in double.
+#define COLS 32
+extern "C" __global__ void layer_norm_param_grads(float *dgamma, float *dbeta, const float *dy, const float *x,
+		int rows, int cols, const float *mean, const float *rstd) {
+	__shared__ double sg[BLOCK], sb[BLOCK];
+	int c = threadIdx.x % COLS, lane = threadIdx.x / COLS;
+	int j = blockIdx.x * COLS + c;
+	double g = 0, b = 0;
+	if (j < cols) {
+		for (int r = lane; r < rows; r += BLOCK / COLS) {
+			unsigned long long i = (unsigned long long)r * cols + j;
+			float d = dy[i];
+			g += d * ((x[i] - mean[r]) * rstd[r]);
+			b += d;
+		}
+	}
+	sg[threadIdx.x] = g;
+	sb[threadIdx.x] = b;
+	__syncthreads();
+	if (lane == 0 && j < cols) {
+		for (int k = 1; k < BLOCK / COLS; k++) {
+			g += sg[threadIdx.x + k * COLS];
+			b += sb[threadIdx.x + k * COLS];
+		}
+		dgamma[j] = (float)g;
+		dbeta[j] = (float)b;
+	}
 }
 
 // y = softmax(scale·x) per row; with causal set, row r sees columns
@@ -87,11 +148,36 @@ extern "C" __global__ void softmax(float *y, const float *x, int cols, float sca
 	for (int j = n + threadIdx.x; j < cols; j += BLOCK) yr[j] = 0;
 }
 
+// dx = scale·y·(dy - Σ y·dy) per row, the gradient of softmax(scale·x)
+// (masked entries have y = 0). dx may be dy.
+extern "C" __global__ void softmax_backward(float *dx, const float *dy, const float *y, int cols, float scale) {
+	__shared__ double s[BLOCK];
+	unsigned long long off = (unsigned long long)blockIdx.x * cols;
+	const float *yr = y + off, *dyr = dy + off;
+	float *dxr = dx + off;
+	double dot = 0;
+	for (int j = threadIdx.x; j < cols; j += BLOCK) dot += yr[j] * dyr[j];
+	float d = (float)block_sum(dot, s);
+	for (int j = threadIdx.x; j < cols; j += BLOCK) dxr[j] = scale * yr[j] * (dyr[j] - d);
+}
+
 // y = x·σ(1.702·x), CLIP's activation.
 extern "C" __global__ void quick_gelu(float *y, const float *x, int n) {
 	for (long long i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += (long long)gridDim.x * BLOCK) {
 		float v = x[i];
 		y[i] = v / (1.0f + expf(-1.702f * v));
+	}
+}
+
+// y = quick_gelu(x) and its derivative slope = s + 1.702·y·(1 - s),
+// s = σ(1.702·x). slope may be x.
+extern "C" __global__ void quick_gelu_slope(float *y, float *slope, const float *x, int n) {
+	for (long long i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += (long long)gridDim.x * BLOCK) {
+		float v = x[i];
+		float e = 1.0f + expf(-1.702f * v);
+		float yv = v / e, s = 1.0f / e;
+		y[i] = yv;
+		slope[i] = s + 1.702f * yv * (1.0f - s);
 	}
 }
 
@@ -101,6 +187,19 @@ extern "C" __global__ void gelu(float *y, const float *x, int n) {
 		double v = x[i];
 		y[i] = (float)(0.5 * v * (1.0 + erf(v * 0.70710678118654752)));
 	}
+}
+
+// slope = Φ(x) + x·φ(x), the derivative of GELU, in double. slope may be x.
+extern "C" __global__ void gelu_slope(float *slope, const float *x, int n) {
+	for (long long i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += (long long)gridDim.x * BLOCK) {
+		double v = x[i];
+		slope[i] = (float)(0.5 * (1.0 + erf(v * 0.70710678118654752)) + v * exp(-0.5 * v * v) * 0.39894228040143268);
+	}
+}
+
+// y = a·b.
+extern "C" __global__ void mul(float *y, const float *a, const float *b, int n) {
+	for (long long i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += (long long)gridDim.x * BLOCK) y[i] = a[i] * b[i];
 }
 
 // y = a + b.

@@ -34,15 +34,29 @@ type Device interface {
 	// GemmBatched is GemmBatched on device buffers.
 	GemmBatched(transA, transB bool, batch, m, n, k int, alpha float32, a Buf, lda, strideA int, b Buf, ldb, strideB int, beta float32, c Buf, ldc, strideC int) error
 
-	// LayerNorm is LayerNorm without the row statistics.
-	LayerNorm(y, x Buf, rows, cols int, gamma, beta Buf, eps float64) error
+	// LayerNorm is LayerNorm; the row statistics go to mean and rstd
+	// (rows values each) unless they are nil.
+	LayerNorm(y, x Buf, rows, cols int, gamma, beta Buf, eps float64, mean, rstd Buf) error
+	// LayerNormBackward is LayerNormBackward, except that dgamma and dbeta
+	// are overwritten with the column sums rather than added to. Each of dx,
+	// dgamma and dbeta may be nil (not wanted); dgamma and dbeta are both
+	// nil or both set.
+	LayerNormBackward(dx, dgamma, dbeta, dy, x Buf, rows, cols int, gamma, mean, rstd Buf) error
 	// Softmax is Softmax, causal mask included.
 	Softmax(y, x Buf, rows, cols int, scale float32, causal bool) error
+	// SoftmaxBackward is SoftmaxBackward.
+	SoftmaxBackward(dx, dy, y Buf, rows, cols int, scale float32) error
 	// QuickGELU and GELU apply the activation to n values.
 	QuickGELU(y, x Buf, n int) error
 	GELU(y, x Buf, n int) error
-	// Add computes y = a + b for n values.
+	// QuickGELUSlope is QuickGELUSlope and GELUSlope is GELUSlope, on n
+	// values: the activation's derivative, kept by a forward pass for
+	// backward.
+	QuickGELUSlope(y, slope, x Buf, n int) error
+	GELUSlope(slope, x Buf, n int) error
+	// Add computes y = a + b and Mul y = a·b for n values.
 	Add(y, a, b Buf, n int) error
+	Mul(y, a, b Buf, n int) error
 	// FillRows copies v (cols values) into each row of y (rows×cols): a
 	// bias, to which a Gemm with beta = 1 then adds a product.
 	FillRows(y Buf, rows, cols int, v Buf) error
@@ -110,14 +124,55 @@ func (host) GemmBatched(transA, transB bool, batch, m, n, k int, alpha float32, 
 	return nil
 }
 
-func (host) LayerNorm(y, x Buf, rows, cols int, gamma, beta Buf, eps float64) error {
-	stats := make([]float32, 2*rows)
-	LayerNorm(hb(y), hb(x), rows, cols, hb(gamma), hb(beta), eps, stats[:rows], stats[rows:])
+func (host) LayerNorm(y, x Buf, rows, cols int, gamma, beta Buf, eps float64, mean, rstd Buf) error {
+	var m, r []float32
+	if mean == nil || rstd == nil {
+		stats := make([]float32, 2*rows)
+		m, r = stats[:rows], stats[rows:]
+	}
+	if mean != nil {
+		m = hb(mean)
+	}
+	if rstd != nil {
+		r = hb(rstd)
+	}
+	LayerNorm(hb(y), hb(x), rows, cols, hb(gamma), hb(beta), eps, m, r)
+	return nil
+}
+
+func (host) LayerNormBackward(dx, dgamma, dbeta, dy, x Buf, rows, cols int, gamma, mean, rstd Buf) error {
+	dg, db := hbOrNil(dgamma), hbOrNil(dbeta)
+	if (dg == nil) != (db == nil) {
+		return fmt.Errorf("kernel: Host.LayerNormBackward: dgamma and dbeta must both be set or both nil")
+	}
+	clear(dg[:min(len(dg), cols)])
+	clear(db[:min(len(db), cols)])
+	LayerNormBackward(hbOrNil(dx), dg, db, hb(dy), hb(x), rows, cols, hb(gamma), hb(mean), hb(rstd))
 	return nil
 }
 
 func (host) Softmax(y, x Buf, rows, cols int, scale float32, causal bool) error {
 	Softmax(hb(y), hb(x), rows, cols, scale, causal)
+	return nil
+}
+
+func (host) SoftmaxBackward(dx, dy, y Buf, rows, cols int, scale float32) error {
+	SoftmaxBackward(hb(dx), hb(dy), hb(y), rows, cols, scale)
+	return nil
+}
+
+func (host) QuickGELUSlope(y, slope, x Buf, n int) error {
+	QuickGELUSlope(hb(y)[:n], hb(slope)[:n], hb(x)[:n])
+	return nil
+}
+
+func (host) GELUSlope(slope, x Buf, n int) error {
+	GELUSlope(hb(slope)[:n], hb(x)[:n])
+	return nil
+}
+
+func (host) Mul(y, a, b Buf, n int) error {
+	Mul(hb(y)[:n], hb(a)[:n], hb(b)[:n])
 	return nil
 }
 
@@ -142,6 +197,14 @@ func (host) FillRows(y Buf, rows, cols int, v Buf) error {
 		copy(ys[r*cols:(r+1)*cols], vs)
 	}
 	return nil
+}
+
+// hbOrNil is hb, with nil for a nil buffer (an output not wanted).
+func hbOrNil(b Buf) []float32 {
+	if b == nil {
+		return nil
+	}
+	return hb(b)
 }
 
 // hb returns the slice of a Host buffer; any other buffer is a programming

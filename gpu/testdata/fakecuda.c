@@ -151,6 +151,7 @@ status cuModuleLoadData(void **m, const void *image) {
 static void layer_norm(unsigned grid, void **params) {
 	float *y = P(0, float *); const float *x = P(1, const float *); int cols = P(2, int);
 	const float *g = P(3, const float *), *b = P(4, const float *); double eps = P(5, double);
+	float *mean = P(6, float *), *rstd = P(7, float *);
 	for (unsigned r = 0; r < grid; r++) {
 		const float *xr = x + (long)r * cols; float *yr = y + (long)r * cols;
 		double s = 0, q = 0;
@@ -158,7 +159,42 @@ static void layer_norm(unsigned grid, void **params) {
 		double mu = s / cols;
 		for (int j = 0; j < cols; j++) q += (xr[j] - mu) * (xr[j] - mu);
 		float m = (float)mu, rs = (float)(1 / sqrt(q / cols + eps));
+		if (mean) { mean[r] = m; rstd[r] = rs; }
 		for (int j = 0; j < cols; j++) yr[j] = (xr[j] - m) * rs * g[j] + b[j];
+	}
+}
+
+static void layer_norm_backward(unsigned grid, void **params) {
+	float *dx = P(0, float *); const float *dy = P(1, const float *), *x = P(2, const float *);
+	int cols = P(3, int); const float *g = P(4, const float *), *mean = P(5, const float *), *rstd = P(6, const float *);
+	for (unsigned r = 0; r < grid; r++) {
+		const float *xr = x + (long)r * cols, *dyr = dy + (long)r * cols; float *dxr = dx + (long)r * cols;
+		float m = mean[r], q = rstd[r];
+		double sg = 0, sgh = 0;
+		for (int j = 0; j < cols; j++) {
+			float gj = dyr[j] * g[j];
+			sg += gj;
+			sgh += (double)gj * ((xr[j] - m) * q);
+		}
+		float mg = (float)(sg / cols), mgh = (float)(sgh / cols);
+		for (int j = 0; j < cols; j++) dxr[j] = q * (dyr[j] * g[j] - mg - (xr[j] - m) * q * mgh);
+	}
+}
+
+// One block per 32 columns, as the CUDA kernel.
+static void layer_norm_param_grads(unsigned grid, void **params) {
+	float *dg = P(0, float *), *db = P(1, float *); const float *dy = P(2, const float *), *x = P(3, const float *);
+	int rows = P(4, int), cols = P(5, int); const float *mean = P(6, const float *), *rstd = P(7, const float *);
+	if (grid != (unsigned)(cols + 31) / 32) { fprintf(stderr, "layer_norm_param_grads: grid %u for %d columns\n", grid, cols); abort(); }
+	for (int j = 0; j < cols; j++) {
+		double g = 0, b = 0;
+		for (int r = 0; r < rows; r++) {
+			long i = (long)r * cols + j;
+			g += dy[i] * ((x[i] - mean[r]) * rstd[r]);
+			b += dy[i];
+		}
+		dg[j] = (float)g;
+		db[j] = (float)b;
 	}
 }
 
@@ -176,6 +212,40 @@ static void softmax(unsigned grid, void **params) {
 		for (int j = 0; j < n; j++) yr[j] *= inv;
 		for (int j = n; j < cols; j++) yr[j] = 0;
 	}
+}
+
+static void softmax_backward(unsigned grid, void **params) {
+	float *dx = P(0, float *); const float *dy = P(1, const float *), *y = P(2, const float *);
+	int cols = P(3, int); float scale = P(4, float);
+	for (unsigned r = 0; r < grid; r++) {
+		const float *yr = y + (long)r * cols, *dyr = dy + (long)r * cols; float *dxr = dx + (long)r * cols;
+		double dot = 0;
+		for (int j = 0; j < cols; j++) dot += yr[j] * dyr[j];
+		float d = (float)dot;
+		for (int j = 0; j < cols; j++) dxr[j] = scale * yr[j] * (dyr[j] - d);
+	}
+}
+
+static void quick_gelu_slope(unsigned grid, void **params) {
+	float *y = P(0, float *), *slope = P(1, float *); const float *x = P(2, const float *); int n = P(3, int);
+	for (int i = 0; i < n; i++) {
+		float v = x[i], e = 1 + expf(-1.702f * v), yv = v / e, s = 1 / e;
+		y[i] = yv;
+		slope[i] = s + 1.702f * yv * (1 - s);
+	}
+}
+
+static void gelu_slope(unsigned grid, void **params) {
+	float *slope = P(0, float *); const float *x = P(1, const float *); int n = P(2, int);
+	for (int i = 0; i < n; i++) {
+		double v = x[i];
+		slope[i] = (float)(0.5 * (1 + erf(v * 0.70710678118654752)) + v * exp(-0.5 * v * v) * 0.39894228040143268);
+	}
+}
+
+static void mul(unsigned grid, void **params) {
+	float *y = P(0, float *); const float *a = P(1, const float *), *b = P(2, const float *); int n = P(3, int);
+	for (int i = 0; i < n; i++) y[i] = a[i] * b[i];
 }
 
 static void quick_gelu(unsigned grid, void **params) {
@@ -199,8 +269,10 @@ static void fill_rows(unsigned grid, void **params) {
 }
 
 static struct { const char *name; void (*run)(unsigned, void **); } kernels[] = {
-	{"layer_norm", layer_norm}, {"softmax", softmax}, {"quick_gelu", quick_gelu},
-	{"gelu", gelu}, {"add", add}, {"fill_rows", fill_rows},
+	{"layer_norm", layer_norm}, {"layer_norm_backward", layer_norm_backward},
+	{"layer_norm_param_grads", layer_norm_param_grads}, {"softmax", softmax},
+	{"softmax_backward", softmax_backward}, {"quick_gelu", quick_gelu}, {"quick_gelu_slope", quick_gelu_slope},
+	{"gelu", gelu}, {"gelu_slope", gelu_slope}, {"add", add}, {"mul", mul}, {"fill_rows", fill_rows},
 };
 
 status cuModuleGetFunction(void **f, void *m, const char *name) {
