@@ -146,6 +146,8 @@ type blockOp[T dtype] struct {
 	hidden *[]T // MLP pre-activation [out, mlp], or its slope (see slope)
 	slope  bool // hidden holds act′(pre-activation): c_proj's weight is frozen
 	spent  bool // Backward has run
+
+	dev *devBlock // instead of the above when the pass ran on a device
 }
 
 func (op *blockOp[T]) Operands() []mat.Tensor { return op.operands }
@@ -194,9 +196,14 @@ func (op *blockOp[T]) Forward() (mat.Tensor, error) {
 	r, o, w, m := op.rows, op.out, op.a.width, op.mlp
 	p := &op.p
 	keep := anyRequiresGrad(op.operands)
-	if d := CurrentDevice(); d != nil && !keep && op.trace == nil {
+	if d := CurrentDevice(); d != nil && op.trace == nil {
 		if op32, ok := any(op).(*blockOp[float32]); ok {
-			return newMatrix(any(blockOnDevice(d, op32)).([]T), o, w), nil
+			if !keep {
+				return newMatrix(any(blockOnDevice(d, op32)).([]T), o, w), nil
+			}
+			if op.recordsOnDevice() {
+				return newMatrix(any(blockRecordOnDevice(d, op32)).([]T), o, w), nil
+			}
 		}
 	}
 	// buffer returns a pooled buffer of n values; those not kept for
@@ -294,6 +301,10 @@ func (op *blockOp[T]) Backward(gy mat.Tensor) error {
 	}
 	op.spent = true
 	defer op.release()
+	if op.dev != nil {
+		blockBackwardOnDevice(any(op).(*blockOp[float32]), any(values[T](gy)).([]float32))
+		return nil
+	}
 	r, o, w, m := op.rows, op.out, op.a.width, op.mlp
 	p := &op.p
 	dy := values[T](gy)
@@ -421,8 +432,13 @@ func (op *blockOp[T]) layerNormBackward(dx, dy, x []T, r int, ln *LayerNormParam
 	}
 }
 
-// release returns the buffers kept for backward to their pools.
+// release returns the buffers kept for backward to their pools, or frees
+// them on the device.
 func (op *blockOp[T]) release() {
+	if op.dev != nil {
+		op.dev.free()
+		op.dev = nil
+	}
 	for _, b := range []**[]T{&op.stats, &op.qkv, &op.attn, &op.x1, &op.hidden} {
 		if *b != nil {
 			putBuf(*b)

@@ -18,18 +18,23 @@ var device atomic.Pointer[kernel.Device]
 //   - a TransformerBlock none of whose operands requires a gradient (a
 //     forward pass without a tape) runs whole on d: its input is uploaded
 //     once, its result downloaded once;
-//   - the products of a Linear layer whose weight is frozen, x·Wᵀ + b and
-//     the input gradient dy·W, run on d in every pass, blocks that record
-//     for backward included: the operand is uploaded and the product
-//     downloaded at each call.
+//   - a TransformerBlock recording for backward whose linear layers are
+//     frozen (adaptation: only the input and the LayerNorms need
+//     gradients), with every row computed and no trace, runs forward and
+//     backward on d: forward keeps what backward needs on d and downloads
+//     its result; backward uploads the output gradient and downloads the
+//     input gradient and the LayerNorm parameters' gradients;
+//   - the products of any other Linear layer whose weight is frozen, x·Wᵀ +
+//     b and the input gradient dy·W, run on d in every pass: the operand is
+//     uploaded and the product downloaded at each call.
 //
 // A frozen weight (and bias) of a layer that keeps its weight packed
 // (LinearParams.KeepPacked) is uploaded once and kept on d, under the same
 // rules as the packed copies; other weights, and LayerNorm parameters, are
 // uploaded at each call. Everything else (attention and the row-wise ops
-// of blocks that record for backward or are traced, weight gradients,
-// float64) stays on the CPU. A device error panics, as forward passes
-// cannot return errors. Do not call SetDevice while ops run.
+// of the other blocks, weight gradients, float64) stays on the CPU. A
+// device error panics, as forward passes cannot return errors. Do not call
+// SetDevice while ops run.
 func SetDevice(d kernel.Device) {
 	if d == nil {
 		device.Store(nil)
@@ -52,7 +57,8 @@ type devRun struct {
 	d    kernel.Device
 	err  error
 	bufs []kernel.Buf
-	keep []any // values to keep alive until close (resident weights)
+	kept []kernel.Buf // outlive the run unless it fails (allocKept)
+	keep []any        // values to keep alive until close (resident weights)
 }
 
 // do runs f unless an earlier call failed.
@@ -76,6 +82,17 @@ func (r *devRun) alloc(n int) kernel.Buf {
 	return b
 }
 
+// allocKept returns a buffer of n values that close frees only if the run
+// failed: the caller takes r.kept over.
+func (r *devRun) allocKept(n int) kernel.Buf {
+	b := r.alloc(n)
+	if b != nil {
+		r.bufs = r.bufs[:len(r.bufs)-1]
+		r.kept = append(r.kept, b)
+	}
+	return b
+}
+
 // upload returns v in a buffer that close frees.
 func (r *devRun) upload(v []float32) kernel.Buf {
 	b := r.alloc(len(v))
@@ -90,6 +107,9 @@ func (r *devRun) close() {
 	}
 	runtime.KeepAlive(r.keep)
 	if r.err != nil {
+		for _, b := range r.kept {
+			r.d.Free(b)
+		}
 		panic(&DeviceError{Device: r.d.Name(), Err: r.err})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/nlpodyssey/spago/ag"
+	"github.com/nlpodyssey/spago/mat"
 	"github.com/subtta/subtta/autograd/kernel"
 )
 
@@ -36,6 +37,40 @@ func (d *countingDevice) Gemm(transA, transB bool, m, n, k int, alpha float32, a
 func (d *countingDevice) Softmax(y, x kernel.Buf, rows, cols int, scale float32, causal bool) error {
 	d.count("Softmax")
 	return d.Device.Softmax(y, x, rows, cols, scale, causal)
+}
+
+func (d *countingDevice) SoftmaxBackward(dx, dy, y kernel.Buf, rows, cols int, scale float32) error {
+	d.count("SoftmaxBackward")
+	return d.Device.SoftmaxBackward(dx, dy, y, rows, cols, scale)
+}
+
+func (d *countingDevice) LayerNormBackward(dx, dgamma, dbeta, dy, x kernel.Buf, rows, cols int, gamma, mean, rstd kernel.Buf) error {
+	d.count("LayerNormBackward")
+	return d.Device.LayerNormBackward(dx, dgamma, dbeta, dy, x, rows, cols, gamma, mean, rstd)
+}
+
+func (d *countingDevice) Alloc(n int) (kernel.Buf, error) {
+	d.count("Alloc")
+	return d.Device.Alloc(n)
+}
+
+func (d *countingDevice) Free(b kernel.Buf) {
+	d.count("Free")
+	d.Device.Free(b)
+}
+
+func (d *countingDevice) Download(dst []float32, src kernel.Buf) error {
+	d.mu.Lock()
+	d.calls["downloaded"] += len(dst)
+	d.mu.Unlock()
+	return d.Device.Download(dst, src)
+}
+
+// live is the number of buffers allocated and not freed.
+func (d *countingDevice) live() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.calls["Alloc"] - d.calls["Free"]
 }
 
 // withDevice runs f with d set, and the CPU again after.
@@ -112,52 +147,155 @@ func TestDeviceBlockMatchesCPU(t *testing.T) {
 	}
 }
 
-// TestDeviceLinearWithGradients runs a block that records for backward
-// (LayerNorms trainable, as in adaptation) with the device set: its linear
-// products run on the device, the rest on the CPU. Output, input gradient
-// and LayerNorm gradients equal the CPU path's bit for bit.
-func TestDeviceLinearWithGradients(t *testing.T) {
-	s := sizes{batch: 2, tokens: 7, heads: 5, headDim: 56, mlp: 300}
-	ins := blockInputs(s, 1, false)
-	data := makeData(ins, 11)
-	seed := makeData([]input{in(1, 257, false)}, 12)[0]
-	run := func() (y []float32, grads [][]float32) {
-		xs := makeInputs[float32](ins, data)
-		p := blocksFrom(asTensors(xs), 1, s.batch, s.heads, false)[0].params()
-		for _, l := range []*LinearParams{p.QKV, p.Out, p.FC, p.Proj} {
-			l.KeepPacked(true)
-		}
-		out := TransformerBlock(xs[0], p, s.batch, nil)
-		g := make([]float32, out.Size())
-		for i := range g {
-			g[i] = float32(seed[i%len(seed)])
-		}
-		out.AccGrad(newMatrix(g, s.batch*s.tokens, s.heads*s.headDim))
-		if err := ag.Backward(out); err != nil {
-			t.Fatal(err)
-		}
-		for i, x := range xs {
-			if ins[i].grad {
-				grads = append(grads, append([]float32(nil), values[float32](x.Grad())...))
+// TestDeviceBlockWithGradients runs blocks that record for backward (as in
+// adaptation: LayerNorms trainable, linear weights frozen) with the device
+// set to kernel.Host, and compares output, input gradient and LayerNorm
+// gradients with the CPU path bit for bit. Blocks with every row, no trace
+// and frozen linear layers run forward and backward on the device, keeping
+// what backward needs there; the others (rows selected, trainable biases)
+// fall back to the CPU with only their linear products on the device.
+func TestDeviceBlockWithGradients(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		causal, gelu bool
+		noBias       bool
+		frozenLN     bool // only the input's gradient flows
+		frozenX      bool // only the LayerNorms' gradients flow
+		blocks       int
+		rows         bool // the last block is TransformerBlockRows: CPU
+		biasGrad     bool // trainable biases: CPU
+	}{
+		{name: "vision", blocks: 1},
+		{name: "text", causal: true, blocks: 1},
+		{name: "gelu", gelu: true, noBias: true, blocks: 1},
+		{name: "inputOnly", frozenLN: true, blocks: 1},
+		{name: "paramsOnly", frozenX: true, blocks: 1},
+		{name: "stack", blocks: 2},
+		{name: "rows", blocks: 2, rows: true},
+		{name: "biasGrad", blocks: 1, biasGrad: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := sizes{batch: 2, tokens: 7, heads: 5, headDim: 56, mlp: 300}
+			w, rows := s.heads*s.headDim, s.batch*s.tokens
+			ins := blockInputs(s, c.blocks, false)
+			ins[0].grad = !c.frozenX
+			for b := range c.blocks {
+				for _, k := range []int{1, 2, 7, 8} {
+					ins[12*b+k].grad = !c.frozenLN
+				}
+				for _, k := range []int{4, 6, 10, 12} {
+					ins[12*b+k].grad = c.biasGrad
+				}
 			}
-		}
-		return append([]float32(nil), values[float32](out)...), grads
-	}
-	want, wantGrads := run()
-	d := newCountingDevice()
-	var got []float32
-	var gotGrads [][]float32
-	withDevice(t, d, func() { got, gotGrads = run() })
-	// 4 forward products and 4 input gradients; attention stays on the CPU.
-	if d.calls["Gemm"] != 8 || d.calls["Softmax"] != 0 {
-		t.Fatalf("device calls %v, want 8 Gemm and no Softmax", d.calls)
-	}
-	sameBits(t, "output", got, want)
-	if len(gotGrads) != len(wantGrads) || len(wantGrads) == 0 {
-		t.Fatalf("%d gradients on the device, %d on the CPU", len(gotGrads), len(wantGrads))
-	}
-	for i := range wantGrads {
-		sameBits(t, "gradient", gotGrads[i], wantGrads[i])
+			data := makeData(ins, 11)
+			seed := makeData([]input{in(1, 257, false)}, 12)[0]
+			var d *countingDevice
+			var live []int // buffers allocated and not freed, after each pass
+			build := func() ([]*mat.Dense[float32], []*BlockParams) {
+				xs := makeInputs[float32](ins, data)
+				var ps []*BlockParams
+				for _, b := range blocksFrom(asTensors(xs), c.blocks, s.batch, s.heads, c.causal) {
+					p := b.params()
+					p.GELU = c.gelu
+					for _, l := range []*LinearParams{p.QKV, p.Out, p.FC, p.Proj} {
+						l.KeepPacked(true)
+						if c.noBias {
+							l.Bias = nil
+						}
+					}
+					ps = append(ps, p)
+				}
+				return xs, ps
+			}
+			pass := func(xs []*mat.Dense[float32], ps []*BlockParams) (y []float32, grads [][]float32) {
+				h := mat.Tensor(xs[0])
+				for i, p := range ps {
+					if c.rows && i == len(ps)-1 {
+						h = TransformerBlockRows(h, p, s.batch, selectedRows(s))
+					} else {
+						h = TransformerBlock(h, p, s.batch, nil)
+					}
+				}
+				g := make([]float32, h.Size())
+				for i := range g {
+					g[i] = float32(seed[i%len(seed)])
+				}
+				h.AccGrad(newMatrix(g, len(g)/w, w))
+				if d != nil {
+					live = append(live, d.live())
+				}
+				if err := ag.Backward(h); err != nil {
+					t.Fatal(err)
+				}
+				if d != nil {
+					live = append(live, d.live())
+				}
+				for i, x := range xs {
+					if ins[i].grad {
+						grads = append(grads, append([]float32(nil), values[float32](x.Grad())...))
+						x.ZeroGrad()
+					}
+				}
+				return append([]float32(nil), values[float32](h)...), grads
+			}
+			want, wantGrads := pass(build())
+			d = newCountingDevice()
+			var got, again []float32
+			var gotGrads, againGrads [][]float32
+			xs, ps := build() // the same weights twice: kept on the device
+			withDevice(t, d, func() { got, gotGrads = pass(xs, ps); again, againGrads = pass(xs, ps) })
+			sameBits(t, "output", got, want)
+			sameBits(t, "output, weights kept on the device", again, want)
+			if len(gotGrads) != len(wantGrads) || len(wantGrads) == 0 {
+				t.Fatalf("%d gradients on the device, %d on the CPU", len(gotGrads), len(wantGrads))
+			}
+			for i := range wantGrads {
+				sameBits(t, "gradient", gotGrads[i], wantGrads[i])
+				sameBits(t, "gradient, weights kept on the device", againGrads[i], wantGrads[i])
+			}
+
+			// Per pass: each block's four products and four input
+			// gradients; on the device also attention, forward and
+			// backward, and the LayerNorms' backward.
+			onDev := c.blocks
+			if c.rows {
+				onDev--
+			}
+			if c.biasGrad {
+				onDev = 0
+			}
+			lnBack := 2
+			if c.frozenLN && c.frozenX {
+				lnBack = 0
+			}
+			wantCalls := map[string]int{"Gemm": 2 * 8 * c.blocks, "Softmax": 2 * 2 * s.heads * onDev,
+				"SoftmaxBackward": 2 * s.heads * onDev, "LayerNormBackward": 2 * lnBack * onDev}
+			for name, n := range wantCalls {
+				if d.calls[name] != n {
+					t.Errorf("%d calls of %s, want %d (all: %v)", d.calls[name], name, n, d.calls)
+				}
+			}
+			// Backward uploads dy once and downloads dx and the LayerNorm
+			// gradients (2·2·width values) only.
+			if onDev == c.blocks && c.blocks == 1 {
+				down := 2 * rows * w // the output, twice
+				if !c.frozenX {
+					down += 2 * rows * w
+				}
+				if !c.frozenLN {
+					down += 2 * 4 * w
+				}
+				if d.calls["downloaded"] != down {
+					t.Errorf("%d values downloaded in two passes, want %d", d.calls["downloaded"], down)
+				}
+			}
+			// The five buffers each block kept on the device for backward
+			// are freed by it, and a second pass leaves
+			// no more buffers than the first.
+			if live[0]-live[1] != 5*onDev || live[1] != live[3] {
+				t.Errorf("buffers live before and after backward, two passes: %v; want %d freed each time", live, 5*onDev)
+			}
+		})
 	}
 }
 

@@ -43,6 +43,7 @@
 // PyTorch without retain_graph).
 //
 // SetDevice moves the heavy float32 work onto a kernel.Device, such as a
-// GPU (package gpu): blocks without a tape run whole there, linear
-// products with frozen weights in every pass.
+// GPU (package gpu): blocks without a tape run whole there, blocks that
+// record for backward with frozen linear layers forward and backward
+// there, and other linear products with frozen weights in every pass.
 package autograd

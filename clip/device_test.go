@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"sync/atomic"
 	"testing"
 
 	"github.com/nlpodyssey/spago/ag"
@@ -15,13 +16,25 @@ import (
 	"github.com/subtta/subtta/data"
 )
 
+// backwardCounter is kernel.Host counting LayerNorm backward passes.
+type backwardCounter struct {
+	kernel.Device
+	n atomic.Int32
+}
+
+func (c *backwardCounter) LayerNormBackward(dx, dgamma, dbeta, dy, x kernel.Buf, rows, cols int, gamma, mean, rstd kernel.Buf) error {
+	c.n.Add(1)
+	return c.Device.LayerNormBackward(dx, dgamma, dbeta, dy, x, rows, cols, gamma, mean, rstd)
+}
+
 // TestDeviceSeamBitForBit runs the built-in model's towers through the
 // device seam (autograd.SetDevice) on kernel.Host and compares them with
 // the CPU path bit for bit: image and text features without gradients
 // (blocks whole on the device) and the LayerNorm gradients of a backward
-// pass through the vision tower, as adaptation takes it (linear products
-// on the device). On a GPU the same code runs with gpu's device (gpu's
-// tests compare it within 1e-4).
+// pass through the vision tower, as adaptation takes it (every block but
+// the last, which computes the class tokens only, forward and backward on
+// the device; the last one's linear products). On a GPU the same code runs
+// with gpu's device (gpu's tests compare it within 1e-4).
 func TestDeviceSeamBitForBit(t *testing.T) {
 	m, err := builtin.Model(clip.Options{})
 	if err != nil {
@@ -78,9 +91,13 @@ func TestDeviceSeamBitForBit(t *testing.T) {
 		return slices.Clone(i.Value().Data().F32()), slices.Clone(x.Value().Data().F32()), grads
 	}
 	wantImg, wantTxt, wantGrads := run()
-	autograd.SetDevice(kernel.Host)
+	dev := &backwardCounter{Device: kernel.Host}
+	autograd.SetDevice(dev)
 	img, txt, grads := run()
 	autograd.SetDevice(nil)
+	if n, want := int(dev.n.Load()), 2*(len(m.Vision.Blocks)-1); n != want {
+		t.Errorf("%d LayerNorm backward passes on the device, want %d", n, want)
+	}
 	same := func(name string, got, want []float32) {
 		t.Helper()
 		if len(got) != len(want) || len(want) == 0 {

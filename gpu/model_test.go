@@ -7,18 +7,20 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"sync/atomic"
 	"testing"
 
 	"github.com/nlpodyssey/spago/ag"
 	"github.com/nlpodyssey/spago/mat"
 	"github.com/subtta/subtta/autograd"
+	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/internal/fixture"
 	"github.com/subtta/subtta/weights"
 )
 
 // onDevice runs f with d set as autograd's device, and the CPU after.
-func onDevice(d *device, f func()) {
+func onDevice(d kernel.Device, f func()) {
 	autograd.SetDevice(d)
 	defer autograd.SetDevice(nil)
 	f()
@@ -49,10 +51,27 @@ func randBlock(rng *rand.Rand, width, heads, mlp int, causal, gelu bool) *autogr
 		FC: lin(mlp, width), Proj: lin(width, mlp), Heads: heads, Causal: causal, GELU: gelu}
 }
 
+// backwardCounter counts a device's backward kernels: a block recording
+// for backward took the device path.
+type backwardCounter struct {
+	kernel.Device
+	layerNorm, softmax atomic.Int32
+}
+
+func (c *backwardCounter) LayerNormBackward(dx, dgamma, dbeta, dy, x kernel.Buf, rows, cols int, gamma, mean, rstd kernel.Buf) error {
+	c.layerNorm.Add(1)
+	return c.Device.LayerNormBackward(dx, dgamma, dbeta, dy, x, rows, cols, gamma, mean, rstd)
+}
+
+func (c *backwardCounter) SoftmaxBackward(dx, dy, y kernel.Buf, rows, cols int, scale float32) error {
+	c.softmax.Add(1)
+	return c.Device.SoftmaxBackward(dx, dy, y, rows, cols, scale)
+}
+
 // TestBlockMatchesCPU runs transformer blocks through autograd on the
-// device, without a tape (whole on the device) and with trainable
-// LayerNorms and backward (the linear products on the device), and
-// compares outputs and gradients with the CPU.
+// device, without a tape and recording for backward with trainable
+// LayerNorms (forward and backward whole on the device), and compares
+// outputs and gradients with the CPU.
 func TestBlockMatchesCPU(t *testing.T) {
 	d := openOrSkip(t, Options{})
 	for _, c := range []struct {
@@ -92,7 +111,12 @@ func TestBlockMatchesCPU(t *testing.T) {
 			wantY, wantG := step()
 			var gotY []float32
 			var gotG [][]float32
-			onDevice(d, func() { gotY, gotG = step() })
+			bc := &backwardCounter{Device: d}
+			onDevice(bc, func() { gotY, gotG = step() })
+			if bc.layerNorm.Load() != 2 || bc.softmax.Load() != int32(heads) {
+				t.Errorf("backward ran %d LayerNorm and %d softmax kernels on the device, want 2 and %d",
+					bc.layerNorm.Load(), bc.softmax.Load(), heads)
+			}
 			check(t, "forward recording", gotY, wantY)
 			for i, name := range []string{"dx", "dγ1", "dβ1", "dγ2", "dβ2"} {
 				check(t, name, gotG[i], wantG[i])
