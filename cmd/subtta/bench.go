@@ -15,6 +15,7 @@ import (
 
 	"github.com/nlpodyssey/spago/ag"
 	"github.com/nlpodyssey/spago/mat"
+	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/tta"
@@ -73,8 +74,12 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s, batch %d, %d threads, GEMM kernel %s\n",
-		name, *batch, runtime.GOMAXPROCS(0), kernel.Kernel())
+	where := fmt.Sprintf("%d threads, GEMM kernel %s", runtime.GOMAXPROCS(0), kernel.Kernel())
+	dev := autograd.CurrentDevice()
+	if dev != nil {
+		where = "on " + dev.Name()
+	}
+	fmt.Fprintf(stdout, "%s, batch %d, %s\n", name, *batch, where)
 	profiling := false
 	for _, b := range cases {
 		if len(selected) > 0 && !selected[b.key] {
@@ -95,7 +100,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 			defer pprof.StopCPUProfile()
 			profiling = true
 		}
-		if err := b.time(stdout, *batch, *reps); err != nil {
+		if err := b.time(stdout, *batch, *reps, dev != nil); err != nil {
 			return err
 		}
 	}
@@ -233,12 +238,17 @@ func benchCases(cfg *weights.CLIPConfig, m *vit.Model, batch, classes int) ([]be
 // time)) shows waits at the ends of parallel sections and serial code. It
 // moves with the neighbours too: a core they slow down makes the other wait
 // at every barrier.
-func (b benchCase) time(stdout io.Writer, batch, reps int) error {
+//
+// On a device (onDevice) the CPU's ceilings say nothing: only the rate is
+// printed.
+func (b benchCase) time(stdout io.Writer, batch, reps int, onDevice bool) error {
 	haveCPU := cpuSeconds() >= 0
 	times, peaks, kerns, idle := make([]float64, reps), make([]float64, reps), make([]float64, reps), make([]float64, reps)
 	for i := range times {
-		peaks[i] = kernel.PeakGFLOPS(50 * time.Millisecond)
-		kerns[i] = kernel.KernelGFLOPS(50 * time.Millisecond)
+		if !onDevice {
+			peaks[i] = kernel.PeakGFLOPS(50 * time.Millisecond)
+			kerns[i] = kernel.KernelGFLOPS(50 * time.Millisecond)
+		}
 		cpu0, start := cpuSeconds(), time.Now()
 		if err := b.run(); err != nil {
 			return err
@@ -253,6 +263,9 @@ func (b benchCase) time(stdout io.Writer, batch, reps int) error {
 	rate := ips * b.flops / 1e9
 	fmt.Fprintf(stdout, "%-40s %7.2f images/s  (median of %d: %.2f s/batch, %.0f GFLOP/s)\n",
 		b.name, ips, reps, med, rate)
+	if onDevice {
+		return nil
+	}
 	detail := fmt.Sprintf("= %.0f%% of the %s kernel's %.0f GFLOP/s", 100*rate/kern, kernel.Kernel(), kern)
 	if peak > 0 {
 		detail += fmt.Sprintf(" and %.0f%% of the %.0f GFLOP/s FMA peak", 100*rate/peak, peak)
