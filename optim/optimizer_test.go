@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/subtta/subtta/internal/fixture"
+	"github.com/subtta/subtta/internal/fixturefile"
 )
 
 // optTol: optimizer steps are compared element-wise in absolute terms, as the
@@ -85,14 +86,14 @@ func runAdamCase[T Float](t *testing.T, x *fx, cfg AdamConfig, names []string, c
 	var worstP, worstS float64
 	st := opt.State()
 	for _, p := range params {
-		abs, _ := errStats(toF64(p.Value), x.vec(c.wantParam+p.Name))
+		abs, _ := fixturefile.ErrStats(toF64(p.Value), x.Vec(c.wantParam+p.Name))
 		worstP = math.Max(worstP, abs)
 		if abs > tol {
 			t.Errorf("%s: %s: param error %.3g > %.0e", c.label, p.Name, abs, tol)
 		}
 		if c.wantState != "" {
 			for _, b := range []string{BufExpAvg, BufExpAvgSq} {
-				abs, _ := errStats(toF64(st[p.Name].Buffers[b]), x.vec(c.wantState+b+"."+p.Name))
+				abs, _ := fixturefile.ErrStats(toF64(st[p.Name].Buffers[b]), x.Vec(c.wantState+b+"."+p.Name))
 				worstS = math.Max(worstS, abs)
 				if abs > tol {
 					t.Errorf("%s: %s %s error %.3g > %.0e", c.label, b, p.Name, abs, tol)
@@ -112,13 +113,13 @@ func TestSubTTAOptimizerSteps(t *testing.T) {
 	var cfgJSON struct {
 		Config optJSON `json:"config"`
 	}
-	readJSON(t, "fixtures/subtta.json", &cfgJSON)
+	fixturefile.ReadJSON(t, "fixtures/subtta.json", &cfgJSON)
 	for _, file := range []string{"fixtures/subtta.safetensors", "fixtures/subtta_fp64.safetensors"} {
 		t.Run(file, func(t *testing.T) {
 			x := openFixture(t, file)
 			cfg := cfgJSON.Config.adam(t)
-			names := x.paramNames()
-			for k := range x.batches("b", "F1") {
+			names := x.ParamNames()
+			for k := range x.Batches("b", "F1") {
 				b := fmt.Sprintf("b%d.", k)
 				a := adamCase{label: b + "A-opt", paramFrom: "init.param.", grad: b + "align.grad.", step: 2 * k,
 					wantParam: b + "align.param.", wantState: b + "align.adam."}
@@ -146,12 +147,12 @@ func TestBaselineOptimizerSteps(t *testing.T) {
 	var js struct {
 		Config map[string]optJSON `json:"config"`
 	}
-	readJSON(t, "fixtures/baselines.json", &js)
+	fixturefile.ReadJSON(t, "fixtures/baselines.json", &js)
 	x := openFixture(t, "fixtures/baselines.safetensors")
-	names := x.paramNames()
+	names := x.ParamNames()
 	for _, m := range []string{"tent", "batclip"} {
 		cfg := js.Config[m].adam(t)
-		for k := range x.batches(m+".b", "F") {
+		for k := range x.Batches(m+".b", "F") {
 			b := fmt.Sprintf("%s.b%d.", m, k)
 			c := adamCase{label: b + "step", paramFrom: "init.param.", grad: b + "grad.", step: k,
 				wantParam: b + "param.", wantState: b + "adam."}
@@ -170,7 +171,7 @@ func TestBaselineOptimizerSteps(t *testing.T) {
 		t.Fatalf("mint optimizer config %+v: want Adam with L2 weight decay", cfg)
 	}
 	var agg GradMean
-	for k := range x.batches("mint.b", "pre_F") {
+	for k := range x.Batches("mint.b", "pre_F") {
 		b := fmt.Sprintf("mint.b%d.", k)
 		params := make([]Param[float32], len(names))
 		for i, p := range names {
@@ -181,7 +182,7 @@ func TestBaselineOptimizerSteps(t *testing.T) {
 		}
 		for _, p := range names {
 			// The running mean of k fp32 gradients (float64 here): rounding only.
-			fixture.CheckRelErr(t, b+"agg_grad."+p, agg.Mean(p), x.vec(b+"agg_grad."+p), 1e-6)
+			fixture.CheckRelErr(t, b+"agg_grad."+p, agg.Mean(p), x.Vec(b+"agg_grad."+p), 1e-6)
 		}
 		runAdamCase[float32](t, x, cfg, names, adamCase{label: b + "step", paramFrom: "init.param.",
 			grad: b + "agg_grad.", wantParam: b + "param."}, optTol32)

@@ -18,7 +18,7 @@ func TestAlignFixture(t *testing.T) {
 			x := openFixture(t, file)
 			tol := tolsFor(file)
 			ts := textSubspaceFrom(t, x, cfg)
-			for k := range x.batches("b", "F1") {
+			for k := range x.Batches("b", "F1") {
 				b := fmt.Sprintf("b%d.", k)
 				if k == 0 {
 					// On the first batch the history is Σ_T.
@@ -33,7 +33,7 @@ func TestAlignFixture(t *testing.T) {
 				}
 				compareDense(t, b+"S", res.S, x.dense(b+"S"), tol.forward, relTol)
 				compareDense(t, b+"Sigma", res.Sigma, x.dense(b+"Sigma"), tol.forward, relTol)
-				compare(t, b+"eigvals", res.Eigvals, x.vec(b+"eigvals"), tol.forward, relTol)
+				compare(t, b+"eigvals", res.Eigvals, x.Vec(b+"eigvals"), tol.forward, relTol)
 				// B_V's last row sits on a gap of ~8e-5·λ_max: compare the
 				// projector B_VᵀB_V at the gradient tolerance.
 				var pv, pvWant mat.Dense
@@ -56,7 +56,7 @@ func TestAlignerChain(t *testing.T) {
 	x := openFixture(t, "fixtures/subtta_fp64.safetensors")
 	ts := textSubspaceFrom(t, x, cfg)
 	a := NewAligner(ts, AlignOptions{Alpha: cfg.Alpha})
-	for k := range x.batches("b", "F1") {
+	for k := range x.Batches("b", "F1") {
 		b := fmt.Sprintf("b%d.", k)
 		compareDense(t, b+"Sigma_old (kept by Aligner)", a.Covariance(), x.dense(b+"Sigma_old"), 1e-9, relTol)
 		res, err := a.Step(x.dense(b + "F1"))

@@ -7,6 +7,7 @@ import (
 
 	"gonum.org/v1/gonum/mat"
 
+	"github.com/subtta/subtta/internal/fixturefile"
 	"github.com/subtta/subtta/optim"
 )
 
@@ -98,9 +99,9 @@ func TestBaselinesEndToEnd(t *testing.T) {
 	var js struct {
 		Config map[string]optJSON `json:"config"`
 	}
-	readJSON(t, "fixtures/baselines.json", &js)
+	fixturefile.ReadJSON(t, "fixtures/baselines.json", &js)
 	var bj baselinesJSON
-	readJSON(t, "fixtures/baselines.json", &bj)
+	fixturefile.ReadJSON(t, "fixtures/baselines.json", &bj)
 	x := openFixture(t, "fixtures/baselines.safetensors")
 	head := x.dense("T")
 	for _, name := range []string{"tent", "batclip", "mint"} {
@@ -138,7 +139,7 @@ func TestBaselinesEndToEnd(t *testing.T) {
 			}
 			bsz, _ := x.dense(name + ".b0." + first).Dims()
 			px := ttaPixels(t, bsz)
-			for k := range x.batches(name+".b", first) {
+			for k := range x.Batches(name+".b", first) {
 				b := fmt.Sprintf("%s.b%d.", name, k)
 				res, err := meth.Step(px[k], bsz)
 				if err != nil {

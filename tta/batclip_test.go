@@ -9,7 +9,7 @@ func TestBATCLIPFixture(t *testing.T) {
 	x := openFixture(t, "fixtures/baselines.safetensors")
 	text := x.dense("T")
 	scale := logitScale(t)
-	for k := range x.batches("batclip.b", "F") {
+	for k := range x.Batches("batclip.b", "F") {
 		b := fmt.Sprintf("batclip.b%d.", k)
 		res, err := BATCLIPLoss(x.dense(b+"F"), text, scale)
 		if err != nil {

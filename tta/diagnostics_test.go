@@ -19,7 +19,7 @@ func TestDiagnosticsFixture(t *testing.T) {
 	r, _ := bt.Dims()
 	text := x.dense("text.T")
 	ls := x.scalar("logit_scale_exp")
-	for k := range x.batches("b", "B_V") {
+	for k := range x.Batches("b", "B_V") {
 		b := fmt.Sprintf("b%d.", k)
 		cos, err := PrincipalAngleCosines(x.dense(b+"B_V"), bt)
 		if err != nil {

@@ -1,93 +1,55 @@
 package tta
 
 import (
-	"encoding/json"
 	"fmt"
-	"math"
-	"os"
 	"strings"
 	"testing"
 
 	"gonum.org/v1/gonum/mat"
 
-	"github.com/subtta/subtta/internal/fixture"
+	"github.com/subtta/subtta/internal/fixturefile"
 	"github.com/subtta/subtta/optim"
-	"github.com/subtta/subtta/weights"
 )
 
-// fx wraps an open fixture file with test helpers that fail on error.
-type fx struct {
-	tb testing.TB
-	f  *weights.File
-}
+// fx is an open fixture file (fixturefile.File's helpers) with readers of
+// gonum matrices.
+type fx struct{ *fixturefile.File }
 
-func openFixture(tb testing.TB, rel string) *fx {
-	tb.Helper()
-	f, err := weights.Open(fixture.Path(tb, rel))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { f.Close() })
-	return &fx{tb: tb, f: f}
-}
-
-func readJSON(tb testing.TB, rel string, v any) {
-	tb.Helper()
-	b, err := os.ReadFile(fixture.Path(tb, rel))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		tb.Fatalf("%s: %v", rel, err)
-	}
-}
-
-func (x *fx) has(name string) bool { _, ok := x.f.Info(name); return ok }
-
-func (x *fx) f64(name string) ([]float64, []int) {
-	x.tb.Helper()
-	v, shape, err := x.f.Float64(name)
-	if err != nil {
-		x.tb.Fatal(err)
-	}
-	return v, shape
-}
-
-func (x *fx) vec(name string) []float64 { v, _ := x.f64(name); return v }
+func openFixture(tb testing.TB, rel string) *fx { tb.Helper(); return &fx{fixturefile.Open(tb, rel)} }
 
 func (x *fx) scalar(name string) float64 {
-	x.tb.Helper()
-	v, shape := x.f64(name)
+	x.TB.Helper()
+	v, shape := x.F64(name)
 	if len(v) != 1 {
-		x.tb.Fatalf("%s: shape %v, want a scalar", name, shape)
+		x.TB.Fatalf("%s: shape %v, want a scalar", name, shape)
 	}
 	return v[0]
 }
 
 func (x *fx) dense(name string) *mat.Dense {
-	x.tb.Helper()
-	v, shape := x.f64(name)
+	x.TB.Helper()
+	v, shape := x.F64(name)
 	if len(shape) != 2 {
-		x.tb.Fatalf("%s: shape %v, want a matrix", name, shape)
+		x.TB.Fatalf("%s: shape %v, want a matrix", name, shape)
 	}
 	return mat.NewDense(shape[0], shape[1], v)
 }
 
 func (x *fx) sym(name string) *mat.SymDense {
-	x.tb.Helper()
+	x.TB.Helper()
 	m := x.dense(name)
 	r, c := m.Dims()
 	if r != c {
-		x.tb.Fatalf("%s: %d×%d, want square", name, r, c)
+		x.TB.Fatalf("%s: %d×%d, want square", name, r, c)
 	}
 	return mat.NewSymDense(r, m.RawMatrix().Data)
 }
 
 func (x *fx) ints(name string) []int {
-	x.tb.Helper()
-	v, _, err := x.f.Int64(name)
+	x.TB.Helper()
+	v, _, err := x.Int64(name)
 	if err != nil {
-		x.tb.Fatal(err)
+		x.TB.Fatal(err)
 	}
 	out := make([]int, len(v))
 	for i, y := range v {
@@ -96,63 +58,9 @@ func (x *fx) ints(name string) []int {
 	return out
 }
 
-// load reads a tensor in the element type T.
 func load[T optim.Float](x *fx, name string) []T {
-	x.tb.Helper()
-	var zero T
-	switch any(zero).(type) {
-	case float32:
-		v, _, err := x.f.Float32(name)
-		if err != nil {
-			x.tb.Fatal(err)
-		}
-		return any(v).([]T)
-	default:
-		return any(x.vec(name)).([]T)
-	}
-}
-
-// paramNames lists the trained parameters: the names under "init.param.",
-// in file order.
-func (x *fx) paramNames() []string {
-	const prefix = "init.param."
-	var out []string
-	for _, n := range x.f.Names() {
-		if p, ok := strings.CutPrefix(n, prefix); ok {
-			out = append(out, p)
-		}
-	}
-	if len(out) == 0 {
-		x.tb.Fatalf("%s: no %s tensors", x.f.Path(), prefix)
-	}
-	return out
-}
-
-// batches counts the consecutive batches prefix0, prefix1, ... that have a
-// tensor named prefix<k>.suffix.
-func (x *fx) batches(prefix, suffix string) int {
-	k := 0
-	for x.has(fmt.Sprintf("%s%d.%s", prefix, k, suffix)) {
-		k++
-	}
-	if k == 0 {
-		x.tb.Fatalf("%s: no batches %s0.%s", x.f.Path(), prefix, suffix)
-	}
-	return k
-}
-
-// errStats returns the worst absolute error and the worst error relative to
-// max|want|.
-func errStats(got, want []float64) (abs, rel float64) {
-	var mx float64
-	for i, w := range want {
-		abs = math.Max(abs, math.Abs(got[i]-w))
-		mx = math.Max(mx, math.Abs(w))
-	}
-	if mx == 0 {
-		return abs, abs
-	}
-	return abs, abs / mx
+	x.TB.Helper()
+	return fixturefile.Load[T](x.File, name)
 }
 
 type tolKind int
@@ -169,7 +77,7 @@ func compare(tb testing.TB, what string, got, want []float64, tol float64, kind 
 		tb.Errorf("%s: %d values, want %d", what, len(got), len(want))
 		return
 	}
-	abs, rel := errStats(got, want)
+	abs, rel := fixturefile.ErrStats(got, want)
 	e, k := rel, "rel-to-max"
 	if kind == absTol {
 		e, k = abs, "abs"
@@ -223,7 +131,7 @@ func gradCheck(tb testing.TB, what string, x *mat.Dense, f func(*mat.Dense) floa
 			num = append(num, (fp-fm)/(2*h))
 		}
 	}
-	_, rel := errStats(mat.DenseCopyOf(analytic).RawMatrix().Data, num)
+	_, rel := fixturefile.ErrStats(mat.DenseCopyOf(analytic).RawMatrix().Data, num)
 	tb.Logf("gradcheck %-34s h=%.0e worst rel-to-max %.3g (tol %.0e)", what, h, rel, tol)
 	if tol > 0 && !(rel <= tol) {
 		tb.Errorf("gradcheck %s: worst rel-to-max error %.3g > %.0e", what, rel, tol)

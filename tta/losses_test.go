@@ -24,7 +24,7 @@ func TestStageBFixture(t *testing.T) {
 			text := x.dense("text.T")
 			textN, _ := NormalizeRows(text)
 			logitScale := x.scalar("logit_scale_exp")
-			for k := range x.batches("b", "F2") {
+			for k := range x.Batches("b", "F2") {
 				b := fmt.Sprintf("b%d.", k)
 				proj, err := Project(x.dense(b+"F2"), ts.Projector, 0)
 				if err != nil {

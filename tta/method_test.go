@@ -40,7 +40,7 @@ func tinyModel(tb testing.TB, f64 bool) *clip.Model {
 func ttaPixels(tb testing.TB, b int) [][]float32 {
 	tb.Helper()
 	x := openFixture(tb, "fixtures/tta_inputs.safetensors")
-	u8, shape, err := x.f.Uint8("pixel_u8")
+	u8, shape, err := x.Uint8("pixel_u8")
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func ttaPixels(tb testing.TB, b int) [][]float32 {
 func (x *fx) paramMap(prefix string, names []string) map[string][]float64 {
 	out := map[string][]float64{}
 	for _, p := range names {
-		out[p] = x.vec(prefix + p)
+		out[p] = x.Vec(prefix + p)
 	}
 	return out
 }
@@ -138,10 +138,10 @@ func compareParams(tb testing.TB, label string, got [][]float64, names []string,
 			continue
 		}
 		if a, ok := absNames[p]; ok {
-			compare(tb, label+prefix+p, got[i], x.vec(prefix+p), a, absTol)
+			compare(tb, label+prefix+p, got[i], x.Vec(prefix+p), a, absTol)
 			continue
 		}
-		compare(tb, label+prefix+p, got[i], x.vec(prefix+p), tol, kind)
+		compare(tb, label+prefix+p, got[i], x.Vec(prefix+p), tol, kind)
 	}
 }
 

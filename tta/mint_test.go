@@ -4,12 +4,13 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/subtta/subtta/internal/fixturefile"
 	"gonum.org/v1/gonum/mat"
 )
 
 func TestMINTFixture(t *testing.T) {
 	var js baselinesJSON
-	readJSON(t, "fixtures/baselines.json", &js)
+	fixturefile.ReadJSON(t, "fixtures/baselines.json", &js)
 	if js.Config.Mint.PriorN <= 0 {
 		t.Fatalf("baselines.json: mint prior_n %v", js.Config.Mint.PriorN)
 	}
@@ -24,7 +25,7 @@ func TestMINTFixture(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for k := range x.batches("mint.b", "pre_F") {
+	for k := range x.Batches("mint.b", "pre_F") {
 		b := fmt.Sprintf("mint.b%d.", k)
 		loss, err := m.Loss(x.dense(b+"pre_F"), text)
 		if err != nil {
@@ -33,7 +34,7 @@ func TestMINTFixture(t *testing.T) {
 		compareInts(t, b+"pre_preds", loss.Preds, x.ints(b+"pre_preds"))
 		sums, n := m.ClassSums()
 		compareDense(t, b+"pre_class_sums", sums, x.dense(b+"pre_class_sums"), baseTol, relTol)
-		compare(t, b+"pre_class_n", n, x.vec(b+"pre_class_n"), 0, absTol)
+		compare(t, b+"pre_class_n", n, x.Vec(b+"pre_class_n"), 0, absTol)
 		compare(t, b+"loss", []float64{loss.Loss}, []float64{x.scalar(b + "loss")}, baseTol, relTol)
 		compareDense(t, b+"dL_dFn", loss.DLdFn, x.dense(b+"dL_dFn"), baseTol, relTol)
 

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/subtta/subtta/internal/fixturefile"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -20,7 +21,7 @@ func readSubTTAConfig(tb testing.TB) subttaConfig {
 	var js struct {
 		Config subttaConfig `json:"config"`
 	}
-	readJSON(tb, "fixtures/subtta.json", &js)
+	fixturefile.ReadJSON(tb, "fixtures/subtta.json", &js)
 	if js.Config.R < 1 {
 		tb.Fatalf("subtta.json: config %+v has no rank R", js.Config)
 	}
@@ -68,9 +69,9 @@ func TestTextSubspaceFixture(t *testing.T) {
 			if r, _ := wantBT.Dims(); ts.Rank() != r {
 				t.Fatalf("rank %d, fixture B_T has %d rows", ts.Rank(), r)
 			}
-			compare(t, "text.mean", ts.Mean, x.vec("text.mean"), tol.forward, relTol)
+			compare(t, "text.mean", ts.Mean, x.Vec("text.mean"), tol.forward, relTol)
 			compareDense(t, "text.Sigma_T", ts.Cov, x.dense("text.Sigma_T"), tol.forward, relTol)
-			compare(t, "text.singular_values", ts.SingularValues, x.vec("text.singular_values"), tol.forward, relTol)
+			compare(t, "text.singular_values", ts.SingularValues, x.Vec("text.singular_values"), tol.forward, relTol)
 			compareDense(t, "text.P_T", ts.Projector, x.dense("text.P_T"), tol.basis, relTol)
 			bt := mat.DenseCopyOf(ts.Basis)
 			SignNormalizeRows(bt)

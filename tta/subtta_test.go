@@ -11,6 +11,7 @@ import (
 
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/internal/fixture"
+	"github.com/subtta/subtta/internal/fixturefile"
 	"github.com/subtta/subtta/optim"
 )
 
@@ -21,7 +22,7 @@ func subttaFromFixture(tb testing.TB, m *clip.Model, x *fx) *SubTTA {
 	var js struct {
 		Config optJSON `json:"config"`
 	}
-	readJSON(tb, "fixtures/subtta.json", &js)
+	fixturefile.ReadJSON(tb, "fixtures/subtta.json", &js)
 	loss, err := ParseSubTTALoss(cfg.LossType)
 	if err != nil {
 		tb.Fatal(err)
@@ -105,10 +106,10 @@ func TestSubTTAStages(t *testing.T) {
 			x := openFixture(t, file)
 			s := subttaFromFixture(t, tinyModel(t, f64), x)
 			names := s.tr.names()
-			if fmt.Sprint(names) != fmt.Sprint(x.paramNames()) {
-				t.Fatalf("model parameters %v, fixture %v", names, x.paramNames())
+			if fmt.Sprint(names) != fmt.Sprint(x.ParamNames()) {
+				t.Fatalf("model parameters %v, fixture %v", names, x.ParamNames())
 			}
-			nb := x.batches("b", "F1")
+			nb := x.Batches("b", "F1")
 			bsz, _ := x.dense("b0.F1").Dims()
 			px := ttaPixels(t, bsz)
 			if len(px) < nb {
@@ -139,7 +140,7 @@ func TestSubTTAStages(t *testing.T) {
 				compareDense(t, b+"F1", al.F1, x.dense(b+"F1"), tol.forward, relTol)
 				compareDense(t, b+"S", al.S, x.dense(b+"S"), tol.forward, relTol)
 				compareDense(t, b+"Sigma", al.Sigma, x.dense(b+"Sigma"), tol.forward, relTol)
-				compare(t, b+"eigvals", al.Eigvals, x.vec(b+"eigvals"), tol.forward, relTol)
+				compare(t, b+"eigvals", al.Eigvals, x.Vec(b+"eigvals"), tol.forward, relTol)
 				compareDense(t, b+"B_V projector", projector(al.Basis), projector(x.dense(b+"B_V")), tol.alignGrad, relTol)
 				compare(t, b+"L_align", []float64{al.Loss}, []float64{x.scalar(b + "L_align")}, tol.forward, relTol)
 				compareDense(t, b+"dL_dS", al.DLdS, x.dense(b+"dL_dS"), tol.alignGrad, relTol)
@@ -224,7 +225,7 @@ func TestSubTTAEndToEnd(t *testing.T) {
 			px := ttaPixels(t, bsz)
 			steps := subttaSteps(t, file)
 			const tol64 = 1e-6
-			for k := range x.batches("b", "F1") {
+			for k := range x.Batches("b", "F1") {
 				b := fmt.Sprintf("b%d.", k)
 				res, err := s.Step(px[k], bsz)
 				if err != nil {
@@ -250,7 +251,7 @@ func TestSubTTAEndToEnd(t *testing.T) {
 				compare(t, b+"L_align", []float64{d.Losses["align"]}, []float64{x.scalar(b + "L_align")}, tol64, relTol)
 				compare(t, b+"L_mint", []float64{d.Losses["mint"]}, []float64{x.scalar(b + "L_mint")}, tol64, relTol)
 				compareDense(t, b+"Sigma", d.Alignment.Sigma, x.dense(b+"Sigma"), tol64, relTol)
-				compare(t, b+"eigvals", d.Alignment.Eigvals, x.vec(b+"eigvals"), tol64, relTol)
+				compare(t, b+"eigvals", d.Alignment.Eigvals, x.Vec(b+"eigvals"), tol64, relTol)
 				compareParams(t, "", s.tr.values(), names, x, b+"mint.param.", tol64, absTol, nil)
 				compareDense(t, b+"F3", res.Features, x.dense(b+"F3"), tol64, relTol)
 				compareDense(t, b+"logits", res.Logits, x.dense(b+"logits"), tol64, relTol)

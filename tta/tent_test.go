@@ -9,7 +9,7 @@ func TestTentFixture(t *testing.T) {
 	x := openFixture(t, "fixtures/baselines.safetensors")
 	text := x.dense("T")
 	scale := logitScale(t)
-	for k := range x.batches("tent.b", "F") {
+	for k := range x.Batches("tent.b", "F") {
 		b := fmt.Sprintf("tent.b%d.", k)
 		res, err := TentLoss(x.dense(b+"F"), text, scale)
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"gonum.org/v1/gonum/mat"
 
+	"github.com/subtta/subtta/internal/fixturefile"
 	"github.com/subtta/subtta/optim"
 )
 
@@ -285,7 +286,7 @@ func TestWATTSchedule(t *testing.T) {
 		t.Fatal(err)
 	}
 	src, _ := w.head(f0)
-	_, rel := errStats(mat.DenseCopyOf(res.Logits).RawMatrix().Data, src.RawMatrix().Data)
+	_, rel := fixturefile.ErrStats(mat.DenseCopyOf(res.Logits).RawMatrix().Data, src.RawMatrix().Data)
 	t.Logf("adapted vs source logits: rel-to-max difference %.3g", rel)
 	if rel < 1e-4 {
 		t.Errorf("adapted logits barely differ from the source logits (%.2g)", rel)
