@@ -28,9 +28,11 @@
 //
 // # Resuming
 //
-// A run that stops (killed, Ctrl-C, an error) keeps every finished domain.
-// Run again with the same Out and configuration and only what is missing is
-// computed; a folder holding results of another configuration (other model,
+// A run that stops (killed, Ctrl-C, an error) keeps every finished domain,
+// and the domain in progress as of its last checkpoint: the method's whole
+// state (tta.Stateful) after its latest batch, saved in Out/state at most
+// every Options.CheckpointEvery and at once on cancellation. Run again with
+// the same Out and configuration and only what is missing is computed; a folder holding results of another configuration (other model,
 // data, limit, batch size, seeds or protocol) is refused rather than mixed.
 // SubTTA's EMA covariance survives from one corruption to the next, as in the
 // official code, so its state after every finished domain is saved in

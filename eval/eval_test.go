@@ -102,7 +102,8 @@ func TestRunWritesTablesAndPlots(t *testing.T) {
 }
 
 // killChildEnv makes the test binary a run that blocks mid-way through the
-// third domain of its first method, waiting to be killed.
+// third domain of its first method, after that domain's first batch was
+// checkpointed, waiting to be killed.
 const killChildEnv = "SUBTTA_EVAL_KILL_CHILD"
 
 func TestKillChild(t *testing.T) {
@@ -111,11 +112,16 @@ func TestKillChild(t *testing.T) {
 		t.Skip("helper process of TestResumeAfterKill")
 	}
 	cfg := testConfig(t, out)
-	stored := 0
+	stored, batches := 0, 0
 	opt := Options{
-		AfterDomain: func(report.Record) { stored++ },
+		CheckpointEvery: time.Nanosecond,
+		AfterDomain:     func(report.Record) { stored++ },
 		Progress: func(p Progress) {
 			if stored == 2 {
+				batches++
+			}
+			if batches == 2 {
+				// The batch's line is written, its checkpoint not yet.
 				// Mid-way through the third domain: say so and wait.
 				os.WriteFile(filepath.Join(out, "ready"), nil, 0o644)
 				time.Sleep(time.Hour)
@@ -128,8 +134,9 @@ func TestKillChild(t *testing.T) {
 
 // TestResumeAfterKill kills a run (SIGKILL) in the middle of a domain and
 // shows that running again finishes the work without redoing or losing the
-// finished domains, and that the resumed results equal those of a run that
-// was never interrupted (SubTTA's carried EMA covariance included).
+// finished domains or the checkpointed batch of the interrupted one, and
+// that the resumed results equal those of a run that was never interrupted
+// (SubTTA's carried EMA covariance and its state mid-domain included).
 func TestResumeAfterKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a second process")
@@ -166,8 +173,8 @@ func TestResumeAfterKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	total := len(cfg.Methods) * len(cfg.Corruptions)
-	if sum.Resumed != 2 || sum.Computed != total-2 {
-		t.Errorf("resumed run: %d resumed, %d computed; want 2 and %d", sum.Resumed, sum.Computed, total-2)
+	if sum.Resumed != 2 || sum.Computed != total-2 || sum.Continued != 1 {
+		t.Errorf("resumed run: %d resumed, %d computed, %d batches continued; want 2, %d and 1", sum.Resumed, sum.Computed, sum.Continued, total-2)
 	}
 	if len(sum.Records) != total {
 		t.Fatalf("%d records after resuming, want %d (each domain once)", len(sum.Records), total)
@@ -192,13 +199,13 @@ func TestResumeAfterKill(t *testing.T) {
 	}
 	for _, r := range ref.Records {
 		g := got[key(r)]
-		if g.Correct != r.Correct || !slices.Equal(g.SemanticConcentration, r.SemanticConcentration) {
+		if g.Correct != r.Correct || g.Steps != r.Steps || !slices.Equal(g.SemanticConcentration, r.SemanticConcentration) {
 			t.Errorf("%s: resumed run %d correct (concentration %v), uninterrupted %d (%v)",
 				key(r), g.Correct, g.SemanticConcentration, r.Correct, r.SemanticConcentration)
 		}
 	}
 	// Each domain has the batch lines of its stored run only: those of the
-	// domain the kill interrupted are gone.
+	// domain the kill interrupted after its checkpoint are gone.
 	if a, b := batchLines(t, out), batchLines(t, clean.Out); !maps.Equal(a, b) {
 		t.Errorf("batch lines per method and domain: resumed %v, uninterrupted %v", a, b)
 	}
@@ -220,6 +227,83 @@ func batchLines(t *testing.T, dir string) map[string]int {
 		n[l.Method+" "+l.Stream]++
 	}
 	return n
+}
+
+// TestCancelContinuesMidDomain cancels a run in the middle of its second
+// domain: the cancellation checkpoints the domain at once (the interval is
+// the default, far longer than the run), and the next run continues after
+// the checkpointed batches with the results of an uninterrupted run. A
+// checkpoint that is unreadable, or whose batches are missing from the
+// batch log, is ignored with a log line and the domain is redone.
+func TestCancelContinuesMidDomain(t *testing.T) {
+	base := testConfig(t, "")
+	base.Methods, base.Corruptions = []string{"tent"}, []string{"gaussian_noise", "contrast"}
+	clean := base
+	clean.Out = t.TempDir()
+	ref, err := Run(context.Background(), clean, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name      string
+		damage    func(t *testing.T, out string)
+		continued int
+		log       string
+	}{
+		{"intact", func(*testing.T, string) {}, 2, "continuing after batch 2"},
+		{"garbage checkpoint", func(t *testing.T, out string) {
+			files, _ := filepath.Glob(filepath.Join(out, stateDir, "tent.partial.*.bin"))
+			if len(files) != 1 {
+				t.Fatalf("checkpoints %v, want one", files)
+			}
+			os.WriteFile(files[0], []byte("not a checkpoint"), 0o644)
+		}, 0, "not a partial-domain checkpoint"},
+		{"batch log without the domain", func(t *testing.T, out string) {
+			if err := pruneBatches(filepath.Join(out, BatchesFile), "tent", func(s string, _ int) bool { return strings.HasPrefix(s, "contrast") }); err != nil {
+				t.Fatal(err)
+			}
+		}, 0, "the batch log lacks some of its 2 batches"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := base
+			cfg.Out = t.TempDir()
+			ctx, cancel := context.WithCancel(context.Background())
+			_, err := Run(ctx, cfg, Options{Progress: func(p Progress) {
+				if p.Done == cfg.Limit+8 { // second domain, second batch of 4
+					cancel()
+				}
+			}})
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("err = %v, want an interruption", err)
+			}
+			tc.damage(t, cfg.Out)
+			var log strings.Builder
+			sum, err := Run(context.Background(), cfg, Options{Log: &log})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sum.Resumed != 1 || sum.Computed != 1 || sum.Continued != tc.continued {
+				t.Errorf("%d resumed, %d computed, %d batches continued; want 1, 1, %d", sum.Resumed, sum.Computed, sum.Continued, tc.continued)
+			}
+			if !strings.Contains(log.String(), tc.log) {
+				t.Errorf("log lacks %q:\n%s", tc.log, log.String())
+			}
+			for i, r := range ref.Records {
+				g := sum.Records[i]
+				if g.Domain != r.Domain || g.Correct != r.Correct || g.Samples != r.Samples || !slices.Equal(g.SemanticConcentration, r.SemanticConcentration) {
+					t.Errorf("%s: %d of %d correct (concentration %v), uninterrupted %d of %d (%v)",
+						r.Domain, g.Correct, g.Samples, g.SemanticConcentration, r.Correct, r.Samples, r.SemanticConcentration)
+				}
+			}
+			if a, b := batchLines(t, cfg.Out), batchLines(t, clean.Out); !maps.Equal(a, b) {
+				t.Errorf("batch lines per method and domain: resumed %v, uninterrupted %v", a, b)
+			}
+			if left, _ := filepath.Glob(filepath.Join(cfg.Out, stateDir, "*.partial.*")); len(left) > 0 {
+				t.Errorf("checkpoints left after the run: %v", left)
+			}
+		})
+	}
 }
 
 func TestCancelKeepsFinishedDomains(t *testing.T) {

@@ -72,7 +72,7 @@ func FuzzResumeRecords(f *testing.F) {
 		if err := os.WriteFile(batPath, batches, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		drop := func(stream string) bool { return strings.HasPrefix(stream, "gaussian") }
+		drop := func(stream string, _ int) bool { return strings.HasPrefix(stream, "gaussian") }
 		if err := pruneBatches(batPath, "subtta-m", drop); err != nil {
 			t.Fatalf("prune: %v", err)
 		}
@@ -86,7 +86,7 @@ func FuzzResumeRecords(f *testing.F) {
 			if len(bytes.TrimSpace(l)) == 0 || !bytes.HasSuffix(l, []byte("\n")) || json.Unmarshal(l, &id) != nil {
 				continue
 			}
-			if id.Method == "subtta-m" && drop(id.Stream) {
+			if id.Method == "subtta-m" && drop(id.Stream, 0) {
 				continue
 			}
 			want = append(want, l...)

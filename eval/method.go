@@ -37,6 +37,16 @@ type methodRun struct {
 
 	batches *os.File
 	stats   map[string]*domainStats // per domain, from the batch records
+
+	// The domain in progress (reset protocol): its index, when this attempt
+	// at it started, the counts and time of the batches a checkpoint
+	// restored, and when it was last checkpointed.
+	parts          map[int]*partialDomain
+	current        int
+	started        time.Time
+	prior          tta.DomainResult
+	priorTime      time.Duration
+	lastCheckpoint time.Time
 }
 
 // domainStats gathers a domain's per-batch diagnostics into its record.
@@ -55,7 +65,7 @@ func (r *methodRun) run() error {
 	if proto != tta.ResetEachDomain {
 		// Every domain is redone: the batch lines of earlier, interrupted
 		// attempts go.
-		if err := r.openBatches(func(string) bool { return true }); err != nil {
+		if err := r.openBatches(func(string, int) bool { return true }); err != nil {
 			return err
 		}
 		defer r.batches.Close()
@@ -81,14 +91,23 @@ func (r *methodRun) run() error {
 			r.todo = append(r.todo, i)
 		}
 	}
-	redo := map[string]bool{}
+	parts, err := r.loadPartials()
+	if err != nil {
+		return err
+	}
+	r.parts = parts
+	redo, kept := map[string]bool{}, map[string]int{}
 	for _, i := range r.todo {
 		redo[r.domains[i].name] = true
+		if p := parts[i]; p != nil {
+			kept[r.domains[i].name] = p.batches
+		}
 	}
 	// Batch lines of domains about to be computed (left by an interrupted
 	// attempt, or redone after the carried state) are dropped first, so
-	// each domain's lines are those of its stored record.
-	if err := r.openBatches(func(stream string) bool { return redo[stream] }); err != nil {
+	// each domain's lines are those of its stored record; a domain that
+	// continues from a checkpoint keeps the lines of the batches before it.
+	if err := r.openBatches(func(stream string, batch int) bool { return redo[stream] && batch >= kept[stream] }); err != nil {
 		return err
 	}
 	defer r.batches.Close()
@@ -99,12 +118,24 @@ func (r *methodRun) run() error {
 	for _, i := range r.todo {
 		d := r.domains[i]
 		t0 := time.Now()
-		run := tta.Runner{Method: r.method, Config: r.runnerConfig(tta.ResetEachDomain)}
+		r.current, r.prior, r.priorTime, r.lastCheckpoint = i, tta.DomainResult{}, 0, t0
+		r.started = t0
+		cfg := r.runnerConfig(tta.ResetEachDomain)
+		cfg.Resume = r.resume
+		run := tta.Runner{Method: r.method, Config: cfg}
 		rep, err := run.Run([]tta.Domain{d})
 		if err != nil {
 			return r.interrupted(err)
 		}
-		rec := r.record(d, rep.Domains[0], time.Since(t0))
+		res := rep.Domains[0]
+		if r.prior.Samples > 0 {
+			res.Samples += r.prior.Samples
+			res.Correct += r.prior.Correct
+			res.Accuracy = 100 * float64(res.Correct) / float64(res.Samples)
+		}
+		// A domain continued from a checkpoint counts the time of its
+		// earlier attempts up to the checkpoint.
+		rec := r.record(d, res, r.priorTime+time.Since(t0))
 		if c, ok := r.method.(tta.Carrier); ok {
 			if v := c.Carried(); v != nil {
 				// The state goes to disk before the record, so that every
@@ -118,6 +149,7 @@ func (r *methodRun) run() error {
 		if err := r.store(rec); err != nil {
 			return err
 		}
+		os.Remove(r.partialPath(i))
 	}
 	return nil
 }
@@ -154,9 +186,9 @@ func (r *methodRun) runWhole(proto tta.Protocol) error {
 	return nil
 }
 
-// openBatches rewrites the batch log without this method's lines for the
-// streams drop selects, and opens it for appending.
-func (r *methodRun) openBatches(drop func(stream string) bool) error {
+// openBatches rewrites the batch log without this method's lines that drop
+// selects, and opens it for appending.
+func (r *methodRun) openBatches(drop func(stream string, batch int) bool) error {
 	path := filepath.Join(r.cfg.Out, BatchesFile)
 	if err := pruneBatches(path, r.name(), drop); err != nil {
 		return err
@@ -170,9 +202,9 @@ func (r *methodRun) openBatches(drop func(stream string) bool) error {
 }
 
 // pruneBatches rewrites the batch log at path (if any) without the lines of
-// method whose stream drop selects; a line that cannot be read (one cut
-// short by a kill) goes too.
-func pruneBatches(path, method string, drop func(stream string) bool) error {
+// method that drop selects by stream and batch index; a line that cannot be
+// read (one cut short by a kill) goes too.
+func pruneBatches(path, method string, drop func(stream string, batch int) bool) error {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -189,8 +221,9 @@ func pruneBatches(path, method string, drop func(stream string) bool) error {
 		var id struct {
 			Method string `json:"method"`
 			Stream string `json:"stream"`
+			Batch  int    `json:"batch"`
 		}
-		if json.Unmarshal(line, &id) != nil || !bytes.HasSuffix(line, []byte("\n")) || id.Method == method && drop(id.Stream) {
+		if json.Unmarshal(line, &id) != nil || !bytes.HasSuffix(line, []byte("\n")) || id.Method == method && drop(id.Stream, id.Batch) {
 			changed = true
 			continue
 		}
@@ -215,6 +248,27 @@ func (r *methodRun) runnerConfig(proto tta.Protocol) tta.RunnerConfig {
 }
 
 func (r *methodRun) onBatch(b tta.BatchRecord) error {
+	r.addStats(b)
+	line, err := json.Marshal(batchLine{Method: r.name(), BatchRecord: b})
+	if err != nil {
+		return fmt.Errorf("eval: %w", err)
+	}
+	if _, err := r.batches.Write(append(line, '\n')); err != nil {
+		return fmt.Errorf("eval: %s: %w", BatchesFile, err)
+	}
+	r.progress.Method, r.progress.Domain = r.name(), b.Stream
+	r.progress.Done += b.Size
+	if r.opt.Progress != nil {
+		r.opt.Progress(*r.progress)
+	}
+	if err := r.checkpoint(b.Batch + 1); err != nil {
+		return err
+	}
+	return r.ctx.Err()
+}
+
+// addStats adds a batch's diagnostics to its domain's statistics.
+func (r *methodRun) addStats(b tta.BatchRecord) {
 	st := r.stats[b.Stream]
 	if st == nil {
 		st = &domainStats{}
@@ -231,19 +285,6 @@ func (r *methodRun) onBatch(b tta.BatchRecord) error {
 	if b.PredictedClassCosine != nil {
 		st.predCosine = append(st.predCosine, *b.PredictedClassCosine)
 	}
-	line, err := json.Marshal(batchLine{Method: r.name(), BatchRecord: b})
-	if err != nil {
-		return fmt.Errorf("eval: %w", err)
-	}
-	if _, err := r.batches.Write(append(line, '\n')); err != nil {
-		return fmt.Errorf("eval: %s: %w", BatchesFile, err)
-	}
-	r.progress.Method, r.progress.Domain = r.name(), b.Stream
-	r.progress.Done += b.Size
-	if r.opt.Progress != nil {
-		r.opt.Progress(*r.progress)
-	}
-	return r.ctx.Err()
 }
 
 func (r *methodRun) record(d *domain, res tta.DomainResult, el time.Duration) report.Record {
@@ -278,7 +319,7 @@ func (r *methodRun) store(rec report.Record) error {
 // interrupted wraps an error that stopped a method mid-way.
 func (r *methodRun) interrupted(err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return interruptedError{fmt.Sprintf("eval: interrupted during %s; finished domains are kept in %s, run again to resume", r.name(), filepath.Join(r.cfg.Out, ResultsFile)), err}
+		return interruptedError{fmt.Sprintf("eval: interrupted during %s; finished domains are kept in %s (and the one in progress checkpointed), run again to resume", r.name(), filepath.Join(r.cfg.Out, ResultsFile)), err}
 	}
 	return fmt.Errorf("eval: %s: %w", r.name(), err)
 }

@@ -58,6 +58,12 @@ type Options struct {
 	// Log receives a line for each notable event (what is resumed, files
 	// written); nil discards them.
 	Log io.Writer
+	// CheckpointEvery is the least time between two checkpoints of a domain
+	// in progress (the method's state after its latest batch, in Out/state),
+	// from which an interrupted run continues mid-domain; 0 means
+	// DefaultCheckpointEvery, a negative value none. A run being cancelled
+	// checkpoints at once. Only the reset protocol is checkpointed.
+	CheckpointEvery time.Duration
 }
 
 // Progress describes how far a run is.
@@ -75,6 +81,9 @@ type Summary struct {
 	// Computed counts domains evaluated by this run, Resumed those found
 	// finished in the results folder and not redone.
 	Computed, Resumed int
+	// Continued counts batches of unfinished domains taken from their
+	// checkpoints rather than computed again.
+	Continued         int
 	Files             []string // the tables and plots written
 	Started, Finished time.Time
 }

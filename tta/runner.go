@@ -84,6 +84,12 @@ type RunnerConfig struct {
 	// (diagnostics included, as for Log). An error stops the run and is
 	// returned by Run: a caller can cancel between batches this way.
 	OnBatch func(BatchRecord) error
+	// Resume, when set, is called at the start of every stream, after any
+	// reset. A caller continuing an interrupted run restores the method's
+	// state there (see Stateful) and returns how many leading batches of the
+	// stream were done before; the runner skips them, and they count nowhere
+	// in its report.
+	Resume func(stream string) (batches int, err error)
 }
 
 // Runner evaluates a Method on a sequence of domains. The last partial
@@ -234,8 +240,18 @@ func (r *Runner) order(stream string, n int) ([]int, error) {
 // stream runs the method over refs in batches, scoring into results.
 func (r *Runner) stream(name string, domains []Domain, refs []sampleRef, results []DomainResult) error {
 	bs := r.Config.BatchSize
+	skip := 0
+	if r.Config.Resume != nil {
+		var err error
+		if skip, err = r.Config.Resume(name); err != nil {
+			return fmt.Errorf("tta: runner: %s: resume: %w", name, err)
+		}
+		if nb := (len(refs) + bs - 1) / bs; skip < 0 || skip > nb {
+			return fmt.Errorf("tta: runner: %s: resume after %d batches, the stream has %d", name, skip, nb)
+		}
+	}
 	var pixels []float32
-	for b, start := 0, 0; start < len(refs); b, start = b+1, start+bs {
+	for b, start := skip, skip*bs; start < len(refs); b, start = b+1, start+bs {
 		batch := refs[start:min(start+bs, len(refs))]
 		var labels []int
 		var err error

@@ -256,6 +256,48 @@ func TestRunnerOrder(t *testing.T) {
 	}
 }
 
+// TestRunnerResume: the batches Resume says were done are neither fetched
+// nor stepped nor counted, and a count beyond the stream is an error.
+func TestRunnerResume(t *testing.T) {
+	d := &randomDomain{name: "d", pixels: make([][]float32, 7), labels: []int{0, 1, 0, 1, 0, 1, 0}}
+	tests := []struct {
+		skip    int
+		sizes   []int
+		correct int
+		err     string
+	}{
+		{0, []int{3, 3, 1}, 4, ""},
+		{1, []int{3, 1}, 2, ""},
+		{2, []int{1}, 1, ""},
+		{3, nil, 0, ""}, // all three batches were done
+		{4, nil, 0, "resume after 4 batches"},
+		{-1, nil, 0, "resume after -1 batches"},
+	}
+	for _, tc := range tests {
+		rec := &recorder{}
+		var batches []int
+		r := Runner{Method: rec, Config: RunnerConfig{BatchSize: 3,
+			Resume:  func(string) (int, error) { return tc.skip, nil },
+			OnBatch: func(b BatchRecord) error { batches = append(batches, b.Batch); return nil }}}
+		rep, err := r.Run([]Domain{d})
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("skip %d: err = %v, want %q", tc.skip, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("skip %d: %v", tc.skip, err)
+		}
+		if !slices.Equal(rec.sizes, tc.sizes) || rep.Domains[0].Correct != tc.correct || rep.Domains[0].Samples != max(7-3*tc.skip, 0) {
+			t.Errorf("skip %d: sizes %v, report %+v; want sizes %v, %d correct", tc.skip, rec.sizes, rep.Domains[0], tc.sizes, tc.correct)
+		}
+		if len(batches) > 0 && batches[0] != tc.skip {
+			t.Errorf("skip %d: first batch index %d", tc.skip, batches[0])
+		}
+	}
+}
+
 // recorder is a Method that predicts class 0 and records batch sizes.
 type recorder struct{ sizes []int }
 

@@ -85,7 +85,11 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	stdout.Write(md)
-	fmt.Fprintf(stderr, "%d domains computed, %d taken from earlier runs; results in %s\n", sum.Computed, sum.Resumed, sum.Config.Out)
+	cont := ""
+	if sum.Continued > 0 {
+		cont = fmt.Sprintf(" (%d batches of them from checkpoints)", sum.Continued)
+	}
+	fmt.Fprintf(stderr, "%d domains computed%s, %d taken from earlier runs; results in %s\n", sum.Computed, cont, sum.Resumed, sum.Config.Out)
 	return nil
 }
 

@@ -1,0 +1,214 @@
+package eval
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/subtta/subtta/tta"
+)
+
+// DefaultCheckpointEvery is how often, at most, a domain in progress is
+// checkpointed when Options.CheckpointEvery is 0.
+const DefaultCheckpointEvery = 30 * time.Second
+
+// partialDomain is a domain cut short by an interruption: the method's
+// whole state (tta.Stateful) after the domain's first batches, with those
+// batches' lines from the batch log, which give its counts and diagnostics
+// so far.
+type partialDomain struct {
+	batches int
+	elapsed time.Duration // the domain's time up to the checkpoint
+	state   []byte
+	lines   []batchLine
+}
+
+const partialMagic = "subtta-partial-domain-v1\n"
+
+// partialPath is the checkpoint file of domain i in progress. Like
+// statePath, its name holds a hash of the domains up to and including i:
+// the method's state in it follows exactly those (SubTTA carries its
+// covariance in from the earlier ones).
+func (r *methodRun) partialPath(i int) string {
+	h := sha256.New()
+	for _, d := range r.domains[:i+1] {
+		h.Write([]byte(d.name))
+		h.Write([]byte{0})
+	}
+	return filepath.Join(r.cfg.Out, stateDir, fmt.Sprintf("%s.partial.%d.%x.bin", r.name(), i+1, h.Sum(nil)[:8]))
+}
+
+// checkpointEvery is the interval between two checkpoints of a domain in
+// progress; ok is false when they are off (the method cannot save its
+// state, a negative interval, or a protocol that is redone whole).
+func (r *methodRun) checkpointEvery() (time.Duration, bool) {
+	if _, ok := r.method.(tta.Stateful); !ok || r.opt.CheckpointEvery < 0 {
+		return 0, false
+	}
+	if proto, _ := protocol(r.cfg.Protocol); proto != tta.ResetEachDomain {
+		return 0, false
+	}
+	if r.opt.CheckpointEvery == 0 {
+		return DefaultCheckpointEvery, true
+	}
+	return r.opt.CheckpointEvery, true
+}
+
+// loadPartials finds the checkpoints of the domains about to be computed
+// and keeps those that agree with the batch log: a checkpoint after k
+// batches needs the domain's lines for batches 0…k−1, each once. The
+// others, and every checkpoint of a domain not to be computed, are removed.
+func (r *methodRun) loadPartials() (map[int]*partialDomain, error) {
+	parts := map[int]*partialDomain{}
+	keep := map[string]bool{}
+	if _, ok := r.checkpointEvery(); ok {
+		lines, err := readBatchLines(filepath.Join(r.cfg.Out, BatchesFile), r.name())
+		if err != nil {
+			return nil, err
+		}
+		for _, i := range r.todo {
+			path := r.partialPath(i)
+			p, err := readPartial(path)
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				r.logf("%s: ignoring %s: %v", r.name(), path, err)
+				continue
+			}
+			if p.lines = batchPrefix(lines[r.domains[i].name], p.batches); p.lines == nil {
+				r.logf("%s: ignoring %s: the batch log lacks some of its %d batches", r.name(), path, p.batches)
+				continue
+			}
+			parts[i], keep[path] = p, true
+		}
+	}
+	old, _ := filepath.Glob(filepath.Join(r.cfg.Out, stateDir, r.name()+".partial.*.bin"))
+	for _, f := range old {
+		if !keep[f] {
+			os.Remove(f)
+		}
+	}
+	return parts, nil
+}
+
+// batchPrefix returns the lines of batches 0…k−1, in order, or nil when
+// one is missing or repeated.
+func batchPrefix(lines []batchLine, k int) []batchLine {
+	out := make([]batchLine, k)
+	seen := make([]bool, k)
+	for _, l := range lines {
+		if l.Batch < 0 || l.Batch >= k {
+			continue
+		}
+		if seen[l.Batch] {
+			return nil
+		}
+		out[l.Batch], seen[l.Batch] = l, true
+	}
+	for _, s := range seen {
+		if !s {
+			return nil
+		}
+	}
+	return out
+}
+
+// readBatchLines returns method's lines of the batch log by stream; lines
+// that cannot be read are left out (pruneBatches drops them).
+func readBatchLines(path, method string) (map[string][]batchLine, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("eval: %w", err)
+	}
+	out := map[string][]batchLine{}
+	for _, line := range bytes.SplitAfter(b, []byte("\n")) {
+		var l batchLine
+		if !bytes.HasSuffix(line, []byte("\n")) || json.Unmarshal(line, &l) != nil || l.Method != method {
+			continue
+		}
+		out[l.Stream] = append(out[l.Stream], l)
+	}
+	return out, nil
+}
+
+// checkpoint saves the state of the domain in progress after its first
+// batches, once the interval has passed since the last one or when the run
+// is being interrupted. The batch log is synced first, so that the lines
+// the checkpoint counts on are on disk before it is.
+func (r *methodRun) checkpoint(batches int) error {
+	every, ok := r.checkpointEvery()
+	if !ok || r.ctx.Err() == nil && time.Since(r.lastCheckpoint) < every {
+		return nil
+	}
+	st, err := r.method.(tta.Stateful).MarshalBinary()
+	if err != nil {
+		return fmt.Errorf("eval: %s: saving its state: %w", r.name(), err)
+	}
+	if err := r.batches.Sync(); err != nil {
+		return fmt.Errorf("eval: %s: %w", BatchesFile, err)
+	}
+	b := make([]byte, 0, len(partialMagic)+16+len(st))
+	b = append(b, partialMagic...)
+	b = binary.LittleEndian.AppendUint64(b, uint64(batches))
+	b = binary.LittleEndian.AppendUint64(b, uint64(r.priorTime+time.Since(r.started)))
+	b = append(b, st...)
+	path := r.partialPath(r.current)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("eval: %w", err)
+	}
+	if err := writeFileAtomic(path, b); err != nil {
+		return err
+	}
+	r.lastCheckpoint = time.Now()
+	return nil
+}
+
+func readPartial(path string) (*partialDomain, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	h := len(partialMagic) + 16
+	if len(b) < h || string(b[:len(partialMagic)]) != partialMagic {
+		return nil, errors.New("not a partial-domain checkpoint")
+	}
+	n := binary.LittleEndian.Uint64(b[len(partialMagic):])
+	el := time.Duration(binary.LittleEndian.Uint64(b[len(partialMagic)+8:]))
+	if n == 0 || n > 1<<31 || el < 0 {
+		return nil, fmt.Errorf("bad batch count %d or time %v", n, el)
+	}
+	return &partialDomain{batches: int(n), elapsed: el, state: b[h:]}, nil
+}
+
+// resume is the runner's Resume hook: it restores the state of the domain
+// in progress, if it was checkpointed, and replays its batch lines into
+// the domain's statistics.
+func (r *methodRun) resume(stream string) (int, error) {
+	p := r.parts[r.current]
+	if p == nil {
+		return 0, nil
+	}
+	if err := r.method.(tta.Stateful).UnmarshalBinary(p.state); err != nil {
+		return 0, fmt.Errorf("%s: %w", r.partialPath(r.current), err)
+	}
+	for _, l := range p.lines {
+		r.addStats(l.BatchRecord)
+		r.prior.Samples += l.Size
+		r.prior.Correct += l.Correct
+	}
+	r.priorTime = p.elapsed
+	r.progress.Done += r.prior.Samples
+	r.sum.Continued += p.batches
+	r.logf("%s: %s: continuing after batch %d from %s", r.name(), stream, p.batches, r.partialPath(r.current))
+	return p.batches, nil
+}
