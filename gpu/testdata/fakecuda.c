@@ -3,16 +3,19 @@
 // tests through its real cgo code: the dlopen and symbol binding, the
 // context and launch calls, the row-major to column-major operand swap and
 // the packing of kernel parameters. "Device memory" is host memory;
-// cublasSgemm is the column-major BLAS product; a "module" is the CUDA C
-// source NVRTC was given, and each kernel launch runs a C version of the
-// kernel of that name, one row per block as the CUDA source does. It checks
-// what it is given (kinds, block sizes, names, pointers) and fails as CUDA
-// would. The same file is built once per soname.
+// cublasSgemm is the column-major BLAS product; NVRTC compiles the CUDA C
+// it is given with g++ (fakecuda_emu.h supplies CUDA's keywords), and a
+// launch runs that code, block after block, each block's threads as fibers
+// meeting at every __syncthreads. It checks what it is given (kinds, block
+// sizes, names, options) and fails as CUDA would. The same file is built
+// once per soname.
+#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef int status;
 
@@ -92,35 +95,97 @@ status cublasSgemmStridedBatched(void *h, int ta, int tb, int m, int n, int k, c
 	return 0;
 }
 
-// libnvrtc: a program's "CUBIN" is its source.
+// libnvrtc: the program is compiled as C++ by the compiler $FAKECUDA_CXX,
+// after the emulation header $FAKECUDA_EMU (fakecuda_emu.h) and followed by
+// one launcher per kernel, into a shared object; its "CUBIN" is that
+// object's path.
 
-typedef struct { char *src; int compiled; } program;
+typedef struct { char *src, *log, *so; } program;
 
 status nvrtcCreateProgram(void **p, const char *src, const char *name, int nh, const char *const *h, const char *const *hn) {
 	program *pr = calloc(1, sizeof *pr);
 	pr->src = strdup(src);
+	pr->log = strdup("");
 	*p = pr;
 	return 0;
 }
+
+static char *read_file(const char *path) {
+	FILE *f = fopen(path, "rb");
+	if (!f) return strdup("");
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	char *b = malloc(n + 1);
+	b[fread(b, 1, n, f)] = 0;
+	fclose(f);
+	return b;
+}
+
+// remove_build removes nvrtcCompileProgram's folder.
+static void remove_build(const char *dir) {
+	const char *names[] = {"kernels.so", "kernels.cpp", "log.txt"};
+	char path[300];
+	for (int i = 0; i < 3; i++) {
+		snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+		unlink(path);
+	}
+	rmdir(dir);
+}
+
 status nvrtcCompileProgram(void *p, int n, const char *const *opts) {
 	program *pr = p;
 	if (n != 1 || strncmp(opts[0], "--gpu-architecture=sm_", 22) != 0) return 5; // INVALID_OPTION
-	if (!strstr(pr->src, "__global__")) return 6; // COMPILATION
-	pr->compiled = 1;
+	const char *cxx = getenv("FAKECUDA_CXX"), *emu = getenv("FAKECUDA_EMU");
+	char dir[] = "/tmp/fakenvrtcXXXXXX";
+	if (!cxx || !emu || !mkdtemp(dir)) {
+		free(pr->log);
+		pr->log = strdup(cxx && emu ? "fake nvrtc: no temporary folder" : "fake nvrtc: FAKECUDA_CXX or FAKECUDA_EMU is not set");
+		return 6; // COMPILATION
+	}
+	char path[256], so[256], log[256], cmd[1024];
+	snprintf(path, sizeof path, "%s/kernels.cpp", dir);
+	snprintf(so, sizeof so, "%s/kernels.so", dir);
+	snprintf(log, sizeof log, "%s/log.txt", dir);
+	FILE *f = fopen(path, "w");
+	fprintf(f, "#include \"%s\"\n", emu);
+	fputs("#line 1 \"rowwise.cu\"\n", f);
+	fputs(pr->src, f);
+	// One launcher per kernel: fake_launch_NAME(params) calls NAME with the
+	// arguments params points to, typed by the kernel's own signature.
+	fputs("\n", f);
+	for (const char *q = pr->src; (q = strstr(q, "__global__ void ")) != NULL;) {
+		q += strlen("__global__ void ");
+		int len = strcspn(q, "( \t\n");
+		fprintf(f, "extern \"C\" void fake_launch_%.*s(void **p) { fake_call(%.*s, p); }\n", len, q, len, q);
+	}
+	fclose(f);
+	snprintf(cmd, sizeof cmd, "'%s' -x c++ -std=c++17 -O1 -U_FORTIFY_SOURCE -D_FORTIFY_SOURCE=0 -Wall -Werror -Wno-sign-compare -Wno-unused-function -shared -fPIC -o '%s' '%s' > '%s' 2>&1",
+		cxx, so, path, log);
+	int rc = system(cmd);
+	free(pr->log);
+	pr->log = read_file(log);
+	if (rc != 0) {
+		remove_build(dir);
+		return 6;
+	}
+	pr->so = strdup(so);
 	return 0;
 }
-status nvrtcGetProgramLogSize(void *p, size_t *n) { *n = 1; return 0; }
-status nvrtcGetProgramLog(void *p, char *log) { log[0] = 0; return 0; }
+status nvrtcGetProgramLogSize(void *p, size_t *n) { *n = strlen(((program *)p)->log) + 1; return 0; }
+status nvrtcGetProgramLog(void *p, char *log) { strcpy(log, ((program *)p)->log); return 0; }
 status nvrtcGetCUBINSize(void *p, size_t *n) {
 	program *pr = p;
-	if (!pr->compiled) return 3;
-	*n = strlen(pr->src) + 1;
+	if (!pr->so) return 3;
+	*n = strlen(pr->so) + 1;
 	return 0;
 }
-status nvrtcGetCUBIN(void *p, char *out) { strcpy(out, ((program *)p)->src); return 0; }
+status nvrtcGetCUBIN(void *p, char *out) { strcpy(out, ((program *)p)->so); return 0; }
 status nvrtcDestroyProgram(void **p) {
 	program *pr = *p;
 	free(pr->src);
+	free(pr->log);
+	free(pr->so);
 	free(pr);
 	*p = NULL;
 	return 0;
@@ -141,156 +206,46 @@ status cuDevicePrimaryCtxRetain(void **ctx, int dev) { *ctx = &ctx_token; return
 status cuCtxSetCurrent(void *ctx) { return ctx == &ctx_token ? 0 : 201; } // CUDA_ERROR_INVALID_CONTEXT
 status cuGetErrorName(status s, const char **name) { *name = "CUDA_ERROR_FAKE"; return 0; }
 
+// A module is the shared object nvrtcCompileProgram built; a function is
+// its launcher, run by the object's fake_run.
+typedef struct { void (*launch)(void **); int (*run)(void (*)(void **), void **, unsigned, unsigned, char *, int); } function;
+
 status cuModuleLoadData(void **m, const void *image) {
-	*m = strdup(image);
+	void *h = dlopen(image, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		fprintf(stderr, "fake cuda: %s\n", dlerror());
+		return 200; // CUDA_ERROR_INVALID_IMAGE
+	}
+	*m = h;
+	// The object stays mapped: its folder can go.
+	char dir[256];
+	snprintf(dir, sizeof dir, "%s", (const char *)image);
+	char *slash = strrchr(dir, '/');
+	if (slash) {
+		*slash = 0;
+		remove_build(dir);
+	}
 	return 0;
 }
 
-#define P(i, type) (*(type *)params[i])
-
-static void layer_norm(unsigned grid, void **params) {
-	float *y = P(0, float *); const float *x = P(1, const float *); int cols = P(2, int);
-	const float *g = P(3, const float *), *b = P(4, const float *); double eps = P(5, double);
-	float *mean = P(6, float *), *rstd = P(7, float *);
-	for (unsigned r = 0; r < grid; r++) {
-		const float *xr = x + (long)r * cols; float *yr = y + (long)r * cols;
-		double s = 0, q = 0;
-		for (int j = 0; j < cols; j++) s += xr[j];
-		double mu = s / cols;
-		for (int j = 0; j < cols; j++) q += (xr[j] - mu) * (xr[j] - mu);
-		float m = (float)mu, rs = (float)(1 / sqrt(q / cols + eps));
-		if (mean) { mean[r] = m; rstd[r] = rs; }
-		for (int j = 0; j < cols; j++) yr[j] = (xr[j] - m) * rs * g[j] + b[j];
-	}
-}
-
-static void layer_norm_backward(unsigned grid, void **params) {
-	float *dx = P(0, float *); const float *dy = P(1, const float *), *x = P(2, const float *);
-	int cols = P(3, int); const float *g = P(4, const float *), *mean = P(5, const float *), *rstd = P(6, const float *);
-	for (unsigned r = 0; r < grid; r++) {
-		const float *xr = x + (long)r * cols, *dyr = dy + (long)r * cols; float *dxr = dx + (long)r * cols;
-		float m = mean[r], q = rstd[r];
-		double sg = 0, sgh = 0;
-		for (int j = 0; j < cols; j++) {
-			float gj = dyr[j] * g[j];
-			sg += gj;
-			sgh += (double)gj * ((xr[j] - m) * q);
-		}
-		float mg = (float)(sg / cols), mgh = (float)(sgh / cols);
-		for (int j = 0; j < cols; j++) dxr[j] = q * (dyr[j] * g[j] - mg - (xr[j] - m) * q * mgh);
-	}
-}
-
-// One block per 32 columns, as the CUDA kernel.
-static void layer_norm_param_grads(unsigned grid, void **params) {
-	float *dg = P(0, float *), *db = P(1, float *); const float *dy = P(2, const float *), *x = P(3, const float *);
-	int rows = P(4, int), cols = P(5, int); const float *mean = P(6, const float *), *rstd = P(7, const float *);
-	if (grid != (unsigned)(cols + 31) / 32) { fprintf(stderr, "layer_norm_param_grads: grid %u for %d columns\n", grid, cols); abort(); }
-	for (int j = 0; j < cols; j++) {
-		double g = 0, b = 0;
-		for (int r = 0; r < rows; r++) {
-			long i = (long)r * cols + j;
-			g += dy[i] * ((x[i] - mean[r]) * rstd[r]);
-			b += dy[i];
-		}
-		dg[j] = (float)g;
-		db[j] = (float)b;
-	}
-}
-
-static void softmax(unsigned grid, void **params) {
-	float *y = P(0, float *); const float *x = P(1, const float *); int cols = P(2, int);
-	float scale = P(3, float); int causal = P(4, int);
-	for (unsigned r = 0; r < grid; r++) {
-		int n = causal ? (int)(r % cols) + 1 : cols;
-		const float *xr = x + (long)r * cols; float *yr = y + (long)r * cols;
-		float mx = -INFINITY;
-		for (int j = 0; j < n; j++) mx = fmaxf(mx, xr[j] * scale);
-		double s = 0;
-		for (int j = 0; j < n; j++) { yr[j] = expf(xr[j] * scale - mx); s += yr[j]; }
-		float inv = (float)(1 / s);
-		for (int j = 0; j < n; j++) yr[j] *= inv;
-		for (int j = n; j < cols; j++) yr[j] = 0;
-	}
-}
-
-static void softmax_backward(unsigned grid, void **params) {
-	float *dx = P(0, float *); const float *dy = P(1, const float *), *y = P(2, const float *);
-	int cols = P(3, int); float scale = P(4, float);
-	for (unsigned r = 0; r < grid; r++) {
-		const float *yr = y + (long)r * cols, *dyr = dy + (long)r * cols; float *dxr = dx + (long)r * cols;
-		double dot = 0;
-		for (int j = 0; j < cols; j++) dot += yr[j] * dyr[j];
-		float d = (float)dot;
-		for (int j = 0; j < cols; j++) dxr[j] = scale * yr[j] * (dyr[j] - d);
-	}
-}
-
-static void quick_gelu_slope(unsigned grid, void **params) {
-	float *y = P(0, float *), *slope = P(1, float *); const float *x = P(2, const float *); int n = P(3, int);
-	for (int i = 0; i < n; i++) {
-		float v = x[i], e = 1 + expf(-1.702f * v), yv = v / e, s = 1 / e;
-		y[i] = yv;
-		slope[i] = s + 1.702f * yv * (1 - s);
-	}
-}
-
-static void gelu_slope(unsigned grid, void **params) {
-	float *slope = P(0, float *); const float *x = P(1, const float *); int n = P(2, int);
-	for (int i = 0; i < n; i++) {
-		double v = x[i];
-		slope[i] = (float)(0.5 * (1 + erf(v * 0.70710678118654752)) + v * exp(-0.5 * v * v) * 0.39894228040143268);
-	}
-}
-
-static void mul(unsigned grid, void **params) {
-	float *y = P(0, float *); const float *a = P(1, const float *), *b = P(2, const float *); int n = P(3, int);
-	for (int i = 0; i < n; i++) y[i] = a[i] * b[i];
-}
-
-static void quick_gelu(unsigned grid, void **params) {
-	float *y = P(0, float *); const float *x = P(1, const float *); int n = P(2, int);
-	for (int i = 0; i < n; i++) y[i] = x[i] / (1 + expf(-1.702f * x[i]));
-}
-
-static void gelu(unsigned grid, void **params) {
-	float *y = P(0, float *); const float *x = P(1, const float *); int n = P(2, int);
-	for (int i = 0; i < n; i++) y[i] = (float)(0.5 * x[i] * (1 + erf(x[i] * 0.70710678118654752)));
-}
-
-static void add(unsigned grid, void **params) {
-	float *y = P(0, float *); const float *a = P(1, const float *), *b = P(2, const float *); int n = P(3, int);
-	for (int i = 0; i < n; i++) y[i] = a[i] + b[i];
-}
-
-static void fill_rows(unsigned grid, void **params) {
-	float *y = P(0, float *); int rows = P(1, int), cols = P(2, int); const float *v = P(3, const float *);
-	for (long i = 0; i < (long)rows * cols; i++) y[i] = v[i % cols];
-}
-
-static struct { const char *name; void (*run)(unsigned, void **); } kernels[] = {
-	{"layer_norm", layer_norm}, {"layer_norm_backward", layer_norm_backward},
-	{"layer_norm_param_grads", layer_norm_param_grads}, {"softmax", softmax},
-	{"softmax_backward", softmax_backward}, {"quick_gelu", quick_gelu}, {"quick_gelu_slope", quick_gelu_slope},
-	{"gelu", gelu}, {"gelu_slope", gelu_slope}, {"add", add}, {"mul", mul}, {"fill_rows", fill_rows},
-};
-
 status cuModuleGetFunction(void **f, void *m, const char *name) {
-	char decl[128];
-	snprintf(decl, sizeof decl, "extern \"C\" __global__ void %s(", name);
-	if (!strstr(m, decl)) return 500; // CUDA_ERROR_NOT_FOUND
-	for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
-		if (strcmp(kernels[i].name, name) == 0) {
-			*f = &kernels[i];
-			return 0;
-		}
-	}
-	return 500;
+	char sym[128];
+	snprintf(sym, sizeof sym, "fake_launch_%s", name);
+	function fn = {dlsym(m, sym), dlsym(m, "fake_run")};
+	if (!fn.launch || !fn.run) return 500; // CUDA_ERROR_NOT_FOUND
+	*f = malloc(sizeof fn);
+	memcpy(*f, &fn, sizeof fn);
+	return 0;
 }
 
 status cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
 		unsigned shared, void *stream, void **params, void **extra) {
-	if (gx == 0 || gy != 1 || gz != 1 || bx != 256 || by != 1 || bz != 1 || extra != NULL) return 1;
-	((__typeof__(kernels[0]) *)f)->run(gx, params);
+	if (gx == 0 || gy != 1 || gz != 1 || bx == 0 || bx > 1024 || by != 1 || bz != 1 || extra != NULL) return 1;
+	function *fn = f;
+	char err[256];
+	if (fn->run(fn->launch, params, gx, bx, err, sizeof err) != 0) {
+		fprintf(stderr, "fake cuda: %s\n", err);
+		return 719; // CUDA_ERROR_LAUNCH_FAILED
+	}
 	return 0;
 }

@@ -1,0 +1,132 @@
+// fakecuda_emu.h lets the CUDA C of package gpu's row-wise kernels compile
+// as C++ and run on the CPU, for the fake NVRTC of fakecuda.c. A launch runs
+// the grid's blocks one after another; a block's threads are fibers on one
+// OS thread, run in turn from one __syncthreads to the next, so that block
+// reductions through __shared__ memory work as on a GPU. A block where some
+// threads finish while others wait at a barrier is reported as an error.
+// Each thread has a 64 KB stack.
+#include <math.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucontext.h>
+
+#include <cstddef>
+#include <type_traits>
+#include <utility>
+
+#define __global__
+#define __device__
+#define __forceinline__ inline
+// One block runs at a time, so a function's static array is its block's
+// shared memory.
+#define __shared__ static
+
+struct fake_dim3 {
+	unsigned x, y, z;
+};
+
+// Not static: the compiler must assume __syncthreads changes them.
+fake_dim3 threadIdx, blockIdx, gridDim, blockDim;
+
+static inline float __int_as_float(int i) {
+	float f;
+	memcpy(&f, &i, sizeof f);
+	return f;
+}
+
+enum { fake_ready, fake_waiting, fake_done };
+enum { fake_stack = 64 << 10, fake_max_block = 1024 };
+
+// A fiber is made once (makecontext) and then switched with _setjmp and
+// _longjmp, which leave the signal mask alone: swapcontext's system call
+// on every switch made the emulation several times slower.
+static jmp_buf fake_main, fake_fiber[fake_max_block];
+static ucontext_t fake_start[fake_max_block];
+static bool fake_started[fake_max_block];
+static int fake_state[fake_max_block];
+static unsigned fake_current;
+static void (*fake_entry)(void **);
+static void **fake_params;
+static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
+
+// fake_yield parks the current fiber in state and returns to the scheduler.
+static void fake_yield(int state) {
+	fake_state[fake_current] = state;
+	if (_setjmp(fake_fiber[fake_current]) == 0) _longjmp(fake_main, 1);
+}
+
+extern "C" __attribute__((noinline)) void __syncthreads() { fake_yield(fake_waiting); }
+
+// fake_thread is a fiber's whole life: one run of the kernel per block.
+static void fake_thread() {
+	for (;;) {
+		fake_entry(fake_params);
+		fake_yield(fake_done);
+	}
+}
+
+// fake_resume runs thread t until it waits at a barrier or finishes.
+static __attribute__((noinline)) void fake_resume(unsigned t) {
+	fake_current = t;
+	threadIdx = {t, 0, 0};
+	if (_setjmp(fake_main) != 0) return;
+	if (fake_started[t]) _longjmp(fake_fiber[t], 1);
+	fake_started[t] = true;
+	getcontext(&fake_start[t]);
+	fake_start[t].uc_stack.ss_sp = malloc(fake_stack);
+	fake_start[t].uc_stack.ss_size = fake_stack;
+	fake_start[t].uc_link = NULL;
+	makecontext(&fake_start[t], fake_thread, 0);
+	setcontext(&fake_start[t]);
+}
+
+// fake_run runs entry(params) as a grid of grid blocks of block threads. It
+// returns nonzero, with the reason in err, when a block's threads do not all
+// reach the same barriers.
+extern "C" int fake_run(void (*entry)(void **), void **params, unsigned grid, unsigned block, char *err, int errlen) {
+	if (block == 0 || block > fake_max_block) {
+		snprintf(err, errlen, "block of %u threads", block);
+		return 1;
+	}
+	pthread_mutex_lock(&fake_lock);
+	fake_entry = entry;
+	fake_params = params;
+	gridDim = {grid, 1, 1};
+	blockDim = {block, 1, 1};
+	int rc = 0;
+	for (unsigned b = 0; b < grid && rc == 0; b++) {
+		blockIdx = {b, 0, 0};
+		for (unsigned t = 0; t < block; t++) fake_state[t] = fake_ready;
+		for (;;) {
+			unsigned done = 0;
+			for (unsigned t = 0; t < block; t++) {
+				if (fake_state[t] != fake_done) fake_resume(t);
+				done += fake_state[t] == fake_done;
+			}
+			if (done == block) break;
+			if (done > 0) {
+				snprintf(err, errlen, "block %u: %u of %u threads finished while the others wait at __syncthreads", b, done, block);
+				rc = 1;
+				break;
+			}
+			for (unsigned t = 0; t < block; t++) fake_state[t] = fake_ready;
+		}
+	}
+	pthread_mutex_unlock(&fake_lock);
+	return rc;
+}
+
+// fake_call calls kernel f with the arguments params points to, as
+// cuLaunchKernel passes them.
+template <typename... A, std::size_t... I>
+static void fake_call_(void (*f)(A...), void **p, std::index_sequence<I...>) {
+	f(*static_cast<std::remove_reference_t<A> *>(p[I])...);
+}
+
+template <typename... A>
+static void fake_call(void (*f)(A...), void **p) {
+	fake_call_(f, p, std::index_sequence_for<A...>{});
+}
