@@ -98,6 +98,23 @@ func TransformerBlockRows(x mat.Tensor, p *BlockParams, batch int, rows []int) m
 func newBlock(name string, x mat.Tensor, p *BlockParams, batch int, sel []int, trace Trace) mat.Tensor {
 	rows, w := dims(x)
 	mlp := p.FC.Out()
+	checkBlock(name, rows, w, p, batch)
+	operands := append([]mat.Tensor{x}, blockOperands(p)...)
+	a := attention{batch: batch, tokens: rows / batch, heads: p.Heads, width: w, causal: p.Causal}
+	out := rows
+	if sel != nil {
+		out = len(sel)
+	}
+	if sameType(name, operands...) {
+		return run(&blockOp[float32]{x: x, p: *p, a: a, rows: rows, out: out, sel: sel, mlp: mlp, trace: trace, operands: operands})
+	}
+	return run(&blockOp[float64]{x: x, p: *p, a: a, rows: rows, out: out, sel: sel, mlp: mlp, trace: trace, operands: operands})
+}
+
+// checkBlock panics unless an input of rows×w in batch sequences fits the
+// block.
+func checkBlock(name string, rows, w int, p *BlockParams, batch int) {
+	mlp := p.FC.Out()
 	switch {
 	case p.LN1.Gamma.Size() != w || p.LN2.Gamma.Size() != w,
 		p.QKV.In() != w || p.QKV.Out() != 3*w,
@@ -109,22 +126,18 @@ func newBlock(name string, x mat.Tensor, p *BlockParams, batch int, sel []int, t
 			name, rows, w, batch, p.LN1.Gamma.Size(), p.LN2.Gamma.Size(), p.QKV.In(), p.QKV.Out(), p.Out.In(), p.Out.Out(),
 			p.FC.In(), p.FC.Out(), p.Proj.In(), p.Proj.Out(), p.Heads))
 	}
-	operands := []mat.Tensor{x}
+}
+
+// blockOperands lists the block's parameters as operands of its op.
+func blockOperands(p *BlockParams) []mat.Tensor {
+	var operands []mat.Tensor
 	for _, ps := range [][]mat.Matrix{p.LN1.Parameters(), p.QKV.Parameters(), p.Out.Parameters(),
 		p.LN2.Parameters(), p.FC.Parameters(), p.Proj.Parameters()} {
 		for _, t := range ps {
 			operands = append(operands, t)
 		}
 	}
-	a := attention{batch: batch, tokens: rows / batch, heads: p.Heads, width: w, causal: p.Causal}
-	out := rows
-	if sel != nil {
-		out = len(sel)
-	}
-	if sameType(name, operands...) {
-		return run(&blockOp[float32]{x: x, p: *p, a: a, rows: rows, out: out, sel: sel, mlp: mlp, trace: trace, operands: operands})
-	}
-	return run(&blockOp[float64]{x: x, p: *p, a: a, rows: rows, out: out, sel: sel, mlp: mlp, trace: trace, operands: operands})
+	return operands
 }
 
 type blockOp[T dtype] struct {

@@ -40,18 +40,38 @@ func (op *blockOp[T]) recordsOnDevice() bool {
 		!p.QKV.trainable() && !p.Out.trainable() && !p.FC.trainable() && !p.Proj.trainable()
 }
 
-// blockRecordOnDevice is op.Forward recording for backward, run on d: the
-// CPU path's steps as device operations, with what backward needs kept on
-// the device in op.dev rather than in host memory.
+// blockRecordOnDevice is op.Forward recording for backward, run on d
+// (blockRecord), with what backward needs kept on the device in op.dev
+// rather than in host memory.
 func blockRecordOnDevice(d kernel.Device, op *blockOp[float32]) []float32 {
 	r := &devRun{d: d}
 	defer r.close()
-	n, w, m := op.rows, op.a.width, op.mlp
-	p := &op.p
+	n, w := op.rows, op.a.width
 	x := r.allocKept(n * w)
 	r.do(func() error { return d.Upload(x, values[float32](op.x)) })
-	stats := r.allocKept(4 * n)
 	h := r.alloc(n * w)
+	k := r.blockRecord(op, x, h)
+	y := make([]float32, n*w)
+	r.do(func() error { return d.Download(y, h) })
+	if r.err == nil {
+		runtime.AddCleanup(op, (*devBlock).free, k)
+		op.dev = k
+	}
+	return y
+}
+
+// blockRecord computes the block's output from x into y on the device,
+// recording for backward: the CPU path's steps as device operations. The
+// returned devBlock holds x (which the caller allocated with allocKept)
+// and the other values backward needs, in buffers the run keeps; its
+// scratch buffers are freed before it returns.
+func (r *devRun) blockRecord(op *blockOp[float32], x, y kernel.Buf) *devBlock {
+	defer r.freeFrom(len(r.bufs))
+	d := r.d
+	n, w, m := op.rows, op.a.width, op.mlp
+	p := &op.p
+	stats := r.allocKept(4 * n)
+	h := y // ln_1(x), the attention output and ln_2(x₁) go where y will be
 	r.layerNorm(h, x, n, w, p.LN1, slice(stats, 0, n), slice(stats, n, 2*n))
 	qkv := r.allocKept(3 * n * w)
 	r.linear(p.QKV, n, h, qkv)
@@ -75,15 +95,9 @@ func blockRecordOnDevice(d kernel.Device, op *blockOp[float32]) []float32 {
 		return d.QuickGELUSlope(act, hidden, hidden, n*m)
 	})
 	r.linear(p.Proj, n, act, proj)
-	r.do(func() error { return d.Add(h, x1, proj, n*w) }) // y = x₁ + c_proj(act)
-	y := make([]float32, n*w)
-	r.do(func() error { return d.Download(y, h) })
-	if r.err == nil {
-		k := &devBlock{d: d, x: x, stats: stats, qkv: qkv, x1: x1, hidden: hidden, bufs: r.kept}
-		runtime.AddCleanup(op, (*devBlock).free, k)
-		op.dev = k
-	}
-	return y
+	r.do(func() error { return d.Add(y, x1, proj, n*w) }) // y = x₁ + c_proj(act)
+	return &devBlock{d: d, x: x, stats: stats, qkv: qkv, x1: x1, hidden: hidden,
+		bufs: []kernel.Buf{x, stats, qkv, x1, hidden}}
 }
 
 // slice is b.Slice(i, j), or nil for a buffer that failed to allocate.
@@ -99,9 +113,28 @@ func slice(b kernel.Buf, i, j int) kernel.Buf {
 // and the LayerNorm parameters' gradients come back.
 func blockBackwardOnDevice(op *blockOp[float32], dy []float32) {
 	k := op.dev
-	d := k.d
-	r := &devRun{d: d}
+	r := &devRun{d: k.d}
 	defer r.close()
+	dx := r.blockBackward(op, k, r.upload(dy), op.x.RequiresGrad())
+	if dx == nil {
+		return
+	}
+	g := getBuf[float32](len(dy))
+	defer putBuf(g)
+	r.do(func() error { return r.d.Download(*g, dx) })
+	if r.err == nil {
+		accGrad(op.x, *g)
+	}
+}
+
+// blockBackward runs the block's backward pass on the device from the
+// output gradient dyd, with what blockRecord kept in k: the LayerNorm
+// parameters' gradients are downloaded and accumulated, and with wantDx the
+// input gradient is returned in one of k's buffers (nil otherwise, or on an
+// error). Its scratch buffers are freed before it returns.
+func (r *devRun) blockBackward(op *blockOp[float32], k *devBlock, dyd kernel.Buf, wantDx bool) kernel.Buf {
+	defer r.freeFrom(len(r.bufs))
+	d := r.d
 	n, w, m := op.rows, op.a.width, op.mlp
 	p := &op.p
 	for _, l := range []*LinearParams{p.QKV, p.Out, p.FC, p.Proj} {
@@ -109,7 +142,6 @@ func blockBackwardOnDevice(op *blockOp[float32], dy []float32) {
 			panic("autograd: TransformerBlock: a linear layer became trainable after the forward pass")
 		}
 	}
-	dyd := r.upload(dy)
 
 	// MLP: y = x₁ + c_proj(act(c_fc(ln_2(x₁)))).
 	dHidden := r.alloc(n * m)
@@ -129,20 +161,18 @@ func blockBackwardOnDevice(op *blockOp[float32], dy []float32) {
 	dH1 := dAttn
 	r.inputGrad(p.QKV, n, dqkv, dH1)
 	var dx kernel.Buf
-	if op.x.RequiresGrad() {
+	if wantDx {
 		dx = k.x1 // x₁ is no longer needed
 	}
 	r.layerNormBackward(dx, dH1, k.x, n, w, p.LN1, slice(k.stats, 0, n), slice(k.stats, n, 2*n))
 	if dx == nil {
-		return
+		return nil
 	}
 	r.do(func() error { return d.Add(dx, dx, dx1, n*w) })
-	g := getBuf[float32](n * w)
-	defer putBuf(g)
-	r.do(func() error { return d.Download(*g, dx) })
-	if r.err == nil {
-		accGrad(op.x, *g)
+	if r.err != nil {
+		return nil
 	}
+	return dx
 }
 
 // inputGrad computes the input gradient dx = dy·W [rows, in] of a layer

@@ -24,6 +24,8 @@ var device atomic.Pointer[kernel.Device]
 //     backward on d: forward keeps what backward needs on d and downloads
 //     its result; backward uploads the output gradient and downloads the
 //     input gradient and the LayerNorm parameters' gradients;
+//   - TransformerBlocks of such blocks is one op: the activations stay on d
+//     from the first block to the last;
 //   - the products of any other Linear layer whose weight is frozen, x·Wᵀ +
 //     b and the input gradient dy·W, run on d in every pass: the operand is
 //     uploaded and the product downloaded at each call.
@@ -98,6 +100,15 @@ func (r *devRun) upload(v []float32) kernel.Buf {
 	b := r.alloc(len(v))
 	r.do(func() error { return r.d.Upload(b, v) })
 	return b
+}
+
+// freeFrom frees the run's buffers from the mark-th on: the scratch of one
+// block among many.
+func (r *devRun) freeFrom(mark int) {
+	for _, b := range r.bufs[mark:] {
+		r.d.Free(b)
+	}
+	r.bufs = r.bufs[:mark]
 }
 
 // close frees the run's buffers and panics with its error, if any.
@@ -246,16 +257,34 @@ func linearOnDevice(d kernel.Device, p *LinearParams, rows int, x, y []float32, 
 	r.do(func() error { return d.Download(y, yd) })
 }
 
-// blockOnDevice is op.Forward without a tape, run on d: the same steps in
-// the same order, each as the device operation that the CPU path's kernel
-// call corresponds to. The output rows op.sel, if set, are picked from the
-// whole block's output after the download.
+// blockOnDevice is op.Forward without a tape, run on d (blockForward). The
+// output rows op.sel, if set, are picked from the whole block's output after
+// the download.
 func blockOnDevice(d kernel.Device, op *blockOp[float32]) []float32 {
 	r := &devRun{d: d}
 	defer r.close()
+	n, w := op.rows, op.a.width
+	x := r.upload(values[float32](op.x))
+	r.blockForward(op, x)
+	y := make([]float32, n*w)
+	r.do(func() error { return r.d.Download(y, x) })
+	if op.sel == nil {
+		return y
+	}
+	out := make([]float32, len(op.sel)*w)
+	gatherRows(out, y, op.sel, w)
+	return out
+}
+
+// blockForward replaces x on the device with the block's output, without
+// a tape: the CPU path's steps in the same order, each as the device
+// operation that its kernel call corresponds to. Its scratch buffers are
+// freed before it returns.
+func (r *devRun) blockForward(op *blockOp[float32], x kernel.Buf) {
+	defer r.freeFrom(len(r.bufs))
+	d := r.d
 	n, w, m := op.rows, op.a.width, op.mlp
 	p := &op.p
-	x := r.upload(values[float32](op.x))
 	h := r.alloc(n * w)
 	r.layerNorm(h, x, n, w, p.LN1, nil, nil)
 	qkv := r.alloc(3 * n * w)
@@ -276,14 +305,6 @@ func blockOnDevice(d kernel.Device, op *blockOp[float32]) []float32 {
 	})
 	r.linear(p.Proj, n, hidden, proj)
 	r.do(func() error { return d.Add(x, x1, proj, n*w) }) // y = x₁ + c_proj(act)
-	y := make([]float32, n*w)
-	r.do(func() error { return d.Download(y, x) })
-	if op.sel == nil {
-		return y
-	}
-	out := make([]float32, len(op.sel)*w)
-	gatherRows(out, y, op.sel, w)
-	return out
 }
 
 // layerNorm normalises the rows of x into y with ln's parameters, uploaded

@@ -91,8 +91,13 @@ func (m *Model) Forward(tokens [][]int, trace autograd.Trace) (mat.Tensor, error
 	}
 	x := autograd.AddTiled(autograd.GatherRows(m.Token, ids), autograd.GatherRows(m.Pos, seqRange(L)))
 	trace.Emit("embed", x)
-	for i, b := range m.Blocks {
-		x = b.Forward(x, batch, fmt.Sprintf("block%d.", i), trace)
+	if trace == nil {
+		// One op on a device (SetDevice): the activations stay there.
+		x = autograd.TransformerBlocks(x, m.Blocks, batch)
+	} else {
+		for i, b := range m.Blocks {
+			x = b.Forward(x, batch, fmt.Sprintf("block%d.", i), trace)
+		}
 	}
 	x = autograd.LayerNorm(x, m.LNFinal)
 	trace.Emit("ln_final", x)

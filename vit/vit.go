@@ -47,15 +47,16 @@ func (m *Model) Forward(images mat.Tensor, trace Trace) mat.Tensor {
 	for i := range cls {
 		cls[i] = i * tokens
 	}
-	last := len(m.Blocks) - 1
-	for i, b := range m.Blocks {
-		if i == last && trace == nil {
-			// Only the class tokens of the last block are used: compute
-			// the keys and values of all tokens, the rest for those rows.
-			x = autograd.TransformerBlockRows(x, b, batch, cls)
-			break
+	if last := len(m.Blocks) - 1; trace == nil && last >= 0 {
+		// One op on a device (SetDevice): the activations stay there. Only
+		// the class tokens of the last block are used: compute the keys
+		// and values of all tokens, the rest for those rows.
+		x = autograd.TransformerBlocks(x, m.Blocks[:last], batch)
+		x = autograd.TransformerBlockRows(x, m.Blocks[last], batch, cls)
+	} else {
+		for i, b := range m.Blocks {
+			x = b.Forward(x, batch, fmt.Sprintf("block%d.", i), trace)
 		}
-		x = b.Forward(x, batch, fmt.Sprintf("block%d.", i), trace)
 	}
 	if trace != nil || len(m.Blocks) == 0 {
 		x = autograd.GatherRows(x, cls)

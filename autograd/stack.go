@@ -1,0 +1,148 @@
+package autograd
+
+import (
+	"runtime"
+
+	"github.com/nlpodyssey/spago/mat"
+
+	"github.com/subtta/subtta/autograd/kernel"
+)
+
+// TransformerBlocks applies the blocks to x [batch·tokens, width] one after
+// another, as a loop of TransformerBlock does, with the same values and
+// gradients. It differs only on a device (SetDevice) where every block
+// would run whole there: float32 values and, when the pass records for
+// backward, frozen linear layers. There the blocks are one op whose
+// activations stay on the device from the first block to the last: x goes
+// up once and only the last output comes back, and in backward the output
+// gradient goes up once and only the input gradient and the LayerNorm
+// parameters' gradients come back. Each block's scratch is freed as the
+// next one starts.
+func TransformerBlocks(x mat.Tensor, blocks []*BlockParams, batch int) mat.Tensor {
+	if d := CurrentDevice(); d != nil && len(blocks) > 1 {
+		if op := newStack(d, x, blocks, batch); op != nil {
+			return run(op)
+		}
+	}
+	for _, p := range blocks {
+		x = TransformerBlock(x, p, batch, nil)
+	}
+	return x
+}
+
+// stackOp is TransformerBlocks on a device.
+type stackOp struct {
+	d        kernel.Device
+	x        mat.Tensor
+	ops      []*blockOp[float32] // each block's shapes and parameters; their x is unused
+	operands []mat.Tensor
+	// needDx[i]: backward must reach block i's input (x requires a
+	// gradient, or an earlier block's LayerNorm does).
+	needDx []bool
+
+	dev   []*devBlock // kept by a recording forward pass
+	spent bool
+}
+
+// newStack returns the op of TransformerBlocks on d, or nil when some block
+// would not run whole on the device.
+func newStack(d kernel.Device, x mat.Tensor, blocks []*BlockParams, batch int) *stackOp {
+	rows, w := dims(x)
+	s := &stackOp{d: d, x: x, operands: []mat.Tensor{x}}
+	for _, p := range blocks {
+		checkBlock("TransformerBlocks", rows, w, p, batch)
+		for _, l := range []*LinearParams{p.QKV, p.Out, p.FC, p.Proj} {
+			if l.trainable() {
+				return nil
+			}
+		}
+		s.operands = append(s.operands, blockOperands(p)...)
+		a := attention{batch: batch, tokens: rows / batch, heads: p.Heads, width: w, causal: p.Causal}
+		s.ops = append(s.ops, &blockOp[float32]{p: *p, a: a, rows: rows, out: rows, mlp: p.FC.Out()})
+	}
+	if !sameType("TransformerBlocks", s.operands...) {
+		return nil
+	}
+	below := x.RequiresGrad()
+	for _, op := range s.ops {
+		s.needDx = append(s.needDx, below)
+		for _, ln := range []*LayerNormParams{op.p.LN1, op.p.LN2} {
+			below = below || ln.Gamma.RequiresGrad() || ln.Beta.RequiresGrad()
+		}
+	}
+	return s
+}
+
+func (s *stackOp) Operands() []mat.Tensor { return s.operands }
+
+func (s *stackOp) Forward() (mat.Tensor, error) {
+	r := &devRun{d: s.d}
+	defer r.close()
+	n, w := s.ops[0].rows, s.ops[0].a.width
+	y := make([]float32, n*w)
+	if !anyRequiresGrad(s.operands) {
+		x := r.upload(values[float32](s.x))
+		for _, op := range s.ops {
+			r.blockForward(op, x)
+		}
+		r.do(func() error { return r.d.Download(y, x) })
+		return newMatrix(y, n, w), nil
+	}
+	x := r.allocKept(n * w)
+	r.do(func() error { return r.d.Upload(x, values[float32](s.x)) })
+	var ks []*devBlock
+	last := len(s.ops) - 1
+	for i, op := range s.ops {
+		var out kernel.Buf
+		if i < last {
+			out = r.allocKept(n * w) // the next block's input, kept by it
+		} else {
+			out = r.alloc(n * w)
+		}
+		ks = append(ks, r.blockRecord(op, x, out))
+		x = out
+	}
+	r.do(func() error { return r.d.Download(y, x) })
+	if r.err == nil {
+		s.dev = ks
+		runtime.AddCleanup(s, freeBlocks, ks)
+	}
+	return newMatrix(y, n, w), nil
+}
+
+func (s *stackOp) Backward(gy mat.Tensor) error {
+	if s.spent {
+		panic("autograd: TransformerBlocks: backward run twice through one graph")
+	}
+	s.spent = true
+	ks := s.dev
+	s.dev = nil
+	r := &devRun{d: s.d}
+	defer r.close()
+	defer freeBlocks(ks)
+	dy := values[float32](gy)
+	dyd := r.upload(dy)
+	for i := len(s.ops) - 1; i >= 0 && dyd != nil; i-- {
+		dyd = r.blockBackward(s.ops[i], ks[i], dyd, s.needDx[i])
+		if i < len(s.ops)-1 {
+			ks[i+1].free() // its buffers held the gradient just used
+		}
+	}
+	if dyd == nil || !s.x.RequiresGrad() {
+		return nil
+	}
+	g := getBuf[float32](len(dy))
+	defer putBuf(g)
+	r.do(func() error { return r.d.Download(*g, dyd) })
+	if r.err == nil {
+		accGrad(s.x, *g)
+	}
+	return nil
+}
+
+// freeBlocks frees what the blocks kept for backward.
+func freeBlocks(ks []*devBlock) {
+	for _, k := range ks {
+		k.free()
+	}
+}
