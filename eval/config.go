@@ -119,7 +119,7 @@ func writtenConfig(b []byte) ([]byte, bool) {
 		return nil, false
 	}
 	run := []string{"identity", "config"}
-	results := []string{"config", "started", "finished", "seconds", "methods", "records"}
+	results := []string{"config", "started", "finished", "seconds", "methods", "records", "environment", "builds"}
 	for k := range top {
 		if !slices.Contains(run, k) && !slices.Contains(results, k) {
 			return nil, false

@@ -82,6 +82,16 @@ func TestRunWritesTablesAndPlots(t *testing.T) {
 	}
 	t.Logf("\n%s", md)
 
+	// results.json says where it was computed, and by which builds.
+	var js report.Summary
+	if b, err := os.ReadFile(filepath.Join(cfg.Out, JSONFile)); err != nil || json.Unmarshal(b, &js) != nil {
+		t.Fatalf("%s: %v", JSONFile, err)
+	}
+	env := report.CurrentEnvironment()
+	if js.Environment == nil || js.Environment.Build != env.Build || js.Environment.Threads < 1 || js.Builds[env.Build] != want {
+		t.Errorf("%s: environment %+v, builds %v; want build %q for all %d records", JSONFile, js.Environment, js.Builds, env.Build, want)
+	}
+
 	// A second run, configured by the run.json the first one wrote, finds
 	// everything done and computes nothing; results.json holds the same
 	// configuration.

@@ -37,6 +37,7 @@ type methodRun struct {
 
 	batches *os.File
 	stats   map[string]*domainStats // per domain, from the batch records
+	build   string                  // report.Environment.Build, for the records
 
 	// The domain in progress (reset protocol): its index, when this attempt
 	// at it started, the counts and time of the batches a checkpoint
@@ -291,7 +292,7 @@ func (r *methodRun) record(d *domain, res tta.DomainResult, el time.Duration) re
 	rec := report.Record{
 		Method: r.name(), Domain: d.name, Corruption: d.corruption, Severity: d.severity,
 		Samples: res.Samples, Correct: res.Correct, Accuracy: res.Accuracy,
-		Seconds: el.Seconds(), Finished: time.Now().UTC(),
+		Seconds: el.Seconds(), Finished: time.Now().UTC(), Build: r.build,
 	}
 	if el > 0 {
 		rec.ImagesPerSecond = float64(res.Samples) / el.Seconds()

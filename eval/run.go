@@ -334,7 +334,7 @@ func (e *evaluation) runMethod(name string) error {
 		e.logf("%s: no subspace diagnostics: %v", name, err)
 		text = nil
 	}
-	mr := &methodRun{cfg: e.cfg, preset: p, method: method, text: text, head: head, domains: e.domains,
+	mr := &methodRun{cfg: e.cfg, preset: p, method: method, text: text, head: head, domains: e.domains, build: report.CurrentEnvironment().Build,
 		todo: e.todo[name], done: e.done, opt: e.opt, progress: &e.progress, ctx: e.ctx, sum: e.sum, logf: e.logf}
 	err = mr.run()
 	// Leave the model as it was loaded for the next method.

@@ -30,4 +30,7 @@ type Record struct {
 	PredictedClassCosine  []float64   `json:"predicted_class_cosine,omitempty"`
 
 	Finished time.Time `json:"finished"`
+	// Build is the Environment.Build of the binary that computed the
+	// record; empty in records written before it was kept.
+	Build string `json:"build,omitempty"`
 }

@@ -28,6 +28,12 @@ type Summary struct {
 	// Records are the records, later duplicates winning, without their
 	// per-batch diagnostics.
 	Records []Record `json:"records"`
+
+	// Environment is that of the run that wrote the summary, if given;
+	// Builds counts the records by the build that computed them ("" for
+	// records that do not say).
+	Environment *Environment   `json:"environment,omitempty"`
+	Builds      map[string]int `json:"builds,omitempty"`
 }
 
 // MethodSummary is the accuracy and the cost of one method over a run.
@@ -70,6 +76,10 @@ func NewSummary(config any, recs []Record) Summary {
 		r.PrincipalCosines, r.SemanticConcentration, r.PredictedClassCosine = nil, nil, nil
 		s.Records[i] = r
 		s.Seconds += r.Seconds
+		if s.Builds == nil {
+			s.Builds = map[string]int{}
+		}
+		s.Builds[r.Build]++
 		if !r.Finished.IsZero() {
 			start := r.Finished.Add(-time.Duration(r.Seconds * float64(time.Second)))
 			if s.Started.IsZero() || start.Before(s.Started) {

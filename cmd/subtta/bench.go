@@ -18,6 +18,7 @@ import (
 	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/clip"
+	"github.com/subtta/subtta/report"
 	"github.com/subtta/subtta/tta"
 	"github.com/subtta/subtta/vit"
 	"github.com/subtta/subtta/weights"
@@ -75,6 +76,9 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	where := fmt.Sprintf("%d threads, GEMM kernel %s", runtime.GOMAXPROCS(0), kernel.Kernel())
+	if cpu := report.CurrentEnvironment().CPU; cpu != "" {
+		where = cpu + ", " + where
+	}
 	dev := autograd.CurrentDevice()
 	if dev != nil {
 		where = "on " + dev.Name()

@@ -17,6 +17,7 @@
 //	train      train a small CLIP from scratch on CIFAR-10 (checkpoints, resume, log)
 //	serve      HTTP classifier that adapts to each client's image stream (subtta-m)
 //	loadtest   requests/s and latency of a subtta serve on this machine
+//	version    the build, the CPU and whether CUDA is available
 //
 // Run `subtta <command> -h` for a command's flags.
 package main
@@ -51,6 +52,7 @@ var commands = map[string]command{
 	"train":    {"train a small CLIP from scratch on CIFAR-10 (checkpoints, resume, log)", runTrain},
 	"serve":    {"HTTP classifier that adapts to each client's image stream (subtta-m)", runServe},
 	"loadtest": {"requests/s and latency of a subtta serve on this machine", runLoadtest},
+	"version":  {"the build, the CPU and whether CUDA is available", runVersion},
 }
 
 func main() {

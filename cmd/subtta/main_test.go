@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"image"
 	"image/png"
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -37,11 +39,25 @@ func TestRunExitCodes(t *testing.T) {
 		{[]string{"bench", "--classes", "-3"}, 2, "--classes -3: must be positive"},
 		{[]string{"bench", "--only", "forwar"}, 2, `unknown measurement "forwar"`},
 		{[]string{"classify", "--labels", "cat,dog,cat", "x.png"}, 2, `"cat" is given twice`},
+		{[]string{"version", "now"}, 2, "version takes no arguments"},
 	} {
 		var out, errb bytes.Buffer
 		if got := run(tc.args, &out, &errb); got != tc.status || !strings.Contains(errb.String(), tc.stderr) {
 			t.Errorf("run(%q) = %d, stderr %q; want %d and %q", tc.args, got, errb.String(), tc.status, tc.stderr)
 		}
+	}
+}
+
+// TestVersion: the build, the CPU line that bench and eval's results.json
+// also carry, and where CUDA stands.
+func TestVersion(t *testing.T) {
+	var out, errb bytes.Buffer
+	if st := run([]string{"version"}, &out, &errb); st != 0 {
+		t.Fatalf("status %d: %s", st, errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "subtta ") || !strings.Contains(lines[1], fmt.Sprintf("%d threads", runtime.GOMAXPROCS(0))) || !strings.HasPrefix(lines[2], "cuda: ") {
+		t.Errorf("version printed\n%s", out.String())
 	}
 }
 
