@@ -289,9 +289,15 @@ func TestCancelContinuesMidDomain(t *testing.T) {
 			}
 			tc.damage(t, cfg.Out)
 			var log strings.Builder
-			sum, err := Run(context.Background(), cfg, Options{Log: &log})
+			var last Progress
+			sum, err := Run(context.Background(), cfg, Options{Log: &log, Progress: func(p Progress) { last = p }})
 			if err != nil {
 				t.Fatal(err)
+			}
+			// The progress counts what this run computes: the restored
+			// batches are neither done nor to do.
+			if want := cfg.Limit - 4*tc.continued; last.Done != want || last.Total != want {
+				t.Errorf("last progress %d of %d images, want %d of %d", last.Done, last.Total, want, want)
 			}
 			if sum.Resumed != 1 || sum.Computed != 1 || sum.Continued != tc.continued {
 				t.Errorf("%d resumed, %d computed, %d batches continued; want 1, 1, %d", sum.Resumed, sum.Computed, sum.Continued, tc.continued)

@@ -207,7 +207,7 @@ func (r *methodRun) resume(stream string) (int, error) {
 		r.prior.Correct += l.Correct
 	}
 	r.priorTime = p.elapsed
-	r.progress.Done += r.prior.Samples
+	r.progress.Total -= r.prior.Samples // the run has that much less to compute
 	r.sum.Continued += p.batches
 	r.logf("%s: %s: continuing after batch %d from %s", r.name(), stream, p.batches, r.partialPath(r.current))
 	return p.batches, nil

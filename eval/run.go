@@ -69,8 +69,9 @@ type Options struct {
 // Progress describes how far a run is.
 type Progress struct {
 	Method, Domain string
-	// Done and Total count images over the whole run (those still to be
-	// computed when it started).
+	// Done and Total count images over the whole run: those computed so
+	// far, and those to be computed (less what checkpoints of unfinished
+	// domains restore, once they are read).
 	Done, Total int
 }
 

@@ -294,6 +294,7 @@ func progressTo(w io.Writer, bar **progressBar) func(eval.Progress) {
 			(*bar).start = started
 		}
 		(*bar).SetLabel(fmt.Sprintf("%s %s", p.Method, p.Domain))
+		(*bar).SetTotal(p.Total)
 		(*bar).Add(p.Done - last)
 		last = p.Done
 	}

@@ -45,6 +45,14 @@ func newProgress(w io.Writer, label string, total int) *progressBar {
 	return p
 }
 
+// SetTotal changes the amount of work (a resumed run finds some of it
+// done).
+func (p *progressBar) SetTotal(total int) {
+	p.mu.Lock()
+	p.total = total
+	p.mu.Unlock()
+}
+
 // SetLabel changes the label (the item being worked on).
 func (p *progressBar) SetLabel(label string) {
 	p.mu.Lock()
