@@ -1,9 +1,13 @@
-package optim
+// The fixture tests are package optim_test, dot-importing optim, because the
+// fixture readers they share with package tta's tests
+// (internal/fixturefile) import optim.
+package optim_test
 
 import (
 	"testing"
 
 	"github.com/subtta/subtta/internal/fixturefile"
+	. "github.com/subtta/subtta/optim"
 )
 
 // fx is an open fixture file (fixturefile.File's helpers).

@@ -1,4 +1,4 @@
-package optim
+package optim_test
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/subtta/subtta/internal/fixture"
 	"github.com/subtta/subtta/internal/fixturefile"
+	. "github.com/subtta/subtta/optim"
 )
 
 // optTol: optimizer steps are compared element-wise in absolute terms, as the
@@ -17,42 +18,6 @@ const (
 	optTol32 = 1e-6
 	optTol64 = 1e-12
 )
-
-type optJSON struct {
-	Optimizer   string    `json:"optimizer"`
-	LR          float64   `json:"lr"`
-	WeightDecay float64   `json:"weight_decay"`
-	Betas       []float64 `json:"betas"`
-	Eps         float64   `json:"eps"`
-}
-
-func (o optJSON) adam(tb testing.TB) AdamConfig {
-	tb.Helper()
-	if len(o.Betas) != 2 {
-		tb.Fatalf("optimizer config %+v: want two betas", o)
-	}
-	cfg := AdamConfig{LR: o.LR, Beta1: o.Betas[0], Beta2: o.Betas[1], Eps: o.Eps, WeightDecay: o.WeightDecay}
-	switch {
-	case o.Optimizer == "AdamW":
-		cfg.Decoupled = true
-	case strings.HasPrefix(o.Optimizer, "Adam"):
-	default:
-		tb.Fatalf("optimizer %q is not Adam or AdamW", o.Optimizer)
-	}
-	return cfg
-}
-
-// adamState reads <prefix>exp_avg.<p> and <prefix>exp_avg_sq.<p>.
-func adamState[T Float](x *fx, prefix string, names []string, step int) State[T] {
-	st := State[T]{}
-	for _, p := range names {
-		st[p] = ParamState[T]{Step: step, Buffers: map[string][]T{
-			BufExpAvg:   load[T](x, prefix+BufExpAvg+"."+p),
-			BufExpAvgSq: load[T](x, prefix+BufExpAvgSq+"."+p),
-		}}
-	}
-	return st
-}
 
 // adamCase is one optimizer step checked against a fixture: parameters from
 // paramFrom, state from stateFrom (empty: fresh) at step, gradient grad;
@@ -71,7 +36,7 @@ func runAdamCase[T Float](t *testing.T, x *fx, cfg AdamConfig, names []string, c
 		t.Fatal(err)
 	}
 	if c.stateFrom != "" {
-		if err := opt.SetState(adamState[T](x, c.stateFrom, names, c.step)); err != nil {
+		if err := opt.SetState(fixturefile.AdamState[T](x.File, c.stateFrom, names, c.step)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -111,13 +76,13 @@ func runAdamCase[T Float](t *testing.T, x *fx, cfg AdamConfig, names []string, c
 // AdamW from the stored state and gradient gives the stored parameters.
 func TestSubTTAOptimizerSteps(t *testing.T) {
 	var cfgJSON struct {
-		Config optJSON `json:"config"`
+		Config fixturefile.Optimizer `json:"config"`
 	}
 	fixturefile.ReadJSON(t, "fixtures/subtta.json", &cfgJSON)
 	for _, file := range []string{"fixtures/subtta.safetensors", "fixtures/subtta_fp64.safetensors"} {
 		t.Run(file, func(t *testing.T) {
 			x := openFixture(t, file)
-			cfg := cfgJSON.Config.adam(t)
+			cfg := cfgJSON.Config.Adam(t)
 			names := x.ParamNames()
 			for k := range x.Batches("b", "F1") {
 				b := fmt.Sprintf("b%d.", k)
@@ -145,13 +110,13 @@ func TestSubTTAOptimizerSteps(t *testing.T) {
 // and MINT's fresh Adam (L2 weight decay) step with its aggregated gradient.
 func TestBaselineOptimizerSteps(t *testing.T) {
 	var js struct {
-		Config map[string]optJSON `json:"config"`
+		Config map[string]fixturefile.Optimizer `json:"config"`
 	}
 	fixturefile.ReadJSON(t, "fixtures/baselines.json", &js)
 	x := openFixture(t, "fixtures/baselines.safetensors")
 	names := x.ParamNames()
 	for _, m := range []string{"tent", "batclip"} {
-		cfg := js.Config[m].adam(t)
+		cfg := js.Config[m].Adam(t)
 		for k := range x.Batches(m+".b", "F") {
 			b := fmt.Sprintf("%s.b%d.", m, k)
 			c := adamCase{label: b + "step", paramFrom: "init.param.", grad: b + "grad.", step: k,
@@ -166,7 +131,7 @@ func TestBaselineOptimizerSteps(t *testing.T) {
 
 	// MINT: the running mean of the batch gradients, then one fresh Adam step
 	// from the source parameters.
-	cfg := js.Config["mint"].adam(t)
+	cfg := js.Config["mint"].Adam(t)
 	if cfg.Decoupled || cfg.WeightDecay == 0 {
 		t.Fatalf("mint optimizer config %+v: want Adam with L2 weight decay", cfg)
 	}

@@ -97,7 +97,7 @@ func distinct(a []int) map[int]bool {
 // thread counts).
 func TestBaselinesEndToEnd(t *testing.T) {
 	var js struct {
-		Config map[string]optJSON `json:"config"`
+		Config map[string]fixturefile.Optimizer `json:"config"`
 	}
 	fixturefile.ReadJSON(t, "fixtures/baselines.json", &js)
 	var bj baselinesJSON
@@ -107,7 +107,7 @@ func TestBaselinesEndToEnd(t *testing.T) {
 	for _, name := range []string{"tent", "batclip", "mint"} {
 		t.Run(name, func(t *testing.T) {
 			m := tinyModel(t, false)
-			opt := optim.Config{Adam: js.Config[name].adam(t)}
+			opt := optim.Config{Adam: js.Config[name].Adam(t)}
 			var meth Method
 			var err error
 			switch name {

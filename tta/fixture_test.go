@@ -2,7 +2,6 @@ package tta
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 
 	"gonum.org/v1/gonum/mat"
@@ -137,42 +136,4 @@ func gradCheck(tb testing.TB, what string, x *mat.Dense, f func(*mat.Dense) floa
 		tb.Errorf("gradcheck %s: worst rel-to-max error %.3g > %.0e", what, rel, tol)
 	}
 	return rel
-}
-
-// optJSON is an optimizer's settings as the fixtures' JSON files record
-// them.
-type optJSON struct {
-	Optimizer   string    `json:"optimizer"`
-	LR          float64   `json:"lr"`
-	WeightDecay float64   `json:"weight_decay"`
-	Betas       []float64 `json:"betas"`
-	Eps         float64   `json:"eps"`
-}
-
-func (o optJSON) adam(tb testing.TB) optim.AdamConfig {
-	tb.Helper()
-	if len(o.Betas) != 2 {
-		tb.Fatalf("optimizer config %+v: want two betas", o)
-	}
-	cfg := optim.AdamConfig{LR: o.LR, Beta1: o.Betas[0], Beta2: o.Betas[1], Eps: o.Eps, WeightDecay: o.WeightDecay}
-	switch {
-	case o.Optimizer == "AdamW":
-		cfg.Decoupled = true
-	case strings.HasPrefix(o.Optimizer, "Adam"):
-	default:
-		tb.Fatalf("optimizer %q is not Adam or AdamW", o.Optimizer)
-	}
-	return cfg
-}
-
-// adamState reads <prefix>exp_avg.<p> and <prefix>exp_avg_sq.<p>.
-func adamState[T optim.Float](x *fx, prefix string, names []string, step int) optim.State[T] {
-	st := optim.State[T]{}
-	for _, p := range names {
-		st[p] = optim.ParamState[T]{Step: step, Buffers: map[string][]T{
-			optim.BufExpAvg:   load[T](x, prefix+optim.BufExpAvg+"."+p),
-			optim.BufExpAvgSq: load[T](x, prefix+optim.BufExpAvgSq+"."+p),
-		}}
-	}
-	return st
 }

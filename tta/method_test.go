@@ -12,6 +12,7 @@ import (
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/data"
 	"github.com/subtta/subtta/internal/fixture"
+	"github.com/subtta/subtta/internal/fixturefile"
 	"github.com/subtta/subtta/optim"
 )
 
@@ -117,9 +118,9 @@ func setAdamState(tb testing.TB, tr trainer, x *fx, prefix string, step int) {
 	var err error
 	switch o := tr.optimizer().(type) {
 	case *optim.Adam[float32]:
-		err = o.SetState(adamState[float32](x, prefix, tr.names(), step))
+		err = o.SetState(fixturefile.AdamState[float32](x.File, prefix, tr.names(), step))
 	case *optim.Adam[float64]:
-		err = o.SetState(adamState[float64](x, prefix, tr.names(), step))
+		err = o.SetState(fixturefile.AdamState[float64](x.File, prefix, tr.names(), step))
 	default:
 		tb.Fatalf("optimizer %T is not Adam", o)
 	}

@@ -20,7 +20,7 @@ func subttaFromFixture(tb testing.TB, m *clip.Model, x *fx) *SubTTA {
 	tb.Helper()
 	cfg := readSubTTAConfig(tb)
 	var js struct {
-		Config optJSON `json:"config"`
+		Config fixturefile.Optimizer `json:"config"`
 	}
 	fixturefile.ReadJSON(tb, "fixtures/subtta.json", &js)
 	loss, err := ParseSubTTALoss(cfg.LossType)
@@ -31,7 +31,7 @@ func subttaFromFixture(tb testing.TB, m *clip.Model, x *fx) *SubTTA {
 		Subspace:  SubspaceOptions{Rank: cfg.R, KeepTopPC: !cfg.RemoveFirstPC},
 		Alpha:     cfg.Alpha,
 		Loss:      loss,
-		Optimizer: optim.Config{Adam: js.Config.adam(tb)},
+		Optimizer: optim.Config{Adam: js.Config.Adam(tb)},
 	})
 	if err != nil {
 		tb.Fatal(err)
