@@ -41,10 +41,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	modelConfig := fs.String("model-config", "", modelConfigHelp)
 	arch := fs.String("arch", "", archHelp)
 	device := deviceFlag(fs)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	release, err := useDevice(*device, stderr)
+	release, err := parseOnDevice(fs, device, args, stderr)
 	if err != nil {
 		return err
 	}

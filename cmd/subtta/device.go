@@ -14,6 +14,15 @@ func deviceFlag(fs *flag.FlagSet) *string {
 	return fs.String("device", "cpu", "where the model runs: cpu, or cuda (an NVIDIA GPU, in a binary built with -tags cuda; docs/gpu.md)")
 }
 
+// parseOnDevice parses args and opens the device that fs's --device flag
+// (device) names; release gives it back.
+func parseOnDevice(fs *flag.FlagSet, device *string, args []string, stderr io.Writer) (release func(), err error) {
+	if err := parse(fs, args); err != nil {
+		return nil, err
+	}
+	return useDevice(*device, stderr)
+}
+
 // useDevice puts the model on the --device value: nothing to do for cpu;
 // for cuda, the GPU becomes autograd's device until the returned function
 // is called. A GPU that cannot be used (a binary built without the tag, no

@@ -47,10 +47,7 @@ func runEmbed(args []string, stdout, stderr io.Writer) error {
 	fs.Var(&images, "image", "image file (repeatable)")
 	fs.Var(&texts, "text", "text (repeatable)")
 	device := deviceFlag(fs)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	release, err := useDevice(*device, stderr)
+	release, err := parseOnDevice(fs, device, args, stderr)
 	if err != nil {
 		return err
 	}
@@ -136,10 +133,7 @@ func runClassify(args []string, stdout, stderr io.Writer) error {
 	template := fs.String("template", "", `prompt template; {} is replaced by each label (e.g. "a photo of a {}."; default "{}", or with the built-in model the 18 CIFAR-10 templates, averaged)`)
 	jsonOut := fs.Bool("json", false, "print JSON instead of a table")
 	device := deviceFlag(fs)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	release, err := useDevice(*device, stderr)
+	release, err := parseOnDevice(fs, device, args, stderr)
 	if err != nil {
 		return err
 	}

@@ -38,10 +38,7 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("eval", "\n\nWith no flags: the built-in model on the embedded CIFAR-10 test images, corrupted on the fly,\nfor "+strings.Join(builtinMethods, ", ")+" on "+strconv.Itoa(builtinLimit)+" images per corruption (about four minutes on two cores).\n", stderr)
 	f := newEvalFlags(fs)
 	device := deviceFlag(fs)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	release, err := useDevice(*device, stderr)
+	release, err := parseOnDevice(fs, device, args, stderr)
 	if err != nil {
 		return err
 	}

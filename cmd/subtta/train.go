@@ -39,10 +39,7 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	plot := fs.Bool("plot", false, "write OUT/accuracy.png, the test accuracy and training loss per epoch")
 	quiet := fs.Bool("quiet", false, "no progress bar")
 	device := deviceFlag(fs)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	release, err := useDevice(*device, stderr)
+	release, err := parseOnDevice(fs, device, args, stderr)
 	if err != nil {
 		return err
 	}
