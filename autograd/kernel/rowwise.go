@@ -118,19 +118,25 @@ func sumSqDev64[T Float](x []T, mu float64) float64 {
 // layerNormInputGradRowAVX2 without parameter gradients): the parameter
 // gradients get the Go loop's bits, dx can differ in its last bit (the two
 // means are summed in another order).
+//
+// The result does not depend on the number of threads. dγ and dβ are
+// summed over a fixed partition of the rows (sumRanges), row by row
+// within a range and the ranges in order, one goroutine per range; without
+// them, the rows are split over every thread.
 func LayerNormBackward[T Float](dx, dgamma, dbeta, dy, x []T, rows, cols int, gamma, mean, rstd []T) {
 	checkLen("LayerNormBackward", x, rows*cols)
 	checkLen("LayerNormBackward", dy, rows*cols)
 	chunks := rowChunks(rows, cols)
 	var partial []T
 	if dgamma != nil || dbeta != nil {
+		chunks = sumRanges(rows, cols)
 		partial = make([]T, 2*chunks*cols)
 	}
 	dx32, is32 := any(dx).([]float32)
 	dy32, _ := any(dy).([]float32)
 	x32, _ := any(x).([]float32)
 	g32, _ := any(gamma).([]float32)
-	forRows(rows, cols, func(c, lo, hi int) {
+	splitRange(rows, 1, chunks, func(c, lo, hi int) {
 		var pg, pb []T
 		if partial != nil {
 			pg = partial[2*c*cols : 2*c*cols+cols]
@@ -197,6 +203,21 @@ func LayerNormBackward[T Float](dx, dgamma, dbeta, dy, x []T, rows, cols int, ga
 			}
 		}
 	}
+}
+
+// sumRanges is the number of row ranges over which the column sums of a
+// rows×cols matrix are taken (LayerNormBackward's dγ and dβ, SumRows): the
+// two halves of a matrix of at least 2·rowGrain values, else one; each
+// range is summed row by row and the ranges added in order. It is fixed
+// rather than the number of threads, so that the sums are the same on
+// every machine; two is what two threads used, so results computed that
+// way keep their bits. Parameter gradients are a small part of a backward
+// pass: two goroutines suffice.
+func sumRanges(rows, cols int) int {
+	if rows*cols < rowGrain {
+		return 1
+	}
+	return max(1, min(2, rows, rows*cols/rowGrain))
 }
 
 // layerNormBackwardRow is one row of LayerNormBackward with every gradient
@@ -481,15 +502,16 @@ func AddRowVector[T Float](y []T, rows, cols int, v []T) {
 }
 
 // SumRows accumulates the column sums of x (rows×cols) into dst (length
-// cols): dst[j] += Σ_r x[r,j]. It is the gradient of a bias.
+// cols): dst[j] += Σ_r x[r,j]. It is the gradient of a bias. The sums do
+// not depend on the number of threads (sumRanges).
 func SumRows[T Float](dst, x []T, rows, cols int) {
 	checkLen("SumRows", x, rows*cols)
-	chunks := rowChunks(rows, cols)
+	chunks := sumRanges(rows, cols)
 	partial := dst[:cols]
 	if chunks > 1 {
 		partial = make([]T, chunks*cols)
 	}
-	forRows(rows, cols, func(c, lo, hi int) {
+	splitRange(rows, 1, chunks, func(c, lo, hi int) {
 		p := partial[c*cols : c*cols+cols]
 		for r := lo; r < hi; r++ {
 			for j, v := range x[r*cols : r*cols+cols] {

@@ -1,8 +1,11 @@
 package kernel
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
+	"slices"
 	"testing"
 )
 
@@ -520,6 +523,49 @@ func TestSoftmaxVector(t *testing.T) {
 			}
 			if worst > 2.4e-7 {
 				t.Errorf("[%d×%d causal=%v] vector and Go softmax differ by %.3g relative", rows, cols, causal, worst)
+			}
+		}
+	}
+}
+
+// TestSumsIndependentOfThreads: the column sums of LayerNormBackward (dγ,
+// dβ) and SumRows, and LayerNormBackward's dx, have the same bits with 1 to
+// 5 threads, in float32 and float64, on matrices large enough to be split.
+func TestSumsIndependentOfThreads(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for _, c := range []struct{ rows, cols int }{{1040, 128}, {3200, 96}, {777, 101}, {5, 7}} {
+		t.Run(fmt.Sprintf("%dx%d", c.rows, c.cols), func(t *testing.T) {
+			checkSumsIndependentOfThreads[float32](t, c.rows, c.cols)
+			checkSumsIndependentOfThreads[float64](t, c.rows, c.cols)
+		})
+	}
+}
+
+func checkSumsIndependentOfThreads[T Float](t *testing.T, rows, cols int) {
+	rng := rand.New(rand.NewPCG(uint64(rows), uint64(cols)))
+	vec := func(n int) []T {
+		v := make([]T, n)
+		for i := range v {
+			v[i] = T(rng.NormFloat64())
+		}
+		return v
+	}
+	x, dy, g, b := vec(rows*cols), vec(rows*cols), vec(cols), vec(cols)
+	dg0, db0, sum0 := vec(cols), vec(cols), vec(cols) // accumulated into
+	mean, rstd := make([]T, rows), make([]T, rows)
+	LayerNorm(make([]T, rows*cols), x, rows, cols, g, b, 1e-5, mean, rstd)
+	run := func(threads int) []T {
+		runtime.GOMAXPROCS(threads)
+		dx, dg, db, sum := make([]T, rows*cols), slices.Clone(dg0), slices.Clone(db0), slices.Clone(sum0)
+		LayerNormBackward(dx, dg, db, dy, x, rows, cols, g, mean, rstd)
+		SumRows(sum, dy, rows, cols)
+		return slices.Concat(dx, dg, db, sum)
+	}
+	want := run(1)
+	for threads := 2; threads <= 5; threads++ {
+		for i, v := range run(threads) {
+			if v != want[i] {
+				t.Fatalf("%T, %d threads: value %d is %v, with one thread %v", v, threads, i, v, want[i])
 			}
 		}
 	}
