@@ -308,6 +308,7 @@ type device struct {
 	name   string
 	ctx    unsafe.Pointer
 	blas   unsafe.Pointer
+	solver unsafe.Pointer            // the cuSOLVER handle, made by the first SymEig
 	fn     map[string]unsafe.Pointer // the row-wise kernels by name
 	free   map[int][]uintptr         // freed buffers by length, for reuse
 	closed bool
@@ -458,10 +459,11 @@ func (d *device) Close() error {
 		}
 		d.free = nil
 		d.closed = true
+		serr := d.closeSolver()
 		if s := C.w_cublasDestroy(d.blas); s != 0 {
 			return blasErr("cublasDestroy_v2", s)
 		}
-		return nil
+		return serr
 	})
 }
 

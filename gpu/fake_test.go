@@ -12,10 +12,10 @@ import (
 
 // deviceTests are the tests that need a device.
 var deviceTests = []string{"TestUploadDownload", "TestErrorNamesCall", "TestGemmMatchesCPU", "TestGemmBatchedMatchesCPU",
-	"TestRowwiseMatchesCPU", "TestTF32Option", "TestBlockMatchesCPU", "TestCLIPTinyMatchesCPU"}
+	"TestRowwiseMatchesCPU", "TestTF32Option", "TestBlockMatchesCPU", "TestCLIPTinyMatchesCPU", "TestSymEigMatchesCPU"}
 
 // TestFakeCUDA runs the device tests on a machine without CUDA against
-// testdata/fakecuda.c, built with gcc as the four libraries: a run of this
+// testdata/fakecuda.c, built with gcc as the five libraries: a run of this
 // package's cgo code (loading, binding, contexts, the cuBLAS operand swap,
 // kernel parameters, errors) end to end, with CPU stand-ins for what runs
 // on a GPU. The CUDA C of the row-wise kernels is compiled by g++ as C++
@@ -44,7 +44,7 @@ func TestFakeCUDA(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	for _, so := range []string{cudartNames[0], cublasNames[0], nvrtcNames[0], cudaNames[0]} {
+	for _, so := range []string{cudartNames[0], cublasNames[0], nvrtcNames[0], cudaNames[0], solverNames[0]} {
 		out, err := exec.Command(gcc, "-shared", "-fPIC", "-O2", "-Wl,-soname,"+so, "-o", filepath.Join(dir, so),
 			filepath.Join("testdata", "fakecuda.c"), "-lm").CombinedOutput()
 		if err != nil {

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/subtta/subtta/internal/symeig"
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/subtta/subtta/autograd"
+	"github.com/subtta/subtta/autograd/kernel"
+	"github.com/subtta/subtta/internal/symeig"
 )
 
 // DefaultGapTol is the default relative eigen-gap guard of the alignment
@@ -105,7 +108,7 @@ func Align(f mat.Matrix, sigmaOld mat.Symmetric, text *TextSubspace, opt AlignOp
 		}
 	}
 
-	dec, err := symeig.Factorize(sigma)
+	dec, err := factorizeSym(sigma)
 	if err != nil {
 		return nil, fmt.Errorf("tta: align: eigendecomposition of the covariance: %w", err)
 	}
@@ -250,3 +253,28 @@ func (a *Aligner) Reset() {
 
 // GuardedGaps is the total number of eigen-gaps clamped since construction.
 func (a *Aligner) GuardedGaps() int { return a.guarded }
+
+// factorizeSym decomposes the covariance on the device set by
+// autograd.SetDevice when it can (kernel.SymmetricEigen: a GPU's cuSOLVER),
+// else on the CPU (internal/symeig). Both are float64; the decompositions
+// agree within rounding, and the loss and its gradient do not depend on the
+// eigenvectors' signs.
+func factorizeSym(a *mat.SymDense) (*symeig.Decomposition, error) {
+	if d, ok := autograd.CurrentDevice().(kernel.SymmetricEigen); ok {
+		n := a.SymmetricDim()
+		full := make([]float64, n*n)
+		for i := range n {
+			for j := range n {
+				full[i*n+j] = a.At(i, j)
+			}
+		}
+		values, vectors, err := d.SymEig(full, n)
+		if err == nil {
+			return &symeig.Decomposition{Values: values, Vectors: mat.NewDense(n, n, vectors)}, nil
+		}
+		if !errors.Is(err, kernel.ErrUnsupported) {
+			return nil, err
+		}
+	}
+	return symeig.Factorize(a)
+}

@@ -1,6 +1,9 @@
 package kernel
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // Device is memory and kernels apart from the CPU's, such as a GPU's
 // (package gpu, in a binary built with -tags cuda): the seam through which
@@ -61,6 +64,21 @@ type Device interface {
 	// bias, to which a Gemm with beta = 1 then adds a product.
 	FillRows(y Buf, rows, cols int, v Buf) error
 }
+
+// SymmetricEigen is a Device that can also decompose a symmetric float64
+// matrix, as SubTTA's alignment does every step (package gpu: cuSOLVER).
+// Host does not implement it: the CPU path is package internal/symeig.
+type SymmetricEigen interface {
+	// SymEig returns the eigenvalues of the symmetric n×n matrix a
+	// (row-major) in ascending order, and the eigenvectors as the rows of
+	// vectors (n×n, row-major). An error wrapping ErrUnsupported means the
+	// device cannot do it here (a library missing): use the CPU.
+	SymEig(a []float64, n int) (values, vectors []float64, err error)
+}
+
+// ErrUnsupported is wrapped by the errors of optional Device operations
+// that a device cannot run on this machine.
+var ErrUnsupported = errors.New("not supported by this device")
 
 // Buf is a run of float32 values in a Device's memory.
 type Buf interface {

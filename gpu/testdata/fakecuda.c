@@ -95,6 +95,80 @@ status cublasSgemmStridedBatched(void *h, int ta, int tb, int m, int n, int k, c
 	return 0;
 }
 
+// libcusolver: the symmetric eigensolver by cyclic Jacobi rotations in
+// double, on the column-major matrix (the eigenvectors end in its columns).
+
+static int solver_token;
+status cusolverDnCreate(void **h) { *h = &solver_token; return 0; }
+status cusolverDnDestroy(void *h) { return h == &solver_token ? 0 : 1; }
+status cusolverDnDsyevd_bufferSize(void *h, int jobz, int uplo, int n, const double *a, int lda, const double *w, int *lwork) {
+	if (h != &solver_token || jobz != 1 || (uplo != 0 && uplo != 1) || n < 1 || lda < n) return 3; // INVALID_VALUE
+	*lwork = n * n;
+	return 0;
+}
+
+status cusolverDnDsyevd(void *h, int jobz, int uplo, int n, double *a, int lda, double *w, double *work, int lwork, int *info) {
+	if (h != &solver_token || jobz != 1 || (uplo != 0 && uplo != 1) || n < 1 || lda < n || lwork < n * n) return 3;
+	double *v = work; // the rotations, accumulated
+#define A(i, j) a[(long)(j) * lda + (i)]
+#define V(i, j) v[(long)(j) * n + (i)]
+	// Only the triangle uplo names is read, as LAPACK does: mirror it.
+	for (int j = 0; j < n; j++)
+		for (int i = j + 1; i < n; i++) {
+			if (uplo == 0) A(j, i) = A(i, j);
+			else A(i, j) = A(j, i);
+		}
+	for (int j = 0; j < n; j++)
+		for (int i = 0; i < n; i++) V(i, j) = i == j;
+	for (int sweep = 0; sweep < 100; sweep++) {
+		double off = 0, all = 0;
+		for (int j = 0; j < n; j++)
+			for (int i = 0; i < n; i++) {
+				all += A(i, j) * A(i, j);
+				if (i != j) off += A(i, j) * A(i, j);
+			}
+		if (off <= 1e-30 * all) break;
+		for (int p = 0; p < n; p++)
+			for (int q = p + 1; q < n; q++) {
+				double apq = A(p, q);
+				if (apq == 0) continue;
+				double theta = (A(q, q) - A(p, p)) / (2 * apq);
+				double t = (theta >= 0 ? 1 : -1) / (fabs(theta) + sqrt(theta * theta + 1));
+				double c = 1 / sqrt(t * t + 1), s = t * c;
+				for (int k = 0; k < n; k++) { // columns p, q
+					double akp = A(k, p), akq = A(k, q);
+					A(k, p) = c * akp - s * akq;
+					A(k, q) = s * akp + c * akq;
+				}
+				for (int k = 0; k < n; k++) { // rows p, q
+					double apk = A(p, k), aqk = A(q, k);
+					A(p, k) = c * apk - s * aqk;
+					A(q, k) = s * apk + c * aqk;
+				}
+				for (int k = 0; k < n; k++) {
+					double vkp = V(k, p), vkq = V(k, q);
+					V(k, p) = c * vkp - s * vkq;
+					V(k, q) = s * vkp + c * vkq;
+				}
+			}
+	}
+	// Ascending eigenvalues, their vectors into a's columns.
+	for (int i = 0; i < n; i++) w[i] = A(i, i);
+	for (int i = 0; i < n; i++) {
+		int m = i;
+		for (int j = i + 1; j < n; j++)
+			if (w[j] < w[m]) m = j;
+		double t = w[i]; w[i] = w[m]; w[m] = t;
+		for (int k = 0; k < n; k++) { double x = V(k, i); V(k, i) = V(k, m); V(k, m) = x; }
+	}
+	for (int j = 0; j < n; j++)
+		for (int i = 0; i < n; i++) A(i, j) = V(i, j);
+#undef A
+#undef V
+	*info = 0;
+	return 0;
+}
+
 // libnvrtc: the program is compiled as C++ by the compiler $FAKECUDA_CXX,
 // after the emulation header $FAKECUDA_EMU (fakecuda_emu.h) and followed by
 // one launcher per kernel, into a shared object; its "CUBIN" is that
