@@ -13,7 +13,10 @@ The work is the CPU anchor's, on the device: CLIP ViT-B/32 with random weights i
                     features of "a photo of a {c}." for CIFAR-10's classes) backward to the visual
                     LayerNorm parameters only                                  -> images/s
   SubTTA estimate   1 / (2/forward+backward + 1/forward): a SubTTA step's two recorded passes and
-                    its prediction, without its eigendecomposition
+                    its prediction, without its eigendecomposition (the CPU anchor's definition)
+  eigh              torch.linalg.eigh of a 512×512 float64 covariance on the device, the
+                    decomposition a SubTTA step adds (subtta's --device cuda runs it with cuSOLVER),
+                    and the estimate with it                                   -> seconds, images/s
 Times are medians over --reps after --warmup runs, each ended by torch.cuda.synchronize(). TF32
 is off unless --tf32 (subtta's default: cuBLAS without TF32).
 """
@@ -75,6 +78,12 @@ def main():
         loss = (-(logits.softmax(1) * logits.log_softmax(1)).sum(1)).mean()
         loss.backward()
 
+    feats = torch.randn(4 * a.batch, 512, dtype=torch.float64, generator=torch.Generator().manual_seed(1)).to(dev)
+    cov = torch.cov(feats.t())
+
+    def eigh():
+        torch.linalg.eigh(cov)
+
     def median_seconds(fn):
         for _ in range(a.warmup):
             fn()
@@ -99,6 +108,10 @@ def main():
     fw, fb = out["forward"]["images_per_s"], out["forward_backward"]["images_per_s"]
     out["subtta_step_estimate_images_per_s"] = 1 / (2 / fb + 1 / fw)
     print(f"SubTTA step estimate (2 forward+backward + 1 forward): {out['subtta_step_estimate_images_per_s']:.1f} images/s")
+    med, times = median_seconds(eigh)
+    out["eigh_512_float64"] = {"median_s": med, "times_s": times}
+    out["subtta_step_estimate_with_eigh_images_per_s"] = a.batch / (a.batch / out["subtta_step_estimate_images_per_s"] + med)
+    print(f"eigh 512×512 float64: {med * 1e3:.2f} ms; SubTTA step estimate with it: {out['subtta_step_estimate_with_eigh_images_per_s']:.1f} images/s")
     if dev.type == "cuda":
         out["max_memory_allocated_MiB"] = torch.cuda.max_memory_allocated(dev) / 2**20
     if a.json:
