@@ -305,20 +305,75 @@ func TestCancelContinuesMidDomain(t *testing.T) {
 			if !strings.Contains(log.String(), tc.log) {
 				t.Errorf("log lacks %q:\n%s", tc.log, log.String())
 			}
-			for i, r := range ref.Records {
-				g := sum.Records[i]
-				if g.Domain != r.Domain || g.Correct != r.Correct || g.Samples != r.Samples || !slices.Equal(g.SemanticConcentration, r.SemanticConcentration) {
-					t.Errorf("%s: %d of %d correct (concentration %v), uninterrupted %d of %d (%v)",
-						r.Domain, g.Correct, g.Samples, g.SemanticConcentration, r.Correct, r.Samples, r.SemanticConcentration)
-				}
-			}
-			if a, b := batchLines(t, cfg.Out), batchLines(t, clean.Out); !maps.Equal(a, b) {
-				t.Errorf("batch lines per method and domain: resumed %v, uninterrupted %v", a, b)
-			}
-			if left, _ := filepath.Glob(filepath.Join(cfg.Out, stateDir, "*.partial.*")); len(left) > 0 {
-				t.Errorf("checkpoints left after the run: %v", left)
-			}
+			sameAsUninterrupted(t, sum, ref, cfg.Out, clean.Out)
 		})
+	}
+}
+
+// TestCancelContinuesStream: a continual stream cancelled in its first or
+// second domain continues, on the next run, from its checkpoint (the
+// method's state carried through the domains before), with the results of
+// an uninterrupted run; a mixed stream, which has no checkpoint, is redone.
+func TestCancelContinuesStream(t *testing.T) {
+	for _, c := range []struct {
+		protocol  string
+		cancelAt  int // images done when cancelled
+		continued int // batches (of 4 images) the next run takes from the checkpoint
+	}{
+		{"continual", 8, 2},
+		{"continual", 12 + 8, 3 + 2},
+		{"mixed", 12 + 8, 0},
+	} {
+		t.Run(fmt.Sprintf("%s/%d", c.protocol, c.cancelAt), func(t *testing.T) {
+			base := testConfig(t, "")
+			base.Methods, base.Corruptions, base.Protocol = []string{"subtta-m"}, []string{"gaussian_noise", "contrast"}, c.protocol
+			clean := base
+			clean.Out = t.TempDir()
+			ref, err := Run(context.Background(), clean, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := base
+			cfg.Out = t.TempDir()
+			ctx, cancel := context.WithCancel(context.Background())
+			_, err = Run(ctx, cfg, Options{Progress: func(p Progress) {
+				if p.Done == c.cancelAt {
+					cancel()
+				}
+			}})
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("err = %v, want an interruption", err)
+			}
+			var log strings.Builder
+			sum, err := Run(context.Background(), cfg, Options{Log: &log})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sum.Computed != 2 || sum.Continued != c.continued {
+				t.Errorf("%d computed, %d batches continued; want 2 and %d\n%s", sum.Computed, sum.Continued, c.continued, log.String())
+			}
+			sameAsUninterrupted(t, sum, ref, cfg.Out, clean.Out)
+		})
+	}
+}
+
+// sameAsUninterrupted fails unless a resumed run (sum, folder dir) has
+// the records and the batch lines of an uninterrupted one (ref, refDir),
+// and left no checkpoint behind.
+func sameAsUninterrupted(t *testing.T, sum, ref *Summary, dir, refDir string) {
+	t.Helper()
+	for i, r := range ref.Records {
+		g := sum.Records[i]
+		if g.Domain != r.Domain || g.Correct != r.Correct || g.Samples != r.Samples || !slices.Equal(g.SemanticConcentration, r.SemanticConcentration) {
+			t.Errorf("%s: %d of %d correct (concentration %v), uninterrupted %d of %d (%v)",
+				r.Domain, g.Correct, g.Samples, g.SemanticConcentration, r.Correct, r.Samples, r.SemanticConcentration)
+		}
+	}
+	if a, b := batchLines(t, dir), batchLines(t, refDir); !maps.Equal(a, b) {
+		t.Errorf("batch lines per method and stream: resumed %v, uninterrupted %v", a, b)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, stateDir, "*.bin")); len(left) > 0 {
+		t.Errorf("checkpoints left after the run: %v", left)
 	}
 }
 

@@ -39,7 +39,7 @@ type methodRun struct {
 	stats   map[string]*domainStats // per domain, from the batch records
 	build   string                  // report.Environment.Build, for the records
 
-	// The domain in progress (reset protocol): its index, when this attempt
+	// The domain in progress (reset and continual protocols): its index, when this attempt
 	// at it started, the counts and time of the batches a checkpoint
 	// restored, and when it was last checkpointed.
 	parts          map[int]*partialDomain
@@ -64,12 +64,6 @@ func (r *methodRun) run() error {
 	r.stats = map[string]*domainStats{}
 	proto, _ := protocol(r.cfg.Protocol)
 	if proto != tta.ResetEachDomain {
-		// Every domain is redone: the batch lines of earlier, interrupted
-		// attempts go.
-		if err := r.openBatches(func(string, int) bool { return true }); err != nil {
-			return err
-		}
-		defer r.batches.Close()
 		return r.runWhole(proto)
 	}
 	start := 0
@@ -156,35 +150,96 @@ func (r *methodRun) run() error {
 }
 
 // runWhole runs the continual or mixed protocol: one stream through every
-// domain, which cannot be resumed part-way, so every domain is redone and
-// the records are stored at the end.
+// domain, whose records are stored at the end. A continual stream continues
+// from its checkpoint (streamPartialPath), if any; otherwise, and always
+// under the mixed protocol, every domain is redone.
 func (r *methodRun) runWhole(proto tta.Protocol) error {
 	ds := make([]tta.Domain, len(r.domains))
+	idx := map[string]int{}
 	for i, d := range r.domains {
 		ds[i] = d
+		idx[d.name] = i
 	}
-	if len(r.todo) < len(r.domains) {
-		r.logf("%s: the %s protocol cannot resume part-way; redoing all %d domains", r.name(), proto, len(r.domains))
+	var part *partialDomain
+	if proto == tta.Continual {
+		part = r.loadStreamPartial()
+	}
+	// The batch lines of earlier attempts go, but for those of the batches
+	// before the checkpoint.
+	err := r.openBatches(func(stream string, batch int) bool {
+		j, ok := idx[stream]
+		return part == nil || !ok || j > part.domain || j == part.domain && batch >= part.batches
+	})
+	if err != nil {
+		return err
+	}
+	defer r.batches.Close()
+	prior := make([]tta.DomainResult, len(r.domains))
+	if part != nil {
+		for _, l := range part.lines {
+			j := idx[l.Stream]
+			prior[j].Samples += l.Size
+			prior[j].Correct += l.Correct
+			r.progress.Total -= l.Size
+			r.addStats(l.BatchRecord)
+		}
+		r.priorTime = part.elapsed
+		r.sum.Continued += len(part.lines)
+		r.logf("%s: continuing the %s stream in %s after batch %d, from %s", r.name(), proto,
+			r.domains[part.domain].name, part.batches, r.streamPartialPath())
+	} else if len(r.todo) < len(r.domains) {
+		r.logf("%s: the %s protocol resumes only from a checkpoint of its stream; redoing all %d domains", r.name(), proto, len(r.domains))
 	}
 	t0 := time.Now()
-	run := tta.Runner{Method: r.method, Config: r.runnerConfig(proto)}
+	r.started, r.lastCheckpoint = t0, t0
+	cfg := r.runnerConfig(proto)
+	if proto == tta.Continual {
+		cfg.Resume = func(stream string) (int, error) {
+			j := idx[stream]
+			r.current = j
+			switch {
+			case part == nil || j > part.domain:
+				return 0, nil
+			case j < part.domain:
+				return r.batchCount(j), nil
+			}
+			if err := r.method.(tta.Stateful).UnmarshalBinary(part.state); err != nil {
+				return 0, fmt.Errorf("%s: %w", r.streamPartialPath(), err)
+			}
+			return part.batches, nil
+		}
+	}
+	run := tta.Runner{Method: r.method, Config: cfg}
 	rep, err := run.Run(ds)
 	if err != nil {
 		return r.interrupted(err)
 	}
-	el := time.Since(t0)
+	el := r.priorTime + time.Since(t0)
 	total := 0
 	for _, d := range r.domains {
 		total += d.Len()
 	}
 	for i, d := range r.domains {
+		res := rep.Domains[i]
+		if prior[i].Samples > 0 {
+			res.Samples += prior[i].Samples
+			res.Correct += prior[i].Correct
+			res.Accuracy = 100 * float64(res.Correct) / float64(res.Samples)
+		}
 		// Time is shared out by images: the stream interleaves domains.
 		share := time.Duration(float64(el) * float64(d.Len()) / float64(max(total, 1)))
-		if err := r.store(r.record(d, rep.Domains[i], share)); err != nil {
+		if err := r.store(r.record(d, res, share)); err != nil {
 			return err
 		}
 	}
+	os.Remove(r.streamPartialPath())
 	return nil
+}
+
+// batchCount is the number of batches of domain i.
+func (r *methodRun) batchCount(i int) int {
+	bs := r.preset.BatchSize
+	return (r.domains[i].Len() + bs - 1) / bs
 }
 
 // openBatches rewrites the batch log without this method's lines that drop

@@ -23,13 +23,17 @@ const DefaultCheckpointEvery = 30 * time.Second
 // batches' lines from the batch log, which give its counts and diagnostics
 // so far.
 type partialDomain struct {
+	domain  int // its index (a continual stream's checkpoint names it)
 	batches int
 	elapsed time.Duration // the domain's time up to the checkpoint
 	state   []byte
 	lines   []batchLine
 }
 
-const partialMagic = "subtta-partial-domain-v1\n"
+const (
+	partialMagic = "subtta-partial-domain-v1\n"
+	streamMagic  = "subtta-partial-stream-v1\n" // then the domain's index
+)
 
 // partialPath is the checkpoint file of domain i in progress. Like
 // statePath, its name holds a hash of the domains up to and including i:
@@ -44,14 +48,26 @@ func (r *methodRun) partialPath(i int) string {
 	return filepath.Join(r.cfg.Out, stateDir, fmt.Sprintf("%s.partial.%d.%x.bin", r.name(), i+1, h.Sum(nil)[:8]))
 }
 
+// streamPartialPath is the checkpoint file of a continual stream in
+// progress; its name holds a hash of every domain, in order.
+func (r *methodRun) streamPartialPath() string {
+	h := sha256.New()
+	for _, d := range r.domains {
+		h.Write([]byte(d.name))
+		h.Write([]byte{0})
+	}
+	return filepath.Join(r.cfg.Out, stateDir, fmt.Sprintf("%s.continual.%x.bin", r.name(), h.Sum(nil)[:8]))
+}
+
 // checkpointEvery is the interval between two checkpoints of a domain in
 // progress; ok is false when they are off (the method cannot save its
-// state, a negative interval, or a protocol that is redone whole).
+// state, a negative interval, or the mixed protocol, which is redone
+// whole).
 func (r *methodRun) checkpointEvery() (time.Duration, bool) {
 	if _, ok := r.method.(tta.Stateful); !ok || r.opt.CheckpointEvery < 0 {
 		return 0, false
 	}
-	if proto, _ := protocol(r.cfg.Protocol); proto != tta.ResetEachDomain {
+	if proto, _ := protocol(r.cfg.Protocol); proto == tta.Mixed {
 		return 0, false
 	}
 	if r.opt.CheckpointEvery == 0 {
@@ -96,6 +112,46 @@ func (r *methodRun) loadPartials() (map[int]*partialDomain, error) {
 		}
 	}
 	return parts, nil
+}
+
+// loadStreamPartial returns the checkpoint of a continual stream, with the
+// batch lines before it (every batch of the domains before its own, and
+// its own first batches), or nil when there is none or it disagrees with
+// the batch log (then it is removed, and the log says why).
+func (r *methodRun) loadStreamPartial() *partialDomain {
+	path := r.streamPartialPath()
+	if _, ok := r.checkpointEvery(); !ok {
+		os.Remove(path)
+		return nil
+	}
+	p, err := readPartial(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err == nil && (p.domain < 0 || p.domain >= len(r.domains)) {
+		err = fmt.Errorf("not a stream checkpoint of %d domains (domain %d)", len(r.domains), p.domain)
+	}
+	var all map[string][]batchLine
+	if err == nil {
+		all, err = readBatchLines(filepath.Join(r.cfg.Out, BatchesFile), r.name())
+	}
+	for j := 0; err == nil && j <= p.domain; j++ {
+		k := r.batchCount(j)
+		if j == p.domain {
+			k = p.batches
+		}
+		pre := batchPrefix(all[r.domains[j].name], k)
+		if pre == nil {
+			err = fmt.Errorf("the batch log lacks some of the %d batches of %s", k, r.domains[j].name)
+		}
+		p.lines = append(p.lines, pre...)
+	}
+	if err != nil {
+		r.logf("%s: ignoring %s: %v", r.name(), path, err)
+		os.Remove(path)
+		return nil
+	}
+	return p
 }
 
 // batchPrefix returns the lines of batches 0…k−1, in order, or nil when
@@ -157,12 +213,19 @@ func (r *methodRun) checkpoint(batches int) error {
 	if err := r.batches.Sync(); err != nil {
 		return fmt.Errorf("eval: %s: %w", BatchesFile, err)
 	}
-	b := make([]byte, 0, len(partialMagic)+16+len(st))
-	b = append(b, partialMagic...)
+	b := make([]byte, 0, len(streamMagic)+24+len(st))
+	path := r.partialPath(r.current)
+	if proto, _ := protocol(r.cfg.Protocol); proto == tta.Continual {
+		// One file for the stream, which says which domain it is in.
+		path = r.streamPartialPath()
+		b = append(b, streamMagic...)
+		b = binary.LittleEndian.AppendUint64(b, uint64(r.current))
+	} else {
+		b = append(b, partialMagic...)
+	}
 	b = binary.LittleEndian.AppendUint64(b, uint64(batches))
 	b = binary.LittleEndian.AppendUint64(b, uint64(r.priorTime+time.Since(r.started)))
 	b = append(b, st...)
-	path := r.partialPath(r.current)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("eval: %w", err)
 	}
@@ -178,6 +241,19 @@ func readPartial(path string) (*partialDomain, error) {
 	if err != nil {
 		return nil, err
 	}
+	domain := -1
+	if bytes.HasPrefix(b, []byte(streamMagic)) {
+		if len(b) < len(streamMagic)+8 {
+			return nil, errors.New("truncated stream checkpoint")
+		}
+		i := binary.LittleEndian.Uint64(b[len(streamMagic):])
+		if i > 1<<20 {
+			return nil, fmt.Errorf("bad domain index %d", i)
+		}
+		domain = int(i)
+		// The rest reads as a domain checkpoint's.
+		b = append([]byte(partialMagic), b[len(streamMagic)+8:]...)
+	}
 	h := len(partialMagic) + 16
 	if len(b) < h || string(b[:len(partialMagic)]) != partialMagic {
 		return nil, errors.New("not a partial-domain checkpoint")
@@ -187,7 +263,7 @@ func readPartial(path string) (*partialDomain, error) {
 	if n == 0 || n > 1<<31 || el < 0 {
 		return nil, fmt.Errorf("bad batch count %d or time %v", n, el)
 	}
-	return &partialDomain{batches: int(n), elapsed: el, state: b[h:]}, nil
+	return &partialDomain{domain: domain, batches: int(n), elapsed: el, state: b[h:]}, nil
 }
 
 // resume is the runner's Resume hook: it restores the state of the domain
