@@ -27,15 +27,17 @@ func (c *backwardCounter) LayerNormBackward(dx, dgamma, dbeta, dy, x kernel.Buf,
 	return c.Device.LayerNormBackward(dx, dgamma, dbeta, dy, x, rows, cols, gamma, mean, rstd)
 }
 
-// TestDeviceSeamBitForBit runs the built-in model's towers through the
+// TestDeviceSeam runs the built-in model's towers through the
 // device seam (autograd.SetDevice) on kernel.Host and compares them with
-// the CPU path bit for bit: image and text features without gradients
-// (blocks whole on the device) and the LayerNorm gradients of a backward
-// pass through the vision tower, as adaptation takes it (every block but
-// the last, which computes the class tokens only, forward and backward on
-// the device; the last one's linear products). On a GPU the same code runs
-// with gpu's device (gpu's tests compare it within 1e-4).
-func TestDeviceSeamBitForBit(t *testing.T) {
+// the CPU path: image and text features without gradients (the blocks as
+// one op on the device) bit for bit, and the LayerNorm gradients of a
+// backward pass through the vision tower, as adaptation takes it (every
+// block forward and backward on the device), within 1e-6 of the largest:
+// on a device the last block runs for every token rather than for the
+// class tokens only, so its LayerNorms' gradients sum (zeros) over more
+// rows in another order. On a GPU the same code runs with gpu's device
+// (gpu's tests compare it within 1e-4).
+func TestDeviceSeam(t *testing.T) {
 	m, err := builtin.Model(clip.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +97,7 @@ func TestDeviceSeamBitForBit(t *testing.T) {
 	autograd.SetDevice(dev)
 	img, txt, grads := run()
 	autograd.SetDevice(nil)
-	if n, want := int(dev.n.Load()), 2*(len(m.Vision.Blocks)-1); n != want {
+	if n, want := int(dev.n.Load()), 2*len(m.Vision.Blocks); n != want {
 		t.Errorf("%d LayerNorm backward passes on the device, want %d", n, want)
 	}
 	same := func(name string, got, want []float32) {
@@ -115,6 +117,13 @@ func TestDeviceSeamBitForBit(t *testing.T) {
 		t.Fatalf("%d gradients through the seam, %d on the CPU", len(grads), len(wantGrads))
 	}
 	for i := range wantGrads {
-		same("LayerNorm gradient", grads[i], wantGrads[i])
+		scale, worst := 0.0, 0.0
+		for k, w := range wantGrads[i] {
+			scale = max(scale, math.Abs(float64(w)))
+			worst = max(worst, math.Abs(float64(grads[i][k]-w)))
+		}
+		if worst > 1e-6*scale {
+			t.Errorf("LayerNorm gradient %d: %.2e from the CPU's, more than 1e-6 of its largest value %.2e", i, worst, scale)
+		}
 	}
 }

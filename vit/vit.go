@@ -29,7 +29,8 @@ type Model struct {
 // row) into unnormalised features [batch, embed]: encode_image of CLIP.
 // Without a trace the last block runs past its keys and values for the
 // class tokens only (autograd.TransformerBlockRows), the rows the features
-// are made of; with one, every stage is computed in full.
+// are made of, unless a device is set (the blocks then stay there as one
+// op); with a trace, every stage is computed in full.
 func (m *Model) Forward(images mat.Tensor, trace Trace) mat.Tensor {
 	c := m.Config
 	batch := images.Value().Shape()[0]
@@ -47,18 +48,24 @@ func (m *Model) Forward(images mat.Tensor, trace Trace) mat.Tensor {
 	for i := range cls {
 		cls[i] = i * tokens
 	}
-	if last := len(m.Blocks) - 1; trace == nil && last >= 0 {
-		// One op on a device (SetDevice): the activations stay there. Only
-		// the class tokens of the last block are used: compute the keys
-		// and values of all tokens, the rest for those rows.
+	last := len(m.Blocks) - 1
+	switch {
+	case trace == nil && last >= 0 && autograd.CurrentDevice() != nil:
+		// On a device (SetDevice) every block is one op and the
+		// activations stay there: computing the last block for every token
+		// costs less than moving its input and q|k|v between host and
+		// device.
+		x = autograd.TransformerBlocks(x, m.Blocks, batch)
+		x = autograd.GatherRows(x, cls)
+	case trace == nil && last >= 0:
+		// Only the class tokens of the last block are used: compute the
+		// keys and values of all tokens, the rest for those rows.
 		x = autograd.TransformerBlocks(x, m.Blocks[:last], batch)
 		x = autograd.TransformerBlockRows(x, m.Blocks[last], batch, cls)
-	} else {
+	default:
 		for i, b := range m.Blocks {
 			x = b.Forward(x, batch, fmt.Sprintf("block%d.", i), trace)
 		}
-	}
-	if trace != nil || len(m.Blocks) == 0 {
 		x = autograd.GatherRows(x, cls)
 	}
 	x = autograd.LayerNorm(x, m.LNPost)
