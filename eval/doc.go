@@ -37,8 +37,8 @@
 // SubTTA's EMA covariance survives from one corruption to the next, as in the
 // official code, so its state after every finished domain is saved in
 // Out/state and restored on resume: a resumed run gives the same numbers as
-// an uninterrupted one. The continual protocol is one stream through all
-// domains: it is checkpointed likewise, in one file for the stream, and
-// continues from it. The mixed protocol's stream interleaves the domains'
-// images and is redone whole if interrupted.
+// an uninterrupted one. The continual and mixed protocols are one stream
+// through all domains: they are checkpointed likewise, in one file for the
+// stream, and continue from it (the mixed stream's batch lines count each
+// domain's images, tta.BatchRecord.Domains).
 package eval

@@ -311,9 +311,9 @@ func TestCancelContinuesMidDomain(t *testing.T) {
 }
 
 // TestCancelContinuesStream: a continual stream cancelled in its first or
-// second domain continues, on the next run, from its checkpoint (the
-// method's state carried through the domains before), with the results of
-// an uninterrupted run; a mixed stream, which has no checkpoint, is redone.
+// second domain, and a mixed one, continue on the next run from their
+// checkpoint (the method's state carried through the batches before), with
+// the results of an uninterrupted run.
 func TestCancelContinuesStream(t *testing.T) {
 	for _, c := range []struct {
 		protocol  string
@@ -322,7 +322,7 @@ func TestCancelContinuesStream(t *testing.T) {
 	}{
 		{"continual", 8, 2},
 		{"continual", 12 + 8, 3 + 2},
-		{"mixed", 12 + 8, 0},
+		{"mixed", 12 + 8, 5},
 	} {
 		t.Run(fmt.Sprintf("%s/%d", c.protocol, c.cancelAt), func(t *testing.T) {
 			base := testConfig(t, "")

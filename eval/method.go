@@ -150,9 +150,9 @@ func (r *methodRun) run() error {
 }
 
 // runWhole runs the continual or mixed protocol: one stream through every
-// domain, whose records are stored at the end. A continual stream continues
-// from its checkpoint (streamPartialPath), if any; otherwise, and always
-// under the mixed protocol, every domain is redone.
+// domain, whose records are stored at the end. The stream continues from
+// its checkpoint (streamPartialPath), if any; otherwise every domain is
+// redone.
 func (r *methodRun) runWhole(proto tta.Protocol) error {
 	ds := make([]tta.Domain, len(r.domains))
 	idx := map[string]int{}
@@ -160,13 +160,13 @@ func (r *methodRun) runWhole(proto tta.Protocol) error {
 		ds[i] = d
 		idx[d.name] = i
 	}
-	var part *partialDomain
-	if proto == tta.Continual {
-		part = r.loadStreamPartial()
-	}
+	part := r.loadStreamPartial(proto)
 	// The batch lines of earlier attempts go, but for those of the batches
 	// before the checkpoint.
 	err := r.openBatches(func(stream string, batch int) bool {
+		if part != nil && proto == tta.Mixed {
+			return stream != tta.MixedStream || batch >= part.batches
+		}
 		j, ok := idx[stream]
 		return part == nil || !ok || j > part.domain || j == part.domain && batch >= part.batches
 	})
@@ -177,37 +177,45 @@ func (r *methodRun) runWhole(proto tta.Protocol) error {
 	prior := make([]tta.DomainResult, len(r.domains))
 	if part != nil {
 		for _, l := range part.lines {
-			j := idx[l.Stream]
-			prior[j].Samples += l.Size
-			prior[j].Correct += l.Correct
+			if proto == tta.Mixed {
+				for _, c := range l.Domains {
+					prior[idx[c.Name]].Samples += c.Size
+					prior[idx[c.Name]].Correct += c.Correct
+				}
+			} else {
+				j := idx[l.Stream]
+				prior[j].Samples += l.Size
+				prior[j].Correct += l.Correct
+			}
 			r.progress.Total -= l.Size
 			r.addStats(l.BatchRecord)
 		}
 		r.priorTime = part.elapsed
 		r.sum.Continued += len(part.lines)
-		r.logf("%s: continuing the %s stream in %s after batch %d, from %s", r.name(), proto,
-			r.domains[part.domain].name, part.batches, r.streamPartialPath())
+		where := tta.MixedStream
+		if proto == tta.Continual {
+			where = r.domains[part.domain].name
+		}
+		r.logf("%s: continuing the %s stream in %s after batch %d, from %s", r.name(), proto, where, part.batches, r.streamPartialPath())
 	} else if len(r.todo) < len(r.domains) {
-		r.logf("%s: the %s protocol resumes only from a checkpoint of its stream; redoing all %d domains", r.name(), proto, len(r.domains))
+		r.logf("%s: no checkpoint of the %s stream; redoing all %d domains", r.name(), proto, len(r.domains))
 	}
 	t0 := time.Now()
 	r.started, r.lastCheckpoint = t0, t0
 	cfg := r.runnerConfig(proto)
-	if proto == tta.Continual {
-		cfg.Resume = func(stream string) (int, error) {
-			j := idx[stream]
-			r.current = j
-			switch {
-			case part == nil || j > part.domain:
-				return 0, nil
-			case j < part.domain:
-				return r.batchCount(j), nil
-			}
-			if err := r.method.(tta.Stateful).UnmarshalBinary(part.state); err != nil {
-				return 0, fmt.Errorf("%s: %w", r.streamPartialPath(), err)
-			}
-			return part.batches, nil
+	cfg.Resume = func(stream string) (int, error) {
+		j := idx[stream] // 0 for the mixed stream
+		r.current = j
+		switch {
+		case part == nil || j > part.domain:
+			return 0, nil
+		case j < part.domain:
+			return r.batchCount(j), nil
 		}
+		if err := r.method.(tta.Stateful).UnmarshalBinary(part.state); err != nil {
+			return 0, fmt.Errorf("%s: %w", r.streamPartialPath(), err)
+		}
+		return part.batches, nil
 	}
 	run := tta.Runner{Method: r.method, Config: cfg}
 	rep, err := run.Run(ds)

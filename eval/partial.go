@@ -48,26 +48,24 @@ func (r *methodRun) partialPath(i int) string {
 	return filepath.Join(r.cfg.Out, stateDir, fmt.Sprintf("%s.partial.%d.%x.bin", r.name(), i+1, h.Sum(nil)[:8]))
 }
 
-// streamPartialPath is the checkpoint file of a continual stream in
-// progress; its name holds a hash of every domain, in order.
+// streamPartialPath is the checkpoint file of a continual or mixed stream
+// in progress; its name holds the protocol and a hash of every domain, in
+// order.
 func (r *methodRun) streamPartialPath() string {
 	h := sha256.New()
 	for _, d := range r.domains {
 		h.Write([]byte(d.name))
 		h.Write([]byte{0})
 	}
-	return filepath.Join(r.cfg.Out, stateDir, fmt.Sprintf("%s.continual.%x.bin", r.name(), h.Sum(nil)[:8]))
+	proto, _ := protocol(r.cfg.Protocol)
+	return filepath.Join(r.cfg.Out, stateDir, fmt.Sprintf("%s.%s.%x.bin", r.name(), proto, h.Sum(nil)[:8]))
 }
 
-// checkpointEvery is the interval between two checkpoints of a domain in
-// progress; ok is false when they are off (the method cannot save its
-// state, a negative interval, or the mixed protocol, which is redone
-// whole).
+// checkpointEvery is the interval between two checkpoints of a domain or
+// stream in progress; ok is false when they are off (the method cannot
+// save its state, or a negative interval).
 func (r *methodRun) checkpointEvery() (time.Duration, bool) {
 	if _, ok := r.method.(tta.Stateful); !ok || r.opt.CheckpointEvery < 0 {
-		return 0, false
-	}
-	if proto, _ := protocol(r.cfg.Protocol); proto == tta.Mixed {
 		return 0, false
 	}
 	if r.opt.CheckpointEvery == 0 {
@@ -114,11 +112,12 @@ func (r *methodRun) loadPartials() (map[int]*partialDomain, error) {
 	return parts, nil
 }
 
-// loadStreamPartial returns the checkpoint of a continual stream, with the
-// batch lines before it (every batch of the domains before its own, and
-// its own first batches), or nil when there is none or it disagrees with
-// the batch log (then it is removed, and the log says why).
-func (r *methodRun) loadStreamPartial() *partialDomain {
+// loadStreamPartial returns the checkpoint of a continual or mixed stream,
+// with the batch lines before it (continual: every batch of the domains
+// before its own, and its own first batches; mixed: the stream's first
+// batches), or nil when there is none or it disagrees with the batch log
+// (then it is removed, and the log says why).
+func (r *methodRun) loadStreamPartial(proto tta.Protocol) *partialDomain {
 	path := r.streamPartialPath()
 	if _, ok := r.checkpointEvery(); !ok {
 		os.Remove(path)
@@ -135,7 +134,12 @@ func (r *methodRun) loadStreamPartial() *partialDomain {
 	if err == nil {
 		all, err = readBatchLines(filepath.Join(r.cfg.Out, BatchesFile), r.name())
 	}
-	for j := 0; err == nil && j <= p.domain; j++ {
+	if err == nil && proto == tta.Mixed {
+		if p.lines = batchPrefix(all[tta.MixedStream], p.batches); p.lines == nil {
+			err = fmt.Errorf("the batch log lacks some of the stream's %d batches", p.batches)
+		}
+	}
+	for j := 0; err == nil && proto == tta.Continual && j <= p.domain; j++ {
 		k := r.batchCount(j)
 		if j == p.domain {
 			k = p.batches
@@ -215,7 +219,7 @@ func (r *methodRun) checkpoint(batches int) error {
 	}
 	b := make([]byte, 0, len(streamMagic)+24+len(st))
 	path := r.partialPath(r.current)
-	if proto, _ := protocol(r.cfg.Protocol); proto == tta.Continual {
+	if proto, _ := protocol(r.cfg.Protocol); proto != tta.ResetEachDomain {
 		// One file for the stream, which says which domain it is in.
 		path = r.streamPartialPath()
 		b = append(b, streamMagic...)

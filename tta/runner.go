@@ -131,10 +131,44 @@ type BatchRecord struct {
 	SemanticConcentration *float64 `json:"semantic_concentration,omitempty"`
 	// PredictedClassCosine is the batch mean of cos(f, t_pred).
 	PredictedClassCosine *float64 `json:"predicted_class_cosine,omitempty"`
-	Seconds              float64  `json:"seconds"`
+	// Domains breaks Size and Correct down by domain, in the order of the
+	// domains, for a batch of the mixed protocol's stream.
+	Domains []DomainCount `json:"domains,omitempty"`
+	Seconds float64       `json:"seconds"`
 }
 
 type sampleRef struct{ domain, index int }
+
+// MixedStream is the name of the mixed protocol's one stream
+// (BatchRecord.Stream).
+const MixedStream = "mixed"
+
+// DomainCount is the part of a batch that comes from one domain.
+type DomainCount struct {
+	Name    string `json:"name"`
+	Size    int    `json:"size"`
+	Correct int    `json:"correct"`
+}
+
+// domainCounts returns a batch's images and correct predictions per
+// domain, for the domains it holds, in the domains' order.
+func domainCounts(domains []Domain, batch []sampleRef, preds, labels []int) []DomainCount {
+	counts := make([]DomainCount, len(domains))
+	for j, ref := range batch {
+		counts[ref.domain].Size++
+		if preds[j] == labels[j] {
+			counts[ref.domain].Correct++
+		}
+	}
+	var out []DomainCount
+	for i, c := range counts {
+		if c.Size > 0 {
+			c.Name = domains[i].Name()
+			out = append(out, c)
+		}
+	}
+	return out
+}
 
 // Run evaluates the method on the domains.
 func (r *Runner) Run(domains []Domain) (*Report, error) {
@@ -183,7 +217,7 @@ func (r *Runner) Run(domains []Domain) (*Report, error) {
 				all = append(all, sampleRef{i, k})
 			}
 		}
-		order, err := r.order("mixed", len(all))
+		order, err := r.order(MixedStream, len(all))
 		if err != nil {
 			return nil, err
 		}
@@ -191,7 +225,7 @@ func (r *Runner) Run(domains []Domain) (*Report, error) {
 		for j, k := range order {
 			refs[j] = all[k]
 		}
-		if err := r.stream("mixed", domains, refs, results); err != nil {
+		if err := r.stream(MixedStream, domains, refs, results); err != nil {
 			return nil, err
 		}
 	default:
@@ -273,6 +307,9 @@ func (r *Runner) stream(name string, domains []Domain, refs []sampleRef, results
 				results[ref.domain].Correct++
 				rec.Correct++
 			}
+		}
+		if name == MixedStream {
+			rec.Domains = domainCounts(domains, batch, res.Preds, labels)
 		}
 		if r.Config.Log != nil || r.Config.OnBatch != nil {
 			if err := r.diagnose(&rec, res); err != nil {

@@ -298,6 +298,41 @@ func TestRunnerResume(t *testing.T) {
 	}
 }
 
+// TestRunnerMixedDomainCounts: each batch of the mixed stream breaks its
+// size and correct predictions down by domain, and those add up to the
+// report's per-domain counts.
+func TestRunnerMixedDomainCounts(t *testing.T) {
+	a := &randomDomain{name: "a", pixels: make([][]float32, 5), labels: []int{0, 1, 0, 0, 1}}
+	b := &randomDomain{name: "b", pixels: make([][]float32, 4), labels: []int{1, 0, 1, 0}}
+	var recs []BatchRecord
+	r := Runner{Method: &recorder{}, Config: RunnerConfig{Protocol: Mixed, BatchSize: 4, Shuffle: true, Seed: 1,
+		OnBatch: func(rec BatchRecord) error { recs = append(recs, rec); return nil }}}
+	rep, err := r.Run([]Domain{a, b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := map[string]DomainResult{}
+	for _, rec := range recs {
+		size, correct := 0, 0
+		for _, c := range rec.Domains {
+			size += c.Size
+			correct += c.Correct
+			s := sum[c.Name]
+			s.Samples += c.Size
+			s.Correct += c.Correct
+			sum[c.Name] = s
+		}
+		if rec.Stream != MixedStream || size != rec.Size || correct != rec.Correct {
+			t.Errorf("batch %d of %s: %d images, %d correct; its domains %+v", rec.Batch, rec.Stream, rec.Size, rec.Correct, rec.Domains)
+		}
+	}
+	for _, d := range rep.Domains {
+		if s := sum[d.Name]; s.Samples != d.Samples || s.Correct != d.Correct {
+			t.Errorf("%s: batches say %d of %d correct, the report %d of %d", d.Name, s.Correct, s.Samples, d.Correct, d.Samples)
+		}
+	}
+}
+
 // recorder is a Method that predicts class 0 and records batch sizes.
 type recorder struct{ sizes []int }
 
