@@ -419,12 +419,18 @@ func (r *methodRun) resumePoint() int {
 // (a run of shot_noise then gaussian_noise leaves nothing that a run of all
 // 15 corruptions, gaussian_noise first, would take up).
 func (r *methodRun) statePath(k int) string {
+	return filepath.Join(r.cfg.Out, stateDir, fmt.Sprintf("%s.%d.%x.f64", r.name(), k, domainsHash(r.domains[:k])))
+}
+
+// domainsHash identifies a sequence of domains by their names, in order
+// (8 bytes of SHA-256), for the names of state files.
+func domainsHash(ds []*domain) []byte {
 	h := sha256.New()
-	for _, d := range r.domains[:k] {
+	for _, d := range ds {
 		h.Write([]byte(d.name))
 		h.Write([]byte{0})
 	}
-	return filepath.Join(r.cfg.Out, stateDir, fmt.Sprintf("%s.%d.%x.f64", r.name(), k, h.Sum(nil)[:8]))
+	return h.Sum(nil)[:8]
 }
 
 const stateMagic = "subtta-carried-v1"

@@ -2,7 +2,6 @@ package eval
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -18,13 +17,13 @@ import (
 // checkpointed when Options.CheckpointEvery is 0.
 const DefaultCheckpointEvery = 30 * time.Second
 
-// partialDomain is a domain cut short by an interruption: the method's
-// whole state (tta.Stateful) after the domain's first batches, with those
-// batches' lines from the batch log, which give its counts and diagnostics
-// so far.
+// partialDomain is a domain (or a continual or mixed stream) cut short by
+// an interruption: the method's whole state (tta.Stateful) after its first
+// batches, with the lines of the batch log up to there, which give the
+// counts and diagnostics so far.
 type partialDomain struct {
-	domain  int // its index (a continual stream's checkpoint names it)
-	batches int
+	domain  int           // the domain in progress, in a stream's checkpoint (0 for mixed); −1 in a domain's
+	batches int           // done in that domain (in the mixed stream)
 	elapsed time.Duration // the domain's time up to the checkpoint
 	state   []byte
 	lines   []batchLine
@@ -40,25 +39,15 @@ const (
 // the method's state in it follows exactly those (SubTTA carries its
 // covariance in from the earlier ones).
 func (r *methodRun) partialPath(i int) string {
-	h := sha256.New()
-	for _, d := range r.domains[:i+1] {
-		h.Write([]byte(d.name))
-		h.Write([]byte{0})
-	}
-	return filepath.Join(r.cfg.Out, stateDir, fmt.Sprintf("%s.partial.%d.%x.bin", r.name(), i+1, h.Sum(nil)[:8]))
+	return filepath.Join(r.cfg.Out, stateDir, fmt.Sprintf("%s.partial.%d.%x.bin", r.name(), i+1, domainsHash(r.domains[:i+1])))
 }
 
 // streamPartialPath is the checkpoint file of a continual or mixed stream
 // in progress; its name holds the protocol and a hash of every domain, in
 // order.
 func (r *methodRun) streamPartialPath() string {
-	h := sha256.New()
-	for _, d := range r.domains {
-		h.Write([]byte(d.name))
-		h.Write([]byte{0})
-	}
 	proto, _ := protocol(r.cfg.Protocol)
-	return filepath.Join(r.cfg.Out, stateDir, fmt.Sprintf("%s.%s.%x.bin", r.name(), proto, h.Sum(nil)[:8]))
+	return filepath.Join(r.cfg.Out, stateDir, fmt.Sprintf("%s.%s.%x.bin", r.name(), proto, domainsHash(r.domains)))
 }
 
 // checkpointEvery is the interval between two checkpoints of a domain or
