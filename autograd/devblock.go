@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/nlpodyssey/spago/mat"
+
 	"github.com/subtta/subtta/autograd/kernel"
 )
 
@@ -115,15 +117,19 @@ func blockBackwardOnDevice(op *blockOp[float32], dy []float32) {
 	k := op.dev
 	r := &devRun{d: k.d}
 	defer r.close()
-	dx := r.blockBackward(op, k, r.upload(dy), op.x.RequiresGrad())
-	if dx == nil {
-		return
+	if dx := r.blockBackward(op, k, r.upload(dy), op.x.RequiresGrad()); dx != nil {
+		r.accInputGrad(op.x, dx, len(dy))
 	}
-	g := getBuf[float32](len(dy))
+}
+
+// accInputGrad downloads the input gradient dx (n values) and adds it to
+// x's gradient.
+func (r *devRun) accInputGrad(x mat.Tensor, dx kernel.Buf, n int) {
+	g := getBuf[float32](n)
 	defer putBuf(g)
 	r.do(func() error { return r.d.Download(*g, dx) })
 	if r.err == nil {
-		accGrad(op.x, *g)
+		accGrad(x, *g)
 	}
 }
 

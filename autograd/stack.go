@@ -128,14 +128,8 @@ func (s *stackOp) Backward(gy mat.Tensor) error {
 			ks[i+1].free() // its buffers held the gradient just used
 		}
 	}
-	if dyd == nil || !s.x.RequiresGrad() {
-		return nil
-	}
-	g := getBuf[float32](len(dy))
-	defer putBuf(g)
-	r.do(func() error { return r.d.Download(*g, dyd) })
-	if r.err == nil {
-		accGrad(s.x, *g)
+	if dyd != nil && s.x.RequiresGrad() {
+		r.accInputGrad(s.x, dyd, len(dy))
 	}
 	return nil
 }

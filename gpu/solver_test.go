@@ -90,7 +90,11 @@ func TestSymEigMatchesCPU(t *testing.T) {
 		}
 		want := step()
 		var got *tta.Alignment
-		onDevice(d, func() { got = step() })
+		solver := &countingSolver{device: d}
+		onDevice(solver, func() { got = step() })
+		if solver.calls != 1 {
+			t.Fatalf("the alignment step called the device's SymEig %d times, want 1", solver.calls)
+		}
 		rel := math.Abs(got.Loss-want.Loss) / math.Abs(want.Loss)
 		var diff gmat.Dense
 		diff.Sub(got.DLdF, want.DLdF)
@@ -100,4 +104,15 @@ func TestSymEigMatchesCPU(t *testing.T) {
 			t.Errorf("loss %.1e, gradient %.1e apart (tolerance 1e-9)", rel, grad)
 		}
 	})
+}
+
+// countingSolver is the device, counting its SymEig calls.
+type countingSolver struct {
+	*device
+	calls int
+}
+
+func (c *countingSolver) SymEig(a []float64, n int) ([]float64, []float64, error) {
+	c.calls++
+	return c.device.SymEig(a, n)
 }
