@@ -11,12 +11,16 @@ import (
 )
 
 // devBlock is what a recording TransformerBlock keeps on the device for its
-// backward pass: the block's input, the LayerNorm statistics, q|k|v, x₁
-// and the activation's slope. free releases them once; a cleanup calls it
-// if the graph is dropped without a backward pass.
+// backward pass: the block's input, the LayerNorm statistics, q|k|v, x₁,
+// the MLP's pre-activation or, when c_proj's weight is frozen, the
+// activation's slope, and the attention output when out_proj's weight is
+// trainable. free releases them once; a cleanup calls it if the graph is
+// dropped without a backward pass.
 type devBlock struct {
 	d                         kernel.Device
 	x, stats, qkv, x1, hidden kernel.Buf
+	attn                      kernel.Buf // nil unless out_proj's weight is trainable
+	slope                     bool       // hidden holds the slope
 
 	mu   sync.Mutex
 	bufs []kernel.Buf
@@ -33,13 +37,9 @@ func (k *devBlock) free() {
 }
 
 // recordsOnDevice reports whether a recording pass of the block can run on
-// the device: every row computed, no trace, and only the input and the
-// LayerNorm parameters trainable (the linear layers' gradients are computed
-// on the CPU).
+// the device: every row computed and no trace.
 func (op *blockOp[T]) recordsOnDevice() bool {
-	p := &op.p
-	return op.sel == nil && op.trace == nil &&
-		!p.QKV.trainable() && !p.Out.trainable() && !p.FC.trainable() && !p.Proj.trainable()
+	return op.sel == nil && op.trace == nil
 }
 
 // blockRecordOnDevice is op.Forward recording for backward, run on d
@@ -77,29 +77,49 @@ func (r *devRun) blockRecord(op *blockOp[float32], x, y kernel.Buf) *devBlock {
 	r.layerNorm(h, x, n, w, p.LN1, slice(stats, 0, n), slice(stats, n, 2*n))
 	qkv := r.allocKept(3 * n * w)
 	r.linear(p.QKV, n, h, qkv)
-	r.attend(op.a, qkv, h)
+	// out_proj's weight gradient reads the attention output: keep it.
+	var kept kernel.Buf
+	attn, bufs := h, []kernel.Buf{x, stats, qkv}
+	if p.Out.Weight.RequiresGrad() {
+		kept = r.allocKept(n * w)
+		attn, bufs = kept, append(bufs, kept)
+	}
+	r.attend(op.a, qkv, attn)
 	proj := r.alloc(n * w)
-	r.linear(p.Out, n, h, proj)
+	r.linear(p.Out, n, attn, proj)
 	x1 := r.allocKept(n * w)
 	r.do(func() error { return d.Add(x1, x, proj, n*w) }) // x₁ = x + out_proj(attn)
 	r.layerNorm(h, x1, n, w, p.LN2, slice(stats, 2*n, 3*n), slice(stats, 3*n, 4*n))
 	hidden := r.allocKept(n * m)
 	r.linear(p.FC, n, h, hidden)
 	act := r.alloc(n * m)
-	// hidden becomes the activation's slope, all backward needs of it.
-	r.do(func() error {
-		if p.GELU {
-			if err := d.GELU(act, hidden, n*m); err != nil {
-				return err
-			}
-			return d.GELUSlope(hidden, hidden, n*m)
-		}
-		return d.QuickGELUSlope(act, hidden, hidden, n*m)
-	})
+	// hidden becomes the activation's slope, all backward needs of it,
+	// unless c_proj's weight gradient needs the activation: then backward
+	// recomputes both from the pre-activation.
+	slope := !p.Proj.Weight.RequiresGrad()
+	r.activation(p.GELU, act, hidden, hidden, slope, n*m)
 	r.linear(p.Proj, n, act, proj)
 	r.do(func() error { return d.Add(y, x1, proj, n*w) }) // y = x₁ + c_proj(act)
-	return &devBlock{d: d, x: x, stats: stats, qkv: qkv, x1: x1, hidden: hidden,
-		bufs: []kernel.Buf{x, stats, qkv, x1, hidden}}
+	return &devBlock{d: d, x: x, stats: stats, qkv: qkv, x1: x1, hidden: hidden, attn: kept, slope: slope,
+		bufs: append(bufs, x1, hidden)}
+}
+
+// activation computes act = act(x) for n values and, with slope set, the
+// activation's derivative into s (which may alias x).
+func (r *devRun) activation(gelu bool, act, s, x kernel.Buf, slope bool, n int) {
+	r.do(func() error {
+		switch {
+		case gelu:
+			if err := r.d.GELU(act, x, n); err != nil || !slope {
+				return err
+			}
+			return r.d.GELUSlope(s, x, n)
+		case slope:
+			return r.d.QuickGELUSlope(act, s, x, n)
+		default:
+			return r.d.QuickGELU(act, x, n)
+		}
+	})
 }
 
 // slice is b.Slice(i, j), or nil for a buffer that failed to allocate.
@@ -118,42 +138,44 @@ func blockBackwardOnDevice(op *blockOp[float32], dy []float32) {
 	r := &devRun{d: k.d}
 	defer r.close()
 	if dx := r.blockBackward(op, k, r.upload(dy), op.x.RequiresGrad()); dx != nil {
-		r.accInputGrad(op.x, dx, len(dy))
-	}
-}
-
-// accInputGrad downloads the input gradient dx (n values) and adds it to
-// x's gradient.
-func (r *devRun) accInputGrad(x mat.Tensor, dx kernel.Buf, n int) {
-	g := getBuf[float32](n)
-	defer putBuf(g)
-	r.do(func() error { return r.d.Download(*g, dx) })
-	if r.err == nil {
-		accGrad(x, *g)
+		r.accGrad(op.x, dx, len(dy))
 	}
 }
 
 // blockBackward runs the block's backward pass on the device from the
-// output gradient dyd, with what blockRecord kept in k: the LayerNorm
-// parameters' gradients are downloaded and accumulated, and with wantDx the
-// input gradient is returned in one of k's buffers (nil otherwise, or on an
-// error). Its scratch buffers are freed before it returns.
+// output gradient dyd, with what blockRecord kept in k: the gradients of
+// the block's trainable parameters are downloaded and accumulated, and
+// with wantDx the input gradient is returned in one of k's buffers (nil
+// otherwise, or on an error). It follows the CPU's Backward step for step;
+// like it, it recomputes ln_1(x) and ln_2(x₁) for the weight gradients of
+// in_proj and c_fc rather than keeping them. Its scratch buffers are freed
+// before it returns.
 func (r *devRun) blockBackward(op *blockOp[float32], k *devBlock, dyd kernel.Buf, wantDx bool) kernel.Buf {
 	defer r.freeFrom(len(r.bufs))
 	d := r.d
 	n, w, m := op.rows, op.a.width, op.mlp
 	p := &op.p
-	for _, l := range []*LinearParams{p.QKV, p.Out, p.FC, p.Proj} {
-		if l.trainable() {
-			panic("autograd: TransformerBlock: a linear layer became trainable after the forward pass")
-		}
+	if k.slope && p.Proj.Weight.RequiresGrad() || k.attn == nil && p.Out.Weight.RequiresGrad() {
+		panic("autograd: TransformerBlock: a linear weight became trainable after the forward pass")
 	}
 
 	// MLP: y = x₁ + c_proj(act(c_fc(ln_2(x₁)))).
 	dHidden := r.alloc(n * m)
 	r.inputGrad(p.Proj, n, dyd, dHidden)
+	if k.slope {
+		r.paramGrads(p.Proj, n, dyd, nil) // the bias's gradient, if trainable
+	} else {
+		act := r.alloc(n * m)
+		r.activation(p.GELU, act, k.hidden, k.hidden, true, n*m) // hidden becomes the slope
+		r.paramGrads(p.Proj, n, dyd, act)
+	}
 	r.do(func() error { return d.Mul(dHidden, dHidden, k.hidden, n*m) }) // by the slope
 	dH2 := r.alloc(n * w)
+	if p.FC.trainable() {
+		h2 := r.alloc(n * w)
+		r.layerNorm(h2, k.x1, n, w, p.LN2, nil, nil)
+		r.paramGrads(p.FC, n, dHidden, h2)
+	}
 	r.inputGrad(p.FC, n, dHidden, dH2)
 	dx1 := r.alloc(n * w)
 	r.layerNormBackward(dx1, dH2, k.x1, n, w, p.LN2, slice(k.stats, 2*n, 3*n), slice(k.stats, 3*n, 4*n))
@@ -162,8 +184,16 @@ func (r *devRun) blockBackward(op *blockOp[float32], k *devBlock, dyd kernel.Buf
 	// Attention: x₁ = x + out_proj(attention(in_proj(ln_1(x)))).
 	dAttn := dH2
 	r.inputGrad(p.Out, n, dx1, dAttn)
+	if p.Out.trainable() {
+		r.paramGrads(p.Out, n, dx1, k.attn) // attn is nil when only the bias is trainable
+	}
 	dqkv := r.alloc(3 * n * w)
 	r.attendBackward(op.a, k.qkv, dAttn, dqkv)
+	if p.QKV.trainable() {
+		h1 := r.alloc(n * w)
+		r.layerNorm(h1, k.x, n, w, p.LN1, nil, nil)
+		r.paramGrads(p.QKV, n, dqkv, h1)
+	}
 	dH1 := dAttn
 	r.inputGrad(p.QKV, n, dqkv, dH1)
 	var dx kernel.Buf
@@ -179,6 +209,42 @@ func (r *devRun) blockBackward(op *blockOp[float32], k *devBlock, dyd kernel.Buf
 		return nil
 	}
 	return dx
+}
+
+// paramGrads is linearParamGrads on the device: dyᵀ·x [out, in] (x is the
+// layer's input [rows, in]; unread when the weight is frozen) and the
+// column sums of dy [rows, out] are computed there, downloaded and added
+// to the gradients of the weight and the bias, for those that require
+// them. The column sums are a product with a column of ones, so that they
+// need no kernel of their own; the CPU sums the rows in another order.
+func (r *devRun) paramGrads(p *LinearParams, rows int, dy, x kernel.Buf) {
+	in, out := p.In(), p.Out()
+	if p.Weight.RequiresGrad() {
+		dw := r.alloc(out * in)
+		r.do(func() error { return r.d.Gemm(true, false, out, in, rows, 1, dy, out, x, in, 0, dw, in) })
+		r.accGrad(p.Weight, dw, out*in)
+	}
+	if p.Bias != nil && p.Bias.RequiresGrad() {
+		ones := getBuf[float32](rows)
+		for i := range *ones {
+			(*ones)[i] = 1
+		}
+		onesd := r.upload(*ones)
+		putBuf(ones)
+		db := r.alloc(out)
+		r.do(func() error { return r.d.Gemm(true, false, out, 1, rows, 1, dy, out, onesd, 1, 0, db, 1) })
+		r.accGrad(p.Bias, db, out)
+	}
+}
+
+// accGrad downloads the n values of g and adds them to t's gradient.
+func (r *devRun) accGrad(t mat.Tensor, g kernel.Buf, n int) {
+	buf := getBuf[float32](n)
+	defer putBuf(buf)
+	r.do(func() error { return r.d.Download(*buf, g) })
+	if r.err == nil {
+		accGrad(t, *buf)
+	}
 }
 
 // inputGrad computes the input gradient dx = dy·W [rows, in] of a layer

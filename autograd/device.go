@@ -18,12 +18,12 @@ var device atomic.Pointer[kernel.Device]
 //   - a TransformerBlock none of whose operands requires a gradient (a
 //     forward pass without a tape) runs whole on d: its input is uploaded
 //     once, its result downloaded once;
-//   - a TransformerBlock recording for backward whose linear layers are
-//     frozen (adaptation: only the input and the LayerNorms need
-//     gradients), with every row computed and no trace, runs forward and
-//     backward on d: forward keeps what backward needs on d and downloads
-//     its result; backward uploads the output gradient and downloads the
-//     input gradient and the LayerNorm parameters' gradients;
+//   - a TransformerBlock recording for backward, with every row computed
+//     and no trace, runs forward and backward on d: forward keeps what
+//     backward needs on d and downloads its result; backward uploads the
+//     output gradient and downloads the input gradient and the gradients
+//     of the trainable parameters (LayerNorms in adaptation, every weight
+//     in training);
 //   - TransformerBlocks of such blocks is one op: the activations stay on d
 //     from the first block to the last;
 //   - the products of any other Linear layer whose weight is frozen, x·Wᵀ +
@@ -33,8 +33,9 @@ var device atomic.Pointer[kernel.Device]
 // A frozen weight (and bias) of a layer that keeps its weight packed
 // (LinearParams.KeepPacked) is uploaded once and kept on d, under the same
 // rules as the packed copies; other weights, and LayerNorm parameters, are
-// uploaded at each call. Everything else (attention and the row-wise ops
-// of the other blocks, weight gradients, float64) stays on the CPU. A
+// uploaded at each call. Everything else (the row-wise ops of the blocks
+// that trace or select rows, Linear layers with a trainable weight outside
+// the blocks, float64) stays on the CPU. A
 // device error panics, as forward passes cannot return errors. Do not call
 // SetDevice while ops run.
 func SetDevice(d kernel.Device) {
@@ -136,9 +137,9 @@ type DeviceError struct {
 func (e *DeviceError) Error() string { return fmt.Sprintf("autograd: device %s: %v", e.Device, e.Err) }
 func (e *DeviceError) Unwrap() error { return e.Err }
 
-// weights returns the layer's frozen weight and its bias (nil without one)
-// on the device: kept copies when the layer keeps its weight packed, else
-// uploaded for this run. A trainable bias is uploaded for this run.
+// weights returns the layer's weight and its bias (nil without one) on the
+// device: kept copies of a frozen weight (and bias) when the layer keeps its
+// weight packed, else uploaded for this run, as is a trainable bias.
 func (r *devRun) weights(p *LinearParams) (w, b kernel.Buf) {
 	if r.err != nil {
 		return nil, nil
@@ -152,6 +153,13 @@ func (r *devRun) weights(p *LinearParams) (w, b kernel.Buf) {
 		}
 	}
 	c := p.packs
+	if c != nil && p.Weight.RequiresGrad() {
+		// A trainable weight changes between runs: never kept.
+		c.mu.Lock()
+		c.dev = nil
+		c.mu.Unlock()
+		c = nil
+	}
 	if c == nil || len(wv) == 0 {
 		w = r.upload(wv)
 		if bv != nil {

@@ -44,6 +44,7 @@
 //
 // SetDevice moves the heavy float32 work onto a kernel.Device, such as a
 // GPU (package gpu): blocks without a tape run whole there, blocks that
-// record for backward with frozen linear layers forward and backward
-// there, and other linear products with frozen weights in every pass.
+// record for backward forward and backward there (the gradients of their
+// trainable parameters computed there too), and other linear products with
+// frozen weights in every pass.
 package autograd

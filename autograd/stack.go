@@ -2,6 +2,7 @@ package autograd
 
 import (
 	"runtime"
+	"slices"
 
 	"github.com/nlpodyssey/spago/mat"
 
@@ -10,14 +11,12 @@ import (
 
 // TransformerBlocks applies the blocks to x [batch·tokens, width] one after
 // another, as a loop of TransformerBlock does, with the same values and
-// gradients. It differs only on a device (SetDevice) where every block
-// would run whole there: float32 values and, when the pass records for
-// backward, frozen linear layers. There the blocks are one op whose
-// activations stay on the device from the first block to the last: x goes
-// up once and only the last output comes back, and in backward the output
-// gradient goes up once and only the input gradient and the LayerNorm
-// parameters' gradients come back. Each block's scratch is freed as the
-// next one starts.
+// gradients. It differs only on a device (SetDevice), for float32 values:
+// there the blocks are one op whose activations stay on the device from
+// the first block to the last: x goes up once and only the last output
+// comes back, and in backward the output gradient goes up once and only
+// the input gradient and the gradients of the trainable parameters come
+// back. Each block's scratch is freed as the next one starts.
 func TransformerBlocks(x mat.Tensor, blocks []*BlockParams, batch int) mat.Tensor {
 	if d := CurrentDevice(); d != nil && len(blocks) > 1 {
 		if op := newStack(d, x, blocks, batch); op != nil {
@@ -37,25 +36,20 @@ type stackOp struct {
 	ops      []*blockOp[float32] // each block's shapes and parameters; their x is unused
 	operands []mat.Tensor
 	// needDx[i]: backward must reach block i's input (x requires a
-	// gradient, or an earlier block's LayerNorm does).
+	// gradient, or a parameter of an earlier block does).
 	needDx []bool
 
 	dev   []*devBlock // kept by a recording forward pass
 	spent bool
 }
 
-// newStack returns the op of TransformerBlocks on d, or nil when some block
-// would not run whole on the device.
+// newStack returns the op of TransformerBlocks on d, or nil when the values
+// are not all float32.
 func newStack(d kernel.Device, x mat.Tensor, blocks []*BlockParams, batch int) *stackOp {
 	rows, w := dims(x)
 	s := &stackOp{d: d, x: x, operands: []mat.Tensor{x}}
 	for _, p := range blocks {
 		checkBlock("TransformerBlocks", rows, w, p, batch)
-		for _, l := range []*LinearParams{p.QKV, p.Out, p.FC, p.Proj} {
-			if l.trainable() {
-				return nil
-			}
-		}
 		s.operands = append(s.operands, blockOperands(p)...)
 		a := attention{batch: batch, tokens: rows / batch, heads: p.Heads, width: w, causal: p.Causal}
 		s.ops = append(s.ops, &blockOp[float32]{p: *p, a: a, rows: rows, out: rows, mlp: p.FC.Out()})
@@ -66,9 +60,7 @@ func newStack(d kernel.Device, x mat.Tensor, blocks []*BlockParams, batch int) *
 	below := x.RequiresGrad()
 	for _, op := range s.ops {
 		s.needDx = append(s.needDx, below)
-		for _, ln := range []*LayerNormParams{op.p.LN1, op.p.LN2} {
-			below = below || ln.Gamma.RequiresGrad() || ln.Beta.RequiresGrad()
-		}
+		below = below || slices.ContainsFunc(blockOperands(&op.p), mat.Tensor.RequiresGrad)
 	}
 	return s
 }
@@ -129,7 +121,7 @@ func (s *stackOp) Backward(gy mat.Tensor) error {
 		}
 	}
 	if dyd != nil && s.x.RequiresGrad() {
-		r.accInputGrad(s.x, dyd, len(dy))
+		r.accGrad(s.x, dyd, len(dy))
 	}
 	return nil
 }

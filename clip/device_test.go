@@ -4,7 +4,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"sync/atomic"
 	"testing"
 
 	"github.com/nlpodyssey/spago/ag"
@@ -14,18 +13,8 @@ import (
 	"github.com/subtta/subtta/builtin"
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/data"
+	"github.com/subtta/subtta/internal/devicetest"
 )
-
-// backwardCounter is kernel.Host counting LayerNorm backward passes.
-type backwardCounter struct {
-	kernel.Device
-	n atomic.Int32
-}
-
-func (c *backwardCounter) LayerNormBackward(dx, dgamma, dbeta, dy, x kernel.Buf, rows, cols int, gamma, mean, rstd kernel.Buf) error {
-	c.n.Add(1)
-	return c.Device.LayerNormBackward(dx, dgamma, dbeta, dy, x, rows, cols, gamma, mean, rstd)
-}
 
 // TestDeviceSeam runs the built-in model's towers through the
 // device seam (autograd.SetDevice) on kernel.Host and compares them with
@@ -93,11 +82,11 @@ func TestDeviceSeam(t *testing.T) {
 		return slices.Clone(i.Value().Data().F32()), slices.Clone(x.Value().Data().F32()), grads
 	}
 	wantImg, wantTxt, wantGrads := run()
-	dev := &backwardCounter{Device: kernel.Host}
+	dev := &devicetest.BackwardCounter{Device: kernel.Host}
 	autograd.SetDevice(dev)
 	img, txt, grads := run()
 	autograd.SetDevice(nil)
-	if n, want := int(dev.n.Load()), 2*len(m.Vision.Blocks); n != want {
+	if n, want := int(dev.LayerNormBackwards.Load()), 2*len(m.Vision.Blocks); n != want {
 		t.Errorf("%d LayerNorm backward passes on the device, want %d", n, want)
 	}
 	same := func(name string, got, want []float32) {

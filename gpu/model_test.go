@@ -4,10 +4,10 @@ package gpu
 
 import (
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"slices"
-	"sync/atomic"
 	"testing"
 
 	"github.com/nlpodyssey/spago/ag"
@@ -15,6 +15,7 @@ import (
 	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/clip"
+	"github.com/subtta/subtta/internal/devicetest"
 	"github.com/subtta/subtta/internal/fixture"
 	"github.com/subtta/subtta/weights"
 )
@@ -51,22 +52,42 @@ func randBlock(rng *rand.Rand, width, heads, mlp int, causal, gelu bool) *autogr
 		FC: lin(mlp, width), Proj: lin(width, mlp), Heads: heads, Causal: causal, GELU: gelu}
 }
 
-// backwardCounter counts a device's backward kernels: a block recording
-// for backward took the device path.
-type backwardCounter struct {
-	kernel.Device
-	layerNorm, softmax atomic.Int32
+// backwardThrough seeds y's gradient with seed and runs backward; it
+// returns y's values and the gradients of ts, which it zeroes.
+func backwardThrough(t *testing.T, y mat.Tensor, seed []float32, ts []mat.Matrix) (out []float32, grads [][]float32) {
+	t.Helper()
+	r, c := y.Value().Shape()[0], y.Value().Shape()[1]
+	y.AccGrad(mat.NewDense[float32](mat.WithShape(r, c), mat.WithBacking(seed)))
+	if err := ag.Backward(y); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range ts {
+		grads = append(grads, slices.Clone(g.Grad().Data().F32()))
+		g.ZeroGrad()
+	}
+	return slices.Clone(y.Value().Data().F32()), grads
 }
 
-func (c *backwardCounter) LayerNormBackward(dx, dgamma, dbeta, dy, x kernel.Buf, rows, cols int, gamma, mean, rstd kernel.Buf) error {
-	c.layerNorm.Add(1)
-	return c.Device.LayerNormBackward(dx, dgamma, dbeta, dy, x, rows, cols, gamma, mean, rstd)
+// onDeviceCounted runs step on the CPU and then on d, and checks that the
+// device ran lnBack LayerNorm and softmaxBack softmax backward kernels:
+// the blocks' backward passes took the device path.
+func onDeviceCounted(t *testing.T, d kernel.Device, lnBack, softmaxBack int, step func() ([]float32, [][]float32)) (gotY, wantY []float32, gotG, wantG [][]float32) {
+	t.Helper()
+	wantY, wantG = step()
+	bc := &devicetest.BackwardCounter{Device: d}
+	onDevice(bc, func() { gotY, gotG = step() })
+	if n, m := int(bc.LayerNormBackwards.Load()), int(bc.SoftmaxBackwards.Load()); n != lnBack || m != softmaxBack {
+		t.Errorf("backward ran %d LayerNorm and %d softmax kernels on the device, want %d and %d", n, m, lnBack, softmaxBack)
+	}
+	return gotY, wantY, gotG, wantG
 }
 
-func (c *backwardCounter) SoftmaxBackward(dx, dy, y kernel.Buf, rows, cols int, scale float32) error {
-	c.softmax.Add(1)
-	return c.Device.SoftmaxBackward(dx, dy, y, rows, cols, scale)
-}
+// blockKinds are the blocks the device tests run: the vision tower's, the
+// text tower's (causal) and one with the exact GELU.
+var blockKinds = []struct {
+	name         string
+	causal, gelu bool
+}{{"vision", false, false}, {"text", true, false}, {"gelu", false, true}}
 
 // TestBlockMatchesCPU runs transformer blocks through autograd on the
 // device, without a tape and recording for backward with trainable
@@ -74,10 +95,7 @@ func (c *backwardCounter) SoftmaxBackward(dx, dy, y kernel.Buf, rows, cols int, 
 // outputs and gradients with the CPU.
 func TestBlockMatchesCPU(t *testing.T) {
 	d := openOrSkip(t, Options{})
-	for _, c := range []struct {
-		name         string
-		causal, gelu bool
-	}{{"vision", false, false}, {"text", true, false}, {"gelu", false, true}} {
+	for _, c := range blockKinds {
 		t.Run(c.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(11, 12))
 			batch, tokens, width, heads := 4, 50, 128, 4
@@ -98,28 +116,53 @@ func TestBlockMatchesCPU(t *testing.T) {
 				xg := randMatrix(rand.New(rand.NewPCG(13, 14)), batch*tokens, width, 1)
 				xg.SetRequiresGrad(true)
 				y := autograd.TransformerBlock(xg, p, batch, nil)
-				y.AccGrad(mat.NewDense[float32](mat.WithShape(batch*tokens, width), mat.WithBacking(seed)))
-				if err := ag.Backward(y); err != nil {
-					t.Fatal(err)
-				}
-				for _, g := range []mat.Matrix{xg, p.LN1.Gamma, p.LN1.Beta, p.LN2.Gamma, p.LN2.Beta} {
-					grads = append(grads, slices.Clone(g.Grad().Data().F32()))
-					g.ZeroGrad()
-				}
-				return slices.Clone(y.Value().Data().F32()), grads
+				return backwardThrough(t, y, seed, []mat.Matrix{xg, p.LN1.Gamma, p.LN1.Beta, p.LN2.Gamma, p.LN2.Beta})
 			}
-			wantY, wantG := step()
-			var gotY []float32
-			var gotG [][]float32
-			bc := &backwardCounter{Device: d}
-			onDevice(bc, func() { gotY, gotG = step() })
-			if bc.layerNorm.Load() != 2 || bc.softmax.Load() != int32(heads) {
-				t.Errorf("backward ran %d LayerNorm and %d softmax kernels on the device, want 2 and %d",
-					bc.layerNorm.Load(), bc.softmax.Load(), heads)
-			}
+			gotY, wantY, gotG, wantG := onDeviceCounted(t, d, 2, heads, step)
 			check(t, "forward recording", gotY, wantY)
 			for i, name := range []string{"dx", "dγ1", "dβ1", "dγ2", "dβ2"} {
 				check(t, name, gotG[i], wantG[i])
+			}
+		})
+	}
+}
+
+// TestTrainingBlocksMatchCPU runs two blocks through
+// autograd.TransformerBlocks recording for backward with every parameter
+// trainable (a training step: the weight gradients are products on the
+// device, the bias gradients products with ones) and compares the output
+// and every gradient with the CPU.
+func TestTrainingBlocksMatchCPU(t *testing.T) {
+	d := openOrSkip(t, Options{})
+	for _, c := range blockKinds {
+		t.Run(c.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(15, 16))
+			batch, tokens, width, heads := 4, 17, 64, 4
+			blocks := []*autograd.BlockParams{
+				randBlock(rng, width, heads, 4*width, c.causal, c.gelu),
+				randBlock(rng, width, heads, 4*width, c.causal, c.gelu),
+			}
+			var params []mat.Matrix
+			for _, p := range blocks {
+				for _, l := range []*autograd.LinearParams{p.QKV, p.Out, p.FC, p.Proj} {
+					params = append(params, l.Weight, l.Bias)
+				}
+				params = append(params, p.LN1.Gamma, p.LN1.Beta, p.LN2.Gamma, p.LN2.Beta)
+			}
+			for _, p := range params {
+				p.SetRequiresGrad(true)
+			}
+			x := randMatrix(rng, batch*tokens, width, 1)
+			x.SetRequiresGrad(true)
+			seed := randSlice(rng, batch*tokens*width)
+			step := func() ([]float32, [][]float32) {
+				return backwardThrough(t, autograd.TransformerBlocks(x, blocks, batch), seed, append([]mat.Matrix{x}, params...))
+			}
+			gotY, wantY, gotG, wantG := onDeviceCounted(t, d, 4, 2*heads, step)
+			check(t, "output", gotY, wantY)
+			check(t, "dx", gotG[0], wantG[0])
+			for i := 1; i < len(wantG); i++ {
+				check(t, fmt.Sprintf("gradient of parameter %d", i-1), gotG[i], wantG[i])
 			}
 		})
 	}
