@@ -13,7 +13,8 @@ import (
 
 // TestDeviceFlag: --device cuda where no GPU can be used (in the default
 // build: always) is a one-line usage error saying why, before any work, in
-// every command that takes it; an unknown device is one too.
+// every command that takes it; an unknown device is one too, and --tf32
+// without --device cuda.
 func TestDeviceFlag(t *testing.T) {
 	ok, why := gpu.Available()
 	for _, cmd := range []string{"eval", "bench", "classify", "embed", "train"} {
@@ -21,6 +22,11 @@ func TestDeviceFlag(t *testing.T) {
 		st := run([]string{cmd, "--device", "tpu"}, &out, &errb)
 		if want := `--device "tpu": want cpu or cuda`; st != 2 || !strings.Contains(errb.String(), want) {
 			t.Errorf("%s --device tpu: status %d, stderr %q; want 2 and %q", cmd, st, errb.String(), want)
+		}
+		errb.Reset()
+		st = run([]string{cmd, "--tf32"}, &out, &errb)
+		if want := "--tf32 needs --device cuda"; st != 2 || !strings.Contains(errb.String(), want) {
+			t.Errorf("%s --tf32: status %d, stderr %q; want 2 and %q", cmd, st, errb.String(), want)
 		}
 		if ok {
 			continue // a usable GPU: nothing to refuse
