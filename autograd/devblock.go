@@ -132,7 +132,7 @@ func slice(b kernel.Buf, i, j int) kernel.Buf {
 
 // blockBackwardOnDevice is op.Backward for a forward pass that ran on d
 // (blockRecordOnDevice): dy is uploaded once, and only the input gradient
-// and the LayerNorm parameters' gradients come back.
+// and the trainable parameters' gradients come back.
 func blockBackwardOnDevice(op *blockOp[float32], dy []float32) {
 	k := op.dev
 	r := &devRun{d: k.d}
