@@ -225,16 +225,36 @@ func (r *devRun) paramGrads(p *LinearParams, rows int, dy, x kernel.Buf) {
 		r.accGrad(p.Weight, dw, out*in)
 	}
 	if p.Bias != nil && p.Bias.RequiresGrad() {
-		ones := getBuf[float32](rows)
-		for i := range *ones {
-			(*ones)[i] = 1
-		}
-		onesd := r.upload(*ones)
-		putBuf(ones)
+		ones := r.onesColumn(rows)
 		db := r.alloc(out)
-		r.do(func() error { return r.d.Gemm(true, false, out, 1, rows, 1, dy, out, onesd, 1, 0, db, 1) })
+		r.do(func() error { return r.d.Gemm(true, false, out, 1, rows, 1, dy, out, ones, 1, 0, db, 1) })
 		r.accGrad(p.Bias, db, out)
 	}
+}
+
+// onesColumn returns n ones on the device: uploaded once per run, since
+// every block of a run has the same rows, and outside the blocks' scratch.
+func (r *devRun) onesColumn(n int) kernel.Buf {
+	if r.err != nil || r.ones != nil && r.ones.Len() >= n {
+		return r.ones
+	}
+	if r.ones != nil {
+		r.d.Free(r.ones)
+		r.ones = nil
+	}
+	b, err := r.d.Alloc(n)
+	if err != nil {
+		r.err = err
+		return nil
+	}
+	r.ones = b
+	v := getBuf[float32](n)
+	defer putBuf(v)
+	for i := range *v {
+		(*v)[i] = 1
+	}
+	r.do(func() error { return r.d.Upload(b, *v) })
+	return b
 }
 
 // accGrad downloads the n values of g and adds them to t's gradient.

@@ -62,6 +62,7 @@ type devRun struct {
 	bufs []kernel.Buf
 	kept []kernel.Buf // outlive the run unless it fails (allocKept)
 	keep []any        // values to keep alive until close (resident weights)
+	ones kernel.Buf   // onesColumn's, freed by close
 }
 
 // do runs f unless an earlier call failed.
@@ -116,6 +117,9 @@ func (r *devRun) freeFrom(mark int) {
 func (r *devRun) close() {
 	for _, b := range r.bufs {
 		r.d.Free(b)
+	}
+	if r.ones != nil {
+		r.d.Free(r.ones)
 	}
 	runtime.KeepAlive(r.keep)
 	if r.err != nil {

@@ -144,6 +144,10 @@ func TestTransformerBlocksOnDevice(t *testing.T) {
 			if live[0] != live[1] {
 				t.Errorf("buffers live after each pass: %v (a leak)", live)
 			}
+			// The bias gradients' column of ones goes up once per backward.
+			if ones := d.uploads[rows]; c.biasGrad && ones != 2 {
+				t.Errorf("%d uploads of a column of ones in two passes, want 2", ones)
+			}
 			// One upload of x per pass, one of dy per backward; downloads
 			// of the output and of the gradients only.
 			up, down := 2, 2*rows*w
