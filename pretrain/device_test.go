@@ -20,10 +20,10 @@ import (
 // the device, the activation's derivative a slope, and the vision tower's
 // last block runs for every token rather than the class tokens. Three Adam
 // steps keep each weight within 1e-5 (the largest difference over the
-// largest value; 2.7e-6 measured), the losses within 1e-6. The key third of in_proj's bias is
-// left out: it adds q·b_k to a whole row of scores, which the softmax
-// ignores, so its gradient is zero but for rounding, and Adam turns either
-// path's rounding into steps of the learning rate.
+// largest value; 2.7e-6 measured), the losses within 1e-6. The key third
+// of in_proj's bias is left out: it adds q·b_k to a whole row of scores,
+// which the softmax ignores, so its gradient is zero but for rounding, and
+// Adam turns either path's rounding into steps of the learning rate.
 func TestTrainStepsOnDevice(t *testing.T) {
 	cfg := tinyConfig()
 	train := syntheticImages(12, cfg.Model.Vision.ImageSize, len(cfg.Classes), 4)
