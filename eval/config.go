@@ -10,6 +10,7 @@ import (
 
 	"github.com/subtta/subtta/data/corrupt"
 	"github.com/subtta/subtta/tta"
+	"github.com/subtta/subtta/tta/online"
 	"github.com/subtta/subtta/weights"
 )
 
@@ -223,8 +224,8 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-func protocol(name string) (tta.Protocol, error) {
-	for _, p := range []tta.Protocol{tta.ResetEachDomain, tta.Continual, tta.Mixed} {
+func protocol(name string) (online.Protocol, error) {
+	for _, p := range []online.Protocol{online.ResetEachDomain, online.Continual, online.Mixed} {
 		if p.String() == name {
 			return p, nil
 		}

@@ -17,7 +17,7 @@
 //     and cut to Limit images;
 //  4. for each method, builds its zero-shot head from its preset's prompt
 //     templates (tta.Lookup) and streams the domains not yet done through
-//     it with tta.Runner, resetting before each domain (or continually, or
+//     it with online.Runner, resetting before each domain (or continually, or
 //     mixed);
 //  5. appends each finished domain to Out/results.jsonl at once (in the
 //     continual and mixed protocols, at the end of the stream), with its
@@ -30,7 +30,7 @@
 //
 // A run that stops (killed, Ctrl-C, an error) keeps every finished domain,
 // and the domain in progress as of its last checkpoint: the method's whole
-// state (tta.Stateful) after its latest batch, saved in Out/state at most
+// state (tta.Method.MarshalBinary) after its latest batch, saved in Out/state at most
 // every Options.CheckpointEvery and at once on cancellation. Run again with
 // the same Out and configuration and only what is missing is computed; a folder holding results of another configuration (other model,
 // data, limit, batch size, seeds or protocol) is refused rather than mixed.
@@ -40,5 +40,5 @@
 // an uninterrupted one. The continual and mixed protocols are one stream
 // through all domains: they are checkpointed likewise, in one file for the
 // stream, and continue from it (the mixed stream's batch lines count each
-// domain's images, tta.BatchRecord.Domains).
+// domain's images, online.BatchRecord.Domains).
 package eval

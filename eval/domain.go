@@ -6,36 +6,36 @@ import (
 	"sync"
 
 	"github.com/subtta/subtta/data"
-	"github.com/subtta/subtta/tta"
+	"github.com/subtta/subtta/tta/online"
 )
 
-// domain is one stream of the evaluation: a dataset (a corruption at a
-// severity), restricted and ordered by indices, preprocessed for the model.
-// It is a tta.BatchDomain: a batch is decoded, corrupted (on the fly) and
+// domain is one domain of the evaluation: a dataset (a corruption at a
+// severity), preprocessed for the model. The runner orders it and cuts it
+// to the run's limit (online.RunnerConfig).
+// It is a online.BatchDomain: a batch is decoded, corrupted (on the fly) and
 // preprocessed by several goroutines at once.
 type domain struct {
 	name       string
 	corruption string
 	severity   int
 	ds         data.Dataset
-	indices    []int // stream position → dataset index
 	pre        *data.Preprocessor
 	workers    int
 }
 
-var _ tta.BatchDomain = (*domain)(nil)
+var _ online.BatchDomain = (*domain)(nil)
 
 func (d *domain) Name() string { return d.name }
-func (d *domain) Len() int     { return len(d.indices) }
+func (d *domain) Len() int     { return d.ds.Len() }
 
 func (d *domain) Sample(i int) ([]float32, int, error) {
-	img, label, err := d.ds.Item(d.indices[i])
+	img, label, err := d.ds.Item(i)
 	if err != nil {
 		return nil, 0, err
 	}
 	px, err := d.pre.Transform(nil, img)
 	if err != nil {
-		return nil, 0, fmt.Errorf("%s: image %d: %w", d.name, d.indices[i], err)
+		return nil, 0, fmt.Errorf("%s: image %d: %w", d.name, i, err)
 	}
 	return px, label, nil
 }
@@ -55,7 +55,7 @@ func (d *domain) Samples(idx []int, dst []float32) ([]float32, []int, error) {
 	for range min(workers, len(idx)) {
 		wg.Go(func() {
 			for j := range next {
-				k := d.indices[idx[j]]
+				k := idx[j]
 				img, label, err := d.ds.Item(k)
 				if err == nil {
 					off := base + j*n
@@ -72,7 +72,7 @@ func (d *domain) Samples(idx []int, dst []float32) ([]float32, []int, error) {
 	wg.Wait()
 	for j, err := range errs {
 		if err != nil {
-			return nil, nil, fmt.Errorf("image %d: %w", d.indices[idx[j]], err)
+			return nil, nil, fmt.Errorf("image %d: %w", idx[j], err)
 		}
 	}
 	return dst, labels, nil

@@ -3,12 +3,14 @@ package eval
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"image"
 	imagepng "image/png"
 	"maps"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -485,7 +487,19 @@ func TestResumeRefusesOtherConfiguration(t *testing.T) {
 
 func TestStateFileRoundTrip(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.f64")
-	v := []float64{1, -2.5, 3e-300, 0}
+	var v []byte
+	for _, x := range []float64{1, -2.5, 3e-300, 0} {
+		v = binary.LittleEndian.AppendUint64(v, math.Float64bits(x))
+	}
+	// A version-1 file (a count of float64 values, then the values) reads
+	// as the same bytes.
+	v1 := binary.LittleEndian.AppendUint64([]byte(stateMagicV1), uint64(len(v)/8))
+	if err := os.WriteFile(path, append(v1, v...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := readState(path); err != nil || !slices.Equal(got, v) {
+		t.Fatalf("version 1: got %v, %v; want %v", got, err, v)
+	}
 	if err := writeState(path, v); err != nil {
 		t.Fatal(err)
 	}

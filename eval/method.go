@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -17,6 +16,8 @@ import (
 
 	"github.com/subtta/subtta/report"
 	"github.com/subtta/subtta/tta"
+	"github.com/subtta/subtta/tta/feature"
+	"github.com/subtta/subtta/tta/online"
 )
 
 // methodRun evaluates one method on the domains it has left.
@@ -24,7 +25,7 @@ type methodRun struct {
 	cfg      Config
 	preset   tta.Preset
 	method   tta.Method
-	text     *tta.TextSubspace
+	text     *feature.TextSubspace
 	head     *mat.Dense
 	domains  []*domain
 	todo     []int // indices into domains not yet in the results
@@ -45,7 +46,7 @@ type methodRun struct {
 	parts          map[int]*partialDomain
 	current        int
 	started        time.Time
-	prior          tta.DomainResult
+	prior          online.DomainResult
 	priorTime      time.Duration
 	lastCheckpoint time.Time
 }
@@ -63,11 +64,15 @@ func (r *methodRun) name() string { return r.preset.Method }
 func (r *methodRun) run() error {
 	r.stats = map[string]*domainStats{}
 	proto, _ := protocol(r.cfg.Protocol)
-	if proto != tta.ResetEachDomain {
+	if proto != online.ResetEachDomain {
 		return r.runWhole(proto)
 	}
 	start := 0
-	if c, ok := r.method.(tta.Carrier); ok && c.Carried() != nil {
+	carried, err := r.method.MarshalCarried()
+	if err != nil {
+		return fmt.Errorf("eval: %s: %w", r.name(), err)
+	}
+	if carried != nil {
 		// SubTTA's EMA covariance flows from one domain to the next: resume
 		// only after a finished prefix whose state was saved, redoing what
 		// follows it.
@@ -77,7 +82,7 @@ func (r *methodRun) run() error {
 			if err != nil {
 				return err
 			}
-			if err := c.SetCarried(v); err != nil {
+			if err := r.method.UnmarshalCarried(v); err != nil {
 				return fmt.Errorf("eval: %s: %w", r.statePath(start), err)
 			}
 		}
@@ -113,12 +118,12 @@ func (r *methodRun) run() error {
 	for _, i := range r.todo {
 		d := r.domains[i]
 		t0 := time.Now()
-		r.current, r.prior, r.priorTime, r.lastCheckpoint = i, tta.DomainResult{}, 0, t0
+		r.current, r.prior, r.priorTime, r.lastCheckpoint = i, online.DomainResult{}, 0, t0
 		r.started = t0
-		cfg := r.runnerConfig(tta.ResetEachDomain)
+		cfg := r.runnerConfig(online.ResetEachDomain)
 		cfg.Resume = r.resume
-		run := tta.Runner{Method: r.method, Config: cfg}
-		rep, err := run.Run([]tta.Domain{d})
+		run := online.Runner{Method: r.method, Config: cfg}
+		rep, err := run.Run([]online.Domain{d})
 		if err != nil {
 			return r.interrupted(err)
 		}
@@ -131,15 +136,17 @@ func (r *methodRun) run() error {
 		// A domain continued from a checkpoint counts the time of its
 		// earlier attempts up to the checkpoint.
 		rec := r.record(d, res, r.priorTime+time.Since(t0))
-		if c, ok := r.method.(tta.Carrier); ok {
-			if v := c.Carried(); v != nil {
-				// The state goes to disk before the record, so that every
-				// finished prefix has the state that follows it.
-				if err := writeState(r.statePath(i+1), v); err != nil {
-					return err
-				}
-				os.Remove(r.statePath(i))
+		v, err := r.method.MarshalCarried()
+		if err != nil {
+			return fmt.Errorf("eval: %s: %w", r.name(), err)
+		}
+		if v != nil {
+			// The state goes to disk before the record, so that every
+			// finished prefix has the state that follows it.
+			if err := writeState(r.statePath(i+1), v); err != nil {
+				return err
 			}
+			os.Remove(r.statePath(i))
 		}
 		if err := r.store(rec); err != nil {
 			return err
@@ -153,8 +160,8 @@ func (r *methodRun) run() error {
 // domain, whose records are stored at the end. The stream continues from
 // its checkpoint (streamPartialPath), if any; otherwise every domain is
 // redone.
-func (r *methodRun) runWhole(proto tta.Protocol) error {
-	ds := make([]tta.Domain, len(r.domains))
+func (r *methodRun) runWhole(proto online.Protocol) error {
+	ds := make([]online.Domain, len(r.domains))
 	idx := map[string]int{}
 	for i, d := range r.domains {
 		ds[i] = d
@@ -164,8 +171,8 @@ func (r *methodRun) runWhole(proto tta.Protocol) error {
 	// The batch lines of earlier attempts go, but for those of the batches
 	// before the checkpoint.
 	err := r.openBatches(func(stream string, batch int) bool {
-		if part != nil && proto == tta.Mixed {
-			return stream != tta.MixedStream || batch >= part.batches
+		if part != nil && proto == online.Mixed {
+			return stream != online.MixedStream || batch >= part.batches
 		}
 		j, ok := idx[stream]
 		return part == nil || !ok || j > part.domain || j == part.domain && batch >= part.batches
@@ -174,10 +181,10 @@ func (r *methodRun) runWhole(proto tta.Protocol) error {
 		return err
 	}
 	defer r.batches.Close()
-	prior := make([]tta.DomainResult, len(r.domains))
+	prior := make([]online.DomainResult, len(r.domains))
 	if part != nil {
 		for _, l := range part.lines {
-			if proto == tta.Mixed {
+			if proto == online.Mixed {
 				for _, c := range l.Domains {
 					prior[idx[c.Name]].Samples += c.Size
 					prior[idx[c.Name]].Correct += c.Correct
@@ -192,8 +199,8 @@ func (r *methodRun) runWhole(proto tta.Protocol) error {
 		}
 		r.priorTime = part.elapsed
 		r.sum.Continued += len(part.lines)
-		where := tta.MixedStream
-		if proto == tta.Continual {
+		where := online.MixedStream
+		if proto == online.Continual {
 			where = r.domains[part.domain].name
 		}
 		r.logf("%s: continuing the %s stream in %s after batch %d, from %s", r.name(), proto, where, part.batches, r.streamPartialPath())
@@ -212,12 +219,12 @@ func (r *methodRun) runWhole(proto tta.Protocol) error {
 		case j < part.domain:
 			return r.batchCount(j), nil
 		}
-		if err := r.method.(tta.Stateful).UnmarshalBinary(part.state); err != nil {
+		if err := r.method.UnmarshalBinary(part.state); err != nil {
 			return 0, fmt.Errorf("%s: %w", r.streamPartialPath(), err)
 		}
 		return part.batches, nil
 	}
-	run := tta.Runner{Method: r.method, Config: cfg}
+	run := online.Runner{Method: r.method, Config: cfg}
 	rep, err := run.Run(ds)
 	if err != nil {
 		return r.interrupted(err)
@@ -225,7 +232,7 @@ func (r *methodRun) runWhole(proto tta.Protocol) error {
 	el := r.priorTime + time.Since(t0)
 	total := 0
 	for _, d := range r.domains {
-		total += d.Len()
+		total += online.Limited(d.Len(), r.cfg.Limit)
 	}
 	for i, d := range r.domains {
 		res := rep.Domains[i]
@@ -235,7 +242,7 @@ func (r *methodRun) runWhole(proto tta.Protocol) error {
 			res.Accuracy = 100 * float64(res.Correct) / float64(res.Samples)
 		}
 		// Time is shared out by images: the stream interleaves domains.
-		share := time.Duration(float64(el) * float64(d.Len()) / float64(max(total, 1)))
+		share := time.Duration(float64(el) * float64(online.Limited(d.Len(), r.cfg.Limit)) / float64(max(total, 1)))
 		if err := r.store(r.record(d, res, share)); err != nil {
 			return err
 		}
@@ -247,7 +254,7 @@ func (r *methodRun) runWhole(proto tta.Protocol) error {
 // batchCount is the number of batches of domain i.
 func (r *methodRun) batchCount(i int) int {
 	bs := r.preset.BatchSize
-	return (r.domains[i].Len() + bs - 1) / bs
+	return (online.Limited(r.domains[i].Len(), r.cfg.Limit) + bs - 1) / bs
 }
 
 // openBatches rewrites the batch log without this method's lines that drop
@@ -299,19 +306,20 @@ func pruneBatches(path, method string, drop func(stream string, batch int) bool)
 	return writeFileAtomic(path, kept)
 }
 
-func (r *methodRun) runnerConfig(proto tta.Protocol) tta.RunnerConfig {
-	return tta.RunnerConfig{
+func (r *methodRun) runnerConfig(proto online.Protocol) online.RunnerConfig {
+	return online.RunnerConfig{
 		Protocol:  proto,
 		BatchSize: r.preset.BatchSize,
-		Shuffle:   proto == tta.Mixed && !r.cfg.NoShuffle, // domains are already in stream order
+		Shuffle:   !r.cfg.NoShuffle,
 		Seed:      r.cfg.Seed,
+		Limit:     r.cfg.Limit,
 		Text:      r.text,
 		Head:      r.head,
 		OnBatch:   r.onBatch,
 	}
 }
 
-func (r *methodRun) onBatch(b tta.BatchRecord) error {
+func (r *methodRun) onBatch(b online.BatchRecord) error {
 	r.addStats(b)
 	line, err := json.Marshal(batchLine{Method: r.name(), BatchRecord: b})
 	if err != nil {
@@ -332,7 +340,7 @@ func (r *methodRun) onBatch(b tta.BatchRecord) error {
 }
 
 // addStats adds a batch's diagnostics to its domain's statistics.
-func (r *methodRun) addStats(b tta.BatchRecord) {
+func (r *methodRun) addStats(b online.BatchRecord) {
 	st := r.stats[b.Stream]
 	if st == nil {
 		st = &domainStats{}
@@ -351,7 +359,7 @@ func (r *methodRun) addStats(b tta.BatchRecord) {
 	}
 }
 
-func (r *methodRun) record(d *domain, res tta.DomainResult, el time.Duration) report.Record {
+func (r *methodRun) record(d *domain, res online.DomainResult, el time.Duration) report.Record {
 	rec := report.Record{
 		Method: r.name(), Domain: d.name, Corruption: d.corruption, Severity: d.severity,
 		Samples: res.Samples, Correct: res.Correct, Accuracy: res.Accuracy,
@@ -433,39 +441,45 @@ func domainsHash(ds []*domain) []byte {
 	return h.Sum(nil)[:8]
 }
 
-const stateMagic = "subtta-carried-v1"
+// Carried-state files: a magic line, the payload's length, and the
+// payload (tta.Method.MarshalCarried). Version 1 files, written before
+// methods encoded their own carried state, hold a count of float64 values
+// and the values in little-endian order, the very bytes SubTTA's
+// MarshalCarried returns; they are read as such.
+const (
+	stateMagicV1 = "subtta-carried-v1"
+	stateMagic   = "subtta-carried-v2"
+)
 
-// writeState stores a carried state: a magic line, the value count, and the
-// values as little-endian float64.
-func writeState(path string, v []float64) error {
+// writeState stores a carried state.
+func writeState(path string, v []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("eval: %w", err)
 	}
-	b := make([]byte, 0, len(stateMagic)+8+8*len(v))
+	b := make([]byte, 0, len(stateMagic)+8+len(v))
 	b = append(b, stateMagic...)
 	b = binary.LittleEndian.AppendUint64(b, uint64(len(v)))
-	for _, x := range v {
-		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(x))
-	}
+	b = append(b, v...)
 	return writeFileAtomic(path, b)
 }
 
-func readState(path string) ([]float64, error) {
+func readState(path string) ([]byte, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("eval: %w", err)
 	}
-	h := len(stateMagic) + 8
-	if len(b) < h || string(b[:len(stateMagic)]) != stateMagic {
+	width := uint64(1) // bytes per announced unit
+	switch {
+	case len(b) >= len(stateMagic)+8 && string(b[:len(stateMagic)]) == stateMagic:
+	case len(b) >= len(stateMagicV1)+8 && string(b[:len(stateMagicV1)]) == stateMagicV1:
+		width = 8
+	default:
 		return nil, fmt.Errorf("eval: %s: not a carried-state file", path)
 	}
+	h := len(stateMagic) + 8
 	n := binary.LittleEndian.Uint64(b[len(stateMagic):])
-	if uint64(len(b)-h) != 8*n {
-		return nil, fmt.Errorf("eval: %s: truncated (%d values announced)", path, n)
+	if uint64(len(b)-h) != width*n {
+		return nil, fmt.Errorf("eval: %s: truncated (%d bytes announced, %d present)", path, width*n, len(b)-h)
 	}
-	v := make([]float64, n)
-	for i := range v {
-		v[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[h+8*i:]))
-	}
-	return v, nil
+	return b[h:], nil
 }

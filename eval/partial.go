@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/subtta/subtta/tta"
+	"github.com/subtta/subtta/tta/online"
 )
 
 // DefaultCheckpointEvery is how often, at most, a domain in progress is
@@ -18,7 +18,7 @@ import (
 const DefaultCheckpointEvery = 30 * time.Second
 
 // partialDomain is a domain (or a continual or mixed stream) cut short by
-// an interruption: the method's whole state (tta.Stateful) after its first
+// an interruption: the method's whole state (tta.Method's MarshalBinary) after its first
 // batches, with the lines of the batch log up to there, which give the
 // counts and diagnostics so far.
 type partialDomain struct {
@@ -51,10 +51,9 @@ func (r *methodRun) streamPartialPath() string {
 }
 
 // checkpointEvery is the interval between two checkpoints of a domain or
-// stream in progress; ok is false when they are off (the method cannot
-// save its state, or a negative interval).
+// stream in progress; ok is false when they are off (a negative interval).
 func (r *methodRun) checkpointEvery() (time.Duration, bool) {
-	if _, ok := r.method.(tta.Stateful); !ok || r.opt.CheckpointEvery < 0 {
+	if r.opt.CheckpointEvery < 0 {
 		return 0, false
 	}
 	if r.opt.CheckpointEvery == 0 {
@@ -106,7 +105,7 @@ func (r *methodRun) loadPartials() (map[int]*partialDomain, error) {
 // before its own, and its own first batches; mixed: the stream's first
 // batches), or nil when there is none or it disagrees with the batch log
 // (then it is removed, and the log says why).
-func (r *methodRun) loadStreamPartial(proto tta.Protocol) *partialDomain {
+func (r *methodRun) loadStreamPartial(proto online.Protocol) *partialDomain {
 	path := r.streamPartialPath()
 	if _, ok := r.checkpointEvery(); !ok {
 		os.Remove(path)
@@ -123,12 +122,12 @@ func (r *methodRun) loadStreamPartial(proto tta.Protocol) *partialDomain {
 	if err == nil {
 		all, err = readBatchLines(filepath.Join(r.cfg.Out, BatchesFile), r.name())
 	}
-	if err == nil && proto == tta.Mixed {
-		if p.lines = batchPrefix(all[tta.MixedStream], p.batches); p.lines == nil {
+	if err == nil && proto == online.Mixed {
+		if p.lines = batchPrefix(all[online.MixedStream], p.batches); p.lines == nil {
 			err = fmt.Errorf("the batch log lacks some of the stream's %d batches", p.batches)
 		}
 	}
-	for j := 0; err == nil && proto == tta.Continual && j <= p.domain; j++ {
+	for j := 0; err == nil && proto == online.Continual && j <= p.domain; j++ {
 		k := r.batchCount(j)
 		if j == p.domain {
 			k = p.batches
@@ -199,7 +198,7 @@ func (r *methodRun) checkpoint(batches int) error {
 	if !ok || r.ctx.Err() == nil && time.Since(r.lastCheckpoint) < every {
 		return nil
 	}
-	st, err := r.method.(tta.Stateful).MarshalBinary()
+	st, err := r.method.MarshalBinary()
 	if err != nil {
 		return fmt.Errorf("eval: %s: saving its state: %w", r.name(), err)
 	}
@@ -208,7 +207,7 @@ func (r *methodRun) checkpoint(batches int) error {
 	}
 	b := make([]byte, 0, len(streamMagic)+24+len(st))
 	path := r.partialPath(r.current)
-	if proto, _ := protocol(r.cfg.Protocol); proto != tta.ResetEachDomain {
+	if proto, _ := protocol(r.cfg.Protocol); proto != online.ResetEachDomain {
 		// One file for the stream, which says which domain it is in.
 		path = r.streamPartialPath()
 		b = append(b, streamMagic...)
@@ -267,7 +266,7 @@ func (r *methodRun) resume(stream string) (int, error) {
 	if p == nil {
 		return 0, nil
 	}
-	if err := r.method.(tta.Stateful).UnmarshalBinary(p.state); err != nil {
+	if err := r.method.UnmarshalBinary(p.state); err != nil {
 		return 0, fmt.Errorf("%s: %w", r.partialPath(r.current), err)
 	}
 	for _, l := range p.lines {

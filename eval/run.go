@@ -22,6 +22,7 @@ import (
 	"github.com/subtta/subtta/report"
 	"github.com/subtta/subtta/textenc"
 	"github.com/subtta/subtta/tta"
+	"github.com/subtta/subtta/tta/online"
 )
 
 // Files of a results folder.
@@ -92,7 +93,7 @@ type Summary struct {
 // batchLine is one line of batches.jsonl.
 type batchLine struct {
 	Method string `json:"method"`
-	tta.BatchRecord
+	online.BatchRecord
 }
 
 // runFile is the content of run.json.
@@ -268,7 +269,7 @@ func (e *evaluation) openDomains() error {
 			return err
 		}
 		domains = append(domains, &domain{name: p.name, corruption: p.corruption, severity: p.severity, ds: ds,
-			indices: streamOrder(ds.Len(), e.cfg), pre: pre, workers: e.cfg.Workers})
+			pre: pre, workers: e.cfg.Workers})
 		if len(ds.Classes()) != len(e.src.classes) {
 			closeDomains(domains)
 			return fmt.Errorf("eval: %s: %d classes, expected %d", p.name, len(ds.Classes()), len(e.src.classes))
@@ -298,7 +299,7 @@ func (e *evaluation) planRemaining() {
 		for i, d := range e.domains {
 			if !e.done[[2]string{name, d.name}] {
 				e.todo[name] = append(e.todo[name], i)
-				total += d.Len()
+				total += online.Limited(d.Len(), e.cfg.Limit)
 			}
 		}
 	}
@@ -329,7 +330,7 @@ func (e *evaluation) runMethod(name string) error {
 	if err != nil {
 		return fmt.Errorf("eval: %s: %w", name, err)
 	}
-	text, err := diagnosticSubspace(method, head, e.cfg.Dataset)
+	text, err := online.DiagnosticSubspace(method, head, e.cfg.Dataset)
 	if err != nil {
 		// Only the geometric diagnostics need it (few classes, say).
 		e.logf("%s: no subspace diagnostics: %v", name, err)
@@ -349,14 +350,14 @@ func (e *evaluation) runMethod(name string) error {
 // once for all methods that share them, and warns of prompts longer than
 // the text context.
 func (e *evaluation) methodHeads(name string, p tta.Preset) (methodHeads, error) {
-	key := fmt.Sprint(p.Method == "mint-official", p.PerTemplateHeads, p.Templates)
+	key := p.HeadKey()
 	if h, ok := e.heads[key]; ok {
 		return h, nil
 	}
 	if e.heads == nil {
 		e.heads, e.warned = map[string]methodHeads{}, map[string]bool{}
 	}
-	classes := headClasses(p, e.src.classes)
+	classes := p.ClassNames(e.src.classes)
 	ctxLen := e.model.Config.Text.ContextLength
 	for _, tmpl := range p.Templates {
 		for _, c := range classes {
@@ -367,7 +368,7 @@ func (e *evaluation) methodHeads(name string, p tta.Preset) (methodHeads, error)
 			}
 		}
 	}
-	head, th, err := p.Heads(e.model, e.tok, classes)
+	head, th, err := p.Heads(e.model, e.tok, e.src.classes)
 	if err != nil {
 		return methodHeads{}, fmt.Errorf("eval: %s: head: %w", name, err)
 	}
@@ -401,52 +402,6 @@ func (e *evaluation) writeReports() error {
 type methodHeads struct {
 	head      *mat.Dense
 	templates []mat.Matrix
-}
-
-// streamOrder is the order in which a domain of n images is streamed: Python's
-// random.shuffle with the seed (the official protocol), cut to the limit.
-func streamOrder(n int, cfg Config) []int {
-	var order []int
-	if cfg.NoShuffle {
-		order = make([]int, n)
-		for i := range order {
-			order[i] = i
-		}
-	} else {
-		order = tta.PythonShuffle(n, cfg.Seed)
-	}
-	if cfg.Limit > 0 && cfg.Limit < n {
-		order = order[:cfg.Limit]
-	}
-	return order
-}
-
-// headClasses are the class names as the preset's templates expect them:
-// the official MINT code replaces underscores by spaces, the others keep the
-// raw names (spec §1.1, §2.2).
-func headClasses(p tta.Preset, classes []string) []string {
-	if p.Method != "mint-official" {
-		return classes
-	}
-	out := make([]string, len(classes))
-	for i, c := range classes {
-		out[i] = strings.ReplaceAll(c, "_", " ")
-	}
-	return out
-}
-
-// diagnosticSubspace is the text subspace the diagnostics are measured
-// against: SubTTA's own, or for other methods the one SubTTA-M's preset
-// would build from the same head.
-func diagnosticSubspace(m tta.Method, head *mat.Dense, dataset string) (*tta.TextSubspace, error) {
-	if s, ok := m.(*tta.SubTTA); ok {
-		return s.Text, nil
-	}
-	p, err := tta.Lookup(dataset, "subtta-m")
-	if err != nil {
-		return nil, err
-	}
-	return tta.NewTextSubspace(head, p.SubTTA.Subspace)
 }
 
 // checkRunFile refuses to resume into a folder made with another

@@ -18,7 +18,7 @@ import (
 // matrices (up to 256×256; ViT-B/32's covariance is 512×512) against the CPU's
 // (internal/symeig), both float64: eigenvalues within 1e-10 of the largest,
 // each eigenvector equal up to its sign within 1e-8 (random spectra are well
-// separated); and an alignment step of SubTTA (tta.Aligner) with the device
+// separated); and an alignment step of SubTTA (feature.Aligner) with the device
 // set against one without: loss and feature gradient within 1e-9.
 func TestSymEigMatchesCPU(t *testing.T) {
 	d := openOrSkip(t, Options{})
@@ -76,20 +76,20 @@ func TestSymEigMatchesCPU(t *testing.T) {
 				}
 			}
 		}
-		text, _ = tta.NormalizeRows(text)
-		sub, err := tta.NewTextSubspace(text, tta.SubspaceOptions{Rank: 5})
+		text, _ = feature.NormalizeRows(text)
+		sub, err := feature.NewTextSubspace(text, feature.SubspaceOptions{Rank: 5})
 		if err != nil {
 			t.Fatal(err)
 		}
-		step := func() *tta.Alignment {
-			al, err := tta.NewAligner(sub, tta.AlignOptions{Alpha: 0.5}).Step(feats)
+		step := func() *feature.Alignment {
+			al, err := feature.NewAligner(sub, feature.AlignOptions{Alpha: 0.5}).Step(feats)
 			if err != nil {
 				t.Fatal(err)
 			}
 			return al
 		}
 		want := step()
-		var got *tta.Alignment
+		var got *feature.Alignment
 		solver := &countingSolver{device: d}
 		onDevice(solver, func() { got = step() })
 		if solver.calls != 1 {

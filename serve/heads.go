@@ -7,6 +7,7 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/subtta/subtta/tta"
+	"github.com/subtta/subtta/tta/feature"
 )
 
 // heads are the zero-shot heads of one set of labels and templates: the
@@ -18,7 +19,7 @@ type heads struct {
 	templates []mat.Matrix
 
 	textOnce sync.Once
-	text     *tta.TextSubspace
+	text     *feature.TextSubspace
 }
 
 // headCache keeps the heads of the most recently used label sets: building
@@ -89,15 +90,15 @@ func (c *headCache) get(labels, templates []string, perTemplate bool) (*heads, e
 }
 
 // subspace returns the text subspace of the head for the principal-angle
-// diagnostics, with the SubTTA-M preset's options for the dataset (as
-// subtta eval measures them), or nil when there is none (one class).
-func (h *heads) subspace(dataset string) *tta.TextSubspace {
+// diagnostics, with SubTTA's preset options for the dataset (as subtta
+// eval measures them), or nil when there is none (one class).
+func (h *heads) subspace(dataset string) *feature.TextSubspace {
 	h.textOnce.Do(func() {
-		p, err := tta.Lookup(dataset, "subtta-m")
+		opt, err := tta.SubspaceOptions(dataset)
 		if err != nil {
 			return
 		}
-		h.text, _ = tta.NewTextSubspace(h.head, p.SubTTA.Subspace)
+		h.text, _ = feature.NewTextSubspace(h.head, opt)
 	})
 	return h.text
 }

@@ -13,6 +13,7 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/subtta/subtta/tta"
+	"github.com/subtta/subtta/tta/feature"
 )
 
 // validID is what a stream id may look like: it names the stream's files in
@@ -29,7 +30,7 @@ type stream struct {
 	labels    []string
 	templates []string
 	heads     *heads
-	method    tta.Stateful
+	method    tta.Method
 	params    []float64 // this stream's LayerNorm values (the model holds the source ones)
 	state     []byte    // the Method's state after the last step, when there is a state directory
 
@@ -374,7 +375,7 @@ func (s *Server) step(st *stream, batch []*job) {
 		var cos []float64
 		if a := res.Diag.Alignment; a != nil {
 			if ts := st.heads.subspace(s.cfg.Dataset); ts != nil {
-				cos, _ = tta.PrincipalAngleCosines(a.Basis, ts.Basis)
+				cos, _ = feature.PrincipalAngleCosines(a.Basis, ts.Basis)
 			}
 		}
 		st.mu.Lock()
@@ -458,22 +459,14 @@ func (s *Server) restore(st *stream, state []byte) error {
 // newMethod builds the stream's Method over the shared model. It snapshots
 // the model's LayerNorm values as the source, so it runs under the write
 // lock, with the model at rest.
-func (s *Server) newMethod(h *heads) (tta.Stateful, error) {
+func (s *Server) newMethod(h *heads) (tta.Method, error) {
 	s.model.Lock()
 	defer func() {
 		s.params.write(s.source)
 		s.cfg.Model.SetVisionTrainable(false)
 		s.model.Unlock()
 	}()
-	m, err := s.preset.New(s.cfg.Model, h.head, h.templates...)
-	if err != nil {
-		return nil, err
-	}
-	sm, ok := m.(tta.Stateful)
-	if !ok {
-		return nil, fmt.Errorf("%s cannot save its state", m.Name())
-	}
-	return sm, nil
+	return s.preset.New(s.cfg.Model, h.head, h.templates...)
 }
 
 // stop closes the stream once the requests waiting have been stepped, and
@@ -491,9 +484,9 @@ func (st *stream) stop(ctx context.Context) error {
 	}
 }
 
-// headLogits is the frozen model's prediction: tta.Head on the features,
+// headLogits is the frozen model's prediction: feature.Head on the features,
 // the prediction of the source method.
 func headLogits(f *mat.Dense, head *mat.Dense, scale float64) ([]float64, int) {
-	logits, preds := tta.Head(f, head, scale)
+	logits, preds := feature.Head(f, head, scale)
 	return slices.Clone(logits.RawRowView(0)), preds[0]
 }

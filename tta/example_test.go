@@ -6,46 +6,97 @@ import (
 
 	"gonum.org/v1/gonum/mat"
 
+	"github.com/subtta/subtta/builtin"
+	"github.com/subtta/subtta/clip"
+	"github.com/subtta/subtta/data"
 	"github.com/subtta/subtta/tta"
+	"github.com/subtta/subtta/tta/feature"
 )
 
-// One SubTTA batch at the level of features: align the visual covariance
-// with the text subspace (the model would back-propagate al.DLdF and step the
-// optimizer), then project and take the MINT loss.
-func Example() {
-	// Four classes in three dimensions, and a batch of five features.
-	text, _ := tta.NormalizeRows(mat.NewDense(4, 3, []float64{
-		1, 0.2, 0,
-		0.1, 1, 0.3,
-		0, 0.2, 1,
-		0.7, 0.7, 0.1,
-	}))
-	feats := mat.NewDense(5, 3, []float64{
-		0.9, 0.1, 0.2,
-		0.8, 0.3, 0.1,
-		0.1, 0.9, 0.4,
-		0.2, 0.8, 0.3,
-		0.3, 0.2, 0.9,
+// zeroShot is a minimal Method: it encodes a batch without recording a
+// tape and predicts with the zero-shot head. It trains nothing and keeps
+// nothing between batches, so tta.Stateless gives its state half.
+type zeroShot struct {
+	tta.Stateless
+	model tta.Model
+	head  *mat.Dense
+}
+
+func (z *zeroShot) Name() string { return "zero-shot-demo" }
+func (z *zeroShot) Reset() error { return nil }
+
+func (z *zeroShot) Step(pixels []float32, n int) (*tta.Result, error) {
+	z.model.SetVisionTrainable(false)
+	x, err := z.model.Images(pixels, n)
+	if err != nil {
+		return nil, err
+	}
+	node := z.model.ImageFeatures(x)
+	f := mat.NewDense(n, z.model.EmbedDim(), append([]float64(nil), node.Value().Data().F64()...))
+	logits, preds := feature.Head(f, z.head, z.model.InverseTemperature())
+	return &tta.Result{Logits: logits, Preds: preds, Features: f}, nil
+}
+
+// A new method is a type and a Registration; once registered, Lookup, Heads
+// and New build it like any other (subtta eval --methods takes its name).
+func Example_register() {
+	err := tta.Register(tta.Registration{
+		Name:   "zero-shot-demo",
+		About:  "zero-shot CLIP, the smallest method",
+		Preset: func(p *tta.Preset) error { p.BatchSize = 4; return nil },
+		New: func(m tta.Model, _ tta.Preset, head mat.Matrix, _ []mat.Matrix) (tta.Method, error) {
+			return &zeroShot{model: m, head: mat.DenseCopyOf(head)}, nil
+		},
 	})
-
-	sub, err := tta.NewTextSubspace(text, tta.SubspaceOptions{Rank: 2})
 	if err != nil {
 		log.Fatal(err)
 	}
-	aligner := tta.NewAligner(sub, tta.AlignOptions{Alpha: 0.5})
-	al, err := aligner.Step(feats)
+	p, err := tta.Lookup("cifar10-c", "zero-shot-demo")
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("rank %d, L_align %.4f\n", sub.Rank(), al.Loss)
+	model, err := builtin.Model(clip.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	head, templateHeads, err := p.Heads(model, builtin.Tokenizer(), data.CIFAR10Classes)
+	if err != nil {
+		log.Fatal(err)
+	}
+	method, err := p.New(model, head, templateHeads...)
+	if err != nil {
+		log.Fatal(err)
+	}
 
-	proj, _ := tta.Project(feats, sub.Projector, 0)
-	labels := tta.Argmax(tta.Logits(proj.Z, text, 100))
-	loss, dz, _ := tta.BetweenClassScatterLoss(proj.Z, labels)
-	dF := proj.Backward(dz)
-	r, c := dF.Dims()
-	fmt.Printf("pseudo-labels %v, L_mint %.4f, dL/dF %d×%d\n", labels, loss, r, c)
+	// One batch of the built-in CIFAR-10 test images (the archive's first
+	// class is airplane).
+	jpegs, err := builtin.JPEGs(p.BatchSize)
+	if err != nil {
+		log.Fatal(err)
+	}
+	pre := data.NewCLIPPreprocessor(model.Config.Vision.ImageSize)
+	var pixels []float32
+	for i, b := range jpegs {
+		img, err := data.DecodeRGB(fmt.Sprint(i), b)
+		if err != nil {
+			log.Fatal(err)
+		}
+		px, err := pre.Transform(nil, img)
+		if err != nil {
+			log.Fatal(err)
+		}
+		pixels = append(pixels, px...)
+	}
+	res, err := method.Step(pixels, len(jpegs))
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, y := range res.Preds {
+		fmt.Println(data.CIFAR10Classes[y])
+	}
 	// Output:
-	// rank 2, L_align -1.9101
-	// pseudo-labels [2 3 1 1 2], L_mint -0.1918, dL/dF 5×3
+	// airplane
+	// airplane
+	// airplane
+	// airplane
 }

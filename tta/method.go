@@ -1,6 +1,7 @@
 package tta
 
 import (
+	"encoding"
 	"errors"
 	"fmt"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/optim"
+	"github.com/subtta/subtta/tta/feature"
 )
 
 // Model is what a Method needs of a CLIP model: the vision tower on spago's
@@ -44,17 +46,6 @@ type Model interface {
 	InverseTemperature() float64
 }
 
-// Carrier is a Method with state that survives Reset: SubTTA's EMA
-// covariance, which the official code keeps from one corruption to the next.
-// Carried returns a copy of it (nil when there is none) and SetCarried
-// restores it, so that an evaluation interrupted between domains can resume
-// exactly where it stopped.
-type Carrier interface {
-	Method
-	Carried() []float64
-	SetCarried([]float64) error
-}
-
 // Method is a test-time adaptation method running on a CLIP model: it sees
 // the test stream one batch at a time, may update the visual LayerNorm
 // parameters, and returns its predictions.
@@ -62,6 +53,20 @@ type Carrier interface {
 // A Method owns the LayerNorm parameters of its model's vision tower: it
 // takes a snapshot of them at construction (the source weights) and writes
 // them in place. Run one Method per model at a time.
+//
+// Its whole state between two Steps saves to bytes (MarshalBinary) and
+// restores into a Method built alike (same model, head, preset and
+// precision) with UnmarshalBinary, which then continues exactly as the saved
+// one would have: the same logits, bit for bit. UnmarshalBinary checks the
+// method, precision, parameter names and sizes before it changes anything,
+// leaves the Method as it was on an error, and wraps ErrStateMismatch when
+// the bytes do not fit. The source LayerNorm values (what Reset restores)
+// are not part of the state: they are the model's.
+//
+// The state that survives Reset (SubTTA's EMA covariance, which the
+// official code keeps from one corruption to the next) saves and restores
+// on its own with MarshalCarried and UnmarshalCarried, so that an
+// evaluation interrupted between domains resumes exactly where it stopped.
 type Method interface {
 	// Name identifies the method in reports ("subtta-m", "tent", ...).
 	Name() string
@@ -73,6 +78,12 @@ type Method interface {
 	// Step adapts on and classifies n preprocessed images (NCHW float32, n
 	// rows of 3·H·W values).
 	Step(pixels []float32, n int) (*Result, error)
+	encoding.BinaryMarshaler
+	encoding.BinaryUnmarshaler
+	// MarshalCarried returns the state that survives Reset, or nil when
+	// there is none; UnmarshalCarried restores it.
+	MarshalCarried() ([]byte, error)
+	UnmarshalCarried([]byte) error
 }
 
 // Result is a Method's output for one batch.
@@ -101,7 +112,7 @@ type Diagnostics struct {
 	// Timings are seconds spent per phase ("align", "adapt", "predict", ...).
 	Timings map[string]float64 `json:"timings_s,omitempty"`
 	// Alignment is SubTTA's alignment step (nil when it is off).
-	Alignment *Alignment `json:"-"`
+	Alignment *feature.Alignment `json:"-"`
 }
 
 func newDiagnostics() Diagnostics {
@@ -285,15 +296,19 @@ func (tr *lnTrainer[T]) optimizer() any { return tr.opt }
 // base is what every Method shares: the model, the text head and the
 // trainable parameters.
 type base struct {
+	name  string // what Name returns
 	model Model
 	// text is the head (C×d, unit rows) in float64.
 	text  *mat.Dense
 	scale float64 // exp(logit_scale)
 	f64   bool
 	tr    trainer
+	// own, when set, saves and restores the method's own memory as part
+	// of its state (MarshalBinary).
+	own ownState
 }
 
-func newBase(m Model, head mat.Matrix, opt optim.Config) (base, error) {
+func newBase(name string, m Model, head mat.Matrix, opt optim.Config) (base, error) {
 	if m == nil {
 		return base{}, errors.New("tta: nil model")
 	}
@@ -306,8 +321,11 @@ func newBase(m Model, head mat.Matrix, opt optim.Config) (base, error) {
 	if err != nil {
 		return base{}, err
 	}
-	return base{model: m, text: mat.DenseCopyOf(head), scale: m.InverseTemperature(), f64: f64, tr: tr}, nil
+	return base{name: name, model: m, text: mat.DenseCopyOf(head), scale: m.InverseTemperature(), f64: f64, tr: tr}, nil
 }
+
+// Name returns the method's name.
+func (b *base) Name() string { return b.name }
 
 // HeadMatrix returns a zero-shot head's class weights (C×d, such as
 // clip.ZeroShot.Weights) as a float64 matrix, the form Methods take.
@@ -379,7 +397,7 @@ func (b *base) count(d *Diagnostics, stepped bool) {
 }
 
 // head returns the zero-shot logits scale·normalize(f)·Tᵀ and predictions.
-func (b *base) head(f *mat.Dense) (*mat.Dense, []int) { return Head(f, b.text, b.scale) }
+func (b *base) head(f *mat.Dense) (*mat.Dense, []int) { return feature.Head(f, b.text, b.scale) }
 
 func (b *base) reset() {
 	b.tr.restoreSource()

@@ -1,8 +1,6 @@
 package tta
 
 import (
-	"encoding/json"
-	"os"
 	"slices"
 	"testing"
 
@@ -10,10 +8,10 @@ import (
 	"github.com/nlpodyssey/spago/mat/float"
 
 	"github.com/subtta/subtta/clip"
-	"github.com/subtta/subtta/data"
-	"github.com/subtta/subtta/internal/fixture"
 	"github.com/subtta/subtta/internal/fixturefile"
 	"github.com/subtta/subtta/optim"
+	"github.com/subtta/subtta/tta/feature"
+	"github.com/subtta/subtta/tta/internal/fxt"
 )
 
 // *clip.Model is what the Methods and the presets run on.
@@ -22,69 +20,8 @@ var (
 	_ HeadEncoder = (*clip.Model)(nil)
 )
 
-// tinyModel loads the fixture model (a fresh copy: Methods write its
-// LayerNorm parameters in place).
-func tinyModel(tb testing.TB, f64 bool) *clip.Model {
-	tb.Helper()
-	m, err := clip.Load(fixture.Path(tb, "fixtures/clip-tiny.openai.safetensors"), clip.Options{Float64: f64})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return m
-}
-
-// ttaPixels returns the preprocessed images of tta_inputs.safetensors
-// (pixel_u8 [N,H,W,3], already resized and cropped) in batches of b (a last
-// partial batch is left out): float32(u8)/255, then (x−mean)/std in float32
-// with tta_inputs.json's mean and std, HWC→CHW, which is what data's CLIP
-// preprocessor does to an image of its output size.
-func ttaPixels(tb testing.TB, b int) [][]float32 {
-	tb.Helper()
-	x := openFixture(tb, "fixtures/tta_inputs.safetensors")
-	u8, shape, err := x.Uint8("pixel_u8")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if len(shape) != 4 || shape[3] != 3 || shape[1] != shape[2] {
-		tb.Fatalf("pixel_u8: shape %v, want [N, S, S, 3]", shape)
-	}
-	if shape[0] < b {
-		tb.Skipf("tta_inputs holds %d images, fewer than a batch of %d", shape[0], b)
-	}
-	var meta struct{ Mean, Std []float32 }
-	if raw, err := os.ReadFile(fixture.Path(tb, "fixtures/tta_inputs.json")); err != nil {
-		tb.Fatal(err)
-	} else if err := json.Unmarshal(raw, &meta); err != nil {
-		tb.Fatalf("tta_inputs.json: %v", err)
-	}
-	s := shape[1]
-	cfg := data.PreprocessConfig{Size: s}
-	if len(meta.Mean) == 3 && len(meta.Std) == 3 {
-		copy(cfg.Mean[:], meta.Mean)
-		copy(cfg.Std[:], meta.Std)
-	}
-	pre, err := data.NewPreprocessor(cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var out [][]float32
-	for k := 0; k < shape[0]/b; k++ {
-		imgs := make([]*data.RGB, b)
-		for i := range imgs {
-			row := k*b + i
-			imgs[i] = &data.RGB{W: s, H: s, Pix: u8[row*s*s*3 : (row+1)*s*s*3]}
-		}
-		px, err := pre.Batch(nil, imgs)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		out = append(out, px)
-	}
-	return out
-}
-
 // paramMap reads prefix<p> for every parameter name.
-func (x *fx) paramMap(prefix string, names []string) map[string][]float64 {
+func paramMap(x *fxt.File, prefix string, names []string) map[string][]float64 {
 	out := map[string][]float64{}
 	for _, p := range names {
 		out[p] = x.Vec(prefix + p)
@@ -113,7 +50,7 @@ func injectGradsT[T float.DType](tr *lnTrainer[T], g map[string][]float64) {
 	}
 }
 
-func setAdamState(tb testing.TB, tr trainer, x *fx, prefix string, step int) {
+func setAdamState(tb testing.TB, tr trainer, x *fxt.File, prefix string, step int) {
 	tb.Helper()
 	var err error
 	switch o := tr.optimizer().(type) {
@@ -131,7 +68,7 @@ func setAdamState(tb testing.TB, tr trainer, x *fx, prefix string, step int) {
 
 // compareParams compares the trainer's values (or gradients) with
 // prefix<p>. absNames are compared in absolute terms at absTolerance.
-func compareParams(tb testing.TB, label string, got [][]float64, names []string, x *fx, prefix string, tol float64, kind tolKind, absNames map[string]float64) {
+func compareParams(tb testing.TB, label string, got [][]float64, names []string, x *fxt.File, prefix string, tol float64, kind fxt.TolKind, absNames map[string]float64) {
 	tb.Helper()
 	for i, p := range names {
 		if got[i] == nil {
@@ -139,10 +76,10 @@ func compareParams(tb testing.TB, label string, got [][]float64, names []string,
 			continue
 		}
 		if a, ok := absNames[p]; ok {
-			compare(tb, label+prefix+p, got[i], x.Vec(prefix+p), a, absTol)
+			fxt.Compare(tb, label+prefix+p, got[i], x.Vec(prefix+p), a, fxt.Abs)
 			continue
 		}
-		compare(tb, label+prefix+p, got[i], x.Vec(prefix+p), tol, kind)
+		fxt.Compare(tb, label+prefix+p, got[i], x.Vec(prefix+p), tol, kind)
 	}
 }
 
@@ -151,11 +88,11 @@ func compareParams(tb testing.TB, label string, got [][]float64, names []string,
 // before left marked trainable or frozen (TDA and Source encode without a
 // tape).
 func TestMethodsShareModel(t *testing.T) {
-	m := tinyModel(t, false)
-	x := openFixture(t, "fixtures/baselines.safetensors")
-	head := x.dense("T")
-	px := ttaPixels(t, 4)[0]
-	tda, err := NewTDA(m, head, DefaultTDAConfig())
+	m := fxt.TinyModel(t, false)
+	x := fxt.Open(t, "fixtures/baselines.safetensors")
+	head := x.Dense("T")
+	px := fxt.Pixels(t, 4)[0]
+	tda, err := NewTDA(m, head, feature.DefaultTDAConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,11 +2,14 @@ package tta
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/subtta/subtta/optim"
+	"github.com/subtta/subtta/tta/feature"
 )
 
 // MINTConfig configures MINT.
@@ -16,6 +19,49 @@ type MINTConfig struct {
 	Scale float64
 	// PriorN is N0 in the mixing ratio n/(N0+n): 10000.
 	PriorN float64
+	// Name is what Name reports; "" means "mint".
+	Name string
+}
+
+// mintMethod registers the SubTTA repo's MINT: Adam(1e-2, L2 0.01),
+// batches as SubTTA's, one template, scale 100, N0 10000.
+var mintMethod = Registration{
+	Name:  "mint",
+	About: "MINT as in the SubTTA repo: one template, Adam(1e-2, L2 0.01)",
+	Preset: func(p *Preset) error {
+		p.Optimizer = optim.AdamL2(1e-2, 0.01)
+		p.Config = MINTConfig{Optimizer: p.Optimizer, Scale: 100, PriorN: 10000}
+		return nil
+	},
+	New: newMINTFromPreset,
+}
+
+// mintOfficialMethod registers the official MINT code's setting ([M]):
+// Adam(0.015 on ImageNet-C, 0.007 on CIFAR-100-C, no weight decay), batch
+// 20, the seven MINTTemplates with underscores in class names replaced by
+// spaces. [M] gives no CIFAR-10-C setting, so there is none.
+var mintOfficialMethod = Registration{
+	Name:  "mint-official",
+	About: "MINT as in its official code: seven templates, batch 20",
+	Preset: func(p *Preset) error {
+		lr := map[string]float64{"imagenet-c": 0.015, "cifar100-c": 0.007}[p.Dataset]
+		if lr == 0 {
+			return noSetting(p.Method, p.Dataset, "the official MINT code gives none")
+		}
+		p.Optimizer, p.BatchSize = optim.AdamL2(lr, 0), 20
+		p.Templates, p.SpacedClassNames = MINTTemplates, true
+		p.Config = MINTConfig{Optimizer: p.Optimizer, Scale: 100, PriorN: 10000, Name: p.Method}
+		return nil
+	},
+	New: newMINTFromPreset,
+}
+
+func newMINTFromPreset(m Model, p Preset, head mat.Matrix, _ []mat.Matrix) (Method, error) {
+	cfg, ok := p.Config.(MINTConfig)
+	if !ok {
+		return nil, fmt.Errorf("tta: preset %s: config %T, want MINTConfig", p.Method, p.Config)
+	}
+	return NewMINT(m, head, cfg)
 }
 
 // MINTTemplates are the official MINT code's seven prompt templates
@@ -40,26 +86,29 @@ var MINTTemplates = []string{
 // updates the unused text ln_final, which has no effect on predictions.
 type MINT struct {
 	base
-	state *MINTState
+	state *feature.MINTState
 	agg   optim.GradMean
 }
 
 // NewMINT returns MINT with the head (C×d, unit rows).
 func NewMINT(m Model, head mat.Matrix, cfg MINTConfig) (*MINT, error) {
-	b, err := newBase(m, head, cfg.Optimizer)
+	name := cfg.Name
+	if name == "" {
+		name = "mint"
+	}
+	b, err := newBase(name, m, head, cfg.Optimizer)
 	if err != nil {
 		return nil, err
 	}
 	c, d := head.Dims()
-	st, err := NewMINTState(c, d, cfg.Scale, cfg.PriorN)
+	st, err := feature.NewMINTState(c, d, cfg.Scale, cfg.PriorN)
 	if err != nil {
 		return nil, err
 	}
-	return &MINT{base: b, state: st}, nil
+	mt := &MINT{base: b, state: st}
+	mt.own = mt
+	return mt, nil
 }
-
-// Name returns "mint".
-func (m *MINT) Name() string { return "mint" }
 
 // Reset restores the source weights and clears the class sums and the
 // aggregated gradient.
@@ -112,168 +161,43 @@ func (m *MINT) Step(pixels []float32, n int) (*Result, error) {
 	return &Result{Logits: pred.Logits, Preds: pred.Preds, Features: fPost, Diag: d}, nil
 }
 
-// MINTState is MINT's per-domain state as implemented in the SubTTA repo:
-// cumulative, detached class sums of the normalised features before and
-// after adaptation, with the loss (Loss) and the prediction (Predict) that
-// read them. The MINT method around it restores the source weights and a
-// fresh optimizer for every batch, steps once with the running mean of all
-// batch gradients (optim.GradMean), re-encodes, and calls Predict.
-type MINTState struct {
-	// Scale multiplies the cosine logits (the code uses a literal 100).
-	Scale float64
-	// PriorN is N0 in the mixing ratio n/(N0+n) (10000).
-	PriorN float64
-
-	classes, dim int
-	preSums      *mat.Dense
-	preN         []float64
-	postSums     *mat.Dense
-	postN        []float64
-	seen         int
+// mintOwn is MINT's own memory in a saved state: the class sums and the
+// aggregated gradient.
+type mintOwn struct {
+	Sums      feature.MINTSums
+	GradCount int
+	GradNames []string // sorted
+	GradSums  [][]float64
 }
 
-// NewMINTState returns empty MINT state for classes×dim text features.
-func NewMINTState(classes, dim int, scale, priorN float64) (*MINTState, error) {
-	if classes < 1 || dim < 1 || !(priorN >= 0) {
-		return nil, fmt.Errorf("tta: mint: bad sizes classes=%d dim=%d N0=%v", classes, dim, priorN)
+func (m *MINT) saveOwn() ([]byte, error) {
+	count, sums := m.agg.Sums()
+	o := mintOwn{Sums: m.state.Sums(), GradCount: count}
+	for _, k := range slices.Sorted(maps.Keys(sums)) {
+		o.GradNames, o.GradSums = append(o.GradNames, k), append(o.GradSums, sums[k])
 	}
-	m := &MINTState{Scale: scale, PriorN: priorN, classes: classes, dim: dim}
-	m.Reset()
-	return m, nil
+	return gobBytes(&o)
 }
 
-// Reset clears the accumulators (at the start of each domain).
-func (m *MINTState) Reset() {
-	m.preSums = mat.NewDense(m.classes, m.dim, nil)
-	m.preN = make([]float64, m.classes)
-	m.postSums = mat.NewDense(m.classes, m.dim, nil)
-	m.postN = make([]float64, m.classes)
-	m.seen = 0
-}
-
-// ClassSums returns the cumulative pre-adaptation class sums and counts.
-func (m *MINTState) ClassSums() (*mat.Dense, []float64) {
-	return mat.DenseCopyOf(m.preSums), append([]float64(nil), m.preN...)
-}
-
-// MINTResult is MINTState.Loss's result on one batch.
-type MINTResult struct {
-	Fn    *mat.Dense // normalised features
-	Preds []int      // argmax(Scale·Fn·normalize(T)ᵀ), the pseudo-labels
-	Loss  float64
-	DLdFn *mat.Dense // ∂Loss/∂Fn
-	DLdF  *mat.Dense // ∂Loss/∂F
-}
-
-// accumulate classifies the L2-normalised features f against the text
-// features t and adds each normalised row to its class's running sum and
-// count (the detached class statistics MINT keeps before and after
-// adaptation). It returns the normalised features, their norms and the
-// predicted classes.
-func (m *MINTState) accumulate(f, t mat.Matrix, sums *mat.Dense, counts []float64) (*mat.Dense, []float64, []int, error) {
-	if err := checkFeatures(f, t, "mint"); err != nil {
-		return nil, nil, nil, err
-	}
-	if c, d := t.Dims(); c != m.classes || d != m.dim {
-		return nil, nil, nil, fmt.Errorf("tta: mint: text features %d×%d, state %d×%d", c, d, m.classes, m.dim)
-	}
-	_, d := f.Dims()
-	fn, norms := NormalizeRows(f)
-	tn, _ := NormalizeRows(t)
-	preds := Argmax(Logits(fn, tn, m.Scale))
-	for i, y := range preds {
-		row := sums.RawRowView(y)
-		for j := range d {
-			row[j] += fn.At(i, j)
-		}
-		counts[y]++
-	}
-	return fn, norms, preds, nil
-}
-
-// Loss adds the batch to the cumulative class sums, then returns
-//
-//	L = −(Σ_i w_i‖fn_i − μ‖² − Σ_i w_i‖fn_i − μ_{y_i}‖²),  w_i = 1/(K·n_{y_i}),
-//
-// with μ and μ_c the cumulative (detached) overall and class means, K the
-// number of classes present in the batch and n their in-batch counts.
-func (m *MINTState) Loss(f, t mat.Matrix) (*MINTResult, error) {
-	fn, norms, preds, err := m.accumulate(f, t, m.preSums, m.preN)
-	if err != nil {
+func (m *MINT) loadOwn(p []byte) (func(), error) {
+	var o mintOwn
+	if err := ungob(p, &o); err != nil {
 		return nil, err
 	}
-	b, d := f.Dims()
-	var total float64
-	mu := make([]float64, d)
-	for c := range m.classes {
-		total += m.preN[c]
-		row := m.preSums.RawRowView(c)
-		for j := range d {
-			mu[j] += row[j]
-		}
+	if len(o.GradNames) != len(o.GradSums) {
+		return nil, fmt.Errorf("saved gradient sums are malformed")
 	}
-	scale(mu, 1/total)
-	classes, rows := classGroups(preds)
-	k := float64(len(classes))
-	var loss float64
-	dfn := mat.NewDense(b, d, nil)
-	for i, y := range preds {
-		w := 1 / (k * float64(len(rows[y])))
-		muY := m.preSums.RawRowView(y)
-		var toAll, toClass float64
-		g := dfn.RawRowView(i)
-		for j := range d {
-			x := fn.At(i, j)
-			my := muY[j] / m.preN[y]
-			toAll += (x - mu[j]) * (x - mu[j])
-			toClass += (x - my) * (x - my)
-			g[j] = -2 * w * (my - mu[j])
-		}
-		loss -= w * (toAll - toClass)
-	}
-	return &MINTResult{
-		Fn:    fn,
-		Preds: preds,
-		Loss:  loss,
-		DLdFn: dfn,
-		DLdF:  normalizeRowsBackward(fn, norms, dfn),
-	}, nil
-}
-
-// MINTPrediction is MINTState.Predict's result: MINT's output on a batch
-// after adaptation.
-type MINTPrediction struct {
-	PostPreds []int      // argmax(Scale·normalize(F′)·normalize(T)ᵀ)
-	Ratio     float64    // n/(N0+n), n the samples seen in the domain
-	Weights   *mat.Dense // normalize((1−ρ)·T + ρ·μ′_c), μ′_c = 0 for unseen classes
-	Logits    *mat.Dense // Scale·normalize(F′)·Weightsᵀ
-	Preds     []int
-}
-
-// Predict adds the re-encoded features fPost (B×d) to the post-adaptation
-// class sums and classifies them with the text weights mixed towards the
-// post-adaptation class means.
-func (m *MINTState) Predict(fPost, t mat.Matrix) (*MINTPrediction, error) {
-	fn, _, post, err := m.accumulate(fPost, t, m.postSums, m.postN)
-	if err != nil {
+	check := *m.state
+	if err := check.SetSums(o.Sums); err != nil {
 		return nil, err
 	}
-	b, d := fPost.Dims()
-	m.seen += b
-	n := float64(m.seen)
-	ratio := n / (m.PriorN + n)
-	w := mat.NewDense(m.classes, d, nil)
-	for c := range m.classes {
-		row := w.RawRowView(c)
-		for j := range d {
-			var mu float64
-			if m.postN[c] > 0 {
-				mu = m.postSums.At(c, j) / m.postN[c]
-			}
-			row[j] = (1-ratio)*t.At(c, j) + ratio*mu
-		}
+	sums := map[string][]float64{}
+	for i, k := range o.GradNames {
+		sums[k] = o.GradSums[i]
 	}
-	w, _ = NormalizeRows(w)
-	logits := Logits(fn, w, m.Scale)
-	return &MINTPrediction{PostPreds: post, Ratio: ratio, Weights: w, Logits: logits, Preds: Argmax(logits)}, nil
+	var agg optim.GradMean
+	if err := agg.SetSums(o.GradCount, sums); err != nil {
+		return nil, err
+	}
+	return func() { *m.state = check; m.agg = agg }, nil
 }

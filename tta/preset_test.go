@@ -9,6 +9,8 @@ import (
 
 	"github.com/subtta/subtta/optim"
 	"github.com/subtta/subtta/textenc"
+	"github.com/subtta/subtta/tta/feature"
+	"github.com/subtta/subtta/tta/internal/fxt"
 )
 
 // TestPresetTable checks the transcription of spec §1.5 and §2.
@@ -37,8 +39,8 @@ func TestPresetTable(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p.BatchSize != tc.batch || p.Optimizer.String() != tc.opt || p.SubTTA.Subspace.Rank != tc.rank || p.SubTTA.Alpha != tc.alpha {
-			t.Errorf("%s/%s: batch %d, %s, R %d, α %v", tc.dataset, tc.method, p.BatchSize, p.Optimizer, p.SubTTA.Subspace.Rank, p.SubTTA.Alpha)
+		if p.BatchSize != tc.batch || p.Optimizer.String() != tc.opt || subttaConfig(p).Subspace.Rank != tc.rank || subttaConfig(p).Alpha != tc.alpha {
+			t.Errorf("%s/%s: batch %d, %s, R %d, α %v", tc.dataset, tc.method, p.BatchSize, p.Optimizer, subttaConfig(p).Subspace.Rank, subttaConfig(p).Alpha)
 		}
 	}
 	for _, d := range PresetDatasets {
@@ -50,7 +52,7 @@ func TestPresetTable(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			w := p.WATT
+			w := p.Config.(WATTConfig)
 			if w.Steps != tc.steps || w.Rounds != tc.round || w.Optimizer != p.Optimizer || w.Name != tc.method ||
 				!p.PerTemplateHeads || len(p.Templates) != 8 || p.Templates[0] != "a photo of a {}" {
 				t.Errorf("%s/%s: %+v, templates %q", d, tc.method, w, p.Templates)
@@ -60,8 +62,8 @@ func TestPresetTable(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := p.TDA
-		if c.Positive != (TDACacheConfig{Shots: 3, Alpha: 2, Beta: 5}) || c.Negative != (TDACacheConfig{Shots: 2, Alpha: 0.117, Beta: 1}) ||
+		c := p.Config.(feature.TDAConfig)
+		if c.Positive != (feature.TDACacheConfig{Shots: 3, Alpha: 2, Beta: 5}) || c.Negative != (feature.TDACacheConfig{Shots: 2, Alpha: 0.117, Beta: 1}) ||
 			c.EntropyLower != 0.2 || c.EntropyUpper != 0.5 || c.MaskLower != 0.03 || c.MaskUpper != 1 || c.Scale != 100 || c.PredictBeforeUpdate {
 			t.Errorf("%s/tda: %+v", d, c)
 		}
@@ -75,13 +77,13 @@ func TestPresetTable(t *testing.T) {
 
 // TestPresetsRun builds every preset on clip-tiny and runs one batch.
 func TestPresetsRun(t *testing.T) {
-	m := tinyModel(t, false)
+	m := fxt.TinyModel(t, false)
 	snap := m.Vision.Snapshot()
 	rng := rand.New(rand.NewPCG(3, 4))
-	head, _ := NormalizeRows(randDense(rng, 10, m.Config.EmbedDim, 1))
+	head, _ := feature.NormalizeRows(fxt.RandDense(rng, 10, m.Config.EmbedDim, 1))
 	var templateHeads []mat.Matrix
 	for range WATTTemplates {
-		h, _ := NormalizeRows(randDense(rng, 10, m.Config.EmbedDim, 1))
+		h, _ := feature.NormalizeRows(fxt.RandDense(rng, 10, m.Config.EmbedDim, 1))
 		templateHeads = append(templateHeads, h)
 	}
 	px := randPixels(rng, 4, m.Config.Vision.ImageSize)
@@ -93,7 +95,7 @@ func TestPresetsRun(t *testing.T) {
 		// WATT's settings are the same on every dataset and WATT-S takes 80
 		// steps a batch: run its full schedule once per method only.
 		if seen[p.Method] && p.PerTemplateHeads {
-			p.WATT.Steps, p.WATT.Rounds = 1, 1
+			editConfig(&p, func(w *WATTConfig) { w.Steps, w.Rounds = 1, 1 })
 		}
 		seen[p.Method] = true
 		var th []mat.Matrix
@@ -125,7 +127,7 @@ func TestPresetsRun(t *testing.T) {
 // normalised mean of the per-template heads' unnormalised sum, as
 // ZeroShotHead averages normalised prompt embeddings.
 func TestPresetHeads(t *testing.T) {
-	m := tinyModel(t, false)
+	m := fxt.TinyModel(t, false)
 	classes := []string{"cat", "aquarium_fish", "dog"}
 	p, err := Lookup("cifar100-c", "watt-s")
 	if err != nil {
@@ -143,9 +145,9 @@ func TestPresetHeads(t *testing.T) {
 	for _, h := range th {
 		sum.Add(sum, h)
 	}
-	want, _ := NormalizeRows(sum)
+	want, _ := feature.NormalizeRows(sum)
 	// The heads are float32 (the model's type): 1e-6 relative.
-	compareDense(t, "ensemble head", head, want, 1e-6, relTol)
+	fxt.CompareDense(t, "ensemble head", head, want, 1e-6, fxt.Rel)
 	if mat.EqualApprox(th[0], th[1], 1e-3) {
 		t.Error("the first two templates give the same head")
 	}
@@ -158,7 +160,7 @@ func TestPresetHeads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	compareDense(t, "tda head", head1, HeadMatrix(z.Weights), 0, absTol)
+	fxt.CompareDense(t, "tda head", head1, HeadMatrix(z.Weights), 0, fxt.Abs)
 }
 
 func randPixels(rng *rand.Rand, n, size int) []float32 {
@@ -171,12 +173,12 @@ func randPixels(rng *rand.Rand, n, size int) []float32 {
 
 // TestSubTTAOptions exercises the switches on clip-tiny.
 func TestSubTTAOptions(t *testing.T) {
-	m := tinyModel(t, false)
+	m := fxt.TinyModel(t, false)
 	snap := m.Vision.Snapshot()
 	rng := rand.New(rand.NewPCG(5, 6))
-	head, _ := NormalizeRows(randDense(rng, 10, m.Config.EmbedDim, 1))
+	head, _ := feature.NormalizeRows(fxt.RandDense(rng, 10, m.Config.EmbedDim, 1))
 	px := randPixels(rng, 4, m.Config.Vision.ImageSize)
-	base := SubTTAConfig{Subspace: SubspaceOptions{Rank: 4}, Alpha: 0.5, Optimizer: optim.AdamW(1e-3, 0.01), EntropyScale: 0.05}
+	base := SubTTAConfig{Subspace: feature.SubspaceOptions{Rank: 4}, Alpha: 0.5, Optimizer: optim.AdamW(1e-3, 0.01), EntropyScale: 0.05}
 	run := func(cfg SubTTAConfig, n int) (*SubTTA, *Result) {
 		t.Helper()
 		if err := m.Vision.Restore(snap); err != nil {
@@ -223,7 +225,7 @@ func TestSubTTAOptions(t *testing.T) {
 		_, res := run(cfg, 4)
 		// Without alignment F2 is the source features: the pseudo-labels
 		// are the zero-shot predictions.
-		_, want := Head(res.Features, head, m.LogitScale)
+		_, want := feature.Head(res.Features, head, m.LogitScale)
 		if !equalInts(res.Diag.PseudoLabels, want) {
 			t.Errorf("pseudo-labels %v, zero-shot %v", res.Diag.PseudoLabels, want)
 		}
@@ -240,7 +242,7 @@ func TestSubTTAOptions(t *testing.T) {
 		cfg.BankSize = 3
 		s, _ := run(cfg, 1)
 		size := len(px) / 4
-		var last *Alignment
+		var last *feature.Alignment
 		for i := 1; i < 4; i++ {
 			res, err := s.Step(px[i*size:(i+1)*size], 1)
 			if err != nil {
@@ -256,7 +258,7 @@ func TestSubTTAOptions(t *testing.T) {
 		for i, r := range s.bank {
 			rows.SetRow(i, r)
 		}
-		want, _ := BatchCovariance(rows)
+		want, _ := feature.BatchCovariance(rows)
 		if !mat.EqualApprox(last.S, want, 1e-12) {
 			t.Error("S is not the covariance of the bank")
 		}
@@ -276,4 +278,18 @@ func equalInts(a, b []int) bool {
 		}
 	}
 	return true
+}
+
+// subttaConfig returns p's SubTTAConfig (the zero value for other methods).
+func subttaConfig(p Preset) SubTTAConfig {
+	c, _ := p.Config.(SubTTAConfig)
+	return c
+}
+
+// editConfig applies f to p's config when it is a C.
+func editConfig[C any](p *Preset, f func(*C)) {
+	if c, ok := p.Config.(C); ok {
+		f(&c)
+		p.Config = c
+	}
 }

@@ -8,20 +8,27 @@ import (
 	"github.com/subtta/subtta/optim"
 )
 
+// sourceMethod registers Source: zero-shot, batches as SubTTA's.
+var sourceMethod = Registration{
+	Name:   "source",
+	About:  "zero-shot CLIP, no adaptation",
+	Preset: func(*Preset) error { return nil },
+	New: func(m Model, _ Preset, head mat.Matrix, _ []mat.Matrix) (Method, error) {
+		return NewSource(m, head)
+	},
+}
+
 // Source is zero-shot CLIP: no adaptation.
 type Source struct{ base }
 
 // NewSource returns the zero-shot method with the head (C×d, unit rows).
 func NewSource(m Model, head mat.Matrix) (*Source, error) {
-	b, err := newBase(m, head, optim.Config{Adam: optim.DefaultAdamConfig(0)})
+	b, err := newBase("source", m, head, optim.Config{Adam: optim.DefaultAdamConfig(0)})
 	if err != nil {
 		return nil, err
 	}
 	return &Source{b}, nil
 }
-
-// Name returns "source".
-func (s *Source) Name() string { return "source" }
 
 // Reset restores the source weights (a no-op unless something else wrote them).
 func (s *Source) Reset() error { s.reset(); return nil }

@@ -2,40 +2,24 @@ package tta
 
 import (
 	"bytes"
-	"encoding"
 	"encoding/gob"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 
-	"gonum.org/v1/gonum/mat"
-
 	"github.com/subtta/subtta/optim"
 )
 
-// Stateful is a Method whose whole state between two Steps can be saved and
-// restored: the LayerNorm values, the optimizer's moments and step counts,
-// and the method's own memory (SubTTA's EMA covariance and feature bank,
-// MINT's class sums and aggregated gradient, TDA's caches). A Method built
-// like the saved one (same model, head, preset and precision) and given
-// the saved bytes with UnmarshalBinary continues exactly as the saved one
-// would have: the same logits, bit for bit. Every Method of this package is
-// Stateful.
-//
-// The bytes are a gob of float64 values (float32 → float64 → float32 is
-// exact). UnmarshalBinary checks the method, precision, parameter names and
-// sizes before it changes anything, and leaves the Method as it was on an
-// error. The source LayerNorm values (what Reset restores) are not part of
-// the state: they are the model's.
-type Stateful interface {
-	Method
-	encoding.BinaryMarshaler
-	encoding.BinaryUnmarshaler
-}
+// ErrStateMismatch is wrapped by UnmarshalBinary and UnmarshalCarried
+// when the saved bytes do not fit the Method: another method, precision,
+// parameter set or size.
+var ErrStateMismatch = errors.New("tta: saved state does not fit this method")
 
-const methodStateFormat = "subtta-method-state-v1"
+const methodStateFormat = "subtta-method-state-v2"
 
-// methodState is the gob form of a Method's state.
+// methodState is the gob form of a Method's state (the bytes are a gob of
+// float64 values: float32 → float64 → float32 is exact).
 type methodState struct {
 	Format  string
 	Method  string
@@ -45,19 +29,108 @@ type methodState struct {
 	Names     []string
 	Values    [][]float64
 	Optimizer []savedParamState
+	// Own is the method's own memory (SubTTA's covariance and bank, MINT's
+	// class sums, TDA's caches), encoded by the method's ownState; nil
+	// when it keeps none.
+	Own []byte
+}
 
-	// SubTTA: the aligner's Σ history (d×d, row-major), its count of
-	// guarded eigen-gaps, and the episodic feature bank.
-	Covariance []float64
-	Guarded    int
-	Bank       [][]float64
+// ownState is a method's own memory beyond the LayerNorm values and the
+// optimizer: saveOwn encodes it, and loadOwn checks saved bytes and returns
+// the function that installs them, so that nothing changes unless every
+// check of the whole state passes.
+type ownState interface {
+	saveOwn() ([]byte, error)
+	loadOwn([]byte) (install func(), err error)
+}
 
-	// MINT: the class sums and counts before and after adaptation, the
-	// samples seen, and the aggregated gradient.
-	MINT *mintSums
+// gobBytes and ungob encode a method's own memory.
+func gobBytes(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := gob.NewEncoder(&buf).Encode(v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
 
-	// TDA: the positive and negative caches, one list per class.
-	Positive, Negative [][]tdaSaved
+func ungob(p []byte, v any) error {
+	if err := gob.NewDecoder(bytes.NewReader(p)).Decode(v); err != nil {
+		return fmt.Errorf("%w: %v", ErrStateMismatch, err)
+	}
+	return nil
+}
+
+// MarshalBinary saves the LayerNorm values, the optimizer's state and the
+// method's own memory.
+func (b *base) MarshalBinary() ([]byte, error) {
+	s := methodState{Format: methodStateFormat, Method: b.name, Float64: b.f64,
+		Names: b.tr.names(), Values: b.tr.values(), Optimizer: saveOptimizer(b.tr.names(), b.tr.optState())}
+	if b.own != nil {
+		var err error
+		if s.Own, err = b.own.saveOwn(); err != nil {
+			return nil, fmt.Errorf("tta: %s: saving the state: %w", b.name, err)
+		}
+	}
+	p, err := gobBytes(&s)
+	if err != nil {
+		return nil, fmt.Errorf("tta: %s: saving the state: %w", b.name, err)
+	}
+	return p, nil
+}
+
+// UnmarshalBinary restores what MarshalBinary saved; nothing changes unless
+// every check passes.
+func (b *base) UnmarshalBinary(p []byte) error {
+	var s methodState
+	if err := ungob(p, &s); err != nil {
+		return fmt.Errorf("tta: %s: not a saved method state: %w", b.name, err)
+	}
+	if s.Format != methodStateFormat {
+		return fmt.Errorf("tta: %s: saved state of format %q, want %q: %w", b.name, s.Format, methodStateFormat, ErrStateMismatch)
+	}
+	if s.Method != b.name || s.Float64 != b.f64 {
+		return fmt.Errorf("tta: %s: the state was saved by %s (float64 %v), this is %s (float64 %v): %w", b.name, s.Method, s.Float64, b.name, b.f64, ErrStateMismatch)
+	}
+	opt, err := loadOptimizer(s.Optimizer)
+	if err == nil {
+		err = b.tr.checkState(s.Names, s.Values, opt)
+	}
+	if err != nil {
+		return fmt.Errorf("tta: %s: %w: %w", b.name, ErrStateMismatch, err)
+	}
+	install := func() {}
+	switch {
+	case b.own != nil:
+		if install, err = b.own.loadOwn(s.Own); err != nil {
+			return fmt.Errorf("tta: %s: %w", b.name, mismatch(err))
+		}
+	case len(s.Own) > 0:
+		return fmt.Errorf("tta: %s: the saved state holds memory this method does not keep: %w", b.name, ErrStateMismatch)
+	}
+	if err := b.tr.setState(s.Values, opt); err != nil {
+		return fmt.Errorf("tta: %s: %w", b.name, err)
+	}
+	install()
+	return nil
+}
+
+// MarshalCarried returns nil: nothing of this method survives Reset.
+func (b *base) MarshalCarried() ([]byte, error) { return nil, nil }
+
+// UnmarshalCarried accepts only an empty carried state.
+func (b *base) UnmarshalCarried(p []byte) error {
+	if len(p) > 0 {
+		return fmt.Errorf("tta: %s: keeps nothing across Reset, given %d bytes: %w", b.name, len(p), ErrStateMismatch)
+	}
+	return nil
+}
+
+// mismatch wraps err in ErrStateMismatch unless it already is one.
+func mismatch(err error) error {
+	if errors.Is(err, ErrStateMismatch) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrStateMismatch, err)
 }
 
 // savedParamState is one parameter's optimizer state. Slices in a fixed
@@ -67,71 +140,6 @@ type savedParamState struct {
 	Step     int
 	BufNames []string // sorted
 	Bufs     [][]float64
-}
-
-type mintSums struct {
-	PreSums, PostSums []float64 // C×d, row-major
-	PreN, PostN       []float64
-	Seen              int
-	GradCount         int
-	GradNames         []string // sorted
-	GradSums          [][]float64
-}
-
-type tdaSaved struct {
-	Key     []float64
-	Entropy float64
-	Mask    []float64
-}
-
-// marshalState encodes b's state under name, with extra filling in the
-// method's own part (nil when there is none).
-func marshalState(b *base, name string, extra func(*methodState)) ([]byte, error) {
-	s := methodState{Format: methodStateFormat, Method: name, Float64: b.f64,
-		Names: b.tr.names(), Values: b.tr.values(), Optimizer: saveOptimizer(b.tr.names(), b.tr.optState())}
-	if extra != nil {
-		extra(&s)
-	}
-	var buf bytes.Buffer
-	if err := gob.NewEncoder(&buf).Encode(&s); err != nil {
-		return nil, fmt.Errorf("tta: %s: saving the state: %w", name, err)
-	}
-	return buf.Bytes(), nil
-}
-
-// unmarshalState decodes p and installs it in b. extra checks the method's
-// own part and returns the function that installs it; nothing changes
-// unless every check passes.
-func unmarshalState(b *base, name string, p []byte, extra func(*methodState) (func(), error)) error {
-	var s methodState
-	if err := gob.NewDecoder(bytes.NewReader(p)).Decode(&s); err != nil {
-		return fmt.Errorf("tta: %s: not a saved method state: %w", name, err)
-	}
-	if s.Format != methodStateFormat {
-		return fmt.Errorf("tta: %s: saved state of format %q, want %q", name, s.Format, methodStateFormat)
-	}
-	if s.Method != name || s.Float64 != b.f64 {
-		return fmt.Errorf("tta: %s: the state was saved by %s (float64 %v), this is %s (float64 %v)", name, s.Method, s.Float64, name, b.f64)
-	}
-	opt, err := loadOptimizer(s.Optimizer)
-	if err == nil {
-		err = b.tr.checkState(s.Names, s.Values, opt)
-	}
-	if err != nil {
-		return fmt.Errorf("tta: %s: %w", name, err)
-	}
-	install := func() {}
-	if extra != nil {
-		var err error
-		if install, err = extra(&s); err != nil {
-			return fmt.Errorf("tta: %s: %w", name, err)
-		}
-	}
-	if err := b.tr.setState(s.Values, opt); err != nil {
-		return fmt.Errorf("tta: %s: %w", name, err)
-	}
-	install()
-	return nil
 }
 
 // optState returns the optimizer state in float64.
@@ -235,152 +243,24 @@ func first(s []string) string {
 	return s[0]
 }
 
-// MarshalBinary saves the LayerNorm values (Source never changes them).
-func (s *Source) MarshalBinary() ([]byte, error) { return marshalState(&s.base, s.Name(), nil) }
+// Stateless implements the state half of Method for a method that keeps
+// nothing between Steps and trains nothing: embed it. Its state is empty,
+// and it refuses any other.
+type Stateless struct{}
 
-// UnmarshalBinary restores what MarshalBinary saved.
-func (s *Source) UnmarshalBinary(p []byte) error { return unmarshalState(&s.base, s.Name(), p, nil) }
+// MarshalBinary returns an empty state.
+func (Stateless) MarshalBinary() ([]byte, error) { return []byte{}, nil }
 
-// MarshalBinary saves the LayerNorm values and Adam's state.
-func (t *TENT) MarshalBinary() ([]byte, error) { return marshalState(&t.base, t.Name(), nil) }
-
-// UnmarshalBinary restores what MarshalBinary saved.
-func (t *TENT) UnmarshalBinary(p []byte) error { return unmarshalState(&t.base, t.Name(), p, nil) }
-
-// MarshalBinary saves the LayerNorm values and the optimizer's state.
-func (m *BATCLIP) MarshalBinary() ([]byte, error) { return marshalState(&m.base, m.Name(), nil) }
-
-// UnmarshalBinary restores what MarshalBinary saved.
-func (m *BATCLIP) UnmarshalBinary(p []byte) error { return unmarshalState(&m.base, m.Name(), p, nil) }
-
-// MarshalBinary saves the LayerNorm values and the optimizer's state. WATT
-// starts every Step from the source weights, so they only matter to a
-// caller that reads the model between Steps.
-func (w *WATT) MarshalBinary() ([]byte, error) { return marshalState(&w.base, w.Name(), nil) }
-
-// UnmarshalBinary restores what MarshalBinary saved.
-func (w *WATT) UnmarshalBinary(p []byte) error { return unmarshalState(&w.base, w.Name(), p, nil) }
-
-// MarshalBinary saves the LayerNorm values, the optimizer's state, the EMA
-// covariance and the feature bank.
-func (s *SubTTA) MarshalBinary() ([]byte, error) {
-	return marshalState(&s.base, s.Name(), func(st *methodState) {
-		st.Covariance = s.aligner.sigma.RawSymmetric().Data
-		st.Guarded = s.aligner.guarded
-		st.Bank = s.bank
-	})
-}
-
-// UnmarshalBinary restores what MarshalBinary saved.
-func (s *SubTTA) UnmarshalBinary(p []byte) error {
-	return unmarshalState(&s.base, s.Name(), p, func(st *methodState) (func(), error) {
-		d := s.aligner.sigma.SymmetricDim()
-		if len(st.Covariance) != d*d {
-			return nil, fmt.Errorf("saved covariance has %d values, want %d×%d", len(st.Covariance), d, d)
-		}
-		_, width := s.text.Dims()
-		for i, r := range st.Bank {
-			if len(r) != width {
-				return nil, fmt.Errorf("saved bank row %d has %d values, want %d", i, len(r), width)
-			}
-		}
-		if len(st.Bank) > 0 && s.cfg.BankSize == 0 {
-			return nil, fmt.Errorf("saved state has a feature bank, this SubTTA keeps none")
-		}
-		return func() {
-			s.aligner.sigma = mat.NewSymDense(d, slices.Clone(st.Covariance))
-			s.aligner.guarded = st.Guarded
-			s.bank = st.Bank
-		}, nil
-	})
-}
-
-// MarshalBinary saves the class sums and the aggregated gradient (MINT
-// starts every Step from the source weights and a fresh optimizer).
-func (m *MINT) MarshalBinary() ([]byte, error) {
-	return marshalState(&m.base, m.Name(), func(st *methodState) {
-		count, sums := m.agg.Sums()
-		ms := m.state
-		st.MINT = &mintSums{PreSums: ms.preSums.RawMatrix().Data, PostSums: ms.postSums.RawMatrix().Data,
-			PreN: ms.preN, PostN: ms.postN, Seen: ms.seen, GradCount: count}
-		for _, k := range slices.Sorted(maps.Keys(sums)) {
-			st.MINT.GradNames, st.MINT.GradSums = append(st.MINT.GradNames, k), append(st.MINT.GradSums, sums[k])
-		}
-	})
-}
-
-// UnmarshalBinary restores what MarshalBinary saved.
-func (m *MINT) UnmarshalBinary(p []byte) error {
-	return unmarshalState(&m.base, m.Name(), p, func(st *methodState) (func(), error) {
-		ms, c, d := st.MINT, m.state.classes, m.state.dim
-		if ms == nil || len(ms.PreSums) != c*d || len(ms.PostSums) != c*d || len(ms.PreN) != c || len(ms.PostN) != c ||
-			len(ms.GradNames) != len(ms.GradSums) {
-			return nil, fmt.Errorf("saved class sums do not fit %d classes × %d dims", c, d)
-		}
-		sums := map[string][]float64{}
-		for i, k := range ms.GradNames {
-			sums[k] = ms.GradSums[i]
-		}
-		var agg optim.GradMean
-		if err := agg.SetSums(ms.GradCount, sums); err != nil {
-			return nil, err
-		}
-		return func() {
-			s := m.state
-			s.preSums, s.postSums = mat.NewDense(c, d, ms.PreSums), mat.NewDense(c, d, ms.PostSums)
-			s.preN, s.postN, s.seen = ms.PreN, ms.PostN, ms.Seen
-			m.agg = agg
-		}, nil
-	})
-}
-
-// MarshalBinary saves the caches.
-func (t *TDA) MarshalBinary() ([]byte, error) {
-	classes, _ := t.cache.head.Dims()
-	save := func(c map[int][]tdaEntry) [][]tdaSaved {
-		out := make([][]tdaSaved, classes)
-		for y, es := range c {
-			for _, e := range es {
-				out[y] = append(out[y], tdaSaved{Key: e.key, Entropy: e.entropy, Mask: e.mask})
-			}
-		}
-		return out
+// UnmarshalBinary accepts only an empty state.
+func (Stateless) UnmarshalBinary(p []byte) error {
+	if len(p) > 0 {
+		return fmt.Errorf("tta: a stateless method given %d bytes of state: %w", len(p), ErrStateMismatch)
 	}
-	return marshalState(&t.base, t.Name(), func(st *methodState) {
-		st.Positive, st.Negative = save(t.cache.pos), save(t.cache.neg)
-	})
+	return nil
 }
 
-// UnmarshalBinary restores what MarshalBinary saved.
-func (t *TDA) UnmarshalBinary(p []byte) error {
-	c, d := t.cache.head.Dims()
-	load := func(in [][]tdaSaved, shots int, masks bool) (map[int][]tdaEntry, error) {
-		if len(in) != c {
-			return nil, fmt.Errorf("saved caches of %d classes, the head has %d", len(in), c)
-		}
-		out := map[int][]tdaEntry{}
-		for y, es := range in {
-			if len(es) > shots {
-				return nil, fmt.Errorf("saved cache of class %d holds %d entries, more than %d shots", y, len(es), shots)
-			}
-			for _, e := range es {
-				if len(e.Key) != d || masks && len(e.Mask) != c {
-					return nil, fmt.Errorf("saved cache entry of class %d does not fit %d classes × %d dims", y, c, d)
-				}
-				out[y] = append(out[y], tdaEntry{key: e.Key, entropy: e.Entropy, mask: e.Mask})
-			}
-		}
-		return out, nil
-	}
-	return unmarshalState(&t.base, t.Name(), p, func(st *methodState) (func(), error) {
-		pos, err := load(st.Positive, t.cache.cfg.Positive.Shots, false)
-		if err != nil {
-			return nil, err
-		}
-		neg, err := load(st.Negative, t.cache.cfg.Negative.Shots, true)
-		if err != nil {
-			return nil, err
-		}
-		return func() { t.cache.pos, t.cache.neg = pos, neg }, nil
-	})
-}
+// MarshalCarried returns nil: nothing survives Reset.
+func (Stateless) MarshalCarried() ([]byte, error) { return nil, nil }
+
+// UnmarshalCarried accepts only an empty carried state.
+func (s Stateless) UnmarshalCarried(p []byte) error { return s.UnmarshalBinary(p) }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/subtta/subtta/tta/feature"
+	"github.com/subtta/subtta/tta/internal/fxt"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -32,9 +34,9 @@ func TestStatefulContinues(t *testing.T) {
 			name += "/bank"
 		}
 		t.Run(name, func(t *testing.T) {
-			m := tinyModel(t, tc.f64)
+			m := fxt.TinyModel(t, tc.f64)
 			rng := rand.New(rand.NewPCG(5, 6))
-			head, _ := NormalizeRows(randDense(rng, 10, m.Config.EmbedDim, 1))
+			head, _ := feature.NormalizeRows(fxt.RandDense(rng, 10, m.Config.EmbedDim, 1))
 			var th []mat.Matrix
 			dataset := "cifar10-c"
 			if tc.method == "mint-official" {
@@ -46,12 +48,12 @@ func TestStatefulContinues(t *testing.T) {
 			}
 			if p.PerTemplateHeads {
 				for range WATTTemplates {
-					h, _ := NormalizeRows(randDense(rng, 10, m.Config.EmbedDim, 1))
+					h, _ := feature.NormalizeRows(fxt.RandDense(rng, 10, m.Config.EmbedDim, 1))
 					th = append(th, h)
 				}
-				p.WATT.Steps, p.WATT.Rounds = 1, 1
+				editConfig(&p, func(w *WATTConfig) { w.Steps, w.Rounds = 1, 1 })
 			}
-			p.SubTTA.BankSize = tc.bank
+			editConfig(&p, func(c *SubTTAConfig) { c.BankSize = tc.bank })
 			var batches [][]float32
 			for range 4 {
 				batches = append(batches, randPixels(rng, 4, m.Config.Vision.ImageSize))
@@ -71,7 +73,7 @@ func TestStatefulContinues(t *testing.T) {
 			}
 			step(a, batches[0])
 			step(a, batches[1])
-			saved, err := a.(Stateful).MarshalBinary()
+			saved, err := a.MarshalBinary()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -86,7 +88,7 @@ func TestStatefulContinues(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := b.(Stateful).UnmarshalBinary(saved); err != nil {
+			if err := b.UnmarshalBinary(saved); err != nil {
 				t.Fatal(err)
 			}
 			for i, px := range batches[2:] {
@@ -101,11 +103,11 @@ func TestStatefulContinues(t *testing.T) {
 // TestStatefulRefuses restores bytes that do not fit and checks that the
 // method reports it, naming the cause, and is left as it was.
 func TestStatefulRefuses(t *testing.T) {
-	m := tinyModel(t, false)
+	m := fxt.TinyModel(t, false)
 	rng := rand.New(rand.NewPCG(7, 8))
-	head, _ := NormalizeRows(randDense(rng, 10, m.Config.EmbedDim, 1))
+	head, _ := feature.NormalizeRows(fxt.RandDense(rng, 10, m.Config.EmbedDim, 1))
 	px := randPixels(rng, 4, m.Config.Vision.ImageSize)
-	newMethod := func(method string) Stateful {
+	newMethod := func(method string) Method {
 		t.Helper()
 		p, err := Lookup("cifar10-c", method)
 		if err != nil {
@@ -115,7 +117,7 @@ func TestStatefulRefuses(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return meth.(Stateful)
+		return meth
 	}
 	tent := newMethod("tent")
 	if _, err := tent.Step(px, 4); err != nil {
@@ -127,14 +129,14 @@ func TestStatefulRefuses(t *testing.T) {
 	}
 	sub := newMethod("subtta-m")
 	before, _ := sub.MarshalBinary()
-	head5, _ := NormalizeRows(randDense(rng, 5, m.Config.EmbedDim, 1))
-	mint10, mint5 := newMethod("mint"), func() Stateful {
+	head5, _ := feature.NormalizeRows(fxt.RandDense(rng, 5, m.Config.EmbedDim, 1))
+	mint10, mint5 := newMethod("mint"), func() Method {
 		p, _ := Lookup("cifar10-c", "mint")
 		meth, err := p.New(m, head5)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return meth.(Stateful)
+		return meth
 	}()
 	if _, err := mint10.Step(px, 4); err != nil {
 		t.Fatal(err)
@@ -146,7 +148,7 @@ func TestStatefulRefuses(t *testing.T) {
 
 	for _, tc := range []struct {
 		name string
-		into Stateful
+		into Method
 		data []byte
 		want string
 	}{

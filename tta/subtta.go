@@ -1,12 +1,15 @@
 package tta
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
 	"time"
 
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/subtta/subtta/optim"
+	"github.com/subtta/subtta/tta/feature"
 )
 
 // Prediction selects what SubTTA reports for a batch.
@@ -27,7 +30,7 @@ const (
 type SubTTAConfig struct {
 	// Subspace sets R (Subspace.Rank; r = min(C−1, R)) and which principal
 	// components are used.
-	Subspace SubspaceOptions
+	Subspace feature.SubspaceOptions
 	// Alpha is the EMA weight on history (0 turns alignment off, as in the
 	// code); GapTol guards the eigen-gaps (see AlignOptions).
 	Alpha  float64
@@ -81,8 +84,8 @@ type SubTTAConfig struct {
 type SubTTA struct {
 	base
 	cfg     SubTTAConfig
-	Text    *TextSubspace
-	aligner *Aligner
+	Text    *feature.TextSubspace
+	aligner *feature.Aligner
 	textN   *mat.Dense    // normalize(T), for the projected logits
 	ident   *mat.SymDense // identity, for NoProjection
 	bank    [][]float64
@@ -91,11 +94,11 @@ type SubTTA struct {
 // NewSubTTA returns SubTTA with the head T (C×d, unit rows), which also
 // defines the text subspace.
 func NewSubTTA(m Model, head mat.Matrix, cfg SubTTAConfig) (*SubTTA, error) {
-	b, err := newBase(m, head, cfg.Optimizer)
+	b, err := newBase(subttaName(cfg.Loss), m, head, cfg.Optimizer)
 	if err != nil {
 		return nil, err
 	}
-	ts, err := NewTextSubspace(head, cfg.Subspace)
+	ts, err := feature.NewTextSubspace(head, cfg.Subspace)
 	if err != nil {
 		return nil, err
 	}
@@ -107,16 +110,17 @@ func NewSubTTA(m Model, head mat.Matrix, cfg SubTTAConfig) (*SubTTA, error) {
 	for i := range d {
 		id.SetSym(i, i, 1)
 	}
-	tn, _ := NormalizeRows(head)
+	tn, _ := feature.NormalizeRows(head)
 	s := &SubTTA{base: b, cfg: cfg, Text: ts, textN: tn, ident: id,
-		aligner: NewAligner(ts, AlignOptions{Alpha: cfg.Alpha, Disabled: cfg.NoAlign, GapTol: cfg.GapTol})}
+		aligner: feature.NewAligner(ts, feature.AlignOptions{Alpha: cfg.Alpha, Disabled: cfg.NoAlign, GapTol: cfg.GapTol})}
+	s.own = s
 	return s, nil
 }
 
-// Name returns "subtta-s", "subtta-t", "subtta-m" or "subtta-b" after the
-// second-step loss.
-func (s *SubTTA) Name() string {
-	switch s.cfg.Loss {
+// subttaName is the name of SubTTA with a second-step loss: "subtta-s",
+// "subtta-t", "subtta-b" or "subtta-m".
+func subttaName(l SubTTALoss) string {
+	switch l {
 	case LossSource:
 		return "subtta-s"
 	case LossTent:
@@ -127,8 +131,11 @@ func (s *SubTTA) Name() string {
 	return "subtta-m"
 }
 
+// Subspace returns the text subspace of the head.
+func (s *SubTTA) Subspace() *feature.TextSubspace { return s.Text }
+
 // Aligner returns the alignment state (the EMA covariance).
-func (s *SubTTA) Aligner() *Aligner { return s.aligner }
+func (s *SubTTA) Aligner() *feature.Aligner { return s.aligner }
 
 // Reset restores the source weights and a fresh optimizer and empties the
 // feature bank; the EMA covariance is kept unless cfg.ResetCovariance.
@@ -188,7 +195,7 @@ func (s *SubTTA) Step(pixels []float32, n int) (*Result, error) {
 
 // alignment is the first step's record.
 type alignment struct {
-	*Alignment
+	*feature.Alignment
 	F1 *mat.Dense
 }
 
@@ -237,7 +244,7 @@ func (s *SubTTA) pushBank(f *mat.Dense) (*mat.Dense, int) {
 // adaptation is the second step's record.
 type adaptation struct {
 	F2         *mat.Dense
-	Projected  *Projected
+	Projected  *feature.Projected
 	LogitsProj *mat.Dense // scale·Z·normalize(T)ᵀ
 	Labels     []int
 	Loss       float64
@@ -256,21 +263,21 @@ func (s *SubTTA) adapt(pixels []float32, n int) (*adaptation, error) {
 	if s.cfg.NoProjection {
 		p = s.ident
 	}
-	pr, err := Project(f2, p, s.cfg.Soft)
+	pr, err := feature.Project(f2, p, s.cfg.Soft)
 	if err != nil {
 		return nil, err
 	}
-	lp := Logits(pr.Z, s.textN, s.scale)
-	ad := &adaptation{F2: f2, Projected: pr, LogitsProj: lp, Labels: Argmax(lp)}
+	lp := feature.Logits(pr.Z, s.textN, s.scale)
+	ad := &adaptation{F2: f2, Projected: pr, LogitsProj: lp, Labels: feature.Argmax(lp)}
 	switch s.cfg.Loss {
 	case LossSource:
 		return ad, nil
 	case LossMint:
-		ad.Loss, ad.DLdZ, err = BetweenClassScatterLoss(pr.Z, ad.Labels)
+		ad.Loss, ad.DLdZ, err = feature.BetweenClassScatterLoss(pr.Z, ad.Labels)
 	case LossBATCLIP:
-		ad.Loss, ad.DLdZ, err = ClassMeanCosineLoss(pr.Z, ad.Labels)
+		ad.Loss, ad.DLdZ, err = feature.ClassMeanCosineLoss(pr.Z, ad.Labels)
 	case LossTent:
-		ad.Loss, ad.DLdZ = FeatureEntropyLoss(pr.Z, s.cfg.EntropyScale)
+		ad.Loss, ad.DLdZ = feature.FeatureEntropyLoss(pr.Z, s.cfg.EntropyScale)
 	default:
 		return nil, fmt.Errorf("tta: subtta: unknown loss %v", s.cfg.Loss)
 	}
@@ -284,31 +291,168 @@ func (s *SubTTA) adapt(pixels []float32, n int) (*adaptation, error) {
 	return ad, nil
 }
 
-// Carried returns the state that survives Reset, the EMA covariance Σ (d×d,
-// row-major), or nil when nothing survives (alignment off, or
-// ResetCovariance). An evaluation that is interrupted between domains saves
-// it, and restores it with SetCarried when it resumes, so that the resumed
-// run equals an uninterrupted one.
-func (s *SubTTA) Carried() []float64 {
+// MarshalCarried returns the state that survives Reset, the EMA
+// covariance Σ (d×d, row-major, little-endian float64), or nil when nothing
+// survives (alignment off, or ResetCovariance). An evaluation that is
+// interrupted between domains saves it, and restores it with
+// UnmarshalCarried when it resumes, so that the resumed run equals an
+// uninterrupted one.
+func (s *SubTTA) MarshalCarried() ([]byte, error) {
 	if !s.aligner.Enabled() || s.cfg.ResetCovariance {
-		return nil
+		return nil, nil
 	}
 	c := s.aligner.Covariance()
 	n := c.SymmetricDim()
-	out := make([]float64, 0, n*n)
+	out := make([]byte, 0, 8*n*n)
 	for i := range n {
 		for j := range n {
-			out = append(out, c.At(i, j))
+			out = binary.LittleEndian.AppendUint64(out, math.Float64bits(c.At(i, j)))
 		}
 	}
-	return out
+	return out, nil
 }
 
-// SetCarried restores what Carried returned.
-func (s *SubTTA) SetCarried(v []float64) error {
+// UnmarshalCarried restores what MarshalCarried returned.
+func (s *SubTTA) UnmarshalCarried(p []byte) error {
 	n := s.aligner.Covariance().SymmetricDim()
-	if len(v) != n*n {
-		return fmt.Errorf("tta: %s: carried state has %d values, want %d×%d", s.Name(), len(v), n, n)
+	if len(p) != 8*n*n {
+		return fmt.Errorf("tta: %s: carried state has %d bytes, want %d×%d float64: %w", s.Name(), len(p), n, n, ErrStateMismatch)
+	}
+	v := make([]float64, n*n)
+	for i := range v {
+		v[i] = math.Float64frombits(binary.LittleEndian.Uint64(p[8*i:]))
 	}
 	return s.aligner.SetCovariance(mat.NewSymDense(n, v))
+}
+
+// subttaOwn is SubTTA's own memory in a saved state: the aligner's Σ
+// history (d×d, row-major), its count of guarded eigen-gaps, and the
+// episodic feature bank.
+type subttaOwn struct {
+	Covariance []float64
+	Guarded    int
+	Bank       [][]float64
+}
+
+func (s *SubTTA) saveOwn() ([]byte, error) {
+	return gobBytes(&subttaOwn{Covariance: s.aligner.Covariance().RawSymmetric().Data, Guarded: s.aligner.GuardedGaps(), Bank: s.bank})
+}
+
+func (s *SubTTA) loadOwn(p []byte) (func(), error) {
+	var o subttaOwn
+	if err := ungob(p, &o); err != nil {
+		return nil, err
+	}
+	d := s.aligner.Covariance().SymmetricDim()
+	if len(o.Covariance) != d*d {
+		return nil, fmt.Errorf("saved covariance has %d values, want %d×%d", len(o.Covariance), d, d)
+	}
+	_, width := s.text.Dims()
+	for i, r := range o.Bank {
+		if len(r) != width {
+			return nil, fmt.Errorf("saved bank row %d has %d values, want %d", i, len(r), width)
+		}
+	}
+	if len(o.Bank) > 0 && s.cfg.BankSize == 0 {
+		return nil, fmt.Errorf("saved state has a feature bank, this SubTTA keeps none")
+	}
+	return func() {
+		s.aligner.SetCovariance(mat.NewSymDense(d, o.Covariance))
+		s.aligner.SetGuardedGaps(o.Guarded)
+		s.bank = o.Bank
+	}, nil
+}
+
+// subttaRow is SubTTA's setting on a dataset ([S] cfgs/*/subtta.yaml).
+type subttaRow struct {
+	opt      optim.Config
+	rank     int
+	alpha    float64
+	entScale float64
+}
+
+var subttaRows = map[string]subttaRow{
+	"imagenet-c": {opt: optim.AdamW(5e-4, 0.01), rank: 256, alpha: 0.5, entScale: 3},
+	"cifar10-c":  {opt: optim.AdamW(1e-3, 0.01), rank: 256, alpha: 0.1, entScale: 0.05},
+	"cifar100-c": {opt: optim.AdamL2(5e-4, 0.01), rank: 64, alpha: 0.5, entScale: 0.05},
+}
+
+// subttaMethod registers SubTTA with a second-step loss, named after it
+// (subttaName): ImageNet-C AdamW(5e-4, wd 0.01), batch 64, R 256, α 0.5;
+// CIFAR-10-C AdamW(1e-3, 0.01), 200, R 256 (r = 9; see
+// feature.SubspaceOptions.KeepNullDirections), α 0.1; CIFAR-100-C Adam(5e-4,
+// L2 0.01), 200, R 64, α 0.5. ENT_SCALE 3 (ImageNet) or 0.05 (CIFAR).
+func subttaMethod(loss SubTTALoss) Registration {
+	return Registration{
+		Name:  subttaName(loss),
+		About: fmt.Sprintf("SubTTA: subspace alignment, then the %s loss on projected features", loss),
+		Preset: func(p *Preset) error {
+			h := subttaRows[p.Dataset]
+			p.Optimizer = h.opt
+			p.Config = SubTTAConfig{Subspace: feature.SubspaceOptions{Rank: h.rank}, Alpha: h.alpha, Loss: loss,
+				EntropyScale: h.entScale, Optimizer: h.opt}
+			return nil
+		},
+		New: func(m Model, p Preset, head mat.Matrix, _ []mat.Matrix) (Method, error) {
+			cfg, ok := p.Config.(SubTTAConfig)
+			if !ok {
+				return nil, fmt.Errorf("tta: preset %s: config %T, want SubTTAConfig", p.Method, p.Config)
+			}
+			return NewSubTTA(m, head, cfg)
+		},
+	}
+}
+
+// SubspaceOptions returns the text-subspace options of SubTTA's preset on
+// a dataset: the subspace that geometric diagnostics of any method are
+// measured against (online.DiagnosticSubspace).
+func SubspaceOptions(dataset string) (feature.SubspaceOptions, error) {
+	h, ok := subttaRows[dataset]
+	if !ok {
+		_, err := DatasetDefaults(dataset)
+		return feature.SubspaceOptions{}, err
+	}
+	return feature.SubspaceOptions{Rank: h.rank}, nil
+}
+
+// SubTTALoss selects the loss of SubTTA's second step (spec §1.3 step 6).
+type SubTTALoss int
+
+const (
+	// LossMint is the simplified MINT loss (BetweenClassScatterLoss), the
+	// default.
+	LossMint SubTTALoss = iota
+	// LossBATCLIP is the mean cosine between present class means
+	// (ClassMeanCosineLoss).
+	LossBATCLIP
+	// LossTent is the entropy of softmax(scale·z) over feature dimensions
+	// (FeatureEntropyLoss).
+	LossTent
+	// LossSource skips the second step.
+	LossSource
+)
+
+func (l SubTTALoss) String() string {
+	switch l {
+	case LossMint:
+		return "mint"
+	case LossBATCLIP:
+		return "batclip"
+	case LossTent:
+		return "tent"
+	case LossSource:
+		return "source"
+	}
+	return fmt.Sprintf("SubTTALoss(%d)", int(l))
+}
+
+// ParseSubTTALoss maps the official config names (mint, batclip, tent,
+// source) to a SubTTALoss.
+func ParseSubTTALoss(s string) (SubTTALoss, error) {
+	for l := LossMint; l <= LossSource; l++ {
+		if l.String() == s {
+			return l, nil
+		}
+	}
+	return 0, fmt.Errorf("tta: unknown SubTTA loss %q (want mint, batclip, tent or source)", s)
 }

@@ -13,12 +13,14 @@ import (
 	"github.com/subtta/subtta/internal/fixture"
 	"github.com/subtta/subtta/internal/fixturefile"
 	"github.com/subtta/subtta/optim"
+	"github.com/subtta/subtta/tta/feature"
+	"github.com/subtta/subtta/tta/internal/fxt"
 )
 
 // subttaFromFixture builds SubTTA with the fixture's config and head.
-func subttaFromFixture(tb testing.TB, m *clip.Model, x *fx) *SubTTA {
+func subttaFromFixture(tb testing.TB, m *clip.Model, x *fxt.File) *SubTTA {
 	tb.Helper()
-	cfg := readSubTTAConfig(tb)
+	cfg := fxt.ReadSubTTAConfig(tb)
 	var js struct {
 		Config fixturefile.Optimizer `json:"config"`
 	}
@@ -27,8 +29,8 @@ func subttaFromFixture(tb testing.TB, m *clip.Model, x *fx) *SubTTA {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	s, err := NewSubTTA(m, x.dense("text.T"), SubTTAConfig{
-		Subspace:  SubspaceOptions{Rank: cfg.R, KeepTopPC: !cfg.RemoveFirstPC},
+	s, err := NewSubTTA(m, x.Dense("text.T"), SubTTAConfig{
+		Subspace:  feature.SubspaceOptions{Rank: cfg.R, KeepTopPC: !cfg.RemoveFirstPC},
 		Alpha:     cfg.Alpha,
 		Loss:      loss,
 		Optimizer: optim.Config{Adam: js.Config.Adam(tb)},
@@ -99,19 +101,19 @@ func subttaSteps(tb testing.TB, file string) []subttaStep {
 // §6: A, A-opt, B, B-opt, C) for every batch, through the real model: fp32
 // against subtta.safetensors, float64 against subtta_fp64.safetensors.
 func TestSubTTAStages(t *testing.T) {
-	for _, file := range subttaFiles {
+	for _, file := range fxt.SubTTAFiles {
 		t.Run(file, func(t *testing.T) {
 			f64 := strings.Contains(file, "fp64")
 			tol := stageTolsFor(file)
-			x := openFixture(t, file)
-			s := subttaFromFixture(t, tinyModel(t, f64), x)
+			x := fxt.Open(t, file)
+			s := subttaFromFixture(t, fxt.TinyModel(t, f64), x)
 			names := s.tr.names()
 			if fmt.Sprint(names) != fmt.Sprint(x.ParamNames()) {
 				t.Fatalf("model parameters %v, fixture %v", names, x.ParamNames())
 			}
 			nb := x.Batches("b", "F1")
-			bsz, _ := x.dense("b0.F1").Dims()
-			px := ttaPixels(t, bsz)
+			bsz, _ := x.Dense("b0.F1").Dims()
+			px := fxt.Pixels(t, bsz)
 			if len(px) < nb {
 				t.Fatalf("%d input batches for %d fixture batches", len(px), nb)
 			}
@@ -127,65 +129,65 @@ func TestSubTTAStages(t *testing.T) {
 					prevParam, prevState = fmt.Sprintf("b%d.mint.param.", k-1), fmt.Sprintf("b%d.mint.adam.", k-1)
 				}
 				// A: alignment from the stored parameters and Σ_old.
-				if err := s.tr.setValues(x.paramMap(prevParam, names)); err != nil {
+				if err := s.tr.setValues(paramMap(x, prevParam, names)); err != nil {
 					t.Fatal(err)
 				}
-				if err := s.aligner.SetCovariance(x.sym(b + "Sigma_old")); err != nil {
+				if err := s.aligner.SetCovariance(x.Sym(b + "Sigma_old")); err != nil {
 					t.Fatal(err)
 				}
 				al, err := s.align(px[k], bsz)
 				if err != nil {
 					t.Fatal(err)
 				}
-				compareDense(t, b+"F1", al.F1, x.dense(b+"F1"), tol.forward, relTol)
-				compareDense(t, b+"S", al.S, x.dense(b+"S"), tol.forward, relTol)
-				compareDense(t, b+"Sigma", al.Sigma, x.dense(b+"Sigma"), tol.forward, relTol)
-				compare(t, b+"eigvals", al.Eigvals, x.Vec(b+"eigvals"), tol.forward, relTol)
-				compareDense(t, b+"B_V projector", projector(al.Basis), projector(x.dense(b+"B_V")), tol.alignGrad, relTol)
-				compare(t, b+"L_align", []float64{al.Loss}, []float64{x.scalar(b + "L_align")}, tol.forward, relTol)
-				compareDense(t, b+"dL_dS", al.DLdS, x.dense(b+"dL_dS"), tol.alignGrad, relTol)
-				compareDense(t, b+"dL_dF1", al.DLdF, x.dense(b+"dL_dF1"), tol.alignGrad, relTol)
-				compareParams(t, "", s.tr.grads(), names, x, b+"align.grad.", tol.alignGrad, relTol, noise)
+				fxt.CompareDense(t, b+"F1", al.F1, x.Dense(b+"F1"), tol.forward, fxt.Rel)
+				fxt.CompareDense(t, b+"S", al.S, x.Dense(b+"S"), tol.forward, fxt.Rel)
+				fxt.CompareDense(t, b+"Sigma", al.Sigma, x.Dense(b+"Sigma"), tol.forward, fxt.Rel)
+				fxt.Compare(t, b+"eigvals", al.Eigvals, x.Vec(b+"eigvals"), tol.forward, fxt.Rel)
+				fxt.CompareDense(t, b+"B_V projector", projector(al.Basis), projector(x.Dense(b+"B_V")), tol.alignGrad, fxt.Rel)
+				fxt.Compare(t, b+"L_align", []float64{al.Loss}, []float64{x.Scalar(b + "L_align")}, tol.forward, fxt.Rel)
+				fxt.CompareDense(t, b+"dL_dS", al.DLdS, x.Dense(b+"dL_dS"), tol.alignGrad, fxt.Rel)
+				fxt.CompareDense(t, b+"dL_dF1", al.DLdF, x.Dense(b+"dL_dF1"), tol.alignGrad, fxt.Rel)
+				compareParams(t, "", s.tr.grads(), names, x, b+"align.grad.", tol.alignGrad, fxt.Rel, noise)
 
 				// A-opt: the optimizer from the stored state and gradient.
 				s.tr.resetOptimizer()
 				if prevState != "" {
 					setAdamState(t, s.tr, x, prevState, steps[k-1].AdamAfterMint)
 				}
-				injectGrads(t, s.tr, x.paramMap(b+"align.grad.", names))
+				injectGrads(t, s.tr, paramMap(x, b+"align.grad.", names))
 				if ok, err := s.tr.step(); ok != steps[k].AlignTaken || err != nil {
 					t.Fatalf("%sA-opt: stepped %v (%v), the reference %v", b, ok, err, steps[k].AlignTaken)
 				}
-				compareParams(t, "", s.tr.values(), names, x, b+"align.param.", tol.opt, absTol, nil)
+				compareParams(t, "", s.tr.values(), names, x, b+"align.param.", tol.opt, fxt.Abs, nil)
 
 				// B: the MINT step from the stored aligned parameters.
-				if err := s.tr.setValues(x.paramMap(b+"align.param.", names)); err != nil {
+				if err := s.tr.setValues(paramMap(x, b+"align.param.", names)); err != nil {
 					t.Fatal(err)
 				}
 				ad, err := s.adapt(px[k], bsz)
 				if err != nil {
 					t.Fatal(err)
 				}
-				compareDense(t, b+"F2", ad.F2, x.dense(b+"F2"), tol.forward, relTol)
-				compareDense(t, b+"Z", ad.Projected.Z, x.dense(b+"Z"), tol.forward, relTol)
-				compareDense(t, b+"logits_proj", ad.LogitsProj, x.dense(b+"logits_proj"), tol.forward, relTol)
-				compareInts(t, b+"pseudo_labels", ad.Labels, x.ints(b+"pseudo_labels"))
-				compare(t, b+"L_mint", []float64{ad.Loss}, []float64{x.scalar(b + "L_mint")}, tol.forward, relTol)
-				compareDense(t, b+"dL_dZ", ad.DLdZ, x.dense(b+"dL_dZ"), tol.forward, relTol)
-				compareDense(t, b+"dL_dF2", ad.DLdF2, x.dense(b+"dL_dF2"), tol.lnGrad, relTol)
-				compareParams(t, "", s.tr.grads(), names, x, b+"mint.grad.", tol.lnGrad, relTol, nil)
+				fxt.CompareDense(t, b+"F2", ad.F2, x.Dense(b+"F2"), tol.forward, fxt.Rel)
+				fxt.CompareDense(t, b+"Z", ad.Projected.Z, x.Dense(b+"Z"), tol.forward, fxt.Rel)
+				fxt.CompareDense(t, b+"logits_proj", ad.LogitsProj, x.Dense(b+"logits_proj"), tol.forward, fxt.Rel)
+				fxt.CompareInts(t, b+"pseudo_labels", ad.Labels, x.Ints(b+"pseudo_labels"))
+				fxt.Compare(t, b+"L_mint", []float64{ad.Loss}, []float64{x.Scalar(b + "L_mint")}, tol.forward, fxt.Rel)
+				fxt.CompareDense(t, b+"dL_dZ", ad.DLdZ, x.Dense(b+"dL_dZ"), tol.forward, fxt.Rel)
+				fxt.CompareDense(t, b+"dL_dF2", ad.DLdF2, x.Dense(b+"dL_dF2"), tol.lnGrad, fxt.Rel)
+				compareParams(t, "", s.tr.grads(), names, x, b+"mint.grad.", tol.lnGrad, fxt.Rel, nil)
 
 				// B-opt.
 				s.tr.resetOptimizer()
 				setAdamState(t, s.tr, x, b+"align.adam.", steps[k].AdamAfterAlign)
-				injectGrads(t, s.tr, x.paramMap(b+"mint.grad.", names))
+				injectGrads(t, s.tr, paramMap(x, b+"mint.grad.", names))
 				if ok, err := s.tr.step(); ok != steps[k].MintTaken || err != nil {
 					t.Fatalf("%sB-opt: stepped %v (%v), the reference %v", b, ok, err, steps[k].MintTaken)
 				}
-				compareParams(t, "", s.tr.values(), names, x, b+"mint.param.", tol.opt, absTol, nil)
+				compareParams(t, "", s.tr.values(), names, x, b+"mint.param.", tol.opt, fxt.Abs, nil)
 
 				// C: the prediction from the stored final parameters.
-				if err := s.tr.setValues(x.paramMap(b+"mint.param.", names)); err != nil {
+				if err := s.tr.setValues(paramMap(x, b+"mint.param.", names)); err != nil {
 					t.Fatal(err)
 				}
 				_, f3, err := s.forward(px[k], bsz, false)
@@ -193,9 +195,9 @@ func TestSubTTAStages(t *testing.T) {
 					t.Fatal(err)
 				}
 				logits, preds := s.head(f3)
-				compareDense(t, b+"F3", f3, x.dense(b+"F3"), tol.forward, relTol)
-				compareDense(t, b+"logits", logits, x.dense(b+"logits"), tol.forward, relTol)
-				compareInts(t, b+"preds", preds, x.ints(b+"preds"))
+				fxt.CompareDense(t, b+"F3", f3, x.Dense(b+"F3"), tol.forward, fxt.Rel)
+				fxt.CompareDense(t, b+"logits", logits, x.Dense(b+"logits"), tol.forward, fxt.Rel)
+				fxt.CompareInts(t, b+"preds", preds, x.Ints(b+"preds"))
 			}
 		})
 	}
@@ -212,17 +214,17 @@ func TestSubTTAStages(t *testing.T) {
 // moves that bias differently, and L_mint, a small difference of squared
 // distances, feels it most).
 func TestSubTTAEndToEnd(t *testing.T) {
-	for _, file := range subttaFiles {
+	for _, file := range fxt.SubTTAFiles {
 		t.Run(file, func(t *testing.T) {
 			f64 := strings.Contains(file, "fp64")
 			if !f64 && testing.Short() {
 				t.Skip("short")
 			}
-			x := openFixture(t, file)
-			s := subttaFromFixture(t, tinyModel(t, f64), x)
+			x := fxt.Open(t, file)
+			s := subttaFromFixture(t, fxt.TinyModel(t, f64), x)
 			names := s.tr.names()
-			bsz, _ := x.dense("b0.F1").Dims()
-			px := ttaPixels(t, bsz)
+			bsz, _ := x.Dense("b0.F1").Dims()
+			px := fxt.Pixels(t, bsz)
 			steps := subttaSteps(t, file)
 			const tol64 = 1e-6
 			for k := range x.Batches("b", "F1") {
@@ -241,21 +243,33 @@ func TestSubTTAEndToEnd(t *testing.T) {
 				if d.Steps != taken || d.Skipped != 2-taken {
 					t.Errorf("%s: %d steps, %d skipped; the reference %d, %d", b, d.Steps, d.Skipped, taken, 2-taken)
 				}
-				compareInts(t, b+"pseudo_labels", d.PseudoLabels, x.ints(b+"pseudo_labels"))
-				compareInts(t, b+"preds", res.Preds, x.ints(b+"preds"))
+				fxt.CompareInts(t, b+"pseudo_labels", d.PseudoLabels, x.Ints(b+"pseudo_labels"))
+				fxt.CompareInts(t, b+"preds", res.Preds, x.Ints(b+"preds"))
 				if !f64 {
-					compare(t, b+"L_align", []float64{d.Losses["align"]}, []float64{x.scalar(b + "L_align")}, 1e-4, relTol)
-					compare(t, b+"L_mint", []float64{d.Losses["mint"]}, []float64{x.scalar(b + "L_mint")}, 1e-3, relTol)
+					fxt.Compare(t, b+"L_align", []float64{d.Losses["align"]}, []float64{x.Scalar(b + "L_align")}, 1e-4, fxt.Rel)
+					fxt.Compare(t, b+"L_mint", []float64{d.Losses["mint"]}, []float64{x.Scalar(b + "L_mint")}, 1e-3, fxt.Rel)
 					continue
 				}
-				compare(t, b+"L_align", []float64{d.Losses["align"]}, []float64{x.scalar(b + "L_align")}, tol64, relTol)
-				compare(t, b+"L_mint", []float64{d.Losses["mint"]}, []float64{x.scalar(b + "L_mint")}, tol64, relTol)
-				compareDense(t, b+"Sigma", d.Alignment.Sigma, x.dense(b+"Sigma"), tol64, relTol)
-				compare(t, b+"eigvals", d.Alignment.Eigvals, x.Vec(b+"eigvals"), tol64, relTol)
-				compareParams(t, "", s.tr.values(), names, x, b+"mint.param.", tol64, absTol, nil)
-				compareDense(t, b+"F3", res.Features, x.dense(b+"F3"), tol64, relTol)
-				compareDense(t, b+"logits", res.Logits, x.dense(b+"logits"), tol64, relTol)
+				fxt.Compare(t, b+"L_align", []float64{d.Losses["align"]}, []float64{x.Scalar(b + "L_align")}, tol64, fxt.Rel)
+				fxt.Compare(t, b+"L_mint", []float64{d.Losses["mint"]}, []float64{x.Scalar(b + "L_mint")}, tol64, fxt.Rel)
+				fxt.CompareDense(t, b+"Sigma", d.Alignment.Sigma, x.Dense(b+"Sigma"), tol64, fxt.Rel)
+				fxt.Compare(t, b+"eigvals", d.Alignment.Eigvals, x.Vec(b+"eigvals"), tol64, fxt.Rel)
+				compareParams(t, "", s.tr.values(), names, x, b+"mint.param.", tol64, fxt.Abs, nil)
+				fxt.CompareDense(t, b+"F3", res.Features, x.Dense(b+"F3"), tol64, fxt.Rel)
+				fxt.CompareDense(t, b+"logits", res.Logits, x.Dense(b+"logits"), tol64, fxt.Rel)
 			}
 		})
+	}
+}
+
+func TestParseSubTTALoss(t *testing.T) {
+	for _, s := range []string{"mint", "batclip", "tent", "source"} {
+		l, err := ParseSubTTALoss(s)
+		if err != nil || l.String() != s {
+			t.Errorf("%q: %v %v", s, l, err)
+		}
+	}
+	if _, err := ParseSubTTALoss("entropy"); err == nil {
+		t.Error("unknown loss: no error")
 	}
 }

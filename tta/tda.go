@@ -3,74 +3,34 @@ package tta
 import (
 	"fmt"
 	"math"
-	"slices"
-	"sort"
 	"time"
 
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/subtta/subtta/optim"
+	"github.com/subtta/subtta/tta/feature"
 )
 
-// TDACacheConfig configures one of TDA's caches.
-type TDACacheConfig struct {
-	// Disabled turns the cache off.
-	Disabled bool
-	// Shots is the capacity per class (shot_capacity).
-	Shots int
-	// Alpha weighs the cache logits, Beta sharpens the affinity:
-	// α·exp(−β·(1 − z·k)).
-	Alpha, Beta float64
-}
-
-// TDAConfig configures TDA ([T] kdiAAA/TDA tda_runner.py). The defaults
-// (DefaultTDAConfig) are [T] configs/imagenet.yaml.
-type TDAConfig struct {
-	Positive TDACacheConfig
-	Negative TDACacheConfig
-	// EntropyLower and EntropyUpper bound the normalised entropy of the
-	// samples admitted to the negative cache (strictly inside).
-	EntropyLower, EntropyUpper float64
-	// MaskLower and MaskUpper bound the probabilities that become a
-	// negative entry's value (strictly inside): its mask is 1 there, 0
-	// elsewhere.
-	MaskLower, MaskUpper float64
-	// Scale multiplies the cosine logits: a literal 100 in the code. For
-	// NewTDA, 0 means the model's logit scale.
-	Scale float64
-	// PredictBeforeUpdate predicts every sample from the caches as they
-	// were before it arrived. The code (and the default) admits the sample
-	// to the caches first and then predicts, so a sample always sees itself
-	// in the positive cache.
-	PredictBeforeUpdate bool
-}
-
-// DefaultTDAConfig returns [T] configs/imagenet.yaml: positive cache 3
-// shots per class, α 2, β 5; negative cache 2 shots, α 0.117, β 1, entropy
-// band (0.2, 0.5), mask (0.03, 1); scale 100.
-func DefaultTDAConfig() TDAConfig {
-	return TDAConfig{
-		Positive:     TDACacheConfig{Shots: 3, Alpha: 2, Beta: 5},
-		Negative:     TDACacheConfig{Shots: 2, Alpha: 0.117, Beta: 1},
-		EntropyLower: 0.2, EntropyUpper: 0.5,
-		MaskLower: 0.03, MaskUpper: 1,
-		Scale: 100,
-	}
-}
-
-func (c TDAConfig) validate() error {
-	for _, cc := range []struct {
-		name string
-		c    TDACacheConfig
-	}{{"positive", c.Positive}, {"negative", c.Negative}} {
-		if !cc.c.Disabled && cc.c.Shots < 1 {
-			return fmt.Errorf("tta: tda: %s cache of %d shots per class", cc.name, cc.c.Shots)
+// tdaMethod registers TDA with feature.DefaultTDAConfig ([T]
+// configs/imagenet.yaml, the only ImageNet-family setting; [T] has none for
+// CIFAR), scale 100, batch 1 as in the official code. TDA gives the same
+// predictions at any batch size, so a larger one only saves time. Head "a
+// photo of a {}." like the other SubTTA-repo presets; [T]'s own ImageNet
+// head is the MINTTemplates ensemble.
+var tdaMethod = Registration{
+	Name:  "tda",
+	About: "training-free positive and negative caches (TDA)",
+	Preset: func(p *Preset) error {
+		p.BatchSize, p.Config = 1, feature.DefaultTDAConfig()
+		return nil
+	},
+	New: func(m Model, p Preset, head mat.Matrix, _ []mat.Matrix) (Method, error) {
+		cfg, ok := p.Config.(feature.TDAConfig)
+		if !ok {
+			return nil, fmt.Errorf("tta: preset %s: config %T, want feature.TDAConfig", p.Method, p.Config)
 		}
-	}
-	if !(c.Scale > 0) {
-		return fmt.Errorf("tta: tda: logit scale %g must be positive", c.Scale)
-	}
-	return nil
+		return NewTDA(m, head, cfg)
+	},
 }
 
 // TDA is the TDA method ([T] kdiAAA/TDA, spec §2.5) on a CLIP model:
@@ -81,28 +41,27 @@ func (c TDAConfig) validate() error {
 // pass). Reset empties the caches (per domain).
 type TDA struct {
 	base
-	cache *TDACache
+	cache *feature.TDACache
 }
 
 // NewTDA returns TDA over the head (C×d, unit rows). A zero cfg.Scale
 // takes the model's logit scale.
-func NewTDA(m Model, head mat.Matrix, cfg TDAConfig) (*TDA, error) {
-	b, err := newBase(m, head, optim.Config{Adam: optim.DefaultAdamConfig(0)})
+func NewTDA(m Model, head mat.Matrix, cfg feature.TDAConfig) (*TDA, error) {
+	b, err := newBase("tda", m, head, optim.Config{Adam: optim.DefaultAdamConfig(0)})
 	if err != nil {
 		return nil, err
 	}
 	if cfg.Scale == 0 {
 		cfg.Scale = b.scale
 	}
-	t, err := NewTDACache(head, cfg)
+	t, err := feature.NewTDACache(head, cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &TDA{base: b, cache: t}, nil
+	td := &TDA{base: b, cache: t}
+	td.own = td
+	return td, nil
 }
-
-// Name returns "tda".
-func (t *TDA) Name() string { return "tda" }
 
 // Reset empties the caches (and restores the source weights, which TDA never
 // changes).
@@ -142,196 +101,25 @@ func (t *TDA) Step(pixels []float32, n int) (*Result, error) {
 	return &Result{Logits: res.Logits, Preds: res.Preds, Features: f, Diag: d}, nil
 }
 
-// tdaEntry is one cached sample: its normalised features (the key), the
-// entropy of its zero-shot softmax, and for the negative cache the mask of
-// its probabilities (the value).
-type tdaEntry struct {
-	key     []float64
-	entropy float64
-	mask    []float64
+// tdaOwn is TDA's own memory in a saved state: its caches.
+type tdaOwn struct {
+	Positive, Negative [][]feature.TDAEntry
 }
 
-// TDACache is the Training-free Dynamic Adapter ([T] kdiAAA/TDA, spec §2.5)
-// at the level of image features: a positive and a negative key-value cache
-// of test features per pseudo-label. It processes samples one at a time in
-// order (the code's batch size 1), so its output does not depend on how a
-// stream is cut into batches.
-//
-// For every sample, with z = normalize(f), logits ℓ = Scale·z·Wᵀ, p =
-// softmax(ℓ), ŷ = argmax ℓ, H = −Σ p·log p (nats) and the normalised
-// entropy h = H/log₂(C) (the code divides nats by log₂ C):
-//
-//   - the positive cache of class ŷ admits (z, H): appended when it holds
-//     fewer than Shots entries, else it replaces the entry of highest
-//     entropy if H is strictly lower; entries stay sorted by entropy
-//     (stable).
-//   - if EntropyLower < h < EntropyUpper, the negative cache of ŷ admits
-//     (z, H, m) by the same rule, where m_c = 1 if MaskLower < p_c <
-//     MaskUpper and 0 otherwise.
-//   - the logits are ℓ + Σ_pos α⁺·exp(−β⁺(1 − z·k))·onehot(class) −
-//     Σ_neg α⁻·exp(−β⁻(1 − z·k))·m, over the cached entries k.
-//
-// By default the caches are updated before the prediction, as in the code
-// (see TDAConfig.PredictBeforeUpdate): a sample that enters the positive
-// cache adds α⁺·exp(0) = α⁺ to its own zero-shot class. The code computes
-// the cache logits in fp16 on CUDA; this port in float64.
-type TDACache struct {
-	cfg      TDAConfig
-	head     *mat.Dense
-	pos, neg map[int][]tdaEntry
+func (t *TDA) saveOwn() ([]byte, error) {
+	var o tdaOwn
+	o.Positive, o.Negative = t.cache.Entries()
+	return gobBytes(&o)
 }
 
-// NewTDACache returns TDA's caches, empty, over the head (C×d, unit rows).
-func NewTDACache(head mat.Matrix, cfg TDAConfig) (*TDACache, error) {
-	if err := cfg.validate(); err != nil {
+func (t *TDA) loadOwn(p []byte) (func(), error) {
+	var o tdaOwn
+	if err := ungob(p, &o); err != nil {
 		return nil, err
 	}
-	if c, d := head.Dims(); c < 1 || d < 1 {
-		return nil, fmt.Errorf("tta: tda: empty head (%d×%d)", c, d)
-	}
-	t := &TDACache{cfg: cfg, head: mat.DenseCopyOf(head)}
-	t.Reset()
-	return t, nil
-}
-
-// Reset empties both caches (the code runs each dataset with new caches;
-// here, each domain).
-func (t *TDACache) Reset() {
-	t.pos = map[int][]tdaEntry{}
-	t.neg = map[int][]tdaEntry{}
-}
-
-// CacheSizes returns the number of entries in the positive and the
-// negative cache.
-func (t *TDACache) CacheSizes() (positive, negative int) {
-	for _, e := range t.pos {
-		positive += len(e)
-	}
-	for _, e := range t.neg {
-		negative += len(e)
-	}
-	return positive, negative
-}
-
-// TDAResult is TDA's output for a batch of samples.
-type TDAResult struct {
-	Logits *mat.Dense // B×C, zero-shot plus cache logits
-	Preds  []int      // argmax of Logits
-	// ZeroShot are the zero-shot logits Scale·normalize(F)·Wᵀ, ZeroShotPreds
-	// their argmax (the labels the caches were updated with), and Entropy
-	// their normalised entropies H/log₂(C).
-	ZeroShot      *mat.Dense
-	ZeroShotPreds []int
-	Entropy       []float64
-	// PosAdmitted and NegAdmitted count the samples the caches took in
-	// (appended, or replacing an entry of higher entropy).
-	PosAdmitted, NegAdmitted int
-}
-
-// Step runs TDA over the rows of f (B×d, unnormalised image features) in
-// order, updating the caches after (or, with PredictBeforeUpdate, before)
-// each sample's prediction.
-func (t *TDACache) Step(f mat.Matrix) (*TDAResult, error) {
-	if err := checkFeatures(f, t.head, "tda"); err != nil {
+	check := *t.cache
+	if err := check.SetEntries(o.Positive, o.Negative); err != nil {
 		return nil, err
 	}
-	b, _ := f.Dims()
-	c, _ := t.head.Dims()
-	z, _ := NormalizeRows(f)
-	zs := Logits(z, t.head, t.cfg.Scale)
-	res := &TDAResult{
-		Logits:        mat.NewDense(b, c, nil),
-		ZeroShot:      zs,
-		ZeroShotPreds: Argmax(zs),
-		Entropy:       make([]float64, b),
-	}
-	maxEnt := math.Log2(float64(c))
-	for i := range b {
-		zi := z.RawRowView(i)
-		logp := slices.Clone(zs.RawRowView(i))
-		logSoftmaxInPlace(logp)
-		prob := make([]float64, c)
-		var h float64
-		for k, lp := range logp {
-			prob[k] = math.Exp(lp)
-			h -= prob[k] * lp
-		}
-		res.Entropy[i] = h / maxEnt
-		y := res.ZeroShotPreds[i]
-		update := func() {
-			if !t.cfg.Positive.Disabled {
-				var kept bool
-				t.pos[y], kept = admit(t.pos[y], tdaEntry{key: slices.Clone(zi), entropy: h}, t.cfg.Positive.Shots)
-				if kept {
-					res.PosAdmitted++
-				}
-			}
-			if e := res.Entropy[i]; !t.cfg.Negative.Disabled && t.cfg.EntropyLower < e && e < t.cfg.EntropyUpper {
-				mask := make([]float64, c)
-				for k, p := range prob {
-					if t.cfg.MaskLower < p && p < t.cfg.MaskUpper {
-						mask[k] = 1
-					}
-				}
-				var kept bool
-				t.neg[y], kept = admit(t.neg[y], tdaEntry{key: slices.Clone(zi), entropy: h, mask: mask}, t.cfg.Negative.Shots)
-				if kept {
-					res.NegAdmitted++
-				}
-			}
-		}
-		if !t.cfg.PredictBeforeUpdate {
-			update()
-		}
-		out := res.Logits.RawRowView(i)
-		copy(out, zs.RawRowView(i))
-		if !t.cfg.Positive.Disabled {
-			t.cacheLogits(out, zi, t.pos, t.cfg.Positive, 1)
-		}
-		if !t.cfg.Negative.Disabled {
-			t.cacheLogits(out, zi, t.neg, t.cfg.Negative, -1)
-		}
-		if t.cfg.PredictBeforeUpdate {
-			update()
-		}
-	}
-	res.Preds = Argmax(res.Logits)
-	return res, nil
-}
-
-// admit is the code's update_cache: the entry is appended below capacity,
-// or replaces the last (highest-entropy) entry when its entropy is strictly
-// lower, or is dropped; the list is then sorted by entropy, stably. kept
-// reports whether the entry went in.
-func admit(list []tdaEntry, e tdaEntry, shots int) (out []tdaEntry, kept bool) {
-	switch {
-	case len(list) < shots:
-		list, kept = append(list, e), true
-	case e.entropy < list[len(list)-1].entropy:
-		list[len(list)-1], kept = e, true
-	}
-	sort.SliceStable(list, func(a, b int) bool { return list[a].entropy < list[b].entropy })
-	return list, kept
-}
-
-// cacheLogits adds sign·α·Σ exp(−β(1 − z·k))·value to out over the cache,
-// classes in ascending order (the code's summation order).
-func (t *TDACache) cacheLogits(out, z []float64, cache map[int][]tdaEntry, cfg TDACacheConfig, sign float64) {
-	classes := make([]int, 0, len(cache))
-	for y := range cache {
-		classes = append(classes, y)
-	}
-	slices.Sort(classes)
-	for _, y := range classes {
-		for _, e := range cache[y] {
-			w := sign * cfg.Alpha * math.Exp(-cfg.Beta*(1-dot(z, e.key)))
-			if e.mask == nil {
-				out[y] += w
-				continue
-			}
-			for k, m := range e.mask {
-				out[k] += w * m
-			}
-		}
-	}
+	return func() { *t.cache = check }, nil
 }

@@ -3,13 +3,13 @@ package tta
 import (
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/nlpodyssey/spago/mat/float"
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/subtta/subtta/optim"
+	"github.com/subtta/subtta/tta/feature"
 )
 
 // WATTTemplates are WATT's eight prompt templates ([W] templates.yaml), in
@@ -20,10 +20,6 @@ var WATTTemplates = []string{
 	"a photo of a {}", "itap of a {}", "a bad photo of the {}.", "a origami {}.",
 	"a photo of the large {}.", "a {} in a video game.", "art of the {}.", "a photo of the small {}.",
 }
-
-// WATTTemperature is the temperature of WATT's soft targets: a literal 0.01
-// in [W] adapt/watt.py.
-const WATTTemperature = 0.01
 
 // WATTConfig configures WATT.
 type WATTConfig struct {
@@ -37,6 +33,32 @@ type WATTConfig struct {
 	Temperature float64
 	// Name is what Name reports; "" means "watt-s".
 	Name string
+}
+
+// wattMethod registers WATT-S with L steps per template and M rounds:
+// ([W] README and bash/watt_s) Adam(1e-3), batch 128, the eight
+// WATTTemplates (one training head each; the evaluation head is their
+// ensemble), L = 2, M = 5 for "watt-s"; "watt-lite" is L = 1, M = 2 (our
+// choice, docs/method.md: 16 steps per batch instead of 80). [W] has no
+// ImageNet-C setting; the same one is used.
+func wattMethod(name string, steps, rounds int) Registration {
+	return Registration{
+		Name:  name,
+		About: fmt.Sprintf("WATT-S, weight averaging over 8 templates, %d steps × %d rounds", steps, rounds),
+		Preset: func(p *Preset) error {
+			p.Optimizer, p.BatchSize = optim.AdamL2(1e-3, 0), 128
+			p.Templates, p.PerTemplateHeads = WATTTemplates, true
+			p.Config = WATTConfig{Optimizer: p.Optimizer, Steps: steps, Rounds: rounds, Name: name}
+			return nil
+		},
+		New: func(m Model, p Preset, head mat.Matrix, templateHeads []mat.Matrix) (Method, error) {
+			cfg, ok := p.Config.(WATTConfig)
+			if !ok {
+				return nil, fmt.Errorf("tta: preset %s: config %T, want WATTConfig", p.Method, p.Config)
+			}
+			return NewWATT(m, head, templateHeads, cfg)
+		},
+	}
 }
 
 // WATT is WATT-S, the sequential variant of WATT ([W] adapt/watt.py
@@ -84,9 +106,13 @@ func NewWATT(m Model, head mat.Matrix, heads []mat.Matrix, cfg WATTConfig) (*WAT
 		return nil, fmt.Errorf("tta: watt: negative temperature %g", cfg.Temperature)
 	}
 	if cfg.Temperature == 0 {
-		cfg.Temperature = WATTTemperature
+		cfg.Temperature = feature.WATTTemperature
 	}
-	b, err := newBase(m, head, cfg.Optimizer)
+	name := cfg.Name
+	if name == "" {
+		name = "watt-s"
+	}
+	b, err := newBase(name, m, head, cfg.Optimizer)
 	if err != nil {
 		return nil, err
 	}
@@ -99,14 +125,6 @@ func NewWATT(m Model, head mat.Matrix, heads []mat.Matrix, cfg WATTConfig) (*WAT
 		w.heads = append(w.heads, mat.DenseCopyOf(h))
 	}
 	return w, nil
-}
-
-// Name returns the configured name, "watt-s" by default.
-func (w *WATT) Name() string {
-	if w.cfg.Name != "" {
-		return w.cfg.Name
-	}
-	return "watt-s"
 }
 
 // Reset restores the source weights and a fresh optimizer. Step starts
@@ -135,7 +153,7 @@ func (w *WATT) Step(pixels []float32, n int) (*Result, error) {
 				if err != nil {
 					return nil, err
 				}
-				res, err := WATTLoss(f, head, w.scale, w.cfg.Temperature)
+				res, err := feature.WATTLoss(f, head, w.scale, w.cfg.Temperature)
 				if err != nil {
 					return nil, err
 				}
@@ -167,115 +185,6 @@ func (w *WATT) Step(pixels []float32, n int) (*Result, error) {
 	logits, preds := w.head(f)
 	d.since("predict", t0)
 	return &Result{Logits: logits, Preds: preds, Features: f, Diag: d}, nil
-}
-
-// WATTResult is WATTLoss's result on one batch for one template.
-type WATTResult struct {
-	// Preds are the pseudo-labels argmax normalize(F)·Tᵀ (no gradient).
-	Preds []int
-	// Targets is Q (B×B), the row-softmax of (Ẑ·Ẑᵀ + T̂·T̂ᵀ)/2/temperature,
-	// Ẑ = normalize(F) and T̂ the text rows of the pseudo-labels. Image i's
-	// target is column i.
-	Targets *mat.Dense
-	Loss    float64
-	DLdF    *mat.Dense // ∂Loss/∂F (B×d)
-}
-
-// WATTLoss computes WATT's loss for one template ([W] adapt/watt.py,
-// WATT.perform_adaptation) on the unnormalised image features f (B×d) with
-// the template's class embeddings t (C×d, unit rows), logit scale
-// scale = exp(logit_scale) and temperature (WATTTemperature in the code):
-//
-//	Ẑ = normalize(F), ŷ = argmax Ẑ·tᵀ, T̂ = t[ŷ] (B×d),
-//	Q = rowsoftmax((Ẑ·Ẑᵀ + T̂·T̂ᵀ)/2/temperature),
-//	L = (1/B) Σ_i Σ_b −Q[b,i]·log softmax_b(scale·ẑ_i·t̂_b).
-//
-// Row b of Q is a distribution, but the target of image i is column i, as in
-// the code (its cross_entropy takes logits.t() against targets.t()). Q is
-// not detached: the image–image similarity in it carries gradient, which
-// DLdF includes. The pseudo-labels carry none.
-func WATTLoss(f, t mat.Matrix, scale, temperature float64) (*WATTResult, error) {
-	if err := checkFeatures(f, t, "watt loss"); err != nil {
-		return nil, err
-	}
-	if !(temperature > 0) {
-		return nil, errors.New("tta: watt loss: temperature must be positive")
-	}
-	b, d := f.Dims()
-	z, norms := NormalizeRows(f)
-	var cos mat.Dense
-	cos.Mul(z, t.T())
-	preds := Argmax(&cos)
-	that := mat.NewDense(b, d, nil)
-	for i, y := range preds {
-		for j := range d {
-			that.Set(i, j, t.At(y, j))
-		}
-	}
-
-	// P[i,b] = scale·ẑ_i·t̂_b, the code's logits.t().
-	p := Logits(z, that, scale)
-	// A = (ẐẐᵀ + T̂T̂ᵀ)/(2·temperature), Q its row-softmax.
-	var zz, tt mat.Dense
-	zz.Mul(z, z.T())
-	tt.Mul(that, that.T())
-	q := mat.NewDense(b, b, nil)
-	q.Add(&zz, &tt)
-	q.Scale(1/(2*temperature), q)
-	for k := range b {
-		softmaxInPlace(q.RawRowView(k))
-	}
-
-	// Log-softmax of P's rows, the loss, and ∂L/∂P[i,b] = (S[i,b]·w_i −
-	// Q[b,i])/B with S = softmax(P) and w_i = Σ_b Q[b,i].
-	ls := mat.NewDense(b, b, nil)
-	dp := mat.NewDense(b, b, nil)
-	var loss float64
-	for i := range b {
-		row := ls.RawRowView(i)
-		copy(row, p.RawRowView(i))
-		logSoftmaxInPlace(row)
-		var w float64
-		for k := range b {
-			loss -= q.At(k, i) * row[k]
-			w += q.At(k, i)
-		}
-		for k := range b {
-			dp.Set(i, k, (math.Exp(row[k])*w-q.At(k, i))/float64(b))
-		}
-	}
-	loss /= float64(b)
-
-	// Through P: ∂L/∂Ẑ = scale·∂L/∂P·T̂.
-	var dz mat.Dense
-	dz.Mul(dp, that)
-	dz.Scale(scale, &dz)
-	// Through Q: ∂L/∂Q[k,i] = −LS[i,k]/B; the row-softmax backward gives
-	// ∂L/∂A[k,i] = Q[k,i]·(∂L/∂Q[k,i] − Σ_j Q[k,j]·∂L/∂Q[k,j]); and
-	// A = ẐẐᵀ/(2·temperature) + const gives ∂L/∂Ẑ += (∂L/∂A + ∂L/∂Aᵀ)·Ẑ/(2·temperature).
-	da := mat.NewDense(b, b, nil)
-	for k := range b {
-		var s float64
-		for i := range b {
-			s += q.At(k, i) * -ls.At(i, k) / float64(b)
-		}
-		for i := range b {
-			da.Set(k, i, q.At(k, i)*(-ls.At(i, k)/float64(b)-s))
-		}
-	}
-	var sym mat.Dense
-	sym.Add(da, da.T())
-	var dzq mat.Dense
-	dzq.Mul(&sym, z)
-	dzq.Scale(1/(2*temperature), &dzq)
-	dz.Add(&dz, &dzq)
-
-	return &WATTResult{
-		Preds:   preds,
-		Targets: q,
-		Loss:    loss,
-		DLdF:    normalizeRowsBackward(z, norms, &dz),
-	}, nil
 }
 
 // weightAverager keeps snapshots of a trainer's parameters and loads their

@@ -114,7 +114,7 @@ func newEvalFlags(fs *flag.FlagSet) *evalFlags {
 		data:        fs.String("data", "", "the -C files (CIFAR-C .npy folder, ImageNet-C folders), or a clean test set to corrupt on the fly (CIFAR binaries, image folder, .tar/.tar.gz); default: the built-in 2,000 CIFAR-10 test images"),
 		labels:      fs.String("labels", "", "folder of class-name files (cifar10_classes.txt, cifar100_classes.txt, imagenet_classes_openai.txt)"),
 		subset:      fs.String("subset", "", "ImageNet: list of <wnid>/<file> to keep (robustbench's 5,000 images)"),
-		methods:     fs.String("methods", "", "comma-separated methods (default source,subtta-m; on the built-in images "+strings.Join(builtinMethods, ",")+"): "+strings.Join(tta.PresetMethods, ", ")),
+		methods:     fs.String("methods", "", "comma-separated methods (default source,subtta-m; on the built-in images "+strings.Join(builtinMethods, ",")+"): "+strings.Join(tta.Methods(), ", ")),
 		corruptions: fs.String("corruptions", "", "comma-separated corruptions; all stands for the 15 (the default); clean adds the uncorrupted images"),
 		severities:  fs.String("severities", "", "comma-separated severities 1–5 (default 5)"),
 		limit:       fs.Int("limit", 0, fmt.Sprintf("keep the first N images of every domain's stream (0: all; on the built-in images %d unless given)", builtinLimit)),

@@ -51,7 +51,7 @@ func serveMain(ctx context.Context, args []string, stderr io.Writer, ready func(
 	var templates stringList
 	fs.Var(&templates, "template", `prompt template when a request gives none, "{}" for the label (repeatable; default: the method's preset, "a photo of a {}.")`)
 	dataset := fs.String("dataset", "cifar10", "whose preset hyperparameters streams adapt with: cifar10, cifar100 or imagenet (or "+strings.Join(tta.PresetDatasets, ", ")+")")
-	method := fs.String("method", "subtta-m", "adaptation method of streams: "+strings.Join(tta.PresetMethods, ", "))
+	method := fs.String("method", "subtta-m", "adaptation method of streams: "+strings.Join(tta.Methods(), ", "))
 	batch := fs.Int("batch-size", 0, "images per adaptation step (0: the preset's, 200 on CIFAR)")
 	maxWait := fs.Duration("max-wait", serve.DefaultMaxWait, "how long a stream's oldest request waits for its batch to fill")
 	maxStreams := fs.Int("max-streams", serve.DefaultMaxStreams, "streams kept in memory; beyond, the least recently used is evicted to --state-dir")

@@ -1,4 +1,4 @@
-package tta
+package feature
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/subtta/subtta/tta/internal/fxt"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -13,15 +14,15 @@ import (
 // Σ cos²θ_i over the principal angles of (B_V, B_T) is ‖B_V B_Tᵀ‖²_F =
 // −L_align·r·(1−α); the cosine to the predicted class is logits/scale.
 func TestDiagnosticsFixture(t *testing.T) {
-	cfg := readSubTTAConfig(t)
-	x := openFixture(t, "fixtures/subtta_fp64.safetensors")
-	bt := x.dense("text.B_T")
+	cfg := fxt.ReadSubTTAConfig(t)
+	x := fxt.Open(t, "fixtures/subtta_fp64.safetensors")
+	bt := x.Dense("text.B_T")
 	r, _ := bt.Dims()
-	text := x.dense("text.T")
-	ls := x.scalar("logit_scale_exp")
+	text := x.Dense("text.T")
+	ls := x.Scalar("logit_scale_exp")
 	for k := range x.Batches("b", "B_V") {
 		b := fmt.Sprintf("b%d.", k)
-		cos, err := PrincipalAngleCosines(x.dense(b+"B_V"), bt)
+		cos, err := PrincipalAngleCosines(x.Dense(b+"B_V"), bt)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -32,21 +33,21 @@ func TestDiagnosticsFixture(t *testing.T) {
 			}
 			ss += c * c
 		}
-		want := -x.scalar(b+"L_align") * float64(r) * math.Max(1-cfg.Alpha, 1e-6)
-		compare(t, b+"Σcos² = ‖B_V B_Tᵀ‖²", []float64{ss}, []float64{want}, 1e-12, relTol)
+		want := -x.Scalar(b+"L_align") * float64(r) * math.Max(1-cfg.Alpha, 1e-6)
+		fxt.Compare(t, b+"Σcos² = ‖B_V B_Tᵀ‖²", []float64{ss}, []float64{want}, 1e-12, fxt.Rel)
 
-		f3 := x.dense(b + "F3")
-		preds := x.ints(b + "preds")
+		f3 := x.Dense(b + "F3")
+		preds := x.Ints(b + "preds")
 		pc, err := PredictedClassCosine(f3, text, preds)
 		if err != nil {
 			t.Fatal(err)
 		}
-		logits := x.dense(b + "logits")
+		logits := x.Dense(b + "logits")
 		want2 := make([]float64, len(preds))
 		for i, y := range preds {
 			want2[i] = logits.At(i, y) / ls
 		}
-		compare(t, b+"cosine to predicted class", pc, want2, 1e-12, relTol)
+		fxt.Compare(t, b+"cosine to predicted class", pc, want2, 1e-12, fxt.Rel)
 	}
 }
 
@@ -57,9 +58,9 @@ func TestDiagnostics(t *testing.T) {
 	basis := mat.DenseCopyOf(q.Slice(0, d, 0, 3).T()) // rows: 3 orthonormal vectors
 	other := mat.DenseCopyOf(q.Slice(0, d, 3, 5).T())
 	cos, _ := PrincipalAngleCosines(basis, basis)
-	compare(t, "angles to itself", cos, []float64{1, 1, 1}, 1e-12, absTol)
+	fxt.Compare(t, "angles to itself", cos, []float64{1, 1, 1}, 1e-12, fxt.Abs)
 	cos, _ = PrincipalAngleCosines(basis, other)
-	compare(t, "angles to a complement", cos, []float64{0, 0}, 1e-12, absTol)
+	fxt.Compare(t, "angles to a complement", cos, []float64{0, 0}, 1e-12, fxt.Abs)
 
 	var p mat.Dense
 	p.Mul(basis.T(), basis)
@@ -76,7 +77,7 @@ func TestDiagnostics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	compare(t, "semantic concentration", conc, []float64{1, 0, 0.9, 0}, 1e-12, absTol)
+	fxt.Compare(t, "semantic concentration", conc, []float64{1, 0, 0.9, 0}, 1e-12, fxt.Abs)
 
 	if _, err := PrincipalAngleCosines(basis, mat.NewDense(2, d+1, nil)); err == nil {
 		t.Error("mismatched bases: no error")

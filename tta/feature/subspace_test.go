@@ -1,4 +1,4 @@
-package tta
+package feature
 
 import (
 	"math"
@@ -6,27 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/subtta/subtta/internal/fixturefile"
+	"github.com/subtta/subtta/tta/internal/fxt"
 	"gonum.org/v1/gonum/mat"
 )
-
-type subttaConfig struct {
-	R             int     `json:"R"`
-	Alpha         float64 `json:"alpha"`
-	LossType      string  `json:"loss_type"`
-	RemoveFirstPC bool    `json:"remove_first_pc"`
-}
-
-func readSubTTAConfig(tb testing.TB) subttaConfig {
-	var js struct {
-		Config subttaConfig `json:"config"`
-	}
-	fixturefile.ReadJSON(tb, "fixtures/subtta.json", &js)
-	if js.Config.R < 1 {
-		tb.Fatalf("subtta.json: config %+v has no rank R", js.Config)
-	}
-	return js.Config
-}
 
 // Tolerances for the SubTTA fixtures, relative to the max of each tensor.
 type subttaTols struct {
@@ -47,11 +29,9 @@ func tolsFor(file string) subttaTols {
 	return subttaTols{forward: 1e-5, basis: 1e-4, grad: 1e-3, loss: 1e-5}
 }
 
-var subttaFiles = []string{"fixtures/subtta.safetensors", "fixtures/subtta_fp64.safetensors"}
-
-func textSubspaceFrom(t *testing.T, x *fx, cfg subttaConfig) *TextSubspace {
+func textSubspaceFrom(t *testing.T, x *fxt.File, cfg fxt.SubTTAConfig) *TextSubspace {
 	t.Helper()
-	ts, err := NewTextSubspace(x.dense("text.T"), SubspaceOptions{Rank: cfg.R, KeepTopPC: !cfg.RemoveFirstPC})
+	ts, err := NewTextSubspace(x.Dense("text.T"), SubspaceOptions{Rank: cfg.R, KeepTopPC: !cfg.RemoveFirstPC})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,23 +39,23 @@ func textSubspaceFrom(t *testing.T, x *fx, cfg subttaConfig) *TextSubspace {
 }
 
 func TestTextSubspaceFixture(t *testing.T) {
-	cfg := readSubTTAConfig(t)
-	for _, file := range subttaFiles {
+	cfg := fxt.ReadSubTTAConfig(t)
+	for _, file := range fxt.SubTTAFiles {
 		t.Run(file, func(t *testing.T) {
-			x := openFixture(t, file)
+			x := fxt.Open(t, file)
 			tol := tolsFor(file)
 			ts := textSubspaceFrom(t, x, cfg)
-			wantBT := x.dense("text.B_T")
+			wantBT := x.Dense("text.B_T")
 			if r, _ := wantBT.Dims(); ts.Rank() != r {
 				t.Fatalf("rank %d, fixture B_T has %d rows", ts.Rank(), r)
 			}
-			compare(t, "text.mean", ts.Mean, x.Vec("text.mean"), tol.forward, relTol)
-			compareDense(t, "text.Sigma_T", ts.Cov, x.dense("text.Sigma_T"), tol.forward, relTol)
-			compare(t, "text.singular_values", ts.SingularValues, x.Vec("text.singular_values"), tol.forward, relTol)
-			compareDense(t, "text.P_T", ts.Projector, x.dense("text.P_T"), tol.basis, relTol)
+			fxt.Compare(t, "text.mean", ts.Mean, x.Vec("text.mean"), tol.forward, fxt.Rel)
+			fxt.CompareDense(t, "text.Sigma_T", ts.Cov, x.Dense("text.Sigma_T"), tol.forward, fxt.Rel)
+			fxt.Compare(t, "text.singular_values", ts.SingularValues, x.Vec("text.singular_values"), tol.forward, fxt.Rel)
+			fxt.CompareDense(t, "text.P_T", ts.Projector, x.Dense("text.P_T"), tol.basis, fxt.Rel)
 			bt := mat.DenseCopyOf(ts.Basis)
 			SignNormalizeRows(bt)
-			compareDense(t, "text.B_T (sign-normalised)", bt, wantBT, tol.basis, relTol)
+			fxt.CompareDense(t, "text.B_T (sign-normalised)", bt, wantBT, tol.basis, fxt.Rel)
 		})
 	}
 }
@@ -86,9 +66,9 @@ func TestTextSubspaceFixture(t *testing.T) {
 func TestTextSubspaceRankDeficient(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	const c, d = 10, 32
-	tm := randDense(rng, c, d, 1)
+	tm := fxt.RandDense(rng, c, d, 1)
 	tm, _ = NormalizeRows(tm)
-	tc, _ := centerRows(tm)
+	tc, _ := CenterRows(tm)
 
 	def, err := NewTextSubspace(tm, SubspaceOptions{Rank: 256})
 	if err != nil {
@@ -127,12 +107,4 @@ func TestTextSubspaceRankDeficient(t *testing.T) {
 	if _, err := NewTextSubspace(mat.NewDense(1, d, nil), SubspaceOptions{Rank: 4}); err == nil {
 		t.Error("one class: no error")
 	}
-}
-
-func randDense(rng *rand.Rand, r, c int, sd float64) *mat.Dense {
-	data := make([]float64, r*c)
-	for i := range data {
-		data[i] = sd * rng.NormFloat64()
-	}
-	return mat.NewDense(r, c, data)
 }

@@ -1,4 +1,4 @@
-package tta
+package feature
 
 import (
 	"fmt"
@@ -22,7 +22,7 @@ type Projected struct {
 func Project(f mat.Matrix, p mat.Matrix, soft float64) (*Projected, error) {
 	_, d := f.Dims()
 	if pr, pc := p.Dims(); pr != d || pc != d {
-		return nil, fmt.Errorf("tta: project: projector is %d×%d, features have %d dims", pr, pc, d)
+		return nil, fmt.Errorf("feature: project: projector is %d×%d, features have %d dims", pr, pc, d)
 	}
 	var y mat.Dense
 	y.Mul(f, p.T())
@@ -64,48 +64,6 @@ func Head(f, t mat.Matrix, scale float64) (*mat.Dense, []int) {
 	fn, _ := NormalizeRows(f)
 	logits := Logits(fn, t, scale)
 	return logits, Argmax(logits)
-}
-
-// SubTTALoss selects the loss of SubTTA's second step (spec §1.3 step 6).
-type SubTTALoss int
-
-const (
-	// LossMint is the simplified MINT loss (BetweenClassScatterLoss), the
-	// default.
-	LossMint SubTTALoss = iota
-	// LossBATCLIP is the mean cosine between present class means
-	// (ClassMeanCosineLoss).
-	LossBATCLIP
-	// LossTent is the entropy of softmax(scale·z) over feature dimensions
-	// (FeatureEntropyLoss).
-	LossTent
-	// LossSource skips the second step.
-	LossSource
-)
-
-func (l SubTTALoss) String() string {
-	switch l {
-	case LossMint:
-		return "mint"
-	case LossBATCLIP:
-		return "batclip"
-	case LossTent:
-		return "tent"
-	case LossSource:
-		return "source"
-	}
-	return fmt.Sprintf("SubTTALoss(%d)", int(l))
-}
-
-// ParseSubTTALoss maps the official config names (mint, batclip, tent,
-// source) to a SubTTALoss.
-func ParseSubTTALoss(s string) (SubTTALoss, error) {
-	for l := LossMint; l <= LossSource; l++ {
-		if l.String() == s {
-			return l, nil
-		}
-	}
-	return 0, fmt.Errorf("tta: unknown SubTTA loss %q (want mint, batclip, tent or source)", s)
 }
 
 // BetweenClassScatterLoss is SubTTA's "mint" loss (LossMint), the SubTTA

@@ -1,4 +1,4 @@
-package tta
+package feature
 
 import (
 	"errors"
@@ -54,18 +54,18 @@ func (s *TextSubspace) Rank() int { r, _ := s.Basis.Dims(); return r }
 func NewTextSubspace(t mat.Matrix, opt SubspaceOptions) (*TextSubspace, error) {
 	c, d := t.Dims()
 	if c < 2 {
-		return nil, fmt.Errorf("tta: text subspace: need at least 2 classes, have %d", c)
+		return nil, fmt.Errorf("feature: text subspace: need at least 2 classes, have %d", c)
 	}
 	if opt.Rank < 1 {
-		return nil, fmt.Errorf("tta: text subspace: rank R=%d < 1", opt.Rank)
+		return nil, fmt.Errorf("feature: text subspace: rank R=%d < 1", opt.Rank)
 	}
-	tc, mean := centerRows(t)
+	tc, mean := CenterRows(t)
 	cov := mat.NewSymDense(d, nil)
 	cov.SymOuterK(1/(float64(c-1)+covEps), tc.T())
 
 	var svd mat.SVD
 	if !svd.Factorize(tc, mat.SVDThinV) {
-		return nil, errors.New("tta: text subspace: SVD of the centred text features did not converge")
+		return nil, errors.New("feature: text subspace: SVD of the centred text features did not converge")
 	}
 	sv := svd.Values(nil)
 	var v mat.Dense
@@ -90,7 +90,7 @@ func NewTextSubspace(t mat.Matrix, opt SubspaceOptions) (*TextSubspace, error) {
 	}
 	r = min(r, available-first)
 	if r < 1 {
-		return nil, fmt.Errorf("tta: text subspace: no direction left (R=%d, C=%d, %d usable components, first %d)", opt.Rank, c, available, first)
+		return nil, fmt.Errorf("feature: text subspace: no direction left (R=%d, C=%d, %d usable components, first %d)", opt.Rank, c, available, first)
 	}
 	basis := mat.NewDense(r, d, nil)
 	for i := range r {

@@ -1,4 +1,4 @@
-package tta
+package feature
 
 import (
 	"errors"
@@ -51,7 +51,7 @@ type Alignment struct {
 // features f (Fc = f minus its row mean), and Fc.
 func BatchCovariance(f mat.Matrix) (*mat.SymDense, *mat.Dense) {
 	b, d := f.Dims()
-	fc, _ := centerRows(f)
+	fc, _ := CenterRows(f)
 	s := mat.NewSymDense(d, nil)
 	s.SymOuterK(1/(float64(b-1)+covEps), fc.T())
 	for i := range d {
@@ -78,17 +78,17 @@ func BatchCovariance(f mat.Matrix) (*mat.SymDense, *mat.Dense) {
 func Align(f mat.Matrix, sigmaOld mat.Symmetric, text *TextSubspace, opt AlignOptions) (*Alignment, error) {
 	b, d := f.Dims()
 	if b < 1 {
-		return nil, errors.New("tta: align: empty batch")
+		return nil, errors.New("feature: align: empty batch")
 	}
 	if _, td := text.Basis.Dims(); td != d {
-		return nil, fmt.Errorf("tta: align: features have %d dims, text subspace %d", d, td)
+		return nil, fmt.Errorf("feature: align: features have %d dims, text subspace %d", d, td)
 	}
 	if sigmaOld.SymmetricDim() != d {
-		return nil, fmt.Errorf("tta: align: previous covariance is %d×%d, features have %d dims", sigmaOld.SymmetricDim(), sigmaOld.SymmetricDim(), d)
+		return nil, fmt.Errorf("feature: align: previous covariance is %d×%d, features have %d dims", sigmaOld.SymmetricDim(), sigmaOld.SymmetricDim(), d)
 	}
 	alpha := opt.Alpha
 	if !(alpha >= 0 && alpha <= 1) {
-		return nil, fmt.Errorf("tta: align: alpha %v outside [0, 1]", alpha)
+		return nil, fmt.Errorf("feature: align: alpha %v outside [0, 1]", alpha)
 	}
 	gapTol := opt.GapTol
 	if gapTol == 0 {
@@ -97,7 +97,7 @@ func Align(f mat.Matrix, sigmaOld mat.Symmetric, text *TextSubspace, opt AlignOp
 	r := text.Rank()
 	first := text.First
 	if first+r > d {
-		return nil, fmt.Errorf("tta: align: rank %d from component %d exceeds dimension %d", r, first, d)
+		return nil, fmt.Errorf("feature: align: rank %d from component %d exceeds dimension %d", r, first, d)
 	}
 
 	s, fc := BatchCovariance(f)
@@ -110,7 +110,7 @@ func Align(f mat.Matrix, sigmaOld mat.Symmetric, text *TextSubspace, opt AlignOp
 
 	dec, err := factorizeSym(sigma)
 	if err != nil {
-		return nil, fmt.Errorf("tta: align: eigendecomposition of the covariance: %w", err)
+		return nil, fmt.Errorf("feature: align: eigendecomposition of the covariance: %w", err)
 	}
 	// Descending order, eigenvectors as columns.
 	lam := make([]float64, d)
@@ -235,7 +235,7 @@ func (a *Aligner) Covariance() *mat.SymDense {
 func (a *Aligner) SetCovariance(sigma mat.Symmetric) error {
 	d := a.Text.Cov.SymmetricDim()
 	if sigma.SymmetricDim() != d {
-		return fmt.Errorf("tta: aligner: covariance is %d×%d, want %d×%d", sigma.SymmetricDim(), sigma.SymmetricDim(), d, d)
+		return fmt.Errorf("feature: aligner: covariance is %d×%d, want %d×%d", sigma.SymmetricDim(), sigma.SymmetricDim(), d, d)
 	}
 	s := mat.NewSymDense(d, nil)
 	s.CopySym(sigma)
@@ -278,3 +278,7 @@ func factorizeSym(a *mat.SymDense) (*symeig.Decomposition, error) {
 	}
 	return symeig.Factorize(a)
 }
+
+// SetGuardedGaps sets the count that GuardedGaps reports, for an Aligner
+// restored from a saved state.
+func (a *Aligner) SetGuardedGaps(n int) { a.guarded = n }

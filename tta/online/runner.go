@@ -1,4 +1,4 @@
-package tta
+package online
 
 import (
 	"encoding/json"
@@ -7,6 +7,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/subtta/subtta/tta"
+	"github.com/subtta/subtta/tta/feature"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -62,23 +64,28 @@ func (p Protocol) String() string {
 type RunnerConfig struct {
 	Protocol  Protocol
 	BatchSize int
-	// Shuffle orders every stream (each domain, or the pooled stream under
-	// Mixed) like Python's random.seed(Seed); random.shuffle(order), the
-	// official code's protocol with Seed 1 (see PythonShuffle). Without
+	// Shuffle orders every stream (each domain, and the pooled stream
+	// under Mixed) like Python's random.seed(Seed); random.shuffle(order),
+	// the official code's protocol with Seed 1 (see PythonShuffle). Without
 	// Shuffle the stream is in index order.
 	Shuffle bool
 	Seed    uint64
+	// Limit, when positive, keeps the first Limit samples of each domain's
+	// order (Limited gives the count).
+	Limit int
 	// Order, when set, gives the order explicitly (see ReadOrder) and
 	// overrides Shuffle: it is called with the stream name (the domain's,
-	// or "mixed") and length, and must return a permutation of 0…n−1 (for
-	// Mixed, indices into the domains' samples concatenated in order).
+	// or "mixed") and length, and must return a permutation of 0…n−1. A
+	// domain's order is then cut to Limit; under Mixed, each domain is
+	// shuffled (with Shuffle) and cut first, and Order orders the pool:
+	// indices into the domains' kept samples concatenated in order.
 	Order func(stream string, n int) ([]int, error)
 	// Log, when set, receives one JSON line per batch (BatchRecord).
 	Log io.Writer
 	// Text, when set, is the text subspace the geometric diagnostics are
 	// measured against (principal angles, semantic concentration); Head
 	// (C×d), when set, gives the cosine to the predicted class.
-	Text *TextSubspace
+	Text *feature.TextSubspace
 	Head mat.Matrix
 	// OnBatch, when set, is called after every batch with its record
 	// (diagnostics included, as for Log). An error stops the run and is
@@ -95,7 +102,7 @@ type RunnerConfig struct {
 // Runner evaluates a Method on a sequence of domains. The last partial
 // batch of each stream is kept.
 type Runner struct {
-	Method Method
+	Method tta.Method
 	Config RunnerConfig
 }
 
@@ -121,7 +128,7 @@ type BatchRecord struct {
 	Batch   int    `json:"batch"`  // index within the stream
 	Size    int    `json:"size"`
 	Correct int    `json:"correct"`
-	Diagnostics
+	tta.Diagnostics
 	// PrincipalCosines are the cosines of the principal angles between the
 	// visual basis and B_T: SubTTA's EMA basis when alignment ran, else the
 	// basis of the batch covariance of the prediction features (batches of
@@ -199,6 +206,7 @@ func (r *Runner) Run(domains []Domain) (*Report, error) {
 			if err != nil {
 				return nil, err
 			}
+			order = limit(order, c.Limit)
 			refs := make([]sampleRef, len(order))
 			for j, k := range order {
 				refs[j] = sampleRef{i, k}
@@ -213,7 +221,11 @@ func (r *Runner) Run(domains []Domain) (*Report, error) {
 		}
 		var all []sampleRef
 		for i, d := range domains {
-			for k := range d.Len() {
+			own := identity(d.Len())
+			if c.Shuffle {
+				own = PythonShuffle(d.Len(), c.Seed)
+			}
+			for _, k := range limit(own, c.Limit) {
 				all = append(all, sampleRef{i, k})
 			}
 		}
@@ -264,11 +276,31 @@ func (r *Runner) order(stream string, n int) ([]int, error) {
 	case c.Shuffle:
 		return PythonShuffle(n, c.Seed), nil
 	}
+	return identity(n), nil
+}
+
+func identity(n int) []int {
 	o := make([]int, n)
 	for i := range o {
 		o[i] = i
 	}
-	return o, nil
+	return o
+}
+
+func limit(order []int, n int) []int {
+	if n > 0 && n < len(order) {
+		return order[:n]
+	}
+	return order
+}
+
+// Limited is the number of samples a domain of n samples contributes to a
+// run with RunnerConfig.Limit limit.
+func Limited(n, limit int) int {
+	if limit > 0 && limit < n {
+		return limit
+	}
+	return n
 }
 
 // stream runs the method over refs in batches, scoring into results.
@@ -374,7 +406,7 @@ func (r *Runner) fetch(domains []Domain, batch []sampleRef, dst []float32) ([]fl
 }
 
 // diagnose adds the geometric diagnostics to rec.
-func (r *Runner) diagnose(rec *BatchRecord, res *Result) error {
+func (r *Runner) diagnose(rec *BatchRecord, res *tta.Result) error {
 	f := res.Features
 	if f == nil {
 		return nil
@@ -385,20 +417,20 @@ func (r *Runner) diagnose(rec *BatchRecord, res *Result) error {
 			bv = a.Basis
 		} else if n, _ := f.Dims(); n >= 2 {
 			// The basis of the batch covariance alone (α = 0).
-			a, err := Align(f, ts.Cov, ts, AlignOptions{})
+			a, err := feature.Align(f, ts.Cov, ts, feature.AlignOptions{})
 			if err != nil {
 				return err
 			}
 			bv = a.Basis
 		}
 		if bv != nil {
-			cos, err := PrincipalAngleCosines(bv, ts.Basis)
+			cos, err := feature.PrincipalAngleCosines(bv, ts.Basis)
 			if err != nil {
 				return err
 			}
 			rec.PrincipalCosines = cos
 		}
-		sc, err := SemanticConcentration(f, ts.Projector)
+		sc, err := feature.SemanticConcentration(f, ts.Projector)
 		if err != nil {
 			return err
 		}
@@ -406,7 +438,7 @@ func (r *Runner) diagnose(rec *BatchRecord, res *Result) error {
 		rec.SemanticConcentration = &m
 	}
 	if r.Config.Head != nil {
-		pc, err := PredictedClassCosine(f, r.Config.Head, res.Preds)
+		pc, err := feature.PredictedClassCosine(f, r.Config.Head, res.Preds)
 		if err != nil {
 			return err
 		}

@@ -1,4 +1,4 @@
-package tta
+package feature
 
 import (
 	"errors"
@@ -16,13 +16,13 @@ func PrincipalAngleCosines(bv, bt mat.Matrix) ([]float64, error) {
 	_, d1 := bv.Dims()
 	_, d2 := bt.Dims()
 	if d1 != d2 {
-		return nil, fmt.Errorf("tta: principal angles: bases have %d and %d columns", d1, d2)
+		return nil, fmt.Errorf("feature: principal angles: bases have %d and %d columns", d1, d2)
 	}
 	var c mat.Dense
 	c.Mul(bv, bt.T())
 	var svd mat.SVD
 	if !svd.Factorize(&c, mat.SVDNone) {
-		return nil, errors.New("tta: principal angles: SVD did not converge")
+		return nil, errors.New("feature: principal angles: SVD did not converge")
 	}
 	return svd.Values(nil), nil
 }
@@ -33,7 +33,7 @@ func PrincipalAngleCosines(bv, bt mat.Matrix) ([]float64, error) {
 func SemanticConcentration(f, p mat.Matrix) ([]float64, error) {
 	b, d := f.Dims()
 	if pr, pc := p.Dims(); pr != d || pc != d {
-		return nil, fmt.Errorf("tta: semantic concentration: projector is %d×%d, features have %d dims", pr, pc, d)
+		return nil, fmt.Errorf("feature: semantic concentration: projector is %d×%d, features have %d dims", pr, pc, d)
 	}
 	var y mat.Dense
 	y.Mul(f, p)
@@ -53,15 +53,15 @@ func PredictedClassCosine(f, t mat.Matrix, preds []int) ([]float64, error) {
 	b, d := f.Dims()
 	c, td := t.Dims()
 	if d != td {
-		return nil, fmt.Errorf("tta: predicted-class cosine: features have %d dims, text features %d", d, td)
+		return nil, fmt.Errorf("feature: predicted-class cosine: features have %d dims, text features %d", d, td)
 	}
 	if len(preds) != b {
-		return nil, fmt.Errorf("tta: predicted-class cosine: %d predictions for %d rows", len(preds), b)
+		return nil, fmt.Errorf("feature: predicted-class cosine: %d predictions for %d rows", len(preds), b)
 	}
 	out := make([]float64, b)
 	for i, y := range preds {
 		if y < 0 || y >= c {
-			return nil, fmt.Errorf("tta: predicted-class cosine: class %d outside [0, %d)", y, c)
+			return nil, fmt.Errorf("feature: predicted-class cosine: class %d outside [0, %d)", y, c)
 		}
 		v := mat.Row(nil, i, f)
 		w := mat.Row(nil, y, t)

@@ -1,4 +1,4 @@
-package tta
+package feature
 
 import (
 	"fmt"
@@ -6,44 +6,45 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/subtta/subtta/tta/internal/fxt"
 	"gonum.org/v1/gonum/mat"
 )
 
 // TestAlignFixture checks stage A of every batch from the stored F1 and
 // Sigma_old: S, Sigma, eigenvalues, B_V, L_align, dL/dS and dL/dF1.
 func TestAlignFixture(t *testing.T) {
-	cfg := readSubTTAConfig(t)
-	for _, file := range subttaFiles {
+	cfg := fxt.ReadSubTTAConfig(t)
+	for _, file := range fxt.SubTTAFiles {
 		t.Run(file, func(t *testing.T) {
-			x := openFixture(t, file)
+			x := fxt.Open(t, file)
 			tol := tolsFor(file)
 			ts := textSubspaceFrom(t, x, cfg)
 			for k := range x.Batches("b", "F1") {
 				b := fmt.Sprintf("b%d.", k)
 				if k == 0 {
 					// On the first batch the history is Σ_T.
-					compareDense(t, b+"Sigma_old = Sigma_T", x.dense(b+"Sigma_old"), mat.DenseCopyOf(ts.Cov), tol.forward, relTol)
+					fxt.CompareDense(t, b+"Sigma_old = Sigma_T", x.Dense(b+"Sigma_old"), mat.DenseCopyOf(ts.Cov), tol.forward, fxt.Rel)
 				}
-				res, err := Align(x.dense(b+"F1"), x.sym(b+"Sigma_old"), ts, AlignOptions{Alpha: cfg.Alpha})
+				res, err := Align(x.Dense(b+"F1"), x.Sym(b+"Sigma_old"), ts, AlignOptions{Alpha: cfg.Alpha})
 				if err != nil {
 					t.Fatal(err)
 				}
 				if res.GuardedGaps != 0 {
 					t.Errorf("%s: %d eigen-gaps guarded", b, res.GuardedGaps)
 				}
-				compareDense(t, b+"S", res.S, x.dense(b+"S"), tol.forward, relTol)
-				compareDense(t, b+"Sigma", res.Sigma, x.dense(b+"Sigma"), tol.forward, relTol)
-				compare(t, b+"eigvals", res.Eigvals, x.Vec(b+"eigvals"), tol.forward, relTol)
+				fxt.CompareDense(t, b+"S", res.S, x.Dense(b+"S"), tol.forward, fxt.Rel)
+				fxt.CompareDense(t, b+"Sigma", res.Sigma, x.Dense(b+"Sigma"), tol.forward, fxt.Rel)
+				fxt.Compare(t, b+"eigvals", res.Eigvals, x.Vec(b+"eigvals"), tol.forward, fxt.Rel)
 				// B_V's last row sits on a gap of ~8e-5·λ_max: compare the
 				// projector B_VᵀB_V at the gradient tolerance.
 				var pv, pvWant mat.Dense
 				pv.Mul(res.Basis.T(), res.Basis)
-				bv := x.dense(b + "B_V")
+				bv := x.Dense(b + "B_V")
 				pvWant.Mul(bv.T(), bv)
-				compareDense(t, b+"B_V projector", &pv, &pvWant, tol.grad, relTol)
-				compare(t, b+"L_align", []float64{res.Loss}, []float64{x.scalar(b + "L_align")}, tol.loss, relTol)
-				compareDense(t, b+"dL_dS", res.DLdS, x.dense(b+"dL_dS"), tol.grad, relTol)
-				compareDense(t, b+"dL_dF1", res.DLdF, x.dense(b+"dL_dF1"), tol.grad, relTol)
+				fxt.CompareDense(t, b+"B_V projector", &pv, &pvWant, tol.grad, fxt.Rel)
+				fxt.Compare(t, b+"L_align", []float64{res.Loss}, []float64{x.Scalar(b + "L_align")}, tol.loss, fxt.Rel)
+				fxt.CompareDense(t, b+"dL_dS", res.DLdS, x.Dense(b+"dL_dS"), tol.grad, fxt.Rel)
+				fxt.CompareDense(t, b+"dL_dF1", res.DLdF, x.Dense(b+"dL_dF1"), tol.grad, fxt.Rel)
 			}
 		})
 	}
@@ -52,28 +53,28 @@ func TestAlignFixture(t *testing.T) {
 // TestAlignerChain runs the stateful Aligner over the fp64 batches: the
 // history it keeps equals the stored Sigma_old of the next batch.
 func TestAlignerChain(t *testing.T) {
-	cfg := readSubTTAConfig(t)
-	x := openFixture(t, "fixtures/subtta_fp64.safetensors")
+	cfg := fxt.ReadSubTTAConfig(t)
+	x := fxt.Open(t, "fixtures/subtta_fp64.safetensors")
 	ts := textSubspaceFrom(t, x, cfg)
 	a := NewAligner(ts, AlignOptions{Alpha: cfg.Alpha})
 	for k := range x.Batches("b", "F1") {
 		b := fmt.Sprintf("b%d.", k)
-		compareDense(t, b+"Sigma_old (kept by Aligner)", a.Covariance(), x.dense(b+"Sigma_old"), 1e-9, relTol)
-		res, err := a.Step(x.dense(b + "F1"))
+		fxt.CompareDense(t, b+"Sigma_old (kept by Aligner)", a.Covariance(), x.Dense(b+"Sigma_old"), 1e-9, fxt.Rel)
+		res, err := a.Step(x.Dense(b + "F1"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		compare(t, b+"L_align (Aligner)", []float64{res.Loss}, []float64{x.scalar(b + "L_align")}, 1e-9, relTol)
+		fxt.Compare(t, b+"L_align (Aligner)", []float64{res.Loss}, []float64{x.Scalar(b + "L_align")}, 1e-9, fxt.Rel)
 	}
 	a.Reset()
-	compareDense(t, "Sigma after Reset = Sigma_T", a.Covariance(), mat.DenseCopyOf(ts.Cov), 0, absTol)
+	fxt.CompareDense(t, "Sigma after Reset = Sigma_T", a.Covariance(), mat.DenseCopyOf(ts.Cov), 0, fxt.Abs)
 
 	off := NewAligner(ts, AlignOptions{Alpha: 0})
-	if res, err := off.Step(x.dense("b0.F1")); res != nil || err != nil || off.Enabled() {
+	if res, err := off.Step(x.Dense("b0.F1")); res != nil || err != nil || off.Enabled() {
 		t.Errorf("alpha = 0: alignment ran (%v, %v)", res, err)
 	}
 	dis := NewAligner(ts, AlignOptions{Alpha: 0.5, Disabled: true})
-	if res, _ := dis.Step(x.dense("b0.F1")); res != nil {
+	if res, _ := dis.Step(x.Dense("b0.F1")); res != nil {
 		t.Error("Disabled: alignment ran")
 	}
 }
@@ -88,7 +89,7 @@ type alignProblem struct {
 }
 
 func newAlignProblem(rng *rand.Rand, b, d, c, rank int, alpha, gap float64, keepTop bool) alignProblem {
-	tm, _ := NormalizeRows(randDense(rng, c, d, 1))
+	tm, _ := NormalizeRows(fxt.RandDense(rng, c, d, 1))
 	ts, err := NewTextSubspace(tm, SubspaceOptions{Rank: rank, KeepTopPC: keepTop})
 	if err != nil {
 		panic(err)
@@ -96,7 +97,7 @@ func newAlignProblem(rng *rand.Rand, b, d, c, rank int, alpha, gap float64, keep
 	// The target Σ = Q diag(λ) Qᵀ, λ descending and spread over [1, 2],
 	// except that the boundary pair (First+r−1, First+r) is split by exactly
 	// gap. Σ_old is chosen so that α·Σ_old + (1−α)·S hits the target at F.
-	f := randDense(rng, b, d, 0.1)
+	f := fxt.RandDense(rng, b, d, 0.1)
 	s, _ := BatchCovariance(f)
 	q := randOrthogonal(rng, d)
 	lam := make([]float64, d)
@@ -120,7 +121,7 @@ func newAlignProblem(rng *rand.Rand, b, d, c, rank int, alpha, gap float64, keep
 
 func randOrthogonal(rng *rand.Rand, d int) *mat.Dense {
 	var qr mat.QR
-	qr.Factorize(randDense(rng, d, d, 1))
+	qr.Factorize(fxt.RandDense(rng, d, d, 1))
 	var q mat.Dense
 	qr.QTo(&q)
 	return &q
@@ -158,7 +159,7 @@ func TestAlignGradCheck(t *testing.T) {
 		}
 		// 1e-6: central differences of a smooth function at h=1e-6 are good to
 		// ~1e-9 relative; the margin covers the 1/gap curvature.
-		gradCheck(t, tc.name, p.f, p.loss, res.DLdF, 1e-6, 1e-6)
+		fxt.GradCheck(t, tc.name, p.f, p.loss, res.DLdF, 1e-6, 1e-6)
 	}
 }
 
@@ -187,11 +188,11 @@ func TestAlignSmallGap(t *testing.T) {
 		}
 		bnd := p.text.First + p.text.Rank()
 		gotGap := res.Eigvals[bnd-1] - res.Eigvals[bnd]
-		gradCheck(t, fmt.Sprintf("gap %.0e (λ_r−λ_r+1 of Σ = %.2g)", tc.gap, gotGap), p.f, p.loss, res.DLdF, 1e-7, tc.tol)
+		fxt.GradCheck(t, fmt.Sprintf("gap %.0e (λ_r−λ_r+1 of Σ = %.2g)", tc.gap, gotGap), p.f, p.loss, res.DLdF, 1e-7, tc.tol)
 		if tc.tol == 0 {
 			// Reported only: a step scaled to the gap recovers agreement while
 			// rounding (~1e-16/h) allows.
-			gradCheck(t, fmt.Sprintf("gap %.0e, step scaled to the gap", tc.gap), p.f, p.loss, res.DLdF, tc.gap/10, 0)
+			fxt.GradCheck(t, fmt.Sprintf("gap %.0e, step scaled to the gap", tc.gap), p.f, p.loss, res.DLdF, tc.gap/10, 0)
 		}
 		var mx float64
 		for _, v := range res.DLdF.RawMatrix().Data {
@@ -241,7 +242,7 @@ func TestAlignGapGuard(t *testing.T) {
 func TestAlignBadInput(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	p := newAlignProblem(rng, 6, 12, 9, 4, 0.5, 0.1, false)
-	if _, err := Align(randDense(rng, 6, 11, 1), p.sigmaOld, p.text, p.opt); err == nil {
+	if _, err := Align(fxt.RandDense(rng, 6, 11, 1), p.sigmaOld, p.text, p.opt); err == nil {
 		t.Error("wrong feature dimension: no error")
 	}
 	if _, err := Align(p.f, mat.NewSymDense(5, nil), p.text, p.opt); err == nil {

@@ -1,4 +1,4 @@
-package tta
+package feature
 
 import (
 	"fmt"
@@ -15,7 +15,7 @@ const normEps = 1e-12
 // float32 data (features as the model produces them).
 func DenseFromFloat32(rows, cols int, data []float32) (*mat.Dense, error) {
 	if rows <= 0 || cols <= 0 || len(data) != rows*cols {
-		return nil, fmt.Errorf("tta: %d values for a %d×%d matrix", len(data), rows, cols)
+		return nil, fmt.Errorf("feature: %d values for a %d×%d matrix", len(data), rows, cols)
 	}
 	out := make([]float64, len(data))
 	for i, v := range data {
@@ -92,8 +92,8 @@ func Argmax(m mat.Matrix) []int {
 	return out
 }
 
-// centerRows returns m minus its column means, and the means.
-func centerRows(m mat.Matrix) (*mat.Dense, []float64) {
+// CenterRows returns m minus its column means, and the means.
+func CenterRows(m mat.Matrix) (*mat.Dense, []float64) {
 	r, c := m.Dims()
 	out := mat.NewDense(r, c, nil)
 	out.Copy(m)
@@ -132,11 +132,11 @@ func scale(a []float64, s float64) {
 
 func checkLabels(labels []int, rows int, what string) error {
 	if len(labels) != rows {
-		return fmt.Errorf("tta: %s: %d labels for %d rows", what, len(labels), rows)
+		return fmt.Errorf("feature: %s: %d labels for %d rows", what, len(labels), rows)
 	}
 	for i, y := range labels {
 		if y < 0 {
-			return fmt.Errorf("tta: %s: negative label %d at row %d", what, y, i)
+			return fmt.Errorf("feature: %s: negative label %d at row %d", what, y, i)
 		}
 	}
 	return nil
@@ -162,10 +162,10 @@ func checkFeatures(f, t mat.Matrix, what string) error {
 	b, d := f.Dims()
 	c, td := t.Dims()
 	if b < 1 || c < 1 {
-		return fmt.Errorf("tta: %s: empty features (%d×%d) or text (%d×%d)", what, b, d, c, td)
+		return fmt.Errorf("feature: %s: empty features (%d×%d) or text (%d×%d)", what, b, d, c, td)
 	}
 	if d != td {
-		return fmt.Errorf("tta: %s: features have %d dims, text features %d", what, d, td)
+		return fmt.Errorf("feature: %s: features have %d dims, text features %d", what, d, td)
 	}
 	return nil
 }

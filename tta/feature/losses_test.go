@@ -1,10 +1,11 @@
-package tta
+package feature
 
 import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
 
+	"github.com/subtta/subtta/tta/internal/fxt"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -12,40 +13,40 @@ import (
 // logits_proj, pseudo-labels, L_mint, dL/dZ and dL/dF2; and stage C's head
 // from F3: logits and predictions.
 func TestStageBFixture(t *testing.T) {
-	cfg := readSubTTAConfig(t)
+	cfg := fxt.ReadSubTTAConfig(t)
 	if cfg.LossType != "mint" {
 		t.Fatalf("fixture loss_type %q: this test checks the mint loss", cfg.LossType)
 	}
-	for _, file := range subttaFiles {
+	for _, file := range fxt.SubTTAFiles {
 		t.Run(file, func(t *testing.T) {
-			x := openFixture(t, file)
+			x := fxt.Open(t, file)
 			tol := tolsFor(file)
 			ts := textSubspaceFrom(t, x, cfg)
-			text := x.dense("text.T")
+			text := x.Dense("text.T")
 			textN, _ := NormalizeRows(text)
-			logitScale := x.scalar("logit_scale_exp")
+			logitScale := x.Scalar("logit_scale_exp")
 			for k := range x.Batches("b", "F2") {
 				b := fmt.Sprintf("b%d.", k)
-				proj, err := Project(x.dense(b+"F2"), ts.Projector, 0)
+				proj, err := Project(x.Dense(b+"F2"), ts.Projector, 0)
 				if err != nil {
 					t.Fatal(err)
 				}
-				compareDense(t, b+"Z", proj.Z, x.dense(b+"Z"), tol.forward, relTol)
+				fxt.CompareDense(t, b+"Z", proj.Z, x.Dense(b+"Z"), tol.forward, fxt.Rel)
 				logits := Logits(proj.Z, textN, logitScale)
-				compareDense(t, b+"logits_proj", logits, x.dense(b+"logits_proj"), tol.forward, relTol)
+				fxt.CompareDense(t, b+"logits_proj", logits, x.Dense(b+"logits_proj"), tol.forward, fxt.Rel)
 				labels := Argmax(logits)
-				compareInts(t, b+"pseudo_labels", labels, x.ints(b+"pseudo_labels"))
+				fxt.CompareInts(t, b+"pseudo_labels", labels, x.Ints(b+"pseudo_labels"))
 				loss, dz, err := BetweenClassScatterLoss(proj.Z, labels)
 				if err != nil {
 					t.Fatal(err)
 				}
-				compare(t, b+"L_mint", []float64{loss}, []float64{x.scalar(b + "L_mint")}, tol.loss, relTol)
-				compareDense(t, b+"dL_dZ", dz, x.dense(b+"dL_dZ"), tol.forward, relTol)
-				compareDense(t, b+"dL_dF2", proj.Backward(dz), x.dense(b+"dL_dF2"), tol.forward, relTol)
+				fxt.Compare(t, b+"L_mint", []float64{loss}, []float64{x.Scalar(b + "L_mint")}, tol.loss, fxt.Rel)
+				fxt.CompareDense(t, b+"dL_dZ", dz, x.Dense(b+"dL_dZ"), tol.forward, fxt.Rel)
+				fxt.CompareDense(t, b+"dL_dF2", proj.Backward(dz), x.Dense(b+"dL_dF2"), tol.forward, fxt.Rel)
 
-				headLogits, preds := Head(x.dense(b+"F3"), text, logitScale)
-				compareDense(t, b+"logits (head)", headLogits, x.dense(b+"logits"), tol.forward, relTol)
-				compareInts(t, b+"preds", preds, x.ints(b+"preds"))
+				headLogits, preds := Head(x.Dense(b+"F3"), text, logitScale)
+				fxt.CompareDense(t, b+"logits (head)", headLogits, x.Dense(b+"logits"), tol.forward, fxt.Rel)
+				fxt.CompareInts(t, b+"preds", preds, x.Ints(b+"preds"))
 			}
 		})
 	}
@@ -56,21 +57,21 @@ func TestStageBFixture(t *testing.T) {
 func TestStageBGradCheck(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	const b, d, c = 7, 10, 6
-	tm, _ := NormalizeRows(randDense(rng, c, d, 1))
+	tm, _ := NormalizeRows(fxt.RandDense(rng, c, d, 1))
 	ts, err := NewTextSubspace(tm, SubspaceOptions{Rank: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := randDense(rng, b, d, 1)
+	f := fxt.RandDense(rng, b, d, 1)
 	labels := []int{0, 2, 2, 5, 0, 2, 1}
 	const h, tol = 1e-6, 1e-6
 
 	// Z = normalize(F·P (+λF)) followed by a fixed random linear read-out.
-	w := randDense(rng, b, d, 1)
+	w := fxt.RandDense(rng, b, d, 1)
 	for _, soft := range []float64{0, 0.3} {
 		pr, _ := Project(f, ts.Projector, soft)
 		lin := func(z *mat.Dense) float64 { return mat.Sum(elemMul(z, w)) }
-		gradCheck(t, fmt.Sprintf("projection soft=%v", soft), f, func(f *mat.Dense) float64 {
+		fxt.GradCheck(t, fmt.Sprintf("projection soft=%v", soft), f, func(f *mat.Dense) float64 {
 			p, _ := Project(f, ts.Projector, soft)
 			return lin(p.Z)
 		}, pr.Backward(w), h, tol)
@@ -81,7 +82,10 @@ func TestStageBGradCheck(t *testing.T) {
 		name string
 		fn   func(*mat.Dense) (float64, *mat.Dense)
 	}{
-		{"mint", func(z *mat.Dense) (float64, *mat.Dense) { l, g, _ := BetweenClassScatterLoss(z, labels); return l, g }},
+		{"mint", func(z *mat.Dense) (float64, *mat.Dense) {
+			l, g, _ := BetweenClassScatterLoss(z, labels)
+			return l, g
+		}},
 		{"class-mean cosine (batclip)", func(z *mat.Dense) (float64, *mat.Dense) {
 			l, g, _ := ClassMeanCosineLoss(z, labels)
 			return l, g
@@ -90,13 +94,13 @@ func TestStageBGradCheck(t *testing.T) {
 	}
 	for _, l := range losses {
 		_, g := l.fn(z)
-		gradCheck(t, l.name, z, func(z *mat.Dense) float64 { v, _ := l.fn(z); return v }, g, h, tol)
+		fxt.GradCheck(t, l.name, z, func(z *mat.Dense) float64 { v, _ := l.fn(z); return v }, g, h, tol)
 	}
 
 	// The whole chain F → Z → mint loss, as the lead wires it.
 	pr, _ := Project(f, ts.Projector, 0)
 	_, dz, _ := BetweenClassScatterLoss(pr.Z, labels)
-	gradCheck(t, "F → Z → mint", f, func(f *mat.Dense) float64 {
+	fxt.GradCheck(t, "F → Z → mint", f, func(f *mat.Dense) float64 {
 		p, _ := Project(f, ts.Projector, 0)
 		l, _, _ := BetweenClassScatterLoss(p.Z, labels)
 		return l
@@ -108,7 +112,7 @@ func TestStageBGradCheck(t *testing.T) {
 // exactly 0.
 func TestBetweenClassScatterLossIdentity(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
-	z := randDense(rng, 9, 5, 1)
+	z := fxt.RandDense(rng, 9, 5, 1)
 	labels := []int{3, 1, 3, 3, 7, 1, 7, 7, 7}
 	got, _, _ := BetweenClassScatterLoss(z, labels)
 	zbar := colMean(z, nil)
@@ -121,7 +125,7 @@ func TestBetweenClassScatterLossIdentity(t *testing.T) {
 		}
 	}
 	want /= 9
-	compare(t, "mint loss identity", []float64{got}, []float64{want}, 1e-14, relTol)
+	fxt.Compare(t, "mint loss identity", []float64{got}, []float64{want}, 1e-14, fxt.Rel)
 	for _, fn := range []func(mat.Matrix, []int) (float64, *mat.Dense, error){BetweenClassScatterLoss, ClassMeanCosineLoss} {
 		l, g, err := fn(z, make([]int, 9))
 		if err != nil || l != 0 || mat.Sum(g) != 0 || mat.Norm(g, 2) != 0 {
@@ -130,18 +134,6 @@ func TestBetweenClassScatterLossIdentity(t *testing.T) {
 		if _, _, err := fn(z, labels[:3]); err == nil {
 			t.Error("too few labels: no error")
 		}
-	}
-}
-
-func TestParseSubTTALoss(t *testing.T) {
-	for _, s := range []string{"mint", "batclip", "tent", "source"} {
-		l, err := ParseSubTTALoss(s)
-		if err != nil || l.String() != s {
-			t.Errorf("%q: %v %v", s, l, err)
-		}
-	}
-	if _, err := ParseSubTTALoss("entropy"); err == nil {
-		t.Error("unknown loss: no error")
 	}
 }
 

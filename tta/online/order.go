@@ -1,4 +1,4 @@
-package tta
+package online
 
 import (
 	"bufio"

@@ -1,0 +1,71 @@
+// Package feature is the model-free float64 math of test-time adaptation
+// on CLIP features: everything that works on image features F (B×d) and
+// text features T (C×d), with the gradients w.r.t. F that a method injects
+// into the model's tape. It imports neither the model nor the methods
+// (package tta); every function is checked against the PyTorch fixtures
+// without a model.
+//
+// # Contents
+//
+//   - The text subspace ([NewTextSubspace]): Σ_T, the thin SVD of the
+//     centred class embeddings, the basis B_T and the projector P_T.
+//   - The alignment step ([Align], [Aligner]): the batch covariance S, the
+//     EMA Σ = α·Σ_old + (1−α)·S, its float64 eigendecomposition, B_V, the
+//     chordal loss L_align = −‖B_V B_Tᵀ‖²_F/(r·max(1−α, 1e-6)) and its
+//     closed-form gradients ∂L/∂S and ∂L/∂F, with no SVD backward.
+//   - SubTTA's second step: [Project] (Z = normalize(F·P_T), optionally the
+//     paper's soft projection) with its backward, [Logits], [Argmax], and
+//     the losses [BetweenClassScatterLoss] ("mint"), [ClassMeanCosineLoss]
+//     ("batclip") and [FeatureEntropyLoss] ("tent"), each with ∂L/∂Z.
+//     [Head] is the zero-shot head that every method predicts with.
+//   - The baselines' losses: [TentLoss], [BATCLIPLoss] and [WATTLoss] (one
+//     template's loss of WATT), each with ∂L/∂F; MINT's per-domain class
+//     statistics with its loss and prediction, [MINTState]; and TDA's
+//     positive and negative caches, [TDACache], training-free.
+//   - Diagnostics: [PrincipalAngleCosines], [SemanticConcentration],
+//     [PredictedClassCosine].
+//
+// All feature-level math runs in float64 on gonum matrices; use
+// [DenseFromFloat32] and [Float32s] at the model boundary.
+//
+// # Code versus paper
+//
+// Where they disagree this package follows the official SubTTA code
+// (zhichenz98/SubTTA_EMNLP26 @3baa2a2; docs/method.md lists every point):
+//   - covariances are mean-centred and divided by n−1+1e-6; the image side
+//     uses the unnormalised image features, the text side the normalised
+//     text embeddings;
+//   - the EMA is Σ = α·Σ_old + (1−α)·S (α is the weight on history), and
+//     α = 0 turns the alignment step off ([AlignOptions]);
+//   - the top principal component is dropped in both bases and
+//     r = min(C−1, R) ([SubspaceOptions].KeepTopPC restores it);
+//   - the default loss is the simplified MINT loss
+//     ([BetweenClassScatterLoss]), not official MINT;
+//   - the prediction is the plain head on a third forward pass, not the
+//     projected logits of the paper's Algorithm 1;
+//   - the EMA covariance survives the reset between corruptions: an
+//     [Aligner] keeps it until Reset is called;
+//   - the "tent" variant takes the entropy over feature dimensions, as the
+//     code does.
+//
+// The soft projection is only suggested by the paper; Project's soft
+// argument provides it (0 reproduces the code).
+//
+// # Choices of this port
+//
+// Rank deficiency (CIFAR-10): with C=10 the centred text embeddings have
+// rank 9, but dropping the top component and taking r = 9 rows needs a
+// tenth direction, which the code takes from the null space (an arbitrary,
+// LAPACK-dependent direction). By default [NewTextSubspace] leaves
+// numerically null directions out, so CIFAR-10 uses principal components
+// 2–9 (r = 8); SubspaceOptions.KeepNullDirections reproduces the code's
+// count with whatever null direction the SVD returns.
+//
+// Eigen-gaps: ∂L/∂S divides by λ_k − λ_j for k inside and j outside the
+// basis. A gap below [AlignOptions].GapTol·λ_max (default [DefaultGapTol])
+// is clamped to that size, keeping its sign, and counted in
+// [Alignment].GuardedGaps. This only prevents Inf and NaN at exact ties: near
+// a tie the loss itself is barely differentiable and the gradient is large
+// (~1/gap) either way. On the fixtures the smallest boundary gap is about
+// 8e-5·λ_max and nothing is clamped.
+package feature

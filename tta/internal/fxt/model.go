@@ -1,0 +1,72 @@
+package fxt
+
+import (
+	"encoding/json"
+	"os"
+	"testing"
+
+	"github.com/subtta/subtta/clip"
+	"github.com/subtta/subtta/data"
+	"github.com/subtta/subtta/internal/fixture"
+)
+
+// TinyModel loads the fixture model (a fresh copy: Methods write its
+// LayerNorm parameters in place).
+func TinyModel(tb testing.TB, f64 bool) *clip.Model {
+	tb.Helper()
+	m, err := clip.Load(fixture.Path(tb, "fixtures/clip-tiny.openai.safetensors"), clip.Options{Float64: f64})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m
+}
+
+// Pixels returns the preprocessed images of tta_inputs.safetensors
+// (pixel_u8 [N,H,W,3], already resized and cropped) in batches of b (a last
+// partial batch is left out): float32(u8)/255, then (x−mean)/std in float32
+// with tta_inputs.json's mean and std, HWC→CHW, which is what data's CLIP
+// preprocessor does to an image of its output size.
+func Pixels(tb testing.TB, b int) [][]float32 {
+	tb.Helper()
+	x := Open(tb, "fixtures/tta_inputs.safetensors")
+	u8, shape, err := x.Uint8("pixel_u8")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if len(shape) != 4 || shape[3] != 3 || shape[1] != shape[2] {
+		tb.Fatalf("pixel_u8: shape %v, want [N, S, S, 3]", shape)
+	}
+	if shape[0] < b {
+		tb.Skipf("tta_inputs holds %d images, fewer than a batch of %d", shape[0], b)
+	}
+	var meta struct{ Mean, Std []float32 }
+	if raw, err := os.ReadFile(fixture.Path(tb, "fixtures/tta_inputs.json")); err != nil {
+		tb.Fatal(err)
+	} else if err := json.Unmarshal(raw, &meta); err != nil {
+		tb.Fatalf("tta_inputs.json: %v", err)
+	}
+	s := shape[1]
+	cfg := data.PreprocessConfig{Size: s}
+	if len(meta.Mean) == 3 && len(meta.Std) == 3 {
+		copy(cfg.Mean[:], meta.Mean)
+		copy(cfg.Std[:], meta.Std)
+	}
+	pre, err := data.NewPreprocessor(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var out [][]float32
+	for k := 0; k < shape[0]/b; k++ {
+		imgs := make([]*data.RGB, b)
+		for i := range imgs {
+			row := k*b + i
+			imgs[i] = &data.RGB{W: s, H: s, Pix: u8[row*s*s*3 : (row+1)*s*s*3]}
+		}
+		px, err := pre.Batch(nil, imgs)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		out = append(out, px)
+	}
+	return out
+}

@@ -1,0 +1,156 @@
+package tta
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+
+	"gonum.org/v1/gonum/mat"
+)
+
+// Errors of the registry, for errors.Is.
+var (
+	// ErrUnknownMethod: no registered method has the name.
+	ErrUnknownMethod = errors.New("tta: unknown method")
+	// ErrUnknownDataset: the dataset is not one of PresetDatasets, or the
+	// method has no setting for it.
+	ErrUnknownDataset = errors.New("tta: unknown dataset")
+)
+
+// A Registration is one method of the registry: its name, its preset for
+// each dataset and its constructor. Each method's file holds its own
+// registration; Register adds one.
+type Registration struct {
+	Name string
+	// About is a one-line description for help texts.
+	About string
+	// Preset fills in the method's settings for p.Dataset. p arrives with
+	// the dataset's defaults (DatasetDefaults: the batch size, the single
+	// template "a photo of a {}.") and its Method set. It returns an error
+	// wrapping ErrUnknownDataset when the method has no setting for the
+	// dataset.
+	Preset func(p *Preset) error
+	// New builds the method from a preset Preset filled in, the ensemble
+	// head (C×d, unit rows) and, with PerTemplateHeads, one head per
+	// template.
+	New func(m Model, p Preset, head mat.Matrix, templateHeads []mat.Matrix) (Method, error)
+}
+
+// builtinMethods are the methods of this package, in the order help texts
+// list them. Adding a method is a file with its type, config and
+// Registration, and one entry here.
+var builtinMethods = []Registration{
+	sourceMethod,
+	tentMethod,
+	batclipMethod,
+	mintMethod, mintOfficialMethod,
+	subttaMethod(LossSource), subttaMethod(LossTent), subttaMethod(LossBATCLIP), subttaMethod(LossMint),
+	wattMethod("watt-s", 2, 5), wattMethod("watt-lite", 1, 2),
+	tdaMethod,
+}
+
+var registry = struct {
+	sync.RWMutex
+	list []Registration
+}{list: slices.Clone(builtinMethods)}
+
+// Register adds a method to the registry. It refuses an empty name, a name
+// already registered, and a registration without Preset or New.
+func Register(r Registration) error {
+	if r.Name == "" || r.Preset == nil || r.New == nil {
+		return fmt.Errorf("tta: register %q: a method needs a name, Preset and New", r.Name)
+	}
+	registry.Lock()
+	defer registry.Unlock()
+	for _, e := range registry.list {
+		if e.Name == r.Name {
+			return fmt.Errorf("tta: register: method %q is already registered", r.Name)
+		}
+	}
+	registry.list = append(registry.list, r)
+	return nil
+}
+
+// Methods lists the registered method names, in registration order.
+func Methods() []string {
+	registry.RLock()
+	defer registry.RUnlock()
+	out := make([]string, len(registry.list))
+	for i, r := range registry.list {
+		out[i] = r.Name
+	}
+	return out
+}
+
+func registered(name string) (Registration, error) {
+	registry.RLock()
+	defer registry.RUnlock()
+	for _, r := range registry.list {
+		if r.Name == name {
+			return r, nil
+		}
+	}
+	return Registration{}, fmt.Errorf("%w %q (want one of %v)", ErrUnknownMethod, name, methodsLocked())
+}
+
+func methodsLocked() []string {
+	out := make([]string, len(registry.list))
+	for i, r := range registry.list {
+		out[i] = r.Name
+	}
+	return out
+}
+
+// PresetDatasets are the datasets that presets are defined for.
+var PresetDatasets = []string{"imagenet-c", "cifar10-c", "cifar100-c"}
+
+// DatasetDefaults returns the preset every method starts from on a
+// dataset: the official SubTTA code's batch size (64 on ImageNet-C, 200 on
+// CIFAR) and its single template "a photo of a {}.".
+func DatasetDefaults(dataset string) (Preset, error) {
+	batch := map[string]int{"imagenet-c": 64, "cifar10-c": 200, "cifar100-c": 200}[dataset]
+	if batch == 0 {
+		return Preset{}, fmt.Errorf("%w %q (want one of %v)", ErrUnknownDataset, dataset, PresetDatasets)
+	}
+	return Preset{Dataset: dataset, BatchSize: batch, Templates: []string{"a photo of a {}."}}, nil
+}
+
+// Lookup returns the preset of a registered method for a dataset. The
+// error wraps ErrUnknownMethod or ErrUnknownDataset.
+func Lookup(dataset, method string) (Preset, error) {
+	r, err := registered(method)
+	if err != nil {
+		return Preset{}, err
+	}
+	p, err := DatasetDefaults(dataset)
+	if err != nil {
+		return Preset{}, err
+	}
+	p.Method = method
+	if err := r.Preset(&p); err != nil {
+		return Preset{}, err
+	}
+	return p, nil
+}
+
+// noSetting is the error of a method without a setting for a dataset.
+func noSetting(method, dataset, why string) error {
+	return fmt.Errorf("%w: %s has no %s setting (%s)", ErrUnknownDataset, method, dataset, why)
+}
+
+// Presets lists every dataset/method pair Lookup accepts, sorted by
+// dataset, methods in registration order.
+func Presets() []Preset {
+	var out []Preset
+	for _, d := range PresetDatasets {
+		for _, m := range Methods() {
+			if p, err := Lookup(d, m); err == nil {
+				out = append(out, p)
+			}
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Dataset < out[j].Dataset })
+	return out
+}
