@@ -4,13 +4,11 @@ import (
 	"fmt"
 	"math"
 	"runtime"
-	"sync/atomic"
 
 	"github.com/subtta/subtta/autograd/kernel"
 )
 
 // device holds the kernel.Device set by SetDevice; nil for the CPU.
-var device atomic.Pointer[kernel.Device]
 
 // SetDevice makes float32 ops run their heavy parts on d (nil: the CPU,
 // the default):
@@ -38,21 +36,13 @@ var device atomic.Pointer[kernel.Device]
 // the blocks, float64) stays on the CPU. A
 // device error panics, as forward passes cannot return errors. Do not call
 // SetDevice while ops run.
-func SetDevice(d kernel.Device) {
-	if d == nil {
-		device.Store(nil)
-		return
-	}
-	device.Store(&d)
-}
+//
+// The device is kept by kernel.SetCurrent, where code that runs beside the
+// model without the tape (the float64 feature math) finds it too.
+func SetDevice(d kernel.Device) { kernel.SetCurrent(d) }
 
 // CurrentDevice returns the device set by SetDevice, or nil.
-func CurrentDevice() kernel.Device {
-	if d := device.Load(); d != nil {
-		return *d
-	}
-	return nil
-}
+func CurrentDevice() kernel.Device { return kernel.Current() }
 
 // devRun is one computation on a device: the buffers it allocated, freed by
 // close, and its first error, after which its calls do nothing.

@@ -3,6 +3,7 @@ package kernel
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 )
 
 // Device is memory and kernels apart from the CPU's, such as a GPU's
@@ -233,4 +234,26 @@ func hb(b Buf) []float32 {
 		panic(fmt.Sprintf("kernel: Host given a buffer of another device (%T)", b))
 	}
 	return s
+}
+
+// current is the device the model runs on (autograd.SetDevice), nil for
+// the CPU.
+var current atomic.Pointer[Device]
+
+// SetCurrent sets the device the model and the code beside it run on; nil
+// means the CPU. autograd.SetDevice calls it, and its rules apply.
+func SetCurrent(d Device) {
+	if d == nil {
+		current.Store(nil)
+		return
+	}
+	current.Store(&d)
+}
+
+// Current returns the device set by SetCurrent, or nil.
+func Current() Device {
+	if d := current.Load(); d != nil {
+		return *d
+	}
+	return nil
 }

@@ -7,7 +7,6 @@ import (
 
 	"gonum.org/v1/gonum/mat"
 
-	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/internal/symeig"
 )
@@ -255,12 +254,12 @@ func (a *Aligner) Reset() {
 func (a *Aligner) GuardedGaps() int { return a.guarded }
 
 // factorizeSym decomposes the covariance on the device set by
-// autograd.SetDevice when it can (kernel.SymmetricEigen: a GPU's cuSOLVER),
+// autograd.SetDevice (kernel.Current) when it can (kernel.SymmetricEigen: a GPU's cuSOLVER),
 // else on the CPU (internal/symeig). Both are float64; the decompositions
 // agree within rounding, and the loss and its gradient do not depend on the
 // eigenvectors' signs.
 func factorizeSym(a *mat.SymDense) (*symeig.Decomposition, error) {
-	if d, ok := autograd.CurrentDevice().(kernel.SymmetricEigen); ok {
+	if d, ok := kernel.Current().(kernel.SymmetricEigen); ok {
 		n := a.SymmetricDim()
 		full := make([]float64, n*n)
 		for i := range n {
