@@ -5,7 +5,7 @@ import (
 	"math"
 	"strings"
 
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/textenc"
 	"github.com/subtta/subtta/vit"
@@ -82,7 +82,7 @@ func VisionOnly(cfg *weights.CLIPConfig, v *vit.Model) *Model {
 // returns the unnormalised features [n, embed]. When a LayerNorm requires
 // gradients (SetVisionTrainable) the pass is recorded on the tape for
 // ag.Backward; otherwise it keeps nothing.
-func (m *Model) ImageFeatures(images mat.Tensor) mat.Tensor { return m.Vision.Forward(images, nil) }
+func (m *Model) ImageFeatures(images smat.Tensor) smat.Tensor { return m.Vision.Forward(images, nil) }
 
 // VisionLayerNorms returns the LayerNorms of the vision tower (ln_pre, each
 // block's ln_1 and ln_2, ln_post), the parameters test-time adaptation
@@ -97,7 +97,7 @@ func (m *Model) SetVisionTrainable(on bool) { m.Vision.SetTrainable(on) }
 
 // Float64 reports whether the model computes in float64.
 func (m *Model) Float64() bool {
-	_, ok := m.Vision.Proj.(*mat.Dense[float64])
+	_, ok := m.Vision.Proj.(*smat.Dense[float64])
 	return ok
 }
 
@@ -111,7 +111,7 @@ func (m *Model) InverseTemperature() float64 { return m.LogitScale }
 
 // Images wraps preprocessed images (n rows of C·H·W values, NCHW) as the
 // vision tower's input matrix, in the model's precision.
-func (m *Model) Images(pixels []float32, n int) (mat.Matrix, error) {
+func (m *Model) Images(pixels []float32, n int) (smat.Matrix, error) {
 	size := 3 * m.Config.Vision.ImageSize * m.Config.Vision.ImageSize
 	if n <= 0 || len(pixels) != n*size {
 		return nil, fmt.Errorf("clip: %d pixel values for %d images of %d×%d: want %d", len(pixels), n, m.Config.Vision.ImageSize, m.Config.Vision.ImageSize, n*size)
@@ -121,14 +121,14 @@ func (m *Model) Images(pixels []float32, n int) (mat.Matrix, error) {
 		for i, v := range pixels {
 			d[i] = float64(v)
 		}
-		return mat.NewDense[float64](mat.WithShape(n, size), mat.WithBacking(d)), nil
+		return smat.NewDense[float64](smat.WithShape(n, size), smat.WithBacking(d)), nil
 	}
-	return mat.NewDense[float32](mat.WithShape(n, size), mat.WithBacking(pixels)), nil
+	return smat.NewDense[float32](smat.WithShape(n, size), smat.WithBacking(pixels)), nil
 }
 
 // EncodeImage returns the unnormalised image features [n, embed] of
 // preprocessed images (n rows of C·H·W values).
-func (m *Model) EncodeImage(pixels []float32, n int) (mat.Tensor, error) {
+func (m *Model) EncodeImage(pixels []float32, n int) (smat.Tensor, error) {
 	x, err := m.Images(pixels, n)
 	if err != nil {
 		return nil, err
@@ -137,13 +137,13 @@ func (m *Model) EncodeImage(pixels []float32, n int) (mat.Tensor, error) {
 }
 
 // EncodeText returns the unnormalised text features [len(tokens), embed].
-func (m *Model) EncodeText(tokens [][]int) (mat.Tensor, error) {
+func (m *Model) EncodeText(tokens [][]int) (smat.Tensor, error) {
 	return m.Text.Forward(tokens, nil)
 }
 
 // Logits returns logit_scale · normalize(images) · normalize(texts)ᵀ
 // [images, texts]: CLIP's logits_per_image.
-func (m *Model) Logits(imageFeatures, textFeatures mat.Tensor) mat.Tensor {
+func (m *Model) Logits(imageFeatures, textFeatures smat.Tensor) smat.Tensor {
 	sim := autograd.MatMul(autograd.L2Normalize(imageFeatures), autograd.L2Normalize(textFeatures), false, true)
 	return autograd.Scale(sim, m.LogitScale)
 }
@@ -152,7 +152,7 @@ func (m *Model) Logits(imageFeatures, textFeatures mat.Tensor) mat.Tensor {
 type ZeroShot struct {
 	Classes []string
 	// Weights is [classes, embed], each row of unit norm.
-	Weights mat.Matrix
+	Weights smat.Matrix
 }
 
 // ZeroShotHead embeds every class name in every template ("a photo of a
@@ -201,15 +201,15 @@ func (m *Model) ZeroShotHead(tok textenc.Tokenizer, classes, templates []string)
 			row[j] /= n
 		}
 	}
-	var wm mat.Matrix
+	var wm smat.Matrix
 	if m.Float64() {
-		wm = mat.NewDense[float64](mat.WithShape(len(classes), embed), mat.WithBacking(w))
+		wm = smat.NewDense[float64](smat.WithShape(len(classes), embed), smat.WithBacking(w))
 	} else {
 		w32 := make([]float32, len(w))
 		for i, v := range w {
 			w32[i] = float32(v)
 		}
-		wm = mat.NewDense[float32](mat.WithShape(len(classes), embed), mat.WithBacking(w32))
+		wm = smat.NewDense[float32](smat.WithShape(len(classes), embed), smat.WithBacking(w32))
 	}
 	return &ZeroShot{Classes: append([]string(nil), classes...), Weights: wm}, nil
 }
@@ -217,7 +217,7 @@ func (m *Model) ZeroShotHead(tok textenc.Tokenizer, classes, templates []string)
 // ZeroShotWeights returns the class weights of ZeroShotHead alone
 // ([classes, embed], unit rows, in the model's precision): what a
 // classifier that does not need the class names takes.
-func (m *Model) ZeroShotWeights(tok textenc.Tokenizer, classes, templates []string) (mat.Matrix, error) {
+func (m *Model) ZeroShotWeights(tok textenc.Tokenizer, classes, templates []string) (smat.Matrix, error) {
 	z, err := m.ZeroShotHead(tok, classes, templates)
 	if err != nil {
 		return nil, err
@@ -235,13 +235,13 @@ func norm(x []float64) float64 {
 
 // Classify returns logit_scale · normalize(features) · Weightsᵀ
 // [images, classes] for image features from EncodeImage.
-func (m *Model) Classify(head *ZeroShot, imageFeatures mat.Tensor) mat.Tensor {
+func (m *Model) Classify(head *ZeroShot, imageFeatures smat.Tensor) smat.Tensor {
 	sim := autograd.MatMul(autograd.L2Normalize(imageFeatures), head.Weights, false, true)
 	return autograd.Scale(sim, m.LogitScale)
 }
 
 // Softmax returns the row-wise softmax of logits as float64 probabilities.
-func Softmax(logits mat.Tensor) [][]float64 {
+func Softmax(logits smat.Tensor) [][]float64 {
 	s := logits.Value().Shape()
 	v := logits.Value().Data().F64()
 	out := make([][]float64, s[0])
