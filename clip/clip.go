@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	smat "github.com/nlpodyssey/spago/mat"
+	"gonum.org/v1/gonum/mat"
+
 	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/textenc"
 	"github.com/subtta/subtta/vit"
@@ -233,11 +235,53 @@ func norm(x []float64) float64 {
 	return math.Sqrt(s)
 }
 
-// Classify returns logit_scale · normalize(features) · Weightsᵀ
-// [images, classes] for image features from EncodeImage.
+// Classify returns the zero-shot logits logit_scale · normalize(features) ·
+// Weightsᵀ [images, classes] of image features from EncodeImage: those of
+// ZeroShotLogits, in float64 whatever the model's precision, as a float64
+// tensor that is not recorded on the tape.
 func (m *Model) Classify(head *ZeroShot, imageFeatures smat.Tensor) smat.Tensor {
-	sim := autograd.MatMul(autograd.L2Normalize(imageFeatures), head.Weights, false, true)
-	return autograd.Scale(sim, m.LogitScale)
+	l := ZeroShotLogits(denseOf(imageFeatures.Value()), denseOf(head.Weights), m.LogitScale)
+	r, c := l.Dims()
+	return smat.NewDense[float64](smat.WithShape(r, c), smat.WithBacking(l.RawMatrix().Data))
+}
+
+// ZeroShotLogits returns scale · normalize(features) · weightsᵀ [images,
+// classes], every row of features (image features, [images, embed])
+// divided by max(‖row‖, 1e-12) as torch.nn.functional.normalize does, and
+// weights taken as given (a head's unit rows, [classes, embed]). It is the
+// one scorer of zero-shot logits: Classify (subtta classify, training's
+// accuracy) and serve's frozen answers run it, in float64 and in this order
+// of operations, which is the source method's (tta.Head), so all of them
+// give the same bits for the same features and head.
+func ZeroShotLogits(features, weights mat.Matrix, scale float64) *mat.Dense {
+	r, c := features.Dims()
+	fn := mat.NewDense(r, c, nil)
+	fn.Copy(features)
+	for i := range r {
+		row := fn.RawRowView(i)
+		var ss float64
+		for _, v := range row {
+			ss += v * v
+		}
+		inv := 1 / math.Max(math.Sqrt(ss), normEps)
+		for j := range row {
+			row[j] *= inv
+		}
+	}
+	var out mat.Dense
+	out.Mul(fn, weights.T())
+	out.Scale(scale, &out)
+	return &out
+}
+
+// normEps is the floor of torch.nn.functional.normalize's denominator.
+const normEps = 1e-12
+
+// denseOf returns the values of m in float64 as a gonum matrix (sharing
+// float64 data, converting any other).
+func denseOf(m smat.Tensor) *mat.Dense {
+	s := m.Shape()
+	return mat.NewDense(s[0], s[1], m.Data().F64())
 }
 
 // Softmax returns the row-wise softmax of logits as float64 probabilities.
