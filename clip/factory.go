@@ -96,8 +96,7 @@ func (s Spec) Architecture() (*weights.CLIPConfig, error) {
 // tower and the preprocessor of its vision tower.
 type Bundle struct {
 	Model *Model
-	// Preprocessor is CLIP's transform at the model's image size, with
-	// CLIP's mean and std (as data.NewCLIPPreprocessor).
+	// Preprocessor is the model's (Model.Preprocessor).
 	Preprocessor *data.Preprocessor
 	// Inferred reports that the checkpoint stores no architecture and none
 	// was given: the head counts were read off the tensor shapes (width/64,
@@ -140,7 +139,7 @@ func Create(s Spec) (*Bundle, error) {
 	} else if m, err = Load(s.Model, opt); err != nil {
 		return nil, err
 	}
-	pre, err := data.NewPreprocessor(data.PreprocessConfig{Size: m.Config.Vision.ImageSize})
+	pre, err := m.Preprocessor()
 	if err != nil {
 		return nil, fmt.Errorf("clip: %s: %w", s.Model, err)
 	}
@@ -150,6 +149,13 @@ func Create(s Spec) (*Bundle, error) {
 		Inferred:     m.Config.Inferred && arch == nil,
 		spec:         s,
 	}, nil
+}
+
+// Preprocessor returns the transform of m's vision tower: CLIP's resize,
+// center crop and normalisation with CLIP's mean and std at the tower's
+// image size (open_clip's preprocess_val).
+func (m *Model) Preprocessor() (*data.Preprocessor, error) {
+	return data.NewPreprocessor(data.PreprocessConfig{Size: m.Config.Vision.ImageSize})
 }
 
 // Tokenizer returns the tokenizer of m's text tower as s says (see

@@ -76,7 +76,11 @@ func newTrainer(cfg Config, train *Images, s *weights.State) (*Trainer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pretrain: %w", err)
 	}
-	t := &Trainer{Config: cfg, Model: m, train: train, pre: data.NewCLIPPreprocessor(cfg.Model.Vision.ImageSize)}
+	pre, err := m.Preprocessor()
+	if err != nil {
+		return nil, fmt.Errorf("pretrain: %w", err)
+	}
+	t := &Trainer{Config: cfg, Model: m, train: train, pre: pre}
 	t.scale = smat.NewDense[float32](smat.WithShape(1, 1), smat.WithBacking([]float32{ls}))
 	if t.Params, err = Params(m, t.scale); err != nil {
 		return nil, err
@@ -312,7 +316,10 @@ func ZeroShotAccuracy(ctx context.Context, m *clip.Model, tok textenc.Tokenizer,
 		n = limit
 		index = func(j int) int { return j * total / n }
 	}
-	pre := data.NewCLIPPreprocessor(m.Config.Vision.ImageSize)
+	pre, err := m.Preprocessor()
+	if err != nil {
+		return 0, err
+	}
 	const batch = 250
 	correct := 0
 	imgs := make([]*data.RGB, 0, batch)

@@ -128,10 +128,11 @@ func benchModel(path, configPath, arch string, stderr io.Writer) (string, *weigh
 		m, err := vit.Random(cfg, 1, vit.Options{})
 		return "ViT-B/32 vision tower, random weights", cfg, m, err
 	}
-	cm, err := loadModel(path, configPath, arch, stderr)
+	b, err := openModel(path, configPath, arch, "", stderr)
 	if err != nil {
 		return "", nil, nil, err
 	}
+	cm := b.Model
 	v := cm.Config.Vision
 	name := fmt.Sprintf("vision tower of %s (%d×%d, patch %d, %d blocks of width %d)", path,
 		v.ImageSize, v.ImageSize, v.PatchSize, v.Layers, v.Width)
