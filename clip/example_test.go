@@ -44,7 +44,10 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	pre := data.NewCLIPPreprocessor(m.Config.Vision.ImageSize) // Pillow-exact resize and crop
+	pre, err := m.Preprocessor() // Pillow-exact resize and crop
+	if err != nil {
+		log.Fatal(err)
+	}
 	px, err := pre.Transform(nil, img)
 	if err != nil {
 		log.Fatal(err)
