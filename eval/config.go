@@ -26,8 +26,10 @@ type Config struct {
 	// Arch, if set, names the model's architecture among open_clip's
 	// (weights.Arch), in place of ModelConfig.
 	Arch string `json:"arch,omitempty"`
-	// Vocab is the CLIP BPE vocabulary (see textenc.LoadBPETokenizer);
-	// the CLI finds or downloads one when empty.
+	// Vocab is the CLIP BPE vocabulary (see textenc.LoadBPETokenizer).
+	// When empty, byte-level models need none and a model folder holding
+	// one gives its own (clip.Spec.Vocab); the CLI also finds or downloads
+	// one.
 	Vocab string `json:"vocab,omitempty"`
 
 	// Dataset is the benchmark: "cifar10-c", "cifar100-c" or "imagenet-c".
