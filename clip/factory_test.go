@@ -22,9 +22,13 @@ func TestSpecArchitecture(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(good, b, 0o644)
+	if err := os.WriteFile(good, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	bad := filepath.Join(dir, "bad.json")
-	os.WriteFile(bad, []byte(`{"nothing": 1}`), 0o644)
+	if err := os.WriteFile(bad, []byte(`{"nothing": 1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name      string
 		spec      Spec
@@ -91,8 +95,13 @@ func TestCreate(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfgPath := filepath.Join(dir, "config.json")
-	cj, _ := json.Marshal(ref.Config)
-	os.WriteFile(cfgPath, cj, 0o644)
+	cj, err := json.Marshal(ref.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfgPath, cj, 0o644); err != nil {
+		t.Fatal(err)
+	}
 
 	b, err := Create(Spec{Model: bare})
 	if err != nil {
@@ -170,7 +179,9 @@ func TestSpecTokenizer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		os.WriteFile(filepath.Join(hfDir, f), raw, 0o644)
+		if err := os.WriteFile(filepath.Join(hfDir, f), raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	calls := 0
 	find := func() (string, error) { calls++; return bpe, nil }
