@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/nlpodyssey/spago/ag"
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 )
 
 // TestAllocsConstantPerStep runs the training step of test-time adaptation
@@ -36,14 +36,14 @@ func allocsConstantPerStep(t *testing.T, fused bool) {
 	xs := makeInputs[float32](ins, makeData(ins, 3))
 	xs[0].SetRequiresGrad(false) // the images do not need gradients in TTA
 	blocks := blocksFrom(asTensors(xs), 2, s.batch, s.heads, false)
-	var params []mat.Matrix
+	var params []smat.Matrix
 	for _, b := range blocks {
 		b.fused = fused
 		params = append(params, b.ln1.Parameters()...)
 		params = append(params, b.ln2.Parameters()...)
 	}
 	step := func() {
-		h := mat.Tensor(xs[0])
+		h := smat.Tensor(xs[0])
 		for _, b := range blocks {
 			h = b.forward(h)
 		}

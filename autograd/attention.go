@@ -6,7 +6,7 @@ import (
 	"math"
 	"slices"
 
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 	"github.com/subtta/subtta/autograd/kernel"
 )
 
@@ -20,7 +20,7 @@ import (
 // attends only to tokens 0…i. The heads are concatenated into the result
 // [batch·tokens, width], ready for the output projection (a separate Linear).
 // It panics if the shape does not split into batch sequences and heads.
-func SelfAttention(qkv mat.Tensor, batch, heads int, causal bool) mat.Tensor {
+func SelfAttention(qkv smat.Tensor, batch, heads int, causal bool) smat.Tensor {
 	rows, cols := dims(qkv)
 	if batch <= 0 || heads <= 0 || rows%batch != 0 || cols%3 != 0 || (cols/3)%heads != 0 {
 		panic(fmt.Sprintf("autograd: SelfAttention: qkv [%d, %d] does not split into %d sequences of 3×%d heads", rows, cols, batch, heads))
@@ -32,27 +32,27 @@ func SelfAttention(qkv mat.Tensor, batch, heads int, causal bool) mat.Tensor {
 }
 
 type attentionOp[T dtype] struct {
-	qkv      mat.Tensor
+	qkv      smat.Tensor
 	a        attention
-	operands []mat.Tensor
+	operands []smat.Tensor
 }
 
-func newAttention[T dtype](qkv mat.Tensor, batch, heads int, causal bool) *attentionOp[T] {
+func newAttention[T dtype](qkv smat.Tensor, batch, heads int, causal bool) *attentionOp[T] {
 	rows, cols := dims(qkv)
 	a := attention{batch: batch, tokens: rows / batch, heads: heads, width: cols / 3, causal: causal}
-	return &attentionOp[T]{qkv: qkv, a: a, operands: []mat.Tensor{qkv}}
+	return &attentionOp[T]{qkv: qkv, a: a, operands: []smat.Tensor{qkv}}
 }
 
-func (op *attentionOp[T]) Operands() []mat.Tensor { return op.operands }
+func (op *attentionOp[T]) Operands() []smat.Tensor { return op.operands }
 
-func (op *attentionOp[T]) Forward() (mat.Tensor, error) {
+func (op *attentionOp[T]) Forward() (smat.Tensor, error) {
 	a := op.a
 	out := make([]T, a.batch*a.tokens*a.width)
 	attend(a, values[T](op.qkv), out)
 	return newMatrix(out, a.batch*a.tokens, a.width), nil
 }
 
-func (op *attentionOp[T]) Backward(gy mat.Tensor) error {
+func (op *attentionOp[T]) Backward(gy smat.Tensor) error {
 	if !op.qkv.RequiresGrad() {
 		return nil
 	}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 	"github.com/subtta/subtta/autograd/kernel"
 )
 
@@ -27,10 +27,10 @@ type BlockParams struct {
 // Trace receives named intermediate results of a forward pass (copies, off
 // the tape): the stages of TransformerBlock, and those the towers emit. A
 // nil Trace ignores them.
-type Trace func(name string, t mat.Tensor)
+type Trace func(name string, t smat.Tensor)
 
 // Emit passes a named intermediate to the trace, if any.
-func (tr Trace) Emit(name string, t mat.Tensor) {
+func (tr Trace) Emit(name string, t smat.Tensor) {
 	if tr != nil {
 		tr(name, t)
 	}
@@ -39,10 +39,10 @@ func (tr Trace) Emit(name string, t mat.Tensor) {
 // Forward applies the block to x [batch·tokens, width] (TransformerBlock)
 // and traces its stages as prefix+"ln_1", … (see TransformerBlock) and the
 // result as prefix+"out": how both CLIP towers run their blocks.
-func (p *BlockParams) Forward(x mat.Tensor, batch int, prefix string, trace Trace) mat.Tensor {
+func (p *BlockParams) Forward(x smat.Tensor, batch int, prefix string, trace Trace) smat.Tensor {
 	var inner Trace
 	if trace != nil {
-		inner = func(name string, t mat.Tensor) { trace(prefix+name, t) }
+		inner = func(name string, t smat.Tensor) { trace(prefix+name, t) }
 	}
 	x = TransformerBlock(x, p, batch, inner)
 	trace.Emit(prefix+"out", x)
@@ -72,7 +72,7 @@ func (p *BlockParams) Forward(x mat.Tensor, batch int, prefix string, trace Trac
 // (the output projection), "after_attn" (x₁), "ln_2", "mlp_hidden" (after
 // the activation) and "mlp_out" (c_proj); they are off the tape. It panics
 // if the shapes do not fit.
-func TransformerBlock(x mat.Tensor, p *BlockParams, batch int, trace Trace) mat.Tensor {
+func TransformerBlock(x smat.Tensor, p *BlockParams, batch int, trace Trace) smat.Tensor {
 	return newBlock("TransformerBlock", x, p, batch, nil, trace)
 }
 
@@ -83,7 +83,7 @@ func TransformerBlock(x mat.Tensor, p *BlockParams, batch int, trace Trace) mat.
 // given rows alone, so pooling after a transformer's last block (the class
 // token of every image) costs a quarter of the block. It panics as
 // TransformerBlock does, or on a row out of range.
-func TransformerBlockRows(x mat.Tensor, p *BlockParams, batch int, rows []int) mat.Tensor {
+func TransformerBlockRows(x smat.Tensor, p *BlockParams, batch int, rows []int) smat.Tensor {
 	n, _ := dims(x)
 	for _, r := range rows {
 		if r < 0 || r >= n {
@@ -95,11 +95,11 @@ func TransformerBlockRows(x mat.Tensor, p *BlockParams, batch int, rows []int) m
 
 // newBlock checks the shapes and records a block op on the tape; sel are
 // the output rows (nil for all).
-func newBlock(name string, x mat.Tensor, p *BlockParams, batch int, sel []int, trace Trace) mat.Tensor {
+func newBlock(name string, x smat.Tensor, p *BlockParams, batch int, sel []int, trace Trace) smat.Tensor {
 	rows, w := dims(x)
 	mlp := p.FC.Out()
 	checkBlock(name, rows, w, p, batch)
-	operands := append([]mat.Tensor{x}, blockOperands(p)...)
+	operands := append([]smat.Tensor{x}, blockOperands(p)...)
 	a := attention{batch: batch, tokens: rows / batch, heads: p.Heads, width: w, causal: p.Causal}
 	out := rows
 	if sel != nil {
@@ -129,9 +129,9 @@ func checkBlock(name string, rows, w int, p *BlockParams, batch int) {
 }
 
 // blockOperands lists the block's parameters as operands of its op.
-func blockOperands(p *BlockParams) []mat.Tensor {
-	var operands []mat.Tensor
-	for _, ps := range [][]mat.Matrix{p.LN1.Parameters(), p.QKV.Parameters(), p.Out.Parameters(),
+func blockOperands(p *BlockParams) []smat.Tensor {
+	var operands []smat.Tensor
+	for _, ps := range [][]smat.Matrix{p.LN1.Parameters(), p.QKV.Parameters(), p.Out.Parameters(),
 		p.LN2.Parameters(), p.FC.Parameters(), p.Proj.Parameters()} {
 		for _, t := range ps {
 			operands = append(operands, t)
@@ -141,7 +141,7 @@ func blockOperands(p *BlockParams) []mat.Tensor {
 }
 
 type blockOp[T dtype] struct {
-	x        mat.Tensor
+	x        smat.Tensor
 	p        BlockParams
 	a        attention
 	rows     int   // of x
@@ -149,7 +149,7 @@ type blockOp[T dtype] struct {
 	sel      []int // the rows of x computed past the keys and values; nil for all
 	mlp      int
 	trace    Trace
-	operands []mat.Tensor
+	operands []smat.Tensor
 
 	// Kept for backward (pooled; released by Backward).
 	stats  *[]T // mean and rstd of ln_1 (2·rows values), then of ln_2 (2·out)
@@ -163,7 +163,7 @@ type blockOp[T dtype] struct {
 	dev *devBlock // instead of the above when the pass ran on a device
 }
 
-func (op *blockOp[T]) Operands() []mat.Tensor { return op.operands }
+func (op *blockOp[T]) Operands() []smat.Tensor { return op.operands }
 
 // emit passes a copy of v to the trace, if any.
 func (op *blockOp[T]) emit(name string, v []T, cols int) {
@@ -205,7 +205,7 @@ func gatherRows[T dtype](y, x []T, sel []int, w int) {
 	}
 }
 
-func (op *blockOp[T]) Forward() (mat.Tensor, error) {
+func (op *blockOp[T]) Forward() (smat.Tensor, error) {
 	r, o, w, m := op.rows, op.out, op.a.width, op.mlp
 	p := &op.p
 	keep := anyRequiresGrad(op.operands)
@@ -308,7 +308,7 @@ func (op *blockOp[T]) Forward() (mat.Tensor, error) {
 	return newMatrix(y, o, w), nil
 }
 
-func (op *blockOp[T]) Backward(gy mat.Tensor) error {
+func (op *blockOp[T]) Backward(gy smat.Tensor) error {
 	if op.spent {
 		panic("autograd: TransformerBlock: backward run twice through one graph")
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/nlpodyssey/spago/ag"
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 )
 
 // ViT-B/32 at 224×224: one residual block over a batch of 64 images.
@@ -17,7 +17,7 @@ const (
 	benchMLP    = 3072
 )
 
-func benchMatrix(rng *rand.Rand, rows, cols int, center, spread float32) *mat.Dense[float32] {
+func benchMatrix(rng *rand.Rand, rows, cols int, center, spread float32) *smat.Dense[float32] {
 	v := make([]float32, rows*cols)
 	for i := range v {
 		v[i] = center + spread*float32(rng.NormFloat64())
@@ -27,7 +27,7 @@ func benchMatrix(rng *rand.Rand, rows, cols int, center, spread float32) *mat.De
 
 // benchBlock builds the block with frozen float32 Linear weights and
 // trainable LayerNorms, and its input (which needs no gradient).
-func benchBlock() (*transformerBlock, *mat.Dense[float32]) {
+func benchBlock() (*transformerBlock, *smat.Dense[float32]) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	w := benchWidth
 	linear := func(out, in int) *LinearParams {

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/nlpodyssey/spago/ag"
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 )
 
 // fusedTol bounds max|fused − ops| / max|ops| per tensor in float32. The
@@ -35,8 +35,8 @@ func TestTransformerBlockMatchesOps(t *testing.T) {
 				b := blocksFrom(asTensors(xs), 1, s.batch, s.heads, c.causal)[0]
 				b.gelu = c.gelu
 				traced = map[string][]float32{}
-				trace := func(name string, t mat.Tensor) { traced[name] = slices.Clone(values[float32](t)) }
-				var y mat.Tensor
+				trace := func(name string, t smat.Tensor) { traced[name] = slices.Clone(values[float32](t)) }
+				var y smat.Tensor
 				if fused {
 					y = TransformerBlock(xs[0], b.params(), s.batch, trace)
 				} else {
@@ -120,7 +120,7 @@ func TestOffTapeWithoutGradients(t *testing.T) {
 		b := blocksFrom(asTensors(xs), 1, s.batch, s.heads, false)[0]
 		for _, c := range []struct {
 			name string
-			y    mat.Tensor
+			y    smat.Tensor
 		}{
 			{"TransformerBlock", TransformerBlock(xs[0], b.params(), s.batch, nil)},
 			{"LayerNorm", LayerNorm(xs[0], b.ln1)},
@@ -151,7 +151,7 @@ func TestTransformerBlockRowsMatchesBlock(t *testing.T) {
 			run := func(rows bool) (out []float32, grads [][]float32) {
 				xs := makeInputs[float32](ins, data)
 				p := blocksFrom(asTensors(xs), 1, s.batch, s.heads, c.causal)[0].params()
-				var y mat.Tensor
+				var y smat.Tensor
 				if rows {
 					y = TransformerBlockRows(xs[0], p, s.batch, sel)
 				} else {

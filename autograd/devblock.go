@@ -5,7 +5,7 @@ import (
 	"runtime"
 	"sync"
 
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 
 	"github.com/subtta/subtta/autograd/kernel"
 )
@@ -258,7 +258,7 @@ func (r *devRun) onesColumn(n int) kernel.Buf {
 }
 
 // accGrad downloads the n values of g and adds them to t's gradient.
-func (r *devRun) accGrad(t mat.Tensor, g kernel.Buf, n int) {
+func (r *devRun) accGrad(t smat.Tensor, g kernel.Buf, n int) {
 	buf := getBuf[float32](n)
 	defer putBuf(buf)
 	r.do(func() error { return r.d.Download(*buf, g) })

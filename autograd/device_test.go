@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/nlpodyssey/spago/ag"
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 	"github.com/subtta/subtta/autograd/kernel"
 )
 
@@ -229,7 +229,7 @@ func TestDeviceBlockWithGradients(t *testing.T) {
 			seed := makeData([]input{in(1, 257, false)}, 12)[0]
 			var d *countingDevice
 			var live []int // buffers allocated and not freed, after each pass
-			build := func() ([]*mat.Dense[float32], []*BlockParams) {
+			build := func() ([]*smat.Dense[float32], []*BlockParams) {
 				xs := makeInputs[float32](ins, data)
 				var ps []*BlockParams
 				for _, b := range blocksFrom(asTensors(xs), c.blocks, s.batch, s.heads, c.causal) {
@@ -245,8 +245,8 @@ func TestDeviceBlockWithGradients(t *testing.T) {
 				}
 				return xs, ps
 			}
-			pass := func(xs []*mat.Dense[float32], ps []*BlockParams) (y []float32, grads [][]float32) {
-				h := mat.Tensor(xs[0])
+			pass := func(xs []*smat.Dense[float32], ps []*BlockParams) (y []float32, grads [][]float32) {
+				h := smat.Tensor(xs[0])
 				for i, p := range ps {
 					if c.rows && i == len(ps)-1 {
 						h = TransformerBlockRows(h, p, s.batch, selectedRows(s))

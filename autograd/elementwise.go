@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 	"github.com/subtta/subtta/autograd/kernel"
 )
 
 // QuickGELU returns x·σ(1.702·x) elementwise, CLIP's MLP activation.
-func QuickGELU(x mat.Tensor) mat.Tensor {
+func QuickGELU(x smat.Tensor) smat.Tensor {
 	if is32("QuickGELU", x) {
 		return run(&activationOp[float32]{x: x, gelu: false})
 	}
@@ -17,7 +17,7 @@ func QuickGELU(x mat.Tensor) mat.Tensor {
 }
 
 // GELU returns the exact GELU x·Φ(x) = x·(1+erf(x/√2))/2 elementwise.
-func GELU(x mat.Tensor) mat.Tensor {
+func GELU(x smat.Tensor) smat.Tensor {
 	if is32("GELU", x) {
 		return run(&activationOp[float32]{x: x, gelu: true})
 	}
@@ -25,13 +25,13 @@ func GELU(x mat.Tensor) mat.Tensor {
 }
 
 type activationOp[T dtype] struct {
-	x    mat.Tensor
+	x    smat.Tensor
 	gelu bool // exact GELU; QuickGELU otherwise
 }
 
-func (op *activationOp[T]) Operands() []mat.Tensor { return []mat.Tensor{op.x} }
+func (op *activationOp[T]) Operands() []smat.Tensor { return []smat.Tensor{op.x} }
 
-func (op *activationOp[T]) Forward() (mat.Tensor, error) {
+func (op *activationOp[T]) Forward() (smat.Tensor, error) {
 	x := values[T](op.x)
 	y := make([]T, len(x))
 	if op.gelu {
@@ -43,7 +43,7 @@ func (op *activationOp[T]) Forward() (mat.Tensor, error) {
 	return newMatrix(y, r, c), nil
 }
 
-func (op *activationOp[T]) Backward(gy mat.Tensor) error {
+func (op *activationOp[T]) Backward(gy smat.Tensor) error {
 	if !op.x.RequiresGrad() {
 		return nil
 	}
@@ -61,7 +61,7 @@ func (op *activationOp[T]) Backward(gy mat.Tensor) error {
 
 // Add returns a + b for matrices of the same shape (a residual connection).
 // It panics if the shapes differ.
-func Add(a, b mat.Tensor) mat.Tensor {
+func Add(a, b smat.Tensor) smat.Tensor {
 	ra, ca := dims(a)
 	rb, cb := dims(b)
 	if ra != rb || ca != cb {
@@ -77,7 +77,7 @@ func Add(a, b mat.Tensor) mat.Tensor {
 // same y is added to each block of r consecutive rows. It adds a positional
 // embedding [tokens, width] to a batch of sequences [batch·tokens, width].
 // It panics if x's rows are not a multiple of y's or the widths differ.
-func AddTiled(x, y mat.Tensor) mat.Tensor {
+func AddTiled(x, y smat.Tensor) smat.Tensor {
 	rx, cx := dims(x)
 	ry, cy := dims(y)
 	if cx != cy || ry == 0 || rx%ry != 0 {
@@ -90,13 +90,13 @@ func AddTiled(x, y mat.Tensor) mat.Tensor {
 }
 
 type addOp[T dtype] struct {
-	a, b  mat.Tensor
+	a, b  smat.Tensor
 	tiled bool // b's rows repeat down a
 }
 
-func (op *addOp[T]) Operands() []mat.Tensor { return []mat.Tensor{op.a, op.b} }
+func (op *addOp[T]) Operands() []smat.Tensor { return []smat.Tensor{op.a, op.b} }
 
-func (op *addOp[T]) Forward() (mat.Tensor, error) {
+func (op *addOp[T]) Forward() (smat.Tensor, error) {
 	a, b := values[T](op.a), values[T](op.b)
 	y := make([]T, len(a))
 	if op.tiled {
@@ -110,7 +110,7 @@ func (op *addOp[T]) Forward() (mat.Tensor, error) {
 	return newMatrix(y, r, c), nil
 }
 
-func (op *addOp[T]) Backward(gy mat.Tensor) error {
+func (op *addOp[T]) Backward(gy smat.Tensor) error {
 	if op.a.RequiresGrad() {
 		op.a.AccGrad(gy) // copied or added by AccGrad, never kept
 	}
@@ -131,7 +131,7 @@ func (op *addOp[T]) Backward(gy mat.Tensor) error {
 }
 
 // Scale returns alpha·x (alpha a constant, such as CLIP's logit scale).
-func Scale(x mat.Tensor, alpha float64) mat.Tensor {
+func Scale(x smat.Tensor, alpha float64) smat.Tensor {
 	if is32("Scale", x) {
 		return run(&scaleOp[float32]{x: x, alpha: alpha})
 	}
@@ -139,13 +139,13 @@ func Scale(x mat.Tensor, alpha float64) mat.Tensor {
 }
 
 type scaleOp[T dtype] struct {
-	x     mat.Tensor
+	x     smat.Tensor
 	alpha float64
 }
 
-func (op *scaleOp[T]) Operands() []mat.Tensor { return []mat.Tensor{op.x} }
+func (op *scaleOp[T]) Operands() []smat.Tensor { return []smat.Tensor{op.x} }
 
-func (op *scaleOp[T]) Forward() (mat.Tensor, error) {
+func (op *scaleOp[T]) Forward() (smat.Tensor, error) {
 	x := values[T](op.x)
 	y := make([]T, len(x))
 	kernel.Scale(y, T(op.alpha), x)
@@ -153,7 +153,7 @@ func (op *scaleOp[T]) Forward() (mat.Tensor, error) {
 	return newMatrix(y, r, c), nil
 }
 
-func (op *scaleOp[T]) Backward(gy mat.Tensor) error {
+func (op *scaleOp[T]) Backward(gy smat.Tensor) error {
 	if !op.x.RequiresGrad() {
 		return nil
 	}
@@ -168,7 +168,7 @@ func (op *scaleOp[T]) Backward(gy mat.Tensor) error {
 // ExpScale returns exp(t)·x for a 1×1 tensor t: CLIP's logits with a
 // learned temperature, logit_scale.exp() · similarities. Both operands may
 // require gradients: ∂/∂x = exp(t)·dy and ∂/∂t = Σ dy·y.
-func ExpScale(x, t mat.Tensor) mat.Tensor {
+func ExpScale(x, t smat.Tensor) smat.Tensor {
 	if r, c := dims(t); r*c != 1 {
 		panic(fmt.Sprintf("autograd: ExpScale: scale is [%d, %d], want one value", r, c))
 	}
@@ -179,15 +179,15 @@ func ExpScale(x, t mat.Tensor) mat.Tensor {
 }
 
 type expScaleOp[T dtype] struct {
-	x, t mat.Tensor
+	x, t smat.Tensor
 	y    []T
 }
 
-func (op *expScaleOp[T]) Operands() []mat.Tensor { return []mat.Tensor{op.x, op.t} }
+func (op *expScaleOp[T]) Operands() []smat.Tensor { return []smat.Tensor{op.x, op.t} }
 
 func (op *expScaleOp[T]) scale() T { return T(math.Exp(float64(values[T](op.t)[0]))) }
 
-func (op *expScaleOp[T]) Forward() (mat.Tensor, error) {
+func (op *expScaleOp[T]) Forward() (smat.Tensor, error) {
 	x := values[T](op.x)
 	op.y = make([]T, len(x))
 	kernel.Scale(op.y, op.scale(), x)
@@ -195,7 +195,7 @@ func (op *expScaleOp[T]) Forward() (mat.Tensor, error) {
 	return newMatrix(op.y, r, c), nil
 }
 
-func (op *expScaleOp[T]) Backward(gy mat.Tensor) error {
+func (op *expScaleOp[T]) Backward(gy smat.Tensor) error {
 	dy := values[T](gy)
 	if op.t.RequiresGrad() {
 		var s float64

@@ -4,12 +4,12 @@ import (
 	"fmt"
 
 	"github.com/nlpodyssey/spago/ag"
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 	"github.com/subtta/subtta/autograd"
 )
 
-func matrix(rows, cols int, v ...float32) *mat.Dense[float32] {
-	return mat.NewDense[float32](mat.WithShape(rows, cols), mat.WithBacking(v))
+func matrix(rows, cols int, v ...float32) *smat.Dense[float32] {
+	return smat.NewDense[float32](smat.WithShape(rows, cols), smat.WithBacking(v))
 }
 
 // A LayerNorm with trainable parameters, a frozen linear classifier and the

@@ -7,7 +7,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/nlpodyssey/spago/ag"
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 )
 
 // GradcheckStep is the default finite-difference step. In float64 the
@@ -40,7 +40,7 @@ type GradError struct {
 //
 // It returns the worst error of each input, in order. The cost is two
 // forward passes per input element: keep the inputs small.
-func Gradcheck(build func() mat.Tensor, inputs []*mat.Dense[float64], step float64) ([]GradError, error) {
+func Gradcheck(build func() smat.Tensor, inputs []*smat.Dense[float64], step float64) ([]GradError, error) {
 	if step == 0 {
 		step = GradcheckStep
 	}
@@ -65,14 +65,14 @@ func Gradcheck(build func() mat.Tensor, inputs []*mat.Dense[float64], step float
 	for i := range r {
 		r[i] = rng.Float64()*2 - 1
 	}
-	objective := func(t mat.Tensor) float64 {
+	objective := func(t smat.Tensor) float64 {
 		var s float64
 		for i, v := range values[float64](t) {
 			s += v * r[i]
 		}
 		return s
 	}
-	out.AccGrad(mat.NewDense[float64](mat.WithShape(out.Value().Shape()...), mat.WithBacking(r)))
+	out.AccGrad(smat.NewDense[float64](smat.WithShape(out.Value().Shape()...), smat.WithBacking(r)))
 	if err := ag.Backward(out); err != nil {
 		return nil, fmt.Errorf("autograd: Gradcheck: backward: %w", err)
 	}

@@ -3,7 +3,7 @@ package autograd
 import (
 	"fmt"
 
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 	"github.com/subtta/subtta/autograd/kernel"
 )
 
@@ -12,14 +12,14 @@ import (
 // They are frozen unless marked trainable (SetTrainable), which is how
 // test-time adaptation selects what it updates.
 type LayerNormParams struct {
-	Gamma mat.Matrix
-	Beta  mat.Matrix
+	Gamma smat.Matrix
+	Beta  smat.Matrix
 	Eps   float64 // added to the variance; PyTorch's default is 1e-5
 }
 
 // NewLayerNormParams returns LayerNorm parameters. It panics if gamma and
 // beta differ in size or element type.
-func NewLayerNormParams(gamma, beta mat.Matrix, eps float64) *LayerNormParams {
+func NewLayerNormParams(gamma, beta smat.Matrix, eps float64) *LayerNormParams {
 	if gamma.Size() != beta.Size() {
 		panic(fmt.Sprintf("autograd: NewLayerNormParams: gamma has %d values, beta %d", gamma.Size(), beta.Size()))
 	}
@@ -34,11 +34,11 @@ func (p *LayerNormParams) SetTrainable(trainable bool) {
 }
 
 // Parameters lists gamma and beta, for an optimizer.
-func (p *LayerNormParams) Parameters() []mat.Matrix { return []mat.Matrix{p.Gamma, p.Beta} }
+func (p *LayerNormParams) Parameters() []smat.Matrix { return []smat.Matrix{p.Gamma, p.Beta} }
 
 // LayerNorm normalises every row of x [rows, n] (biased variance, p.Eps)
 // and applies gamma and beta. It panics if n is not the parameters' size.
-func LayerNorm(x mat.Tensor, p *LayerNormParams) mat.Tensor {
+func LayerNorm(x smat.Tensor, p *LayerNormParams) smat.Tensor {
 	_, cols := dims(x)
 	if cols != p.Gamma.Size() {
 		panic(fmt.Sprintf("autograd: LayerNorm: input has %d columns, parameters have %d", cols, p.Gamma.Size()))
@@ -50,21 +50,21 @@ func LayerNorm(x mat.Tensor, p *LayerNormParams) mat.Tensor {
 }
 
 type layerNormOp[T dtype] struct {
-	x          mat.Tensor
+	x          smat.Tensor
 	p          *LayerNormParams
 	rows, cols int
 	mean, rstd []T
-	operands   []mat.Tensor
+	operands   []smat.Tensor
 }
 
-func newLayerNorm[T dtype](x mat.Tensor, p *LayerNormParams) *layerNormOp[T] {
+func newLayerNorm[T dtype](x smat.Tensor, p *LayerNormParams) *layerNormOp[T] {
 	rows, cols := dims(x)
-	return &layerNormOp[T]{x: x, p: p, rows: rows, cols: cols, operands: []mat.Tensor{x, p.Gamma, p.Beta}}
+	return &layerNormOp[T]{x: x, p: p, rows: rows, cols: cols, operands: []smat.Tensor{x, p.Gamma, p.Beta}}
 }
 
-func (op *layerNormOp[T]) Operands() []mat.Tensor { return op.operands }
+func (op *layerNormOp[T]) Operands() []smat.Tensor { return op.operands }
 
-func (op *layerNormOp[T]) Forward() (mat.Tensor, error) {
+func (op *layerNormOp[T]) Forward() (smat.Tensor, error) {
 	y := make([]T, op.rows*op.cols)
 	stats := make([]T, 2*op.rows)
 	op.mean, op.rstd = stats[:op.rows], stats[op.rows:]
@@ -72,7 +72,7 @@ func (op *layerNormOp[T]) Forward() (mat.Tensor, error) {
 	return newMatrix(y, op.rows, op.cols), nil
 }
 
-func (op *layerNormOp[T]) Backward(gy mat.Tensor) error {
+func (op *layerNormOp[T]) Backward(gy smat.Tensor) error {
 	n := op.rows * op.cols
 	var dx, dg, db []T
 	var bufX, bufP *[]T

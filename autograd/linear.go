@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 	"github.com/subtta/subtta/autograd/kernel"
 )
 
@@ -15,8 +15,8 @@ import (
 // scratch, unless KeepPacked is set: then a frozen weight is packed once
 // per layout and kept.
 type LinearParams struct {
-	Weight mat.Matrix // [out, in]
-	Bias   mat.Matrix // out values (any shape of that size), or nil for no bias
+	Weight smat.Matrix // [out, in]
+	Bias   smat.Matrix // out values (any shape of that size), or nil for no bias
 
 	packs *weightPacks // nil unless KeepPacked
 }
@@ -85,7 +85,7 @@ func (p *LinearParams) packed32(trans bool, w []float32) (pk *kernel.PackedB, ke
 
 // NewLinearParams returns the parameters of a layer with weight w [out, in]
 // and bias b (out values, or nil). It panics if the shapes disagree.
-func NewLinearParams(w, b mat.Matrix) *LinearParams {
+func NewLinearParams(w, b smat.Matrix) *LinearParams {
 	p := &LinearParams{Weight: w, Bias: b}
 	if b != nil && b.Size() != p.Out() {
 		panic(fmt.Sprintf("autograd: NewLinearParams: bias has %d values, weight has %d rows", b.Size(), p.Out()))
@@ -103,18 +103,18 @@ func (p *LinearParams) In() int { _, c := dims(p.Weight); return c }
 func (p *LinearParams) Out() int { r, _ := dims(p.Weight); return r }
 
 // Parameters lists the weight and the bias (if any), for an optimizer.
-func (p *LinearParams) Parameters() []mat.Matrix {
+func (p *LinearParams) Parameters() []smat.Matrix {
 	if p.Bias == nil {
-		return []mat.Matrix{p.Weight}
+		return []smat.Matrix{p.Weight}
 	}
-	return []mat.Matrix{p.Weight, p.Bias}
+	return []smat.Matrix{p.Weight, p.Bias}
 }
 
 // Linear returns x·Wᵀ + b for x [rows, in]: a [rows, out] matrix. The input
 // always gets its gradient when it requires one; W and b get theirs when
 // they require gradients (trainable).
 // It panics if x's width is not the layer's input size.
-func Linear(x mat.Tensor, p *LinearParams) mat.Tensor {
+func Linear(x smat.Tensor, p *LinearParams) smat.Tensor {
 	if sameType("Linear", x, p.Weight, p.Bias) {
 		return newLinear[float32](x, p)
 	}
@@ -122,34 +122,34 @@ func Linear(x mat.Tensor, p *LinearParams) mat.Tensor {
 }
 
 type linearOp[T dtype] struct {
-	x             mat.Tensor
+	x             smat.Tensor
 	p             *LinearParams
 	rows, in, out int
-	operands      []mat.Tensor
+	operands      []smat.Tensor
 }
 
-func newLinear[T dtype](x mat.Tensor, p *LinearParams) mat.Tensor {
+func newLinear[T dtype](x smat.Tensor, p *LinearParams) smat.Tensor {
 	rows, in := dims(x)
 	if in != p.In() {
 		panic(fmt.Sprintf("autograd: Linear: input has %d columns, weight expects %d", in, p.In()))
 	}
 	op := &linearOp[T]{x: x, p: p, rows: rows, in: in, out: p.Out()}
-	op.operands = []mat.Tensor{x, p.Weight}
+	op.operands = []smat.Tensor{x, p.Weight}
 	if p.Bias != nil {
 		op.operands = append(op.operands, p.Bias)
 	}
 	return run(op)
 }
 
-func (op *linearOp[T]) Operands() []mat.Tensor { return op.operands }
+func (op *linearOp[T]) Operands() []smat.Tensor { return op.operands }
 
-func (op *linearOp[T]) Forward() (mat.Tensor, error) {
+func (op *linearOp[T]) Forward() (smat.Tensor, error) {
 	y := make([]T, op.rows*op.out)
 	linearInto(op.p, op.rows, values[T](op.x), y)
 	return newMatrix(y, op.rows, op.out), nil
 }
 
-func (op *linearOp[T]) Backward(gy mat.Tensor) error {
+func (op *linearOp[T]) Backward(gy smat.Tensor) error {
 	dy := values[T](gy)
 	if op.x.RequiresGrad() {
 		buf := getBuf[T](op.rows * op.in)

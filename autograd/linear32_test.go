@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 )
 
 // TestLinear32 checks the float32 linear layer's two products, y = x·Wᵀ + b
@@ -23,8 +23,8 @@ func TestLinear32(t *testing.T) {
 			t.Run(fmt.Sprintf("keep=%v/k=%d", keep, k), func(t *testing.T) {
 				const m, n = 37, 45
 				x, w, b, dy := randSlice32(r, m*k), randSlice32(r, n*k), randSlice32(r, n), randSlice32(r, m*n)
-				p := NewLinearParams(mat.NewDense[float32](mat.WithShape(n, k), mat.WithBacking(w)),
-					mat.NewDense[float32](mat.WithShape(n), mat.WithBacking(b)))
+				p := NewLinearParams(smat.NewDense[float32](smat.WithShape(n, k), smat.WithBacking(w)),
+					smat.NewDense[float32](smat.WithShape(n), smat.WithBacking(b)))
 				p.KeepPacked(keep)
 				for range 2 { // with keep, the second call reads the kept packs
 					y, dx := make([]float32, m*n), make([]float32, m*k)
@@ -45,7 +45,7 @@ func TestKeepPacked(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 1))
 	const m, n, k = 13, 40, 70
 	x, w, dy := randSlice32(r, m*k), randSlice32(r, n*k), randSlice32(r, m*n)
-	weight := mat.NewDense[float32](mat.WithShape(n, k), mat.WithBacking(w))
+	weight := smat.NewDense[float32](smat.WithShape(n, k), smat.WithBacking(w))
 	p := NewLinearParams(weight, nil)
 	p.KeepPacked(true)
 	check := func(when string) {
@@ -73,7 +73,7 @@ func TestKeepPacked(t *testing.T) {
 	p.KeepPacked(true)
 	check("after writing into the frozen weight and KeepPacked(true)")
 	w = randSlice32(r, n*k)
-	p.Weight = mat.NewDense[float32](mat.WithShape(n, k), mat.WithBacking(w))
+	p.Weight = smat.NewDense[float32](smat.WithShape(n, k), smat.WithBacking(w))
 	check("with a new weight matrix")
 }
 

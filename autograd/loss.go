@@ -5,12 +5,12 @@ import (
 	"math"
 	"slices"
 
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 	"github.com/subtta/subtta/autograd/kernel"
 )
 
 // Softmax returns the softmax of every row of x.
-func Softmax(x mat.Tensor) mat.Tensor {
+func Softmax(x smat.Tensor) smat.Tensor {
 	if is32("Softmax", x) {
 		return run(&softmaxOp[float32]{x: x})
 	}
@@ -18,7 +18,7 @@ func Softmax(x mat.Tensor) mat.Tensor {
 }
 
 // LogSoftmax returns x − log Σ exp(x) for every row of x.
-func LogSoftmax(x mat.Tensor) mat.Tensor {
+func LogSoftmax(x smat.Tensor) smat.Tensor {
 	if is32("LogSoftmax", x) {
 		return run(&softmaxOp[float32]{x: x, log: true})
 	}
@@ -26,14 +26,14 @@ func LogSoftmax(x mat.Tensor) mat.Tensor {
 }
 
 type softmaxOp[T dtype] struct {
-	x   mat.Tensor
+	x   smat.Tensor
 	log bool
 	y   []T
 }
 
-func (op *softmaxOp[T]) Operands() []mat.Tensor { return []mat.Tensor{op.x} }
+func (op *softmaxOp[T]) Operands() []smat.Tensor { return []smat.Tensor{op.x} }
 
-func (op *softmaxOp[T]) Forward() (mat.Tensor, error) {
+func (op *softmaxOp[T]) Forward() (smat.Tensor, error) {
 	rows, cols := dims(op.x)
 	op.y = make([]T, rows*cols)
 	if op.log {
@@ -44,7 +44,7 @@ func (op *softmaxOp[T]) Forward() (mat.Tensor, error) {
 	return newMatrix(op.y, rows, cols), nil
 }
 
-func (op *softmaxOp[T]) Backward(gy mat.Tensor) error {
+func (op *softmaxOp[T]) Backward(gy smat.Tensor) error {
 	if !op.x.RequiresGrad() {
 		return nil
 	}
@@ -63,7 +63,7 @@ func (op *softmaxOp[T]) Backward(gy mat.Tensor) error {
 // CrossEntropy returns the mean over rows of −log softmax(logits)[label]:
 // a scalar. labels holds one class index per row of logits. It panics if
 // the counts differ or a label is out of range.
-func CrossEntropy(logits mat.Tensor, labels []int) mat.Tensor {
+func CrossEntropy(logits smat.Tensor, labels []int) smat.Tensor {
 	rows, cols := dims(logits)
 	if len(labels) != rows {
 		panic(fmt.Sprintf("autograd: CrossEntropy: %d labels for %d rows", len(labels), rows))
@@ -80,14 +80,14 @@ func CrossEntropy(logits mat.Tensor, labels []int) mat.Tensor {
 }
 
 type crossEntropyOp[T dtype] struct {
-	x      mat.Tensor
+	x      smat.Tensor
 	labels []int
 	logp   []T
 }
 
-func (op *crossEntropyOp[T]) Operands() []mat.Tensor { return []mat.Tensor{op.x} }
+func (op *crossEntropyOp[T]) Operands() []smat.Tensor { return []smat.Tensor{op.x} }
 
-func (op *crossEntropyOp[T]) Forward() (mat.Tensor, error) {
+func (op *crossEntropyOp[T]) Forward() (smat.Tensor, error) {
 	rows, cols := dims(op.x)
 	op.logp = make([]T, rows*cols)
 	kernel.LogSoftmax(op.logp, values[T](op.x), rows, cols)
@@ -99,7 +99,7 @@ func (op *crossEntropyOp[T]) Forward() (mat.Tensor, error) {
 }
 
 // Backward: dx = (softmax(x) − onehot(label))·g/rows.
-func (op *crossEntropyOp[T]) Backward(gy mat.Tensor) error {
+func (op *crossEntropyOp[T]) Backward(gy smat.Tensor) error {
 	if !op.x.RequiresGrad() {
 		return nil
 	}
@@ -120,7 +120,7 @@ func (op *crossEntropyOp[T]) Backward(gy mat.Tensor) error {
 
 // Entropy returns the Shannon entropy −Σ p·log p of p = softmax(row) for
 // every row of logits, as a [rows, 1] matrix (natural logarithm).
-func Entropy(logits mat.Tensor) mat.Tensor {
+func Entropy(logits smat.Tensor) smat.Tensor {
 	if is32("Entropy", logits) {
 		return run(&entropyOp[float32]{x: logits})
 	}
@@ -129,17 +129,17 @@ func Entropy(logits mat.Tensor) mat.Tensor {
 
 // MeanEntropy returns the mean over rows of Entropy(logits): a scalar, the
 // loss of entropy-minimising test-time adaptation (TENT).
-func MeanEntropy(logits mat.Tensor) mat.Tensor { return Mean(Entropy(logits)) }
+func MeanEntropy(logits smat.Tensor) smat.Tensor { return Mean(Entropy(logits)) }
 
 type entropyOp[T dtype] struct {
-	x    mat.Tensor
+	x    smat.Tensor
 	logp []T
 	h    []T
 }
 
-func (op *entropyOp[T]) Operands() []mat.Tensor { return []mat.Tensor{op.x} }
+func (op *entropyOp[T]) Operands() []smat.Tensor { return []smat.Tensor{op.x} }
 
-func (op *entropyOp[T]) Forward() (mat.Tensor, error) {
+func (op *entropyOp[T]) Forward() (smat.Tensor, error) {
 	rows, cols := dims(op.x)
 	op.logp = make([]T, rows*cols)
 	kernel.LogSoftmax(op.logp, values[T](op.x), rows, cols)
@@ -155,7 +155,7 @@ func (op *entropyOp[T]) Forward() (mat.Tensor, error) {
 }
 
 // Backward: dH/dx_j = −p_j·(log p_j + H).
-func (op *entropyOp[T]) Backward(gy mat.Tensor) error {
+func (op *entropyOp[T]) Backward(gy smat.Tensor) error {
 	if !op.x.RequiresGrad() {
 		return nil
 	}
@@ -176,18 +176,18 @@ func (op *entropyOp[T]) Backward(gy mat.Tensor) error {
 }
 
 // Mean returns the mean of all elements of x: a scalar.
-func Mean(x mat.Tensor) mat.Tensor {
+func Mean(x smat.Tensor) smat.Tensor {
 	if is32("Mean", x) {
 		return run(&meanOp[float32]{x: x})
 	}
 	return run(&meanOp[float64]{x: x})
 }
 
-type meanOp[T dtype] struct{ x mat.Tensor }
+type meanOp[T dtype] struct{ x smat.Tensor }
 
-func (op *meanOp[T]) Operands() []mat.Tensor { return []mat.Tensor{op.x} }
+func (op *meanOp[T]) Operands() []smat.Tensor { return []smat.Tensor{op.x} }
 
-func (op *meanOp[T]) Forward() (mat.Tensor, error) {
+func (op *meanOp[T]) Forward() (smat.Tensor, error) {
 	var s float64
 	x := values[T](op.x)
 	for _, v := range x {
@@ -196,7 +196,7 @@ func (op *meanOp[T]) Forward() (mat.Tensor, error) {
 	return newMatrix([]T{T(s / float64(max(len(x), 1)))}, 1, 1), nil
 }
 
-func (op *meanOp[T]) Backward(gy mat.Tensor) error {
+func (op *meanOp[T]) Backward(gy smat.Tensor) error {
 	if !op.x.RequiresGrad() {
 		return nil
 	}

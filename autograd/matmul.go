@@ -3,13 +3,13 @@ package autograd
 import (
 	"fmt"
 
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 )
 
 // MatMul returns op(a)·op(b), where op(x) is x, or xᵀ when the matching
 // flag is set; both operands get gradients. Image–text logits are
 // MatMul(images, texts, false, true). It panics if the inner sizes differ.
-func MatMul(a, b mat.Tensor, transA, transB bool) mat.Tensor {
+func MatMul(a, b smat.Tensor, transA, transB bool) smat.Tensor {
 	ra, ca := dims(a)
 	rb, cb := dims(b)
 	m, k := ra, ca
@@ -31,7 +31,7 @@ func MatMul(a, b mat.Tensor, transA, transB bool) mat.Tensor {
 }
 
 type matMulOp struct {
-	a, b           mat.Tensor
+	a, b           smat.Tensor
 	transA, transB bool
 	m, n, k        int
 	lda, ldb       int // columns of the stored a and b
@@ -39,15 +39,15 @@ type matMulOp struct {
 
 type matMulT[T dtype] struct{ matMulOp }
 
-func (op *matMulT[T]) Operands() []mat.Tensor { return []mat.Tensor{op.a, op.b} }
+func (op *matMulT[T]) Operands() []smat.Tensor { return []smat.Tensor{op.a, op.b} }
 
-func (op *matMulT[T]) Forward() (mat.Tensor, error) {
+func (op *matMulT[T]) Forward() (smat.Tensor, error) {
 	c := make([]T, op.m*op.n)
 	gemm(op.transA, op.transB, op.m, op.n, op.k, 1, values[T](op.a), op.lda, values[T](op.b), op.ldb, 0, c, op.n)
 	return newMatrix(c, op.m, op.n), nil
 }
 
-func (op *matMulT[T]) Backward(gy mat.Tensor) error {
+func (op *matMulT[T]) Backward(gy smat.Tensor) error {
 	dc := values[T](gy)
 	a, b := values[T](op.a), values[T](op.b)
 	m, n, k := op.m, op.n, op.k

@@ -5,10 +5,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 )
 
-func mat32(rows, cols int, grad bool) *mat.Dense[float32] {
+func mat32(rows, cols int, grad bool) *smat.Dense[float32] {
 	x := makeInputs[float32]([]input{in(rows, cols, grad)}, makeData([]input{in(rows, cols, grad)}, uint64(rows*131+cols)))[0]
 	return x
 }

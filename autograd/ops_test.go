@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/nlpodyssey/spago/ag"
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 )
 
 // gradTol is the gradient-check tolerance on |analytic − numeric| /
@@ -41,7 +41,7 @@ func gammaIn(cols int, grad bool) input {
 type opCase struct {
 	name   string
 	inputs []input
-	build  func(x []mat.Tensor) mat.Tensor
+	build  func(x []smat.Tensor) smat.Tensor
 }
 
 // sizes are the dimensions the cases are built with: small ones for the
@@ -62,15 +62,15 @@ var (
 		channels: 3, height: 19, wid: 23, patch: 4}
 )
 
-func lin(w, b mat.Tensor) *LinearParams {
+func lin(w, b smat.Tensor) *LinearParams {
 	if b == nil {
-		return NewLinearParams(w.(mat.Matrix), nil)
+		return NewLinearParams(w.(smat.Matrix), nil)
 	}
-	return NewLinearParams(w.(mat.Matrix), b.(mat.Matrix))
+	return NewLinearParams(w.(smat.Matrix), b.(smat.Matrix))
 }
 
-func ln(g, b mat.Tensor) *LayerNormParams {
-	return NewLayerNormParams(g.(mat.Matrix), b.(mat.Matrix), 1e-5)
+func ln(g, b smat.Tensor) *LayerNormParams {
+	return NewLayerNormParams(g.(smat.Matrix), b.(smat.Matrix), 1e-5)
 }
 
 func opCases(s sizes) []opCase {
@@ -88,69 +88,69 @@ func opCases(s sizes) []opCase {
 	gather := []int{0, r - 1, r / 2, r - 1, 1 % r}
 	cases := []opCase{
 		{"Linear/frozen", []input{in(r, w, true), in(o, w, false), in(1, o, false)},
-			func(x []mat.Tensor) mat.Tensor { return Linear(x[0], lin(x[1], x[2])) }},
+			func(x []smat.Tensor) smat.Tensor { return Linear(x[0], lin(x[1], x[2])) }},
 		{"Linear/trainable", []input{in(r, w, true), in(o, w, true), in(1, o, true)},
-			func(x []mat.Tensor) mat.Tensor { return Linear(x[0], lin(x[1], x[2])) }},
+			func(x []smat.Tensor) smat.Tensor { return Linear(x[0], lin(x[1], x[2])) }},
 		{"Linear/nobias", []input{in(r, w, false), in(o, w, true)},
-			func(x []mat.Tensor) mat.Tensor { return Linear(x[0], lin(x[1], nil)) }},
+			func(x []smat.Tensor) smat.Tensor { return Linear(x[0], lin(x[1], nil)) }},
 		{"Linear/1x1", []input{in(1, 1, true), in(1, 1, true), in(1, 1, true)},
-			func(x []mat.Tensor) mat.Tensor { return Linear(x[0], lin(x[1], x[2])) }},
+			func(x []smat.Tensor) smat.Tensor { return Linear(x[0], lin(x[1], x[2])) }},
 		{"LayerNorm/trainable", []input{in(r, w, true), gammaIn(w, true), in(1, w, true)},
-			func(x []mat.Tensor) mat.Tensor { return LayerNorm(x[0], ln(x[1], x[2])) }},
+			func(x []smat.Tensor) smat.Tensor { return LayerNorm(x[0], ln(x[1], x[2])) }},
 		{"LayerNorm/frozen", []input{in(r, w, true), gammaIn(w, false), in(1, w, false)},
-			func(x []mat.Tensor) mat.Tensor { return LayerNorm(x[0], ln(x[1], x[2])) }},
+			func(x []smat.Tensor) smat.Tensor { return LayerNorm(x[0], ln(x[1], x[2])) }},
 		{"LayerNorm/paramsOnly", []input{in(r, w, false), gammaIn(w, true), in(1, w, true)},
-			func(x []mat.Tensor) mat.Tensor { return LayerNorm(x[0], ln(x[1], x[2])) }},
+			func(x []smat.Tensor) smat.Tensor { return LayerNorm(x[0], ln(x[1], x[2])) }},
 		{"LayerNorm/width1", []input{in(r, 1, true), gammaIn(1, true), in(1, 1, true)},
-			func(x []mat.Tensor) mat.Tensor { return LayerNorm(x[0], ln(x[1], x[2])) }},
+			func(x []smat.Tensor) smat.Tensor { return LayerNorm(x[0], ln(x[1], x[2])) }},
 		{"SelfAttention", []input{in(attRows, 3*attW, true)},
-			func(x []mat.Tensor) mat.Tensor { return SelfAttention(x[0], s.batch, s.heads, false) }},
+			func(x []smat.Tensor) smat.Tensor { return SelfAttention(x[0], s.batch, s.heads, false) }},
 		{"SelfAttention/causal", []input{in(attRows, 3*attW, true)},
-			func(x []mat.Tensor) mat.Tensor { return SelfAttention(x[0], s.batch, s.heads, true) }},
+			func(x []smat.Tensor) smat.Tensor { return SelfAttention(x[0], s.batch, s.heads, true) }},
 		{"SelfAttention/1token1head", []input{in(s.batch, 3*s.headDim, true)},
-			func(x []mat.Tensor) mat.Tensor { return SelfAttention(x[0], s.batch, 1, true) }},
+			func(x []smat.Tensor) smat.Tensor { return SelfAttention(x[0], s.batch, 1, true) }},
 		{"QuickGELU", []input{{rows: r, cols: w, grad: true, spread: 3}},
-			func(x []mat.Tensor) mat.Tensor { return QuickGELU(x[0]) }},
+			func(x []smat.Tensor) smat.Tensor { return QuickGELU(x[0]) }},
 		{"GELU", []input{{rows: r, cols: w, grad: true, spread: 3}},
-			func(x []mat.Tensor) mat.Tensor { return GELU(x[0]) }},
+			func(x []smat.Tensor) smat.Tensor { return GELU(x[0]) }},
 		{"Add", []input{in(r, w, true), in(r, w, true)},
-			func(x []mat.Tensor) mat.Tensor { return Add(x[0], x[1]) }},
+			func(x []smat.Tensor) smat.Tensor { return Add(x[0], x[1]) }},
 		{"Add/same", []input{in(r, w, true)},
-			func(x []mat.Tensor) mat.Tensor { return Add(x[0], x[0]) }},
+			func(x []smat.Tensor) smat.Tensor { return Add(x[0], x[0]) }},
 		{"AddTiled", []input{in(attRows, w, true), in(s.tokens, w, true)},
-			func(x []mat.Tensor) mat.Tensor { return AddTiled(x[0], x[1]) }},
+			func(x []smat.Tensor) smat.Tensor { return AddTiled(x[0], x[1]) }},
 		{"Scale", []input{in(r, w, true)},
-			func(x []mat.Tensor) mat.Tensor { return Scale(x[0], -2.5) }},
+			func(x []smat.Tensor) smat.Tensor { return Scale(x[0], -2.5) }},
 		{"ExpScale", []input{in(r, w, true), {rows: 1, cols: 1, grad: true, center: 1, spread: 0.3}},
-			func(x []mat.Tensor) mat.Tensor { return ExpScale(x[0], x[1]) }},
+			func(x []smat.Tensor) smat.Tensor { return ExpScale(x[0], x[1]) }},
 		{"ExpScale/scaleOnly", []input{in(r, w, false), {rows: 1, cols: 1, grad: true, center: 1, spread: 0.3}},
-			func(x []mat.Tensor) mat.Tensor { return ExpScale(x[0], x[1]) }},
+			func(x []smat.Tensor) smat.Tensor { return ExpScale(x[0], x[1]) }},
 		{"Patches", []input{in(s.batch, s.channels*s.height*s.wid, true)},
-			func(x []mat.Tensor) mat.Tensor { return Patches(x[0], g) }},
+			func(x []smat.Tensor) smat.Tensor { return Patches(x[0], g) }},
 		{"PatchEmbed", []input{in(s.batch, s.channels*s.height*s.wid, true), in(o, patchLen, false)},
-			func(x []mat.Tensor) mat.Tensor { return PatchEmbed(x[0], lin(x[1], nil), g) }},
+			func(x []smat.Tensor) smat.Tensor { return PatchEmbed(x[0], lin(x[1], nil), g) }},
 		{"PatchEmbed/noGrad", []input{in(2*patchImages+1, s.channels*s.height*s.wid, false), in(o, patchLen, false), in(1, o, false)},
-			func(x []mat.Tensor) mat.Tensor { return PatchEmbed(x[0], lin(x[1], x[2]), g) }}, // three chunks, with a bias
+			func(x []smat.Tensor) smat.Tensor { return PatchEmbed(x[0], lin(x[1], x[2]), g) }}, // three chunks, with a bias
 		{"PatchEmbed/trainable", []input{in(s.batch, s.channels*s.height*s.wid, false), in(o, patchLen, true)},
-			func(x []mat.Tensor) mat.Tensor { return PatchEmbed(x[0], lin(x[1], nil), g) }},
+			func(x []smat.Tensor) smat.Tensor { return PatchEmbed(x[0], lin(x[1], nil), g) }},
 		{"TokenEmbedding", []input{in(s.batch*grid, w, true), in(1, w, true), in(grid+1, w, true)},
-			func(x []mat.Tensor) mat.Tensor { return TokenEmbedding(x[0], x[1], x[2], s.batch) }},
+			func(x []smat.Tensor) smat.Tensor { return TokenEmbedding(x[0], x[1], x[2], s.batch) }},
 		{"GatherRows", []input{in(r, w, true)},
-			func(x []mat.Tensor) mat.Tensor { return GatherRows(x[0], gather) }},
+			func(x []smat.Tensor) smat.Tensor { return GatherRows(x[0], gather) }},
 		{"L2Normalize", []input{in(r, w, true)},
-			func(x []mat.Tensor) mat.Tensor { return L2Normalize(x[0]) }},
+			func(x []smat.Tensor) smat.Tensor { return L2Normalize(x[0]) }},
 		{"Softmax", []input{{rows: r, cols: w, grad: true, spread: 3}},
-			func(x []mat.Tensor) mat.Tensor { return Softmax(x[0]) }},
+			func(x []smat.Tensor) smat.Tensor { return Softmax(x[0]) }},
 		{"LogSoftmax", []input{{rows: r, cols: w, grad: true, spread: 3}},
-			func(x []mat.Tensor) mat.Tensor { return LogSoftmax(x[0]) }},
+			func(x []smat.Tensor) smat.Tensor { return LogSoftmax(x[0]) }},
 		{"CrossEntropy", []input{{rows: r, cols: o, grad: true, spread: 3}},
-			func(x []mat.Tensor) mat.Tensor { return CrossEntropy(x[0], labels) }},
+			func(x []smat.Tensor) smat.Tensor { return CrossEntropy(x[0], labels) }},
 		{"Entropy", []input{{rows: r, cols: o, grad: true, spread: 3}},
-			func(x []mat.Tensor) mat.Tensor { return Entropy(x[0]) }},
+			func(x []smat.Tensor) smat.Tensor { return Entropy(x[0]) }},
 		{"MeanEntropy", []input{{rows: r, cols: o, grad: true, spread: 3}},
-			func(x []mat.Tensor) mat.Tensor { return MeanEntropy(x[0]) }},
+			func(x []smat.Tensor) smat.Tensor { return MeanEntropy(x[0]) }},
 		{"Mean", []input{in(r, w, true)},
-			func(x []mat.Tensor) mat.Tensor { return Mean(x[0]) }},
+			func(x []smat.Tensor) smat.Tensor { return Mean(x[0]) }},
 	}
 	for _, t := range [][2]bool{{false, false}, {false, true}, {true, false}, {true, true}} {
 		ta, tb := t[0], t[1]
@@ -162,7 +162,7 @@ func opCases(s sizes) []opCase {
 			b.rows, b.cols = b.cols, b.rows
 		}
 		cases = append(cases, opCase{fmt.Sprintf("MatMul/%v%v", ta, tb), []input{a, b},
-			func(x []mat.Tensor) mat.Tensor { return MatMul(x[0], x[1], ta, tb) }})
+			func(x []smat.Tensor) smat.Tensor { return MatMul(x[0], x[1], ta, tb) }})
 	}
 	return cases
 }
@@ -204,7 +204,7 @@ func (b *transformerBlock) params() *BlockParams {
 		Heads: b.heads, Causal: b.causal, GELU: b.gelu}
 }
 
-func (b *transformerBlock) forward(x mat.Tensor) mat.Tensor {
+func (b *transformerBlock) forward(x smat.Tensor) smat.Tensor {
 	if b.fused {
 		return TransformerBlock(x, b.params(), b.batch, nil)
 	}
@@ -213,8 +213,8 @@ func (b *transformerBlock) forward(x mat.Tensor) mat.Tensor {
 
 // forwardOps is the block as separate ops, passing the intermediates that
 // TransformerBlock traces to trace (if not nil).
-func (b *transformerBlock) forwardOps(x mat.Tensor, trace Trace) mat.Tensor {
-	emit := func(name string, t mat.Tensor) mat.Tensor {
+func (b *transformerBlock) forwardOps(x smat.Tensor, trace Trace) smat.Tensor {
+	emit := func(name string, t smat.Tensor) smat.Tensor {
 		if trace != nil {
 			trace(name, t)
 		}
@@ -235,7 +235,7 @@ func (b *transformerBlock) forwardOps(x mat.Tensor, trace Trace) mat.Tensor {
 	return Add(x, emit("mlp_out", Linear(h, b.proj)))
 }
 
-func blocksFrom(x []mat.Tensor, blocks, batch, heads int, causal bool) []*transformerBlock {
+func blocksFrom(x []smat.Tensor, blocks, batch, heads int, causal bool) []*transformerBlock {
 	var bs []*transformerBlock
 	for i := range blocks {
 		p := x[1+12*i:]
@@ -280,7 +280,7 @@ func transformerCases(s sizes) []opCase {
 					}
 				}
 			}
-			cases = append(cases, opCase{name, ins, func(x []mat.Tensor) mat.Tensor {
+			cases = append(cases, opCase{name, ins, func(x []smat.Tensor) smat.Tensor {
 				h := x[0]
 				bs := blocksFrom(x, 2, s.batch, s.heads, c.causal)
 				for i, b := range bs {
@@ -333,8 +333,8 @@ func makeData(ins []input, seed uint64) [][]float64 {
 	return data
 }
 
-func makeInputs[T dtype](ins []input, data [][]float64) []*mat.Dense[T] {
-	xs := make([]*mat.Dense[T], len(ins))
+func makeInputs[T dtype](ins []input, data [][]float64) []*smat.Dense[T] {
+	xs := make([]*smat.Dense[T], len(ins))
 	for i, s := range ins {
 		v := make([]T, len(data[i]))
 		for j, f := range data[i] {
@@ -346,8 +346,8 @@ func makeInputs[T dtype](ins []input, data [][]float64) []*mat.Dense[T] {
 	return xs
 }
 
-func asTensors[T dtype](xs []*mat.Dense[T]) []mat.Tensor {
-	ts := make([]mat.Tensor, len(xs))
+func asTensors[T dtype](xs []*smat.Dense[T]) []smat.Tensor {
+	ts := make([]smat.Tensor, len(xs))
 	for i, x := range xs {
 		ts[i] = x
 	}
@@ -360,7 +360,7 @@ func TestGradcheck(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			data := makeData(c.inputs, 1)
 			xs := makeInputs[float64](c.inputs, data)
-			var checked []*mat.Dense[float64]
+			var checked []*smat.Dense[float64]
 			var idx []int
 			for i, x := range xs {
 				if c.inputs[i].grad {
@@ -372,7 +372,7 @@ func TestGradcheck(t *testing.T) {
 				t.Skip("no input requires gradients (the values are checked by TestFloat32MatchesFloat64)")
 			}
 			ts := asTensors(xs)
-			res, err := Gradcheck(func() mat.Tensor { return c.build(ts) }, checked, 0)
+			res, err := Gradcheck(func() smat.Tensor { return c.build(ts) }, checked, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -398,7 +398,7 @@ func runCase[T dtype](c opCase, data [][]float64, seed []float64) ([]float64, []
 	for i := range g {
 		g[i] = T(seed[i%len(seed)])
 	}
-	out.AccGrad(mat.NewDense[T](mat.WithShape(out.Value().Shape()...), mat.WithBacking(g)))
+	out.AccGrad(smat.NewDense[T](smat.WithShape(out.Value().Shape()...), smat.WithBacking(g)))
 	if err := ag.Backward(out); err != nil {
 		panic(err)
 	}

@@ -5,7 +5,7 @@ import (
 	"math"
 	"slices"
 
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 	"github.com/subtta/subtta/autograd/kernel"
 )
 
@@ -13,7 +13,7 @@ import (
 // as a [len(index), n] matrix; an index may repeat. It pools the class token
 // of every image (index b·tokens) or the end-of-text token of every prompt,
 // and looks up token embeddings. It panics on an index out of range.
-func GatherRows(x mat.Tensor, index []int) mat.Tensor {
+func GatherRows(x smat.Tensor, index []int) smat.Tensor {
 	rows, _ := dims(x)
 	for _, i := range index {
 		if i < 0 || i >= rows {
@@ -27,13 +27,13 @@ func GatherRows(x mat.Tensor, index []int) mat.Tensor {
 }
 
 type gatherOp[T dtype] struct {
-	x     mat.Tensor
+	x     smat.Tensor
 	index []int
 }
 
-func (op *gatherOp[T]) Operands() []mat.Tensor { return []mat.Tensor{op.x} }
+func (op *gatherOp[T]) Operands() []smat.Tensor { return []smat.Tensor{op.x} }
 
-func (op *gatherOp[T]) Forward() (mat.Tensor, error) {
+func (op *gatherOp[T]) Forward() (smat.Tensor, error) {
 	x := values[T](op.x)
 	_, n := dims(op.x)
 	y := make([]T, len(op.index)*n)
@@ -43,7 +43,7 @@ func (op *gatherOp[T]) Forward() (mat.Tensor, error) {
 	return newMatrix(y, len(op.index), n), nil
 }
 
-func (op *gatherOp[T]) Backward(gy mat.Tensor) error {
+func (op *gatherOp[T]) Backward(gy smat.Tensor) error {
 	if !op.x.RequiresGrad() {
 		return nil
 	}
@@ -64,7 +64,7 @@ func (op *gatherOp[T]) Backward(gy mat.Tensor) error {
 const normEps = 1e-12
 
 // L2Normalize divides every row of x by its Euclidean norm.
-func L2Normalize(x mat.Tensor) mat.Tensor {
+func L2Normalize(x smat.Tensor) smat.Tensor {
 	if is32("L2Normalize", x) {
 		return run(&normalizeOp[float32]{x: x})
 	}
@@ -72,14 +72,14 @@ func L2Normalize(x mat.Tensor) mat.Tensor {
 }
 
 type normalizeOp[T dtype] struct {
-	x     mat.Tensor
+	x     smat.Tensor
 	y     []T
 	norms []float64
 }
 
-func (op *normalizeOp[T]) Operands() []mat.Tensor { return []mat.Tensor{op.x} }
+func (op *normalizeOp[T]) Operands() []smat.Tensor { return []smat.Tensor{op.x} }
 
-func (op *normalizeOp[T]) Forward() (mat.Tensor, error) {
+func (op *normalizeOp[T]) Forward() (smat.Tensor, error) {
 	x := values[T](op.x)
 	rows, n := dims(op.x)
 	op.y = make([]T, len(x))
@@ -96,7 +96,7 @@ func (op *normalizeOp[T]) Forward() (mat.Tensor, error) {
 }
 
 // Backward: dx = (dy − y·(y·dy)) / ‖x‖ (for norms above normEps).
-func (op *normalizeOp[T]) Backward(gy mat.Tensor) error {
+func (op *normalizeOp[T]) Backward(gy smat.Tensor) error {
 	if !op.x.RequiresGrad() {
 		return nil
 	}
@@ -125,7 +125,7 @@ func (op *normalizeOp[T]) Backward(gy mat.Tensor) error {
 // plus the positional embedding. patches is [batch·grid, width] (image-major,
 // as PatchEmbed returns it), class has width values, pos is [grid+1, width];
 // the result is [batch·(grid+1), width]. It panics on mismatched shapes.
-func TokenEmbedding(patches, class, pos mat.Tensor, batch int) mat.Tensor {
+func TokenEmbedding(patches, class, pos smat.Tensor, batch int) smat.Tensor {
 	rows, w := dims(patches)
 	pr, pc := dims(pos)
 	if batch <= 0 || rows%batch != 0 || class.Size() != w || pc != w || pr != rows/batch+1 {
@@ -139,15 +139,15 @@ func TokenEmbedding(patches, class, pos mat.Tensor, batch int) mat.Tensor {
 }
 
 type tokenEmbedOp[T dtype] struct {
-	patches, class, pos mat.Tensor
+	patches, class, pos smat.Tensor
 	batch               int
 }
 
-func (op *tokenEmbedOp[T]) Operands() []mat.Tensor {
-	return []mat.Tensor{op.patches, op.class, op.pos}
+func (op *tokenEmbedOp[T]) Operands() []smat.Tensor {
+	return []smat.Tensor{op.patches, op.class, op.pos}
 }
 
-func (op *tokenEmbedOp[T]) Forward() (mat.Tensor, error) {
+func (op *tokenEmbedOp[T]) Forward() (smat.Tensor, error) {
 	p, cls, pos := values[T](op.patches), values[T](op.class), values[T](op.pos)
 	rows, w := dims(op.patches)
 	grid := rows / op.batch
@@ -161,7 +161,7 @@ func (op *tokenEmbedOp[T]) Forward() (mat.Tensor, error) {
 	return newMatrix(y, op.batch*t, w), nil
 }
 
-func (op *tokenEmbedOp[T]) Backward(gy mat.Tensor) error {
+func (op *tokenEmbedOp[T]) Backward(gy smat.Tensor) error {
 	dy := values[T](gy)
 	rows, w := dims(op.patches)
 	grid := rows / op.batch
@@ -209,7 +209,7 @@ func (g PatchGeometry) Grid() (rows, cols int) { return g.Height / g.Patch, g.Wi
 // row-major; within a row, channel, then patch row, then patch column (the
 // order of a flattened PyTorch conv weight [out, C, P, P]). It panics if the
 // images do not match the geometry.
-func Patches(images mat.Tensor, g PatchGeometry) mat.Tensor {
+func Patches(images smat.Tensor, g PatchGeometry) smat.Tensor {
 	_, cols := dims(images)
 	if g.Channels <= 0 || g.Patch <= 0 || g.Height < g.Patch || g.Width < g.Patch || cols != g.Channels*g.Height*g.Width {
 		panic(fmt.Sprintf("autograd: Patches: images with %d values per row do not match %+v", cols, g))
@@ -227,8 +227,8 @@ func Patches(images mat.Tensor, g PatchGeometry) mat.Tensor {
 //
 // Without gradients the patches go to pooled scratch rather than into a
 // matrix of their own (as large as the images) that is garbage at once.
-func PatchEmbed(images mat.Tensor, w *LinearParams, g PatchGeometry) mat.Tensor {
-	ops := []mat.Tensor{images, w.Weight}
+func PatchEmbed(images smat.Tensor, w *LinearParams, g PatchGeometry) smat.Tensor {
+	ops := []smat.Tensor{images, w.Weight}
 	if w.Bias != nil {
 		ops = append(ops, w.Bias)
 	}
@@ -245,7 +245,7 @@ func PatchEmbed(images mat.Tensor, w *LinearParams, g PatchGeometry) mat.Tensor 
 // time without gradients: 8 ViT-B/32 images are 4.8 MB of patches.
 const patchImages = 8
 
-func patchEmbedOffTape[T dtype](images mat.Tensor, w *LinearParams, g PatchGeometry) mat.Tensor {
+func patchEmbedOffTape[T dtype](images smat.Tensor, w *LinearParams, g PatchGeometry) smat.Tensor {
 	batch, cols := dims(images)
 	if g.Channels <= 0 || g.Patch <= 0 || g.Height < g.Patch || g.Width < g.Patch || cols != g.Channels*g.Height*g.Width {
 		panic(fmt.Sprintf("autograd: PatchEmbed: images with %d values per row do not match %+v", cols, g))
@@ -289,11 +289,11 @@ func patchEmbedOffTape[T dtype](images mat.Tensor, w *LinearParams, g PatchGeome
 }
 
 type patchesOp[T dtype] struct {
-	images mat.Tensor
+	images smat.Tensor
 	g      PatchGeometry
 }
 
-func (op *patchesOp[T]) Operands() []mat.Tensor { return []mat.Tensor{op.images} }
+func (op *patchesOp[T]) Operands() []smat.Tensor { return []smat.Tensor{op.images} }
 
 // each calls fn(dst, src, n) for every contiguous run of n pixels: dst indexes
 // the patch matrix, src the image matrix.
@@ -320,7 +320,7 @@ func (op *patchesOp[T]) each(fn func(dst, src, n int)) {
 	}
 }
 
-func (op *patchesOp[T]) Forward() (mat.Tensor, error) {
+func (op *patchesOp[T]) Forward() (smat.Tensor, error) {
 	x := values[T](op.images)
 	batch, _ := dims(op.images)
 	gr, gc := op.g.Grid()
@@ -330,7 +330,7 @@ func (op *patchesOp[T]) Forward() (mat.Tensor, error) {
 	return newMatrix(y, batch*gr*gc, rowLen), nil
 }
 
-func (op *patchesOp[T]) Backward(gy mat.Tensor) error {
+func (op *patchesOp[T]) Backward(gy smat.Tensor) error {
 	if !op.images.RequiresGrad() {
 		return nil
 	}

@@ -4,7 +4,7 @@ import (
 	"runtime"
 	"slices"
 
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 
 	"github.com/subtta/subtta/autograd/kernel"
 )
@@ -17,7 +17,7 @@ import (
 // comes back, and in backward the output gradient goes up once and only
 // the input gradient and the gradients of the trainable parameters come
 // back. Each block's scratch is freed as the next one starts.
-func TransformerBlocks(x mat.Tensor, blocks []*BlockParams, batch int) mat.Tensor {
+func TransformerBlocks(x smat.Tensor, blocks []*BlockParams, batch int) smat.Tensor {
 	if d := CurrentDevice(); d != nil && len(blocks) > 1 {
 		if op := newStack(d, x, blocks, batch); op != nil {
 			return run(op)
@@ -32,9 +32,9 @@ func TransformerBlocks(x mat.Tensor, blocks []*BlockParams, batch int) mat.Tenso
 // stackOp is TransformerBlocks on a device.
 type stackOp struct {
 	d        kernel.Device
-	x        mat.Tensor
+	x        smat.Tensor
 	ops      []*blockOp[float32] // each block's shapes and parameters; their x is unused
-	operands []mat.Tensor
+	operands []smat.Tensor
 	// needDx[i]: backward must reach block i's input (x requires a
 	// gradient, or a parameter of an earlier block does).
 	needDx []bool
@@ -45,9 +45,9 @@ type stackOp struct {
 
 // newStack returns the op of TransformerBlocks on d, or nil when the values
 // are not all float32.
-func newStack(d kernel.Device, x mat.Tensor, blocks []*BlockParams, batch int) *stackOp {
+func newStack(d kernel.Device, x smat.Tensor, blocks []*BlockParams, batch int) *stackOp {
 	rows, w := dims(x)
-	s := &stackOp{d: d, x: x, operands: []mat.Tensor{x}}
+	s := &stackOp{d: d, x: x, operands: []smat.Tensor{x}}
 	for _, p := range blocks {
 		checkBlock("TransformerBlocks", rows, w, p, batch)
 		s.operands = append(s.operands, blockOperands(p)...)
@@ -60,14 +60,14 @@ func newStack(d kernel.Device, x mat.Tensor, blocks []*BlockParams, batch int) *
 	below := x.RequiresGrad()
 	for _, op := range s.ops {
 		s.needDx = append(s.needDx, below)
-		below = below || slices.ContainsFunc(blockOperands(&op.p), mat.Tensor.RequiresGrad)
+		below = below || slices.ContainsFunc(blockOperands(&op.p), smat.Tensor.RequiresGrad)
 	}
 	return s
 }
 
-func (s *stackOp) Operands() []mat.Tensor { return s.operands }
+func (s *stackOp) Operands() []smat.Tensor { return s.operands }
 
-func (s *stackOp) Forward() (mat.Tensor, error) {
+func (s *stackOp) Forward() (smat.Tensor, error) {
 	r := &devRun{d: s.d}
 	defer r.close()
 	n, w := s.ops[0].rows, s.ops[0].a.width
@@ -102,7 +102,7 @@ func (s *stackOp) Forward() (mat.Tensor, error) {
 	return newMatrix(y, n, w), nil
 }
 
-func (s *stackOp) Backward(gy mat.Tensor) error {
+func (s *stackOp) Backward(gy smat.Tensor) error {
 	if s.spent {
 		panic("autograd: TransformerBlocks: backward run twice through one graph")
 	}

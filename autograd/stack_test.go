@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/nlpodyssey/spago/ag"
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 
 	"github.com/subtta/subtta/autograd/kernel"
 )
@@ -70,7 +70,7 @@ func TestTransformerBlocksOnDevice(t *testing.T) {
 			}
 			data := makeData(ins, 21)
 			seed := makeData([]input{in(1, 257, false)}, 22)[0]
-			build := func() ([]*mat.Dense[float32], []*BlockParams) {
+			build := func() ([]*smat.Dense[float32], []*BlockParams) {
 				xs := makeInputs[float32](ins, data)
 				var ps []*BlockParams
 				for _, b := range blocksFrom(asTensors(xs), blocks, s.batch, s.heads, c.causal) {
@@ -82,8 +82,8 @@ func TestTransformerBlocksOnDevice(t *testing.T) {
 				}
 				return xs, ps
 			}
-			pass := func(xs []*mat.Dense[float32], ps []*BlockParams, stacked bool) (y []float32, grads [][]float32) {
-				var h mat.Tensor
+			pass := func(xs []*smat.Dense[float32], ps []*BlockParams, stacked bool) (y []float32, grads [][]float32) {
+				var h smat.Tensor
 				if stacked {
 					h = TransformerBlocks(xs[0], ps, s.batch)
 				} else {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/nlpodyssey/spago/ag"
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 	"github.com/nlpodyssey/spago/mat/float"
 )
 
@@ -13,12 +13,12 @@ import (
 type dtype = float.DType
 
 // is32 reports whether t holds float32 values; it panics on anything that
-// is not a *mat.Dense of float32 or float64.
-func is32(op string, t mat.Tensor) bool {
+// is not a *smat.Dense of float32 or float64.
+func is32(op string, t smat.Tensor) bool {
 	switch t.Value().(type) {
-	case *mat.Dense[float32]:
+	case *smat.Dense[float32]:
 		return true
-	case *mat.Dense[float64]:
+	case *smat.Dense[float64]:
 		return false
 	case nil:
 		panic(fmt.Sprintf("autograd: %s: nil tensor", op))
@@ -29,7 +29,7 @@ func is32(op string, t mat.Tensor) bool {
 
 // sameType panics unless every non-nil tensor in ts has the element type of
 // the first.
-func sameType(op string, ts ...mat.Tensor) bool {
+func sameType(op string, ts ...smat.Tensor) bool {
 	f32 := is32(op, ts[0])
 	for _, t := range ts[1:] {
 		if t != nil && is32(op, t) != f32 {
@@ -40,12 +40,12 @@ func sameType(op string, ts ...mat.Tensor) bool {
 }
 
 // values returns the backing slice of t's value (no copy).
-func values[T dtype](t mat.Tensor) []T {
+func values[T dtype](t smat.Tensor) []T {
 	return float.SliceValueOf[T](t.Value().Data())
 }
 
 // dims returns the rows and columns of a 2-D tensor.
-func dims(t mat.Tensor) (rows, cols int) {
+func dims(t smat.Tensor) (rows, cols int) {
 	s := t.Value().Shape()
 	if len(s) == 1 {
 		return s[0], 1
@@ -54,8 +54,8 @@ func dims(t mat.Tensor) (rows, cols int) {
 }
 
 // newMatrix wraps data (rows×cols) as a dense matrix without copying.
-func newMatrix[T dtype](data []T, rows, cols int) *mat.Dense[T] {
-	return mat.NewDense[T](mat.WithShape(rows, cols), mat.WithBacking(data))
+func newMatrix[T dtype](data []T, rows, cols int) *smat.Dense[T] {
+	return smat.NewDense[T](smat.WithShape(rows, cols), smat.WithBacking(data))
 }
 
 // run records fn on the tape and runs its forward pass. When no operand
@@ -63,7 +63,7 @@ func newMatrix[T dtype](data []T, rows, cols int) *mat.Dense[T] {
 // returned as a plain matrix, off the tape: the operands (and everything they
 // hold) are then not kept alive by the result, and a forward pass without
 // gradients keeps only the activations still in use.
-func run(fn ag.AutoGradFunction) mat.Tensor {
+func run(fn ag.AutoGradFunction) smat.Tensor {
 	if !anyRequiresGrad(fn.Operands()) {
 		y, err := fn.Forward()
 		if err != nil {
@@ -77,7 +77,7 @@ func run(fn ag.AutoGradFunction) mat.Tensor {
 }
 
 // anyRequiresGrad reports whether one of ts requires gradients.
-func anyRequiresGrad(ts []mat.Tensor) bool {
+func anyRequiresGrad(ts []smat.Tensor) bool {
 	for _, t := range ts {
 		if t != nil && t.RequiresGrad() {
 			return true
@@ -97,7 +97,7 @@ type releaseGrad struct {
 	op *ag.Operator
 }
 
-func (r *releaseGrad) Backward(gy mat.Tensor) error {
+func (r *releaseGrad) Backward(gy smat.Tensor) error {
 	err := r.AutoGradFunction.Backward(gy)
 	r.op.Value().ZeroGrad()
 	return err
@@ -105,9 +105,9 @@ func (r *releaseGrad) Backward(gy mat.Tensor) error {
 
 // accGrad adds g (with t's shape) to t's gradient. Dense.AccGrad copies or
 // adds g and never keeps it, so g may be pooled scratch released after.
-func accGrad[T dtype](t mat.Tensor, g []T) {
+func accGrad[T dtype](t smat.Tensor, g []T) {
 	s := t.Value().Shape()
-	t.AccGrad(mat.NewDense[T](mat.WithShape(s...), mat.WithBacking(g)))
+	t.AccGrad(smat.NewDense[T](smat.WithShape(s...), smat.WithBacking(g)))
 }
 
 func isF32[T dtype]() bool {

@@ -61,6 +61,13 @@ func FrostFiles() map[string][]byte {
 // with OpenAI tensor names and the configuration in its metadata).
 func ModelBytes() []byte { return modelBytes }
 
+// init makes ModelName stand for Model wherever clip.Create takes a model.
+func init() {
+	if err := clip.RegisterModel(ModelName, Model); err != nil {
+		panic(err) // another package took the name: a programming error
+	}
+}
+
 // Model builds the built-in CLIP: a small ViT and text transformer trained
 // from scratch on CIFAR-10 by package pretrain (see MODEL.md). Its text
 // tower reads byte-level tokens (Tokenizer).

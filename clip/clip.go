@@ -5,9 +5,12 @@ import (
 	"math"
 	"strings"
 
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
+	"gonum.org/v1/gonum/mat"
+
 	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/textenc"
+	"github.com/subtta/subtta/tta/feature"
 	"github.com/subtta/subtta/vit"
 	"github.com/subtta/subtta/weights"
 )
@@ -82,7 +85,7 @@ func VisionOnly(cfg *weights.CLIPConfig, v *vit.Model) *Model {
 // returns the unnormalised features [n, embed]. When a LayerNorm requires
 // gradients (SetVisionTrainable) the pass is recorded on the tape for
 // ag.Backward; otherwise it keeps nothing.
-func (m *Model) ImageFeatures(images mat.Tensor) mat.Tensor { return m.Vision.Forward(images, nil) }
+func (m *Model) ImageFeatures(images smat.Tensor) smat.Tensor { return m.Vision.Forward(images, nil) }
 
 // VisionLayerNorms returns the LayerNorms of the vision tower (ln_pre, each
 // block's ln_1 and ln_2, ln_post), the parameters test-time adaptation
@@ -97,7 +100,7 @@ func (m *Model) SetVisionTrainable(on bool) { m.Vision.SetTrainable(on) }
 
 // Float64 reports whether the model computes in float64.
 func (m *Model) Float64() bool {
-	_, ok := m.Vision.Proj.(*mat.Dense[float64])
+	_, ok := m.Vision.Proj.(*smat.Dense[float64])
 	return ok
 }
 
@@ -111,7 +114,7 @@ func (m *Model) InverseTemperature() float64 { return m.LogitScale }
 
 // Images wraps preprocessed images (n rows of C·H·W values, NCHW) as the
 // vision tower's input matrix, in the model's precision.
-func (m *Model) Images(pixels []float32, n int) (mat.Matrix, error) {
+func (m *Model) Images(pixels []float32, n int) (smat.Matrix, error) {
 	size := 3 * m.Config.Vision.ImageSize * m.Config.Vision.ImageSize
 	if n <= 0 || len(pixels) != n*size {
 		return nil, fmt.Errorf("clip: %d pixel values for %d images of %d×%d: want %d", len(pixels), n, m.Config.Vision.ImageSize, m.Config.Vision.ImageSize, n*size)
@@ -121,14 +124,14 @@ func (m *Model) Images(pixels []float32, n int) (mat.Matrix, error) {
 		for i, v := range pixels {
 			d[i] = float64(v)
 		}
-		return mat.NewDense[float64](mat.WithShape(n, size), mat.WithBacking(d)), nil
+		return smat.NewDense[float64](smat.WithShape(n, size), smat.WithBacking(d)), nil
 	}
-	return mat.NewDense[float32](mat.WithShape(n, size), mat.WithBacking(pixels)), nil
+	return smat.NewDense[float32](smat.WithShape(n, size), smat.WithBacking(pixels)), nil
 }
 
 // EncodeImage returns the unnormalised image features [n, embed] of
 // preprocessed images (n rows of C·H·W values).
-func (m *Model) EncodeImage(pixels []float32, n int) (mat.Tensor, error) {
+func (m *Model) EncodeImage(pixels []float32, n int) (smat.Tensor, error) {
 	x, err := m.Images(pixels, n)
 	if err != nil {
 		return nil, err
@@ -137,13 +140,13 @@ func (m *Model) EncodeImage(pixels []float32, n int) (mat.Tensor, error) {
 }
 
 // EncodeText returns the unnormalised text features [len(tokens), embed].
-func (m *Model) EncodeText(tokens [][]int) (mat.Tensor, error) {
+func (m *Model) EncodeText(tokens [][]int) (smat.Tensor, error) {
 	return m.Text.Forward(tokens, nil)
 }
 
 // Logits returns logit_scale · normalize(images) · normalize(texts)ᵀ
 // [images, texts]: CLIP's logits_per_image.
-func (m *Model) Logits(imageFeatures, textFeatures mat.Tensor) mat.Tensor {
+func (m *Model) Logits(imageFeatures, textFeatures smat.Tensor) smat.Tensor {
 	sim := autograd.MatMul(autograd.L2Normalize(imageFeatures), autograd.L2Normalize(textFeatures), false, true)
 	return autograd.Scale(sim, m.LogitScale)
 }
@@ -152,7 +155,7 @@ func (m *Model) Logits(imageFeatures, textFeatures mat.Tensor) mat.Tensor {
 type ZeroShot struct {
 	Classes []string
 	// Weights is [classes, embed], each row of unit norm.
-	Weights mat.Matrix
+	Weights smat.Matrix
 }
 
 // ZeroShotHead embeds every class name in every template ("a photo of a
@@ -201,15 +204,15 @@ func (m *Model) ZeroShotHead(tok textenc.Tokenizer, classes, templates []string)
 			row[j] /= n
 		}
 	}
-	var wm mat.Matrix
+	var wm smat.Matrix
 	if m.Float64() {
-		wm = mat.NewDense[float64](mat.WithShape(len(classes), embed), mat.WithBacking(w))
+		wm = smat.NewDense[float64](smat.WithShape(len(classes), embed), smat.WithBacking(w))
 	} else {
 		w32 := make([]float32, len(w))
 		for i, v := range w {
 			w32[i] = float32(v)
 		}
-		wm = mat.NewDense[float32](mat.WithShape(len(classes), embed), mat.WithBacking(w32))
+		wm = smat.NewDense[float32](smat.WithShape(len(classes), embed), smat.WithBacking(w32))
 	}
 	return &ZeroShot{Classes: append([]string(nil), classes...), Weights: wm}, nil
 }
@@ -217,7 +220,7 @@ func (m *Model) ZeroShotHead(tok textenc.Tokenizer, classes, templates []string)
 // ZeroShotWeights returns the class weights of ZeroShotHead alone
 // ([classes, embed], unit rows, in the model's precision): what a
 // classifier that does not need the class names takes.
-func (m *Model) ZeroShotWeights(tok textenc.Tokenizer, classes, templates []string) (mat.Matrix, error) {
+func (m *Model) ZeroShotWeights(tok textenc.Tokenizer, classes, templates []string) (smat.Matrix, error) {
 	z, err := m.ZeroShotHead(tok, classes, templates)
 	if err != nil {
 		return nil, err
@@ -233,15 +236,38 @@ func norm(x []float64) float64 {
 	return math.Sqrt(s)
 }
 
-// Classify returns logit_scale · normalize(features) · Weightsᵀ
-// [images, classes] for image features from EncodeImage.
-func (m *Model) Classify(head *ZeroShot, imageFeatures mat.Tensor) mat.Tensor {
-	sim := autograd.MatMul(autograd.L2Normalize(imageFeatures), head.Weights, false, true)
-	return autograd.Scale(sim, m.LogitScale)
+// Classify returns the zero-shot logits logit_scale · normalize(features) ·
+// Weightsᵀ [images, classes] of image features from EncodeImage: those of
+// ZeroShotLogits, in float64 whatever the model's precision, as a float64
+// tensor that is not recorded on the tape.
+func (m *Model) Classify(head *ZeroShot, imageFeatures smat.Tensor) smat.Tensor {
+	l := ZeroShotLogits(denseOf(imageFeatures.Value()), denseOf(head.Weights), m.LogitScale)
+	r, c := l.Dims()
+	return smat.NewDense[float64](smat.WithShape(r, c), smat.WithBacking(l.RawMatrix().Data))
+}
+
+// ZeroShotLogits returns scale · normalize(features) · weightsᵀ [images,
+// classes], every row of features (image features, [images, embed])
+// divided by max(‖row‖, 1e-12) as torch.nn.functional.normalize does, and
+// weights taken as given (a head's unit rows, [classes, embed]). It is the
+// one scorer of zero-shot logits: Classify (subtta classify, training's
+// accuracy) and serve's frozen answers run it, in float64 and in this order
+// of operations, which is the source method's (feature.Head, which it calls), so all of them
+// give the same bits for the same features and head.
+func ZeroShotLogits(features, weights mat.Matrix, scale float64) *mat.Dense {
+	logits, _ := feature.Head(features, weights, scale)
+	return logits
+}
+
+// denseOf returns the values of m in float64 as a gonum matrix (sharing
+// float64 data, converting any other).
+func denseOf(m smat.Tensor) *mat.Dense {
+	s := m.Shape()
+	return mat.NewDense(s[0], s[1], m.Data().F64())
 }
 
 // Softmax returns the row-wise softmax of logits as float64 probabilities.
-func Softmax(logits mat.Tensor) [][]float64 {
+func Softmax(logits smat.Tensor) [][]float64 {
 	s := logits.Value().Shape()
 	v := logits.Value().Data().F64()
 	out := make([][]float64, s[0])

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/nlpodyssey/spago/ag"
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/builtin"
@@ -68,7 +68,7 @@ func TestDeviceSeam(t *testing.T) {
 		for k := range seed {
 			seed[k] = float32(k%5) - 2
 		}
-		f.AccGrad(mat.NewDense[float32](mat.WithShape(r, c), mat.WithBacking(seed)))
+		f.AccGrad(smat.NewDense[float32](smat.WithShape(r, c), smat.WithBacking(seed)))
 		if err := ag.Backward(f); err != nil {
 			t.Fatal(err)
 		}

@@ -44,7 +44,10 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	pre := data.NewCLIPPreprocessor(m.Config.Vision.ImageSize) // Pillow-exact resize and crop
+	pre, err := m.Preprocessor() // Pillow-exact resize and crop
+	if err != nil {
+		log.Fatal(err)
+	}
 	px, err := pre.Transform(nil, img)
 	if err != nil {
 		log.Fatal(err)
@@ -62,4 +65,50 @@ func Example() {
 	}
 	fmt.Println(head.Classes[best])
 	// Output: ship
+}
+
+// ExampleCreate builds a model, its tokenizer and its preprocessor in one
+// call, as open_clip's create_model_and_transforms and get_tokenizer do,
+// and classifies an image zero-shot. builtin.ModelName ("default") names
+// the built-in model, which package builtin registers; for an OpenAI
+// checkpoint, give its path, with Arch ("ViT-B-32") when it stores no
+// architecture and Vocab when its folder holds no vocabulary.
+func ExampleCreate() {
+	b, err := clip.Create(clip.Spec{Model: builtin.ModelName})
+	if err != nil {
+		log.Fatal(err)
+	}
+	tok, err := b.Tokenizer() // the byte-level one: the built-in model's vocabulary
+	if err != nil {
+		log.Fatal(err)
+	}
+	head, err := b.Model.ZeroShotHead(tok, data.CIFAR10Classes, data.CIFAR10Templates)
+	if err != nil {
+		log.Fatal(err)
+	}
+	jpegs, err := builtin.JPEGs(1) // the first embedded test image, an airplane
+	if err != nil {
+		log.Fatal(err)
+	}
+	img, err := data.DecodeRGB("airplane.jpg", jpegs[0])
+	if err != nil {
+		log.Fatal(err)
+	}
+	px, err := b.Preprocessor.Transform(nil, img) // Pillow-exact resize and crop
+	if err != nil {
+		log.Fatal(err)
+	}
+	f, err := b.Model.EncodeImage(px, 1)
+	if err != nil {
+		log.Fatal(err)
+	}
+	probs := clip.Softmax(b.Model.Classify(head, f))[0]
+	best := 0
+	for i, p := range probs {
+		if p > probs[best] {
+			best = i
+		}
+	}
+	fmt.Printf("%T, %d×%d images: %s\n", tok, b.Model.Config.Vision.ImageSize, b.Model.Config.Vision.ImageSize, head.Classes[best])
+	// Output: textenc.ByteTokenizer, 32×32 images: airplane
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/data/corrupt"
 	"github.com/subtta/subtta/tta"
 	"github.com/subtta/subtta/tta/online"
@@ -26,8 +27,10 @@ type Config struct {
 	// Arch, if set, names the model's architecture among open_clip's
 	// (weights.Arch), in place of ModelConfig.
 	Arch string `json:"arch,omitempty"`
-	// Vocab is the CLIP BPE vocabulary (see textenc.LoadBPETokenizer);
-	// the CLI finds or downloads one when empty.
+	// Vocab is the CLIP BPE vocabulary (see textenc.LoadBPETokenizer).
+	// When empty, byte-level models need none and a model folder holding
+	// one gives its own (clip.Spec.Vocab); the CLI also finds or downloads
+	// one.
 	Vocab string `json:"vocab,omitempty"`
 
 	// Dataset is the benchmark: "cifar10-c", "cifar100-c" or "imagenet-c".
@@ -129,30 +132,20 @@ func writtenConfig(b []byte) ([]byte, bool) {
 	return top["config"], true
 }
 
+// spec is the model c names, for clip.Create.
+func (c Config) spec() clip.Spec {
+	return clip.Spec{Model: c.Model, Arch: c.Arch, ModelConfig: c.ModelConfig, Vocab: c.Vocab}
+}
+
 // architecture returns the model architecture c gives (ModelConfig or
-// Arch), or nil when the checkpoint's own is to be used.
+// Arch, read by clip.Spec.Architecture), or nil when the checkpoint's own
+// is to be used.
 func (c Config) architecture() (*weights.CLIPConfig, error) {
-	switch {
-	case c.ModelConfig != "" && c.Arch != "":
-		return nil, fmt.Errorf("eval: model_config and arch both give the architecture: give one")
-	case c.Arch != "":
-		a, err := weights.Arch(c.Arch)
-		if err != nil {
-			return nil, fmt.Errorf("eval: %w", err)
-		}
-		return a, nil
-	case c.ModelConfig != "":
-		b, err := os.ReadFile(c.ModelConfig)
-		if err != nil {
-			return nil, fmt.Errorf("eval: model config: %w", err)
-		}
-		a, err := weights.ParseConfig(b)
-		if err != nil {
-			return nil, fmt.Errorf("eval: %s: %w", c.ModelConfig, err)
-		}
-		return a, nil
+	a, err := c.spec().Architecture()
+	if err != nil {
+		return nil, fmt.Errorf("eval: %w", err)
 	}
-	return nil, nil
+	return a, nil
 }
 
 // withDefaults returns c with the defaults filled in, or an error naming the

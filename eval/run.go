@@ -147,6 +147,7 @@ type evaluation struct {
 
 	// The inputs (openInputs).
 	model *clip.Model
+	pre   *data.Preprocessor
 	tok   textenc.Tokenizer
 	src   *source
 
@@ -171,27 +172,26 @@ func (e *evaluation) logf(format string, a ...any) {
 	}
 }
 
-// openInputs loads the model (unless Options gives one) and the tokenizer,
-// and opens the data source.
+// openInputs loads the model (unless Options gives one) with clip.Create,
+// takes its preprocessor and tokenizer (unless Options gives one; see
+// clip.Spec.Vocab), and opens the data source.
 func (e *evaluation) openInputs() error {
 	cfg := e.cfg
 	var err error
 	e.model = e.opt.Model
 	if e.model == nil {
-		var copt clip.Options
-		if copt.Config, err = cfg.architecture(); err != nil {
-			return err
-		}
-		if e.model, err = clip.Load(cfg.Model, copt); err != nil {
+		b, err := clip.Create(cfg.spec())
+		if err != nil {
 			return fmt.Errorf("eval: %w", err)
 		}
+		e.model = b.Model
+	}
+	if e.pre, err = e.model.Preprocessor(); err != nil {
+		return fmt.Errorf("eval: %w", err)
 	}
 	e.tok = e.opt.Tokenizer
 	if e.tok == nil {
-		if cfg.Vocab == "" {
-			return errors.New("eval: no tokenizer: set Config.Vocab or Options.Tokenizer")
-		}
-		if e.tok, err = textenc.LoadBPETokenizer(cfg.Vocab); err != nil {
+		if e.tok, err = cfg.spec().Tokenizer(e.model); err != nil {
 			return fmt.Errorf("eval: %w", err)
 		}
 	}
@@ -259,7 +259,7 @@ func planDomains(cfg Config) []plannedDomain {
 func (e *evaluation) openDomains() error {
 	e.src.frost = e.opt.Frost
 	e.logf("data: %s", e.src.describe())
-	pre := data.NewCLIPPreprocessor(e.model.Config.Vision.ImageSize)
+	pre := e.pre
 	plan := planDomains(e.cfg)
 	domains := make([]*domain, 0, len(plan))
 	for _, p := range plan {

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/nlpodyssey/spago/ag"
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/clip"
@@ -27,12 +27,12 @@ func onDevice(d kernel.Device, f func()) {
 	f()
 }
 
-func randMatrix(rng *rand.Rand, rows, cols int, scale float32) *mat.Dense[float32] {
+func randMatrix(rng *rand.Rand, rows, cols int, scale float32) *smat.Dense[float32] {
 	v := randSlice(rng, rows*cols)
 	for i := range v {
 		v[i] *= scale
 	}
-	return mat.NewDense[float32](mat.WithShape(rows, cols), mat.WithBacking(v))
+	return smat.NewDense[float32](smat.WithShape(rows, cols), smat.WithBacking(v))
 }
 
 func randBlock(rng *rand.Rand, width, heads, mlp int, causal, gelu bool) *autograd.BlockParams {
@@ -54,10 +54,10 @@ func randBlock(rng *rand.Rand, width, heads, mlp int, causal, gelu bool) *autogr
 
 // backwardThrough seeds y's gradient with seed and runs backward; it
 // returns y's values and the gradients of ts, which it zeroes.
-func backwardThrough(t *testing.T, y mat.Tensor, seed []float32, ts []mat.Matrix) (out []float32, grads [][]float32) {
+func backwardThrough(t *testing.T, y smat.Tensor, seed []float32, ts []smat.Matrix) (out []float32, grads [][]float32) {
 	t.Helper()
 	r, c := y.Value().Shape()[0], y.Value().Shape()[1]
-	y.AccGrad(mat.NewDense[float32](mat.WithShape(r, c), mat.WithBacking(seed)))
+	y.AccGrad(smat.NewDense[float32](smat.WithShape(r, c), smat.WithBacking(seed)))
 	if err := ag.Backward(y); err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestBlockMatchesCPU(t *testing.T) {
 				xg := randMatrix(rand.New(rand.NewPCG(13, 14)), batch*tokens, width, 1)
 				xg.SetRequiresGrad(true)
 				y := autograd.TransformerBlock(xg, p, batch, nil)
-				return backwardThrough(t, y, seed, []mat.Matrix{xg, p.LN1.Gamma, p.LN1.Beta, p.LN2.Gamma, p.LN2.Beta})
+				return backwardThrough(t, y, seed, []smat.Matrix{xg, p.LN1.Gamma, p.LN1.Beta, p.LN2.Gamma, p.LN2.Beta})
 			}
 			gotY, wantY, gotG, wantG := onDeviceCounted(t, d, 2, heads, step)
 			check(t, "forward recording", gotY, wantY)
@@ -142,7 +142,7 @@ func TestTrainingBlocksMatchCPU(t *testing.T) {
 				randBlock(rng, width, heads, 4*width, c.causal, c.gelu),
 				randBlock(rng, width, heads, 4*width, c.causal, c.gelu),
 			}
-			var params []mat.Matrix
+			var params []smat.Matrix
 			for _, p := range blocks {
 				for _, l := range []*autograd.LinearParams{p.QKV, p.Out, p.FC, p.Proj} {
 					params = append(params, l.Weight, l.Bias)
@@ -156,7 +156,7 @@ func TestTrainingBlocksMatchCPU(t *testing.T) {
 			x.SetRequiresGrad(true)
 			seed := randSlice(rng, batch*tokens*width)
 			step := func() ([]float32, [][]float32) {
-				return backwardThrough(t, autograd.TransformerBlocks(x, blocks, batch), seed, append([]mat.Matrix{x}, params...))
+				return backwardThrough(t, autograd.TransformerBlocks(x, blocks, batch), seed, append([]smat.Matrix{x}, params...))
 			}
 			gotY, wantY, gotG, wantG := onDeviceCounted(t, d, 4, 2*heads, step)
 			check(t, "output", gotY, wantY)
@@ -251,7 +251,7 @@ func TestCLIPTinyMatchesCPU(t *testing.T) {
 			seed[i] = float32(i%7) - 3
 		}
 		r, c := f.Value().Shape()[0], f.Value().Shape()[1]
-		f.AccGrad(mat.NewDense[float32](mat.WithShape(r, c), mat.WithBacking(seed)))
+		f.AccGrad(smat.NewDense[float32](smat.WithShape(r, c), smat.WithBacking(seed)))
 		if err := ag.Backward(f); err != nil {
 			t.Fatal(err)
 		}

@@ -8,7 +8,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	gmat "gonum.org/v1/gonum/mat"
+	"gonum.org/v1/gonum/mat"
 
 	"github.com/subtta/subtta/internal/symeig"
 	"github.com/subtta/subtta/tta"
@@ -25,13 +25,13 @@ func TestSymEigMatchesCPU(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	for _, n := range []int{1, 2, 9, 64, 256} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			b := gmat.NewDense(n, n, nil)
+			b := mat.NewDense(n, n, nil)
 			for i := range n {
 				for j := range n {
 					b.Set(i, j, rng.NormFloat64())
 				}
 			}
-			a := gmat.NewSymDense(n, nil)
+			a := mat.NewSymDense(n, nil)
 			a.SymOuterK(1, b) // a covariance-like matrix: B·Bᵀ
 			full := make([]float64, n*n)
 			for i := range n {
@@ -66,9 +66,9 @@ func TestSymEigMatchesCPU(t *testing.T) {
 
 	t.Run("alignment", func(t *testing.T) {
 		const classes, dim, batch = 10, 32, 48
-		text := gmat.NewDense(classes, dim, nil)
-		feats := gmat.NewDense(batch, dim, nil)
-		for _, m := range []*gmat.Dense{text, feats} {
+		text := mat.NewDense(classes, dim, nil)
+		feats := mat.NewDense(batch, dim, nil)
+		for _, m := range []*mat.Dense{text, feats} {
 			r, c := m.Dims()
 			for i := range r {
 				for j := range c {
@@ -96,9 +96,9 @@ func TestSymEigMatchesCPU(t *testing.T) {
 			t.Fatalf("the alignment step called the device's SymEig %d times, want 1", solver.calls)
 		}
 		rel := math.Abs(got.Loss-want.Loss) / math.Abs(want.Loss)
-		var diff gmat.Dense
+		var diff mat.Dense
 		diff.Sub(got.DLdF, want.DLdF)
-		grad := gmat.Norm(&diff, math.Inf(1)) / gmat.Norm(want.DLdF, math.Inf(1))
+		grad := mat.Norm(&diff, math.Inf(1)) / mat.Norm(want.DLdF, math.Inf(1))
 		t.Logf("alignment on the device: loss within %.1e, ∂L/∂F within %.1e (relative)", rel, grad)
 		if rel > 1e-9 || grad > 1e-9 {
 			t.Errorf("loss %.1e, gradient %.1e apart (tolerance 1e-9)", rel, grad)

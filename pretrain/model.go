@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/textenc"
@@ -107,15 +107,15 @@ func checkConfig(cfg *weights.CLIPConfig) error {
 type NamedParam struct {
 	Name  string
 	Shape []int
-	Value mat.Matrix
+	Value smat.Matrix
 	Decay bool
 }
 
 // Params lists every tensor of m in the order of CLIPConfig.Names, with
 // logitScale (a 1×1 matrix) as logit_scale. The matrices are m's own: an
 // optimizer that writes into them changes the model.
-func Params(m *clip.Model, logitScale mat.Matrix) ([]NamedParam, error) {
-	byName := map[string]mat.Matrix{"logit_scale": logitScale}
+func Params(m *clip.Model, logitScale smat.Matrix) ([]NamedParam, error) {
+	byName := map[string]smat.Matrix{"logit_scale": logitScale}
 	blocks := func(prefix string, bs []*autograd.BlockParams) {
 		for i, b := range bs {
 			p := prefix + strconv.Itoa(i) + "."

@@ -9,7 +9,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/data"
@@ -63,7 +63,7 @@ func TestLossGradients(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	scale := mat.NewDense[float64](mat.WithShape(1, 1), mat.WithBacking([]float64{initialLogitScale}))
+	scale := smat.NewDense[float64](smat.WithShape(1, 1), smat.WithBacking([]float64{initialLogitScale}))
 	params, err := Params(m, scale)
 	if err != nil {
 		t.Fatal(err)
@@ -71,10 +71,10 @@ func TestLossGradients(t *testing.T) {
 	if got, want := len(params), len(cfg.Model.Names()); got != want {
 		t.Fatalf("%d parameters, the configuration names %d", got, want)
 	}
-	var inputs []*mat.Dense[float64]
+	var inputs []*smat.Dense[float64]
 	for _, p := range params {
 		p.Value.SetRequiresGrad(true)
-		inputs = append(inputs, p.Value.(*mat.Dense[float64]))
+		inputs = append(inputs, p.Value.(*smat.Dense[float64]))
 	}
 	r := rand.New(rand.NewPCG(5, 5))
 	n, size := 3, cfg.Model.Vision.ImageSize
@@ -82,14 +82,14 @@ func TestLossGradients(t *testing.T) {
 	for i := range px {
 		px[i] = r.NormFloat64()
 	}
-	images := mat.NewDense[float64](mat.WithShape(n, 3*size*size), mat.WithBacking(px))
+	images := smat.NewDense[float64](smat.WithShape(n, 3*size*size), smat.WithBacking(px))
 	var tok textenc.ByteTokenizer
 	caps, err := tok.TokenizeBatch([]string{"a cat.", "the dog here", "a ship."}, cfg.Model.Text.ContextLength, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	labels := []int{2, 0, 1}
-	res, err := autograd.Gradcheck(func() mat.Tensor {
+	res, err := autograd.Gradcheck(func() smat.Tensor {
 		loss, _, err := Loss(m, scale, images, caps, labels, 0.1)
 		if err != nil {
 			panic(err)

@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/nlpodyssey/spago/ag"
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 	"github.com/nlpodyssey/spago/mat/float"
 	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/clip"
@@ -37,7 +37,7 @@ type Trainer struct {
 	// Step is the number of optimizer steps taken.
 	Step int
 
-	scale    *mat.Dense[float32]  // logit_scale, 1×1
+	scale    *smat.Dense[float32] // logit_scale, 1×1
 	opt      *optim.Adam[float32] // linear and projection weights (decayed)
 	optPlain *optim.Adam[float32] // everything else
 	train    *Images
@@ -76,8 +76,12 @@ func newTrainer(cfg Config, train *Images, s *weights.State) (*Trainer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pretrain: %w", err)
 	}
-	t := &Trainer{Config: cfg, Model: m, train: train, pre: data.NewCLIPPreprocessor(cfg.Model.Vision.ImageSize)}
-	t.scale = mat.NewDense[float32](mat.WithShape(1, 1), mat.WithBacking([]float32{ls}))
+	pre, err := m.Preprocessor()
+	if err != nil {
+		return nil, fmt.Errorf("pretrain: %w", err)
+	}
+	t := &Trainer{Config: cfg, Model: m, train: train, pre: pre}
+	t.scale = smat.NewDense[float32](smat.WithShape(1, 1), smat.WithBacking([]float32{ls}))
 	if t.Params, err = Params(m, t.scale); err != nil {
 		return nil, err
 	}
@@ -176,7 +180,7 @@ func (t *Trainer) TrainStep() (StepResult, error) {
 		return StepResult{}, err
 	}
 
-	x := mat.NewDense[float32](mat.WithShape(n, 3*size*size), mat.WithBacking(pixels))
+	x := smat.NewDense[float32](smat.WithShape(n, 3*size*size), smat.WithBacking(pixels))
 	loss, logits, err := Loss(t.Model, t.scale, x, caps, labels, cfg.LabelSmoothing)
 	if err != nil {
 		return StepResult{}, err
@@ -230,7 +234,7 @@ func (t *Trainer) TrainStep() (StepResult, error) {
 // class. The logits are exp(logitScale)·cos(image, caption) [n, classes];
 // the loss is their cross-entropy against the labels, with label smoothing
 // eps: (1−ε)·CE + ε·(−mean log p).
-func Loss(m *clip.Model, logitScale mat.Matrix, images mat.Tensor, captions [][]int, labels []int, eps float64) (loss, logits mat.Tensor, err error) {
+func Loss(m *clip.Model, logitScale smat.Matrix, images smat.Tensor, captions [][]int, labels []int, eps float64) (loss, logits smat.Tensor, err error) {
 	imgF := m.Vision.Forward(images, nil)
 	txtF, err := m.Text.Forward(captions, nil)
 	if err != nil {
@@ -250,7 +254,7 @@ func Loss(m *clip.Model, logitScale mat.Matrix, images mat.Tensor, captions [][]
 // that are decayed and those that are not.
 func (t *Trainer) collect() (decayed, plain []optim.Param[float32]) {
 	for _, p := range t.Params {
-		d := p.Value.(*mat.Dense[float32])
+		d := p.Value.(*smat.Dense[float32])
 		tp := optim.Param[float32]{Name: p.Name, Value: float.SliceValueOf[float32](d.Data())}
 		if p.Value.HasGrad() {
 			tp.Grad = float.SliceValueOf[float32](p.Value.Grad().Value().Data())
@@ -312,7 +316,10 @@ func ZeroShotAccuracy(ctx context.Context, m *clip.Model, tok textenc.Tokenizer,
 		n = limit
 		index = func(j int) int { return j * total / n }
 	}
-	pre := data.NewCLIPPreprocessor(m.Config.Vision.ImageSize)
+	pre, err := m.Preprocessor()
+	if err != nil {
+		return 0, err
+	}
 	const batch = 250
 	correct := 0
 	imgs := make([]*data.RGB, 0, batch)

@@ -374,7 +374,7 @@ func (s *Server) handleClassify(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		logits, pred = headLogits(f, h.head, s.cfg.Model.LogitScale)
+		logits, pred = h.frozenLogits(f, s.cfg.Model.LogitScale)
 		resp.Labels = labels
 	} else {
 		var a answer

@@ -1,11 +1,13 @@
 package serve
 
 import (
+	"math"
 	"strings"
 	"sync"
 
 	"gonum.org/v1/gonum/mat"
 
+	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/tta"
 	"github.com/subtta/subtta/tta/feature"
 )
@@ -13,7 +15,9 @@ import (
 // heads are the zero-shot heads of one set of labels and templates: the
 // ensemble head (C×d, unit rows), with the per-template heads when the
 // preset asks for them (WATT), and the text subspace the principal angles
-// are measured against (made on first use).
+// are measured against (made on first use). They are built by
+// clip.Model.ZeroShotHead (through tta.Preset.Heads), the builder of subtta
+// classify too, and the cache below is the only one that keeps them.
 type heads struct {
 	head      *mat.Dense
 	templates []mat.Matrix
@@ -101,4 +105,18 @@ func (h *heads) subspace(dataset string) *feature.TextSubspace {
 		h.text, _ = feature.NewTextSubspace(h.head, opt)
 	})
 	return h.text
+}
+
+// frozenLogits is the frozen model's answer for one image's features
+// (1×d): clip.ZeroShotLogits, the scorer of subtta classify, whose logits
+// are also the source method's, and their first largest.
+func (h *heads) frozenLogits(f *mat.Dense, scale float64) ([]float64, int) {
+	logits := clip.ZeroShotLogits(f, h.head, scale).RawRowView(0)
+	pred, best := 0, math.Inf(-1)
+	for j, v := range logits {
+		if v > best {
+			pred, best = j, v
+		}
+	}
+	return logits, pred
 }

@@ -199,9 +199,13 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	pre, err := cfg.Model.Preprocessor()
+	if err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
 	s := &Server{frozen: frozen,
 		cfg: cfg, preset: p, log: cfg.Logger,
-		pre:      data.NewCLIPPreprocessor(cfg.Model.Config.Vision.ImageSize),
+		pre:      pre,
 		params:   pv,
 		source:   pv.read(nil),
 		slots:    make(chan struct{}, cfg.MaxConcurrent),

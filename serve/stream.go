@@ -10,8 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"gonum.org/v1/gonum/mat"
-
 	"github.com/subtta/subtta/tta"
 	"github.com/subtta/subtta/tta/feature"
 )
@@ -482,11 +480,4 @@ func (st *stream) stop(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("serve: stream %s: %w", st.id, ctx.Err())
 	}
-}
-
-// headLogits is the frozen model's prediction: feature.Head on the features,
-// the prediction of the source method.
-func headLogits(f *mat.Dense, head *mat.Dense, scale float64) ([]float64, int) {
-	logits, preds := feature.Head(f, head, scale)
-	return slices.Clone(logits.RawRowView(0)), preds[0]
 }

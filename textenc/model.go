@@ -3,7 +3,7 @@ package textenc
 import (
 	"fmt"
 
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/internal/build"
 	"github.com/subtta/subtta/weights"
@@ -15,11 +15,11 @@ import (
 type Model struct {
 	Config   weights.TextConfig
 	EmbedDim int
-	Token    mat.Matrix // token_embedding [vocab, width]
-	Pos      mat.Matrix // positional_embedding [context, width]
+	Token    smat.Matrix // token_embedding [vocab, width]
+	Pos      smat.Matrix // positional_embedding [context, width]
 	Blocks   []*autograd.BlockParams
 	LNFinal  *autograd.LayerNormParams
-	Proj     mat.Matrix // text_projection [width, embed]
+	Proj     smat.Matrix // text_projection [width, embed]
 }
 
 // Options adjust how the tower is built.
@@ -56,7 +56,7 @@ func New(s *weights.State, cfg *weights.CLIPConfig, opt Options) (*Model, error)
 // eos_token_id 2). Because the mask is causal, the rows after the longest
 // sequence's end token cannot change the result, so Forward only computes
 // the first L positions, where L is that end token's position plus one.
-func (m *Model) Forward(tokens [][]int, trace autograd.Trace) (mat.Tensor, error) {
+func (m *Model) Forward(tokens [][]int, trace autograd.Trace) (smat.Tensor, error) {
 	batch := len(tokens)
 	if batch == 0 {
 		return nil, fmt.Errorf("textenc: Forward: no sequences")

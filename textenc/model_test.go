@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 	"github.com/subtta/subtta/internal/fixture"
 	"github.com/subtta/subtta/weights"
 )
@@ -80,8 +80,8 @@ func TestTextIntermediatesMatchPyTorch(t *testing.T) {
 	defer ref.Close()
 	m := loadTiny(t, "clip-tiny.openai.safetensors")
 	tokens := fixtureTokens(t, ref)[:1]
-	got := map[string]mat.Tensor{}
-	if _, err := m.Forward(tokens, func(name string, x mat.Tensor) { got[name] = x }); err != nil {
+	got := map[string]smat.Tensor{}
+	if _, err := m.Forward(tokens, func(name string, x smat.Tensor) { got[name] = x }); err != nil {
 		t.Fatal(err)
 	}
 	const prefix = "text.text0."

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/nlpodyssey/spago/ag"
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/internal/fixture"
 	"github.com/subtta/subtta/weights"
@@ -51,7 +51,7 @@ func TestGradientsMatchPyTorch(t *testing.T) {
 		t.Run(loss, func(t *testing.T) {
 			m := loadTiny(t, "clip-tiny.openai.safetensors", Options{})
 			m.SetTrainable(true)
-			x := mat.NewDense[float32](mat.WithShape(n, width), mat.WithBacking(append([]float32(nil), rows...)), mat.WithGrad(true))
+			x := smat.NewDense[float32](smat.WithShape(n, width), smat.WithBacking(append([]float32(nil), rows...)), smat.WithGrad(true))
 			f := m.Forward(x, nil)
 			switch loss {
 			case "tent":
@@ -59,7 +59,7 @@ func TestGradientsMatchPyTorch(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				T := mat.NewDense[float32](mat.WithShape(shape...), mat.WithBacking(txt))
+				T := smat.NewDense[float32](smat.WithShape(shape...), smat.WithBacking(txt))
 				logits := autograd.Scale(autograd.MatMul(autograd.L2Normalize(f), T, false, true), 100)
 				l := autograd.MeanEntropy(logits)
 				want, _, _ := ref.Float32("tent.loss")
@@ -74,7 +74,7 @@ func TestGradientsMatchPyTorch(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				f.AccGrad(mat.NewDense[float32](mat.WithShape(shape...), mat.WithBacking(r)))
+				f.AccGrad(smat.NewDense[float32](smat.WithShape(shape...), smat.WithBacking(r)))
 				if err := ag.Backward(f); err != nil {
 					t.Fatal(err)
 				}

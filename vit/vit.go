@@ -3,7 +3,7 @@ package vit
 import (
 	"fmt"
 
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/weights"
 )
@@ -17,12 +17,12 @@ type Model struct {
 	Config   weights.VisionConfig
 	EmbedDim int
 	Patch    *autograd.LinearParams // conv1 as [width, 3·patch·patch], no bias
-	Class    mat.Matrix             // class_embedding, width values
-	Pos      mat.Matrix             // positional_embedding [grid²+1, width]
+	Class    smat.Matrix            // class_embedding, width values
+	Pos      smat.Matrix            // positional_embedding [grid²+1, width]
 	LNPre    *autograd.LayerNormParams
 	Blocks   []*autograd.BlockParams
 	LNPost   *autograd.LayerNormParams
-	Proj     mat.Matrix // proj [width, embed]
+	Proj     smat.Matrix // proj [width, embed]
 }
 
 // Forward encodes images [batch, 3·H·W] (NCHW, preprocessed, one image per
@@ -31,7 +31,7 @@ type Model struct {
 // class tokens only (autograd.TransformerBlockRows), the rows the features
 // are made of, unless a device is set (the blocks then stay there as one
 // op); with a trace, every stage is computed in full.
-func (m *Model) Forward(images mat.Tensor, trace Trace) mat.Tensor {
+func (m *Model) Forward(images smat.Tensor, trace Trace) smat.Tensor {
 	c := m.Config
 	batch := images.Value().Shape()[0]
 	g := autograd.PatchGeometry{Channels: 3, Height: c.ImageSize, Width: c.ImageSize, Patch: c.PatchSize}

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/internal/fixture"
 	"github.com/subtta/subtta/weights"
@@ -31,7 +31,7 @@ func loadTiny(t *testing.T, file string, opt Options) *Model {
 }
 
 // pixels reads preprocess.safetensors:pixel_values as [N, C·H·W].
-func pixels(t *testing.T) (*mat.Dense[float32], []int) {
+func pixels(t *testing.T) (*smat.Dense[float32], []int) {
 	t.Helper()
 	f, err := weights.Open(fixture.Path(t, "fixtures/preprocess.safetensors"))
 	if err != nil {
@@ -42,7 +42,7 @@ func pixels(t *testing.T) (*mat.Dense[float32], []int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return mat.NewDense[float32](mat.WithShape(shape[0], len(px)/shape[0]), mat.WithBacking(px)), shape
+	return smat.NewDense[float32](smat.WithShape(shape[0], len(px)/shape[0]), smat.WithBacking(px)), shape
 }
 
 func TestImageFeaturesMatchPyTorch(t *testing.T) {
@@ -82,10 +82,10 @@ func TestIntermediatesMatchPyTorch(t *testing.T) {
 	defer ref.Close()
 	px, _ := pixels(t)
 	row := px.Data().F32()[:px.Shape()[1]]
-	img := mat.NewDense[float32](mat.WithShape(1, len(row)), mat.WithBacking(row))
+	img := smat.NewDense[float32](smat.WithShape(1, len(row)), smat.WithBacking(row))
 	m := loadTiny(t, "clip-tiny.openai.safetensors", Options{})
 	got := map[string][]float32{}
-	m.Forward(img, func(name string, x mat.Tensor) { got[name] = x.Value().Data().F32() })
+	m.Forward(img, func(name string, x smat.Tensor) { got[name] = x.Value().Data().F32() })
 	const prefix = "visual.image0."
 	checked := 0
 	for _, name := range ref.Names() {
@@ -134,7 +134,7 @@ func ExampleModel_LayerNormNames() {
 func TestTraceDoesNotChangeFeatures(t *testing.T) {
 	px, _ := pixels(t)
 	m := loadTiny(t, "clip-tiny.openai.safetensors", Options{})
-	full := m.Forward(px, func(string, mat.Tensor) {}).Value().Data().F32()
+	full := m.Forward(px, func(string, smat.Tensor) {}).Value().Data().F32()
 	pooled := m.Forward(px, nil).Value().Data().F32()
 	// The class-token rows go through the same operations in the same
 	// order either way (measured: identical); 1e-6 is a few float32 ulps.

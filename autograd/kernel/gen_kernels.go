@@ -52,7 +52,7 @@ func main() {
 // a time and without fused multiply-adds, so it gives the same bits as the
 // Go loop; so do the QuickGELU kernels, which follow their Go loops
 // operation by operation. The constants are converted here by Go's exact
-// constant arithmetic, as they are in rowwise.go.
+// constant arithmetic, as they are in exp.go and quickgelu.go.
 func genRowwise() string {
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }

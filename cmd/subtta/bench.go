@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/nlpodyssey/spago/ag"
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/clip"
@@ -22,7 +22,7 @@ import (
 	"github.com/subtta/subtta/tta"
 	"github.com/subtta/subtta/vit"
 	"github.com/subtta/subtta/weights"
-	gmat "gonum.org/v1/gonum/mat"
+	"gonum.org/v1/gonum/mat"
 )
 
 // benchNames are the measurements --only selects from.
@@ -128,10 +128,11 @@ func benchModel(path, configPath, arch string, stderr io.Writer) (string, *weigh
 		m, err := vit.Random(cfg, 1, vit.Options{})
 		return "ViT-B/32 vision tower, random weights", cfg, m, err
 	}
-	cm, err := loadModel(path, configPath, arch, stderr)
+	b, err := openModel(path, configPath, arch, "", stderr)
 	if err != nil {
 		return "", nil, nil, err
 	}
+	cm := b.Model
 	v := cm.Config.Vision
 	name := fmt.Sprintf("vision tower of %s (%d×%d, patch %d, %d blocks of width %d)", path,
 		v.ImageSize, v.ImageSize, v.PatchSize, v.Layers, v.Width)
@@ -158,7 +159,7 @@ func benchCases(cfg *weights.CLIPConfig, m *vit.Model, batch, classes int) ([]be
 	for i := range px {
 		px[i] = float32(r.NormFloat64())
 	}
-	images := mat.NewDense[float32](mat.WithShape(batch, size), mat.WithBacking(px))
+	images := smat.NewDense[float32](smat.WithShape(batch, size), smat.WithBacking(px))
 	grad := make([]float32, batch*cfg.EmbedDim)
 	for i := range grad {
 		grad[i] = float32(r.NormFloat64())
@@ -172,7 +173,7 @@ func benchCases(cfg *weights.CLIPConfig, m *vit.Model, batch, classes int) ([]be
 		m.SetTrainable(true)
 		defer m.SetTrainable(false)
 		f := m.Forward(images, nil)
-		f.AccGrad(mat.NewDense[float32](mat.WithShape(batch, cfg.EmbedDim), mat.WithBacking(grad)))
+		f.AccGrad(smat.NewDense[float32](smat.WithShape(batch, cfg.EmbedDim), smat.WithBacking(grad)))
 		if err := ag.Backward(f); err != nil {
 			return err
 		}
@@ -201,7 +202,7 @@ func benchCases(cfg *weights.CLIPConfig, m *vit.Model, batch, classes int) ([]be
 			row[j] /= math.Sqrt(n)
 		}
 	}
-	method, err := preset.New(clip.VisionOnly(cfg, m), gmat.NewDense(classes, cfg.EmbedDim, head))
+	method, err := preset.New(clip.VisionOnly(cfg, m), mat.NewDense(classes, cfg.EmbedDim, head))
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -31,30 +32,32 @@ func cacheDir() (string, error) {
 // is downloaded from (vocab.json and merges.txt, the same BPE as OpenAI's).
 const tokenizerRepo = "openai/clip-vit-base-patch32"
 
-// loadTokenizer finds the CLIP BPE vocabulary: the --vocab flag, then a
-// model directory holding vocab.json/merges.txt or tokenizer.json, then
-// $SUBTTA_VOCAB, then the cache (downloading it on first use).
-func loadTokenizer(vocab, model string, stderr io.Writer) (*textenc.BPETokenizer, error) {
-	if vocab == "" {
-		vocab = os.Getenv("SUBTTA_VOCAB")
+// findVocab is where the command line looks for the CLIP BPE vocabulary
+// when --vocab and the model give none (clip.Spec.FindVocab):
+// $SUBTTA_VOCAB, then the cache, downloading it on first use.
+func findVocab(stderr io.Writer) (string, error) {
+	if v := os.Getenv("SUBTTA_VOCAB"); v != "" {
+		return v, nil
 	}
-	if vocab == "" && model != "" {
-		if st, err := os.Stat(model); err == nil && st.IsDir() {
-			if t, err := textenc.LoadBPETokenizer(model); err == nil {
-				return t, nil
-			}
-		}
+	dir, err := cacheDir()
+	if err != nil {
+		return "", err
 	}
+	paths, err := weights.Pull(context.Background(), tokenizerRepo, []string{"vocab.json", "merges.txt"}, dir, progressPrinter(stderr))
+	if err != nil {
+		return "", fmt.Errorf("no vocabulary given (--vocab or SUBTTA_VOCAB) and the download failed: %w", err)
+	}
+	return filepath.Dir(paths[0]), nil
+}
+
+// loadTokenizer loads the CLIP BPE vocabulary of the --vocab flag, else
+// the one findVocab finds.
+func loadTokenizer(vocab string, stderr io.Writer) (*textenc.BPETokenizer, error) {
 	if vocab == "" {
-		dir, err := cacheDir()
-		if err != nil {
+		var err error
+		if vocab, err = findVocab(stderr); err != nil {
 			return nil, err
 		}
-		paths, err := weights.Pull(context.Background(), tokenizerRepo, []string{"vocab.json", "merges.txt"}, dir, progressPrinter(stderr))
-		if err != nil {
-			return nil, fmt.Errorf("no vocabulary given (--vocab or SUBTTA_VOCAB) and the download failed: %w", err)
-		}
-		vocab = filepath.Dir(paths[0])
 	}
 	return textenc.LoadBPETokenizer(vocab)
 }
@@ -62,47 +65,39 @@ func loadTokenizer(vocab, model string, stderr io.Writer) (*textenc.BPETokenizer
 // modelFlagHelp is the help of every --model flag.
 const modelFlagHelp = "checkpoint: .safetensors, .pt or Hugging Face directory (default: the built-in CLIP trained on CIFAR-10)"
 
-// loadModel loads the checkpoint at path, or the built-in model when path
-// is empty or "default". configPath (--model-config: a Hugging Face
+// openModel builds the model of the --model, --model-config, --arch and
+// --vocab flags with clip.Create: the checkpoint at path, or the built-in
+// model when path is empty or "default"; configPath (a Hugging Face
 // config.json, an open_clip model config, OpenAI's CLIP keyword arguments,
-// or the JSON that convert stores) or arch (--arch, an open_clip model
-// name), if given, is the architecture. A warning goes to stderr when the
-// head counts were inferred from the tensor shapes.
-func loadModel(path, configPath, arch string, stderr io.Writer) (*clip.Model, error) {
-	var opt clip.Options
+// or the JSON that convert stores) or arch (an open_clip model name), if
+// given, is the architecture. A warning goes to stderr when the head
+// counts were inferred from the tensor shapes. The bundle's tokenizer
+// reads vocab, else the byte-level one for byte-level models, the model
+// folder's vocabulary, or findVocab's.
+func openModel(path, configPath, arch, vocab string, stderr io.Writer) (*clip.Bundle, error) {
+	if isBuiltin(path) {
+		path = builtin.ModelName
+	}
+	b, err := clip.Create(clip.Spec{Model: path, Arch: arch, ModelConfig: configPath, Vocab: vocab,
+		FindVocab: func() (string, error) { return findVocab(stderr) }})
+	var field *clip.SpecError
 	switch {
-	case configPath != "" && arch != "":
+	case errors.Is(err, clip.ErrArchTwice):
 		return nil, usagef("--model-config and --arch both give the architecture: give one")
-	case arch != "":
-		c, err := weights.Arch(arch)
-		if err != nil {
-			return nil, usagef("--arch: %v", err)
-		}
-		opt.Config = c
-	case configPath != "":
-		b, err := os.ReadFile(configPath)
-		if err != nil {
-			return nil, usagef("--model-config: %v", err)
-		}
-		if opt.Config, err = weights.ParseConfig(b); err != nil {
-			return nil, fmt.Errorf("--model-config %s: %w", configPath, err)
-		}
-	}
-	if path == "" || path == builtin.ModelName {
-		if opt.Config != nil {
-			return nil, usagef("--model-config and --arch need --model: the built-in model has its own architecture")
-		}
-		return builtin.Model(opt)
-	}
-	m, err := clip.Load(path, opt)
-	if err != nil {
+	case errors.Is(err, clip.ErrNamedArch):
+		return nil, usagef("--model-config and --arch need --model: the built-in model has its own architecture")
+	case errors.As(err, &field) && field.Field == "Arch":
+		return nil, usagef("--arch: %v", field.Err)
+	case errors.As(err, &field) && field.Field == "ModelConfig":
+		return nil, usagef("--model-config: %v", field.Err)
+	case err != nil:
 		return nil, err
 	}
-	if m.Config.Inferred && opt.Config == nil {
+	if b.Inferred {
 		fmt.Fprintf(stderr, "warning: %s has no stored configuration: %d vision and %d text heads assumed (width/64, as OpenAI's models); give --arch or --model-config if it differs\n",
-			path, m.Config.Vision.Heads, m.Config.Text.Heads)
+			path, b.Model.Config.Vision.Heads, b.Model.Config.Text.Heads)
 	}
-	return m, nil
+	return b, nil
 }
 
 // modelConfigHelp and archHelp are the help of every --model-config and
@@ -114,17 +109,6 @@ const (
 
 // isBuiltin reports whether a --model value names the built-in model.
 func isBuiltin(path string) bool { return path == "" || path == builtin.ModelName }
-
-// modelTokenizer returns the tokenizer for m: the byte-level one when the
-// text tower has the byte-level vocabulary (the built-in model and models
-// from subtta train) and no --vocab is given, else the CLIP BPE vocabulary
-// that loadTokenizer finds.
-func modelTokenizer(m *clip.Model, vocab, model string, stderr io.Writer) (textenc.Tokenizer, error) {
-	if vocab == "" && m.Config.Text.VocabSize == textenc.ByteVocabSize {
-		return textenc.ByteTokenizer{}, nil
-	}
-	return loadTokenizer(vocab, model, stderr)
-}
 
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)

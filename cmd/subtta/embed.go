@@ -18,9 +18,8 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
-// preprocessImages reads and preprocesses image files for the model.
-func preprocessImages(m *clip.Model, paths []string) ([]float32, error) {
-	pre := data.NewCLIPPreprocessor(m.Config.Vision.ImageSize)
+// preprocessImages reads image files and preprocesses them with pre.
+func preprocessImages(pre *data.Preprocessor, paths []string) ([]float32, error) {
 	px := make([]float32, 0, len(paths)*pre.OutputLen())
 	for _, p := range paths {
 		img, err := data.ReadRGB(p)
@@ -55,10 +54,11 @@ func runEmbed(args []string, stdout, stderr io.Writer) error {
 	if len(images)+len(texts) == 0 || fs.NArg() > 0 {
 		return usagef("give --image FILE and/or --text TEXT (repeatable)")
 	}
-	m, err := loadModel(*model, *modelConfig, *arch, stderr)
+	b, err := openModel(*model, *modelConfig, *arch, *vocab, stderr)
 	if err != nil {
 		return err
 	}
+	m := b.Model
 	type feature struct {
 		Image    string    `json:"image,omitempty"`
 		Text     string    `json:"text,omitempty"`
@@ -66,7 +66,7 @@ func runEmbed(args []string, stdout, stderr io.Writer) error {
 	}
 	var out []feature
 	if len(images) > 0 {
-		px, err := preprocessImages(m, images)
+		px, err := preprocessImages(b.Preprocessor, images)
 		if err != nil {
 			return err
 		}
@@ -79,7 +79,7 @@ func runEmbed(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if len(texts) > 0 {
-		tok, err := modelTokenizer(m, *vocab, *model, stderr)
+		tok, err := b.Tokenizer()
 		if err != nil {
 			return err
 		}
@@ -163,11 +163,12 @@ func runClassify(args []string, stdout, stderr io.Writer) error {
 			templates = data.CIFAR10Templates
 		}
 	}
-	m, err := loadModel(*model, *modelConfig, *arch, stderr)
+	b, err := openModel(*model, *modelConfig, *arch, *vocab, stderr)
 	if err != nil {
 		return err
 	}
-	tok, err := modelTokenizer(m, *vocab, *model, stderr)
+	m := b.Model
+	tok, err := b.Tokenizer()
 	if err != nil {
 		return err
 	}
@@ -182,7 +183,7 @@ func runClassify(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	px, err := preprocessImages(m, fs.Args())
+	px, err := preprocessImages(b.Preprocessor, fs.Args())
 	if err != nil {
 		return err
 	}

@@ -258,7 +258,7 @@ func useBuiltinData(cfg *eval.Config, limitGiven bool) error {
 
 // evalOptions loads cfg's model and tokenizer for eval.Run.
 func evalOptions(cfg eval.Config, stderr io.Writer) (eval.Options, error) {
-	m, err := loadModel(cfg.Model, cfg.ModelConfig, cfg.Arch, stderr)
+	b, err := openModel(cfg.Model, cfg.ModelConfig, cfg.Arch, cfg.Vocab, stderr)
 	if err != nil {
 		return eval.Options{}, err
 	}
@@ -268,12 +268,12 @@ func evalOptions(cfg eval.Config, stderr io.Writer) (eval.Options, error) {
 			return eval.Options{}, err
 		}
 	}
-	tok, err := modelTokenizer(m, cfg.Vocab, cfg.Model, stderr)
+	tok, err := b.Tokenizer()
 	if err != nil {
 		return eval.Options{}, err
 	}
 	return eval.Options{
-		Model:     m,
+		Model:     b.Model,
 		ModelID:   modelID,
 		Tokenizer: tok,
 		Frost:     func() (string, error) { return frostDir("", stderr) },

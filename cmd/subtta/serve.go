@@ -81,7 +81,7 @@ func serveMain(ctx context.Context, args []string, stderr io.Writer, ready func(
 		}
 		classes = data.CIFAR10Classes
 	}
-	m, err := loadModel(*model, *modelConfig, *arch, stderr)
+	b, err := openModel(*model, *modelConfig, *arch, *vocab, stderr)
 	if err != nil {
 		return err
 	}
@@ -93,13 +93,13 @@ func serveMain(ctx context.Context, args []string, stderr io.Writer, ready func(
 		}
 		version = filepath.Base(filepath.Clean(*model)) + " " + fp
 	}
-	tok, err := modelTokenizer(m, *vocab, *model, stderr)
+	tok, err := b.Tokenizer()
 	if err != nil {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	s, err := serve.New(serve.Config{
-		Model: m, Tokenizer: tok, ModelVersion: version,
+		Model: b.Model, Tokenizer: tok, ModelVersion: version,
 		Dataset: ds, Method: *method, BatchSize: *batch, Labels: classes, Templates: templates,
 		MaxWait: *maxWait, MaxStreams: *maxStreams, StateDir: *stateDir,
 		MaxBodyBytes: *maxBody, MaxPixels: *maxPixels, MaxLabels: *maxLabels, MaxConcurrent: *maxConc,

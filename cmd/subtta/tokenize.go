@@ -24,7 +24,7 @@ func runTokenize(args []string, stdout, stderr io.Writer) error {
 	if *ctx < 2 || *ctx > maxContext {
 		return usagef("--context %d: want 2 to %d (the start and end tokens take two)", *ctx, maxContext)
 	}
-	tok, err := loadTokenizer(*vocab, "", stderr)
+	tok, err := loadTokenizer(*vocab, stderr)
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,7 @@
 package build
 
 import (
-	"github.com/nlpodyssey/spago/mat"
+	smat "github.com/nlpodyssey/spago/mat"
 	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/weights"
 )
@@ -22,7 +22,7 @@ type Builder struct {
 // (shape gives the expected dimensions; the matrix is 2-D with the first
 // dimension as rows and the rest flattened into columns; a 1-D tensor
 // becomes a 1×n row).
-func (b *Builder) Matrix(name string, shape ...int) mat.Matrix {
+func (b *Builder) Matrix(name string, shape ...int) smat.Matrix {
 	if b.Err != nil {
 		return nil
 	}
@@ -45,9 +45,9 @@ func (b *Builder) Matrix(name string, shape ...int) mat.Matrix {
 		for i, v := range data {
 			d[i] = float64(v)
 		}
-		return mat.NewDense[float64](mat.WithShape(rows, cols), mat.WithBacking(d))
+		return smat.NewDense[float64](smat.WithShape(rows, cols), smat.WithBacking(d))
 	}
-	return mat.NewDense[float32](mat.WithShape(rows, cols), mat.WithBacking(append([]float32(nil), data...)))
+	return smat.NewDense[float32](smat.WithShape(rows, cols), smat.WithBacking(append([]float32(nil), data...)))
 }
 
 // LayerNorm returns prefix+"weight" and prefix+"bias" (width values each).
@@ -64,7 +64,7 @@ func (b *Builder) LayerNorm(prefix string, width int) *autograd.LayerNormParams 
 // empty, prefix+biasName [out].
 func (b *Builder) Linear(prefix, weightName, biasName string, out, in int) *autograd.LinearParams {
 	w := b.Matrix(prefix+weightName, out, in)
-	var bias mat.Matrix
+	var bias smat.Matrix
 	if biasName != "" {
 		bias = b.Matrix(prefix+biasName, out)
 	}
