@@ -64,7 +64,9 @@ type Config struct {
 	// BatchSize > 0 overrides every preset's batch size.
 	BatchSize int `json:"batch_size,omitempty"`
 	// Protocol is "reset" (default: reset before every domain, the paper's),
-	// "continual" or "mixed".
+	// "continual", "mixed" or "episodic" (batch size 1, the weights reset
+	// before every sample, the method's memory kept through the domain;
+	// presets take their episodic form, tta.Preset.ForEpisodic).
 	Protocol string `json:"protocol"`
 	// NoShuffle streams each domain in index order instead of Python's
 	// random.shuffle with Seed (the official protocol, seed 1).
@@ -208,8 +210,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Protocol == "" {
 		c.Protocol = "reset"
 	}
-	if _, err := protocol(c.Protocol); err != nil {
+	proto, err := protocol(c.Protocol)
+	if err != nil {
 		return c, err
+	}
+	if proto == online.Episodic && c.BatchSize > 1 {
+		return c, fmt.Errorf("eval: the episodic protocol adapts to one sample at a time: batch size %d, want 1 (or none)", c.BatchSize)
 	}
 	if c.Out == "" {
 		c.Out = "subtta-results"
@@ -218,10 +224,13 @@ func (c Config) withDefaults() (Config, error) {
 }
 
 func protocol(name string) (online.Protocol, error) {
-	for _, p := range []online.Protocol{online.ResetEachDomain, online.Continual, online.Mixed} {
-		if p.String() == name {
-			return p, nil
-		}
+	p, err := online.ParseProtocol(name)
+	if err != nil {
+		return 0, fmt.Errorf("eval: %w", err)
 	}
-	return 0, fmt.Errorf("eval: unknown protocol %q (want reset, continual or mixed)", name)
+	return p, nil
 }
+
+// perDomain reports whether a protocol runs each domain as a stream of
+// its own (reset, episodic), checkpointed and stored domain by domain.
+func perDomain(p online.Protocol) bool { return p == online.ResetEachDomain || p == online.Episodic }

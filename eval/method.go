@@ -64,7 +64,7 @@ func (r *methodRun) name() string { return r.preset.Method }
 func (r *methodRun) run() error {
 	r.stats = map[string]*domainStats{}
 	proto, _ := protocol(r.cfg.Protocol)
-	if proto != online.ResetEachDomain {
+	if !perDomain(proto) {
 		return r.runWhole(proto)
 	}
 	start := 0
@@ -120,7 +120,7 @@ func (r *methodRun) run() error {
 		t0 := time.Now()
 		r.current, r.prior, r.priorTime, r.lastCheckpoint = i, online.DomainResult{}, 0, t0
 		r.started = t0
-		cfg := r.runnerConfig(online.ResetEachDomain)
+		cfg := r.runnerConfig(proto)
 		cfg.Resume = r.resume
 		run := online.Runner{Method: r.method, Config: cfg}
 		rep, err := run.Run([]online.Domain{d})

@@ -207,7 +207,7 @@ func (r *methodRun) checkpoint(batches int) error {
 	}
 	b := make([]byte, 0, len(streamMagic)+24+len(st))
 	path := r.partialPath(r.current)
-	if proto, _ := protocol(r.cfg.Protocol); proto != online.ResetEachDomain {
+	if proto, _ := protocol(r.cfg.Protocol); !perDomain(proto) {
 		// One file for the stream, which says which domain it is in.
 		path = r.streamPartialPath()
 		b = append(b, streamMagic...)

@@ -318,6 +318,11 @@ func (e *evaluation) runMethod(name string) error {
 	if err != nil {
 		return fmt.Errorf("eval: %w", err)
 	}
+	if proto, _ := protocol(e.cfg.Protocol); proto == online.Episodic {
+		if p, err = p.ForEpisodic(); err != nil {
+			return fmt.Errorf("eval: %w", err)
+		}
+	}
 	if e.cfg.BatchSize > 0 {
 		p.BatchSize = e.cfg.BatchSize
 	}

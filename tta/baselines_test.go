@@ -7,6 +7,7 @@ import (
 	"github.com/subtta/subtta/internal/fixturefile"
 	"github.com/subtta/subtta/optim"
 	"github.com/subtta/subtta/tta/internal/fxt"
+	"github.com/subtta/subtta/tta/internal/fxtmodel"
 )
 
 // TestBaselinesEndToEnd runs TENT, BATCLIP and MINT (SubTTA-repo variants)
@@ -25,7 +26,7 @@ func TestBaselinesEndToEnd(t *testing.T) {
 	head := x.Dense("T")
 	for _, name := range []string{"tent", "batclip", "mint"} {
 		t.Run(name, func(t *testing.T) {
-			m := fxt.TinyModel(t, false)
+			m := fxtmodel.TinyModel(t, false)
 			opt := optim.Config{Adam: js.Config[name].Adam(t)}
 			var meth Method
 			var err error
@@ -57,7 +58,7 @@ func TestBaselinesEndToEnd(t *testing.T) {
 				first = "pre_F"
 			}
 			bsz, _ := x.Dense(name + ".b0." + first).Dims()
-			px := fxt.Pixels(t, bsz)
+			px := fxtmodel.Pixels(t, bsz)
 			for k := range x.Batches(name+".b", first) {
 				b := fmt.Sprintf("%s.b%d.", name, k)
 				res, err := meth.Step(px[k], bsz)

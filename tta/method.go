@@ -75,6 +75,11 @@ type Method interface {
 	// SubTTA's EMA covariance survives unless its config says otherwise, as
 	// in the official code.
 	Reset() error
+	// ResetSample restores the source LayerNorm weights and a fresh
+	// optimizer but keeps every per-stream memory (the feature bank, the
+	// caches, the class sums): the episodic protocol calls it before every
+	// sample.
+	ResetSample() error
 	// Step adapts on and classifies n preprocessed images (NCHW float32, n
 	// rows of 3·H·W values).
 	Step(pixels []float32, n int) (*Result, error)
@@ -398,6 +403,10 @@ func (b *base) count(d *Diagnostics, stepped bool) {
 
 // head returns the zero-shot logits scale·normalize(f)·Tᵀ and predictions.
 func (b *base) head(f *mat.Dense) (*mat.Dense, []int) { return feature.Head(f, b.text, b.scale) }
+
+// ResetSample restores the source weights and a fresh optimizer; the
+// method's memory stays.
+func (b *base) ResetSample() error { b.reset(); return nil }
 
 func (b *base) reset() {
 	b.tr.restoreSource()

@@ -12,6 +12,7 @@ import (
 	"github.com/subtta/subtta/optim"
 	"github.com/subtta/subtta/tta/feature"
 	"github.com/subtta/subtta/tta/internal/fxt"
+	"github.com/subtta/subtta/tta/internal/fxtmodel"
 )
 
 // *clip.Model is what the Methods and the presets run on.
@@ -88,10 +89,10 @@ func compareParams(tb testing.TB, label string, got [][]float64, names []string,
 // before left marked trainable or frozen (TDA and Source encode without a
 // tape).
 func TestMethodsShareModel(t *testing.T) {
-	m := fxt.TinyModel(t, false)
+	m := fxtmodel.TinyModel(t, false)
 	x := fxt.Open(t, "fixtures/baselines.safetensors")
 	head := x.Dense("T")
-	px := fxt.Pixels(t, 4)[0]
+	px := fxtmodel.Pixels(t, 4)[0]
 	tda, err := NewTDA(m, head, feature.DefaultTDAConfig())
 	if err != nil {
 		t.Fatal(err)

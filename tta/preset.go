@@ -53,6 +53,21 @@ func (p Preset) New(m Model, head mat.Matrix, templateHeads ...mat.Matrix) (Meth
 	return r.New(m, p, head, templateHeads)
 }
 
+// ForEpisodic returns the preset for the episodic protocol
+// (online.Episodic): batch size 1, and whatever else the method changes
+// there (Registration.Episodic).
+func (p Preset) ForEpisodic() (Preset, error) {
+	r, err := registered(p.Method)
+	if err != nil {
+		return Preset{}, err
+	}
+	p.BatchSize = 1
+	if r.Episodic != nil {
+		r.Episodic(&p)
+	}
+	return p, nil
+}
+
 // ClassNames returns the class names as the preset's templates expect
 // them (see SpacedClassNames).
 func (p Preset) ClassNames(classes []string) []string {

@@ -11,6 +11,7 @@ import (
 	"github.com/subtta/subtta/textenc"
 	"github.com/subtta/subtta/tta/feature"
 	"github.com/subtta/subtta/tta/internal/fxt"
+	"github.com/subtta/subtta/tta/internal/fxtmodel"
 )
 
 // TestPresetTable checks the transcription of spec §1.5 and §2.
@@ -77,7 +78,7 @@ func TestPresetTable(t *testing.T) {
 
 // TestPresetsRun builds every preset on clip-tiny and runs one batch.
 func TestPresetsRun(t *testing.T) {
-	m := fxt.TinyModel(t, false)
+	m := fxtmodel.TinyModel(t, false)
 	snap := m.Vision.Snapshot()
 	rng := rand.New(rand.NewPCG(3, 4))
 	head, _ := feature.NormalizeRows(fxt.RandDense(rng, 10, m.Config.EmbedDim, 1))
@@ -127,7 +128,7 @@ func TestPresetsRun(t *testing.T) {
 // normalised mean of the per-template heads' unnormalised sum, as
 // ZeroShotHead averages normalised prompt embeddings.
 func TestPresetHeads(t *testing.T) {
-	m := fxt.TinyModel(t, false)
+	m := fxtmodel.TinyModel(t, false)
 	classes := []string{"cat", "aquarium_fish", "dog"}
 	p, err := Lookup("cifar100-c", "watt-s")
 	if err != nil {
@@ -173,7 +174,7 @@ func randPixels(rng *rand.Rand, n, size int) []float32 {
 
 // TestSubTTAOptions exercises the switches on clip-tiny.
 func TestSubTTAOptions(t *testing.T) {
-	m := fxt.TinyModel(t, false)
+	m := fxtmodel.TinyModel(t, false)
 	snap := m.Vision.Snapshot()
 	rng := rand.New(rand.NewPCG(5, 6))
 	head, _ := feature.NormalizeRows(fxt.RandDense(rng, 10, m.Config.EmbedDim, 1))

@@ -13,6 +13,7 @@ import (
 	"github.com/subtta/subtta/tta"
 	"github.com/subtta/subtta/tta/feature"
 	"github.com/subtta/subtta/tta/internal/fxt"
+	"github.com/subtta/subtta/tta/internal/fxtmodel"
 	"github.com/subtta/subtta/tta/online"
 	"gonum.org/v1/gonum/mat"
 )
@@ -47,7 +48,7 @@ func (p *probe) Step(px []float32, n int) (*tta.Result, error) {
 // first batch starts fresh. The partial last batches are kept, and the JSONL
 // log has one record per batch.
 func TestRunnerProtocols(t *testing.T) {
-	m := fxt.TinyModel(t, false)
+	m := fxtmodel.TinyModel(t, false)
 	rng := rand.New(rand.NewPCG(1, 2))
 	const classes = 6
 	size := 3 * m.Config.Vision.ImageSize * m.Config.Vision.ImageSize

@@ -36,6 +36,10 @@ type Registration struct {
 	// head (C×d, unit rows) and, with PerTemplateHeads, one head per
 	// template.
 	New func(m Model, p Preset, head mat.Matrix, templateHeads []mat.Matrix) (Method, error)
+	// Episodic, when set, adapts a filled-in preset to the episodic
+	// protocol beyond its batch size of 1 (SubTTA turns its feature bank
+	// on); see Preset.ForEpisodic.
+	Episodic func(p *Preset)
 }
 
 // builtinMethods are the methods of this package, in the order help texts

@@ -243,8 +243,8 @@ func first(s []string) string {
 	return s[0]
 }
 
-// Stateless implements the state half of Method for a method that keeps
-// nothing between Steps and trains nothing: embed it. Its state is empty,
+// Stateless implements the state half of Method (and ResetSample) for a
+// method that keeps nothing between Steps and trains nothing: embed it. Its state is empty,
 // and it refuses any other.
 type Stateless struct{}
 
@@ -258,6 +258,9 @@ func (Stateless) UnmarshalBinary(p []byte) error {
 	}
 	return nil
 }
+
+// ResetSample does nothing: there are no weights to restore.
+func (Stateless) ResetSample() error { return nil }
 
 // MarshalCarried returns nil: nothing survives Reset.
 func (Stateless) MarshalCarried() ([]byte, error) { return nil, nil }

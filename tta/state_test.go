@@ -8,6 +8,7 @@ import (
 
 	"github.com/subtta/subtta/tta/feature"
 	"github.com/subtta/subtta/tta/internal/fxt"
+	"github.com/subtta/subtta/tta/internal/fxtmodel"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -34,7 +35,7 @@ func TestStatefulContinues(t *testing.T) {
 			name += "/bank"
 		}
 		t.Run(name, func(t *testing.T) {
-			m := fxt.TinyModel(t, tc.f64)
+			m := fxtmodel.TinyModel(t, tc.f64)
 			rng := rand.New(rand.NewPCG(5, 6))
 			head, _ := feature.NormalizeRows(fxt.RandDense(rng, 10, m.Config.EmbedDim, 1))
 			var th []mat.Matrix
@@ -103,7 +104,7 @@ func TestStatefulContinues(t *testing.T) {
 // TestStatefulRefuses restores bytes that do not fit and checks that the
 // method reports it, naming the cause, and is left as it was.
 func TestStatefulRefuses(t *testing.T) {
-	m := fxt.TinyModel(t, false)
+	m := fxtmodel.TinyModel(t, false)
 	rng := rand.New(rand.NewPCG(7, 8))
 	head, _ := feature.NormalizeRows(fxt.RandDense(rng, 10, m.Config.EmbedDim, 1))
 	px := randPixels(rng, 4, m.Config.Vision.ImageSize)

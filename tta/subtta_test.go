@@ -15,6 +15,7 @@ import (
 	"github.com/subtta/subtta/optim"
 	"github.com/subtta/subtta/tta/feature"
 	"github.com/subtta/subtta/tta/internal/fxt"
+	"github.com/subtta/subtta/tta/internal/fxtmodel"
 )
 
 // subttaFromFixture builds SubTTA with the fixture's config and head.
@@ -106,14 +107,14 @@ func TestSubTTAStages(t *testing.T) {
 			f64 := strings.Contains(file, "fp64")
 			tol := stageTolsFor(file)
 			x := fxt.Open(t, file)
-			s := subttaFromFixture(t, fxt.TinyModel(t, f64), x)
+			s := subttaFromFixture(t, fxtmodel.TinyModel(t, f64), x)
 			names := s.tr.names()
 			if fmt.Sprint(names) != fmt.Sprint(x.ParamNames()) {
 				t.Fatalf("model parameters %v, fixture %v", names, x.ParamNames())
 			}
 			nb := x.Batches("b", "F1")
 			bsz, _ := x.Dense("b0.F1").Dims()
-			px := fxt.Pixels(t, bsz)
+			px := fxtmodel.Pixels(t, bsz)
 			if len(px) < nb {
 				t.Fatalf("%d input batches for %d fixture batches", len(px), nb)
 			}
@@ -221,10 +222,10 @@ func TestSubTTAEndToEnd(t *testing.T) {
 				t.Skip("short")
 			}
 			x := fxt.Open(t, file)
-			s := subttaFromFixture(t, fxt.TinyModel(t, f64), x)
+			s := subttaFromFixture(t, fxtmodel.TinyModel(t, f64), x)
 			names := s.tr.names()
 			bsz, _ := x.Dense("b0.F1").Dims()
-			px := fxt.Pixels(t, bsz)
+			px := fxtmodel.Pixels(t, bsz)
 			steps := subttaSteps(t, file)
 			const tol64 = 1e-6
 			for k := range x.Batches("b", "F1") {

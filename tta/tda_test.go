@@ -10,6 +10,7 @@ import (
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/tta/feature"
 	"github.com/subtta/subtta/tta/internal/fxt"
+	"github.com/subtta/subtta/tta/internal/fxtmodel"
 )
 
 // tdaStream returns n random features around c class directions (unit
@@ -77,7 +78,7 @@ func TestTDABatchSizeIndependent(t *testing.T) {
 // predictions must agree and the logits to within the forward pass's float32
 // rounding (1e-5 relative), and Reset must empty the caches.
 func TestTDAMethod(t *testing.T) {
-	m := fxt.TinyModel(t, false)
+	m := fxtmodel.TinyModel(t, false)
 	rng := rand.New(rand.NewPCG(33, 34))
 	const n = 10
 	px, fc := randomImageFeatures(t, m, rng, n)

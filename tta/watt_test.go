@@ -10,6 +10,7 @@ import (
 	"github.com/subtta/subtta/optim"
 	"github.com/subtta/subtta/tta/feature"
 	"github.com/subtta/subtta/tta/internal/fxt"
+	"github.com/subtta/subtta/tta/internal/fxtmodel"
 )
 
 // wattFixture is clip-tiny (float32) with six random images and heads whose
@@ -19,7 +20,7 @@ import (
 func wattFixture(t *testing.T, nHeads int) (*WATT, []mat.Matrix, []float32, WATTConfig) {
 	t.Helper()
 	const n, classes = 6, 10
-	m := fxt.TinyModel(t, false)
+	m := fxtmodel.TinyModel(t, false)
 	rng := rand.New(rand.NewPCG(21, 22))
 	px, fc := randomImageFeatures(t, m, rng, n)
 	d := m.Config.EmbedDim
@@ -187,7 +188,7 @@ func TestWATTEpisodic(t *testing.T) {
 // sum is formed in template order and rounded to float32 at every step, as
 // torch's sum(...)/K on float32 tensors.
 func TestLNAveragerFloat32(t *testing.T) {
-	m := fxt.TinyModel(t, false)
+	m := fxtmodel.TinyModel(t, false)
 	tr, err := newLNTrainer[float32](m, optim.AdamL2(1e-3, 0))
 	if err != nil {
 		t.Fatal(err)

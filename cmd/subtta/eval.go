@@ -119,7 +119,7 @@ func newEvalFlags(fs *flag.FlagSet) *evalFlags {
 		severities:  fs.String("severities", "", "comma-separated severities 1–5 (default 5)"),
 		limit:       fs.Int("limit", 0, fmt.Sprintf("keep the first N images of every domain's stream (0: all; on the built-in images %d unless given)", builtinLimit)),
 		batchSize:   fs.Int("batch-size", 0, "batch size for every method (0: each preset's)"),
-		protocol:    fs.String("protocol", "", "reset (default; reset before every corruption), continual or mixed"),
+		protocol:    fs.String("protocol", "", "reset (default; reset before every corruption), continual, mixed or episodic (batch size 1, the weights reset before every image)"),
 		noShuffle:   fs.Bool("no-shuffle", false, "stream every domain in file order instead of the official seeded shuffle"),
 		seed:        fs.Uint64("seed", 1, "shuffle seed (Python's random.seed; the official protocol uses 1)"),
 		corruptSeed: fs.Uint64("corrupt-seed", 1, "seed of on-the-fly corruptions"),

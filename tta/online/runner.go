@@ -46,7 +46,29 @@ const (
 	// Mixed pools the samples of all domains into one stream, ordered as a
 	// whole, and resets once. Accuracy is still reported per domain.
 	Mixed
+	// Episodic adapts to one sample at a time (batch size 1): the method
+	// is reset before every domain, as under ResetEachDomain, and its
+	// adapted weights and optimizer before every sample (ResetSample),
+	// while its per-stream memory (SubTTA's feature bank, TDA's caches)
+	// carries on through the domain.
+	Episodic
 )
+
+// Protocols lists the protocols, in the order of their values.
+var Protocols = []Protocol{ResetEachDomain, Continual, Mixed, Episodic}
+
+// ParseProtocol returns the protocol whose String is name.
+func ParseProtocol(name string) (Protocol, error) {
+	for _, p := range Protocols {
+		if p.String() == name {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("%w %q (want reset, continual, mixed or episodic)", ErrUnknownProtocol, name)
+}
+
+// ErrUnknownProtocol is wrapped by ParseProtocol's error.
+var ErrUnknownProtocol = errors.New("online: unknown protocol")
 
 func (p Protocol) String() string {
 	switch p {
@@ -56,6 +78,8 @@ func (p Protocol) String() string {
 		return "continual"
 	case Mixed:
 		return "mixed"
+	case Episodic:
+		return "episodic"
 	}
 	return fmt.Sprintf("Protocol(%d)", int(p))
 }
@@ -195,9 +219,12 @@ func (r *Runner) Run(domains []Domain) (*Report, error) {
 		results[i].Name = d.Name()
 	}
 	switch c.Protocol {
-	case ResetEachDomain, Continual:
+	case ResetEachDomain, Continual, Episodic:
+		if c.Protocol == Episodic && c.BatchSize != 1 {
+			return nil, fmt.Errorf("tta: runner: the episodic protocol adapts to one sample at a time, batch size %d", c.BatchSize)
+		}
 		for i, d := range domains {
-			if c.Protocol == ResetEachDomain || i == 0 {
+			if c.Protocol != Continual || i == 0 {
 				if err := r.Method.Reset(); err != nil {
 					return nil, fmt.Errorf("tta: runner: %s: reset: %w", d.Name(), err)
 				}
@@ -325,6 +352,11 @@ func (r *Runner) stream(name string, domains []Domain, refs []sampleRef, results
 			return err
 		}
 		t0 := time.Now()
+		if r.Config.Protocol == Episodic {
+			if err := r.Method.ResetSample(); err != nil {
+				return fmt.Errorf("tta: runner: %s: batch %d: reset: %w", name, b, err)
+			}
+		}
 		res, err := r.Method.Step(pixels, len(batch))
 		if err != nil {
 			return fmt.Errorf("tta: runner: %s: batch %d: %w", name, b, err)

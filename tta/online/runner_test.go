@@ -1,6 +1,7 @@
 package online
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -140,12 +141,17 @@ func TestRunnerMixedDomainCounts(t *testing.T) {
 type recorder struct {
 	tta.Stateless
 	sizes []int
+	// events lists the calls: "R" for Reset, "r" for ResetSample, "s" for
+	// Step.
+	events string
 }
 
-func (r *recorder) Name() string { return "recorder" }
-func (r *recorder) Reset() error { return nil }
+func (r *recorder) Name() string       { return "recorder" }
+func (r *recorder) Reset() error       { r.events += "R"; return nil }
+func (r *recorder) ResetSample() error { r.events += "r"; return nil }
 func (r *recorder) Step(px []float32, n int) (*tta.Result, error) {
 	r.sizes = append(r.sizes, n)
+	r.events += "s"
 	return &tta.Result{Preds: make([]int, n)}, nil
 }
 
@@ -153,4 +159,31 @@ func ExamplePythonShuffle() {
 	// The official code's stream order: random.seed(1); random.shuffle(l).
 	fmt.Println(PythonShuffle(10, 1))
 	// Output: [6 8 9 7 5 3 0 4 1 2]
+}
+
+// TestRunnerEpisodic: the episodic protocol resets the method before every
+// domain and its weights before every sample, and refuses batches of more
+// than one sample.
+func TestRunnerEpisodic(t *testing.T) {
+	a := fxt.NewDomain("a", make([][]float32, 3), []int{0, 1, 0})
+	b := fxt.NewDomain("b", make([][]float32, 2), []int{1, 0})
+	rec := &recorder{}
+	r := Runner{Method: rec, Config: RunnerConfig{Protocol: Episodic, BatchSize: 1, Shuffle: true, Seed: 1}}
+	rep, err := r.Run([]Domain{a, b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "RrsrsrsRrsrs"; rec.events != want || rep.Protocol != "episodic" {
+		t.Errorf("calls %q under %s, want %q under episodic", rec.events, rep.Protocol, want)
+	}
+	r.Config.BatchSize = 2
+	if _, err := r.Run([]Domain{a}); err == nil || !strings.Contains(err.Error(), "batch size 2") {
+		t.Errorf("batch size 2: err = %v, want a refusal", err)
+	}
+	if p, err := ParseProtocol("episodic"); err != nil || p != Episodic {
+		t.Errorf("ParseProtocol(episodic) = %v, %v", p, err)
+	}
+	if _, err := ParseProtocol("sideways"); !errors.Is(err, ErrUnknownProtocol) {
+		t.Errorf("ParseProtocol(sideways): err = %v, want ErrUnknownProtocol", err)
+	}
 }

@@ -1,4 +1,7 @@
-package fxt
+// Package fxtmodel loads the fixture model and its test images for the tta
+// packages' tests (apart from package fxt, which package feature's tests use
+// without importing any model code).
+package fxtmodel
 
 import (
 	"encoding/json"
@@ -8,6 +11,7 @@ import (
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/data"
 	"github.com/subtta/subtta/internal/fixture"
+	"github.com/subtta/subtta/tta/internal/fxt"
 )
 
 // TinyModel loads the fixture model (a fresh copy: Methods write its
@@ -28,7 +32,7 @@ func TinyModel(tb testing.TB, f64 bool) *clip.Model {
 // preprocessor does to an image of its output size.
 func Pixels(tb testing.TB, b int) [][]float32 {
 	tb.Helper()
-	x := Open(tb, "fixtures/tta_inputs.safetensors")
+	x := fxt.Open(tb, "fixtures/tta_inputs.safetensors")
 	u8, shape, err := x.Uint8("pixel_u8")
 	if err != nil {
 		tb.Fatal(err)
