@@ -63,6 +63,9 @@ type Config struct {
 	Limit int `json:"limit,omitempty"`
 	// BatchSize > 0 overrides every preset's batch size.
 	BatchSize int `json:"batch_size,omitempty"`
+	// Views > 0 sets the number of views per image of every method (all
+	// must be multi-view methods: tta.MultiView); 0 keeps each preset's.
+	Views int `json:"views,omitempty"`
 	// Protocol is "reset" (default: reset before every domain, the paper's),
 	// "continual", "mixed" or "episodic" (batch size 1, the weights reset
 	// before every sample, the method's memory kept through the domain;
@@ -171,8 +174,14 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("eval: method %q given twice", m)
 		}
 		seen[m] = true
-		if _, err := tta.Lookup(c.Dataset, m); err != nil {
+		p, err := tta.Lookup(c.Dataset, m)
+		if err != nil {
 			return c, fmt.Errorf("eval: %w", err)
+		}
+		if c.Views != 0 {
+			if err := p.SetViews(c.Views); err != nil {
+				return c, fmt.Errorf("eval: --views: %w", err)
+			}
 		}
 	}
 	if len(c.Corruptions) == 0 {

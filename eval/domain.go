@@ -23,7 +23,10 @@ type domain struct {
 	workers    int
 }
 
-var _ online.BatchDomain = (*domain)(nil)
+var (
+	_ online.BatchDomain = (*domain)(nil)
+	_ online.ViewDomain  = (*domain)(nil)
+)
 
 func (d *domain) Name() string { return d.name }
 func (d *domain) Len() int     { return d.ds.Len() }
@@ -41,7 +44,19 @@ func (d *domain) Sample(i int) ([]float32, int, error) {
 }
 
 func (d *domain) Samples(idx []int, dst []float32) ([]float32, []int, error) {
-	n := d.pre.OutputLen()
+	return d.views(idx, 1, 0, dst)
+}
+
+// ViewSamples gives v views of each image (data.Preprocessor.Views), drawn
+// from data.ViewRNG(seed, the domain's name, the image's index).
+func (d *domain) ViewSamples(idx []int, v int, seed uint64, dst []float32) ([]float32, []int, error) {
+	return d.views(idx, v, seed, dst)
+}
+
+// views decodes, corrupts and preprocesses the images of idx in parallel
+// into v views each (v = 1: the base view alone).
+func (d *domain) views(idx []int, v int, seed uint64, dst []float32) ([]float32, []int, error) {
+	n := v * d.pre.OutputLen()
 	base := len(dst)
 	dst = append(dst, make([]float32, n*len(idx))...)
 	labels := make([]int, len(idx))
@@ -59,7 +74,11 @@ func (d *domain) Samples(idx []int, dst []float32) ([]float32, []int, error) {
 				img, label, err := d.ds.Item(k)
 				if err == nil {
 					off := base + j*n
-					_, err = d.pre.Transform(dst[off:off+n], img)
+					if v == 1 {
+						_, err = d.pre.Transform(dst[off:off+n], img)
+					} else {
+						_, err = d.pre.Views(dst[off:off+n], img, v, data.ViewRNG(seed, d.name, k))
+					}
 				}
 				labels[j], errs[j] = label, err
 			}

@@ -27,6 +27,7 @@ type identity struct {
 	Frost       string `json:"frost"` // fingerprint of the frost overlays, when frost is made on the fly
 	Limit       int    `json:"limit"`
 	BatchSize   int    `json:"batch_size"`
+	Views       int    `json:"views,omitempty"`
 	Protocol    string `json:"protocol"`
 	NoShuffle   bool   `json:"no_shuffle"`
 	Seed        uint64 `json:"seed"`

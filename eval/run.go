@@ -326,6 +326,11 @@ func (e *evaluation) runMethod(name string) error {
 	if e.cfg.BatchSize > 0 {
 		p.BatchSize = e.cfg.BatchSize
 	}
+	if e.cfg.Views > 0 {
+		if err := p.SetViews(e.cfg.Views); err != nil {
+			return fmt.Errorf("eval: %w", err)
+		}
+	}
 	h, err := e.methodHeads(name, p)
 	if err != nil {
 		return err
@@ -434,7 +439,7 @@ func checkRunFile(cfg Config, id identity, haveResults bool) error {
 
 // runIdentity fingerprints the run's inputs (see identity).
 func runIdentity(cfg Config, opt Options, tok textenc.Tokenizer, src *source) (identity, error) {
-	id := identity{Dataset: cfg.Dataset, Limit: cfg.Limit, BatchSize: cfg.BatchSize, Protocol: cfg.Protocol,
+	id := identity{Dataset: cfg.Dataset, Limit: cfg.Limit, BatchSize: cfg.BatchSize, Views: cfg.Views, Protocol: cfg.Protocol,
 		NoShuffle: cfg.NoShuffle, Seed: cfg.Seed, CorruptSeed: cfg.CorruptSeed}
 	var err error
 	switch {

@@ -30,6 +30,10 @@ type Preset struct {
 	// in order, and pass them to New after the ensemble head (Heads does
 	// both).
 	PerTemplateHeads bool
+	// Views is the number of views per image of a multi-view method
+	// (MultiView; the paper's count by default, SetViews changes it), 0
+	// for a method that sees one view.
+	Views int
 	// Optimizer updates the visual LayerNorms (unused by methods that train
 	// nothing).
 	Optimizer optim.Config

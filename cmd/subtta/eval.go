@@ -97,7 +97,7 @@ type evalFlags struct {
 	dataset, data, labels, subset                     *string
 	methods, corruptions, severities, protocol, frost *string
 	out                                               *string
-	limit, batchSize, workers                         *int
+	limit, batchSize, views, workers                  *int
 	seed, corruptSeed                                 *uint64
 	noShuffle, plot, quiet                            *bool
 }
@@ -119,6 +119,7 @@ func newEvalFlags(fs *flag.FlagSet) *evalFlags {
 		severities:  fs.String("severities", "", "comma-separated severities 1–5 (default 5)"),
 		limit:       fs.Int("limit", 0, fmt.Sprintf("keep the first N images of every domain's stream (0: all; on the built-in images %d unless given)", builtinLimit)),
 		batchSize:   fs.Int("batch-size", 0, "batch size for every method (0: each preset's)"),
+		views:       fs.Int("views", 0, "views per image of every multi-view method (vte, zero, tpt, memo, dmn; 0: the paper's)"),
 		protocol:    fs.String("protocol", "", "reset (default; reset before every corruption), continual, mixed or episodic (batch size 1, the weights reset before every image)"),
 		noShuffle:   fs.Bool("no-shuffle", false, "stream every domain in file order instead of the official seeded shuffle"),
 		seed:        fs.Uint64("seed", 1, "shuffle seed (Python's random.seed; the official protocol uses 1)"),
@@ -181,6 +182,11 @@ func (f *evalFlags) config() (eval.Config, error) {
 			cfg.Limit = *f.limit
 		case "batch-size":
 			cfg.BatchSize = *f.batchSize
+		case "views":
+			cfg.Views = *f.views
+			if cfg.Views <= 1 {
+				err = fmt.Errorf("%d views per image: want at least 2 (the base view and a random one)", cfg.Views)
+			}
 		case "protocol":
 			cfg.Protocol = *f.protocol
 		case "no-shuffle":

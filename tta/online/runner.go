@@ -33,6 +33,19 @@ type BatchDomain interface {
 	Samples(indices []int, dst []float32) (pixels []float32, labels []int, err error)
 }
 
+// ViewDomain is a Domain that gives several preprocessed views of each
+// sample, for a tta.MultiView method: view 0 the base view (Sample's), the
+// others random crops with flips of the decoded image, drawn from a source
+// seeded by (seed, the domain's name, the sample's index) so that a sample
+// gets the same views in any batch, at any thread count and after a
+// resume (data.ViewRNG).
+type ViewDomain interface {
+	Domain
+	// ViewSamples appends v views of each of the given samples to dst,
+	// sample after sample, and returns it with their labels.
+	ViewSamples(indices []int, v int, seed uint64, dst []float32) (pixels []float32, labels []int, err error)
+}
+
 // Protocol is how the runner moves between domains.
 type Protocol int
 
@@ -348,7 +361,13 @@ func (r *Runner) stream(name string, domains []Domain, refs []sampleRef, results
 		batch := refs[start:min(start+bs, len(refs))]
 		var labels []int
 		var err error
-		if pixels, labels, err = r.fetch(domains, batch, pixels[:0]); err != nil {
+		mv, views := r.Method.(tta.MultiView)
+		if views {
+			pixels, labels, err = r.fetchViews(domains, batch, mv.Views(), pixels[:0])
+		} else {
+			pixels, labels, err = r.fetch(domains, batch, pixels[:0])
+		}
+		if err != nil {
 			return err
 		}
 		t0 := time.Now()
@@ -357,7 +376,12 @@ func (r *Runner) stream(name string, domains []Domain, refs []sampleRef, results
 				return fmt.Errorf("tta: runner: %s: batch %d: reset: %w", name, b, err)
 			}
 		}
-		res, err := r.Method.Step(pixels, len(batch))
+		var res *tta.Result
+		if views {
+			res, err = mv.StepViews(pixels, len(batch), mv.Views())
+		} else {
+			res, err = r.Method.Step(pixels, len(batch))
+		}
 		if err != nil {
 			return fmt.Errorf("tta: runner: %s: batch %d: %w", name, b, err)
 		}
@@ -396,6 +420,38 @@ func (r *Runner) stream(name string, domains []Domain, refs []sampleRef, results
 		}
 	}
 	return nil
+}
+
+// fetchViews reads v views of each of the batch's samples into dst, one
+// call to ViewSamples per run of samples from the same domain.
+func (r *Runner) fetchViews(domains []Domain, batch []sampleRef, v int, dst []float32) ([]float32, []int, error) {
+	var labels []int
+	for start := 0; start < len(batch); {
+		end := start + 1
+		for end < len(batch) && batch[end].domain == batch[start].domain {
+			end++
+		}
+		d := domains[batch[start].domain]
+		vd, ok := d.(ViewDomain)
+		if !ok {
+			return nil, nil, fmt.Errorf("tta: runner: %s: %s sees %d views of each image, and the domain gives one", d.Name(), r.Method.Name(), v)
+		}
+		idx := make([]int, end-start)
+		for j, ref := range batch[start:end] {
+			idx[j] = ref.index
+		}
+		before := len(dst)
+		px, ls, err := vd.ViewSamples(idx, v, r.Config.Seed, dst)
+		if err != nil {
+			return nil, nil, fmt.Errorf("tta: runner: %s: %w", d.Name(), err)
+		}
+		if len(ls) != len(idx) || (len(px)-before)%(v*len(idx)) != 0 {
+			return nil, nil, fmt.Errorf("tta: runner: %s: ViewSamples returned %d labels and %d values for %d images × %d views", d.Name(), len(ls), len(px)-before, len(idx), v)
+		}
+		dst, labels = px, append(labels, ls...)
+		start = end
+	}
+	return dst, labels, nil
 }
 
 // fetch reads the batch's samples into dst: with one call to Samples when

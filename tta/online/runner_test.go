@@ -187,3 +187,54 @@ func TestRunnerEpisodic(t *testing.T) {
 		t.Errorf("ParseProtocol(sideways): err = %v, want ErrUnknownProtocol", err)
 	}
 }
+
+// viewRecorder is a MultiView method that records what StepViews gets.
+type viewRecorder struct {
+	recorder
+	v     int
+	calls [][2]int // n, v
+	first []float32
+}
+
+func (r *viewRecorder) Views() int { return r.v }
+func (r *viewRecorder) Step([]float32, int) (*tta.Result, error) {
+	return nil, tta.ErrNeedsViews
+}
+func (r *viewRecorder) StepViews(px []float32, n, v int) (*tta.Result, error) {
+	r.calls = append(r.calls, [2]int{n, v})
+	r.first = append(r.first, px[0])
+	return &tta.Result{Preds: make([]int, n)}, nil
+}
+
+// viewDomain gives views whose first value encodes (seed, index, view).
+type viewDomain struct{ *fxt.RandomDomain }
+
+func (d viewDomain) ViewSamples(idx []int, v int, seed uint64, dst []float32) ([]float32, []int, error) {
+	var labels []int
+	for _, i := range idx {
+		for k := range v {
+			dst = append(dst, float32(1000*seed)+float32(10*i+k), 0)
+		}
+		_, l, _ := d.Sample(i)
+		labels = append(labels, l)
+	}
+	return dst, labels, nil
+}
+
+// TestRunnerViews: a MultiView method gets v views of every image from a
+// ViewDomain, seeded with the run's seed, and a domain without views is
+// refused.
+func TestRunnerViews(t *testing.T) {
+	d := viewDomain{fxt.NewDomain("d", make([][]float32, 3), []int{0, 1, 0})}
+	rec := &viewRecorder{v: 3}
+	r := Runner{Method: rec, Config: RunnerConfig{BatchSize: 2, Seed: 7}}
+	if _, err := r.Run([]Domain{d}); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(rec.calls) != "[[2 3] [1 3]]" || fmt.Sprint(rec.first) != "[7000 7020]" {
+		t.Errorf("StepViews calls %v, first values %v", rec.calls, rec.first)
+	}
+	if _, err := r.Run([]Domain{d.RandomDomain}); err == nil || !strings.Contains(err.Error(), "views") {
+		t.Errorf("a domain without views: err = %v", err)
+	}
+}

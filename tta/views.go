@@ -1,0 +1,39 @@
+package tta
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrNeedsViews is returned by the Step of a MultiView method: it sees
+// several views of each image (StepViews), which a runner gives it.
+var ErrNeedsViews = errors.New("tta: the method needs several views of each image")
+
+// MultiView is a Method that sees V views of each image rather than the
+// image alone (VTE, ZERO, TPT, MEMO, DMN): view 0 of an image is its base
+// view (CLIP's preprocessing), views 1…V−1 random crops with flips of the
+// decoded image (data.Preprocessor.Views), seeded per image so that a run
+// gives the same bits at any thread count and after a resume. The views of
+// one image go through the tower as one batch.
+type MultiView interface {
+	Method
+	// Views is the number of views V per image, at least 2.
+	Views() int
+	// StepViews adapts on and classifies n images given as n·v
+	// preprocessed views (NCHW float32), image after image, view 0 of
+	// each first.
+	StepViews(views []float32, n, v int) (*Result, error)
+}
+
+// SetViews changes a multi-view preset's V (the --views flag); it refuses
+// fewer than 2 views, and any count for a method that takes one view.
+func (p *Preset) SetViews(v int) error {
+	if p.Views == 0 {
+		return fmt.Errorf("tta: %s sees one view of each image: it takes no view count (%d given)", p.Method, v)
+	}
+	if v < 2 {
+		return fmt.Errorf("tta: %s: %d views per image, want at least 2 (the base view and a random one)", p.Method, v)
+	}
+	p.Views = v
+	return nil
+}
