@@ -342,3 +342,75 @@ func (op *patchesOp[T]) Backward(gy smat.Tensor) error {
 	putBuf(buf)
 	return nil
 }
+
+// ReplaceRows returns x with row rows[k] replaced by row srcRows[k] of src,
+// for every k: TPT's learnable context vectors taking the place of the
+// token embeddings of "a photo of a" in every class prompt. The gradient
+// of a replaced row goes to src, that of the others to x. It panics on an
+// index out of range, a repeated target row, or widths that differ.
+func ReplaceRows(x smat.Tensor, rows []int, src smat.Tensor, srcRows []int) smat.Tensor {
+	r, n := dims(x)
+	sr, sn := dims(src)
+	if sn != n || len(rows) != len(srcRows) {
+		panic(fmt.Sprintf("autograd: ReplaceRows: x is %d wide, src %d; %d rows for %d sources", n, sn, len(rows), len(srcRows)))
+	}
+	seen := make(map[int]bool, len(rows))
+	for k, i := range rows {
+		if i < 0 || i >= r || seen[i] || srcRows[k] < 0 || srcRows[k] >= sr {
+			panic(fmt.Sprintf("autograd: ReplaceRows: row %d ← source row %d of [0, %d) × [0, %d), or repeated", i, srcRows[k], r, sr))
+		}
+		seen[i] = true
+	}
+	if is32("ReplaceRows", x) != is32("ReplaceRows", src) {
+		panic("autograd: ReplaceRows: x and src differ in precision")
+	}
+	if is32("ReplaceRows", x) {
+		return run(&replaceOp[float32]{x: x, src: src, rows: slices.Clone(rows), srcRows: slices.Clone(srcRows)})
+	}
+	return run(&replaceOp[float64]{x: x, src: src, rows: slices.Clone(rows), srcRows: slices.Clone(srcRows)})
+}
+
+type replaceOp[T dtype] struct {
+	x, src        smat.Tensor
+	rows, srcRows []int
+}
+
+func (op *replaceOp[T]) Operands() []smat.Tensor { return []smat.Tensor{op.x, op.src} }
+
+func (op *replaceOp[T]) Forward() (smat.Tensor, error) {
+	r, n := dims(op.x)
+	y := slices.Clone(values[T](op.x))
+	src := values[T](op.src)
+	for k, i := range op.rows {
+		j := op.srcRows[k]
+		copy(y[i*n:(i+1)*n], src[j*n:(j+1)*n])
+	}
+	return newMatrix(y, r, n), nil
+}
+
+func (op *replaceOp[T]) Backward(gy smat.Tensor) error {
+	dy := values[T](gy)
+	r, n := dims(op.x)
+	if op.x.RequiresGrad() {
+		buf := getZeroBuf[T](r * n)
+		dx := *buf
+		copy(dx, dy)
+		for _, i := range op.rows {
+			clear(dx[i*n : (i+1)*n])
+		}
+		accGrad(op.x, dx)
+		putBuf(buf)
+	}
+	if op.src.RequiresGrad() {
+		sr, _ := dims(op.src)
+		buf := getZeroBuf[T](sr * n)
+		ds := *buf
+		for k, i := range op.rows {
+			j := op.srcRows[k]
+			kernel.Axpy(ds[j*n:(j+1)*n], 1, dy[i*n:(i+1)*n])
+		}
+		accGrad(op.src, ds)
+		putBuf(buf)
+	}
+	return nil
+}
