@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -95,6 +96,33 @@ func ParseConfig(data []byte) (*CLIPConfig, error) {
 		return nil, fmt.Errorf("weights: config: %w", err)
 	}
 	return c, nil
+}
+
+// ReadConfig reads a configuration file in any form ParseConfig reads (a
+// --model-config), naming the file in its errors.
+func ReadConfig(path string) (*CLIPConfig, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("weights: config: %w", err)
+	}
+	c, err := ParseConfig(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// For returns a copy of c fitted to the tensors of s, an OpenAI-layout
+// state: HasLogitScale follows s (every CLIP configuration implies a
+// logit_scale; the tensors tell whether this model has one), the copy is not
+// marked Inferred, and it is validated against s.
+func (c CLIPConfig) For(s *State) (*CLIPConfig, error) {
+	c.HasLogitScale = s.Has("logit_scale")
+	c.Inferred = false
+	if err := c.Validate(s); err != nil {
+		return nil, err
+	}
+	return &c, nil
 }
 
 func parseHFConfig(data []byte) (*CLIPConfig, error) {

@@ -205,9 +205,7 @@ func clipState(path string, raw *State) (*State, *CLIPConfig, error) {
 		if c, err = ParseConfig(s.ConfigJSON); err != nil {
 			return nil, nil, fmt.Errorf("weights: %s: %w", path, err)
 		}
-		// Every CLIP config implies a logit_scale; trust the tensors.
-		c.HasLogitScale = s.Has("logit_scale")
-		if err := c.Validate(s); err != nil {
+		if c, err = c.For(s); err != nil {
 			return nil, nil, err
 		}
 	} else if c, err = InferConfig(s); err != nil {

@@ -63,30 +63,14 @@ func loadTokenizer(vocab, model string, stderr io.Writer) (*textenc.BPETokenizer
 const modelFlagHelp = "checkpoint: .safetensors, .pt or Hugging Face directory (default: the built-in CLIP trained on CIFAR-10)"
 
 // loadModel loads the checkpoint at path, or the built-in model when path
-// is empty or "default". configPath (--model-config: a Hugging Face
-// config.json, an open_clip model config, OpenAI's CLIP keyword arguments,
-// or the JSON that convert stores) or arch (--arch, an open_clip model
-// name), if given, is the architecture. A warning goes to stderr when the
-// head counts were inferred from the tensor shapes.
+// is empty or "default". configPath (--model-config) or arch (--arch), if
+// given, is the architecture (see modelArch). A warning goes to stderr when
+// the head counts were inferred from the tensor shapes.
 func loadModel(path, configPath, arch string, stderr io.Writer) (*clip.Model, error) {
 	var opt clip.Options
-	switch {
-	case configPath != "" && arch != "":
-		return nil, usagef("--model-config and --arch both give the architecture: give one")
-	case arch != "":
-		c, err := weights.Arch(arch)
-		if err != nil {
-			return nil, usagef("--arch: %v", err)
-		}
-		opt.Config = c
-	case configPath != "":
-		b, err := os.ReadFile(configPath)
-		if err != nil {
-			return nil, usagef("--model-config: %v", err)
-		}
-		if opt.Config, err = weights.ParseConfig(b); err != nil {
-			return nil, fmt.Errorf("--model-config %s: %w", configPath, err)
-		}
+	var err error
+	if opt.Config, err = modelArch(configPath, arch); err != nil {
+		return nil, err
 	}
 	if path == "" || path == builtin.ModelName {
 		if opt.Config != nil {
@@ -98,11 +82,47 @@ func loadModel(path, configPath, arch string, stderr io.Writer) (*clip.Model, er
 	if err != nil {
 		return nil, err
 	}
-	if m.Config.Inferred && opt.Config == nil {
-		fmt.Fprintf(stderr, "warning: %s has no stored configuration: %d vision and %d text heads assumed (width/64, as OpenAI's models); give --arch or --model-config if it differs\n",
-			path, m.Config.Vision.Heads, m.Config.Text.Heads)
+	if opt.Config == nil {
+		warnInferred(stderr, path, m.Config)
 	}
 	return m, nil
+}
+
+// modelArch returns the architecture configPath (--model-config: a Hugging
+// Face config.json, an open_clip model config, OpenAI's CLIP keyword
+// arguments, or the JSON that convert stores) or arch (--arch, an open_clip
+// model name) gives, or nil when neither is given.
+func modelArch(configPath, arch string) (*weights.CLIPConfig, error) {
+	switch {
+	case configPath != "" && arch != "":
+		return nil, usagef("--model-config and --arch both give the architecture: give one")
+	case arch != "":
+		c, err := weights.Arch(arch)
+		if err != nil {
+			return nil, usagef("--arch: %v", err)
+		}
+		return c, nil
+	case configPath != "":
+		if _, err := os.Stat(configPath); err != nil {
+			return nil, usagef("--model-config: %v", err)
+		}
+		c, err := weights.ReadConfig(configPath)
+		if err != nil {
+			return nil, fmt.Errorf("--model-config: %w", err)
+		}
+		return c, nil
+	}
+	return nil, nil
+}
+
+// warnInferred tells stderr that the checkpoint at path stores no
+// configuration, when c was inferred from its tensor shapes: its head
+// counts are then a guess.
+func warnInferred(stderr io.Writer, path string, c *weights.CLIPConfig) {
+	if c.Inferred {
+		fmt.Fprintf(stderr, "warning: %s has no stored configuration: %d vision and %d text heads assumed (width/64, as OpenAI's models); give --arch or --model-config if it differs\n",
+			path, c.Vision.Heads, c.Text.Heads)
+	}
 }
 
 // modelConfigHelp and archHelp are the help of every --model-config and
