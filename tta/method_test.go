@@ -26,7 +26,8 @@ var (
 // LayerNorm parameters in place).
 func tinyModel(tb testing.TB, f64 bool) *clip.Model {
 	tb.Helper()
-	m, err := clip.Load(fixture.Path(tb, "fixtures/clip-tiny.openai.safetensors"), clip.Options{Float64: f64})
+	const rel = "fixtures/clip-tiny.openai.safetensors"
+	m, err := clip.Load(fixture.Path(tb, rel), clip.Options{Float64: f64, Config: fixturefile.Config(tb, rel)})
 	if err != nil {
 		tb.Fatal(err)
 	}

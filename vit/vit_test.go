@@ -8,6 +8,7 @@ import (
 	"github.com/nlpodyssey/spago/mat"
 	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/internal/fixture"
+	"github.com/subtta/subtta/internal/fixturefile"
 	"github.com/subtta/subtta/weights"
 )
 
@@ -16,13 +17,11 @@ import (
 // from PyTorch's, which costs a few ulps per dot product).
 const forwardTol = 1e-5
 
-// loadTiny builds the vision tower from one of the fixture checkpoints.
+// loadTiny builds the vision tower from one of the fixture checkpoints,
+// with its configuration file.
 func loadTiny(t *testing.T, file string, opt Options) *Model {
 	t.Helper()
-	s, cfg, err := weights.LoadCLIP(fixture.Path(t, "fixtures/"+file))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, cfg := fixturefile.CLIP(t, "fixtures/"+file)
 	m, err := New(s, cfg, opt)
 	if err != nil {
 		t.Fatal(err)

@@ -182,3 +182,30 @@ func TestParseConfigRejects(t *testing.T) {
 		}
 	}
 }
+
+// TestFixtureHeadsFromConfig: on a fixture set whose configuration files
+// and stored configurations state head counts other than width/64
+// (fixture.SetWithHeads), the tests' fixture loader (fixtureCLIP) and
+// reference configuration (fixtureConfig) have the stated counts for every
+// fixture model, where LoadCLIP of the .pt alone, which stores no
+// configuration, guesses width/64.
+func TestFixtureHeadsFromConfig(t *testing.T) {
+	base, _ := fixtureConfig(t)
+	vision, text := fixture.OtherHeads(base.Vision.Width), fixture.OtherHeads(base.Text.Width)
+	fixture.SetWithHeads(t, vision, text)
+	if want, _ := fixtureConfig(t); want.Vision.Heads != vision || want.Text.Heads != text {
+		t.Fatalf("fixtureConfig: %d vision and %d text heads, the set states %d and %d", want.Vision.Heads, want.Text.Heads, vision, text)
+	}
+	for _, rel := range []string{"fixtures/clip-tiny.openai.safetensors", "fixtures/clip-tiny.hf.safetensors", "fixtures/clip-tiny.openai-fp16.pt"} {
+		if _, c := fixtureCLIP(t, rel); c.Vision.Heads != vision || c.Text.Heads != text {
+			t.Errorf("%s: loaded with %d vision and %d text heads, its config file states %d and %d", rel, c.Vision.Heads, c.Text.Heads, vision, text)
+		}
+	}
+	_, guessed, err := LoadCLIP(fixture.Path(t, "fixtures/clip-tiny.openai-fp16.pt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !guessed.Inferred || guessed.Vision.Heads == vision || guessed.Text.Heads == text {
+		t.Errorf("the .pt alone: %+v; want width/64 heads, marked Inferred, unlike the set's", guessed)
+	}
+}

@@ -37,14 +37,9 @@ func Convert(src, dst string, opts ConvertOptions) (*CLIPConfig, error) {
 	if !dt.IsFloat() {
 		return nil, fmt.Errorf("weights: convert: dtype %s is not a float type", dt)
 	}
-	s, cfg, err := LoadCLIP(src)
+	s, cfg, err := LoadCLIPWith(src, opts.Config)
 	if err != nil {
 		return nil, err
-	}
-	if opts.Config != nil {
-		if cfg, err = opts.Config.For(s); err != nil {
-			return nil, err
-		}
 	}
 	meta := map[string]string{
 		"format":        "pt",

@@ -54,15 +54,12 @@ func fixtureConfig(t *testing.T) (*CLIPConfig, map[string]any) {
 // follow.
 func fixtureCLIP(t *testing.T, rel string) (*State, *CLIPConfig) {
 	t.Helper()
-	s, _, err := LoadCLIP(fixture.Path(t, rel))
-	if err != nil {
-		t.Fatal(err)
-	}
 	c, err := ReadConfig(fixture.ModelConfig(t, rel))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c, err = c.For(s); err != nil {
+	s, c, err := LoadCLIPWith(fixture.Path(t, rel), c)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return s, c

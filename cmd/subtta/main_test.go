@@ -71,10 +71,11 @@ func TestTokenizeAndClassify(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &rows); err != nil || len(rows) != 1 || len(rows[0].IDs) == 0 {
 		t.Fatalf("tokenize output %q: %v", out.String(), err)
 	}
-	model := fixture.Path(t, "fixtures/clip-tiny.openai.safetensors")
+	const rel = "fixtures/clip-tiny.openai.safetensors"
+	model, modelConfig := fixture.Path(t, rel), fixture.ModelConfig(t, rel)
 	img := fixture.Path(t, "assets/clip/CLIP.png")
 	out.Reset()
-	if st := run([]string{"classify", "--json", "--model", model, "--vocab", vocab, "--labels", "a diagram,a dog,a cat", img}, &out, &errb); st != 0 {
+	if st := run([]string{"classify", "--json", "--model", model, "--model-config", modelConfig, "--vocab", vocab, "--labels", "a diagram,a dog,a cat", img}, &out, &errb); st != 0 {
 		t.Fatalf("classify: status %d: %s", st, errb.String())
 	}
 	var res []struct {
