@@ -21,7 +21,8 @@ type Model struct {
 	LNFinal  *autograd.LayerNormParams
 	Proj     mat.Matrix // text_projection [width, embed]
 	// Params are the tower's tensors under their checkpoint names, in the
-	// order New read them: its named parameters.
+	// order New read them: its named parameters. A copy of the Model that
+	// replaces one of the matrices above must replace it here too.
 	Params []autograd.Named
 }
 

@@ -24,7 +24,8 @@ type Model struct {
 	LNPost   *autograd.LayerNormParams
 	Proj     mat.Matrix // proj [width, embed]
 	// Params are the tower's tensors under their checkpoint names, in the
-	// order New read them: its named parameters.
+	// order New read them: its named parameters. A copy of the Model that
+	// replaces one of the matrices above must replace it here too.
 	Params []autograd.Named
 }
 
