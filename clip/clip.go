@@ -94,6 +94,18 @@ func (m *Model) VisionLayerNorms() ([]*autograd.LayerNormParams, []string) {
 	return m.Vision.LayerNorms(), m.Vision.LayerNormNames()
 }
 
+// NamedParams lists the tensors of both towers under their checkpoint
+// names (the vision tower's, then the text tower's, each in the order it
+// read them): the model's named parameters. The temperature is not among
+// them (LogitScale is a number).
+func (m *Model) NamedParams() []autograd.Named {
+	named := append([]autograd.Named(nil), m.Vision.Params...)
+	if m.Text != nil {
+		named = append(named, m.Text.Params...)
+	}
+	return named
+}
+
 // SetVisionTrainable marks every LayerNorm of the vision tower as requiring
 // gradients, or none.
 func (m *Model) SetVisionTrainable(on bool) { m.Vision.SetTrainable(on) }

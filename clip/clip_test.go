@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/subtta/subtta/internal/fixture"
+	"github.com/subtta/subtta/internal/fixturefile"
 	"github.com/subtta/subtta/textenc"
 	"github.com/subtta/subtta/weights"
 )
@@ -16,7 +17,8 @@ const tol = 1e-5
 
 func tiny(t *testing.T) *Model {
 	t.Helper()
-	m, err := Load(fixture.Path(t, "fixtures/clip-tiny.openai.safetensors"), Options{})
+	const rel = "fixtures/clip-tiny.openai.safetensors"
+	m, err := Load(fixture.Path(t, rel), Options{Config: fixturefile.Config(t, rel)})
 	if err != nil {
 		t.Fatal(err)
 	}

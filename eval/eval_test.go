@@ -31,6 +31,7 @@ func testConfig(t *testing.T, out string) Config {
 	t.Helper()
 	return Config{
 		Model:       fixture.Path(t, "fixtures/clip-tiny.openai.safetensors"),
+		ModelConfig: fixture.ModelConfig(t, "fixtures/clip-tiny.openai.safetensors"),
 		Vocab:       fixture.Path(t, "assets/clip/bpe_simple_vocab_16e6.txt.gz"),
 		Dataset:     "cifar10-c",
 		Data:        fixture.Path(t, "assets/cifar10/test-jpg.tar.gz"),

@@ -17,6 +17,7 @@ import (
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/internal/devicetest"
 	"github.com/subtta/subtta/internal/fixture"
+	"github.com/subtta/subtta/internal/fixturefile"
 	"github.com/subtta/subtta/weights"
 )
 
@@ -174,7 +175,8 @@ func TestTrainingBlocksMatchCPU(t *testing.T) {
 // (what adaptation computes), against the CPU.
 func TestCLIPTinyMatchesCPU(t *testing.T) {
 	d := openOrSkip(t, Options{})
-	m, err := clip.Load(fixture.Path(t, "fixtures/clip-tiny.openai.safetensors"), clip.Options{})
+	const rel = "fixtures/clip-tiny.openai.safetensors"
+	m, err := clip.Load(fixture.Path(t, rel), clip.Options{Config: fixturefile.Config(t, rel)})
 	if err != nil {
 		t.Fatal(err)
 	}

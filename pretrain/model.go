@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"strconv"
-	"strings"
 
 	smat "github.com/nlpodyssey/spago/mat"
 	"github.com/subtta/subtta/autograd"
@@ -31,6 +29,7 @@ func RandomState(cfg *weights.CLIPConfig, seed uint64) (*weights.State, error) {
 	if err := checkConfig(cfg); err != nil {
 		return nil, err
 	}
+	inits := initStds(cfg)
 	r := rand.New(rand.NewPCG(seed, 0xc11b))
 	s := weights.NewState("random")
 	for _, name := range cfg.Names() {
@@ -40,51 +39,59 @@ func RandomState(cfg *weights.CLIPConfig, seed uint64) (*weights.State, error) {
 			n *= d
 		}
 		p := &weights.Param{Name: name, Shape: shape, DType: weights.F32, Data: make([]float32, n)}
-		std, fill := initStd(cfg, name)
+		init, ok := inits[name]
+		if !ok {
+			return nil, fmt.Errorf("pretrain: no initialisation for tensor %q", name)
+		}
 		for i := range p.Data {
-			p.Data[i] = float32(fill + std*r.NormFloat64())
+			p.Data[i] = float32(init.centre + init.std*r.NormFloat64())
 		}
 		s.Set(p)
 	}
 	return s, nil
 }
 
-// initStd returns the standard deviation and centre of a tensor's initial
-// values.
-func initStd(cfg *weights.CLIPConfig, name string) (std, centre float64) {
-	width, layers := cfg.Text.Width, cfg.Text.Layers
-	if strings.HasPrefix(name, "visual.") {
-		width, layers = cfg.Vision.Width, cfg.Vision.Layers
+// initValue is the distribution of a tensor's initial values.
+type initValue struct{ std, centre float64 }
+
+// initStds returns the standard deviation and centre of every tensor's
+// initial values (see RandomState), by name.
+func initStds(cfg *weights.CLIPConfig) map[string]initValue {
+	n := cfg.TensorNames()
+	out := map[string]initValue{}
+	zero, one := initValue{0, 0}, initValue{0, 1}
+	norm := func(ln weights.LayerNormNames) { out[ln.Weight], out[ln.Bias] = one, zero }
+	// tower sets a tower's blocks and returns width^-½, the scale of its
+	// attention and of its other matrices.
+	tower := func(width, layers int, blocks []weights.BlockNames) float64 {
+		w := float64(width)
+		attn := 1 / math.Sqrt(w)
+		proj := attn / math.Sqrt(2*float64(max(layers, 1)))
+		for _, b := range blocks {
+			out[b.QKV.Weight], out[b.QKV.Bias] = initValue{attn, 0}, zero
+			out[b.Out.Weight], out[b.Out.Bias] = initValue{proj, 0}, zero
+			out[b.FC.Weight], out[b.FC.Bias] = initValue{1 / math.Sqrt(2*w), 0}, zero
+			out[b.Proj.Weight], out[b.Proj.Bias] = initValue{proj, 0}, zero
+			norm(b.LN1)
+			norm(b.LN2)
+		}
+		return attn
 	}
-	w := float64(width)
-	attnStd := 1 / math.Sqrt(w)
-	projStd := attnStd / math.Sqrt(2*float64(max(layers, 1)))
-	switch {
-	case name == "logit_scale":
-		return 0, initialLogitScale
-	case strings.HasSuffix(name, "ln_1.weight"), strings.HasSuffix(name, "ln_2.weight"),
-		strings.HasSuffix(name, "ln_pre.weight"), strings.HasSuffix(name, "ln_post.weight"),
-		name == "ln_final.weight":
-		return 0, 1
-	case strings.HasSuffix(name, ".bias"), strings.HasSuffix(name, "_bias"):
-		return 0, 0
-	case strings.HasSuffix(name, "attn.in_proj_weight"):
-		return attnStd, 0
-	case strings.HasSuffix(name, "attn.out_proj.weight"), strings.HasSuffix(name, "mlp.c_proj.weight"):
-		return projStd, 0
-	case strings.HasSuffix(name, "mlp.c_fc.weight"):
-		return 1 / math.Sqrt(2*w), 0
-	case name == "token_embedding.weight":
-		return 0.02, 0
-	case name == "positional_embedding":
-		return 0.01, 0
-	case name == "visual.conv1.weight":
-		p := float64(cfg.Vision.PatchSize)
-		return 1 / math.Sqrt(3*3*p*p), 0
+	v, t := n.Vision, n.Text
+	attn := tower(cfg.Vision.Width, cfg.Vision.Layers, v.Blocks)
+	p := float64(cfg.Vision.PatchSize)
+	out[v.Conv] = initValue{1 / math.Sqrt(3*3*p*p), 0}
+	out[v.Class], out[v.Pos], out[v.Proj] = initValue{attn, 0}, initValue{attn, 0}, initValue{attn, 0}
+	norm(v.LNPre)
+	norm(v.LNPost)
+	attn = tower(cfg.Text.Width, cfg.Text.Layers, t.Blocks)
+	out[t.Proj] = initValue{attn, 0}
+	out[t.Token], out[t.Pos] = initValue{0.02, 0}, initValue{0.01, 0}
+	norm(t.LNFinal)
+	if n.LogitScale != "" {
+		out[n.LogitScale] = initValue{0, initialLogitScale}
 	}
-	// visual.class_embedding, visual.positional_embedding, visual.proj,
-	// text_projection.
-	return attnStd, 0
+	return out
 }
 
 // checkConfig rejects configurations the trainer cannot use.
@@ -112,45 +119,22 @@ type NamedParam struct {
 }
 
 // Params lists every tensor of m in the order of CLIPConfig.Names, with
-// logitScale (a 1×1 matrix) as logit_scale. The matrices are m's own: an
-// optimizer that writes into them changes the model.
+// logitScale (a 1×1 matrix) as logit_scale: the model's named parameters
+// (clip.Model.NamedParams), whose Decay says which weight decay applies to.
+// The matrices are m's own: an optimizer that writes into them changes the
+// model.
 func Params(m *clip.Model, logitScale smat.Matrix) ([]NamedParam, error) {
-	byName := map[string]smat.Matrix{"logit_scale": logitScale}
-	blocks := func(prefix string, bs []*autograd.BlockParams) {
-		for i, b := range bs {
-			p := prefix + strconv.Itoa(i) + "."
-			byName[p+"attn.in_proj_weight"] = b.QKV.Weight
-			byName[p+"attn.in_proj_bias"] = b.QKV.Bias
-			byName[p+"attn.out_proj.weight"] = b.Out.Weight
-			byName[p+"attn.out_proj.bias"] = b.Out.Bias
-			byName[p+"ln_1.weight"] = b.LN1.Gamma
-			byName[p+"ln_1.bias"] = b.LN1.Beta
-			byName[p+"mlp.c_fc.weight"] = b.FC.Weight
-			byName[p+"mlp.c_fc.bias"] = b.FC.Bias
-			byName[p+"mlp.c_proj.weight"] = b.Proj.Weight
-			byName[p+"mlp.c_proj.bias"] = b.Proj.Bias
-			byName[p+"ln_2.weight"] = b.LN2.Gamma
-			byName[p+"ln_2.bias"] = b.LN2.Beta
-		}
+	byName := map[string]autograd.Named{}
+	for _, p := range m.NamedParams() {
+		byName[p.Name] = p
 	}
-	v, t := m.Vision, m.Text
-	byName["visual.conv1.weight"] = v.Patch.Weight
-	byName["visual.class_embedding"] = v.Class
-	byName["visual.positional_embedding"] = v.Pos
-	byName["visual.ln_pre.weight"], byName["visual.ln_pre.bias"] = v.LNPre.Gamma, v.LNPre.Beta
-	blocks("visual.transformer.resblocks.", v.Blocks)
-	byName["visual.ln_post.weight"], byName["visual.ln_post.bias"] = v.LNPost.Gamma, v.LNPost.Beta
-	byName["visual.proj"] = v.Proj
-	byName["token_embedding.weight"] = t.Token
-	byName["positional_embedding"] = t.Pos
-	blocks("transformer.resblocks.", t.Blocks)
-	byName["ln_final.weight"], byName["ln_final.bias"] = t.LNFinal.Gamma, t.LNFinal.Beta
-	byName["text_projection"] = t.Proj
-
+	if name := m.Config.TensorNames().LogitScale; name != "" {
+		byName[name] = autograd.Named{Name: name, Value: logitScale}
+	}
 	var out []NamedParam
 	for _, name := range m.Config.Names() {
-		x, ok := byName[name]
-		if !ok || x == nil {
+		p, ok := byName[name]
+		if !ok || p.Value == nil {
 			return nil, fmt.Errorf("pretrain: the model has no tensor %q", name)
 		}
 		shape, _ := m.Config.Shape(name)
@@ -158,14 +142,10 @@ func Params(m *clip.Model, logitScale smat.Matrix) ([]NamedParam, error) {
 		for _, d := range shape {
 			n *= d
 		}
-		if x.Size() != n {
-			return nil, fmt.Errorf("pretrain: tensor %q has %d values, want %v", name, x.Size(), shape)
+		if p.Value.Size() != n {
+			return nil, fmt.Errorf("pretrain: tensor %q has %d values, want %v", name, p.Value.Size(), shape)
 		}
-		// Linear weights, the patch projection and both projections decay;
-		// LayerNorms, biases, embeddings and the temperature do not.
-		decay := strings.HasSuffix(name, "weight") && !strings.Contains(name, "ln_") && name != "token_embedding.weight" ||
-			name == "visual.proj" || name == "text_projection"
-		out = append(out, NamedParam{Name: name, Shape: shape, Value: x, Decay: decay})
+		out = append(out, NamedParam{Name: name, Shape: shape, Value: p.Value, Decay: p.Decay})
 	}
 	return out, nil
 }

@@ -310,3 +310,47 @@ func TestOneWriterPerFolder(t *testing.T) {
 	}
 	t.Log(second)
 }
+
+// TestParamsDecay: Params gives every tensor of the model once, as the
+// model's own matrix, and weight decay applies to exactly the linear
+// layers' weights (the patch projection included) and the two projections,
+// found here by the model's structure rather than by name.
+func TestParamsDecay(t *testing.T) {
+	cfg := tinyConfig()
+	s, err := RandomState(&cfg.Model, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := clip.New(s, &cfg.Model, clip.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	decays := map[smat.Matrix]bool{m.Vision.Patch.Weight: true, m.Vision.Proj: true, m.Text.Proj: true}
+	for _, bs := range [][]*autograd.BlockParams{m.Vision.Blocks, m.Text.Blocks} {
+		for _, b := range bs {
+			for _, l := range []*autograd.LinearParams{b.QKV, b.Out, b.FC, b.Proj} {
+				decays[l.Weight] = true
+			}
+		}
+	}
+	params, err := Params(m, smat.NewDense[float32](smat.WithShape(1, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen, decayed := map[smat.Matrix]bool{}, 0
+	for _, p := range params {
+		if seen[p.Value] {
+			t.Errorf("%s: a matrix listed twice", p.Name)
+		}
+		seen[p.Value] = true
+		if p.Decay != decays[p.Value] {
+			t.Errorf("%s: decay %v, the model's structure says %v", p.Name, p.Decay, decays[p.Value])
+		}
+		if p.Decay {
+			decayed++
+		}
+	}
+	if decayed != len(decays) || len(params) != len(cfg.Model.Names()) {
+		t.Errorf("%d of %d parameters decay; want %d of %d", decayed, len(params), len(decays), len(cfg.Model.Names()))
+	}
+}

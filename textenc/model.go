@@ -20,6 +20,10 @@ type Model struct {
 	Blocks   []*autograd.BlockParams
 	LNFinal  *autograd.LayerNormParams
 	Proj     smat.Matrix // text_projection [width, embed]
+	// Params are the tower's tensors under their checkpoint names, in the
+	// order New read them: its named parameters. A copy of the Model that
+	// replaces one of the matrices above must replace it here too.
+	Params []autograd.Named
 }
 
 // Options adjust how the tower is built.
@@ -31,19 +35,20 @@ type Options struct {
 // New builds the text tower from a state in OpenAI names (see
 // weights.LoadCLIP) and its configuration.
 func New(s *weights.State, cfg *weights.CLIPConfig, opt Options) (*Model, error) {
-	c := cfg.Text
+	c, n := cfg.Text, cfg.TensorNames().Text
 	b := &build.Builder{State: s, F64: opt.Float64, Eps: cfg.LayerNormEps}
 	m := &Model{Config: c, EmbedDim: cfg.EmbedDim}
-	m.Token = b.Matrix("token_embedding.weight", c.VocabSize, c.Width)
-	m.Pos = b.Matrix("positional_embedding", c.ContextLength, c.Width)
-	for i := 0; i < c.Layers; i++ {
-		m.Blocks = append(m.Blocks, b.Block(fmt.Sprintf("transformer.resblocks.%d.", i), c.Width, c.MLPWidth, c.Heads, true, cfg.Activation))
+	m.Token = b.Matrix(n.Token, c.VocabSize, c.Width)
+	m.Pos = b.Matrix(n.Pos, c.ContextLength, c.Width)
+	for _, names := range n.Blocks {
+		m.Blocks = append(m.Blocks, b.Block(names, c.Width, c.MLPWidth, c.Heads, true, cfg.Activation))
 	}
-	m.LNFinal = b.LayerNorm("ln_final.", c.Width)
-	m.Proj = b.Matrix("text_projection", c.Width, cfg.EmbedDim)
+	m.LNFinal = b.LayerNorm(n.LNFinal, c.Width)
+	m.Proj = b.Weight(n.Proj, c.Width, cfg.EmbedDim)
 	if b.Err != nil {
 		return nil, fmt.Errorf("textenc: %w", b.Err)
 	}
+	m.Params = b.Params
 	return m, nil
 }
 

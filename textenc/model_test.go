@@ -6,6 +6,7 @@ import (
 
 	smat "github.com/nlpodyssey/spago/mat"
 	"github.com/subtta/subtta/internal/fixture"
+	"github.com/subtta/subtta/internal/fixturefile"
 	"github.com/subtta/subtta/weights"
 )
 
@@ -13,12 +14,11 @@ import (
 // suggested bound for fp32 against PyTorch's fp32).
 const forwardTol = 1e-5
 
+// loadTiny builds the text tower from one of the fixture checkpoints, with
+// its configuration file.
 func loadTiny(t *testing.T, file string) *Model {
 	t.Helper()
-	s, cfg, err := weights.LoadCLIP(fixture.Path(t, "fixtures/"+file))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, cfg := fixturefile.CLIP(t, "fixtures/"+file)
 	m, err := New(s, cfg, Options{})
 	if err != nil {
 		t.Fatal(err)

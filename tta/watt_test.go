@@ -22,30 +22,65 @@ func wattFixture(t *testing.T, nHeads int) (*WATT, []mat.Matrix, []float32, WATT
 	const n, classes = 6, 10
 	m := fxtmodel.TinyModel(t, false)
 	rng := rand.New(rand.NewPCG(21, 22))
-	px, fc := randomImageFeatures(t, m, rng, n)
-	d := m.Config.EmbedDim
-	fc, _ = feature.NormalizeRows(fc)
-	near := func() *mat.Dense {
-		h := fxt.RandDense(rng, classes, d, 0.2)
-		for k := range classes {
-			row := h.RawRowView(k)
-			for j := range row {
-				row[j] += fc.At(k%n, j)
+	size := m.Config.Vision.ImageSize
+	candidates := func(yield func([]float32) bool) {
+		if !yield(randPixels(rng, n, size)) {
+			return
+		}
+		for _, px := range fxtmodel.Pixels(t, n) {
+			if len(px) != n*3*size*size {
+				t.Logf("tta_inputs.safetensors: images of %d values, the model takes %d×%d", len(px)/n/3, size, size)
+				return
+			}
+			if !yield(px) {
+				return
 			}
 		}
-		h, _ = feature.NormalizeRows(h)
-		return h
-	}
-	var heads []mat.Matrix
-	for range nHeads {
-		heads = append(heads, near())
 	}
 	cfg := WATTConfig{Optimizer: optim.AdamL2(1e-3, 0), Steps: 2, Rounds: 2}
-	w, err := NewWATT(m, near(), heads, cfg)
-	if err != nil {
-		t.Fatal(err)
+	for px := range candidates {
+		enc, err := m.EncodeImage(px, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f0, _ := feature.NormalizeRows(mat.NewDense(n, m.Config.EmbedDim, append([]float64(nil), enc.Value().Data().F64()...)))
+		fc, _ := feature.CenterRows(f0)
+		d := m.Config.EmbedDim
+		fc, _ = feature.NormalizeRows(fc)
+		near := func() *mat.Dense {
+			h := fxt.RandDense(rng, classes, d, 0.2)
+			for k := range classes {
+				row := h.RawRowView(k)
+				for j := range row {
+					row[j] += fc.At(k%n, j)
+				}
+			}
+			h, _ = feature.NormalizeRows(h)
+			return h
+		}
+		var heads []mat.Matrix
+		for range nHeads {
+			heads = append(heads, near())
+		}
+		w, err := NewWATT(m, near(), heads, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, f, err := w.forward(px, n, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := feature.WATTLoss(f, heads[0], w.scale, feature.WATTTemperature)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(fxt.Distinct(l.Preds)) >= 2 {
+			return w, heads, px, cfg
+		}
+		t.Logf("pseudo-labels %v all agree: trying the next batch", l.Preds)
 	}
-	return w, heads, px, cfg
+	t.Skipf("fixtures/clip-tiny.openai.safetensors: the first pseudo-labels agree on every batch tried (random, tta_inputs.safetensors): WATT's gradient vanishes")
+	return nil, nil, nil, cfg
 }
 
 // TestWATTSchedule replays WATT-S's schedule by hand from the method's own

@@ -18,30 +18,31 @@ type Options struct {
 // New builds the vision tower from a state in OpenAI names (see
 // weights.LoadCLIP) and its configuration. All LayerNorms start frozen.
 func New(s *weights.State, cfg *weights.CLIPConfig, opt Options) (*Model, error) {
-	v := cfg.Vision
+	v, n := cfg.Vision, cfg.TensorNames().Vision
 	w, g := v.Width, v.Grid()
 	b := &build.Builder{State: s, F64: opt.Float64, Eps: cfg.LayerNormEps}
 	m := &Model{Config: v, EmbedDim: cfg.EmbedDim}
 	// conv1 [width, 3, P, P] is a Linear over flattened patches.
-	conv := b.Matrix("visual.conv1.weight", w, 3, v.PatchSize, v.PatchSize)
+	conv := b.Weight(n.Conv, w, 3, v.PatchSize, v.PatchSize)
 	if b.Err != nil {
 		return nil, fmt.Errorf("vit: %w", b.Err)
 	}
 	m.Patch = autograd.NewLinearParams(conv, nil)
-	m.Class = b.Matrix("visual.class_embedding", w)
-	m.Pos = b.Matrix("visual.positional_embedding", g*g+1, w)
-	m.LNPre = b.LayerNorm("visual.ln_pre.", w)
-	for i := 0; i < v.Layers; i++ {
-		m.Blocks = append(m.Blocks, b.Block(fmt.Sprintf("visual.transformer.resblocks.%d.", i), w, v.MLPWidth, v.Heads, false, cfg.Activation))
+	m.Class = b.Matrix(n.Class, w)
+	m.Pos = b.Matrix(n.Pos, g*g+1, w)
+	m.LNPre = b.LayerNorm(n.LNPre, w)
+	for _, names := range n.Blocks {
+		m.Blocks = append(m.Blocks, b.Block(names, w, v.MLPWidth, v.Heads, false, cfg.Activation))
 	}
-	m.LNPost = b.LayerNorm("visual.ln_post.", w)
+	m.LNPost = b.LayerNorm(n.LNPost, w)
 	if b.Err != nil {
 		return nil, fmt.Errorf("vit: %w", b.Err)
 	}
-	m.Proj = b.Matrix("visual.proj", w, cfg.EmbedDim)
+	m.Proj = b.Weight(n.Proj, w, cfg.EmbedDim)
 	if b.Err != nil {
 		return nil, fmt.Errorf("vit: %w", b.Err)
 	}
+	m.Params = b.Params
 	m.KeepPacked(true)
 	return m, nil
 }

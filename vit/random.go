@@ -25,6 +25,16 @@ func ViTB32() *weights.CLIPConfig {
 func Random(cfg *weights.CLIPConfig, seed uint64, opt Options) (*Model, error) {
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
 	s := weights.NewState("random")
+	n := cfg.TensorNames().Vision
+	norms := map[string]float32{} // LayerNorm tensors: γ 1, β 0
+	for _, ln := range []weights.LayerNormNames{n.LNPre, n.LNPost} {
+		norms[ln.Weight], norms[ln.Bias] = 1, 0
+	}
+	for _, b := range n.Blocks {
+		for _, ln := range []weights.LayerNormNames{b.LN1, b.LN2} {
+			norms[ln.Weight], norms[ln.Bias] = 1, 0
+		}
+	}
 	for _, name := range cfg.Names() {
 		if !strings.HasPrefix(name, "visual.") {
 			continue
@@ -36,13 +46,11 @@ func Random(cfg *weights.CLIPConfig, seed uint64, opt Options) (*Model, error) {
 			n *= d
 		}
 		p.Data = make([]float32, n)
-		switch {
-		case strings.Contains(name, "ln_") && strings.HasSuffix(name, "weight"):
+		if v, ok := norms[name]; ok {
 			for i := range p.Data {
-				p.Data[i] = 1
+				p.Data[i] = v
 			}
-		case strings.Contains(name, "ln_"):
-		default:
+		} else {
 			for i := range p.Data {
 				p.Data[i] = float32(0.02 * r.NormFloat64())
 			}

@@ -23,6 +23,10 @@ type Model struct {
 	Blocks   []*autograd.BlockParams
 	LNPost   *autograd.LayerNormParams
 	Proj     smat.Matrix // proj [width, embed]
+	// Params are the tower's tensors under their checkpoint names, in the
+	// order New read them: its named parameters. A copy of the Model that
+	// replaces one of the matrices above must replace it here too.
+	Params []autograd.Named
 }
 
 // Forward encodes images [batch, 3·H·W] (NCHW, preprocessed, one image per
@@ -86,16 +90,16 @@ func (m *Model) LayerNorms() []*autograd.LayerNormParams {
 }
 
 // LayerNormNames returns the OpenAI state-dict names of the tensors of
-// LayerNorms(), gamma then beta for each: visual.ln_pre.weight, ….bias, ….
+// LayerNorms(), gamma then beta for each: visual.ln_pre.weight, ….bias, …,
+// as Params records them (New reads the LayerNorms in that order).
 func (m *Model) LayerNormNames() []string {
-	names := []string{"visual.ln_pre.weight", "visual.ln_pre.bias"}
-	for i := range m.Blocks {
-		for _, ln := range []string{"ln_1", "ln_2"} {
-			p := fmt.Sprintf("visual.transformer.resblocks.%d.%s.", i, ln)
-			names = append(names, p+"weight", p+"bias")
+	var names []string
+	for _, p := range m.Params {
+		if p.LayerNorm {
+			names = append(names, p.Name)
 		}
 	}
-	return append(names, "visual.ln_post.weight", "visual.ln_post.bias")
+	return names
 }
 
 // KeepPacked makes every linear layer of the tower keep its frozen weight

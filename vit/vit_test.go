@@ -2,12 +2,13 @@ package vit
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	smat "github.com/nlpodyssey/spago/mat"
-	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/internal/fixture"
+	"github.com/subtta/subtta/internal/fixturefile"
 	"github.com/subtta/subtta/weights"
 )
 
@@ -16,13 +17,11 @@ import (
 // from PyTorch's, which costs a few ulps per dot product).
 const forwardTol = 1e-5
 
-// loadTiny builds the vision tower from one of the fixture checkpoints.
+// loadTiny builds the vision tower from one of the fixture checkpoints,
+// with its configuration file.
 func loadTiny(t *testing.T, file string, opt Options) *Model {
 	t.Helper()
-	s, cfg, err := weights.LoadCLIP(fixture.Path(t, "fixtures/"+file))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, cfg := fixturefile.CLIP(t, "fixtures/"+file)
 	m, err := New(s, cfg, opt)
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +114,12 @@ func TestIntermediatesMatchPyTorch(t *testing.T) {
 }
 
 func ExampleModel_LayerNormNames() {
-	m := &Model{Blocks: make([]*autograd.BlockParams, 1)}
+	cfg := &weights.CLIPConfig{EmbedDim: 4, LayerNormEps: weights.DefaultLayerNormEps,
+		Vision: weights.VisionConfig{Width: 8, Layers: 1, Heads: 2, MLPWidth: 16, PatchSize: 4, ImageSize: 8}}
+	m, err := Random(cfg, 1, Options{})
+	if err != nil {
+		panic(err)
+	}
 	fmt.Println(strings.Join(m.LayerNormNames(), "\n"))
 	// Output:
 	// visual.ln_pre.weight
@@ -139,4 +143,45 @@ func TestTraceDoesNotChangeFeatures(t *testing.T) {
 	// The class-token rows go through the same operations in the same
 	// order either way (measured: identical); 1e-6 is a few float32 ulps.
 	fixture.CheckRelErr(t, "features, class tokens only against full", pooled, full, 1e-6)
+}
+
+// TestNamedParams: the tower's named parameters are its "visual." tensors,
+// each once, in OpenAI's order, each holding the checkpoint's values under
+// its name, and the LayerNorm names pair with LayerNorms() γ then β.
+func TestNamedParams(t *testing.T) {
+	s, cfg := fixturefile.CLIP(t, "fixtures/clip-tiny.openai.safetensors")
+	m, err := New(s, cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, n := range cfg.Names() {
+		if strings.HasPrefix(n, "visual.") {
+			want = append(want, n)
+		}
+	}
+	byName := map[string]smat.Matrix{}
+	var got []string
+	for _, p := range m.Params {
+		got = append(got, p.Name)
+		byName[p.Name] = p.Value
+		data, err := s.Get(p.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(p.Value.Data().F32(), data) {
+			t.Errorf("%s: the values differ from the checkpoint's", p.Name)
+		}
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("named parameters %v, want %v", got, want)
+	}
+	names := m.LayerNormNames()
+	for i, ln := range m.LayerNorms() {
+		if byName[names[2*i]] != ln.Gamma || byName[names[2*i+1]] != ln.Beta {
+			t.Errorf("LayerNorm %d: names %s, %s do not name its γ and β", i, names[2*i], names[2*i+1])
+		}
+	}
 }

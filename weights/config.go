@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -95,6 +96,33 @@ func ParseConfig(data []byte) (*CLIPConfig, error) {
 		return nil, fmt.Errorf("weights: config: %w", err)
 	}
 	return c, nil
+}
+
+// ReadConfig reads a configuration file in any form ParseConfig reads (a
+// --model-config), naming the file in its errors.
+func ReadConfig(path string) (*CLIPConfig, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("weights: config: %w", err)
+	}
+	c, err := ParseConfig(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// For returns a copy of c fitted to the tensors of s, an OpenAI-layout
+// state: HasLogitScale follows s (every CLIP configuration implies a
+// logit_scale; the tensors tell whether this model has one), the copy is not
+// marked Inferred, and it is validated against s.
+func (c CLIPConfig) For(s *State) (*CLIPConfig, error) {
+	c.HasLogitScale = s.Has(logitScale)
+	c.Inferred = false
+	if err := c.Validate(s); err != nil {
+		return nil, err
+	}
+	return &c, nil
 }
 
 func parseHFConfig(data []byte) (*CLIPConfig, error) {
@@ -315,15 +343,16 @@ func InferConfig(s *State) (*CLIPConfig, error) {
 	bad := func(err error) (*CLIPConfig, error) {
 		return nil, fmt.Errorf("%w (inferring the config from the tensor shapes)", err)
 	}
-	if _, err := s.Get("visual.conv1.weight", -1, 3, -1, -1); err != nil {
+	n := (&CLIPConfig{}).TensorNames()
+	if _, err := s.Get(n.Vision.Conv, -1, 3, -1, -1); err != nil {
 		return bad(err)
 	}
-	cs, _ := s.Shape("visual.conv1.weight")
+	cs, _ := s.Shape(n.Vision.Conv)
 	vw, patch := cs[0], cs[2]
 	if cs[3] != patch {
-		return bad(fmt.Errorf("weights: %s: tensor %q: non-square patch %v: %w", s.Source, "visual.conv1.weight", cs, ErrShape))
+		return bad(fmt.Errorf("weights: %s: tensor %q: non-square patch %v: %w", s.Source, n.Vision.Conv, cs, ErrShape))
 	}
-	pos, err := s.Shape("visual.positional_embedding")
+	pos, err := s.Shape(n.Vision.Pos)
 	if err != nil {
 		return bad(err)
 	}
@@ -334,38 +363,38 @@ func InferConfig(s *State) (*CLIPConfig, error) {
 		}
 	}
 	if len(pos) != 2 || grid*grid != pos[0]-1 {
-		return bad(fmt.Errorf("weights: %s: tensor %q: shape %v is not [grid²+1, width]: %w", s.Source, "visual.positional_embedding", pos, ErrShape))
+		return bad(fmt.Errorf("weights: %s: tensor %q: shape %v is not [grid²+1, width]: %w", s.Source, n.Vision.Pos, pos, ErrShape))
 	}
-	proj, err := s.Shape("visual.proj")
+	proj, err := s.Shape(n.Vision.Proj)
 	if err != nil {
 		return bad(err)
 	}
-	tok, err := s.Shape("token_embedding.weight")
+	tok, err := s.Shape(n.Text.Token)
 	if err != nil {
 		return bad(err)
 	}
-	tpos, err := s.Shape("positional_embedding")
+	tpos, err := s.Shape(n.Text.Pos)
 	if err != nil {
 		return bad(err)
 	}
 	if len(proj) != 2 || len(tok) != 2 || len(tpos) != 2 {
-		return bad(fmt.Errorf("weights: %s: visual.proj %v, token_embedding.weight %v, positional_embedding %v: want matrices: %w", s.Source, proj, tok, tpos, ErrShape))
+		return bad(fmt.Errorf("weights: %s: %s %v, %s %v, %s %v: want matrices: %w", s.Source, n.Vision.Proj, proj, n.Text.Token, tok, n.Text.Pos, tpos, ErrShape))
 	}
 	c := &CLIPConfig{
 		EmbedDim:      proj[1],
 		Vision:        VisionConfig{Width: vw, Heads: vw / DefaultHeadWidth, PatchSize: patch, ImageSize: grid * patch},
 		Text:          TextConfig{Width: tok[1], Heads: tok[1] / DefaultHeadWidth, ContextLength: tpos[0], VocabSize: tok[0]},
-		HasLogitScale: s.Has("logit_scale"),
+		HasLogitScale: s.Has(logitScale),
 		LayerNormEps:  DefaultLayerNormEps,
 		Activation:    QuickGELU,
 		Inferred:      true,
 	}
-	c.Vision.Layers = countLayers(s, "visual.transformer.resblocks.")
-	c.Text.Layers = countLayers(s, "transformer.resblocks.")
-	if fc, err := s.Shape("visual.transformer.resblocks.0.mlp.c_fc.weight"); err == nil && len(fc) == 2 {
+	c.Vision.Layers = countLayers(s, visionBlocks)
+	c.Text.Layers = countLayers(s, textBlocks)
+	if fc, err := s.Shape(blockNames(visionBlocks + "0.").FC.Weight); err == nil && len(fc) == 2 {
 		c.Vision.MLPWidth = fc[0]
 	}
-	if fc, err := s.Shape("transformer.resblocks.0.mlp.c_fc.weight"); err == nil && len(fc) == 2 {
+	if fc, err := s.Shape(blockNames(textBlocks + "0.").FC.Weight); err == nil && len(fc) == 2 {
 		c.Text.MLPWidth = fc[0]
 	}
 	if c.Vision.Heads == 0 {
@@ -395,88 +424,6 @@ func countLayers(s *State, prefix string) int {
 	return n
 }
 
-// Names lists the OpenAI tensor names a model of this configuration has, in
-// OpenAI's order.
-func (c *CLIPConfig) Names() []string {
-	var names []string
-	block := func(prefix string, layers int) {
-		for i := range layers {
-			p := prefix + strconv.Itoa(i) + "."
-			for _, n := range []string{"attn.in_proj_weight", "attn.in_proj_bias", "attn.out_proj.weight", "attn.out_proj.bias",
-				"ln_1.weight", "ln_1.bias", "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias",
-				"ln_2.weight", "ln_2.bias"} {
-				names = append(names, p+n)
-			}
-		}
-	}
-	names = append(names, "positional_embedding", "text_projection")
-	if c.HasLogitScale {
-		names = append(names, "logit_scale")
-	}
-	names = append(names, "visual.class_embedding", "visual.positional_embedding", "visual.proj", "visual.conv1.weight",
-		"visual.ln_pre.weight", "visual.ln_pre.bias")
-	block("visual.transformer.resblocks.", c.Vision.Layers)
-	names = append(names, "visual.ln_post.weight", "visual.ln_post.bias")
-	block("transformer.resblocks.", c.Text.Layers)
-	return append(names, "token_embedding.weight", "ln_final.weight", "ln_final.bias")
-}
-
-// Shape returns the shape an OpenAI-named tensor has in a model of this
-// configuration, or false for a name the model does not have.
-func (c *CLIPConfig) Shape(name string) ([]int, bool) {
-	v, t := c.Vision, c.Text
-	switch name {
-	case "positional_embedding":
-		return []int{t.ContextLength, t.Width}, true
-	case "text_projection":
-		return []int{t.Width, c.EmbedDim}, true
-	case "logit_scale":
-		return []int{}, c.HasLogitScale
-	case "visual.class_embedding", "visual.ln_pre.weight", "visual.ln_pre.bias", "visual.ln_post.weight", "visual.ln_post.bias":
-		return []int{v.Width}, true
-	case "visual.positional_embedding":
-		return []int{v.Grid()*v.Grid() + 1, v.Width}, true
-	case "visual.proj":
-		return []int{v.Width, c.EmbedDim}, true
-	case "visual.conv1.weight":
-		return []int{v.Width, 3, v.PatchSize, v.PatchSize}, true
-	case "token_embedding.weight":
-		return []int{t.VocabSize, t.Width}, true
-	case "ln_final.weight", "ln_final.bias":
-		return []int{t.Width}, true
-	}
-	for _, tw := range []struct {
-		prefix          string
-		width, mlp, num int
-	}{{"visual.transformer.resblocks.", v.Width, v.MLPWidth, v.Layers}, {"transformer.resblocks.", t.Width, t.MLPWidth, t.Layers}} {
-		layer, rest, ok := splitLayer(name, tw.prefix)
-		if !ok {
-			continue
-		}
-		if i, _ := strconv.Atoi(layer); i >= tw.num || layer != strconv.Itoa(i) {
-			return nil, false
-		}
-		w, m := tw.width, tw.mlp
-		switch rest {
-		case "attn.in_proj_weight":
-			return []int{3 * w, w}, true
-		case "attn.in_proj_bias":
-			return []int{3 * w}, true
-		case "attn.out_proj.weight":
-			return []int{w, w}, true
-		case "attn.out_proj.bias", "ln_1.weight", "ln_1.bias", "ln_2.weight", "ln_2.bias", "mlp.c_proj.bias":
-			return []int{w}, true
-		case "mlp.c_fc.weight":
-			return []int{m, w}, true
-		case "mlp.c_fc.bias":
-			return []int{m}, true
-		case "mlp.c_proj.weight":
-			return []int{w, m}, true
-		}
-	}
-	return nil, false
-}
-
 // Validate checks that s (OpenAI layout) holds every tensor of a model of
 // this configuration with the right shape, and no extra transformer layers.
 // A logit_scale of shape [1] is accepted for []. The error names the source
@@ -485,13 +432,13 @@ func (c *CLIPConfig) Validate(s *State) error {
 	if err := c.check(); err != nil {
 		return fmt.Errorf("weights: %s: config: %w", s.Source, err)
 	}
-	for _, name := range c.Names() {
-		want, _ := c.Shape(name)
+	for _, t := range c.tensors() {
+		name, want := t.name, t.shape
 		got, err := s.Shape(name)
 		if err != nil {
 			return err
 		}
-		if name == "logit_scale" && numElements(got) == 1 && len(got) <= 1 {
+		if name == logitScale && numElements(got) == 1 && len(got) <= 1 {
 			continue
 		}
 		if !slices.Equal(got, want) {
@@ -499,7 +446,7 @@ func (c *CLIPConfig) Validate(s *State) error {
 		}
 	}
 	for _, name := range s.order {
-		for _, prefix := range []string{"visual.transformer.resblocks.", "transformer.resblocks."} {
+		for _, prefix := range []string{visionBlocks, textBlocks} {
 			if _, _, ok := splitLayer(name, prefix); ok {
 				if _, ok := c.Shape(name); !ok {
 					return fmt.Errorf("weights: %s: tensor %q is not part of a model of %d vision and %d text layers",

@@ -12,9 +12,10 @@ import (
 	"github.com/subtta/subtta/internal/fixture"
 )
 
-// TestConfigFixture: the configuration inferred from the tensors of each
-// fixture, and the one read from each config file, equal the fixture's
-// clip-tiny.config.json.
+// TestConfigFixture: the configuration read from each config file, stored
+// with each fixture, or given by its config file equals the fixture's
+// clip-tiny.config.json; the one inferred from the tensors equals it but
+// for the head counts, which are width/64 and marked Inferred.
 func TestConfigFixture(t *testing.T) {
 	want, raw := fixtureConfig(t)
 	// The parse itself, against the raw fields of the file.
@@ -44,21 +45,24 @@ func TestConfigFixture(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !got.Inferred {
-			t.Errorf("%s: InferConfig's result is not marked Inferred", rel)
-		}
-		got.Inferred = false
-		if !reflect.DeepEqual(got, want) {
-			t.Errorf("%s: inferred %+v, want %+v", rel, got, want)
+		if !reflect.DeepEqual(got, headRule(want)) {
+			t.Errorf("%s: inferred %+v, want %+v", rel, got, headRule(want))
 		}
 		// LoadCLIP uses the stored config (safetensors metadata) or infers.
-		_, got, err = LoadCLIP(fixture.Path(t, rel))
+		s, got, err = LoadCLIP(fixture.Path(t, rel))
 		if err != nil {
 			t.Fatal(err)
 		}
-		got.Inferred = false
-		if !reflect.DeepEqual(got, want) {
+		if s.ConfigJSON == nil {
+			if !reflect.DeepEqual(got, headRule(want)) {
+				t.Errorf("%s stores no config: LoadCLIP config %+v, want the inferred %+v", rel, got, headRule(want))
+			}
+		} else if !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: LoadCLIP config %+v, want %+v", rel, got, want)
+		}
+		// With its config file, every fixture has the fixture's config.
+		if _, got := fixtureCLIP(t, rel); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s with %s: config %+v, want %+v", rel, fixture.ModelConfig(t, rel), got, want)
 		}
 	}
 	hfc, _ := os.ReadFile(fixture.Path(t, "fixtures/clip-tiny.hf.config.json"))
@@ -176,5 +180,32 @@ func TestParseConfigRejects(t *testing.T) {
 		if _, err := ParseConfig([]byte(c)); err == nil {
 			t.Errorf("accepted %s", c)
 		}
+	}
+}
+
+// TestFixtureHeadsFromConfig: on a fixture set whose configuration files
+// and stored configurations state head counts other than width/64
+// (fixture.SetWithHeads), the tests' fixture loader (fixtureCLIP) and
+// reference configuration (fixtureConfig) have the stated counts for every
+// fixture model, where LoadCLIP of the .pt alone, which stores no
+// configuration, guesses width/64.
+func TestFixtureHeadsFromConfig(t *testing.T) {
+	base, _ := fixtureConfig(t)
+	vision, text := fixture.OtherHeads(base.Vision.Width), fixture.OtherHeads(base.Text.Width)
+	fixture.SetWithHeads(t, vision, text)
+	if want, _ := fixtureConfig(t); want.Vision.Heads != vision || want.Text.Heads != text {
+		t.Fatalf("fixtureConfig: %d vision and %d text heads, the set states %d and %d", want.Vision.Heads, want.Text.Heads, vision, text)
+	}
+	for _, rel := range []string{"fixtures/clip-tiny.openai.safetensors", "fixtures/clip-tiny.hf.safetensors", "fixtures/clip-tiny.openai-fp16.pt"} {
+		if _, c := fixtureCLIP(t, rel); c.Vision.Heads != vision || c.Text.Heads != text {
+			t.Errorf("%s: loaded with %d vision and %d text heads, its config file states %d and %d", rel, c.Vision.Heads, c.Text.Heads, vision, text)
+		}
+	}
+	_, guessed, err := LoadCLIP(fixture.Path(t, "fixtures/clip-tiny.openai-fp16.pt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !guessed.Inferred || guessed.Vision.Heads == vision || guessed.Text.Heads == text {
+		t.Errorf("the .pt alone: %+v; want width/64 heads, marked Inferred, unlike the set's", guessed)
 	}
 }

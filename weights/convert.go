@@ -15,7 +15,7 @@ type ConvertOptions struct {
 	// name ending in ".zst".
 	Zstd bool
 	// Config, when set, replaces the configuration found with or inferred
-	// from the source (it is validated against the tensors).
+	// from the source (it is fitted to the tensors: see CLIPConfig.For).
 	Config *CLIPConfig
 }
 
@@ -23,8 +23,12 @@ type ConvertOptions struct {
 // reads) and writes it to dst as a safetensors file with OpenAI's tensor
 // names, in the order of CLIPConfig.Names. The metadata records the source
 // file name and format, the stored dtype, and the configuration as JSON
-// ("config"), so that LoadCLIP(dst) needs no config.json. dst is written
-// atomically. It returns the configuration written.
+// ("config"), so that LoadCLIP(dst) needs no config.json. A configuration
+// inferred from the tensor shapes (a source that stores none, and no
+// opts.Config) is not written: its head counts are a guess (width/64), and
+// dst, like src, then leaves its readers to infer it again and say so.
+// dst is written atomically. It returns the configuration used, Inferred
+// when it was guessed.
 func Convert(src, dst string, opts ConvertOptions) (*CLIPConfig, error) {
 	dt := opts.DType
 	if dt == "" {
@@ -33,20 +37,9 @@ func Convert(src, dst string, opts ConvertOptions) (*CLIPConfig, error) {
 	if !dt.IsFloat() {
 		return nil, fmt.Errorf("weights: convert: dtype %s is not a float type", dt)
 	}
-	s, cfg, err := LoadCLIP(src)
+	s, cfg, err := LoadCLIPWith(src, opts.Config)
 	if err != nil {
 		return nil, err
-	}
-	if opts.Config != nil {
-		c := *opts.Config
-		if err := c.Validate(s); err != nil {
-			return nil, err
-		}
-		cfg = &c
-	}
-	cj, err := json.Marshal(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("weights: convert: %w", err)
 	}
 	meta := map[string]string{
 		"format":        "pt",
@@ -54,8 +47,14 @@ func Convert(src, dst string, opts ConvertOptions) (*CLIPConfig, error) {
 		"source":        filepath.Base(src),
 		"source_format": string(s.Format),
 		"dtype":         string(dt),
-		"config":        string(cj),
 		"generator":     "github.com/subtta/subtta/weights.Convert",
+	}
+	if !cfg.Inferred {
+		cj, err := json.Marshal(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("weights: convert: %w", err)
+		}
+		meta["config"] = string(cj)
 	}
 	var tensors []Tensor
 	for _, name := range cfg.Names() {

@@ -13,7 +13,8 @@ import (
 func TestConvert(t *testing.T) {
 	want, _ := fixtureConfig(t)
 	ref := loadFixture(t, "fixtures/clip-tiny.openai.safetensors")
-	pt := loadFixture(t, "fixtures/clip-tiny.openai-fp16.pt")
+	// The .pt stores no configuration: it is converted with its file's.
+	pt, ptConfig := fixtureCLIP(t, "fixtures/clip-tiny.openai-fp16.pt")
 	dir := t.TempDir()
 	for _, c := range []struct {
 		src, dst string
@@ -25,7 +26,7 @@ func TestConvert(t *testing.T) {
 			func(_ string, v float32) float32 { return HalfToFloat32(Float32ToHalf(v)) }},
 		{"fixtures/clip-tiny.openai.safetensors", "bf16.safetensors", ConvertOptions{DType: BF16, Zstd: true}, ref,
 			func(_ string, v float32) float32 { return BFloat16ToFloat32(Float32ToBFloat16(v)) }},
-		{"fixtures/clip-tiny.openai-fp16.pt", "pt.safetensors", ConvertOptions{}, pt, nil},
+		{"fixtures/clip-tiny.openai-fp16.pt", "pt.safetensors", ConvertOptions{Config: ptConfig}, pt, nil},
 	} {
 		src := fixture.Path(t, c.src)
 		dst := filepath.Join(dir, c.dst)
@@ -58,5 +59,43 @@ func TestConvert(t *testing.T) {
 	bad.Vision.Layers++
 	if _, err := Convert(fixture.Path(t, "fixtures/clip-tiny.openai.safetensors"), filepath.Join(dir, "y"), ConvertOptions{Config: &bad}); err == nil {
 		t.Error("a config that does not fit the tensors was accepted")
+	}
+}
+
+// TestConvertInferredConfig: a source that stores no configuration,
+// converted without one, gives an output that stores none either, so that
+// its readers infer the head counts again and say so, rather than read the
+// guess as a fact; the configuration returned is marked Inferred. Given its
+// configuration file, the output stores that, head counts included.
+func TestConvertInferredConfig(t *testing.T) {
+	const rel = "fixtures/clip-tiny.openai-fp16.pt"
+	_, known := fixtureCLIP(t, rel)
+	dir := t.TempDir()
+	for _, c := range []struct {
+		name   string
+		config *CLIPConfig
+		want   *CLIPConfig
+	}{
+		{"guessed.safetensors", nil, headRule(known)},
+		{"known.safetensors", known, known},
+	} {
+		dst := filepath.Join(dir, c.name)
+		got, err := Convert(fixture.Path(t, rel), dst, ConvertOptions{Config: c.config})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: Convert returned %+v, want %+v", c.name, got, c.want)
+		}
+		s, reread, err := LoadCLIP(dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, stored := s.Metadata["config"]; stored == c.want.Inferred {
+			t.Errorf("%s: config stored in the metadata: %v; the config is inferred: %v", c.name, stored, c.want.Inferred)
+		}
+		if !reflect.DeepEqual(reread, c.want) {
+			t.Errorf("%s: read back as %+v, want %+v", c.name, reread, c.want)
+		}
 	}
 }

@@ -176,11 +176,18 @@ func loadSharded(dir, index string) (*State, error) {
 // (config.json, safetensors metadata), otherwise one inferred from the
 // tensor shapes. The configuration is validated against the tensors.
 func LoadCLIP(path string) (*State, *CLIPConfig, error) {
+	return LoadCLIPWith(path, nil)
+}
+
+// LoadCLIPWith is LoadCLIP with the architecture given: cfg, when not nil,
+// replaces the configuration stored with the weights (none is then
+// inferred), fitted to the tensors (see CLIPConfig.For).
+func LoadCLIPWith(path string, cfg *CLIPConfig) (*State, *CLIPConfig, error) {
 	raw, err := Load(path)
 	if err != nil {
 		return nil, nil, err
 	}
-	return clipState(path, raw)
+	return clipState(path, raw, cfg)
 }
 
 // LoadCLIPBytes is LoadCLIP for a file's contents held in memory (a
@@ -191,23 +198,26 @@ func LoadCLIPBytes(name string, data []byte) (*State, *CLIPConfig, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return clipState(name, raw)
+	return clipState(name, raw, nil)
 }
 
-// clipState renames raw to OpenAI's names and finds its configuration.
-func clipState(path string, raw *State) (*State, *CLIPConfig, error) {
+// clipState renames raw to OpenAI's names and fits cfg to it, or finds its
+// configuration when cfg is nil.
+func clipState(path string, raw *State, cfg *CLIPConfig) (*State, *CLIPConfig, error) {
 	s, err := ToOpenAI(raw)
 	if err != nil {
 		return nil, nil, err
 	}
 	var c *CLIPConfig
-	if s.ConfigJSON != nil {
+	if cfg != nil {
+		if c, err = cfg.For(s); err != nil {
+			return nil, nil, err
+		}
+	} else if s.ConfigJSON != nil {
 		if c, err = ParseConfig(s.ConfigJSON); err != nil {
 			return nil, nil, fmt.Errorf("weights: %s: %w", path, err)
 		}
-		// Every CLIP config implies a logit_scale; trust the tensors.
-		c.HasLogitScale = s.Has("logit_scale")
-		if err := c.Validate(s); err != nil {
+		if c, err = c.For(s); err != nil {
 			return nil, nil, err
 		}
 	} else if c, err = InferConfig(s); err != nil {

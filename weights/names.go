@@ -19,7 +19,8 @@ const (
 
 // DetectLayout tells which naming convention s uses.
 func DetectLayout(s *State) (Layout, error) {
-	hf, oa := 0, 0
+	hf, openai := 0, 0
+	oa := (&CLIPConfig{}).TensorNames()
 	for _, n := range s.order {
 		switch {
 		case strings.HasPrefix(n, "vision_model.") || strings.HasPrefix(n, "text_model.") ||
@@ -27,15 +28,15 @@ func DetectLayout(s *State) (Layout, error) {
 			hf++
 		case strings.HasPrefix(n, "visual.layer1."):
 			return "", fmt.Errorf("weights: %s: a ResNet vision tower (visual.layer1...): only ViT CLIP models are supported", s.Source)
-		case strings.HasPrefix(n, "visual.") || strings.HasPrefix(n, "transformer.resblocks.") ||
-			n == "token_embedding.weight" || n == "text_projection" || n == "ln_final.weight":
-			oa++
+		case strings.HasPrefix(n, "visual.") || strings.HasPrefix(n, textBlocks) ||
+			n == oa.Text.Token || n == oa.Text.Proj || n == oa.Text.LNFinal.Weight:
+			openai++
 		}
 	}
 	switch {
-	case hf > 0 && oa == 0:
+	case hf > 0 && openai == 0:
 		return LayoutHF, nil
-	case oa > 0 && hf == 0:
+	case openai > 0 && hf == 0:
 		return LayoutOpenAI, nil
 	case hf > 0:
 		return "", fmt.Errorf("weights: %s: tensor names mix the Hugging Face and OpenAI layouts", s.Source)
@@ -161,45 +162,53 @@ func ToHF(s *State) (*State, error) {
 }
 
 // The names that differ only by a fixed rename, HF -> OpenAI.
-var hfFixed = map[string]string{
-	"vision_model.embeddings.class_embedding":           "visual.class_embedding",
-	"vision_model.embeddings.patch_embedding.weight":    "visual.conv1.weight",
-	"vision_model.embeddings.position_embedding.weight": "visual.positional_embedding",
-	"vision_model.pre_layrnorm.weight":                  "visual.ln_pre.weight",
-	"vision_model.pre_layrnorm.bias":                    "visual.ln_pre.bias",
-	"vision_model.post_layernorm.weight":                "visual.ln_post.weight",
-	"vision_model.post_layernorm.bias":                  "visual.ln_post.bias",
-	"text_model.embeddings.token_embedding.weight":      "token_embedding.weight",
-	"text_model.embeddings.position_embedding.weight":   "positional_embedding",
-	"text_model.final_layer_norm.weight":                "ln_final.weight",
-	"text_model.final_layer_norm.bias":                  "ln_final.bias",
-	"logit_scale":                                       "logit_scale",
-}
+var hfFixed = func() map[string]string {
+	n := (&CLIPConfig{}).TensorNames()
+	v, t := n.Vision, n.Text
+	return map[string]string{
+		"vision_model.embeddings.class_embedding":           v.Class,
+		"vision_model.embeddings.patch_embedding.weight":    v.Conv,
+		"vision_model.embeddings.position_embedding.weight": v.Pos,
+		"vision_model.pre_layrnorm.weight":                  v.LNPre.Weight,
+		"vision_model.pre_layrnorm.bias":                    v.LNPre.Bias,
+		"vision_model.post_layernorm.weight":                v.LNPost.Weight,
+		"vision_model.post_layernorm.bias":                  v.LNPost.Bias,
+		"text_model.embeddings.token_embedding.weight":      t.Token,
+		"text_model.embeddings.position_embedding.weight":   t.Pos,
+		"text_model.final_layer_norm.weight":                t.LNFinal.Weight,
+		"text_model.final_layer_norm.bias":                  t.LNFinal.Bias,
+		"logit_scale":                                       logitScale,
+	}
+}()
 
 // The transposed projections, HF -> OpenAI.
-var hfTransposed = map[string]string{
-	"visual_projection.weight": "visual.proj",
-	"text_projection.weight":   "text_projection",
-}
+var hfTransposed = func() map[string]string {
+	n := (&CLIPConfig{}).TensorNames()
+	return map[string]string{"visual_projection.weight": n.Vision.Proj, "text_projection.weight": n.Text.Proj}
+}()
 
-// The per-layer renames, HF -> OpenAI, after the layer prefix.
-var hfLayer = map[string]string{
-	"self_attn.out_proj.weight": "attn.out_proj.weight",
-	"self_attn.out_proj.bias":   "attn.out_proj.bias",
-	"layer_norm1.weight":        "ln_1.weight",
-	"layer_norm1.bias":          "ln_1.bias",
-	"layer_norm2.weight":        "ln_2.weight",
-	"layer_norm2.bias":          "ln_2.bias",
-	"mlp.fc1.weight":            "mlp.c_fc.weight",
-	"mlp.fc1.bias":              "mlp.c_fc.bias",
-	"mlp.fc2.weight":            "mlp.c_proj.weight",
-	"mlp.fc2.bias":              "mlp.c_proj.bias",
-}
+// The per-layer renames, HF -> OpenAI, after the layer prefix; the q, k, v
+// projections are stacked into the block's QKV tensors.
+var hfLayer = func() map[string]string {
+	b := blockNames("")
+	return map[string]string{
+		"self_attn.out_proj.weight": b.Out.Weight,
+		"self_attn.out_proj.bias":   b.Out.Bias,
+		"layer_norm1.weight":        b.LN1.Weight,
+		"layer_norm1.bias":          b.LN1.Bias,
+		"layer_norm2.weight":        b.LN2.Weight,
+		"layer_norm2.bias":          b.LN2.Bias,
+		"mlp.fc1.weight":            b.FC.Weight,
+		"mlp.fc1.bias":              b.FC.Bias,
+		"mlp.fc2.weight":            b.Proj.Weight,
+		"mlp.fc2.bias":              b.Proj.Bias,
+	}
+}()
 
 // The layer prefixes of the two towers, HF and OpenAI.
 var towers = [][2]string{
-	{"vision_model.encoder.layers.", "visual.transformer.resblocks."},
-	{"text_model.encoder.layers.", "transformer.resblocks."},
+	{"vision_model.encoder.layers.", visionBlocks},
+	{"text_model.encoder.layers.", textBlocks},
 }
 
 // hfToOpenAI maps one HF name. part is 0, 1, 2 for the q, k, v slices of an
@@ -220,11 +229,13 @@ func hfToOpenAI(n string) (name string, part int, transpose, ok bool) {
 		if oa, ok := hfLayer[rest]; ok {
 			return prefix + oa, -1, false, true
 		}
+		qkv := blockNames(prefix).QKV
 		for i, x := range []string{"q", "k", "v"} {
-			for _, wb := range []string{"weight", "bias"} {
-				if rest == "self_attn."+x+"_proj."+wb {
-					return prefix + "attn.in_proj_" + wb, i, false, true
-				}
+			switch rest {
+			case "self_attn." + x + "_proj.weight":
+				return qkv.Weight, i, false, true
+			case "self_attn." + x + "_proj.bias":
+				return qkv.Bias, i, false, true
 			}
 		}
 	}
@@ -255,8 +266,11 @@ func openAIToHF(n string) (name string, split, transpose, ok bool) {
 				return prefix + hf, false, false, true
 			}
 		}
-		if wb, ok := strings.CutPrefix(rest, "attn.in_proj_"); ok && (wb == "weight" || wb == "bias") {
-			return prefix + "self_attn.{x}_proj." + wb, true, false, true
+		switch qkv := blockNames("").QKV; rest {
+		case qkv.Weight:
+			return prefix + "self_attn.{x}_proj.weight", true, false, true
+		case qkv.Bias:
+			return prefix + "self_attn.{x}_proj.bias", true, false, true
 		}
 	}
 	return "", false, false, false

@@ -48,6 +48,33 @@ func fixtureConfig(t *testing.T) (*CLIPConfig, map[string]any) {
 	return c, raw
 }
 
+// fixtureCLIP loads the fixture model rel as every test loads a fixture
+// model: with its configuration file (fixture.ModelConfig), never with head
+// counts inferred from the shapes, which another fixture set need not
+// follow.
+func fixtureCLIP(t *testing.T, rel string) (*State, *CLIPConfig) {
+	t.Helper()
+	c, err := ReadConfig(fixture.ModelConfig(t, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, c, err := LoadCLIPWith(fixture.Path(t, rel), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, c
+}
+
+// headRule returns c with the head counts InferConfig assumes: width/64,
+// at least 1.
+func headRule(c *CLIPConfig) *CLIPConfig {
+	r := *c
+	r.Vision.Heads = max(1, r.Vision.Width/DefaultHeadWidth)
+	r.Text.Heads = max(1, r.Text.Width/DefaultHeadWidth)
+	r.Inferred = true
+	return &r
+}
+
 // compareStates checks that got has exactly want's names and shapes, and
 // that every value equals want's passed through round (bit for bit; round
 // nil means unchanged). It logs the worst absolute difference per tensor.

@@ -80,24 +80,48 @@ func openModel(path, configPath, arch, vocab string, stderr io.Writer) (*clip.Bu
 	}
 	b, err := clip.Create(clip.Spec{Model: path, Arch: arch, ModelConfig: configPath, Vocab: vocab,
 		FindVocab: func() (string, error) { return findVocab(stderr) }})
+	if err != nil {
+		return nil, specUsage(err)
+	}
+	warnInferred(stderr, path, b.Model.Config)
+	return b, nil
+}
+
+// modelArch returns the architecture configPath (--model-config) or arch
+// (--arch) gives (clip.Spec.Architecture), or nil when neither is given.
+func modelArch(configPath, arch string) (*weights.CLIPConfig, error) {
+	c, err := clip.Spec{Arch: arch, ModelConfig: configPath}.Architecture()
+	if err != nil {
+		return nil, specUsage(err)
+	}
+	return c, nil
+}
+
+// specUsage turns the errors of a clip.Spec into the usage errors of the
+// flags that made it.
+func specUsage(err error) error {
 	var field *clip.SpecError
 	switch {
 	case errors.Is(err, clip.ErrArchTwice):
-		return nil, usagef("--model-config and --arch both give the architecture: give one")
+		return usagef("--model-config and --arch both give the architecture: give one")
 	case errors.Is(err, clip.ErrNamedArch):
-		return nil, usagef("--model-config and --arch need --model: the built-in model has its own architecture")
+		return usagef("--model-config and --arch need --model: the built-in model has its own architecture")
 	case errors.As(err, &field) && field.Field == "Arch":
-		return nil, usagef("--arch: %v", field.Err)
+		return usagef("--arch: %v", field.Err)
 	case errors.As(err, &field) && field.Field == "ModelConfig":
-		return nil, usagef("--model-config: %v", field.Err)
-	case err != nil:
-		return nil, err
+		return usagef("--model-config: %v", field.Err)
 	}
-	if b.Inferred {
+	return err
+}
+
+// warnInferred tells stderr that the checkpoint at path stores no
+// configuration, when c was inferred from its tensor shapes: its head
+// counts are then a guess.
+func warnInferred(stderr io.Writer, path string, c *weights.CLIPConfig) {
+	if c.Inferred {
 		fmt.Fprintf(stderr, "warning: %s has no stored configuration: %d vision and %d text heads assumed (width/64, as OpenAI's models); give --arch or --model-config if it differs\n",
-			path, b.Model.Config.Vision.Heads, b.Model.Config.Text.Heads)
+			path, c.Vision.Heads, c.Text.Heads)
 	}
-	return b, nil
 }
 
 // modelConfigHelp and archHelp are the help of every --model-config and

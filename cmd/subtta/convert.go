@@ -15,6 +15,8 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("convert", "SRC DST", stderr)
 	dtype := fs.String("dtype", "f32", "storage type of float tensors: f32, f16, bf16")
 	zstd := fs.Bool("zstd", false, "compress with zstd (implied by a DST ending in .zst)")
+	modelConfig := fs.String("model-config", "", strings.Replace(modelConfigHelp, "--model", "SRC", 1))
+	arch := fs.String("arch", "", strings.Replace(archHelp, "--model", "SRC", 1))
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -32,10 +34,17 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	default:
 		return usagef("--dtype %q: want f32, f16 or bf16", *dtype)
 	}
-	cfg, err := weights.Convert(fs.Arg(0), fs.Arg(1), weights.ConvertOptions{DType: dt, Zstd: *zstd})
+	c, err := modelArch(*modelConfig, *arch)
 	if err != nil {
 		return err
 	}
+	cfg, err := weights.Convert(fs.Arg(0), fs.Arg(1), weights.ConvertOptions{DType: dt, Zstd: *zstd, Config: c})
+	if err != nil {
+		return err
+	}
+	// An inferred configuration is not written (see weights.Convert), so
+	// that the output's readers warn too.
+	warnInferred(stderr, fs.Arg(0), cfg)
 	fmt.Fprintf(stdout, "wrote %s (%s; vision %d×%d, patch %d; text %d×%d; embed %d)\n", fs.Arg(1), dt,
 		cfg.Vision.Layers, cfg.Vision.Width, cfg.Vision.PatchSize, cfg.Text.Layers, cfg.Text.Width, cfg.EmbedDim)
 	return nil

@@ -20,6 +20,7 @@ import (
 func evalArgs(t *testing.T, out string, extra ...string) []string {
 	return append([]string{"eval",
 		"--model", fixture.Path(t, "fixtures/clip-tiny.openai.safetensors"),
+		"--model-config", fixture.ModelConfig(t, "fixtures/clip-tiny.openai.safetensors"),
 		"--vocab", fixture.Path(t, "assets/clip/bpe_simple_vocab_16e6.txt.gz"),
 		"--dataset", "cifar10-c",
 		"--data", fixture.Path(t, "assets/cifar10/test-jpg.tar.gz"),

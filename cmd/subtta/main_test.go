@@ -71,10 +71,11 @@ func TestTokenizeAndClassify(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &rows); err != nil || len(rows) != 1 || len(rows[0].IDs) == 0 {
 		t.Fatalf("tokenize output %q: %v", out.String(), err)
 	}
-	model := fixture.Path(t, "fixtures/clip-tiny.openai.safetensors")
+	const rel = "fixtures/clip-tiny.openai.safetensors"
+	model, modelConfig := fixture.Path(t, rel), fixture.ModelConfig(t, rel)
 	img := fixture.Path(t, "assets/clip/CLIP.png")
 	out.Reset()
-	if st := run([]string{"classify", "--json", "--model", model, "--vocab", vocab, "--labels", "a diagram,a dog,a cat", img}, &out, &errb); st != 0 {
+	if st := run([]string{"classify", "--json", "--model", model, "--model-config", modelConfig, "--vocab", vocab, "--labels", "a diagram,a dog,a cat", img}, &out, &errb); st != 0 {
 		t.Fatalf("classify: status %d: %s", st, errb.String())
 	}
 	var res []struct {
@@ -132,21 +133,7 @@ func TestInterspersedFlags(t *testing.T) {
 // are inferred (wrongly) with a warning; with it the features are the
 // model's.
 func TestModelConfig(t *testing.T) {
-	cfg := pretrain.SmallCIFAR()
-	cfg.Vision.Layers, cfg.Text.Layers = 1, 1
-	cfg.Vision.Heads, cfg.Text.Heads = 4, 4 // width 128: the rule says 2
-	s, err := pretrain.RandomState(&cfg, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	model := filepath.Join(dir, "model.safetensors")
-	if err := weights.WriteFile(model, s.Tensors(weights.F32), nil); err != nil {
-		t.Fatal(err)
-	}
-	cj, _ := json.Marshal(cfg)
-	cfgPath := filepath.Join(dir, "config.json")
-	os.WriteFile(cfgPath, cj, 0o644)
+	s, cfg, model, cfgPath := headsModel(t)
 	ref, err := clip.New(s, &cfg, clip.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -189,6 +176,82 @@ func TestModelConfig(t *testing.T) {
 	}
 	if !matches(given) {
 		t.Error("features with --model-config differ from the model's")
+	}
+}
+
+// headsModel writes a checkpoint that stores no configuration and whose
+// heads are not OpenAI's width/64 (4 at width 128), and its configuration
+// in convert's JSON form beside it.
+func headsModel(t *testing.T) (s *weights.State, cfg weights.CLIPConfig, model, cfgPath string) {
+	t.Helper()
+	cfg = pretrain.SmallCIFAR()
+	cfg.Vision.Layers, cfg.Text.Layers = 1, 1
+	cfg.Vision.Heads, cfg.Text.Heads = 4, 4 // width 128: the rule says 2
+	s, err := pretrain.RandomState(&cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	model = filepath.Join(dir, "model.safetensors")
+	if err := weights.WriteFile(model, s.Tensors(weights.F32), nil); err != nil {
+		t.Fatal(err)
+	}
+	cj, _ := json.Marshal(cfg)
+	cfgPath = filepath.Join(dir, "config.json")
+	os.WriteFile(cfgPath, cj, 0o644)
+	return s, cfg, model, cfgPath
+}
+
+// TestConvertModelConfig: convert of a checkpoint that stores no
+// configuration warns that the heads are assumed, as classify does, and
+// writes no configuration, so that the output's readers know the heads
+// are a guess; with --model-config or --arch the architecture given is
+// written; both at once are refused.
+func TestConvertModelConfig(t *testing.T) {
+	_, cfg, model, cfgPath := headsModel(t)
+	dir := t.TempDir()
+	convert := func(dst string, extra ...string) (*weights.State, *weights.CLIPConfig, string) {
+		t.Helper()
+		var out, errb bytes.Buffer
+		args := append([]string{"convert", model, filepath.Join(dir, dst)}, extra...)
+		if st := run(args, &out, &errb); st != 0 {
+			t.Fatalf("convert %q: status %d: %s", extra, st, errb.String())
+		}
+		s, c, err := weights.LoadCLIP(filepath.Join(dir, dst))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, c, errb.String()
+	}
+	s, c, warn := convert("guessed.safetensors")
+	if !strings.Contains(warn, "warning: "+model+" has no stored configuration: 2 vision and 2 text heads assumed") {
+		t.Errorf("no warning about inferred heads: %q", warn)
+	}
+	if _, ok := s.Metadata["config"]; ok || !c.Inferred {
+		t.Errorf("the guessed heads were written as known: metadata config %q, read back Inferred=%v", s.Metadata["config"], c.Inferred)
+	}
+	s, c, warn = convert("given.safetensors", "--model-config", cfgPath)
+	if warn != "" {
+		t.Errorf("warning with --model-config: %q", warn)
+	}
+	if s.Metadata["config"] == "" || c.Inferred || c.Vision.Heads != cfg.Vision.Heads || c.Text.Heads != cfg.Text.Heads {
+		t.Errorf("with --model-config: read back %+v (metadata config %q), want the %d/%d heads given", c, s.Metadata["config"], cfg.Vision.Heads, cfg.Text.Heads)
+	}
+	for _, tc := range []struct {
+		args   []string
+		status int
+		want   string
+	}{
+		{[]string{"--arch", "ViT-B-32"}, 1, "the config wants"},
+		{[]string{"--arch", "ViT-B/32"}, 2, "--arch: weights: unknown architecture"},
+		{[]string{"--arch", "ViT-B-32", "--model-config", cfgPath}, 2, "give one"},
+		{[]string{"--model-config", filepath.Join(dir, "none.json")}, 2, "--model-config"},
+	} {
+		var out, errb bytes.Buffer
+		args := append([]string{"convert", model, filepath.Join(dir, "x.safetensors")}, tc.args...)
+		if st := run(args, &out, &errb); st != tc.status || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("%q: status %d, stderr %q; want %d and %q", tc.args, st, errb.String(), tc.status, tc.want)
+		}
 	}
 }
 

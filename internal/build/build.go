@@ -1,7 +1,8 @@
 // Package build turns the tensors of a checkpoint into the parameter types
-// of package autograd, for the model packages (vit, textenc). It records the
-// first error and turns every later call into a no-op, so a model
-// constructor reads as a flat list of tensors and checks the error once.
+// of package autograd, for the model packages (vit, textenc), and records
+// each tensor it reads under its name (Params). It records the first error
+// and turns every later call into a no-op, so a model constructor reads as
+// a flat list of tensors and checks the error once.
 package build
 
 import (
@@ -16,6 +17,9 @@ type Builder struct {
 	F64   bool // build float64 matrices (reference runs) instead of float32
 	Eps   float64
 	Err   error
+	// Params are the tensors read, in the order read, under their names:
+	// the model's named parameters.
+	Params []autograd.Named
 }
 
 // Matrix returns tensor name as a rows×cols matrix, checking its shape
@@ -23,15 +27,26 @@ type Builder struct {
 // dimension as rows and the rest flattened into columns; a 1-D tensor
 // becomes a 1×n row).
 func (b *Builder) Matrix(name string, shape ...int) smat.Matrix {
+	return b.read(autograd.Named{Name: name}, shape)
+}
+
+// Weight is Matrix for a weight that weight decay applies to (see
+// autograd.Named.Decay).
+func (b *Builder) Weight(name string, shape ...int) smat.Matrix {
+	return b.read(autograd.Named{Name: name, Decay: true}, shape)
+}
+
+// read reads the tensor p.Name and records it in Params as p.
+func (b *Builder) read(p autograd.Named, shape []int) smat.Matrix {
 	if b.Err != nil {
 		return nil
 	}
-	data, err := b.State.Get(name, shape...)
+	data, err := b.State.Get(p.Name, shape...)
 	if err != nil {
 		b.Err = err
 		return nil
 	}
-	s, err := b.State.Shape(name)
+	s, err := b.State.Shape(p.Name)
 	if err != nil {
 		b.Err = err
 		return nil
@@ -45,49 +60,48 @@ func (b *Builder) Matrix(name string, shape ...int) smat.Matrix {
 		for i, v := range data {
 			d[i] = float64(v)
 		}
-		return smat.NewDense[float64](smat.WithShape(rows, cols), smat.WithBacking(d))
+		p.Value = smat.NewDense[float64](smat.WithShape(rows, cols), smat.WithBacking(d))
+	} else {
+		p.Value = smat.NewDense[float32](smat.WithShape(rows, cols), smat.WithBacking(append([]float32(nil), data...)))
 	}
-	return smat.NewDense[float32](smat.WithShape(rows, cols), smat.WithBacking(append([]float32(nil), data...)))
+	b.Params = append(b.Params, p)
+	return p.Value
 }
 
-// LayerNorm returns prefix+"weight" and prefix+"bias" (width values each).
-func (b *Builder) LayerNorm(prefix string, width int) *autograd.LayerNormParams {
-	g := b.Matrix(prefix+"weight", width)
-	be := b.Matrix(prefix+"bias", width)
+// LayerNorm returns the LayerNorm of the tensors names (width values each).
+func (b *Builder) LayerNorm(names weights.LayerNormNames, width int) *autograd.LayerNormParams {
+	g := b.read(autograd.Named{Name: names.Weight, LayerNorm: true}, []int{width})
+	be := b.read(autograd.Named{Name: names.Bias, LayerNorm: true}, []int{width})
 	if b.Err != nil {
 		return nil
 	}
 	return autograd.NewLayerNormParams(g, be, b.Eps)
 }
 
-// Linear returns prefix+weightName [out, in] and, when biasName is not
-// empty, prefix+biasName [out].
-func (b *Builder) Linear(prefix, weightName, biasName string, out, in int) *autograd.LinearParams {
-	w := b.Matrix(prefix+weightName, out, in)
-	var bias smat.Matrix
-	if biasName != "" {
-		bias = b.Matrix(prefix+biasName, out)
-	}
+// Linear returns the linear layer of the tensors names: the weight
+// [out, in] and the bias [out].
+func (b *Builder) Linear(names weights.LinearNames, out, in int) *autograd.LinearParams {
+	w := b.Weight(names.Weight, out, in)
+	bias := b.Matrix(names.Bias, out)
 	if b.Err != nil {
 		return nil
 	}
 	return autograd.NewLinearParams(w, bias)
 }
 
-// Block returns the pre-LN residual block whose tensors start with prefix
-// ("visual.transformer.resblocks.0.", "transformer.resblocks.0."), as
-// both CLIP towers hold it.
-func (b *Builder) Block(prefix string, width, mlp, heads int, causal bool, activation string) *autograd.BlockParams {
+// Block returns the pre-LN residual block of the tensors names, as both
+// CLIP towers hold it.
+func (b *Builder) Block(names weights.BlockNames, width, mlp, heads int, causal bool, activation string) *autograd.BlockParams {
 	p := &autograd.BlockParams{
-		LN1:    b.LayerNorm(prefix+"ln_1.", width),
-		QKV:    b.Linear(prefix+"attn.", "in_proj_weight", "in_proj_bias", 3*width, width),
-		Out:    b.Linear(prefix+"attn.out_proj.", "weight", "bias", width, width),
-		LN2:    b.LayerNorm(prefix+"ln_2.", width),
-		FC:     b.Linear(prefix+"mlp.c_fc.", "weight", "bias", mlp, width),
-		Proj:   b.Linear(prefix+"mlp.c_proj.", "weight", "bias", width, mlp),
+		LN1:    b.LayerNorm(names.LN1, width),
+		QKV:    b.Linear(names.QKV, 3*width, width),
+		Out:    b.Linear(names.Out, width, width),
+		LN2:    b.LayerNorm(names.LN2, width),
+		FC:     b.Linear(names.FC, mlp, width),
+		Proj:   b.Linear(names.Proj, width, mlp),
 		Heads:  heads,
 		Causal: causal,
-		GELU:   activation == "gelu",
+		GELU:   activation == weights.GELU,
 	}
 	if b.Err != nil {
 		return nil

@@ -35,6 +35,30 @@ func Open(tb testing.TB, rel string) *File {
 	return &File{File: f, TB: tb}
 }
 
+// Config returns the configuration of the fixture model rel, read from its
+// configuration file (fixture.ModelConfig). Tests give it to every loader
+// of a fixture model (clip.Options.Config, for instance), so that no head
+// count is guessed from the shapes.
+func Config(tb testing.TB, rel string) *weights.CLIPConfig {
+	tb.Helper()
+	c, err := weights.ReadConfig(fixture.ModelConfig(tb, rel))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// CLIP loads the fixture model rel in OpenAI's names with its
+// configuration file's configuration (Config), fitted to its tensors.
+func CLIP(tb testing.TB, rel string) (*weights.State, *weights.CLIPConfig) {
+	tb.Helper()
+	s, c, err := weights.LoadCLIPWith(fixture.Path(tb, rel), Config(tb, rel))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s, c
+}
+
 // ReadJSON decodes the shared JSON file rel into v.
 func ReadJSON(tb testing.TB, rel string, v any) {
 	tb.Helper()

@@ -11,6 +11,7 @@ import (
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/data"
 	"github.com/subtta/subtta/internal/fixture"
+	"github.com/subtta/subtta/internal/fixturefile"
 	"github.com/subtta/subtta/tta/internal/fxt"
 )
 
@@ -18,7 +19,8 @@ import (
 // LayerNorm parameters in place).
 func TinyModel(tb testing.TB, f64 bool) *clip.Model {
 	tb.Helper()
-	m, err := clip.Load(fixture.Path(tb, "fixtures/clip-tiny.openai.safetensors"), clip.Options{Float64: f64})
+	const rel = "fixtures/clip-tiny.openai.safetensors"
+	m, err := clip.Load(fixture.Path(tb, rel), clip.Options{Float64: f64, Config: fixturefile.Config(tb, rel)})
 	if err != nil {
 		tb.Fatal(err)
 	}
