@@ -11,7 +11,7 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/subtta/subtta/internal/symeig"
-	"github.com/subtta/subtta/tta"
+	"github.com/subtta/subtta/tta/feature"
 )
 
 // TestSymEigMatchesCPU: cuSOLVER's eigendecomposition of random symmetric
