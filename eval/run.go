@@ -13,8 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"gonum.org/v1/gonum/mat"
-
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/data"
 	"github.com/subtta/subtta/internal/atomicfile"
@@ -162,8 +160,8 @@ type evaluation struct {
 	todo     map[string][]int   // method → indices into domains still to compute
 	progress Progress
 
-	heads  map[string]methodHeads // by templates: methods share heads
-	warned map[string]bool        // prompts too long for the context, reported once
+	heads  map[string]tta.Heads // by templates: methods share heads
+	warned map[string]bool      // prompts too long for the context, reported once
 }
 
 func (e *evaluation) logf(format string, a ...any) {
@@ -335,8 +333,8 @@ func (e *evaluation) runMethod(name string) error {
 	if err != nil {
 		return err
 	}
-	head := h.head
-	method, err := p.New(e.model, head, h.templates...)
+	head := h.Head
+	method, err := p.New(e.model, h)
 	if err != nil {
 		return fmt.Errorf("eval: %s: %w", name, err)
 	}
@@ -359,13 +357,13 @@ func (e *evaluation) runMethod(name string) error {
 // methodHeads returns the zero-shot heads of preset p (method name), built
 // once for all methods that share them, and warns of prompts longer than
 // the text context.
-func (e *evaluation) methodHeads(name string, p tta.Preset) (methodHeads, error) {
+func (e *evaluation) methodHeads(name string, p tta.Preset) (tta.Heads, error) {
 	key := p.HeadKey()
 	if h, ok := e.heads[key]; ok {
 		return h, nil
 	}
 	if e.heads == nil {
-		e.heads, e.warned = map[string]methodHeads{}, map[string]bool{}
+		e.heads, e.warned = map[string]tta.Heads{}, map[string]bool{}
 	}
 	classes := p.ClassNames(e.src.classes)
 	ctxLen := e.model.Config.Text.ContextLength
@@ -378,11 +376,10 @@ func (e *evaluation) methodHeads(name string, p tta.Preset) (methodHeads, error)
 			}
 		}
 	}
-	head, th, err := p.Heads(e.model, e.tok, e.src.classes)
+	h, err := p.Heads(e.model, e.tok, e.src.classes)
 	if err != nil {
-		return methodHeads{}, fmt.Errorf("eval: %s: head: %w", name, err)
+		return tta.Heads{}, fmt.Errorf("eval: %s: head: %w", name, err)
 	}
-	h := methodHeads{head, th}
 	e.heads[key] = h
 	return h, nil
 }
@@ -405,13 +402,6 @@ func (e *evaluation) writeReports() error {
 		e.logf("wrote %s", f)
 	}
 	return nil
-}
-
-// methodHeads are a preset's zero-shot head and, for WATT, its
-// single-template heads.
-type methodHeads struct {
-	head      *mat.Dense
-	templates []mat.Matrix
 }
 
 // checkRunFile refuses to resume into a folder made with another

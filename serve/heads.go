@@ -19,8 +19,7 @@ import (
 // clip.Model.ZeroShotHead (through tta.Preset.Heads), the builder of subtta
 // classify too, and the cache below is the only one that keeps them.
 type heads struct {
-	head      *mat.Dense
-	templates []mat.Matrix
+	tta.Heads
 
 	textOnce sync.Once
 	text     *feature.TextSubspace
@@ -80,14 +79,14 @@ func (c *headCache) get(labels, templates []string, perTemplate bool) (*heads, e
 
 	p := c.srv.preset
 	p.Templates, p.PerTemplateHeads = templates, perTemplate
-	head, th, err := p.Heads(c.srv.cfg.Model, c.srv.cfg.Tokenizer, labels)
+	th, err := p.Heads(c.srv.cfg.Model, c.srv.cfg.Tokenizer, labels)
 	if err != nil {
 		e.err = err
 		c.mu.Lock()
 		delete(c.m, key) // not kept: the next request tries again
 		c.mu.Unlock()
 	} else {
-		e.h = &heads{head: head, templates: th}
+		e.h = &heads{Heads: th}
 	}
 	close(e.ready)
 	return e.h, e.err
@@ -102,7 +101,7 @@ func (h *heads) subspace(dataset string) *feature.TextSubspace {
 		if err != nil {
 			return
 		}
-		h.text, _ = feature.NewTextSubspace(h.head, opt)
+		h.text, _ = feature.NewTextSubspace(h.Head, opt)
 	})
 	return h.text
 }
@@ -111,7 +110,7 @@ func (h *heads) subspace(dataset string) *feature.TextSubspace {
 // (1×d): clip.ZeroShotLogits, the scorer of subtta classify, whose logits
 // are also the source method's, and their first largest.
 func (h *heads) frozenLogits(f *mat.Dense, scale float64) ([]float64, int) {
-	logits := clip.ZeroShotLogits(f, h.head, scale).RawRowView(0)
+	logits := clip.ZeroShotLogits(f, h.Head, scale).RawRowView(0)
 	pred, best := 0, math.Inf(-1)
 	for j, v := range logits {
 		if v > best {

@@ -38,11 +38,11 @@ func referenceLogits(t *testing.T, method string, batches [][][]byte) [][]float6
 		t.Fatal(err)
 	}
 	p.BatchSize = 4
-	head, th, err := p.Heads(m, builtin.Tokenizer(), data.CIFAR10Classes)
+	heads, err := p.Heads(m, builtin.Tokenizer(), data.CIFAR10Classes)
 	if err != nil {
 		t.Fatal(err)
 	}
-	meth, err := p.New(m, head, th...)
+	meth, err := p.New(m, heads)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -464,7 +464,7 @@ func (s *Server) newMethod(h *heads) (tta.Method, error) {
 		s.cfg.Model.SetVisionTrainable(false)
 		s.model.Unlock()
 	}()
-	return s.preset.New(s.cfg.Model, h.head, h.templates...)
+	return s.preset.New(s.cfg.Model, h.Heads)
 }
 
 // stop closes the stream once the requests waiting have been stepped, and

@@ -21,8 +21,8 @@ var batclipMethod = Registration{
 		}[p.Dataset]
 		return nil
 	},
-	New: func(m Model, p Preset, head mat.Matrix, _ []mat.Matrix) (Method, error) {
-		return NewBATCLIP(m, head, p.Optimizer)
+	New: func(m Model, p Preset, h Heads) (Method, error) {
+		return NewBATCLIP(m, h.Head, p.Optimizer)
 	},
 }
 

@@ -44,8 +44,8 @@ func Example_register() {
 		Name:   "zero-shot-demo",
 		About:  "zero-shot CLIP, the smallest method",
 		Preset: func(p *tta.Preset) error { p.BatchSize = 4; return nil },
-		New: func(m tta.Model, _ tta.Preset, head mat.Matrix, _ []mat.Matrix) (tta.Method, error) {
-			return &zeroShot{model: m, head: mat.DenseCopyOf(head)}, nil
+		New: func(m tta.Model, _ tta.Preset, h tta.Heads) (tta.Method, error) {
+			return &zeroShot{model: m, head: h.Head}, nil
 		},
 	})
 	if err != nil {
@@ -59,11 +59,11 @@ func Example_register() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	head, templateHeads, err := p.Heads(model, builtin.Tokenizer(), data.CIFAR10Classes)
+	heads, err := p.Heads(model, builtin.Tokenizer(), data.CIFAR10Classes)
 	if err != nil {
 		log.Fatal(err)
 	}
-	method, err := p.New(model, head, templateHeads...)
+	method, err := p.New(model, heads)
 	if err != nil {
 		log.Fatal(err)
 	}

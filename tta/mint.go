@@ -56,12 +56,12 @@ var mintOfficialMethod = Registration{
 	New: newMINTFromPreset,
 }
 
-func newMINTFromPreset(m Model, p Preset, head mat.Matrix, _ []mat.Matrix) (Method, error) {
+func newMINTFromPreset(m Model, p Preset, h Heads) (Method, error) {
 	cfg, ok := p.Config.(MINTConfig)
 	if !ok {
 		return nil, fmt.Errorf("tta: preset %s: config %T, want MINTConfig", p.Method, p.Config)
 	}
-	return NewMINT(m, head, cfg)
+	return NewMINT(m, h.Head, cfg)
 }
 
 // MINTTemplates are the official MINT code's seven prompt templates

@@ -43,18 +43,33 @@ type Preset struct {
 	Config any
 }
 
-// New builds the preset's Method on a model with a head (C×d, unit rows)
-// built from p.Templates. With PerTemplateHeads, templateHeads are the
-// heads of each template alone, in the order of p.Templates.
-func (p Preset) New(m Model, head mat.Matrix, templateHeads ...mat.Matrix) (Method, error) {
+// Heads are what a preset's method classifies and trains with, built from
+// class names by Preset.Heads (or given directly, as a custom head).
+type Heads struct {
+	// Head is the zero-shot head of p.Templates (C×d, unit rows).
+	Head *mat.Dense
+	// PerTemplate are the heads of each template alone, in the order of
+	// p.Templates, when the preset has PerTemplateHeads (WATT).
+	PerTemplate []mat.Matrix
+	// Classes (after ClassNames) and Tokenizer made them: a method that
+	// encodes prompts of its own (TPT's learnable context) reads them.
+	Classes   []string
+	Tokenizer textenc.Tokenizer
+}
+
+// New builds the preset's Method on a model with its heads.
+func (p Preset) New(m Model, h Heads) (Method, error) {
 	r, err := registered(p.Method)
 	if err != nil {
 		return nil, err
 	}
-	if p.PerTemplateHeads && len(templateHeads) != len(p.Templates) {
-		return nil, fmt.Errorf("tta: preset %s: %d template heads for %d templates", p.Method, len(templateHeads), len(p.Templates))
+	if h.Head == nil {
+		return nil, fmt.Errorf("tta: preset %s: no head", p.Method)
 	}
-	return r.New(m, p, head, templateHeads)
+	if p.PerTemplateHeads && len(h.PerTemplate) != len(p.Templates) {
+		return nil, fmt.Errorf("tta: preset %s: %d template heads for %d templates", p.Method, len(h.PerTemplate), len(p.Templates))
+	}
+	return r.New(m, p, h)
 }
 
 // ForEpisodic returns the preset for the episodic protocol
@@ -102,22 +117,22 @@ type HeadEncoder interface {
 // Heads builds the preset's heads from the class names: the ensemble head
 // of p.Templates and, with PerTemplateHeads, one head per template. Pass
 // them to New. The class names are given raw: Heads applies ClassNames.
-func (p Preset) Heads(m HeadEncoder, tok textenc.Tokenizer, classes []string) (head *mat.Dense, templateHeads []mat.Matrix, err error) {
+func (p Preset) Heads(m HeadEncoder, tok textenc.Tokenizer, classes []string) (Heads, error) {
 	classes = p.ClassNames(classes)
 	w, err := m.ZeroShotWeights(tok, classes, p.Templates)
 	if err != nil {
-		return nil, nil, fmt.Errorf("tta: preset %s: %w", p.Method, err)
+		return Heads{}, fmt.Errorf("tta: preset %s: %w", p.Method, err)
 	}
-	head = HeadMatrix(w)
+	h := Heads{Head: HeadMatrix(w), Classes: classes, Tokenizer: tok}
 	if !p.PerTemplateHeads {
-		return head, nil, nil
+		return h, nil
 	}
 	for _, tmpl := range p.Templates {
 		w, err := m.ZeroShotWeights(tok, classes, []string{tmpl})
 		if err != nil {
-			return nil, nil, fmt.Errorf("tta: preset %s: %w", p.Method, err)
+			return Heads{}, fmt.Errorf("tta: preset %s: %w", p.Method, err)
 		}
-		templateHeads = append(templateHeads, HeadMatrix(w))
+		h.PerTemplate = append(h.PerTemplate, HeadMatrix(w))
 	}
-	return head, templateHeads, nil
+	return h, nil
 }

@@ -101,12 +101,12 @@ func TestPresetsRun(t *testing.T) {
 		seen[p.Method] = true
 		var th []mat.Matrix
 		if p.PerTemplateHeads {
-			if _, err := p.New(m, head); err == nil {
+			if _, err := p.New(m, Heads{Head: head}); err == nil {
 				t.Errorf("%s/%s: New without template heads succeeded", p.Dataset, p.Method)
 			}
 			th = templateHeads
 		}
-		meth, err := p.New(m, head, th...)
+		meth, err := p.New(m, Heads{Head: head, PerTemplate: th})
 		if err != nil {
 			t.Fatalf("%s/%s: %v", p.Dataset, p.Method, err)
 		}
@@ -134,7 +134,8 @@ func TestPresetHeads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	head, th, err := p.Heads(m, textenc.ByteTokenizer{}, classes)
+	hs, err := p.Heads(m, textenc.ByteTokenizer{}, classes)
+	head, th := hs.Head, hs.PerTemplate
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +154,8 @@ func TestPresetHeads(t *testing.T) {
 		t.Error("the first two templates give the same head")
 	}
 	p, _ = Lookup("cifar100-c", "tda")
-	head1, th, err := p.Heads(m, textenc.ByteTokenizer{}, classes)
+	hs, err = p.Heads(m, textenc.ByteTokenizer{}, classes)
+	head1, th := hs.Head, hs.PerTemplate
 	if err != nil || th != nil {
 		t.Fatalf("tda heads: %v, %d template heads", err, len(th))
 	}

@@ -6,8 +6,6 @@ import (
 	"slices"
 	"sort"
 	"sync"
-
-	"gonum.org/v1/gonum/mat"
 )
 
 // Errors of the registry, for errors.Is.
@@ -32,10 +30,8 @@ type Registration struct {
 	// wrapping ErrUnknownDataset when the method has no setting for the
 	// dataset.
 	Preset func(p *Preset) error
-	// New builds the method from a preset Preset filled in, the ensemble
-	// head (C×d, unit rows) and, with PerTemplateHeads, one head per
-	// template.
-	New func(m Model, p Preset, head mat.Matrix, templateHeads []mat.Matrix) (Method, error)
+	// New builds the method from a preset Preset filled in and its heads.
+	New func(m Model, p Preset, h Heads) (Method, error)
 	// Episodic, when set, adapts a filled-in preset to the episodic
 	// protocol beyond its batch size of 1 (SubTTA turns its feature bank
 	// on); see Preset.ForEpisodic.

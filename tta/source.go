@@ -13,8 +13,8 @@ var sourceMethod = Registration{
 	Name:   "source",
 	About:  "zero-shot CLIP, no adaptation",
 	Preset: func(*Preset) error { return nil },
-	New: func(m Model, _ Preset, head mat.Matrix, _ []mat.Matrix) (Method, error) {
-		return NewSource(m, head)
+	New: func(m Model, _ Preset, h Heads) (Method, error) {
+		return NewSource(m, h.Head)
 	},
 }
 

@@ -68,7 +68,7 @@ func TestStatefulContinues(t *testing.T) {
 				return res.Logits.RawMatrix().Data
 			}
 
-			a, err := p.New(m, head, th...)
+			a, err := p.New(m, Heads{Head: head, PerTemplate: th})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -85,7 +85,7 @@ func TestStatefulContinues(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			b, err := p.New(m, head, th...)
+			b, err := p.New(m, Heads{Head: head, PerTemplate: th})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -114,7 +114,7 @@ func TestStatefulRefuses(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		meth, err := p.New(m, head)
+		meth, err := p.New(m, Heads{Head: head})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -133,7 +133,7 @@ func TestStatefulRefuses(t *testing.T) {
 	head5, _ := feature.NormalizeRows(fxt.RandDense(rng, 5, m.Config.EmbedDim, 1))
 	mint10, mint5 := newMethod("mint"), func() Method {
 		p, _ := Lookup("cifar10-c", "mint")
-		meth, err := p.New(m, head5)
+		meth, err := p.New(m, Heads{Head: head5})
 		if err != nil {
 			t.Fatal(err)
 		}

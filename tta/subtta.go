@@ -398,12 +398,12 @@ func subttaMethod(loss SubTTALoss) Registration {
 				EntropyScale: h.entScale, Optimizer: h.opt}
 			return nil
 		},
-		New: func(m Model, p Preset, head mat.Matrix, _ []mat.Matrix) (Method, error) {
+		New: func(m Model, p Preset, h Heads) (Method, error) {
 			cfg, ok := p.Config.(SubTTAConfig)
 			if !ok {
 				return nil, fmt.Errorf("tta: preset %s: config %T, want SubTTAConfig", p.Method, p.Config)
 			}
-			return NewSubTTA(m, head, cfg)
+			return NewSubTTA(m, h.Head, cfg)
 		},
 		Episodic: func(p *Preset) {
 			if cfg, ok := p.Config.(SubTTAConfig); ok {

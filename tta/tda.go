@@ -24,12 +24,12 @@ var tdaMethod = Registration{
 		p.BatchSize, p.Config = 1, feature.DefaultTDAConfig()
 		return nil
 	},
-	New: func(m Model, p Preset, head mat.Matrix, _ []mat.Matrix) (Method, error) {
+	New: func(m Model, p Preset, h Heads) (Method, error) {
 		cfg, ok := p.Config.(feature.TDAConfig)
 		if !ok {
 			return nil, fmt.Errorf("tta: preset %s: config %T, want feature.TDAConfig", p.Method, p.Config)
 		}
-		return NewTDA(m, head, cfg)
+		return NewTDA(m, h.Head, cfg)
 	},
 }
 

@@ -21,8 +21,8 @@ var tentMethod = Registration{
 		}
 		return nil
 	},
-	New: func(m Model, p Preset, head mat.Matrix, _ []mat.Matrix) (Method, error) {
-		return NewTENT(m, head, p.Optimizer)
+	New: func(m Model, p Preset, h Heads) (Method, error) {
+		return NewTENT(m, h.Head, p.Optimizer)
 	},
 }
 

@@ -47,13 +47,13 @@ func TestStepsIndependentOfThreads(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			head, th, err := p.Heads(m, builtin.Tokenizer(), data.CIFAR10Classes)
+			heads, err := p.Heads(m, builtin.Tokenizer(), data.CIFAR10Classes)
 			if err != nil {
 				t.Fatal(err)
 			}
 			run := func(threads int) []float64 {
 				runtime.GOMAXPROCS(threads)
-				meth, err := p.New(m, head, th...)
+				meth, err := p.New(m, heads)
 				if err != nil {
 					t.Fatal(err)
 				}

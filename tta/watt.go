@@ -51,12 +51,12 @@ func wattMethod(name string, steps, rounds int) Registration {
 			p.Config = WATTConfig{Optimizer: p.Optimizer, Steps: steps, Rounds: rounds, Name: name}
 			return nil
 		},
-		New: func(m Model, p Preset, head mat.Matrix, templateHeads []mat.Matrix) (Method, error) {
+		New: func(m Model, p Preset, h Heads) (Method, error) {
 			cfg, ok := p.Config.(WATTConfig)
 			if !ok {
 				return nil, fmt.Errorf("tta: preset %s: config %T, want WATTConfig", p.Method, p.Config)
 			}
-			return NewWATT(m, head, templateHeads, cfg)
+			return NewWATT(m, h.Head, h.PerTemplate, cfg)
 		},
 	}
 }

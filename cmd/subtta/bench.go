@@ -202,7 +202,7 @@ func benchCases(cfg *weights.CLIPConfig, m *vit.Model, batch, classes int) ([]be
 			row[j] /= math.Sqrt(n)
 		}
 	}
-	method, err := preset.New(clip.VisionOnly(cfg, m), mat.NewDense(classes, cfg.EmbedDim, head))
+	method, err := preset.New(clip.VisionOnly(cfg, m), tta.Heads{Head: mat.NewDense(classes, cfg.EmbedDim, head)})
 	if err != nil {
 		return nil, err
 	}
