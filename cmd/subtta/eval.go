@@ -165,9 +165,14 @@ func (f *evalFlags) config() (eval.Config, error) {
 		case "subset":
 			cfg.SubsetList = *f.subset
 		case "methods":
-			cfg.Methods = splitList(*f.methods)
+			if cfg.Methods = splitList(*f.methods); len(cfg.Methods) == 0 {
+				err = fmt.Errorf("%q: no method (the default is given by leaving the flag out)", *f.methods)
+			}
 		case "corruptions":
 			cfg.Corruptions = nil
+			if len(splitList(*f.corruptions)) == 0 {
+				err = fmt.Errorf("%q: no corruption (the default is given by leaving the flag out)", *f.corruptions)
+			}
 			for _, c := range splitList(*f.corruptions) {
 				if c == "all" { // the 15, in the benchmark's order ("clean,all" too)
 					cfg.Corruptions = append(cfg.Corruptions, corrupt.Names()...)
@@ -176,7 +181,9 @@ func (f *evalFlags) config() (eval.Config, error) {
 				}
 			}
 		case "severities":
-			cfg.Severities, err = parseInts(*f.severities)
+			if cfg.Severities, err = parseInts(*f.severities); err == nil && len(cfg.Severities) == 0 {
+				err = fmt.Errorf("%q: no severity (the default is given by leaving the flag out)", *f.severities)
+			}
 		case "limit":
 			cfg.Limit = *f.limit
 		case "batch-size":
@@ -199,7 +206,7 @@ func (f *evalFlags) config() (eval.Config, error) {
 			cfg.Workers = *f.workers
 		}
 		if err != nil && flagErr == nil {
-			flagErr = usagef("--%s: %v", fl.Name, err)
+			flagErr = usagef("--%s %v", fl.Name, err)
 		}
 	})
 	if flagErr != nil {
@@ -325,7 +332,7 @@ func parseInts(s string) ([]int, error) {
 	for _, x := range splitList(s) {
 		v, err := strconv.Atoi(x)
 		if err != nil {
-			return nil, fmt.Errorf("%q is not an integer", x)
+			return nil, fmt.Errorf("%q: %q is not an integer", s, x)
 		}
 		out = append(out, v)
 	}
