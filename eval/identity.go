@@ -3,6 +3,7 @@ package eval
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
@@ -31,6 +32,36 @@ type identity struct {
 	NoShuffle   bool   `json:"no_shuffle"`
 	Seed        uint64 `json:"seed"`
 	CorruptSeed uint64 `json:"corrupt_seed"`
+}
+
+// merge compares id, this run's identity, with old, that of the results
+// folder, and returns id completed from old and a description of how they
+// differ ("" when they agree). An input that one of the runs did not use
+// is no difference: a run without frost resumes a folder that holds
+// frost, and keeps old's overlays on record for a later run that makes
+// frost again.
+func (id identity) merge(old identity) (identity, string) {
+	if id.Frost == "" {
+		id.Frost = old.Frost
+	} else if old.Frost == "" {
+		old.Frost = id.Frost
+	}
+	if id == old {
+		return id, ""
+	}
+	return id, identityDiff(old, id)
+}
+
+// digest identifies the run as far as a record of the given corruption
+// depends on it (report.Record.Run): the frost overlays count only for
+// frost.
+func (id identity) digest(corruption string) string {
+	if corruption != "frost" {
+		id.Frost = ""
+	}
+	b, _ := json.Marshal(id) // cannot fail: strings, numbers and a bool
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:8])
 }
 
 // maxHashedBytes bounds how much of one file is read for its fingerprint;

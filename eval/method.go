@@ -355,7 +355,7 @@ func (r *methodRun) record(d *domain, res tta.DomainResult, el time.Duration) re
 	rec := report.Record{
 		Method: r.name(), Domain: d.name, Corruption: d.corruption, Severity: d.severity,
 		Samples: res.Samples, Correct: res.Correct, Accuracy: res.Accuracy,
-		Seconds: el.Seconds(), Finished: time.Now().UTC(), Build: r.build,
+		Seconds: el.Seconds(), Finished: time.Now().UTC(), Build: r.build, Run: r.opt.runID.digest(d.corruption),
 	}
 	if el > 0 {
 		rec.ImagesPerSecond = float64(res.Samples) / el.Seconds()

@@ -64,6 +64,10 @@ type Options struct {
 	// DefaultCheckpointEvery, a negative value none. A run being cancelled
 	// checkpoints at once. Only the reset protocol is checkpointed.
 	CheckpointEvery time.Duration
+
+	// runID is the identity of the run, set by Run once the results folder
+	// is checked, that its records carry (identity.digest).
+	runID *identity
 }
 
 // Progress describes how far a run is.
@@ -214,18 +218,71 @@ func (e *evaluation) lockResults() error {
 }
 
 // readResults reads the records already stored in the results folder, and
-// refuses a folder made with another configuration (checkRunFile).
+// refuses a folder made with another configuration (checkRunFile) or
+// records of another run (checkRecords).
 func (e *evaluation) readResults() error {
 	e.resultsPath = filepath.Join(e.cfg.Out, ResultsFile)
 	var err error
-	if e.prior, err = report.ReadRecordsFile(e.resultsPath); err != nil {
-		return fmt.Errorf("eval: %w", err)
+	if e.prior, err = readRecords(e.resultsPath); err != nil {
+		return err
+	}
+	if err := e.resolveFrost(); err != nil {
+		return err
 	}
 	id, err := runIdentity(e.cfg, e.opt, e.tok, e.src)
 	if err != nil {
 		return err
 	}
-	return checkRunFile(e.cfg, id, len(e.prior) > 0)
+	runPath := filepath.Join(e.cfg.Out, RunFile)
+	_, statErr := os.Stat(runPath)
+	vouched := statErr == nil // run.json vouches for what the folder holds, once checked
+	states, _ := os.ReadDir(filepath.Join(e.cfg.Out, stateDir))
+	if id, err = compareRunFile(e.cfg, id, len(e.prior) > 0 || len(states) > 0); err != nil {
+		return err
+	}
+	if err := checkRecords(e.resultsPath, e.prior, id, vouched); err != nil {
+		return err
+	}
+	if err := writeRunFile(e.cfg, id); err != nil {
+		return err
+	}
+	if !vouched && len(states) > 0 {
+		// Nothing vouches for checkpoints made before run.json went missing.
+		e.logf("no %s: the checkpoints in %s cannot be checked against this run; removing them", RunFile, filepath.Join(e.cfg.Out, stateDir))
+		if err := os.RemoveAll(filepath.Join(e.cfg.Out, stateDir)); err != nil {
+			return fmt.Errorf("eval: %w", err)
+		}
+	}
+	e.opt.runID = &id
+	return nil
+}
+
+// readRecords reads a results file; a damaged line is an error that says
+// how to recover.
+func readRecords(path string) ([]report.Record, error) {
+	recs, err := report.ReadRecordsFile(path)
+	if errors.Is(err, report.ErrDamagedLine) {
+		return nil, fmt.Errorf("eval: %w; delete that line (the domain it held is then computed again), or use another --out", err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("eval: %w", err)
+	}
+	return recs, nil
+}
+
+// resolveFrost finds the frost overlays (Options.Frost) when this run makes
+// frost on the fly and Config.FrostDir names none, so that the overlays
+// used are part of the run's identity.
+func (e *evaluation) resolveFrost() error {
+	if e.src.kind != "clean" || !slices.Contains(e.cfg.Corruptions, "frost") || e.cfg.FrostDir != "" || e.opt.Frost == nil {
+		return nil
+	}
+	dir, err := e.opt.Frost()
+	if err != nil {
+		return fmt.Errorf("eval: frost overlays: %w", err)
+	}
+	e.cfg.FrostDir, e.src.cfg.FrostDir = dir, dir
+	return nil
 }
 
 // A plannedDomain is one domain of the run before it is opened.
@@ -450,26 +507,71 @@ func diagnosticSubspace(m tta.Method, head *mat.Dense, dataset string) (*tta.Tex
 }
 
 // checkRunFile refuses to resume into a folder made with another
-// configuration, and records this run's configuration.
-func checkRunFile(cfg Config, id identity, haveResults bool) error {
-	path := filepath.Join(cfg.Out, RunFile)
-	if b, err := os.ReadFile(path); err == nil && haveResults {
-		var old runFile
-		if err := json.Unmarshal(b, &old); err != nil {
-			return fmt.Errorf("eval: %s: %w", path, err)
-		}
-		if old.Identity != id {
-			return fmt.Errorf("eval: %s holds results of another configuration (%s); use another --out or remove the folder",
-				cfg.Out, identityDiff(old.Identity, id))
-		}
-	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("eval: %w", err)
+// configuration (compareRunFile), and records this run's configuration
+// (writeRunFile). It returns the identity recorded.
+func checkRunFile(cfg Config, id identity, haveResults bool) (identity, error) {
+	id, err := compareRunFile(cfg, id, haveResults)
+	if err != nil {
+		return id, err
 	}
+	return id, writeRunFile(cfg, id)
+}
+
+// compareRunFile refuses to resume into a folder whose run.json names
+// another identity, when the folder holds results or checkpoints. It
+// returns id completed with what this run did not use from the folder's
+// identity (see identity.merge).
+func compareRunFile(cfg Config, id identity, haveResults bool) (identity, error) {
+	path := filepath.Join(cfg.Out, RunFile)
+	b, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return id, fmt.Errorf("eval: %w", err)
+	}
+	if err != nil || !haveResults {
+		return id, nil
+	}
+	var old runFile
+	if err := json.Unmarshal(b, &old); err != nil {
+		return id, fmt.Errorf("eval: %s: %w", path, err)
+	}
+	merged, diff := id.merge(old.Identity)
+	if diff != "" {
+		return id, fmt.Errorf("eval: %s holds results of another configuration (%s); use another --out or remove the folder",
+			cfg.Out, diff)
+	}
+	return merged, nil
+}
+
+// writeRunFile records the run's identity and configuration in run.json.
+func writeRunFile(cfg Config, id identity) error {
 	b, err := json.MarshalIndent(runFile{Identity: id, Config: cfg}, "", "  ")
 	if err != nil {
 		return fmt.Errorf("eval: %w", err)
 	}
-	return writeFileAtomic(path, append(b, '\n'))
+	return writeFileAtomic(filepath.Join(cfg.Out, RunFile), append(b, '\n'))
+}
+
+// checkRecords refuses records made by another run: each record that
+// names its run must name id's digest for its domain (identity.digest);
+// records that name none (written before records did) are trusted only
+// when the folder's run.json vouched for them.
+func checkRecords(path string, recs []report.Record, id identity, vouched bool) error {
+	unnamed := 0
+	for _, r := range recs {
+		if r.Run == "" {
+			unnamed++
+			continue
+		}
+		if want := id.digest(r.Corruption); r.Run != want {
+			return fmt.Errorf("eval: %s: the record of %s on %s was computed by another configuration (run %s; this run is %s): delete its line to compute it again, or use another --out",
+				path, r.Method, r.Domain, r.Run, want)
+		}
+	}
+	if unnamed > 0 && !vouched {
+		return fmt.Errorf("eval: %s: %d records carry no run identity (written by an earlier build) and %s is missing, so nothing shows they belong to this configuration: restore %s, delete %s to compute them again, or use another --out",
+			path, unnamed, RunFile, RunFile, path)
+	}
+	return nil
 }
 
 // runIdentity fingerprints the run's inputs (see identity).
@@ -509,8 +611,8 @@ func runIdentity(cfg Config, opt Options, tok textenc.Tokenizer, src *source) (i
 	if id.SubsetList, err = fingerprint(cfg.SubsetList, true); err != nil {
 		return id, err
 	}
-	if src.kind == "clean" && slices.Contains(cfg.Corruptions, "frost") && cfg.FrostDir != "" {
-		if id.Frost, err = frostFingerprint(cfg.FrostDir); err != nil {
+	if src.kind == "clean" && slices.Contains(cfg.Corruptions, "frost") && src.cfg.FrostDir != "" {
+		if id.Frost, err = frostFingerprint(src.cfg.FrostDir); err != nil {
 			return id, err
 		}
 	}

@@ -1,0 +1,168 @@
+package eval
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/subtta/subtta/internal/fixture"
+	"github.com/subtta/subtta/report"
+)
+
+// smallRun is testConfig cut to one method on one corruption.
+func smallRun(t *testing.T, out string, corruptions ...string) Config {
+	cfg := testConfig(t, out)
+	cfg.Methods, cfg.Corruptions = []string{"source"}, corruptions
+	return cfg
+}
+
+func mustRun(t *testing.T, cfg Config) *Summary {
+	t.Helper()
+	sum, err := Run(context.Background(), cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sum
+}
+
+// rewriteRecords applies edit to every record of dir's results.jsonl.
+func rewriteRecords(t *testing.T, dir string, edit func(*report.Record)) {
+	t.Helper()
+	path := filepath.Join(dir, ResultsFile)
+	recs, err := report.ReadRecordsFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b []byte
+	for _, r := range recs {
+		edit(&r)
+		line, _ := json.Marshal(r)
+		b = append(append(b, line...), '\n')
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRecordsCarryTheirRun: without run.json, the records themselves say
+// which run made them. An unchanged rerun resumes them; a run with
+// another limit is refused, naming the file; records that carry no run
+// (written before records did) are not trusted without run.json.
+func TestRecordsCarryTheirRun(t *testing.T) {
+	cfg := smallRun(t, t.TempDir(), "contrast")
+	first := mustRun(t, cfg)
+	if len(first.Records) != 1 || first.Records[0].Run == "" {
+		t.Fatalf("records %+v: want one that names its run", first.Records)
+	}
+	runFile := filepath.Join(cfg.Out, RunFile)
+
+	os.Remove(runFile)
+	if sum := mustRun(t, cfg); sum.Resumed != 1 || sum.Computed != 0 {
+		t.Errorf("unchanged rerun without run.json: resumed %d, computed %d; want 1 and 0", sum.Resumed, sum.Computed)
+	}
+
+	os.Remove(runFile)
+	other := cfg
+	other.Limit = 8
+	_, err := Run(context.Background(), other, Options{})
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(cfg.Out, ResultsFile)) || !strings.Contains(err.Error(), "another configuration") {
+		t.Fatalf("another limit without run.json: %v; want a refusal naming %s", err, ResultsFile)
+	}
+	if _, err := os.Stat(runFile); err == nil {
+		t.Error("the refused run wrote run.json")
+	}
+
+	rewriteRecords(t, cfg.Out, func(r *report.Record) { r.Run = "" })
+	_, err = Run(context.Background(), cfg, Options{})
+	if err == nil || !strings.Contains(err.Error(), RunFile) || !strings.Contains(err.Error(), "carry no run identity") {
+		t.Fatalf("records without their run and no run.json: %v; want a refusal", err)
+	}
+	t.Log(err)
+}
+
+// TestRecordsOfAnotherRunRefused: a record whose run differs from the
+// folder's run.json (appended by hand, or copied from another folder) is
+// refused, naming its method and domain.
+func TestRecordsOfAnotherRunRefused(t *testing.T) {
+	cfg := smallRun(t, t.TempDir(), "contrast")
+	mustRun(t, cfg)
+	rewriteRecords(t, cfg.Out, func(r *report.Record) { r.Run = "0123456789abcdef" })
+	_, err := Run(context.Background(), cfg, Options{})
+	if err == nil || !strings.Contains(err.Error(), "source on contrast/5") || !strings.Contains(err.Error(), "0123456789abcdef") {
+		t.Fatalf("a record of another run: %v; want a refusal naming it", err)
+	}
+}
+
+// TestDamagedResultsLine: a damaged record followed by a newline stops the
+// run with the file, the line and how to recover; deleting the line
+// recomputes its domain. An unterminated last line (a killed run's) is
+// still dropped and recomputed silently.
+func TestDamagedResultsLine(t *testing.T) {
+	cfg := smallRun(t, t.TempDir(), "contrast", "pixelate")
+	mustRun(t, cfg)
+	path := filepath.Join(cfg.Out, ResultsFile)
+	b, _ := os.ReadFile(path)
+	lines := strings.SplitAfter(string(b), "\n")
+	damaged := lines[0] + lines[1][:len(lines[1])/2] + "\n"
+	os.WriteFile(path, []byte(damaged), 0o644)
+	_, err := Run(context.Background(), cfg, Options{})
+	for _, want := range []string{path + ": line 2", "delete", "computed again"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("damaged line: %v; want an error with %q", err, want)
+		}
+	}
+	t.Log(err)
+
+	os.WriteFile(path, []byte(lines[0]), 0o644) // the line deleted
+	if sum := mustRun(t, cfg); sum.Computed != 1 || sum.Resumed != 1 {
+		t.Errorf("after deleting the line: computed %d, resumed %d; want 1 and 1", sum.Computed, sum.Resumed)
+	}
+	os.WriteFile(path, []byte(lines[0]+lines[1][:len(lines[1])/2]), 0o644) // cut short
+	if sum := mustRun(t, cfg); sum.Computed != 1 || sum.Resumed != 1 {
+		t.Errorf("after a cut last line: computed %d, resumed %d; want 1 and 1", sum.Computed, sum.Resumed)
+	}
+}
+
+// TestFrostOnlyWhenUsed: the frost overlays are part of a run's identity
+// only when it makes frost. A run of fog into a folder that holds frost
+// resumes; frost made again from other overlays is refused.
+func TestFrostOnlyWhenUsed(t *testing.T) {
+	overlays := fixture.Path(t, "assets/corruptions")
+	cfg := smallRun(t, t.TempDir(), "frost", "contrast")
+	cfg.FrostDir = overlays
+	mustRun(t, cfg)
+
+	fog := cfg
+	fog.Corruptions = []string{"contrast", "fog"}
+	if sum := mustRun(t, fog); sum.Resumed != 1 || sum.Computed != 1 {
+		t.Errorf("fog into a folder with frost: resumed %d, computed %d; want 1 and 1", sum.Resumed, sum.Computed)
+	}
+
+	other := filepath.Join(t.TempDir(), "frost")
+	os.Mkdir(other, 0o755)
+	for _, name := range []string{"frost1.png", "frost2.png", "frost3.png", "frost4.jpg", "frost5.jpg"} {
+		b, err := os.ReadFile(filepath.Join(overlays, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "frost5.jpg" {
+			b = append(b, 0) // another file, the same image
+		}
+		os.WriteFile(filepath.Join(other, name), b, 0o644)
+	}
+	again := cfg
+	again.FrostDir = other
+	_, err := Run(context.Background(), again, Options{})
+	if err == nil || !strings.Contains(err.Error(), "frost was") {
+		t.Fatalf("frost from other overlays: %v; want a refusal naming frost", err)
+	}
+	// Without run.json, the frost record itself is refused.
+	os.Remove(filepath.Join(cfg.Out, RunFile))
+	_, err = Run(context.Background(), again, Options{})
+	if err == nil || !strings.Contains(err.Error(), "source on frost/5") {
+		t.Fatalf("frost from other overlays without run.json: %v; want a refusal naming the frost record", err)
+	}
+}
