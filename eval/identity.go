@@ -10,6 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+
+	"github.com/subtta/subtta/internal/atomicfile"
 )
 
 // identity is what the stored results of a folder depend on: a folder
@@ -22,7 +25,7 @@ type identity struct {
 	ModelConfig string `json:"model_config"`
 	Tokenizer   string `json:"tokenizer"` // fingerprint of the vocabulary, or the tokenizer's kind
 	Dataset     string `json:"dataset"`
-	Data        string `json:"data"`   // fingerprint of the data's files
+	Data        string `json:"data"`   // fingerprint of the data's files, contents included
 	Labels      string `json:"labels"` // fingerprint of the label files, if given
 	SubsetList  string `json:"subset_list"`
 	Frost       string `json:"frost"` // fingerprint of the frost overlays, when frost is made on the fly
@@ -64,17 +67,17 @@ func (id identity) digest(corruption string) string {
 	return hex.EncodeToString(h[:8])
 }
 
-// maxHashedBytes bounds how much of one file is read for its fingerprint;
-// past it, the file is identified by its size and its first and last
-// maxHashedBytes/2 bytes.
+// maxHashedBytes bounds how much of one file is read for its fingerprint
+// when no hash cache is used (a checkpoint, ModelFingerprint); past it,
+// the file is identified by its size and its first and last
+// maxHashedBytes/2 bytes. With a cache, whole files are hashed.
 const maxHashedBytes = 1 << 30
 
 // fingerprint identifies the contents of path: for a file, its size and
 // SHA-256 (see maxHashedBytes); for a folder, the sorted list of its files
-// with their sizes (enough for a data set of many images) and, when
-// contents is set (a checkpoint folder), their contents too. The result is
-// "" for an empty path.
-func fingerprint(path string, contents bool) (string, error) {
+// with their sizes and contents. Files are hashed through cache, when not
+// nil. The result is "" for an empty path.
+func fingerprint(path string, cache *hashCache) (string, error) {
 	if path == "" {
 		return "", nil
 	}
@@ -82,53 +85,99 @@ func fingerprint(path string, contents bool) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("eval: %w", err)
 	}
-	h := sha256.New()
 	if !st.IsDir() {
-		if err := hashFile(h, path, st.Size()); err != nil {
+		sum, err := cache.hash(path, st)
+		if err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("%d bytes, sha256 %s", st.Size(), hex.EncodeToString(h.Sum(nil))[:16]), nil
+		return fmt.Sprintf("%d bytes, sha256 %s", st.Size(), sum[:16]), nil
 	}
-	var files []string
-	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.Type().IsRegular() {
-			files = append(files, p)
-		}
-		return nil
-	})
+	files, err := folderFiles(path)
 	if err != nil {
-		return "", fmt.Errorf("eval: %w", err)
+		return "", err
 	}
-	slices.Sort(files)
+	h := sha256.New()
 	var total int64
-	for _, p := range files {
-		st, err := os.Stat(p)
+	for _, f := range files {
+		sum, err := cache.hash(f.path, f.info)
 		if err != nil {
-			return "", fmt.Errorf("eval: %w", err)
+			return "", err
 		}
-		rel, _ := filepath.Rel(path, p)
-		fmt.Fprintf(h, "%s\x00%d\x00", filepath.ToSlash(rel), st.Size())
-		if contents {
-			if err := hashFile(h, p, st.Size()); err != nil {
-				return "", err
-			}
-		}
-		total += st.Size()
+		fmt.Fprintf(h, "%s\x00%d\x00%s\x00", f.rel, f.info.Size(), sum)
+		total += f.info.Size()
 	}
 	return fmt.Sprintf("%d files, %d bytes, sha256 %s", len(files), total, hex.EncodeToString(h.Sum(nil))[:16]), nil
 }
 
-// hashFile adds the contents of a file of the given size to h.
-func hashFile(h io.Writer, path string, size int64) error {
+// A folderFile is a regular file of a folder, by its path relative to the
+// folder with forward slashes.
+type folderFile struct {
+	path, rel string
+	info      fs.FileInfo
+}
+
+// folderFiles lists the regular files under dir, sorted by path.
+func folderFiles(dir string) ([]folderFile, error) {
+	var files []folderFile
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		files = append(files, folderFile{p, filepath.ToSlash(rel), info})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("eval: %w", err)
+	}
+	slices.SortFunc(files, func(a, b folderFile) int { return strings.Compare(a.path, b.path) })
+	return files, nil
+}
+
+// namesFingerprint is how builds before content hashing identified a data
+// folder: its files' names and sizes. It is compared only with the
+// run.json of such a build (see compareRunFile).
+func namesFingerprint(dir string) (string, error) {
+	files, err := folderFiles(dir)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	var total int64
+	for _, f := range files {
+		fmt.Fprintf(h, "%s\x00%d\x00", f.rel, f.info.Size())
+		total += f.info.Size()
+	}
+	return fmt.Sprintf("%d files, %d bytes, sha256 %s", len(files), total, hex.EncodeToString(h.Sum(nil))[:16]), nil
+}
+
+// legacyDataFingerprint is how builds before content hashing identified
+// the data at path: a folder by its files' names and sizes
+// (namesFingerprint), a file as fingerprint does without a cache.
+func legacyDataFingerprint(path string) (string, error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return namesFingerprint(path)
+	}
+	return fingerprint(path, nil)
+}
+
+// hashFile adds the contents of a file of the given size to h; with
+// partial, only its first and last maxHashedBytes/2 bytes when it is
+// larger than maxHashedBytes.
+func hashFile(h io.Writer, path string, size int64, partial bool) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("eval: %w", err)
 	}
 	defer f.Close()
-	if size <= maxHashedBytes {
+	if !partial || size <= maxHashedBytes {
 		_, err = io.Copy(h, f)
 	} else {
 		half := int64(maxHashedBytes / 2)
@@ -142,9 +191,72 @@ func hashFile(h io.Writer, path string, size int64) error {
 	return nil
 }
 
+// fingerprintCacheFile, in a results folder, holds the SHA-256 of every
+// input file the folder's last run hashed, by path, size and modification
+// time, so that a rerun reads none of them again (see hashCache).
+const fingerprintCacheFile = ".fingerprints.json"
+
+// A hashCache remembers the SHA-256 of files by absolute path, size and
+// modification time: a file that keeps all three is taken to keep its
+// contents, as make and rsync assume, so that fingerprinting a data set of
+// 10,000 images reads them once, not at every run. A nil *hashCache
+// caches nothing and hashes big files partially (maxHashedBytes).
+type hashCache struct {
+	path string
+	old  map[string]string // read from path
+	used map[string]string // looked up or computed by this run: what save keeps
+}
+
+// loadHashCache reads the cache at path; a missing or unreadable file is
+// an empty cache (the cache only saves time).
+func loadHashCache(path string) *hashCache {
+	c := &hashCache{path: path, old: map[string]string{}, used: map[string]string{}}
+	if b, err := os.ReadFile(path); err == nil {
+		if json.Unmarshal(b, &c.old) != nil {
+			c.old = map[string]string{}
+		}
+	}
+	return c
+}
+
+// hash returns the hex SHA-256 of the file at path, whose FileInfo is st.
+func (c *hashCache) hash(path string, st fs.FileInfo) (string, error) {
+	key := ""
+	if c != nil {
+		abs, err := filepath.Abs(path)
+		if err != nil {
+			return "", fmt.Errorf("eval: %w", err)
+		}
+		key = fmt.Sprintf("%s\x00%d\x00%d", filepath.ToSlash(abs), st.Size(), st.ModTime().UnixNano())
+		if sum, ok := c.old[key]; ok {
+			c.used[key] = sum
+			return sum, nil
+		}
+	}
+	h := sha256.New()
+	if err := hashFile(h, path, st.Size(), c == nil); err != nil {
+		return "", err
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	if c != nil {
+		c.used[key] = sum
+	}
+	return sum, nil
+}
+
+// save writes the entries this run used; a failure costs only time at the
+// next run, and is returned for the log.
+func (c *hashCache) save() error {
+	b, err := json.Marshal(c.used)
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(c.path, b)
+}
+
 // ModelFingerprint identifies a checkpoint (a file, or a folder in the
 // Hugging Face layout) by its contents, for Options.ModelID.
-func ModelFingerprint(path string) (string, error) { return fingerprint(path, true) }
+func ModelFingerprint(path string) (string, error) { return fingerprint(path, nil) }
 
 // frostFingerprint identifies the five overlays in dir.
 func frostFingerprint(dir string) (string, error) {
@@ -155,7 +267,7 @@ func frostFingerprint(dir string) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("eval: frost overlays: %w", err)
 		}
-		if err := hashFile(h, p, st.Size()); err != nil {
+		if err := hashFile(h, p, st.Size(), true); err != nil {
 			return "", err
 		}
 	}

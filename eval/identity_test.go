@@ -1,8 +1,12 @@
 package eval
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"image"
+	imagepng "image/png"
 	"os"
 	"path/filepath"
 	"strings"
@@ -164,5 +168,103 @@ func TestFrostOnlyWhenUsed(t *testing.T) {
 	_, err = Run(context.Background(), again, Options{})
 	if err == nil || !strings.Contains(err.Error(), "source on frost/5") {
 		t.Fatalf("frost from other overlays without run.json: %v; want a refusal naming the frost record", err)
+	}
+}
+
+// writeFolderData writes an image folder of two classes, n images each,
+// stored uncompressed so that every file has the same size.
+func writeFolderData(t *testing.T, root string, n int) {
+	t.Helper()
+	enc := imagepng.Encoder{CompressionLevel: imagepng.NoCompression}
+	for c, class := range []string{"airplane", "automobile"} {
+		os.MkdirAll(filepath.Join(root, class), 0o755)
+		for i := range n {
+			img := image.NewNRGBA(image.Rect(0, 0, 32, 32))
+			for p := range img.Pix {
+				img.Pix[p] = uint8(p*(7+c) + i*31)
+			}
+			f, err := os.Create(filepath.Join(root, class, fmt.Sprintf("%03d.png", i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := enc.Encode(f, img); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+		}
+	}
+}
+
+// TestDataIdentifiedByContent: images swapped between two classes of a
+// folder (same names, same sizes) make other data, and the folder's results
+// are not resumed; the unchanged folder resumes, and its contents are
+// hashed once (cached by path, size and modification time).
+func TestDataIdentifiedByContent(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	writeFolderData(t, data, 6)
+	a, b := filepath.Join(data, "airplane", "002.png"), filepath.Join(data, "automobile", "004.png")
+	ba, _ := os.ReadFile(a)
+	bb, _ := os.ReadFile(b)
+	if len(ba) != len(bb) || bytes.Equal(ba, bb) {
+		t.Fatalf("test images of %d and %d bytes: want two different images of one size", len(ba), len(bb))
+	}
+	cfg := smallRun(t, filepath.Join(dir, "out"), "contrast")
+	cfg.Data = data
+	mustRun(t, cfg)
+	if sum := mustRun(t, cfg); sum.Resumed != 1 || sum.Computed != 0 {
+		t.Fatalf("unchanged data: resumed %d, computed %d; want 1 and 0", sum.Resumed, sum.Computed)
+	}
+
+	os.WriteFile(a, bb, 0o644)
+	os.WriteFile(b, ba, 0o644)
+	_, err := Run(context.Background(), cfg, Options{})
+	if err == nil || !strings.Contains(err.Error(), "data was") {
+		t.Fatalf("swapped images: %v; want a refusal naming the data", err)
+	}
+	t.Log(err)
+	cache, err := os.ReadFile(filepath.Join(cfg.Out, fingerprintCacheFile))
+	if err != nil || !bytes.Contains(cache, []byte("airplane/002.png")) {
+		t.Fatalf("no fingerprint cache naming the images: %v", err)
+	}
+}
+
+// TestLegacyDataFingerprint: a run.json of a build that identified a data
+// folder by names and sizes resumes when they match, says so, and then
+// records the data by content.
+func TestLegacyDataFingerprint(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	writeFolderData(t, data, 3)
+	cfg := smallRun(t, filepath.Join(dir, "out"), "contrast")
+	cfg.Data = data
+	mustRun(t, cfg)
+	runPath := filepath.Join(cfg.Out, RunFile)
+	var rf runFile
+	b, _ := os.ReadFile(runPath)
+	if err := json.Unmarshal(b, &rf); err != nil {
+		t.Fatal(err)
+	}
+	content := rf.Identity.Data
+	legacy, err := namesFingerprint(data)
+	if err != nil || legacy == content {
+		t.Fatalf("names fingerprint %q (%v), content %q: want two different ones", legacy, err, content)
+	}
+	rf.Identity.Data = legacy
+	b, _ = json.Marshal(rf)
+	os.WriteFile(runPath, b, 0o644)
+	rewriteRecords(t, cfg.Out, func(r *report.Record) { r.Run = "" }) // as that build wrote them
+
+	var log strings.Builder
+	sum, err := Run(context.Background(), cfg, Options{Log: &log})
+	if err != nil || sum.Resumed != 1 || sum.Computed != 0 {
+		t.Fatalf("legacy run.json: %v; resumed %v", err, sum)
+	}
+	if !strings.Contains(log.String(), "identified by an earlier build") {
+		t.Errorf("log %q: want a line about the earlier build's fingerprint", log.String())
+	}
+	b, _ = os.ReadFile(runPath)
+	if json.Unmarshal(b, &rf) != nil || rf.Identity.Data != content {
+		t.Errorf("run.json now holds data %q, want %q", rf.Identity.Data, content)
 	}
 }

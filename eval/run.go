@@ -229,7 +229,8 @@ func (e *evaluation) readResults() error {
 	if err := e.resolveFrost(); err != nil {
 		return err
 	}
-	id, err := runIdentity(e.cfg, e.opt, e.tok, e.src)
+	cache := loadHashCache(filepath.Join(e.cfg.Out, fingerprintCacheFile))
+	id, err := runIdentity(e.cfg, e.opt, e.tok, e.src, cache)
 	if err != nil {
 		return err
 	}
@@ -237,7 +238,7 @@ func (e *evaluation) readResults() error {
 	_, statErr := os.Stat(runPath)
 	vouched := statErr == nil // run.json vouches for what the folder holds, once checked
 	states, _ := os.ReadDir(filepath.Join(e.cfg.Out, stateDir))
-	if id, err = compareRunFile(e.cfg, id, len(e.prior) > 0 || len(states) > 0); err != nil {
+	if id, err = compareRunFile(e.cfg, id, len(e.prior) > 0 || len(states) > 0, e.logf); err != nil {
 		return err
 	}
 	if err := checkRecords(e.resultsPath, e.prior, id, vouched); err != nil {
@@ -245,6 +246,9 @@ func (e *evaluation) readResults() error {
 	}
 	if err := writeRunFile(e.cfg, id); err != nil {
 		return err
+	}
+	if err := cache.save(); err != nil {
+		e.logf("warning: %v (the next run hashes the data again)", err)
 	}
 	if !vouched && len(states) > 0 {
 		// Nothing vouches for checkpoints made before run.json went missing.
@@ -510,7 +514,7 @@ func diagnosticSubspace(m tta.Method, head *mat.Dense, dataset string) (*tta.Tex
 // configuration (compareRunFile), and records this run's configuration
 // (writeRunFile). It returns the identity recorded.
 func checkRunFile(cfg Config, id identity, haveResults bool) (identity, error) {
-	id, err := compareRunFile(cfg, id, haveResults)
+	id, err := compareRunFile(cfg, id, haveResults, nil)
 	if err != nil {
 		return id, err
 	}
@@ -521,7 +525,13 @@ func checkRunFile(cfg Config, id identity, haveResults bool) (identity, error) {
 // another identity, when the folder holds results or checkpoints. It
 // returns id completed with what this run did not use from the folder's
 // identity (see identity.merge).
-func compareRunFile(cfg Config, id identity, haveResults bool) (identity, error) {
+//
+// A run.json of a build that identified a data folder by its files' names
+// and sizes, or a data file over maxHashedBytes by its ends, is accepted
+// when those still match and nothing else differs (logf says so): the
+// folder then records the data by content. It is the one case where a
+// change of contents before this run could go unseen.
+func compareRunFile(cfg Config, id identity, haveResults bool, logf func(string, ...any)) (identity, error) {
 	path := filepath.Join(cfg.Out, RunFile)
 	b, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -535,6 +545,19 @@ func compareRunFile(cfg Config, id identity, haveResults bool) (identity, error)
 		return id, fmt.Errorf("eval: %s: %w", path, err)
 	}
 	merged, diff := id.merge(old.Identity)
+	if diff != "" && old.Identity.Data != id.Data {
+		if legacy, err := legacyDataFingerprint(cfg.Data); err == nil && legacy == old.Identity.Data {
+			upgraded := old.Identity
+			upgraded.Data = id.Data
+			if m, d := id.merge(upgraded); d == "" {
+				if logf != nil {
+					logf("%s: the data was identified by an earlier build as %q, which still matches; it is now identified by content as %q",
+						path, legacy, id.Data)
+				}
+				merged, diff = m, d
+			}
+		}
+	}
 	if diff != "" {
 		return id, fmt.Errorf("eval: %s holds results of another configuration (%s); use another --out or remove the folder",
 			cfg.Out, diff)
@@ -574,8 +597,9 @@ func checkRecords(path string, recs []report.Record, id identity, vouched bool) 
 	return nil
 }
 
-// runIdentity fingerprints the run's inputs (see identity).
-func runIdentity(cfg Config, opt Options, tok textenc.Tokenizer, src *source) (identity, error) {
+// runIdentity fingerprints the run's inputs (see identity); the data's
+// files are hashed through cache.
+func runIdentity(cfg Config, opt Options, tok textenc.Tokenizer, src *source, cache *hashCache) (identity, error) {
 	id := identity{Dataset: cfg.Dataset, Limit: cfg.Limit, BatchSize: cfg.BatchSize, Protocol: cfg.Protocol,
 		NoShuffle: cfg.NoShuffle, Seed: cfg.Seed, CorruptSeed: cfg.CorruptSeed}
 	var err error
@@ -585,30 +609,30 @@ func runIdentity(cfg Config, opt Options, tok textenc.Tokenizer, src *source) (i
 	case opt.Model != nil:
 		return id, errors.New("eval: Options.Model needs Options.ModelID, the model's fingerprint")
 	default:
-		if id.Model, err = fingerprint(cfg.Model, true); err != nil {
+		if id.Model, err = fingerprint(cfg.Model, nil); err != nil {
 			return id, err
 		}
 	}
-	if id.ModelConfig, err = fingerprint(cfg.ModelConfig, true); err != nil {
+	if id.ModelConfig, err = fingerprint(cfg.ModelConfig, nil); err != nil {
 		return id, err
 	}
 	if cfg.Arch != "" {
 		id.ModelConfig = "open_clip " + cfg.Arch
 	}
 	if cfg.Vocab != "" {
-		if id.Tokenizer, err = fingerprint(cfg.Vocab, true); err != nil {
+		if id.Tokenizer, err = fingerprint(cfg.Vocab, nil); err != nil {
 			return id, err
 		}
 	} else {
 		id.Tokenizer = fmt.Sprintf("%T", tok)
 	}
-	if id.Data, err = fingerprint(cfg.Data, false); err != nil {
+	if id.Data, err = fingerprint(cfg.Data, cache); err != nil {
 		return id, err
 	}
-	if id.Labels, err = fingerprint(cfg.Labels, true); err != nil {
+	if id.Labels, err = fingerprint(cfg.Labels, nil); err != nil {
 		return id, err
 	}
-	if id.SubsetList, err = fingerprint(cfg.SubsetList, true); err != nil {
+	if id.SubsetList, err = fingerprint(cfg.SubsetList, nil); err != nil {
 		return id, err
 	}
 	if src.kind == "clean" && slices.Contains(cfg.Corruptions, "frost") && src.cfg.FrostDir != "" {
