@@ -268,3 +268,30 @@ func TestLegacyDataFingerprint(t *testing.T) {
 		t.Errorf("run.json now holds data %q, want %q", rf.Identity.Data, content)
 	}
 }
+
+// TestRefusedRunLeavesNothing: a run refused before any result is written
+// (here: frost on the fly with no overlays) removes the results folder it
+// created, parents included, lock file and run.json with it; a folder that
+// existed is left as it was.
+func TestRefusedRunLeavesNothing(t *testing.T) {
+	dir := t.TempDir()
+	cfg := smallRun(t, filepath.Join(dir, "new", "results"), "frost")
+	_, err := Run(context.Background(), cfg, Options{})
+	if err == nil || !strings.Contains(err.Error(), "frost") {
+		t.Fatalf("frost without overlays: %v; want a refusal naming frost", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "new")); !os.IsNotExist(err) {
+		entries, _ := os.ReadDir(cfg.Out)
+		t.Errorf("the refused run left %s behind (%v; holding %v)", filepath.Join(dir, "new"), err, entries)
+	}
+
+	cfg.Out = filepath.Join(dir, "existing")
+	os.Mkdir(cfg.Out, 0o755)
+	os.WriteFile(filepath.Join(cfg.Out, "notes.txt"), []byte("mine"), 0o644)
+	if _, err := Run(context.Background(), cfg, Options{}); err == nil {
+		t.Fatal("frost without overlays accepted")
+	}
+	if b, err := os.ReadFile(filepath.Join(cfg.Out, "notes.txt")); err != nil || string(b) != "mine" {
+		t.Errorf("the refused run changed an existing folder: %q, %v", b, err)
+	}
+}

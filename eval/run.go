@@ -121,15 +121,16 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Summary, error) {
 		return nil, err
 	}
 	defer e.src.Close()
+	created := missingDirs(cfg.Out)
 	if err := e.lockResults(); err != nil {
 		return nil, err
 	}
 	defer e.lock.Unlock()
 	if err := e.readResults(); err != nil {
-		return nil, err
+		return nil, e.abandon(created, err)
 	}
 	if err := e.openDomains(); err != nil {
-		return nil, err
+		return nil, e.abandon(created, err)
 	}
 	defer closeDomains(e.domains)
 	e.planRemaining()
@@ -215,6 +216,39 @@ func (e *evaluation) lockResults() error {
 	}
 	e.lock = lock
 	return nil
+}
+
+// missingDirs lists dir and those of its parents that do not exist, the
+// deepest first: what creating dir creates.
+func missingDirs(dir string) []string {
+	var out []string
+	for d := filepath.Clean(dir); !exists(d); d = filepath.Dir(d) {
+		out = append(out, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	return out
+}
+
+// abandon undoes what a run refused before computing anything wrote into
+// a results folder it created (the folders in created): the lock file,
+// run.json and the fingerprint cache, then the folders if they are empty.
+// A folder that existed before the run is left as it is. It returns err.
+func (e *evaluation) abandon(created []string, err error) error {
+	if len(created) == 0 {
+		return err
+	}
+	e.lock.Unlock()
+	for _, name := range []string{dirlock.FileName, RunFile, fingerprintCacheFile} {
+		os.Remove(filepath.Join(e.cfg.Out, name))
+	}
+	for _, d := range created {
+		if os.Remove(d) != nil {
+			break // not empty: something else is in it
+		}
+	}
+	return err
 }
 
 // readResults reads the records already stored in the results folder, and
