@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -37,11 +38,93 @@ type WriteOptions struct {
 	// Workers is the number of images corrupted at once; 0 means
 	// GOMAXPROCS.
 	Workers int
+	// Source identifies the clean images (a content hash of the files they
+	// come from, say); it is recorded in the folder's manifest
+	// (ManifestFile) with the seed, severities and image count, and a
+	// folder whose manifest records another is refused.
+	Source string
 	// Progress, if set, is called with the number of corrupted images
 	// written so far and the number to write: once with done = 0 before
 	// any work, then as images are done. Images of files that already
 	// exist are not counted. Calls are serialised.
 	Progress func(done, total int)
+}
+
+// ManifestFile, in a folder that WriteCIFARC or WriteImageNetC writes,
+// records what made it (manifest): writing into the folder again with
+// another seed, severity set, image count or source is refused, since
+// the files already there would be kept and mixed with or taken for the
+// new ones.
+const ManifestFile = "corrupt.json"
+
+// manifest is the content of ManifestFile.
+type manifest struct {
+	Layout     string `json:"layout"` // "cifar-c" or "imagenet-c"
+	Source     string `json:"source"` // WriteOptions.Source
+	Images     int    `json:"images"` // clean images written per corruption and severity
+	Seed       uint64 `json:"seed"`
+	Severities []int  `json:"severities"`
+}
+
+// checkManifest refuses to write m's images into dir when dir's manifest
+// records another maker, naming what differs, or when dir holds files but
+// no manifest (nothing shows what made them). It reports whether the
+// manifest is still to be written (writeManifest), once the first images
+// are ready, so that a write that fails at once leaves nothing.
+func checkManifest(dir string, m manifest) (missing bool, err error) {
+	p := filepath.Join(dir, ManifestFile)
+	b, err := os.ReadFile(p)
+	switch {
+	case err == nil:
+		var old manifest
+		if err := json.Unmarshal(b, &old); err != nil {
+			return false, fmt.Errorf("data: %s: %w (remove the folder to write it again)", p, err)
+		}
+		var diffs []string
+		if old.Layout != m.Layout {
+			diffs = append(diffs, fmt.Sprintf("layout %s, not %s", old.Layout, m.Layout))
+		}
+		if old.Seed != m.Seed {
+			diffs = append(diffs, fmt.Sprintf("seed %d, not %d", old.Seed, m.Seed))
+		}
+		if !slices.Equal(old.Severities, m.Severities) {
+			diffs = append(diffs, fmt.Sprintf("severities %v, not %v", old.Severities, m.Severities))
+		}
+		if old.Images != m.Images {
+			diffs = append(diffs, fmt.Sprintf("%d images, not %d", old.Images, m.Images))
+		}
+		if old.Source != m.Source {
+			diffs = append(diffs, fmt.Sprintf("source %q, not %q", old.Source, m.Source))
+		}
+		if len(diffs) > 0 {
+			return false, fmt.Errorf("data: %s was written with %s (%s): write elsewhere, or remove the folder to write it again",
+				dir, strings.Join(diffs, "; "), ManifestFile)
+		}
+		return false, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return false, fmt.Errorf("data: %w", err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return false, fmt.Errorf("data: %w", err)
+	}
+	if len(entries) > 0 {
+		return false, fmt.Errorf("data: %s holds files but no %s, so nothing shows which seed, severities and images made them: write elsewhere, or remove the folder to write it again",
+			dir, ManifestFile)
+	}
+	return true, nil
+}
+
+// writeManifest records m in dir's ManifestFile.
+func writeManifest(dir string, m manifest) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return fmt.Errorf("data: %w", err)
+	}
+	return writeFileAtomic(filepath.Join(dir, ManifestFile), true, func(w io.Writer) error {
+		_, err := w.Write(append(b, '\n'))
+		return err
+	})
 }
 
 // WriteCIFARC writes a CIFAR-10-C or CIFAR-100-C folder made from clean,
@@ -70,6 +153,11 @@ func WriteCIFARC(dir string, clean Dataset, corruptions []string, opts WriteOpti
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("data: %w", err)
+	}
+	made := manifest{Layout: "cifar-c", Source: opts.Source, Images: n, Seed: opts.Seed, Severities: []int{1, 2, 3, 4, 5}}
+	newFolder, err := checkManifest(dir, made)
+	if err != nil {
+		return err
 	}
 	labelsPath := filepath.Join(dir, "labels.npy")
 	labels, haveLabels, err := cifarCLabels(labelsPath, clean, n)
@@ -112,6 +200,11 @@ func WriteCIFARC(dir string, clean Dataset, corruptions []string, opts WriteOpti
 	})
 	if err != nil {
 		return err
+	}
+	if newFolder {
+		if err := writeManifest(dir, made); err != nil {
+			return err
+		}
 	}
 	if !haveLabels {
 		if err := writeCIFARCLabels(labelsPath, labels); err != nil {
@@ -242,6 +335,20 @@ func WriteImageNetC(dir string, clean Dataset, corruptions []string, severities 
 			return fmt.Errorf("data: %s: images %d and %d would both be written as %s", clean.Name(), j, i, rel[i])
 		}
 		from[rel[i]] = i
+	}
+
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("data: %w", err)
+	}
+	made := manifest{Layout: "imagenet-c", Source: opts.Source, Images: n, Seed: opts.Seed, Severities: slices.Sorted(slices.Values(severities))}
+	newFolder, err := checkManifest(dir, made)
+	if err != nil {
+		return err
+	}
+	if newFolder {
+		if err := writeManifest(dir, made); err != nil {
+			return err
+		}
 	}
 
 	// Find the files still to write, and make their folders.

@@ -131,9 +131,16 @@ func TestWriteCIFARCRoundTrip(t *testing.T) {
 	}
 
 	// The folder holds 4 images per severity: writing 2 into it is
-	// refused, not mixed.
-	err = WriteCIFARC(dir, clean, corruptions, WriteOptions{Limit: 2})
-	mustErr(t, err, "labels.npy", "other labels")
+	// refused, not mixed; so is another seed (its manifest says).
+	err = WriteCIFARC(dir, clean, corruptions, WriteOptions{Seed: seed, Limit: 2})
+	mustErr(t, err, ManifestFile, "4 images, not 2")
+	err = WriteCIFARC(dir, clean, corruptions, WriteOptions{Seed: seed + 1})
+	mustErr(t, err, ManifestFile, "seed 5, not 6")
+	// Without the manifest, nothing shows what made the files.
+	manifest, _ := os.ReadFile(filepath.Join(dir, ManifestFile))
+	os.Remove(filepath.Join(dir, ManifestFile))
+	mustErr(t, WriteCIFARC(dir, clean, corruptions, WriteOptions{Seed: seed}), "holds files but no "+ManifestFile)
+	os.WriteFile(filepath.Join(dir, ManifestFile), manifest, 0o644)
 
 	// A truncated file under the final name (not one this code leaves)
 	// is reported.
@@ -141,7 +148,7 @@ func TestWriteCIFARCRoundTrip(t *testing.T) {
 	if err := os.WriteFile(p, before[:len(before)/2], 0o644); err != nil {
 		t.Fatal(err)
 	}
-	err = WriteCIFARC(dir, clean, corruptions, WriteOptions{})
+	err = WriteCIFARC(dir, clean, corruptions, WriteOptions{Seed: seed})
 	mustErr(t, err, "gaussian_noise.npy", "remove it")
 }
 

@@ -254,6 +254,11 @@ func (c *hashCache) save() error {
 	return atomicfile.Write(c.path, b)
 }
 
+// Fingerprint identifies a file or a folder by its contents, as a results
+// folder's run.json does for a run's inputs (a file over maxHashedBytes by
+// its size and its ends).
+func Fingerprint(path string) (string, error) { return fingerprint(path, nil) }
+
 // ModelFingerprint identifies a checkpoint (a file, or a folder in the
 // Hugging Face layout) by its contents, for Options.ModelID.
 func ModelFingerprint(path string) (string, error) { return fingerprint(path, nil) }
