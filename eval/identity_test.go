@@ -295,3 +295,31 @@ func TestRefusedRunLeavesNothing(t *testing.T) {
 		t.Errorf("the refused run changed an existing folder: %q, %v", b, err)
 	}
 }
+
+// TestProgressPerMethod: a run's progress counts each method's images
+// apart, and the methods still to come, for a time left per method.
+func TestProgressPerMethod(t *testing.T) {
+	p := Progress{Total: 170, planned: map[string]int{"a": 100, "b": 50, "c": 0, "d": 20}, order: []string{"a", "b", "c", "d"}}
+	for _, step := range []struct {
+		method            string
+		n                 int
+		restored          int // images a checkpoint of the method gives back before the step
+		done, total, left int
+	}{
+		{"a", 10, 0, 10, 100, 2},
+		{"a", 90, 0, 100, 100, 2},
+		{"b", 5, 20, 5, 30, 1},
+		{"b", 25, 0, 30, 30, 1},
+		{"d", 20, 0, 20, 20, 0},
+	} {
+		p.Total -= step.restored
+		p.advance(step.method, "x", step.n)
+		if p.MethodDone != step.done || p.MethodTotal != step.total || p.MethodsLeft != step.left {
+			t.Errorf("after %d of %s: method %d/%d, %d left; want %d/%d, %d", step.n, step.method,
+				p.MethodDone, p.MethodTotal, p.MethodsLeft, step.done, step.total, step.left)
+		}
+	}
+	if p.Done != 150 || p.Total != 150 {
+		t.Errorf("done %d of %d, want 150 of 150", p.Done, p.Total)
+	}
+}

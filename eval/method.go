@@ -320,8 +320,7 @@ func (r *methodRun) onBatch(b tta.BatchRecord) error {
 	if _, err := r.batches.Write(append(line, '\n')); err != nil {
 		return fmt.Errorf("eval: %s: %w", BatchesFile, err)
 	}
-	r.progress.Method, r.progress.Domain = r.name(), b.Stream
-	r.progress.Done += b.Size
+	r.progress.advance(r.name(), b.Stream, b.Size)
 	if r.opt.Progress != nil {
 		r.opt.Progress(*r.progress)
 	}

@@ -77,6 +77,37 @@ type Progress struct {
 	// far, and those to be computed (less what checkpoints of unfinished
 	// domains restore, once they are read).
 	Done, Total int
+	// MethodDone and MethodTotal count the images of Method alone, in this
+	// run: methods differ in speed many times over, so that a time left is
+	// estimated per method. MethodsLeft counts the methods after Method
+	// that have images to compute.
+	MethodDone, MethodTotal, MethodsLeft int
+
+	planned    map[string]int // images to compute per method, as planned (planRemaining)
+	order      []string       // the methods, in run order
+	methodFrom int            // Done when Method started
+}
+
+// advance records n more images of method on domain; Total already holds
+// what checkpoints of method restored.
+func (p *Progress) advance(method, domain string, n int) {
+	if method != p.Method {
+		p.methodFrom = p.Done
+	}
+	p.Method, p.Domain = method, domain
+	p.Done += n
+	later, left := 0, 0
+	if i := slices.Index(p.order, method); i >= 0 {
+		for _, m := range p.order[i+1:] {
+			if p.planned[m] > 0 {
+				later += p.planned[m]
+				left++
+			}
+		}
+	}
+	p.MethodDone = p.Done - p.methodFrom
+	p.MethodTotal = p.Total - p.methodFrom - later
+	p.MethodsLeft = left
 }
 
 // Summary is what a run did.
@@ -389,15 +420,17 @@ func (e *evaluation) planRemaining() {
 	}
 	e.todo = make(map[string][]int, len(e.cfg.Methods))
 	total := 0
+	planned := map[string]int{}
 	for _, name := range e.cfg.Methods {
 		for i, d := range e.domains {
 			if !e.done[[2]string{name, d.name}] {
 				e.todo[name] = append(e.todo[name], i)
 				total += d.Len()
+				planned[name] += d.Len()
 			}
 		}
 	}
-	e.progress = Progress{Total: total}
+	e.progress = Progress{Total: total, planned: planned, order: e.cfg.Methods}
 }
 
 // runMethod evaluates one method on the domains it has left, and then

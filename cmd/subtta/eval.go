@@ -290,16 +290,23 @@ func evalOptions(cfg eval.Config, stderr io.Writer) (eval.Options, error) {
 // progressTo returns an eval.Options.Progress that draws *bar on w, made at
 // the first report; its rate counts from now, the start of the work.
 func progressTo(w io.Writer, bar **progressBar) func(eval.Progress) {
+	return progressWith(w, bar, time.Now)
+}
+
+// progressWith is progressTo on the clock now.
+func progressWith(w io.Writer, bar **progressBar, now func() time.Time) func(eval.Progress) {
 	last := 0
-	started := time.Now()
+	started := now()
 	return func(p eval.Progress) {
+		t := now()
 		if *bar == nil {
 			*bar = newProgress(w, "", p.Total)
 			(*bar).start = started
 		}
 		(*bar).SetLabel(fmt.Sprintf("%s %s", p.Method, p.Domain))
 		(*bar).SetTotal(p.Total)
-		(*bar).Add(p.Done - last)
+		(*bar).setMethod(t, p.Method, p.MethodDone, p.MethodTotal, p.MethodsLeft)
+		(*bar).addAt(t, p.Done-last)
 		last = p.Done
 	}
 }
