@@ -269,3 +269,31 @@ func TestNaNWeightsRefused(t *testing.T) {
 		t.Errorf("status %d, stderr %q, stdout %q; want 1 and an error naming %s", st, errb.String(), out.String(), bad)
 	}
 }
+
+// TestTokenizeOffline: without --vocab (and $SUBTTA_VOCAB), tokenize uses
+// the built-in model's byte-level tokenizer, says so, and downloads
+// nothing.
+func TestTokenizeOffline(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv("SUBTTA_CACHE", cache)
+	t.Setenv("SUBTTA_VOCAB", "")
+	var out, errb bytes.Buffer
+	if st := run([]string{"tokenize", "a photo of a cat."}, &out, &errb); st != 0 {
+		t.Fatalf("status %d: %s", st, errb.String())
+	}
+	var rows []struct{ IDs, Padded []int }
+	if err := json.Unmarshal(out.Bytes(), &rows); err != nil || len(rows) != 1 {
+		t.Fatalf("output %q: %v", out.String(), err)
+	}
+	tok := textenc.ByteTokenizer{}
+	want, _ := tok.Tokenize("a photo of a cat.", 77, true)
+	if !slices.Equal(rows[0].IDs, tok.Encode("a photo of a cat.")) || !slices.Equal(rows[0].Padded, want) {
+		t.Errorf("ids %v, padded %v; want the byte-level tokenizer's", rows[0].IDs, rows[0].Padded)
+	}
+	if !strings.Contains(errb.String(), "byte-level") || !strings.Contains(errb.String(), "--vocab") {
+		t.Errorf("stderr %q: want a note that these are byte-level tokens and that --vocab gives CLIP's BPE", errb.String())
+	}
+	if entries, _ := os.ReadDir(cache); len(entries) > 0 {
+		t.Errorf("tokenize wrote into the cache: %v", entries)
+	}
+}
