@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -96,15 +97,22 @@ func fingerprint(path string, cache *hashCache) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	h := sha256.New()
+	// Folder by folder, so that the cache holds one entry per folder.
+	byDir := map[string][]folderFile{}
 	var total int64
 	for _, f := range files {
-		sum, err := cache.hash(f.path, f.info)
+		d := filepath.Dir(f.path)
+		byDir[d] = append(byDir[d], f)
+		total += f.info.Size()
+	}
+	h := sha256.New()
+	for _, d := range slices.Sorted(maps.Keys(byDir)) {
+		sum, err := cache.folderHash(d, byDir[d])
 		if err != nil {
 			return "", err
 		}
-		fmt.Fprintf(h, "%s\x00%d\x00%s\x00", f.rel, f.info.Size(), sum)
-		total += f.info.Size()
+		rel, _ := filepath.Rel(path, d)
+		fmt.Fprintf(h, "%s\x00%s\x00", filepath.ToSlash(rel), sum)
 	}
 	return fmt.Sprintf("%d files, %d bytes, sha256 %s", len(files), total, hex.EncodeToString(h.Sum(nil))[:16]), nil
 }
@@ -191,16 +199,20 @@ func hashFile(h io.Writer, path string, size int64, partial bool) error {
 	return nil
 }
 
-// fingerprintCacheFile, in a results folder, holds the SHA-256 of every
-// input file the folder's last run hashed, by path, size and modification
-// time, so that a rerun reads none of them again (see hashCache).
+// fingerprintCacheFile, in a results folder, holds the SHA-256s of the
+// data the folder's last run hashed (see hashCache), so that a rerun reads
+// none of its files again.
 const fingerprintCacheFile = ".fingerprints.json"
 
-// A hashCache remembers the SHA-256 of files by absolute path, size and
-// modification time: a file that keeps all three is taken to keep its
-// contents, as make and rsync assume, so that fingerprinting a data set of
-// 10,000 images reads them once, not at every run. A nil *hashCache
-// caches nothing and hashes big files partially (maxHashedBytes).
+// A hashCache remembers SHA-256s of a run's data: of a file by its absolute
+// path, size and modification time; of a folder's files (not its
+// subfolders) by the folder's absolute path and a digest of its files'
+// names, sizes and modification times, one entry per folder, so that the
+// cache of millions of images stays small. Files that keep all three are
+// taken to keep their contents, as make and rsync assume: fingerprinting a
+// data set of 10,000 images reads them once, not at every run. A nil
+// *hashCache caches nothing and hashes big files partially
+// (maxHashedBytes).
 type hashCache struct {
 	path string
 	old  map[string]string // read from path
@@ -219,29 +231,71 @@ func loadHashCache(path string) *hashCache {
 	return c
 }
 
-// hash returns the hex SHA-256 of the file at path, whose FileInfo is st.
-func (c *hashCache) hash(path string, st fs.FileInfo) (string, error) {
-	key := ""
+// lookup returns the cached sum under key, or computes it.
+func (c *hashCache) lookup(key string, compute func() (string, error)) (string, error) {
 	if c != nil {
-		abs, err := filepath.Abs(path)
-		if err != nil {
-			return "", fmt.Errorf("eval: %w", err)
-		}
-		key = fmt.Sprintf("%s\x00%d\x00%d", filepath.ToSlash(abs), st.Size(), st.ModTime().UnixNano())
 		if sum, ok := c.old[key]; ok {
 			c.used[key] = sum
 			return sum, nil
 		}
 	}
-	h := sha256.New()
-	if err := hashFile(h, path, st.Size(), c == nil); err != nil {
-		return "", err
-	}
-	sum := hex.EncodeToString(h.Sum(nil))
-	if c != nil {
+	sum, err := compute()
+	if err == nil && c != nil {
 		c.used[key] = sum
 	}
-	return sum, nil
+	return sum, err
+}
+
+// key is the cache key of what is at path, under the given kind and
+// stamp; "" without a cache.
+func (c *hashCache) key(kind, path, stamp string) (string, error) {
+	if c == nil {
+		return "", nil
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", fmt.Errorf("eval: %w", err)
+	}
+	return kind + " " + filepath.ToSlash(abs) + " " + stamp, nil
+}
+
+// hash returns the hex SHA-256 of the file at path, whose FileInfo is st.
+func (c *hashCache) hash(path string, st fs.FileInfo) (string, error) {
+	key, err := c.key("file", path, fmt.Sprintf("%d %d", st.Size(), st.ModTime().UnixNano()))
+	if err != nil {
+		return "", err
+	}
+	return c.lookup(key, func() (string, error) {
+		h := sha256.New()
+		if err := hashFile(h, path, st.Size(), c == nil); err != nil {
+			return "", err
+		}
+		return hex.EncodeToString(h.Sum(nil)), nil
+	})
+}
+
+// folderHash returns the hex SHA-256 of the names, sizes and contents of
+// files, the files of folder dir (not of its subfolders).
+func (c *hashCache) folderHash(dir string, files []folderFile) (string, error) {
+	stamp := sha256.New()
+	for _, f := range files {
+		fmt.Fprintf(stamp, "%s\x00%d\x00%d\x00", filepath.Base(f.path), f.info.Size(), f.info.ModTime().UnixNano())
+	}
+	key, err := c.key("folder", dir, hex.EncodeToString(stamp.Sum(nil))[:32])
+	if err != nil {
+		return "", err
+	}
+	return c.lookup(key, func() (string, error) {
+		h := sha256.New()
+		for _, f := range files {
+			fh := sha256.New()
+			if err := hashFile(fh, f.path, f.info.Size(), c == nil); err != nil {
+				return "", err
+			}
+			fmt.Fprintf(h, "%s\x00%d\x00%x\x00", filepath.Base(f.path), f.info.Size(), fh.Sum(nil))
+		}
+		return hex.EncodeToString(h.Sum(nil)), nil
+	})
 }
 
 // save writes the entries this run used; a failure costs only time at the

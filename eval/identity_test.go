@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/subtta/subtta/internal/fixture"
 	"github.com/subtta/subtta/report"
@@ -224,8 +225,8 @@ func TestDataIdentifiedByContent(t *testing.T) {
 	}
 	t.Log(err)
 	cache, err := os.ReadFile(filepath.Join(cfg.Out, fingerprintCacheFile))
-	if err != nil || !bytes.Contains(cache, []byte("airplane/002.png")) {
-		t.Fatalf("no fingerprint cache naming the images: %v", err)
+	if err != nil || !bytes.Contains(cache, []byte("data/airplane ")) || !bytes.Contains(cache, []byte("data/automobile ")) {
+		t.Fatalf("no fingerprint cache naming the image folders: %v", err)
 	}
 }
 
@@ -321,5 +322,47 @@ func TestProgressPerMethod(t *testing.T) {
 	}
 	if p.Done != 150 || p.Total != 150 {
 		t.Errorf("done %d of %d, want 150 of 150", p.Done, p.Total)
+	}
+}
+
+// TestHashCache: the data's hashes are cached by path, size and
+// modification time, one entry per folder: contents changed under the same
+// three are not read again (the cache's premise), and a new time or size
+// makes the folder hashed again.
+func TestHashCache(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	writeFolderData(t, data, 2)
+	cachePath := filepath.Join(dir, fingerprintCacheFile)
+	fp := func() string {
+		c := loadHashCache(cachePath)
+		s, err := fingerprint(data, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.save(); err != nil {
+			t.Fatal(err)
+		}
+		if len(c.used) != 2 {
+			t.Errorf("%d cache entries, want one per class folder", len(c.used))
+		}
+		return s
+	}
+	first := fp()
+	if uncached, _ := fingerprint(data, nil); uncached != first {
+		t.Errorf("cached %q, uncached %q", first, uncached)
+	}
+	p := filepath.Join(data, "airplane", "001.png")
+	st, _ := os.Stat(p)
+	b, _ := os.ReadFile(p)
+	b[len(b)/2] ^= 0xff
+	os.WriteFile(p, b, 0o644)
+	os.Chtimes(p, st.ModTime(), st.ModTime())
+	if got := fp(); got != first {
+		t.Errorf("same path, size and time: %q, want the cached %q", got, first)
+	}
+	os.Chtimes(p, st.ModTime().Add(time.Second), st.ModTime().Add(time.Second))
+	if got := fp(); got == first {
+		t.Errorf("a new modification time: %q, want the contents hashed again", got)
 	}
 }
