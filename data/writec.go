@@ -3,7 +3,9 @@ package data
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -64,6 +66,23 @@ type manifest struct {
 	Images     int    `json:"images"` // clean images written per corruption and severity
 	Seed       uint64 `json:"seed"`
 	Severities []int  `json:"severities"`
+	// Frost identifies the frost overlays (frostFingerprint) once frost
+	// is written; writing other corruptions does not need them.
+	Frost string `json:"frost,omitempty"`
+}
+
+// frostFingerprint identifies the frost overlays in dir by their contents.
+func frostFingerprint(dir string) (string, error) {
+	h := sha256.New()
+	for _, name := range []string{"frost1.png", "frost2.png", "frost3.png", "frost4.jpg", "frost5.jpg"} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return "", fmt.Errorf("data: frost overlays: %w", err)
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", name, len(b))
+		h.Write(b)
+	}
+	return "sha256 " + hex.EncodeToString(h.Sum(nil))[:16], nil
 }
 
 // checkManifest refuses to write m's images into dir when dir's manifest
@@ -71,14 +90,21 @@ type manifest struct {
 // no manifest (nothing shows what made them). It reports whether the
 // manifest is still to be written (writeManifest), once the first images
 // are ready, so that a write that fails at once leaves nothing.
-func checkManifest(dir string, m manifest) (missing bool, err error) {
+//
+// The manifest to record is m with the frost overlays of dir's manifest
+// when m writes no frost; write is false when dir's manifest already says
+// as much.
+func checkManifest(dir string, m manifest) (record manifest, write bool, err error) {
 	p := filepath.Join(dir, ManifestFile)
 	b, err := os.ReadFile(p)
 	switch {
 	case err == nil:
 		var old manifest
 		if err := json.Unmarshal(b, &old); err != nil {
-			return false, fmt.Errorf("data: %s: %w (remove the folder to write it again)", p, err)
+			return m, false, fmt.Errorf("data: %s: %w (remove the folder to write it again)", p, err)
+		}
+		if m.Frost == "" {
+			m.Frost = old.Frost
 		}
 		var diffs []string
 		if old.Layout != m.Layout {
@@ -96,23 +122,26 @@ func checkManifest(dir string, m manifest) (missing bool, err error) {
 		if old.Source != m.Source {
 			diffs = append(diffs, fmt.Sprintf("source %q, not %q", old.Source, m.Source))
 		}
+		if old.Frost != "" && old.Frost != m.Frost {
+			diffs = append(diffs, fmt.Sprintf("frost overlays %s, not %s", old.Frost, m.Frost))
+		}
 		if len(diffs) > 0 {
-			return false, fmt.Errorf("data: %s was written with %s (%s): write elsewhere, or remove the folder to write it again",
+			return m, false, fmt.Errorf("data: %s was written with %s (%s): write elsewhere, or remove the folder to write it again",
 				dir, strings.Join(diffs, "; "), ManifestFile)
 		}
-		return false, nil
+		return m, old.Frost != m.Frost, nil
 	case !errors.Is(err, fs.ErrNotExist):
-		return false, fmt.Errorf("data: %w", err)
+		return m, false, fmt.Errorf("data: %w", err)
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return false, fmt.Errorf("data: %w", err)
+		return m, false, fmt.Errorf("data: %w", err)
 	}
 	if len(entries) > 0 {
-		return false, fmt.Errorf("data: %s holds files but no %s, so nothing shows which seed, severities and images made them: write elsewhere, or remove the folder to write it again",
+		return m, false, fmt.Errorf("data: %s holds files but no %s, so nothing shows which seed, severities and images made them: write elsewhere, or remove the folder to write it again",
 			dir, ManifestFile)
 	}
-	return true, nil
+	return m, true, nil
 }
 
 // writeManifest records m in dir's ManifestFile.
@@ -155,7 +184,12 @@ func WriteCIFARC(dir string, clean Dataset, corruptions []string, opts WriteOpti
 		return fmt.Errorf("data: %w", err)
 	}
 	made := manifest{Layout: "cifar-c", Source: opts.Source, Images: n, Seed: opts.Seed, Severities: []int{1, 2, 3, 4, 5}}
-	newFolder, err := checkManifest(dir, made)
+	if slices.Contains(corruptions, "frost") {
+		if made.Frost, err = frostFingerprint(opts.FrostDir); err != nil {
+			return err
+		}
+	}
+	made, newManifest, err := checkManifest(dir, made)
 	if err != nil {
 		return err
 	}
@@ -180,6 +214,11 @@ func WriteCIFARC(dir string, clean Dataset, corruptions []string, opts WriteOpti
 	}
 	prog := newProgressCounter(opts.Progress, len(todo)*Severities*n)
 	if len(todo) == 0 {
+		if newManifest {
+			if err := writeManifest(dir, made); err != nil {
+				return err
+			}
+		}
 		if !haveLabels {
 			return writeCIFARCLabels(labelsPath, labels)
 		}
@@ -201,7 +240,7 @@ func WriteCIFARC(dir string, clean Dataset, corruptions []string, opts WriteOpti
 	if err != nil {
 		return err
 	}
-	if newFolder {
+	if newManifest {
 		if err := writeManifest(dir, made); err != nil {
 			return err
 		}
@@ -341,11 +380,16 @@ func WriteImageNetC(dir string, clean Dataset, corruptions []string, severities 
 		return fmt.Errorf("data: %w", err)
 	}
 	made := manifest{Layout: "imagenet-c", Source: opts.Source, Images: n, Seed: opts.Seed, Severities: slices.Sorted(slices.Values(severities))}
-	newFolder, err := checkManifest(dir, made)
+	if slices.Contains(corruptions, "frost") {
+		if made.Frost, err = frostFingerprint(opts.FrostDir); err != nil {
+			return err
+		}
+	}
+	made, newManifest, err := checkManifest(dir, made)
 	if err != nil {
 		return err
 	}
-	if newFolder {
+	if newManifest {
 		if err := writeManifest(dir, made); err != nil {
 			return err
 		}
