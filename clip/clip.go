@@ -54,7 +54,13 @@ func Load(path string, opt Options) (*Model, error) {
 }
 
 // New builds a model from a state in OpenAI names and its configuration.
+// A weight that is NaN or infinite is an error naming its tensor
+// (weights.ErrNotFinite).
 func New(s *weights.State, cfg *weights.CLIPConfig, opt Options) (*Model, error) {
+	// A NaN or infinite weight would make every output NaN.
+	if err := s.CheckFinite(cfg.Names()); err != nil {
+		return nil, err
+	}
 	v, err := vit.New(s, cfg, vit.Options{Float64: opt.Float64})
 	if err != nil {
 		return nil, err

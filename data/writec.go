@@ -3,7 +3,10 @@ package data
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -37,11 +40,120 @@ type WriteOptions struct {
 	// Workers is the number of images corrupted at once; 0 means
 	// GOMAXPROCS.
 	Workers int
+	// Source identifies the clean images (a content hash of the files they
+	// come from, say); it is recorded in the folder's manifest
+	// (ManifestFile) with the seed, severities and image count, and a
+	// folder whose manifest records another is refused.
+	Source string
 	// Progress, if set, is called with the number of corrupted images
 	// written so far and the number to write: once with done = 0 before
 	// any work, then as images are done. Images of files that already
 	// exist are not counted. Calls are serialised.
 	Progress func(done, total int)
+}
+
+// ManifestFile, in a folder that WriteCIFARC or WriteImageNetC writes,
+// records what made it (manifest): writing into the folder again with
+// another seed, severity set, image count or source is refused, since
+// the files already there would be kept and mixed with or taken for the
+// new ones.
+const ManifestFile = "corrupt.json"
+
+// manifest is the content of ManifestFile.
+type manifest struct {
+	Layout     string `json:"layout"` // "cifar-c" or "imagenet-c"
+	Source     string `json:"source"` // WriteOptions.Source
+	Images     int    `json:"images"` // clean images written per corruption and severity
+	Seed       uint64 `json:"seed"`
+	Severities []int  `json:"severities"`
+	// Frost identifies the frost overlays (frostFingerprint) once frost
+	// is written; writing other corruptions does not need them.
+	Frost string `json:"frost,omitempty"`
+}
+
+// frostFingerprint identifies the frost overlays in dir by their contents.
+func frostFingerprint(dir string) (string, error) {
+	h := sha256.New()
+	for _, name := range []string{"frost1.png", "frost2.png", "frost3.png", "frost4.jpg", "frost5.jpg"} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return "", fmt.Errorf("data: frost overlays: %w", err)
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", name, len(b))
+		h.Write(b)
+	}
+	return "sha256 " + hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// checkManifest refuses to write m's images into dir when dir's manifest
+// records another maker, naming what differs, or when dir holds files but
+// no manifest (nothing shows what made them). It reports whether the
+// manifest is still to be written (writeManifest), once the first images
+// are ready, so that a write that fails at once leaves nothing.
+//
+// The manifest to record is m with the frost overlays of dir's manifest
+// when m writes no frost; write is false when dir's manifest already says
+// as much.
+func checkManifest(dir string, m manifest) (record manifest, write bool, err error) {
+	p := filepath.Join(dir, ManifestFile)
+	b, err := os.ReadFile(p)
+	switch {
+	case err == nil:
+		var old manifest
+		if err := json.Unmarshal(b, &old); err != nil {
+			return m, false, fmt.Errorf("data: %s: %w (remove the folder to write it again)", p, err)
+		}
+		if m.Frost == "" {
+			m.Frost = old.Frost
+		}
+		var diffs []string
+		if old.Layout != m.Layout {
+			diffs = append(diffs, fmt.Sprintf("layout %s, not %s", old.Layout, m.Layout))
+		}
+		if old.Seed != m.Seed {
+			diffs = append(diffs, fmt.Sprintf("seed %d, not %d", old.Seed, m.Seed))
+		}
+		if !slices.Equal(old.Severities, m.Severities) {
+			diffs = append(diffs, fmt.Sprintf("severities %v, not %v", old.Severities, m.Severities))
+		}
+		if old.Images != m.Images {
+			diffs = append(diffs, fmt.Sprintf("%d images, not %d", old.Images, m.Images))
+		}
+		if old.Source != m.Source {
+			diffs = append(diffs, fmt.Sprintf("source %q, not %q", old.Source, m.Source))
+		}
+		if old.Frost != "" && old.Frost != m.Frost {
+			diffs = append(diffs, fmt.Sprintf("frost overlays %s, not %s", old.Frost, m.Frost))
+		}
+		if len(diffs) > 0 {
+			return m, false, fmt.Errorf("data: %s was written with %s (%s): write elsewhere, or remove the folder to write it again",
+				dir, strings.Join(diffs, "; "), ManifestFile)
+		}
+		return m, old.Frost != m.Frost, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return m, false, fmt.Errorf("data: %w", err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return m, false, fmt.Errorf("data: %w", err)
+	}
+	if len(entries) > 0 {
+		return m, false, fmt.Errorf("data: %s holds files but no %s, so nothing shows which seed, severities and images made them: write elsewhere, or remove the folder to write it again",
+			dir, ManifestFile)
+	}
+	return m, true, nil
+}
+
+// writeManifest records m in dir's ManifestFile.
+func writeManifest(dir string, m manifest) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return fmt.Errorf("data: %w", err)
+	}
+	return writeFileAtomic(filepath.Join(dir, ManifestFile), true, func(w io.Writer) error {
+		_, err := w.Write(append(b, '\n'))
+		return err
+	})
 }
 
 // WriteCIFARC writes a CIFAR-10-C or CIFAR-100-C folder made from clean,
@@ -71,6 +183,16 @@ func WriteCIFARC(dir string, clean Dataset, corruptions []string, opts WriteOpti
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("data: %w", err)
 	}
+	made := manifest{Layout: "cifar-c", Source: opts.Source, Images: n, Seed: opts.Seed, Severities: []int{1, 2, 3, 4, 5}}
+	if slices.Contains(corruptions, "frost") {
+		if made.Frost, err = frostFingerprint(opts.FrostDir); err != nil {
+			return err
+		}
+	}
+	made, newManifest, err := checkManifest(dir, made)
+	if err != nil {
+		return err
+	}
 	labelsPath := filepath.Join(dir, "labels.npy")
 	labels, haveLabels, err := cifarCLabels(labelsPath, clean, n)
 	if err != nil {
@@ -92,6 +214,11 @@ func WriteCIFARC(dir string, clean Dataset, corruptions []string, opts WriteOpti
 	}
 	prog := newProgressCounter(opts.Progress, len(todo)*Severities*n)
 	if len(todo) == 0 {
+		if newManifest {
+			if err := writeManifest(dir, made); err != nil {
+				return err
+			}
+		}
 		if !haveLabels {
 			return writeCIFARCLabels(labelsPath, labels)
 		}
@@ -112,6 +239,11 @@ func WriteCIFARC(dir string, clean Dataset, corruptions []string, opts WriteOpti
 	})
 	if err != nil {
 		return err
+	}
+	if newManifest {
+		if err := writeManifest(dir, made); err != nil {
+			return err
+		}
 	}
 	if !haveLabels {
 		if err := writeCIFARCLabels(labelsPath, labels); err != nil {
@@ -242,6 +374,25 @@ func WriteImageNetC(dir string, clean Dataset, corruptions []string, severities 
 			return fmt.Errorf("data: %s: images %d and %d would both be written as %s", clean.Name(), j, i, rel[i])
 		}
 		from[rel[i]] = i
+	}
+
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("data: %w", err)
+	}
+	made := manifest{Layout: "imagenet-c", Source: opts.Source, Images: n, Seed: opts.Seed, Severities: slices.Sorted(slices.Values(severities))}
+	if slices.Contains(corruptions, "frost") {
+		if made.Frost, err = frostFingerprint(opts.FrostDir); err != nil {
+			return err
+		}
+	}
+	made, newManifest, err := checkManifest(dir, made)
+	if err != nil {
+		return err
+	}
+	if newManifest {
+		if err := writeManifest(dir, made); err != nil {
+			return err
+		}
 	}
 
 	// Find the files still to write, and make their folders.

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/subtta/subtta/data/corrupt"
+	"github.com/subtta/subtta/internal/fixture"
 )
 
 // progressLog records the calls of a WriteOptions.Progress.
@@ -131,9 +132,16 @@ func TestWriteCIFARCRoundTrip(t *testing.T) {
 	}
 
 	// The folder holds 4 images per severity: writing 2 into it is
-	// refused, not mixed.
-	err = WriteCIFARC(dir, clean, corruptions, WriteOptions{Limit: 2})
-	mustErr(t, err, "labels.npy", "other labels")
+	// refused, not mixed; so is another seed (its manifest says).
+	err = WriteCIFARC(dir, clean, corruptions, WriteOptions{Seed: seed, Limit: 2})
+	mustErr(t, err, ManifestFile, "4 images, not 2")
+	err = WriteCIFARC(dir, clean, corruptions, WriteOptions{Seed: seed + 1})
+	mustErr(t, err, ManifestFile, "seed 5, not 6")
+	// Without the manifest, nothing shows what made the files.
+	manifest, _ := os.ReadFile(filepath.Join(dir, ManifestFile))
+	os.Remove(filepath.Join(dir, ManifestFile))
+	mustErr(t, WriteCIFARC(dir, clean, corruptions, WriteOptions{Seed: seed}), "holds files but no "+ManifestFile)
+	os.WriteFile(filepath.Join(dir, ManifestFile), manifest, 0o644)
 
 	// A truncated file under the final name (not one this code leaves)
 	// is reported.
@@ -141,7 +149,7 @@ func TestWriteCIFARCRoundTrip(t *testing.T) {
 	if err := os.WriteFile(p, before[:len(before)/2], 0o644); err != nil {
 		t.Fatal(err)
 	}
-	err = WriteCIFARC(dir, clean, corruptions, WriteOptions{})
+	err = WriteCIFARC(dir, clean, corruptions, WriteOptions{Seed: seed})
 	mustErr(t, err, "gaussian_noise.npy", "remove it")
 }
 
@@ -328,4 +336,34 @@ func TestWriteImageNetCErrors(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "contrast", "2", "b_c", "00000000.JPEG")); err != nil {
 		t.Error(err)
 	}
+}
+
+// TestWriteCIFARCFrostInManifest: the frost overlays are part of what made
+// a folder once frost is written into it; frost from other overlays is
+// refused, and writing other corruptions does not need them.
+func TestWriteCIFARCFrostInManifest(t *testing.T) {
+	overlays := filepath.Dir(fixture.Path(t, "assets/corruptions/frost1.png"))
+	other := t.TempDir()
+	for _, name := range []string{"frost1.png", "frost2.png", "frost3.png", "frost4.jpg", "frost5.jpg"} {
+		b, err := os.ReadFile(filepath.Join(overlays, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "frost1.png" {
+			b = append(b, 0) // another file, the same image
+		}
+		os.WriteFile(filepath.Join(other, name), b, 0o644)
+	}
+	clean := cifarLike(2)
+	dir := t.TempDir()
+	if err := WriteCIFARC(dir, clean, []string{"contrast"}, WriteOptions{Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteCIFARC(dir, clean, []string{"frost"}, WriteOptions{Seed: 1, FrostDir: overlays}); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteCIFARC(dir, clean, []string{"contrast", "fog"}, WriteOptions{Seed: 1}); err != nil {
+		t.Fatalf("other corruptions into a folder with frost: %v", err)
+	}
+	mustErr(t, WriteCIFARC(dir, clean, []string{"frost", "contrast"}, WriteOptions{Seed: 1, FrostDir: other}), ManifestFile, "frost overlays")
 }

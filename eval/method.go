@@ -328,8 +328,7 @@ func (r *methodRun) onBatch(b online.BatchRecord) error {
 	if _, err := r.batches.Write(append(line, '\n')); err != nil {
 		return fmt.Errorf("eval: %s: %w", BatchesFile, err)
 	}
-	r.progress.Method, r.progress.Domain = r.name(), b.Stream
-	r.progress.Done += b.Size
+	r.progress.advance(r.name(), b.Stream, b.Size)
 	if r.opt.Progress != nil {
 		r.opt.Progress(*r.progress)
 	}
@@ -363,7 +362,7 @@ func (r *methodRun) record(d *domain, res online.DomainResult, el time.Duration)
 	rec := report.Record{
 		Method: r.name(), Domain: d.name, Corruption: d.corruption, Severity: d.severity,
 		Samples: res.Samples, Correct: res.Correct, Accuracy: res.Accuracy,
-		Seconds: el.Seconds(), Finished: time.Now().UTC(), Build: r.build,
+		Seconds: el.Seconds(), Finished: time.Now().UTC(), Build: r.build, Run: r.opt.runID.digest(d.corruption),
 	}
 	if el > 0 {
 		rec.ImagesPerSecond = float64(res.Samples) / el.Seconds()

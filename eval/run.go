@@ -63,6 +63,10 @@ type Options struct {
 	// DefaultCheckpointEvery, a negative value none. A run being cancelled
 	// checkpoints at once. Only the reset protocol is checkpointed.
 	CheckpointEvery time.Duration
+
+	// runID is the identity of the run, set by Run once the results folder
+	// is checked, that its records carry (identity.digest).
+	runID *identity
 }
 
 // Progress describes how far a run is.
@@ -72,6 +76,37 @@ type Progress struct {
 	// far, and those to be computed (less what checkpoints of unfinished
 	// domains restore, once they are read).
 	Done, Total int
+	// MethodDone and MethodTotal count the images of Method alone, in this
+	// run: methods differ in speed many times over, so that a time left is
+	// estimated per method. MethodsLeft counts the methods after Method
+	// that have images to compute.
+	MethodDone, MethodTotal, MethodsLeft int
+
+	planned    map[string]int // images to compute per method, as planned (planRemaining)
+	order      []string       // the methods, in run order
+	methodFrom int            // Done when Method started
+}
+
+// advance records n more images of method on domain; Total already holds
+// what checkpoints of method restored.
+func (p *Progress) advance(method, domain string, n int) {
+	if method != p.Method {
+		p.methodFrom = p.Done
+	}
+	p.Method, p.Domain = method, domain
+	p.Done += n
+	later, left := 0, 0
+	if i := slices.Index(p.order, method); i >= 0 {
+		for _, m := range p.order[i+1:] {
+			if p.planned[m] > 0 {
+				later += p.planned[m]
+				left++
+			}
+		}
+	}
+	p.MethodDone = p.Done - p.methodFrom
+	p.MethodTotal = p.Total - p.methodFrom - later
+	p.MethodsLeft = left
 }
 
 // Summary is what a run did.
@@ -116,15 +151,16 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Summary, error) {
 		return nil, err
 	}
 	defer e.src.Close()
+	created := missingDirs(cfg.Out)
 	if err := e.lockResults(); err != nil {
 		return nil, err
 	}
 	defer e.lock.Unlock()
 	if err := e.readResults(); err != nil {
-		return nil, err
+		return nil, e.abandon(created, err)
 	}
 	if err := e.openDomains(); err != nil {
-		return nil, err
+		return nil, e.abandon(created, err)
 	}
 	defer closeDomains(e.domains)
 	e.planRemaining()
@@ -212,19 +248,109 @@ func (e *evaluation) lockResults() error {
 	return nil
 }
 
+// missingDirs lists dir and those of its parents that do not exist, the
+// deepest first: what creating dir creates.
+func missingDirs(dir string) []string {
+	var out []string
+	for d := filepath.Clean(dir); !exists(d); d = filepath.Dir(d) {
+		out = append(out, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	return out
+}
+
+// abandon undoes what a run refused before computing anything wrote into
+// a results folder it created (the folders in created): the lock file,
+// run.json and the fingerprint cache, then the folders if they are empty.
+// A folder that existed before the run is left as it is. It returns err.
+func (e *evaluation) abandon(created []string, err error) error {
+	if len(created) == 0 {
+		return err
+	}
+	e.lock.Unlock()
+	for _, name := range []string{dirlock.FileName, RunFile, fingerprintCacheFile} {
+		os.Remove(filepath.Join(e.cfg.Out, name))
+	}
+	for _, d := range created {
+		if os.Remove(d) != nil {
+			break // not empty: something else is in it
+		}
+	}
+	return err
+}
+
 // readResults reads the records already stored in the results folder, and
-// refuses a folder made with another configuration (checkRunFile).
+// refuses a folder made with another configuration (checkRunFile) or
+// records of another run (checkRecords).
 func (e *evaluation) readResults() error {
 	e.resultsPath = filepath.Join(e.cfg.Out, ResultsFile)
 	var err error
-	if e.prior, err = report.ReadRecordsFile(e.resultsPath); err != nil {
-		return fmt.Errorf("eval: %w", err)
+	if e.prior, err = readRecords(e.resultsPath); err != nil {
+		return err
 	}
-	id, err := runIdentity(e.cfg, e.opt, e.tok, e.src)
+	if err := e.resolveFrost(); err != nil {
+		return err
+	}
+	cache := loadHashCache(filepath.Join(e.cfg.Out, fingerprintCacheFile))
+	id, err := runIdentity(e.cfg, e.opt, e.tok, e.src, cache)
 	if err != nil {
 		return err
 	}
-	return checkRunFile(e.cfg, id, len(e.prior) > 0)
+	runPath := filepath.Join(e.cfg.Out, RunFile)
+	_, statErr := os.Stat(runPath)
+	vouched := statErr == nil // run.json vouches for what the folder holds, once checked
+	states, _ := os.ReadDir(filepath.Join(e.cfg.Out, stateDir))
+	if id, err = compareRunFile(e.cfg, id, len(e.prior) > 0 || len(states) > 0, e.logf); err != nil {
+		return err
+	}
+	if err := checkRecords(e.resultsPath, e.prior, id, vouched); err != nil {
+		return err
+	}
+	if err := writeRunFile(e.cfg, id); err != nil {
+		return err
+	}
+	if err := cache.save(); err != nil {
+		e.logf("warning: %v (the next run hashes the data again)", err)
+	}
+	if !vouched && len(states) > 0 {
+		// Nothing vouches for checkpoints made before run.json went missing.
+		e.logf("no %s: the checkpoints in %s cannot be checked against this run; removing them", RunFile, filepath.Join(e.cfg.Out, stateDir))
+		if err := os.RemoveAll(filepath.Join(e.cfg.Out, stateDir)); err != nil {
+			return fmt.Errorf("eval: %w", err)
+		}
+	}
+	e.opt.runID = &id
+	return nil
+}
+
+// readRecords reads a results file; a damaged line is an error that says
+// how to recover.
+func readRecords(path string) ([]report.Record, error) {
+	recs, err := report.ReadRecordsFile(path)
+	if errors.Is(err, report.ErrDamagedLine) {
+		return nil, fmt.Errorf("eval: %w; delete that line (the domain it held is then computed again), or use another --out", err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("eval: %w", err)
+	}
+	return recs, nil
+}
+
+// resolveFrost finds the frost overlays (Options.Frost) when this run makes
+// frost on the fly and Config.FrostDir names none, so that the overlays
+// used are part of the run's identity.
+func (e *evaluation) resolveFrost() error {
+	if e.src.kind != "clean" || !slices.Contains(e.cfg.Corruptions, "frost") || e.cfg.FrostDir != "" || e.opt.Frost == nil {
+		return nil
+	}
+	dir, err := e.opt.Frost()
+	if err != nil {
+		return fmt.Errorf("eval: frost overlays: %w", err)
+	}
+	e.cfg.FrostDir, e.src.cfg.FrostDir = dir, dir
+	return nil
 }
 
 // A plannedDomain is one domain of the run before it is opened.
@@ -293,15 +419,17 @@ func (e *evaluation) planRemaining() {
 	}
 	e.todo = make(map[string][]int, len(e.cfg.Methods))
 	total := 0
+	planned := map[string]int{}
 	for _, name := range e.cfg.Methods {
 		for i, d := range e.domains {
 			if !e.done[[2]string{name, d.name}] {
 				e.todo[name] = append(e.todo[name], i)
 				total += online.Limited(d.Len(), e.cfg.Limit)
+				planned[name] += online.Limited(d.Len(), e.cfg.Limit)
 			}
 		}
 	}
-	e.progress = Progress{Total: total}
+	e.progress = Progress{Total: total, planned: planned, order: e.cfg.Methods}
 }
 
 // runMethod evaluates one method on the domains it has left, and then
@@ -405,30 +533,95 @@ func (e *evaluation) writeReports() error {
 }
 
 // checkRunFile refuses to resume into a folder made with another
-// configuration, and records this run's configuration.
-func checkRunFile(cfg Config, id identity, haveResults bool) error {
-	path := filepath.Join(cfg.Out, RunFile)
-	if b, err := os.ReadFile(path); err == nil && haveResults {
-		var old runFile
-		if err := json.Unmarshal(b, &old); err != nil {
-			return fmt.Errorf("eval: %s: %w", path, err)
-		}
-		if old.Identity != id {
-			return fmt.Errorf("eval: %s holds results of another configuration (%s); use another --out or remove the folder",
-				cfg.Out, identityDiff(old.Identity, id))
-		}
-	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("eval: %w", err)
+// configuration (compareRunFile), and records this run's configuration
+// (writeRunFile). It returns the identity recorded.
+func checkRunFile(cfg Config, id identity, haveResults bool) (identity, error) {
+	id, err := compareRunFile(cfg, id, haveResults, nil)
+	if err != nil {
+		return id, err
 	}
+	return id, writeRunFile(cfg, id)
+}
+
+// compareRunFile refuses to resume into a folder whose run.json names
+// another identity, when the folder holds results or checkpoints. It
+// returns id completed with what this run did not use from the folder's
+// identity (see identity.merge).
+//
+// A run.json of a build that identified a data folder by its files' names
+// and sizes, or a data file over maxHashedBytes by its ends, is accepted
+// when those still match and nothing else differs (logf says so): the
+// folder then records the data by content. It is the one case where a
+// change of contents before this run could go unseen.
+func compareRunFile(cfg Config, id identity, haveResults bool, logf func(string, ...any)) (identity, error) {
+	path := filepath.Join(cfg.Out, RunFile)
+	b, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return id, fmt.Errorf("eval: %w", err)
+	}
+	if err != nil || !haveResults {
+		return id, nil
+	}
+	var old runFile
+	if err := json.Unmarshal(b, &old); err != nil {
+		return id, fmt.Errorf("eval: %s: %w", path, err)
+	}
+	merged, diff := id.merge(old.Identity)
+	if diff != "" && old.Identity.Data != id.Data {
+		if legacy, err := legacyDataFingerprint(cfg.Data); err == nil && legacy == old.Identity.Data {
+			upgraded := old.Identity
+			upgraded.Data = id.Data
+			if m, d := id.merge(upgraded); d == "" {
+				if logf != nil {
+					logf("%s: the data was identified by an earlier build as %q, which still matches; it is now identified by content as %q",
+						path, legacy, id.Data)
+				}
+				merged, diff = m, d
+			}
+		}
+	}
+	if diff != "" {
+		return id, fmt.Errorf("eval: %s holds results of another configuration (%s); use another --out or remove the folder",
+			cfg.Out, diff)
+	}
+	return merged, nil
+}
+
+// writeRunFile records the run's identity and configuration in run.json.
+func writeRunFile(cfg Config, id identity) error {
 	b, err := json.MarshalIndent(runFile{Identity: id, Config: cfg}, "", "  ")
 	if err != nil {
 		return fmt.Errorf("eval: %w", err)
 	}
-	return writeFileAtomic(path, append(b, '\n'))
+	return writeFileAtomic(filepath.Join(cfg.Out, RunFile), append(b, '\n'))
 }
 
-// runIdentity fingerprints the run's inputs (see identity).
-func runIdentity(cfg Config, opt Options, tok textenc.Tokenizer, src *source) (identity, error) {
+// checkRecords refuses records made by another run: each record that
+// names its run must name id's digest for its domain (identity.digest);
+// records that name none (written before records did) are trusted only
+// when the folder's run.json vouched for them.
+func checkRecords(path string, recs []report.Record, id identity, vouched bool) error {
+	unnamed := 0
+	for _, r := range recs {
+		if r.Run == "" {
+			unnamed++
+			continue
+		}
+		if want := id.digest(r.Corruption); r.Run != want {
+			return fmt.Errorf("eval: %s: the record of %s on %s was computed by another configuration (run %s; this run is %s): delete its line to compute it again, or use another --out",
+				path, r.Method, r.Domain, r.Run, want)
+		}
+	}
+	if unnamed > 0 && !vouched {
+		return fmt.Errorf("eval: %s: %d records carry no run identity (written by an earlier build) and %s is missing, so nothing shows they belong to this configuration: restore %s, delete %s to compute them again, or use another --out",
+			path, unnamed, RunFile, RunFile, path)
+	}
+	return nil
+}
+
+// runIdentity fingerprints the run's inputs (see identity); the data's
+// files are hashed through cache.
+func runIdentity(cfg Config, opt Options, tok textenc.Tokenizer, src *source, cache *hashCache) (identity, error) {
 	id := identity{Dataset: cfg.Dataset, Limit: cfg.Limit, BatchSize: cfg.BatchSize, Views: cfg.Views, Protocol: cfg.Protocol,
 		NoShuffle: cfg.NoShuffle, Seed: cfg.Seed, CorruptSeed: cfg.CorruptSeed}
 	var err error
@@ -438,34 +631,34 @@ func runIdentity(cfg Config, opt Options, tok textenc.Tokenizer, src *source) (i
 	case opt.Model != nil:
 		return id, errors.New("eval: Options.Model needs Options.ModelID, the model's fingerprint")
 	default:
-		if id.Model, err = fingerprint(cfg.Model, true); err != nil {
+		if id.Model, err = fingerprint(cfg.Model, nil); err != nil {
 			return id, err
 		}
 	}
-	if id.ModelConfig, err = fingerprint(cfg.ModelConfig, true); err != nil {
+	if id.ModelConfig, err = fingerprint(cfg.ModelConfig, nil); err != nil {
 		return id, err
 	}
 	if cfg.Arch != "" {
 		id.ModelConfig = "open_clip " + cfg.Arch
 	}
 	if cfg.Vocab != "" {
-		if id.Tokenizer, err = fingerprint(cfg.Vocab, true); err != nil {
+		if id.Tokenizer, err = fingerprint(cfg.Vocab, nil); err != nil {
 			return id, err
 		}
 	} else {
 		id.Tokenizer = fmt.Sprintf("%T", tok)
 	}
-	if id.Data, err = fingerprint(cfg.Data, false); err != nil {
+	if id.Data, err = fingerprint(cfg.Data, cache); err != nil {
 		return id, err
 	}
-	if id.Labels, err = fingerprint(cfg.Labels, true); err != nil {
+	if id.Labels, err = fingerprint(cfg.Labels, nil); err != nil {
 		return id, err
 	}
-	if id.SubsetList, err = fingerprint(cfg.SubsetList, true); err != nil {
+	if id.SubsetList, err = fingerprint(cfg.SubsetList, nil); err != nil {
 		return id, err
 	}
-	if src.kind == "clean" && slices.Contains(cfg.Corruptions, "frost") && cfg.FrostDir != "" {
-		if id.Frost, err = frostFingerprint(cfg.FrostDir); err != nil {
+	if src.kind == "clean" && slices.Contains(cfg.Corruptions, "frost") && src.cfg.FrostDir != "" {
+		if id.Frost, err = frostFingerprint(src.cfg.FrostDir); err != nil {
 			return id, err
 		}
 	}

@@ -11,10 +11,15 @@ import (
 	"os"
 )
 
+// ErrDamagedLine is wrapped by the error for a line of a records file that
+// is not a record, other than a last line cut short.
+var ErrDamagedLine = errors.New("damaged record")
+
 // ReadRecords reads records in JSON Lines format, one JSON object per line.
 // Blank lines are skipped. A last line without a terminating newline that
 // does not parse is taken to be a write cut short by a killed run and is
-// ignored; a malformed line anywhere else is an error that names the line.
+// ignored; a malformed line anywhere else is an error that names the line
+// and wraps ErrDamagedLine.
 func ReadRecords(r io.Reader) ([]Record, error) {
 	return readRecords(r, "")
 }
@@ -58,7 +63,7 @@ func readRecords(r io.Reader, name string) ([]Record, error) {
 					// A truncated last line from a killed run.
 					return recs, nil
 				}
-				return recs, fmt.Errorf("report: %s: %w", where(line), perr)
+				return recs, fmt.Errorf("report: %s: %w: %w", where(line), ErrDamagedLine, perr)
 			}
 			recs = append(recs, rec)
 		}

@@ -33,4 +33,9 @@ type Record struct {
 	// Build is the Environment.Build of the binary that computed the
 	// record; empty in records written before it was kept.
 	Build string `json:"build,omitempty"`
+	// Run identifies the configuration and inputs that produced the record
+	// (a digest of what eval calls the run's identity, restricted to the
+	// inputs this domain used); a run refuses to resume records of another.
+	// Empty in records written before it was kept.
+	Run string `json:"run,omitempty"`
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"image/png"
 	"math"
 	"math/rand/v2"
@@ -277,8 +278,8 @@ func TestReadRecords(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ReadRecords(strings.NewReader(tc.text))
 			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err %v, want one naming %q", err, tc.wantErr)
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !errors.Is(err, ErrDamagedLine) {
+					t.Fatalf("err %v, want one naming %q that wraps ErrDamagedLine", err, tc.wantErr)
 				}
 				return
 			}

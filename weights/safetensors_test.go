@@ -281,3 +281,38 @@ func TestOpenTruncatedFixture(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// TestWriteFileMode: a written model is readable by all (0644), as every
+// other file the commands write, not private as a temporary file is.
+func TestWriteFileMode(t *testing.T) {
+	for _, name := range []string{"m.safetensors", "m.safetensors.zst"} {
+		path := filepath.Join(t.TempDir(), name)
+		if err := WriteFile(path, testTensors(), nil); err != nil {
+			t.Fatal(err)
+		}
+		st, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := st.Mode().Perm(); m != 0o644 {
+			t.Errorf("%s: mode %04o, want 0644", name, m)
+		}
+	}
+}
+
+// TestWriteFileToDirectory: writing a model over a folder is refused
+// naming the folder, rather than as a temporary file's failed rename, and
+// leaves nothing in it.
+func TestWriteFileToDirectory(t *testing.T) {
+	dir := t.TempDir()
+	err := WriteFile(dir, testTensors(), nil)
+	if err == nil || !strings.Contains(err.Error(), dir+" is a directory") || strings.Contains(err.Error(), ".tmp") {
+		t.Fatalf("error %v, want one saying %s is a directory", err, dir)
+	}
+	parent, _ := os.ReadDir(filepath.Dir(dir))
+	for _, e := range parent {
+		if strings.Contains(e.Name(), ".tmp") {
+			t.Errorf("left %s behind", e.Name())
+		}
+	}
+}

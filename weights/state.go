@@ -3,6 +3,7 @@ package weights
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 )
 
@@ -95,6 +96,30 @@ func (s *State) Delete(name string) {
 
 // ErrShape is wrapped by the errors for a tensor of the wrong shape.
 var ErrShape = errors.New("wrong shape")
+
+// ErrNotFinite is wrapped by CheckFinite's error for a tensor holding a
+// NaN or an infinity.
+var ErrNotFinite = errors.New("not finite")
+
+// CheckFinite returns an error wrapping ErrNotFinite that names the first
+// of the named tensors holding a NaN or an infinity, and where: a model
+// with such a weight computes NaN for every input, which is better refused
+// at loading than printed as probabilities. Names the state lacks are
+// skipped.
+func (s *State) CheckFinite(names []string) error {
+	for _, name := range names {
+		p, ok := s.params[name]
+		if !ok {
+			continue
+		}
+		for i, v := range p.Data {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				return fmt.Errorf("weights: %s: tensor %q: element %d of %d is %v: %w", s.Source, name, i, len(p.Data), v, ErrNotFinite)
+			}
+		}
+	}
+	return nil
+}
 
 // Param returns the tensor called name, or an error wrapping ErrNotFound
 // that names the source and the tensor.

@@ -308,3 +308,28 @@ func TestOpenAIExtras(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestCheckFinite: a NaN or an infinity in a named tensor is an error
+// naming it; other tensors and absent names do not matter.
+func TestCheckFinite(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		value float32
+		want  string // "" for no error
+	}{
+		{"finite", 1.5, ""},
+		{"nan", float32(math.NaN()), `tensor "w": element 1 of 3 is NaN`},
+		{"inf", float32(math.Inf(-1)), `tensor "w": element 1 of 3 is -Inf`},
+	} {
+		s := NewState("m.safetensors")
+		s.Set(&Param{Name: "w", Shape: []int{3}, Data: []float32{0, tc.value, 2}})
+		s.Set(&Param{Name: "unused", Shape: []int{1}, Data: []float32{float32(math.NaN())}})
+		err := s.CheckFinite([]string{"w", "absent"})
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrNotFinite)):
+			t.Errorf("%s: error %v, want one with %q wrapping ErrNotFinite", tc.name, err, tc.want)
+		}
+	}
+}

@@ -231,12 +231,17 @@ func putFloat(p []byte, dt DType, v64 float64, v32 float32) {
 
 // WriteFile writes a safetensors file at path, zstd-compressed when the
 // name ends in ".zst". It writes to a temporary file in the same directory
-// and renames it, so that a reader never sees a partial file.
+// and renames it, so that a reader never sees a partial file. The file is
+// readable by all (mode 0644), as a file written in one go would be; path
+// must not be a directory.
 func WriteFile(path string, tensors []Tensor, metadata map[string]string) error {
 	return writeFile(path, tensors, metadata, strings.HasSuffix(path, ".zst"))
 }
 
 func writeFile(path string, tensors []Tensor, metadata map[string]string, compress bool) (err error) {
+	if st, serr := os.Stat(path); serr == nil && st.IsDir() {
+		return fmt.Errorf("weights: %s is a directory: give a file name", path)
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {
 		return fmt.Errorf("weights: %w", err)
@@ -254,6 +259,9 @@ func writeFile(path string, tensors []Tensor, metadata map[string]string, compre
 	}
 	if err != nil {
 		return fmt.Errorf("%w (writing %s)", err, path)
+	}
+	if err = tmp.Chmod(0o644); err != nil { // CreateTemp makes it private
+		return fmt.Errorf("weights: %s: %w", path, err)
 	}
 	if err = tmp.Close(); err != nil {
 		return fmt.Errorf("weights: %s: %w", path, err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/subtta/subtta/data"
 	"github.com/subtta/subtta/data/corrupt"
+	"github.com/subtta/subtta/eval"
 )
 
 func runCorrupt(args []string, stdout, stderr io.Writer) error {
@@ -82,7 +83,11 @@ func runCorrupt(args []string, stdout, stderr io.Writer) error {
 	name := clean.Name()
 	clean = data.Spread(clean, *limit)
 
-	opts := data.WriteOptions{Seed: *seed, Workers: *workers}
+	source, err := cleanSource(*dataset, *dataPath, *subset, *labels)
+	if err != nil {
+		return err
+	}
+	opts := data.WriteOptions{Seed: *seed, Workers: *workers, Source: source}
 	if slices.Contains(names, "frost") {
 		if opts.FrostDir, err = frostDir(*frost, stderr); err != nil {
 			return err
@@ -134,6 +139,24 @@ func runCorrupt(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "wrote %d corrupted images of %s (%s%s) to %s in %s, %.1f img/s\n",
 		toWrite, name, shape, skipped, *out, el.Round(time.Millisecond), float64(toWrite)/max(el.Seconds(), 1e-9))
 	return nil
+}
+
+// cleanSource identifies the clean images of a corrupt command by the
+// contents of the files they come from (data.WriteOptions.Source), not
+// by the paths naming them.
+func cleanSource(dataset, dataPath, subset, labels string) (string, error) {
+	src := dataset
+	for _, in := range []struct{ flag, path string }{{"data", dataPath}, {"subset", subset}, {"labels", labels}} {
+		if in.path == "" {
+			continue
+		}
+		fp, err := eval.Fingerprint(in.path)
+		if err != nil {
+			return "", fmt.Errorf("--%s: %w", in.flag, err)
+		}
+		src += fmt.Sprintf("; %s %s", in.flag, fp)
+	}
+	return src, nil
 }
 
 // parseCorruptions reads a comma-separated list of corruption names, or

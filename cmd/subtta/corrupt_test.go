@@ -290,3 +290,45 @@ func TestCorruptSharedCIFAR10(t *testing.T) {
 	}
 	checkCIFARC(t, out, spread, []string{"gaussian_noise", "frost"}, 3, 1, frost)
 }
+
+// TestCorruptFolderRecordsItsMaker: a folder records the seed, severities
+// and clean images that made it; writing into it with another is refused,
+// naming what differs, and leaves its files as they were.
+func TestCorruptFolderRecordsItsMaker(t *testing.T) {
+	tmp := t.TempDir()
+	clean := filepath.Join(tmp, "clean")
+	writeNoisePNGs(t, clean, 40, 30, "n01440764/a.png", "n01440764/b.png", "n01443537/c.png")
+	out := filepath.Join(tmp, "ImageNet-C")
+	base := []string{"corrupt", "--dataset", "imagenet", "--data", clean, "--out", out, "--corruptions", "contrast", "--workers", "1"}
+	with := func(extra ...string) []string { return append(slices.Clone(base), extra...) }
+	if st, _, stderr := runCLI(with("--seed", "1", "--severities", "1,2")...); st != 0 {
+		t.Fatalf("status %d: %s", st, stderr)
+	}
+	written := filepath.Join(out, "contrast", "2", "n01440764", "a.JPEG")
+	before, err := os.ReadFile(written)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(tmp, "other")
+	writeNoisePNGs(t, other, 40, 31, "n01440764/a.png", "n01440764/b.png", "n01443537/c.png")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{with("--seed", "2", "--severities", "1,2"), "seed 1, not 2"},
+		{with("--seed", "1", "--severities", "1,2,3"), "severities [1 2], not [1 2 3]"},
+		{with("--seed", "1", "--severities", "1,2", "--limit", "2"), "images"},
+		{[]string{"corrupt", "--dataset", "imagenet", "--data", other, "--out", out, "--corruptions", "contrast", "--seed", "1", "--severities", "1,2"}, "source"},
+	} {
+		st, stdout, stderr := runCLI(tc.args...)
+		if st != 1 || !strings.Contains(stderr, tc.want) || !strings.Contains(stderr, "corrupt.json") {
+			t.Errorf("%q: status %d, stdout %q, stderr %q; want 1 and an error naming %q", tc.args[8:], st, stdout, stderr, tc.want)
+		}
+	}
+	if after, _ := os.ReadFile(written); !bytes.Equal(before, after) {
+		t.Error("a refused run changed the folder's images")
+	}
+	if st, stdout, stderr := runCLI(with("--seed", "1", "--severities", "1,2")...); st != 0 || !strings.Contains(stdout, "nothing to write") {
+		t.Errorf("the same command again: status %d, stdout %q, stderr %q", st, stdout, stderr)
+	}
+}

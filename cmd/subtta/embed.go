@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -150,8 +151,12 @@ func runClassify(args []string, stdout, stderr io.Writer) error {
 			classes = append(classes, l)
 		}
 	}
+	labelsGiven := false
+	fs.Visit(func(f *flag.Flag) { labelsGiven = labelsGiven || f.Name == "labels" })
 	templates := []string{*template}
 	switch {
+	case labelsGiven && len(classes) == 0:
+		return usagef("--labels %q: no label (leave the flag out for the built-in model's CIFAR-10 classes)", *labels)
 	case len(classes) == 0 && !isBuiltin(*model):
 		return usagef("give --labels (the built-in model alone defaults to CIFAR-10's classes)")
 	case len(classes) == 0:

@@ -166,9 +166,14 @@ func (f *evalFlags) config() (eval.Config, error) {
 		case "subset":
 			cfg.SubsetList = *f.subset
 		case "methods":
-			cfg.Methods = splitList(*f.methods)
+			if cfg.Methods = splitList(*f.methods); len(cfg.Methods) == 0 {
+				err = fmt.Errorf("%q: no method (the default is given by leaving the flag out)", *f.methods)
+			}
 		case "corruptions":
 			cfg.Corruptions = nil
+			if len(splitList(*f.corruptions)) == 0 {
+				err = fmt.Errorf("%q: no corruption (the default is given by leaving the flag out)", *f.corruptions)
+			}
 			for _, c := range splitList(*f.corruptions) {
 				if c == "all" { // the 15, in the benchmark's order ("clean,all" too)
 					cfg.Corruptions = append(cfg.Corruptions, corrupt.Names()...)
@@ -177,7 +182,9 @@ func (f *evalFlags) config() (eval.Config, error) {
 				}
 			}
 		case "severities":
-			cfg.Severities, err = parseInts(*f.severities)
+			if cfg.Severities, err = parseInts(*f.severities); err == nil && len(cfg.Severities) == 0 {
+				err = fmt.Errorf("%q: no severity (the default is given by leaving the flag out)", *f.severities)
+			}
 		case "limit":
 			cfg.Limit = *f.limit
 		case "batch-size":
@@ -205,7 +212,7 @@ func (f *evalFlags) config() (eval.Config, error) {
 			cfg.Workers = *f.workers
 		}
 		if err != nil && flagErr == nil {
-			flagErr = usagef("--%s: %v", fl.Name, err)
+			flagErr = usagef("--%s %v", fl.Name, err)
 		}
 	})
 	if flagErr != nil {
@@ -289,16 +296,23 @@ func evalOptions(cfg eval.Config, stderr io.Writer) (eval.Options, error) {
 // progressTo returns an eval.Options.Progress that draws *bar on w, made at
 // the first report; its rate counts from now, the start of the work.
 func progressTo(w io.Writer, bar **progressBar) func(eval.Progress) {
+	return progressWith(w, bar, time.Now)
+}
+
+// progressWith is progressTo on the clock now.
+func progressWith(w io.Writer, bar **progressBar, now func() time.Time) func(eval.Progress) {
 	last := 0
-	started := time.Now()
+	started := now()
 	return func(p eval.Progress) {
+		t := now()
 		if *bar == nil {
 			*bar = newProgress(w, "", p.Total)
 			(*bar).start = started
 		}
 		(*bar).SetLabel(fmt.Sprintf("%s %s", p.Method, p.Domain))
 		(*bar).SetTotal(p.Total)
-		(*bar).Add(p.Done - last)
+		(*bar).setMethod(t, p.Method, p.MethodDone, p.MethodTotal, p.MethodsLeft)
+		(*bar).addAt(t, p.Done-last)
 		last = p.Done
 	}
 }
@@ -331,7 +345,7 @@ func parseInts(s string) ([]int, error) {
 	for _, x := range splitList(s) {
 		v, err := strconv.Atoi(x)
 		if err != nil {
-			return nil, fmt.Errorf("%q is not an integer", x)
+			return nil, fmt.Errorf("%q: %q is not an integer", s, x)
 		}
 		out = append(out, v)
 	}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/subtta/subtta/builtin"
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/internal/fixture"
 	"github.com/subtta/subtta/pretrain"
@@ -40,6 +41,13 @@ func TestRunExitCodes(t *testing.T) {
 		{[]string{"bench", "--only", "forwar"}, 2, `unknown measurement "forwar"`},
 		{[]string{"classify", "--labels", "cat,dog,cat", "x.png"}, 2, `"cat" is given twice`},
 		{[]string{"version", "now"}, 2, "version takes no arguments"},
+		// A list flag given empty is an error, not the default.
+		{[]string{"classify", "--labels", ",,,", "x.png"}, 2, `--labels ",,,": no label`},
+		{[]string{"classify", "--labels", "", "x.png"}, 2, `--labels "": no label`},
+		{[]string{"eval", "--methods", ""}, 2, `--methods "": no method`},
+		{[]string{"eval", "--methods", " , "}, 2, `--methods " , ": no method`},
+		{[]string{"eval", "--corruptions", ","}, 2, `--corruptions ",": no corruption`},
+		{[]string{"eval", "--severities", ""}, 2, `--severities "": no severity`},
 	} {
 		var out, errb bytes.Buffer
 		if got := run(tc.args, &out, &errb); got != tc.status || !strings.Contains(errb.String(), tc.stderr) {
@@ -293,5 +301,62 @@ func TestArchFlag(t *testing.T) {
 		if st != tc.status || !strings.Contains(errb.String(), tc.want) {
 			t.Errorf("%q: status %d, stderr %q; want %d and %q", tc.args, st, errb.String(), tc.status, tc.want)
 		}
+	}
+}
+
+// TestNaNWeightsRefused: a checkpoint with a NaN weight is refused naming
+// the tensor, rather than classifying into NaN probabilities.
+func TestNaNWeightsRefused(t *testing.T) {
+	dir := t.TempDir()
+	s, _, err := weights.LoadCLIPBytes("builtin.safetensors.zst", builtin.ModelBytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const bad = "visual.transformer.resblocks.2.mlp.c_fc.weight"
+	p, err := s.Param(bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Data[7] = float32(math.NaN())
+	model := filepath.Join(dir, "nan.safetensors")
+	if err := weights.WriteFile(model, s.Tensors(weights.F32), s.Metadata); err != nil {
+		t.Fatal(err)
+	}
+	img := filepath.Join(dir, "img.png")
+	f, _ := os.Create(img)
+	png.Encode(f, image.NewNRGBA(image.Rect(0, 0, 32, 32)))
+	f.Close()
+	var out, errb bytes.Buffer
+	st := run([]string{"classify", "--model", model, "--labels", "cat,dog", img}, &out, &errb)
+	if st != 1 || !strings.Contains(errb.String(), bad) || !strings.Contains(errb.String(), "NaN") {
+		t.Errorf("status %d, stderr %q, stdout %q; want 1 and an error naming %s", st, errb.String(), out.String(), bad)
+	}
+}
+
+// TestTokenizeOffline: without --vocab (and $SUBTTA_VOCAB), tokenize uses
+// the built-in model's byte-level tokenizer, says so, and downloads
+// nothing.
+func TestTokenizeOffline(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv("SUBTTA_CACHE", cache)
+	t.Setenv("SUBTTA_VOCAB", "")
+	var out, errb bytes.Buffer
+	if st := run([]string{"tokenize", "a photo of a cat."}, &out, &errb); st != 0 {
+		t.Fatalf("status %d: %s", st, errb.String())
+	}
+	var rows []struct{ IDs, Padded []int }
+	if err := json.Unmarshal(out.Bytes(), &rows); err != nil || len(rows) != 1 {
+		t.Fatalf("output %q: %v", out.String(), err)
+	}
+	tok := textenc.ByteTokenizer{}
+	want, _ := tok.Tokenize("a photo of a cat.", 77, true)
+	if !slices.Equal(rows[0].IDs, tok.Encode("a photo of a cat.")) || !slices.Equal(rows[0].Padded, want) {
+		t.Errorf("ids %v, padded %v; want the byte-level tokenizer's", rows[0].IDs, rows[0].Padded)
+	}
+	if !strings.Contains(errb.String(), "byte-level") || !strings.Contains(errb.String(), "--vocab") {
+		t.Errorf("stderr %q: want a note that these are byte-level tokens and that --vocab gives CLIP's BPE", errb.String())
+	}
+	if entries, _ := os.ReadDir(cache); len(entries) > 0 {
+		t.Errorf("tokenize wrote into the cache: %v", entries)
 	}
 }

@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 
+	"github.com/subtta/subtta/builtin"
 	"github.com/subtta/subtta/textenc"
 )
 
@@ -13,7 +15,7 @@ const maxContext = 4096
 
 func runTokenize(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("tokenize", "TEXT...", stderr)
-	vocab := fs.String("vocab", "", "CLIP vocabulary: bpe_simple_vocab_16e6.txt.gz, vocab.json+merges.txt folder, or tokenizer.json (default: $SUBTTA_VOCAB, else downloaded into the cache)")
+	vocab := fs.String("vocab", "", "CLIP vocabulary: bpe_simple_vocab_16e6.txt.gz, vocab.json+merges.txt folder, or tokenizer.json (default: $SUBTTA_VOCAB, else the built-in model's byte-level tokenizer; nothing is downloaded)")
 	ctx := fs.Int("context", 77, "context length of the padded ids")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -24,7 +26,7 @@ func runTokenize(args []string, stdout, stderr io.Writer) error {
 	if *ctx < 2 || *ctx > maxContext {
 		return usagef("--context %d: want 2 to %d (the start and end tokens take two)", *ctx, maxContext)
 	}
-	tok, err := loadTokenizer(*vocab, stderr)
+	tok, err := tokenizeTokenizer(*vocab, stderr)
 	if err != nil {
 		return err
 	}
@@ -43,6 +45,26 @@ func runTokenize(args []string, stdout, stderr io.Writer) error {
 		out = append(out, row{Text: text, IDs: tok.Encode(text), Padded: padded})
 	}
 	return writeJSON(stdout, out)
+}
+
+// tokenizeTokenizer is tokenize's tokenizer: CLIP's BPE from vocab or
+// $SUBTTA_VOCAB, else the built-in model's byte-level tokenizer, with a
+// note on stderr saying so. It never downloads: a vocabulary is used only
+// when named, so that the command's output does not depend on the network
+// or on what a cache happens to hold.
+func tokenizeTokenizer(vocab string, stderr io.Writer) (textenc.Tokenizer, error) {
+	if vocab == "" {
+		vocab = os.Getenv("SUBTTA_VOCAB")
+	}
+	if vocab == "" {
+		fmt.Fprintln(stderr, "byte-level tokens (the built-in model's tokenizer); give --vocab or SUBTTA_VOCAB for CLIP's BPE")
+		return builtin.Tokenizer(), nil
+	}
+	t, err := textenc.LoadBPETokenizer(vocab)
+	if err != nil {
+		return nil, fmt.Errorf("--vocab: %w", err)
+	}
+	return t, nil
 }
 
 // warnCut prints a warning for each text that does not fit in the context
