@@ -97,6 +97,9 @@ type ECALPGraph struct {
 	// candidates with their spares, and the class neighbours.
 	images []ECALPNeighbours
 	texts  []ECALPNeighbours
+	// used are the image lists of the current step's graph (the first k
+	// of images, selected anew for the newest image).
+	used []ECALPNeighbours
 	// prior is Y⁰ for the next image: per node its class and value (the
 	// largest entry of the final labels, divided by 5), duplicate included.
 	priorClass []int
@@ -143,7 +146,7 @@ func ECALPVarianceWeights(text mat.Matrix) []float64 {
 // image).
 func (g *ECALPGraph) Reset() {
 	g.feat, g.weighted, g.unit = nil, nil, nil
-	g.images, g.texts = nil, nil
+	g.images, g.texts, g.used = nil, nil, nil
 	g.priorClass, g.priorValue = nil, nil
 }
 
@@ -243,6 +246,7 @@ func (g *ECALPGraph) expand() {
 			}
 			g.images = append(g.images, topK(sims, nil, kIm))
 		}
+		g.used = append(g.used[:0], g.images...)
 		return
 	}
 
@@ -278,28 +282,30 @@ func (g *ECALPGraph) expand() {
 	}
 	fresh := topK(s, nil, kNew)
 	g.images = append(rows, fresh, fresh.clone())
+	// The lists used are every stored list's first k, except the newest
+	// image's and its duplicate's, which the code selects again with k.
+	g.used = g.used[:0]
+	for _, l := range rows {
+		g.used = append(g.used, ECALPNeighbours{Index: l.Index[:kIm], Sim: l.Sim[:kIm]})
+	}
+	used := topK(s, nil, kIm)
+	g.used = append(g.used, used, used.clone())
 }
 
-// topK returns the k largest of sims (NaN first, as torch's comparator),
-// best first, ties to the earlier position, with their indices idx (nil:
-// the positions themselves).
+// topK returns the k largest of sims, best first, with their indices
+// idx (nil: the positions themselves), in torch's order (topk.go).
 func topK(sims []float64, idx []int, k int) ECALPNeighbours {
-	order := make([]int, len(sims))
-	for i := range order {
-		order[i] = i
-	}
-	sort.SliceStable(order, func(a, b int) bool {
-		x, y := sims[order[a]], sims[order[b]]
-		return (math.IsNaN(x) && !math.IsNaN(y)) || x > y
-	})
-	k = min(k, len(sims))
-	out := ECALPNeighbours{Index: make([]int, k), Sim: make([]float64, k)}
-	for i, p := range order[:k] {
-		out.Sim[i] = sims[p]
-		out.Index[i] = p
+	q := make([]rankItem, len(sims))
+	for i, v := range sims {
+		q[i] = rankItem{v: v, idx: i}
 		if idx != nil {
-			out.Index[i] = idx[p]
+			q[i].idx = idx[i]
 		}
+	}
+	top := torchTopK(q, k)
+	out := ECALPNeighbours{Index: make([]int, len(top)), Sim: make([]float64, len(top))}
+	for i, it := range top {
+		out.Index[i], out.Sim[i] = it.idx, it.v
 	}
 	return out
 }
@@ -314,7 +320,6 @@ type sparseRow struct {
 // keeps the next prior ([E] iterative_label_propagation).
 func (g *ECALPGraph) propagate(c int, tr *ecalpTrace) *ECALPResult {
 	n := len(g.images)
-	kIm := min(g.cfg.KImage, n)
 	total := c + n
 	// K: the directed edges image → neighbour with weight sim^γ (zeros
 	// dropped, as knn_to_weighted_adj_matrix does); W = K + Kᵀ, coalesced.
@@ -328,8 +333,8 @@ func (g *ECALPGraph) propagate(c int, tr *ecalpTrace) *ECALPResult {
 		adj[b].col, adj[b].val = append(adj[b].col, a), append(adj[b].val, v)
 	}
 	for r := range n {
-		im := g.images[r]
-		for j := range min(kIm, len(im.Index)) {
+		im := g.used[r]
+		for j := range im.Index {
 			edge(c+r, c+im.Index[j], im.Sim[j])
 		}
 		for j, k := range g.texts[r].Index {
@@ -364,12 +369,7 @@ func (g *ECALPGraph) propagate(c int, tr *ecalpTrace) *ECALPResult {
 		}
 	}
 	if tr != nil {
-		tr.images = make([]ECALPNeighbours, n)
-		for r := range n {
-			l := g.images[r]
-			k := min(kIm, len(l.Index))
-			tr.images[r] = ECALPNeighbours{Index: l.Index[:k], Sim: l.Sim[:k]}
-		}
+		tr.images = g.used
 		tr.texts = g.texts
 		tr.wTilde = mat.NewDense(total, total, nil)
 		for a, row := range adj {
