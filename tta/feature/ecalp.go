@@ -190,9 +190,17 @@ func (g *ECALPGraph) step(f []float64, tr *ecalpTrace) (*ECALPResult, error) {
 			return nil, errors.New("feature: ecalp: image feature is not finite")
 		}
 	}
+	g.addFeature(f)
+	g.expand()
+	return g.propagate(c, tr), nil
+}
+
+// addFeature appends a copy of the image feature f with its weighted and
+// plain normalisations.
+func (g *ECALPGraph) addFeature(f []float64) {
 	f = slices.Clone(f)
-	wf := make([]float64, d)
-	for j := range d {
+	wf := make([]float64, len(f))
+	for j := range f {
 		wf[j] = g.w[j] * f[j]
 	}
 	unit := slices.Clone(f)
@@ -201,8 +209,6 @@ func (g *ECALPGraph) step(f []float64, tr *ecalpTrace) (*ECALPResult, error) {
 	g.feat = append(g.feat, f)
 	g.weighted = append(g.weighted, wf)
 	g.unit = append(g.unit, unit)
-	g.expand()
-	return g.propagate(c, tr), nil
 }
 
 // node returns image node q's features (the last node is the duplicate of
@@ -497,4 +503,98 @@ func denseRows(rows []sparseRow, c int) *mat.Dense {
 		}
 	}
 	return out
+}
+
+// ECALPState is an ECALPGraph's state between two images, for saving: the
+// images' features as Step received them (f₀…f_i), and per node, the
+// duplicate of f_i included (i+2 rows), the stored image candidates with
+// their spares, the class neighbours and the prior for the next image
+// (class and value; a value of 0 is no prior).
+type ECALPState struct {
+	Features   [][]float64
+	Images     []ECALPNeighbours
+	Texts      []ECALPNeighbours
+	PriorClass []int
+	PriorValue []float64
+}
+
+// State returns a copy of the graph's state.
+func (g *ECALPGraph) State() ECALPState {
+	s := ECALPState{PriorClass: slices.Clone(g.priorClass), PriorValue: slices.Clone(g.priorValue)}
+	for _, f := range g.feat {
+		s.Features = append(s.Features, slices.Clone(f))
+	}
+	for _, l := range g.images {
+		s.Images = append(s.Images, l.clone())
+	}
+	for _, l := range g.texts {
+		s.Texts = append(s.Texts, l.clone())
+	}
+	return s
+}
+
+// SetState replaces the graph's state with a copy of s, after checking
+// that it fits the graph's classes, dimensions and k; errors wrap
+// ErrStateMismatch and leave the graph unchanged.
+func (g *ECALPGraph) SetState(s ECALPState) error {
+	c, d := g.text.Dims()
+	m := len(s.Features)
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: ecalp: "+format, append([]any{ErrStateMismatch}, a...)...)
+	}
+	if m == 0 {
+		if len(s.Images)+len(s.Texts)+len(s.PriorClass)+len(s.PriorValue) != 0 {
+			return bad("neighbour lists or prior without features")
+		}
+		g.Reset()
+		return nil
+	}
+	n := m + 1
+	if len(s.Images) != n || len(s.Texts) != n || len(s.PriorClass) != n || len(s.PriorValue) != n {
+		return bad("%d images need %d rows of image lists, class lists and prior; got %d, %d, %d, %d",
+			m, n, len(s.Images), len(s.Texts), len(s.PriorClass), len(s.PriorValue))
+	}
+	for i, f := range s.Features {
+		if len(f) != d {
+			return bad("feature %d has %d dims, the text features %d", i, len(f), d)
+		}
+		for _, v := range f {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return bad("feature %d is not finite", i)
+			}
+		}
+	}
+	kIm, kTxt := min(g.cfg.KImage, n), min(g.cfg.KText, c)
+	for r := range n {
+		im, tx := s.Images[r], s.Texts[r]
+		if len(im.Index) != len(im.Sim) || len(im.Index) < kIm || len(im.Index) > kIm+2 {
+			return bad("node %d keeps %d image candidates (%d similarities), want %d to %d", r, len(im.Index), len(im.Sim), kIm, kIm+2)
+		}
+		for _, q := range im.Index {
+			if q < 0 || q >= n {
+				return bad("node %d has image neighbour %d of %d nodes", r, q, n)
+			}
+		}
+		if len(tx.Index) != kTxt || len(tx.Sim) != kTxt {
+			return bad("node %d has %d class neighbours (%d similarities), want %d", r, len(tx.Index), len(tx.Sim), kTxt)
+		}
+		for _, k := range tx.Index {
+			if k < 0 || k >= c {
+				return bad("node %d has class neighbour %d of %d classes", r, k, c)
+			}
+		}
+		if k := s.PriorClass[r]; k < 0 || k >= c {
+			return bad("node %d has prior class %d of %d", r, k, c)
+		}
+	}
+	g.Reset()
+	for _, f := range s.Features {
+		g.addFeature(f)
+	}
+	for r := range n {
+		g.images = append(g.images, s.Images[r].clone())
+		g.texts = append(g.texts, s.Texts[r].clone())
+	}
+	g.priorClass, g.priorValue = slices.Clone(s.PriorClass), slices.Clone(s.PriorValue)
+	return nil
 }
