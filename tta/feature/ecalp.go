@@ -80,10 +80,11 @@ func (l ECALPNeighbours) clone() ECALPNeighbours {
 //     rather than removed;
 //   - the new image and its duplicate get the same list, computed once.
 //
-// Ties (the new image and its duplicate are always equally similar) go to
-// the earlier candidate: the lower node index in a new row, the stored
-// candidate before the new ones in an old row. torch's CPU top-k does not
-// promise an order of ties; the fixture's lists agree with this rule.
+// The new image and its duplicate are always equally similar to every
+// node, and which of the two a list keeps, or lists first, changes the
+// edges and every later list; ties are therefore broken in the order
+// torch's CPU top-k returns them (topk.go), which the fixture's lists
+// follow at every step.
 type ECALPGraph struct {
 	cfg  ECALPConfig
 	text *mat.Dense // C×d as given (normalised class embeddings)

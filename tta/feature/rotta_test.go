@@ -381,7 +381,7 @@ func TestSoftCrossEntropyFixture(t *testing.T) {
 
 // TestSoftCrossEntropyGradCheck checks ∂L/∂student of SoftCrossEntropy and
 // ∂L/∂F of RoTTALoss against float64 central differences (h = 1e-6: the
-// truncation error h²·L”' and the rounding error ε/h are both below 1e-9
+// truncation error (h² times the third derivative) and the rounding error ε/h are both below 1e-9
 // relative, so 1e-6 leaves room without hiding a wrong term).
 func TestSoftCrossEntropyGradCheck(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
