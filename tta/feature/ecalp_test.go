@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -310,4 +311,81 @@ func TestECALPHand(t *testing.T) {
 	}
 	// The next prior keeps each row's largest label over 5.
 	fxt.Compare(t, "prior", g.priorValue, []float64{inv(4) * inv(2) / 5, want / 5}, 1e-15, fxt.Rel)
+}
+
+// TestECALPLongStream runs random streams long enough for every branch of
+// the incremental lists (spares k, k+1, k+2) and, with k_image = 1, for
+// torch's partial_sort path (64·k ≤ n) on the new image's list; at every
+// step the scores must be finite and non-negative (γ even), the
+// prediction their argmax, and the state must pass SetState and continue
+// identically.
+func TestECALPLongStream(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	const c, d = 6, 8
+	text, _ := NormalizeRows(fxt.RandDense(rng, c, d, 1))
+	for _, tc := range []struct {
+		cfg   ECALPConfig
+		steps int
+	}{
+		{DefaultECALPConfig(), 40},
+		{ECALPConfig{KText: 2, KImage: 1, Gamma: 10, Alpha: 0.8, Iterations: 2}, 240},
+	} {
+		g, err := NewECALPGraph(text, tc.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copyOf, err := NewECALPGraph(text, tc.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range tc.steps {
+			f, _ := NormalizeRows(fxt.RandDense(rng, 1, d, 1))
+			if err := copyOf.SetState(g.State()); err != nil {
+				t.Fatalf("k_image %d step %d: own state refused: %v", tc.cfg.KImage, i, err)
+			}
+			res, err := g.Step(f.RawRowView(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			res2, err := copyOf.Step(f.RawRowView(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Pred != res2.Pred || !slices.Equal(res.Scores, res2.Scores) {
+				t.Fatalf("k_image %d step %d: restored graph diverged", tc.cfg.KImage, i)
+			}
+			for _, v := range res.Scores {
+				if !(v >= 0) || math.IsInf(v, 0) {
+					t.Fatalf("k_image %d step %d: scores %v", tc.cfg.KImage, i, res.Scores)
+				}
+			}
+			if res.Pred != Argmax(mat.NewDense(1, c, res.Scores))[0] {
+				t.Fatalf("step %d: pred %d is not the argmax of %v", i, res.Pred, res.Scores)
+			}
+		}
+		if g.Len() != tc.steps {
+			t.Errorf("%d images after %d steps", g.Len(), tc.steps)
+		}
+	}
+}
+
+// BenchmarkECALPStream measures a domain of 500 images (d = 512, 10
+// classes, default config): the cost grows as O(N²) over a domain, as in
+// the code, which rebuilds the graph at every image.
+func BenchmarkECALPStream(b *testing.B) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	const n, c, d = 500, 10, 512
+	text, _ := NormalizeRows(fxt.RandDense(rng, c, d, 1))
+	feats, _ := NormalizeRows(fxt.RandDense(rng, n, d, 1))
+	for b.Loop() {
+		g, err := NewECALPGraph(text, DefaultECALPConfig())
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := range n {
+			if _, err := g.Step(feats.RawRowView(i)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
 }
