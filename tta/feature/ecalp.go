@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sort"
 
 	"gonum.org/v1/gonum/mat"
 )
@@ -328,44 +327,23 @@ type sparseRow struct {
 func (g *ECALPGraph) propagate(c int, tr *ecalpTrace) *ECALPResult {
 	n := len(g.images)
 	total := c + n
-	// K: the directed edges image → neighbour with weight sim^γ (zeros
-	// dropped, as knn_to_weighted_adj_matrix does); W = K + Kᵀ, coalesced.
-	adj := make([]sparseRow, total)
-	edge := func(a, b int, s float64) {
-		v := math.Pow(s, g.cfg.Gamma)
-		if v == 0 {
-			return
-		}
-		adj[a].col, adj[a].val = append(adj[a].col, b), append(adj[a].val, v)
-		adj[b].col, adj[b].val = append(adj[b].col, a), append(adj[b].val, v)
-	}
-	for r := range n {
-		im := g.used[r]
-		for j := range im.Index {
-			edge(c+r, c+im.Index[j], im.Sim[j])
-		}
-		for j, k := range g.texts[r].Index {
-			edge(c+r, k, g.texts[r].Sim[j])
-		}
-	}
+	adj := g.adjacency(c)
 	dinv := make([]float64, total)
-	for a := range adj {
-		adj[a] = adj[a].coalesce()
+	for a := range total {
 		var deg float64
-		for _, v := range adj[a].val {
+		for _, v := range adj.val[adj.ptr[a]:adj.ptr[a+1]] {
 			deg += v
 		}
 		dinv[a] = 1 / (math.Sqrt(deg) + 1e-6)
 	}
-	// W̃ over the image rows only: the text rows' labels are fixed.
-	wt := make([]sparseRow, n)
-	for r := range n {
-		a := c + r
-		row := sparseRow{col: adj[a].col, val: make([]float64, len(adj[a].col))}
-		for j, b := range row.col {
-			row.val[j] = dinv[a] * adj[a].val[j] * dinv[b]
+	// W̃ over the image rows only (the text rows' labels are fixed):
+	// wtVal[j] for the entries of rows C… of adj.
+	base := adj.ptr[c]
+	wtVal := make([]float64, adj.ptr[total]-base)
+	for a := c; a < total; a++ {
+		for j := adj.ptr[a]; j < adj.ptr[a+1]; j++ {
+			wtVal[j-base] = dinv[a] * adj.val[j] * dinv[adj.col[j]]
 		}
-		wt[r] = row
 	}
 
 	// Y⁰: the previous prior without its duplicate's row, and two empty rows.
@@ -379,21 +357,25 @@ func (g *ECALPGraph) propagate(c int, tr *ecalpTrace) *ECALPResult {
 		tr.images = g.used
 		tr.texts = g.texts
 		tr.wTilde = mat.NewDense(total, total, nil)
-		for a, row := range adj {
-			for j, b := range row.col {
-				tr.wTilde.Set(a, b, dinv[a]*row.val[j]*dinv[b])
+		for a := range total {
+			for j := adj.ptr[a]; j < adj.ptr[a+1]; j++ {
+				tr.wTilde.Set(a, adj.col[j], dinv[a]*adj.val[j]*dinv[adj.col[j]])
 			}
 		}
 		tr.priorIn = denseRows(y0, c)
 	}
 
+	alpha := g.cfg.Alpha
 	acc := make([]float64, c)
 	seen := make([]bool, c)
+	touched := make([]int, 0, c)
 	y := y0
 	for range g.cfg.Iterations {
 		next := make([]sparseRow, n)
-		for r, row := range wt {
-			var touched []int
+		var cols []int
+		var vals []float64
+		for r := range n {
+			touched = touched[:0]
 			add := func(k int, v float64) {
 				if !seen[k] {
 					seen[k] = true
@@ -401,28 +383,30 @@ func (g *ECALPGraph) propagate(c int, tr *ecalpTrace) *ECALPResult {
 				}
 				acc[k] += v
 			}
-			for j, b := range row.col {
+			a := c + r
+			for j := adj.ptr[a]; j < adj.ptr[a+1]; j++ {
+				b, w := adj.col[j], alpha*wtVal[j-base]
 				if b < c {
-					add(b, g.cfg.Alpha*row.val[j])
+					add(b, w)
 					continue
 				}
 				src := y[b-c]
 				for t, k := range src.col {
-					add(k, g.cfg.Alpha*row.val[j]*src.val[t])
+					add(k, w*src.val[t])
 				}
 			}
-			if g.cfg.Alpha != 1 {
+			if alpha != 1 {
 				for t, k := range y0[r].col {
-					add(k, (1-g.cfg.Alpha)*y0[r].val[t])
+					add(k, (1-alpha)*y0[r].val[t])
 				}
 			}
 			slices.Sort(touched)
-			out := sparseRow{col: touched, val: make([]float64, len(touched))}
-			for t, k := range touched {
-				out.val[t] = acc[k]
+			start := len(cols)
+			for _, k := range touched {
+				cols, vals = append(cols, k), append(vals, acc[k])
 				acc[k], seen[k] = 0, false
 			}
-			next[r] = out
+			next[r] = sparseRow{col: cols[start:len(cols):len(cols)], val: vals[start:len(vals):len(vals)]}
 		}
 		y = next
 		if tr != nil {
@@ -452,23 +436,75 @@ func (g *ECALPGraph) propagate(c int, tr *ecalpTrace) *ECALPResult {
 	return &ECALPResult{Scores: scores, Pred: Argmax(mat.NewDense(1, c, scores))[0]}
 }
 
-// coalesce sorts the row by column and sums repeated columns (torch's
-// coalesce of a sparse COO matrix).
-func (r sparseRow) coalesce() sparseRow {
-	order := make([]int, len(r.col))
-	for i := range order {
-		order[i] = i
+// csr is a sparse matrix in compressed rows: row a's entries are
+// col[ptr[a]:ptr[a+1]], ascending, and val alike.
+type csr struct {
+	ptr []int
+	col []int
+	val []float64
+}
+
+// adjacency returns W = K + Kᵀ over the C+n nodes, where K holds the
+// directed edges image → neighbour of the current lists with weight sim^γ
+// (zeros dropped, as knn_to_weighted_adj_matrix does); repeated entries
+// are summed, as torch's coalesce does.
+func (g *ECALPGraph) adjacency(c int) csr {
+	n := len(g.images)
+	total := c + n
+	type entry struct {
+		a, b int
+		v    float64
 	}
-	sort.SliceStable(order, func(a, b int) bool { return r.col[order[a]] < r.col[order[b]] })
-	var out sparseRow
-	for _, p := range order {
-		if m := len(out.col); m > 0 && out.col[m-1] == r.col[p] {
-			out.val[m-1] += r.val[p]
-			continue
+	width := 0
+	if n > 0 {
+		width = len(g.used[0].Index) + len(g.texts[0].Index)
+	}
+	es := make([]entry, 0, 2*n*width)
+	edge := func(a, b int, s float64) {
+		if v := math.Pow(s, g.cfg.Gamma); v != 0 {
+			es = append(es, entry{a, b, v}, entry{b, a, v})
 		}
-		out.col, out.val = append(out.col, r.col[p]), append(out.val, r.val[p])
 	}
-	return out
+	for r := range n {
+		for j, q := range g.used[r].Index {
+			edge(c+r, c+q, g.used[r].Sim[j])
+		}
+		for j, k := range g.texts[r].Index {
+			edge(c+r, k, g.texts[r].Sim[j])
+		}
+	}
+	// Bucket by row (stable), then order each row by column.
+	m := csr{ptr: make([]int, total+1)}
+	for _, e := range es {
+		m.ptr[e.a+1]++
+	}
+	for a := range total {
+		m.ptr[a+1] += m.ptr[a]
+	}
+	rows := make([]entry, len(es))
+	next := slices.Clone(m.ptr[:total])
+	for _, e := range es {
+		rows[next[e.a]] = e
+		next[e.a]++
+	}
+	m.col = make([]int, 0, len(es))
+	m.val = make([]float64, 0, len(es))
+	for a := range total {
+		seg := rows[m.ptr[a]:m.ptr[a+1]]
+		if !slices.IsSortedFunc(seg, func(x, y entry) int { return x.b - y.b }) {
+			slices.SortStableFunc(seg, func(x, y entry) int { return x.b - y.b })
+		}
+		m.ptr[a] = len(m.col)
+		for i, e := range seg {
+			if i > 0 && seg[i-1].b == e.b {
+				m.val[len(m.val)-1] += e.v
+				continue
+			}
+			m.col, m.val = append(m.col, e.b), append(m.val, e.v)
+		}
+	}
+	m.ptr[total] = len(m.col)
+	return m
 }
 
 // argmax returns the first largest entry of the row as a dense row of c
