@@ -84,6 +84,11 @@ func (l ECALPNeighbours) clone() ECALPNeighbours {
 // edges and every later list; ties are therefore broken in the order
 // torch's CPU top-k returns them (topk.go), which the fixture's lists
 // follow at every step.
+//
+// Cost: every image recomputes every node's lists and labels, as the code
+// does: O(N·d) for the similarities and O(N·(k_image + k_text)·s) for the
+// graph and the propagation (s the labels' support), O(N²) over a domain
+// of N images (BenchmarkECALPStream).
 type ECALPGraph struct {
 	cfg  ECALPConfig
 	text *mat.Dense // C×d as given (normalised class embeddings)

@@ -69,6 +69,7 @@ func TestECALPFixture(t *testing.T) {
 	c, _ := text.Dims()
 	wantPred := x.Ints("ecalp.pred")
 	var preds []int
+	var probs []float64
 	var differing int
 	for i := range steps {
 		var tr ecalpTrace
@@ -77,6 +78,10 @@ func TestECALPFixture(t *testing.T) {
 			t.Fatal(err)
 		}
 		preds = append(preds, res.Pred)
+		prob := slices.Clone(res.Scores)
+		scale(prob, 10000)
+		softmaxInPlace(prob)
+		probs = append(probs, prob...)
 		differing += len(js.ECALP.PerStep[i].RowsDiffering)
 		p := fmt.Sprintf("ecalp.s%d.", i)
 		knn := x.Ints(p + "knn")
@@ -139,6 +144,10 @@ func TestECALPFixture(t *testing.T) {
 		fxt.CompareInts(t, p+"rows differing from scratch", scratch, want)
 	}
 	fxt.CompareInts(t, "ecalp.pred", preds, wantPred)
+	// The code's output softmax(10000·y): probabilities, held to 1e-5
+	// relative to the max like every probability, although the factor 10⁴
+	// amplifies fp32's rounding of y.
+	fxt.Compare(t, "ecalp.pred_prob", probs, x.Vec("ecalp.pred_prob"), ecalpTol, fxt.Rel)
 	t.Logf("%d image rows over the stream differ from a from-scratch k-NN, as tta2.json lists them", differing)
 }
 
