@@ -70,7 +70,8 @@ func readRoTTAJSON(t *testing.T) rottaJSON {
 const rottaTol = 1e-5
 
 // TestRoTTAStreamFixture replays tta2's RoTTA stream at the level of the
-// teacher's logits: pseudo-labels (exact) and uncertainties from every
+// teacher's logits: pseudo-labels (exact; they are the predictions,
+// rotta.pred) and uncertainties from every
 // batch's logits, the memory after every insert (which images, classes
 // and ages exactly; uncertainties to rottaTol), and at every update the
 // memory batch in get_memory order, its ages/capacity and timeliness
@@ -81,6 +82,7 @@ func TestRoTTAStreamFixture(t *testing.T) {
 	x := fxt.Open(t, "fixtures/tta2.safetensors")
 	batches := x.Batches("rotta.b", "teacher_logits")
 	var mem *RoTTAMemory[int]
+	var preds []int
 	pos, update := 0, 0
 	for b := range batches {
 		p := fmt.Sprintf("rotta.b%d.", b)
@@ -94,6 +96,7 @@ func TestRoTTAStreamFixture(t *testing.T) {
 			}
 		}
 		labels, unc := RoTTAPseudoLabels(logits)
+		preds = append(preds, labels...)
 		fxt.CompareInts(t, p+"pseudo_label", labels, x.Ints(p+"pseudo_label"))
 		fxt.Compare(t, p+"uncertainty", unc, x.Vec(p+"uncertainty"), rottaTol, fxt.Rel)
 		for i := range rows {
@@ -142,6 +145,7 @@ func TestRoTTAStreamFixture(t *testing.T) {
 			update++
 		}
 	}
+	fxt.CompareInts(t, "rotta.pred", preds, x.Ints("rotta.pred"))
 	if pos != len(js.RoTTA.Inserts) || update != len(js.RoTTA.Updates) {
 		t.Errorf("replayed %d inserts and %d updates; tta2.json has %d and %d", pos, update, len(js.RoTTA.Inserts), len(js.RoTTA.Updates))
 	}
