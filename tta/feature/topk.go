@@ -9,10 +9,15 @@ import "math"
 // neighbour list keeps, or lists first, changes the edges and every later
 // list. torch selects with the C++ library's partial_sort when 64·k ≤ n,
 // and otherwise with nth_element at k−1 followed by sort of the first k−1;
-// both are the introselect, introsort and binary-heap algorithms of GNU
-// libstdc++ (the build the fixtures were made with), written out below
-// from their published descriptions. The comparison is torch's:
-// x before y if x is NaN and y is not, or x > y.
+// both are GNU libstdc++'s introselect (median of three moved to the
+// front, unguarded partition, insertion sort below four items), introsort
+// (insertion sort below 17 items) and binary-heap selection, re-implemented
+// below step for step because the order of ties is a property of those
+// exact steps. The comparison is torch's: x before y if x is NaN and y is
+// not, or x > y. The fixture's lists exercise the nth_element path; the
+// partial_sort path (n ≥ 64·k, the new image's list in domains of
+// hundreds of images) follows the same library but no fixture covers its
+// ties.
 
 // rankItem is one candidate: its similarity and its position or label.
 type rankItem struct {
