@@ -22,8 +22,23 @@
 //     template's loss of WATT), each with ∂L/∂F; MINT's per-domain class
 //     statistics with its loss and prediction, [MINTState]; and TDA's
 //     positive and negative caches, [TDACache], training-free.
+//   - ECALP's streaming graph, [ECALPGraph] (Yushu-Li/ECALP@96ddf0b,
+//     training-free): text and image nodes, the current image duplicated,
+//     edges sim^γ with the variance weight w, neighbour lists kept
+//     incrementally with spare candidates exactly as the code keeps them
+//     (they differ from a from-scratch k-NN), ties in torch's top-k order,
+//     and the iterative label propagation with its sparse prior. Its state
+//     saves with State and SetState.
+//   - RoTTA's model-free parts (harness methods/rotta.py): the
+//     category-balanced memory [RoTTAMemory] (CSTU: per-class quota,
+//     eviction by age and uncertainty, ageing; Items and SetItems save it),
+//     [TimelinessWeights], the teacher's pseudo-labels and uncertainties
+//     ([RoTTAPseudoLabels]), the loss [SoftCrossEntropy] with ∂L/∂logits and
+//     [RoTTALoss] with ∂L/∂F, and the teacher's [EMAUpdate].
 //   - Diagnostics: [PrincipalAngleCosines], [SemanticConcentration],
 //     [PredictedClassCosine].
+//
+// State setters wrap [ErrStateMismatch] when saved state does not fit.
 //
 // All feature-level math runs in float64 on gonum matrices; use
 // [DenseFromFloat32] and [Float32s] at the model boundary.
