@@ -49,6 +49,7 @@ var builtinMethods = []Registration{
 	subttaMethod(LossSource), subttaMethod(LossTent), subttaMethod(LossBATCLIP), subttaMethod(LossMint),
 	wattMethod("watt-s", 2, 5), wattMethod("watt-lite", 1, 2),
 	tdaMethod,
+	ecalpMethod,
 }
 
 var registry = struct {

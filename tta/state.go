@@ -9,12 +9,13 @@ import (
 	"slices"
 
 	"github.com/subtta/subtta/optim"
+	"github.com/subtta/subtta/tta/feature"
 )
 
 // ErrStateMismatch is wrapped by UnmarshalBinary and UnmarshalCarried
 // when the saved bytes do not fit the Method: another method, precision,
 // parameter set or size.
-var ErrStateMismatch = errors.New("tta: saved state does not fit this method")
+var ErrStateMismatch = feature.ErrStateMismatch
 
 const methodStateFormat = "subtta-method-state-v2"
 

@@ -22,7 +22,7 @@ func TestStatefulContinues(t *testing.T) {
 		bank   int
 	}{
 		{"source", false, 0}, {"tent", false, 0}, {"batclip", false, 0}, {"mint", false, 0},
-		{"mint-official", false, 0}, {"tda", false, 0}, {"watt-s", false, 0},
+		{"mint-official", false, 0}, {"tda", false, 0}, {"watt-s", false, 0}, {"ecalp", false, 0},
 		{"subtta-s", false, 0}, {"subtta-t", false, 0}, {"subtta-b", false, 0}, {"subtta-m", false, 0},
 		{"subtta-m", false, 6}, {"subtta-m", true, 0},
 	}
