@@ -122,6 +122,47 @@ func (m *Model) Float64() bool {
 	return ok
 }
 
+// PromptFeatures encodes tokenized prompts with the context vectors ctx
+// [n, text width] in place of the token embeddings at positions 1…n of
+// every prompt (textenc.Model.ForwardContext): the unnormalised text
+// features [prompts, embed], recorded on the tape so that their gradient
+// reaches ctx. The text tower's own weights stay frozen.
+func (m *Model) PromptFeatures(tokens [][]int, ctx smat.Tensor) (smat.Tensor, error) {
+	return m.Text.ForwardContext(tokens, ctx)
+}
+
+// TokenEmbeddings returns a copy of the token embeddings of ids
+// [len(ids), text width] in the model's precision: the initial value of
+// learnable context vectors.
+func (m *Model) TokenEmbeddings(ids []int) (smat.Matrix, error) {
+	for _, id := range ids {
+		if id < 0 || id >= m.Config.Text.VocabSize {
+			return nil, fmt.Errorf("clip: TokenEmbeddings: token id %d outside the vocabulary (%d)", id, m.Config.Text.VocabSize)
+		}
+	}
+	if t, ok := m.Text.Token.(*smat.Dense[float64]); ok {
+		return smat.NewDense[float64](smat.WithShape(len(ids), t.Shape()[1]), smat.WithBacking(gatherRows(t.Data().F64(), ids, t.Shape()[1]))), nil
+	}
+	t, ok := m.Text.Token.(*smat.Dense[float32])
+	if !ok {
+		return nil, fmt.Errorf("clip: TokenEmbeddings: token embedding of type %T", m.Text.Token)
+	}
+	return smat.NewDense[float32](smat.WithShape(len(ids), t.Shape()[1]), smat.WithBacking(gatherRows(t.Data().F32(), ids, t.Shape()[1]))), nil
+}
+
+// gatherRows copies the rows ids of a row-major matrix of width w.
+func gatherRows[T float32 | float64](all []T, ids []int, w int) []T {
+	out := make([]T, 0, len(ids)*w)
+	for _, id := range ids {
+		out = append(out, all[id*w:(id+1)*w]...)
+	}
+	return out
+}
+
+// TextContextLength is the text tower's context length (77 for OpenAI's
+// models).
+func (m *Model) TextContextLength() int { return m.Config.Text.ContextLength }
+
 // EmbedDim returns the width of the joint embedding: the number of image
 // and text features.
 func (m *Model) EmbedDim() int { return m.Config.EmbedDim }

@@ -62,6 +62,22 @@ func New(s *weights.State, cfg *weights.CLIPConfig, opt Options) (*Model, error)
 // sequence's end token cannot change the result, so Forward only computes
 // the first L positions, where L is that end token's position plus one.
 func (m *Model) Forward(tokens [][]int, trace autograd.Trace) (smat.Tensor, error) {
+	return m.forward(tokens, nil, trace)
+}
+
+// ForwardContext is Forward with learnable context vectors: the token
+// embeddings at positions 1…n of every sequence (after the start token)
+// are replaced by the n rows of ctx [n, width], as TPT's prompt learner
+// builds [SOS] ctx₁…ctxₙ ⟨class tokens⟩ [EOS]. The gradient of the
+// features reaches ctx when it requires one (autograd.ReplaceRows).
+func (m *Model) ForwardContext(tokens [][]int, ctx smat.Tensor) (smat.Tensor, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("textenc: ForwardContext: no context")
+	}
+	return m.forward(tokens, ctx, nil)
+}
+
+func (m *Model) forward(tokens [][]int, context smat.Tensor, trace autograd.Trace) (smat.Tensor, error) {
 	batch := len(tokens)
 	if batch == 0 {
 		return nil, fmt.Errorf("textenc: Forward: no sequences")
@@ -94,7 +110,24 @@ func (m *Model) Forward(tokens [][]int, trace autograd.Trace) (smat.Tensor, erro
 			ids = append(ids, id)
 		}
 	}
-	x := autograd.AddTiled(autograd.GatherRows(m.Token, ids), autograd.GatherRows(m.Pos, seqRange(L)))
+	emb := autograd.GatherRows(m.Token, ids)
+	if context != nil {
+		n, w := context.Value().Shape()[0], context.Value().Shape()[1]
+		if w != m.Config.Width {
+			return nil, fmt.Errorf("textenc: ForwardContext: context of width %d, the tower's is %d", w, m.Config.Width)
+		}
+		var rows, src []int
+		for i := range tokens {
+			if 1+n >= eot[i] {
+				return nil, fmt.Errorf("textenc: ForwardContext: sequence %d ends at position %d, before the %d context vectors and a class token", i, eot[i], n)
+			}
+			for k := range n {
+				rows, src = append(rows, i*L+1+k), append(src, k)
+			}
+		}
+		emb = autograd.ReplaceRows(emb, rows, context, src)
+	}
+	x := autograd.AddTiled(emb, autograd.GatherRows(m.Pos, seqRange(L)))
 	trace.Emit("embed", x)
 	if trace == nil {
 		// One op on a device (SetDevice): the activations stay there.
