@@ -117,13 +117,14 @@ func sliceInts(x *fxt.File, name string, i int) []int {
 	return all[i*n : (i+1)*n]
 }
 
-// poolFeatures returns the unnormalised encode_image features of stream
-// image img's views (views.image_features, V×d).
-func poolFeatures(x *fxt.File, cfg *tta2Config, img int) *mat.Dense {
+// poolFeatures returns stream image img's view features from the view
+// pool: name is views.image_features (encode_image output, V×d) or views.f
+// (the same, normalised).
+func poolFeatures(x *fxt.File, cfg *tta2Config, name string, img int) *mat.Dense {
 	x.TB.Helper()
 	for k, p := range cfg.Config.Pool.Images {
 		if p == img {
-			return sliceDense(x, "views.image_features", k)
+			return sliceDense(x, name, k)
 		}
 	}
 	x.TB.Fatalf("image %d is not in the view pool %v", img, cfg.Config.Pool.Images)
