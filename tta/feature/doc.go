@@ -22,6 +22,26 @@
 //     template's loss of WATT), each with ∂L/∂F; MINT's per-domain class
 //     statistics with its loss and prediction, [MINTState]; and TDA's
 //     positive and negative caches, [TDACache], training-free.
+//   - The confidence selection of the multi-view baselines (TPT, VTE, DMN,
+//     ZERO): [SoftmaxEntropies] of every view's logits (exact, or DMN's
+//     log(p + ε)), [KeepCount] = int(V·ρ) as the code computes it, and
+//     [SelectLowestEntropy] / [SelectConfident], a stable ascending order
+//     of the views split into kept and discarded ([ErrEmptySelection] when
+//     nothing is kept).
+//   - The marginal entropy of TPT and MEMO, [MarginalEntropy]: H of the
+//     views' mean softmax, formed in log space, with its gradient w.r.t.
+//     the view logits in the same call.
+//   - VTE, [VTEPredict]: the mean of the kept views' normalised features,
+//     not renormalised (as the code), and its logits; no state.
+//   - ZERO, [ZeroVote]: one near-one-hot vote softmax(l/ε) per kept view
+//     (ε the float32 epsilon), the tie-break over the discarded views, and
+//     the code's fallback either as it computes ([ZeroFallbackAsCoded],
+//     which reproduces the fixtures) or as intended ([ZeroFallbackTied]).
+//   - DMN's zero-shot memory, [DMNMemory]: per class up to Capacity base-
+//     view features with their entropies (log(p̄ + 1e-8)), replaced by
+//     entropy, read by a similarity-weighted attention that always includes
+//     the class's text embedding; p_txt + w·p_mem with a fixed w. Its state
+//     saves through Entries and SetEntries.
 //   - Diagnostics: [PrincipalAngleCosines], [SemanticConcentration],
 //     [PredictedClassCosine].
 //
