@@ -30,7 +30,8 @@
 //     nothing is kept).
 //   - The marginal entropy of TPT and MEMO, [MarginalEntropy]: H of the
 //     views' mean softmax, formed in log space, with its gradient w.r.t.
-//     the view logits in the same call.
+//     the view logits in the same call; [MarginalEntropyLoss] carries it
+//     through the zero-shot head to the view features (MEMO).
 //   - VTE, [VTEPredict]: the mean of the kept views' normalised features,
 //     not renormalised (as the code), and its logits; no state.
 //   - ZERO, [ZeroVote]: one near-one-hot vote softmax(l/ε) per kept view

@@ -98,3 +98,35 @@ func logSumExpInf(x []float64) float64 {
 	}
 	return math.Inf(-1)
 }
+
+// MarginalLossResult is MarginalEntropyLoss's result on one image's views.
+type MarginalLossResult struct {
+	// Logits are scale·normalize(F)·Tᵀ (V×C).
+	Logits *mat.Dense
+	// Marginal is MarginalEntropy of Logits over the rows asked for.
+	Marginal *MarginalResult
+	// DLdF is ∂Loss/∂F (V×d), zero in rows outside the average.
+	DLdF *mat.Dense
+}
+
+// MarginalEntropyLoss is [MarginalEntropy] on the zero-shot logits of
+// unnormalised view features f (V×d) with text features t (C×d), scale =
+// exp(logit_scale), with the gradient carried back to f through the
+// logits and the normalisation: the loss MEMO back-propagates into the
+// vision tower ([H] classification/methods/memo.py, rows nil), as
+// TentLoss is TENT's.
+func MarginalEntropyLoss(f, t mat.Matrix, scale float64, rows []int) (*MarginalLossResult, error) {
+	if err := checkFeatures(f, t, "marginal entropy"); err != nil {
+		return nil, err
+	}
+	fn, norms := NormalizeRows(f)
+	logits := Logits(fn, t, scale)
+	m, err := MarginalEntropy(logits, rows)
+	if err != nil {
+		return nil, err
+	}
+	var dfn mat.Dense
+	dfn.Mul(m.DLdLogits, t)
+	dfn.Scale(scale, &dfn)
+	return &MarginalLossResult{Logits: logits, Marginal: m, DLdF: normalizeRowsBackward(fn, norms, &dfn)}, nil
+}

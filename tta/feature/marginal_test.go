@@ -43,6 +43,54 @@ func TestMarginalEntropyTTA2(t *testing.T) {
 	}
 }
 
+// TestMarginalEntropyLossTTA2 recomputes MEMO's view logits from the
+// stored unnormalised features (memo.image_features) and the head text.T,
+// and its loss from them: 1e-5 relative to the max, as for every fp32
+// forward tensor against our float64 on the same inputs.
+func TestMarginalEntropyLossTTA2(t *testing.T) {
+	x, _ := readTTA2(t)
+	head := x.Dense("text.T")
+	scale := x.Scalar("logit_scale_exp")
+	info, _ := x.Info("memo.image_features")
+	for k := range info.Shape[0] {
+		what := fmt.Sprintf("memo image %d", k)
+		r, err := MarginalEntropyLoss(sliceDense(x, "memo.image_features", k), head, scale, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fxt.CompareDense(t, what+" logits from features", r.Logits, sliceDense(x, "memo.logits", k), 1e-5, fxt.Rel)
+		loss, _ := slice(x, "memo.loss", k)
+		fxt.Compare(t, what+" loss from features", []float64{r.Marginal.Loss}, loss, 1e-5, fxt.Rel)
+	}
+}
+
+// TestMarginalEntropyLossGradCheck: ∂L/∂F through the logits and the
+// normalisation against float64 central differences (h = 1e-6, tolerance
+// 1e-6 relative to the max, as for the other feature losses).
+func TestMarginalEntropyLossGradCheck(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, 29))
+	const v, d, c = 6, 8, 5
+	text, _ := NormalizeRows(fxt.RandDense(rng, c, d, 1))
+	f := fxt.RandDense(rng, v, d, 1)
+	for _, rows := range [][]int{nil, {3, 0}} {
+		r, err := MarginalEntropyLoss(f, text, 10, rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		loss := func(f *mat.Dense) float64 {
+			r, err := MarginalEntropyLoss(f, text, 10, rows)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r.Marginal.Loss
+		}
+		fxt.GradCheck(t, fmt.Sprintf("marginal entropy dF rows %v", rows), f, loss, r.DLdF, 1e-6, 1e-6)
+	}
+	if _, err := MarginalEntropyLoss(f, mat.NewDense(c, d+1, nil), 10, nil); err == nil {
+		t.Error("width mismatch: no error")
+	}
+}
+
 // TestMarginalEntropyGradCheck: ∂H/∂z against float64 central differences
 // (h = 1e-6; truncation O(h²) and rounding O(1e-16/h) are both far below
 // the 1e-6 relative tolerance) on random logits, for all views, a subset,
