@@ -49,6 +49,15 @@
 // All feature-level math runs in float64 on gonum matrices; use
 // [DenseFromFloat32] and [Float32s] at the model boundary.
 //
+// The multi-view baselines follow their official code, cited in the doc
+// comments as [H] mariodoebler/test-time-adaptation @8b2ed63 (the harness
+// of VTE and MEMO), [TPT] azshue/TPT @63ecbac, [ZERO] FarinaMatteo/zero
+// @c609f7c and [DMN] YBZh/DMN @c6c218c; where that code and a plain
+// reading differ (VTE's mean is not renormalised, ZERO's votes are
+// softmax(l/ε) and its fallback tie-break masks other classes than the tied
+// ones, DMN's entropies carry epsilons), the code wins, and the doc
+// comments say so.
+//
 // # Code versus paper
 //
 // Where they disagree this package follows the official SubTTA code
