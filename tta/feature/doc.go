@@ -35,6 +35,27 @@
 //     [TimelinessWeights], the teacher's pseudo-labels and uncertainties
 //     ([RoTTAPseudoLabels]), the loss [SoftCrossEntropy] with ∂L/∂logits and
 //     [RoTTALoss] with ∂L/∂F, and the teacher's [EMAUpdate].
+//   - The confidence selection of the multi-view baselines (TPT, VTE, DMN,
+//     ZERO): [SoftmaxEntropies] of every view's logits (exact, or DMN's
+//     log(p + ε)), [KeepCount] = int(V·ρ) as the code computes it, and
+//     [SelectLowestEntropy] / [SelectConfident], a stable ascending order
+//     of the views split into kept and discarded ([ErrEmptySelection] when
+//     nothing is kept).
+//   - The marginal entropy of TPT and MEMO, [MarginalEntropy]: H of the
+//     views' mean softmax, formed in log space, with its gradient w.r.t.
+//     the view logits in the same call; [MarginalEntropyLoss] carries it
+//     through the zero-shot head to the view features (MEMO).
+//   - VTE, [VTEPredict]: the mean of the kept views' normalised features,
+//     not renormalised (as the code), and its logits; no state.
+//   - ZERO, [ZeroVote]: one near-one-hot vote softmax(l/ε) per kept view
+//     (ε the float32 epsilon), the tie-break over the discarded views, and
+//     the code's fallback either as it computes ([ZeroFallbackAsCoded],
+//     which reproduces the fixtures) or as intended ([ZeroFallbackTied]).
+//   - DMN's zero-shot memory, [DMNMemory]: per class up to Capacity base-
+//     view features with their entropies (log(p̄ + 1e-8)), replaced by
+//     entropy, read by a similarity-weighted attention that always includes
+//     the class's text embedding; p_txt + w·p_mem with a fixed w. Its state
+//     saves through Entries and SetEntries.
 //   - Diagnostics: [PrincipalAngleCosines], [SemanticConcentration],
 //     [PredictedClassCosine].
 //
@@ -42,6 +63,15 @@
 //
 // All feature-level math runs in float64 on gonum matrices; use
 // [DenseFromFloat32] and [Float32s] at the model boundary.
+//
+// The multi-view baselines follow their official code, cited in the doc
+// comments as [H] mariodoebler/test-time-adaptation @8b2ed63 (the harness
+// of VTE and MEMO), [TPT] azshue/TPT @63ecbac, [ZERO] FarinaMatteo/zero
+// @c609f7c and [DMN] YBZh/DMN @c6c218c; where that code and a plain
+// reading differ (VTE's mean is not renormalised, ZERO's votes are
+// softmax(l/ε) and its fallback tie-break masks other classes than the tied
+// ones, DMN's entropies carry epsilons), the code wins, and the doc
+// comments say so.
 //
 // # Code versus paper
 //
