@@ -76,3 +76,36 @@ func Pixels(tb testing.TB, b int) [][]float32 {
 	}
 	return out
 }
+
+// Views returns the views of tta2.safetensors' view pool (views.u8
+// [N, V, S, S, 3]) preprocessed like Pixels: one slice of V·3·S·S values per
+// image, views in order. V is the second dimension.
+func Views(tb testing.TB) (views [][]float32, v int) {
+	tb.Helper()
+	x := fxt.Open(tb, "fixtures/tta2.safetensors")
+	u8, shape, err := x.Uint8("views.u8")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if len(shape) != 5 || shape[4] != 3 || shape[2] != shape[3] {
+		tb.Fatalf("views.u8: shape %v, want [N, V, S, S, 3]", shape)
+	}
+	n, v, s := shape[0], shape[1], shape[2]
+	pre, err := data.NewPreprocessor(data.PreprocessConfig{Size: s})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for i := range n {
+		imgs := make([]*data.RGB, v)
+		for k := range imgs {
+			off := (i*v + k) * s * s * 3
+			imgs[k] = &data.RGB{W: s, H: s, Pix: u8[off : off+s*s*3]}
+		}
+		px, err := pre.Batch(nil, imgs)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		views = append(views, px)
+	}
+	return views, v
+}

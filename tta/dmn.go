@@ -1,0 +1,129 @@
+package tta
+
+import (
+	"fmt"
+	"time"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/subtta/subtta/optim"
+	"github.com/subtta/subtta/tta/feature"
+)
+
+// dmnMethod registers DMN in zero-shot mode ([D] YBZh/DMN dmn_main.py,
+// scripts/run.sh; spec §5): 32 views, memory of 50 per class, β 5.5,
+// selection 0.1, a fixed mixing weight of 1 (the code searches it post hoc
+// with the test labels, which this port does not do), the model's logit
+// scale; the head "a photo of a {}." (DMN's ImageNet head of TIP templates
+// and CuPL sentences is not shipped, and DMN has none for CIFAR).
+var dmnMethod = Registration{
+	Name:  "dmn",
+	About: "training-free dual memory of the domain's confident images (DMN, zero-shot)",
+	Preset: func(p *Preset) error {
+		multiViewPreset(p, 32)
+		cfg := feature.DefaultDMNConfig()
+		cfg.Scale = 0 // the model's
+		p.Config = cfg
+		return nil
+	},
+	New: func(m Model, p Preset, h Heads) (Method, error) {
+		cfg, ok := p.Config.(feature.DMNConfig)
+		if !ok {
+			return nil, fmt.Errorf("tta: preset %s: config %T, want feature.DMNConfig", p.Method, p.Config)
+		}
+		return NewDMN(m, h.Head, p.Views, cfg)
+	},
+}
+
+// DMN is DMN's zero-shot mode on a CLIP model: training free; its memory
+// of the domain's most confident base-view features (feature.DMNMemory)
+// grows through the domain and is emptied by Reset, not by ResetSample.
+type DMN struct {
+	base
+	viewCount
+	mem *feature.DMNMemory
+}
+
+// NewDMN returns DMN with v views per image over the head (C×d, unit
+// rows). A zero cfg.Scale takes the model's logit scale.
+func NewDMN(m Model, head mat.Matrix, v int, cfg feature.DMNConfig) (*DMN, error) {
+	vc, err := newViewCount("dmn", v)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := feature.KeepCount(v, cfg.SelectionP); err != nil {
+		return nil, fmt.Errorf("tta: dmn: %w", err)
+	}
+	b, err := newBase("dmn", m, head, optim.Config{Adam: optim.DefaultAdamConfig(0)})
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Scale == 0 {
+		cfg.Scale = b.scale
+	}
+	mem, err := feature.NewDMNMemory(head, cfg)
+	if err != nil {
+		return nil, err
+	}
+	t := &DMN{base: b, viewCount: vc, mem: mem}
+	t.own = t
+	return t, nil
+}
+
+// Step refuses: DMN sees views (StepViews).
+func (t *DMN) Step(px []float32, n int) (*Result, error) { return t.viewCount.Step(px, n) }
+
+// Reset empties the memory.
+func (t *DMN) Reset() error {
+	t.reset()
+	t.mem.Reset()
+	return nil
+}
+
+// StepViews classifies n images from their v views each, one at a time in
+// order: each joins the memory before it is predicted, as in the code.
+// The logits are the final scores p_txt + w·p_mem.
+func (t *DMN) StepViews(views []float32, n, v int) (*Result, error) {
+	if err := t.checkViews(views, n, v); err != nil {
+		return nil, err
+	}
+	d := newDiagnostics()
+	t0 := time.Now()
+	_, f, err := t.forward(views, n*v, false)
+	if err != nil {
+		return nil, err
+	}
+	c, _ := t.text.Dims()
+	logits := mat.NewDense(n, c, nil)
+	preds, pseudo := make([]int, n), make([]int, n)
+	baseViews := mat.NewDense(n, t.model.EmbedDim(), nil)
+	for i := range n {
+		res, err := t.mem.Step(viewRows(f, i, v))
+		if err != nil {
+			return nil, err
+		}
+		logits.SetRow(i, res.Final)
+		preds[i], pseudo[i] = res.Pred, res.PseudoLabel
+		baseViews.SetRow(i, f.RawRowView(i*v))
+	}
+	d.PseudoLabels = pseudo
+	d.since("predict", t0)
+	return &Result{Logits: logits, Preds: preds, Features: baseViews, Diag: d}, nil
+}
+
+func (t *DMN) saveOwn() ([]byte, error) {
+	e := t.mem.Entries()
+	return gobBytes(&e)
+}
+
+func (t *DMN) loadOwn(p []byte) (func(), error) {
+	var e [][]feature.DMNEntry
+	if err := ungob(p, &e); err != nil {
+		return nil, err
+	}
+	check := *t.mem
+	if err := check.SetEntries(e); err != nil {
+		return nil, err
+	}
+	return func() { *t.mem = check }, nil
+}

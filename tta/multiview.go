@@ -1,0 +1,50 @@
+package tta
+
+import (
+	"fmt"
+
+	"gonum.org/v1/gonum/mat"
+)
+
+// viewCount is the view count of a multi-view method: Views, and the Step
+// that refuses images without views.
+type viewCount struct {
+	name  string
+	views int
+}
+
+// Views is the number of views per image, view 0 the base view.
+func (c viewCount) Views() int { return c.views }
+
+// Step refuses: a multi-view method needs StepViews.
+func (c viewCount) Step([]float32, int) (*Result, error) {
+	return nil, fmt.Errorf("tta: %s: %w", c.name, ErrNeedsViews)
+}
+
+func newViewCount(name string, views int) (viewCount, error) {
+	if views < 2 {
+		return viewCount{}, fmt.Errorf("tta: %s: %d views per image, want at least 2 (the base view and a random one)", name, views)
+	}
+	return viewCount{name: name, views: views}, nil
+}
+
+// checkViews checks that views holds n images of v views each of the
+// model's input size, and that v is the method's count.
+func (c viewCount) checkViews(views []float32, n, v int) error {
+	if v != c.views || n < 1 || len(views)%(n*v) != 0 {
+		return fmt.Errorf("tta: %s: %d values for %d images × %d views (the method takes %d views)", c.name, len(views), n, v, c.views)
+	}
+	return nil
+}
+
+// rows returns rows [i·v, (i+1)·v) of f: image i's views.
+func viewRows(f *mat.Dense, i, v int) *mat.Dense {
+	_, d := f.Dims()
+	return f.Slice(i*v, (i+1)*v, 0, d).(*mat.Dense)
+}
+
+// multiViewPreset fills in what every multi-view preset has: batch 1 (the
+// official codes adapt to one image at a time) and its view count.
+func multiViewPreset(p *Preset, views int) {
+	p.BatchSize, p.Views = 1, views
+}

@@ -1,0 +1,105 @@
+package tta
+
+import (
+	"fmt"
+	"time"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/subtta/subtta/optim"
+	"github.com/subtta/subtta/tta/feature"
+)
+
+// ZeroConfig configures ZERO.
+type ZeroConfig struct {
+	// Gamma is the share of views that vote, the lowest-entropy int(V·γ):
+	// 0.3 in the code (the paper's text says 0.1).
+	Gamma float64
+	// Fallback settles a tie that no discarded view breaks.
+	Fallback feature.ZeroFallback
+}
+
+// zeroMethod registers ZERO ([Z] FarinaMatteo/zero ttas/zero.py,
+// scripts/zero.sh; spec §2): 64 views, γ 0.3, the head "a photo of a {}.",
+// the fallback tie-break as the code computes it; the same on every
+// dataset.
+var zeroMethod = Registration{
+	Name:  "zero",
+	About: "training-free vote of the most confident of 64 views (ZERO)",
+	Preset: func(p *Preset) error {
+		multiViewPreset(p, 64)
+		p.Config = ZeroConfig{Gamma: 0.3, Fallback: feature.ZeroFallbackAsCoded}
+		return nil
+	},
+	New: func(m Model, p Preset, h Heads) (Method, error) {
+		cfg, ok := p.Config.(ZeroConfig)
+		if !ok {
+			return nil, fmt.Errorf("tta: preset %s: config %T, want ZeroConfig", p.Method, p.Config)
+		}
+		return NewZero(m, h.Head, p.Views, cfg)
+	},
+}
+
+// Zero is ZERO on a CLIP model: training free and stateless. Per image it
+// encodes the views in one batch without a tape; the int(V·γ)
+// lowest-entropy views vote for their argmax class (feature.ZeroVote).
+type Zero struct {
+	base
+	viewCount
+	cfg ZeroConfig
+}
+
+// NewZero returns ZERO with v views per image over the head (C×d, unit
+// rows).
+func NewZero(m Model, head mat.Matrix, v int, cfg ZeroConfig) (*Zero, error) {
+	vc, err := newViewCount("zero", v)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := feature.KeepCount(v, cfg.Gamma); err != nil {
+		return nil, fmt.Errorf("tta: zero: %w", err)
+	}
+	b, err := newBase("zero", m, head, optim.Config{Adam: optim.DefaultAdamConfig(0)})
+	if err != nil {
+		return nil, err
+	}
+	return &Zero{base: b, viewCount: vc, cfg: cfg}, nil
+}
+
+// Step refuses: ZERO sees views (StepViews).
+func (z *Zero) Step(px []float32, n int) (*Result, error) { return z.viewCount.Step(px, n) }
+
+// Reset restores the source weights (ZERO never changes them).
+func (z *Zero) Reset() error { z.reset(); return nil }
+
+// StepViews classifies n images from their v views each. The logits are
+// the vote counts (ZeroResult.Output).
+func (z *Zero) StepViews(views []float32, n, v int) (*Result, error) {
+	if err := z.checkViews(views, n, v); err != nil {
+		return nil, err
+	}
+	d := newDiagnostics()
+	t0 := time.Now()
+	_, f, err := z.forward(views, n*v, false)
+	if err != nil {
+		return nil, err
+	}
+	c, _ := z.text.Dims()
+	logits := mat.NewDense(n, c, nil)
+	preds := make([]int, n)
+	baseViews := mat.NewDense(n, z.model.EmbedDim(), nil)
+	for i := range n {
+		fn, _ := feature.NormalizeRows(viewRows(f, i, v))
+		var cos mat.Dense
+		cos.Mul(fn, z.text.T())
+		res, err := feature.ZeroVote(&cos, z.scale, z.cfg.Gamma, z.cfg.Fallback)
+		if err != nil {
+			return nil, err
+		}
+		logits.SetRow(i, res.Output)
+		preds[i] = res.Pred
+		baseViews.SetRow(i, f.RawRowView(i*v))
+	}
+	d.since("predict", t0)
+	return &Result{Logits: logits, Preds: preds, Features: baseViews, Diag: d}, nil
+}
