@@ -20,8 +20,8 @@ var dmnMethod = Registration{
 	Name:  "dmn",
 	About: "training-free dual memory of the domain's confident images (DMN, zero-shot)",
 	Preset: func(p *Preset) error {
-		multiViewPreset(p, 32)
 		cfg := feature.DefaultDMNConfig()
+		multiViewPreset(p, 32, cfg.SelectionP)
 		cfg.Scale = 0 // the model's
 		p.Config = cfg
 		return nil

@@ -3,6 +3,7 @@ package tta
 import (
 	"fmt"
 
+	"github.com/subtta/subtta/tta/feature"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -44,7 +45,15 @@ func viewRows(f *mat.Dense, i, v int) *mat.Dense {
 }
 
 // multiViewPreset fills in what every multi-view preset has: batch 1 (the
-// official codes adapt to one image at a time) and its view count.
-func multiViewPreset(p *Preset, views int) {
-	p.BatchSize, p.Views = 1, views
+// official codes adapt to one image at a time), its view count, and the
+// fewest views that keep at least one when the method keeps the int(V·ρ)
+// most confident (ρ = 0: all views are used).
+func multiViewPreset(p *Preset, views int, rho float64) {
+	p.BatchSize, p.Views, p.MinViews = 1, views, 2
+	for rho > 0 {
+		if k, err := feature.KeepCount(p.MinViews, rho); err == nil && k >= 1 {
+			break
+		}
+		p.MinViews++
+	}
 }

@@ -32,8 +32,10 @@ type Preset struct {
 	PerTemplateHeads bool
 	// Views is the number of views per image of a multi-view method
 	// (MultiView; the paper's count by default, SetViews changes it), 0
-	// for a method that sees one view.
-	Views int
+	// for a method that sees one view. MinViews is the fewest it works
+	// with (a method that keeps the int(V·ρ) most confident views needs
+	// V·ρ ≥ 1).
+	Views, MinViews int
 	// Optimizer updates the visual LayerNorms (unused by methods that train
 	// nothing).
 	Optimizer optim.Config

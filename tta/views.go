@@ -31,8 +31,8 @@ func (p *Preset) SetViews(v int) error {
 	if p.Views == 0 {
 		return fmt.Errorf("tta: %s sees one view of each image: it takes no view count (%d given)", p.Method, v)
 	}
-	if v < 2 {
-		return fmt.Errorf("tta: %s: %d views per image, want at least 2 (the base view and a random one)", p.Method, v)
+	if v < max(2, p.MinViews) {
+		return fmt.Errorf("tta: %s: %d views per image, want at least %d (the base view and a random one, and enough that a confident view is kept)", p.Method, v, max(2, p.MinViews))
 	}
 	p.Views = v
 	return nil

@@ -38,7 +38,7 @@ var vteMethod = Registration{
 	Name:  "vte",
 	About: "training-free ensemble of the most confident of 64 views (VTE)",
 	Preset: func(p *Preset) error {
-		multiViewPreset(p, 64)
+		multiViewPreset(p, 64, 0.1)
 		p.Templates, p.Config = CIFARTemplates, VTEConfig{Rho: 0.1}
 		return nil
 	},

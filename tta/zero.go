@@ -27,7 +27,7 @@ var zeroMethod = Registration{
 	Name:  "zero",
 	About: "training-free vote of the most confident of 64 views (ZERO)",
 	Preset: func(p *Preset) error {
-		multiViewPreset(p, 64)
+		multiViewPreset(p, 64, 0.3)
 		p.Config = ZeroConfig{Gamma: 0.3, Fallback: feature.ZeroFallbackAsCoded}
 		return nil
 	},
