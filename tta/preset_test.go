@@ -1,6 +1,7 @@
 package tta
 
 import (
+	"errors"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -113,7 +114,23 @@ func TestPresetsRun(t *testing.T) {
 		if meth.Name() != p.Method && !strings.HasPrefix(p.Method, "mint") {
 			t.Errorf("%s/%s: method named %q", p.Dataset, p.Method, meth.Name())
 		}
-		res, err := meth.Step(px, 4)
+		var res *Result
+		if mv, ok := meth.(MultiView); ok {
+			// The fewest views the method works with, 4 images of them.
+			if _, err := meth.Step(px, 4); !errors.Is(err, ErrNeedsViews) {
+				t.Errorf("%s/%s: Step without views: err = %v", p.Dataset, p.Method, err)
+			}
+			if err := p.SetViews(p.MinViews); err != nil {
+				t.Fatal(err)
+			}
+			if meth, err = p.New(m, Heads{Head: head}); err != nil {
+				t.Fatal(err)
+			}
+			mv = meth.(MultiView)
+			res, err = mv.StepViews(randPixels(rng, 4*p.MinViews, m.Config.Vision.ImageSize), 4, p.MinViews)
+		} else {
+			res, err = meth.Step(px, 4)
+		}
 		if err != nil {
 			t.Fatalf("%s/%s: %v", p.Dataset, p.Method, err)
 		}
