@@ -1,10 +1,12 @@
 package textenc
 
 import (
+	"math/rand/v2"
 	"strings"
 	"testing"
 
 	smat "github.com/nlpodyssey/spago/mat"
+	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/internal/fixture"
 	"github.com/subtta/subtta/internal/fixturefile"
 	"github.com/subtta/subtta/weights"
@@ -118,5 +120,53 @@ func TestForwardRejectsBadTokens(t *testing.T) {
 		if _, err := m.Forward(bad, nil); err == nil {
 			t.Errorf("Forward(%v…) gave no error", bad)
 		}
+	}
+}
+
+// TestForwardContextGradcheck checks the gradient of the text features
+// w.r.t. learnable context vectors (ForwardContext, TPT's prompt learner)
+// against float64 central differences, on the fixture's text tower built
+// in float64, with the context replacing the first token of two prompts. Tolerance 1e-6, relative to max(1, |numeric|) as
+// autograd.Gradcheck measures it.
+func TestForwardContextGradcheck(t *testing.T) {
+	s, cfg := fixturefile.CLIP(t, "fixtures/clip-tiny.openai.safetensors")
+	m, err := New(s, cfg, Options{Float64: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := [][]int{{49406, 320, 1125, 539, 320, 2368, 269, 49407}, {49406, 320, 1125, 269, 49407}}
+	for _, seq := range tokens {
+		for _, id := range seq {
+			if id >= m.Config.VocabSize {
+				t.Skipf("the fixture's vocabulary has %d tokens, the test's prompts use id %d", m.Config.VocabSize, id)
+			}
+		}
+	}
+	const n = 1
+	rng := rand.New(rand.NewPCG(7, 8))
+	vals := make([]float64, n*m.Config.Width)
+	for i := range vals {
+		vals[i] = 0.02 * rng.NormFloat64()
+	}
+	ctx := smat.NewDense[float64](smat.WithShape(n, m.Config.Width), smat.WithBacking(vals), smat.WithGrad(true))
+	build := func() smat.Tensor {
+		f, err := m.ForwardContext(tokens, ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return autograd.L2Normalize(f)
+	}
+	res, err := autograd.Gradcheck(build, []*smat.Dense[float64]{ctx}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("worst gradient error %.3g (element %d)", res[0].Err, res[0].Index)
+	if res[0].Err > 1e-6 || res[0].Index < 0 {
+		t.Errorf("context gradient: analytic %.10g, numeric %.10g (err %.3g)", res[0].Analytic, res[0].Numeric, res[0].Err)
+	}
+	// A context longer than a prompt's words before its end token is refused.
+	long := smat.NewDense[float64](smat.WithShape(3, m.Config.Width))
+	if _, err := m.ForwardContext(tokens, long); err == nil {
+		t.Error("a context of 3 vectors accepted for a prompt of 3 tokens")
 	}
 }

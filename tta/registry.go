@@ -50,7 +50,7 @@ var builtinMethods = []Registration{
 	wattMethod("watt-s", 2, 5), wattMethod("watt-lite", 1, 2),
 	tdaMethod,
 	ecalpMethod,
-	vteMethod, zeroMethod, dmnMethod,
+	vteMethod, zeroMethod, dmnMethod, tptMethod,
 }
 
 var registry = struct {

@@ -1,0 +1,92 @@
+package tta
+
+import (
+	"testing"
+
+	"github.com/subtta/subtta/internal/fixture"
+	"github.com/subtta/subtta/internal/fixturefile"
+	"github.com/subtta/subtta/optim"
+	"github.com/subtta/subtta/textenc"
+	"github.com/subtta/subtta/tta/feature"
+	"github.com/subtta/subtta/tta/internal/fxt"
+	"github.com/subtta/subtta/tta/internal/fxtmodel"
+)
+
+// TestTPTFixture replays tta2's TPT run on the fixture model over the
+// stored views: per image from the initial context, the prompts' tokens,
+// the marginal entropy of the selected views, the context's gradient
+// through the text tower, the context after one AdamW step, the new text
+// features and the base view's logits. Tolerances, relative to each
+// tensor's max: 1e-5 for what a forward pass gives (fp32 torch against
+// this port's float32 tower), 1e-4 for the context's gradient, which
+// adds the text tower's backward in float32, and 1e-5 for the context
+// after the step (AdamW's first step is nearly lr·sign(g), insensitive to
+// the gradient's rounding).
+func TestTPTFixture(t *testing.T) {
+	var js struct {
+		TPT struct {
+			Config struct {
+				viewConfig
+				Lr          float64 `json:"lr"`
+				WeightDecay float64 `json:"weight_decay"`
+				Steps       int     `json:"steps"`
+			} `json:"config"`
+			Prompts []string `json:"prompts"`
+		} `json:"tpt"`
+		Classnames []string `json:"classnames"`
+		Template   string   `json:"prompt_template"`
+	}
+	fixturefile.ReadJSON(t, "fixtures/tta2.json", &js)
+	c := js.TPT.Config
+	tok, err := textenc.LoadBPETokenizer(fixture.Path(t, "assets/clip/bpe_simple_vocab_16e6.txt.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := fxt.Open(t, "fixtures/tta2.safetensors")
+	m := fxtmodel.TinyModel(t, false)
+	cfg := TPTConfig{Rho: c.Rho, Template: "a photo of a {}.", Optimizer: optim.AdamW(c.Lr, c.WeightDecay), Steps: c.Steps}
+	tpt, err := NewTPT(m, Heads{Head: x.Dense("tpt.text_features_init"), Classes: js.Classnames, Tokenizer: tok}, c.V, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := x.Ints("tpt.prompt_tokens")
+	var got []int
+	for _, p := range tpt.prompts {
+		got = append(got, p...)
+	}
+	fxt.CompareInts(t, "tpt.prompt_tokens", got, want)
+	fxt.Compare(t, "tpt.ctx_init", fxt.ToF64(tpt.init.Data().F32()), x.Vec("tpt.ctx_init"), 0, fxt.Abs)
+	_, text, err := tpt.textNode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fxt.CompareDense(t, "tpt.text_features_init", text, x.Dense("tpt.text_features_init"), 1e-5, fxt.Rel)
+
+	px := viewStream(t, c.viewConfig)
+	n := len(c.Images)
+	res, err := tpt.StepViews(px, n, c.V)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fxt.CompareDense(t, "tpt.output", res.Logits, x.Dense("tpt.output"), 1e-5, fxt.Rel)
+	fxt.CompareInts(t, "tpt.pred", res.Preds, x.Ints("tpt.pred"))
+
+	// Image by image: the loss, the gradient and the context after the step.
+	losses, grads, after := x.Vec("tpt.loss"), x.Vec("tpt.grad_ctx"), x.Vec("tpt.ctx_after")
+	per := len(px) / n
+	size := len(grads) / n
+	for i := range n {
+		_, f, err := tpt.forward(px[i*per:(i+1)*per], c.V, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fv, _ := feature.NormalizeRows(f)
+		r, err := tpt.tune(fv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fxt.Compare(t, "tpt.loss", []float64{r.loss}, losses[i:i+1], 1e-5, fxt.Rel)
+		fxt.Compare(t, "tpt.grad_ctx", fxt.ToF64(tpt.ctx.Grad().Value().Data().F32()), grads[i*size:(i+1)*size], 1e-4, fxt.Rel)
+		fxt.Compare(t, "tpt.ctx_after", fxt.ToF64(tpt.ctx.Data().F32()), after[i*size:(i+1)*size], 1e-5, fxt.Rel)
+	}
+}
