@@ -107,7 +107,9 @@ func TestPresetsRun(t *testing.T) {
 			}
 			th = templateHeads
 		}
-		meth, err := p.New(m, Heads{Head: head, PerTemplate: th})
+		classes := []string{"c0", "c1", "c2", "c3", "c4", "c5", "c6", "c7", "c8", "c9"}
+		heads := Heads{Head: head, PerTemplate: th, Classes: classes, Tokenizer: textenc.ByteTokenizer{}}
+		meth, err := p.New(m, heads)
 		if err != nil {
 			t.Fatalf("%s/%s: %v", p.Dataset, p.Method, err)
 		}
@@ -123,7 +125,7 @@ func TestPresetsRun(t *testing.T) {
 			if err := p.SetViews(p.MinViews); err != nil {
 				t.Fatal(err)
 			}
-			if meth, err = p.New(m, Heads{Head: head}); err != nil {
+			if meth, err = p.New(m, heads); err != nil {
 				t.Fatal(err)
 			}
 			mv = meth.(MultiView)
