@@ -229,3 +229,16 @@ func TestAugMixViews(t *testing.T) {
 		t.Error("a nil image was accepted")
 	}
 }
+
+// BenchmarkAugMixViews makes MEMO's 64 AugMix views of a CIFAR image at
+// 224×224.
+func BenchmarkAugMixViews(b *testing.B) {
+	p := NewCLIPPreprocessor(224)
+	img := gradient(32, 32)
+	dst := make([]float32, 64*p.OutputLen())
+	for b.Loop() {
+		if _, err := p.AugMixViews(dst, img, 64, ViewRNG(1, "d", 0)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

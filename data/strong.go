@@ -81,8 +81,10 @@ func DrawStrongParams(size int, rng *rand.Rand) StrongParams {
 
 // Apply writes the strong augmentation of batch, n CHW float32 images of
 // side size with values in [0, 1] (not normalised), to dst (allocated
-// when too short; it may not overlap batch) and returns it. The noise
-// comes from noise (nil: no noise, for tests of the deterministic part).
+// when too short; it may be batch) and returns it. The noise comes from
+// noise (nil: no noise, for tests of the deterministic part). It takes
+// about 1.3 s for 64 images of 224×224 on one core
+// (BenchmarkStrongAugment).
 func (p StrongParams) Apply(dst, batch []float32, n, size int, noise *rand.Rand) ([]float32, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("data: strong augmentation: image side %d", size)
@@ -155,8 +157,8 @@ func (p StrongParams) Apply(dst, batch []float32, n, size int, noise *rand.Rand)
 // StrongAugment applies one draw of RoTTA's strong augmentation to the
 // whole batch (n CHW float32 images of side size in [0, 1], not
 // normalised) and writes the result to dst (allocated when too short; it
-// may not overlap batch): DrawStrongParams, then Apply with noise from the
-// same rng. numpy's and torch's draws cannot be reproduced; the
+// may be batch): DrawStrongParams, then Apply with noise from the same
+// rng. numpy's and torch's draws cannot be reproduced; the
 // distribution and the per-op formulas are torchvision's.
 func StrongAugment(dst, batch []float32, n, size int, rng *rand.Rand) ([]float32, error) {
 	return DrawStrongParams(size, rng).Apply(dst, batch, n, size, rng)

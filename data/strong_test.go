@@ -330,6 +330,10 @@ func TestDrawStrongParams(t *testing.T) {
 			t.Fatalf("value %d = %v outside [0, 1]", i, v)
 		}
 	}
+	inPlace := slices.Clone(batch)
+	if _, err := StrongAugment(inPlace, inPlace, 2, 8, rand.New(rand.NewPCG(7, 7))); err != nil || !slices.Equal(inPlace, a) {
+		t.Error("in place, StrongAugment gives another result")
+	}
 }
 
 func abs(x int) int { return max(x, -x) }
@@ -358,5 +362,18 @@ func TestStrongErrors(t *testing.T) {
 	q.Hue = 0.7
 	if _, err := q.Apply(nil, batch, 2, 8, nil); err == nil {
 		t.Error("hue 0.7 was accepted")
+	}
+}
+
+// BenchmarkStrongAugment augments a RoTTA memory batch: 64 images of
+// 224×224.
+func BenchmarkStrongAugment(b *testing.B) {
+	batch := testBatch(64, 224)
+	dst := make([]float32, len(batch))
+	rng := rand.New(rand.NewPCG(1, 1))
+	for b.Loop() {
+		if _, err := StrongAugment(dst, batch, 64, 224, rng); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
