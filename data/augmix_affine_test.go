@@ -6,9 +6,9 @@ import (
 	"testing"
 )
 
-// gradient returns a w×h image whose pixel (x, y) is (x·17+y, y·29+x, 255−x−y)
+// patternRGB returns a w×h image whose pixel (x, y) is (x·17+y, y·29+x, 255−x−y)
 // modulo 256: every pixel distinct enough to catch a wrong index.
-func gradient(w, h int) *RGB {
+func patternRGB(w, h int) *RGB {
 	img := NewRGB(w, h)
 	for y := range h {
 		for x := range w {
@@ -22,7 +22,7 @@ func gradient(w, h int) *RGB {
 // TestTranslate: an integer translation is an exact shift, with fill where
 // the source lies outside (Pillow's sample point x+½+d is a pixel centre).
 func TestTranslate(t *testing.T) {
-	img := gradient(7, 5)
+	img := patternRGB(7, 5)
 	fill := [3]uint8{1, 2, 3}
 	for _, d := range []int{0, 1, 3, -2, 7, -9} {
 		gx, err := TranslateX(img, d, fill)
@@ -71,14 +71,14 @@ func TestShearX(t *testing.T) {
 		{9, 9, 9, 9, 9, 9, 9, 7},
 	}
 	for c := range 3 {
-		if g := channel(got, c); !slices.Equal(g, want[c]) {
+		if g := channelOf(got, c); !slices.Equal(g, want[c]) {
 			t.Errorf("channel %d: got %v, want %v", c, g, want[c])
 		}
 	}
 }
 
-// transpose swaps the axes of img.
-func transpose(img *RGB) *RGB {
+// transposeRGB swaps the axes of img.
+func transposeRGB(img *RGB) *RGB {
 	out := NewRGB(img.H, img.W)
 	for y := range img.H {
 		for x := range img.W {
@@ -90,14 +90,14 @@ func transpose(img *RGB) *RGB {
 
 // TestShearY: shearing along y is shearing the transposed image along x.
 func TestShearY(t *testing.T) {
-	img := gradient(9, 6)
+	img := patternRGB(9, 6)
 	for _, s := range []float64{0.03, -0.027, 0.2} {
 		got, err := ShearY(img, s, MEMOFill)
 		if err != nil {
 			t.Fatal(err)
 		}
-		viaX, _ := ShearX(transpose(img), s, MEMOFill)
-		if !slices.Equal(got.Pix, transpose(viaX).Pix) {
+		viaX, _ := ShearX(transposeRGB(img), s, MEMOFill)
+		if !slices.Equal(got.Pix, transposeRGB(viaX).Pix) {
 			t.Errorf("s = %v: ShearY differs from ShearX on the transpose", s)
 		}
 	}
@@ -110,7 +110,7 @@ func TestShearY(t *testing.T) {
 // and gets the fill in the corners, and the centre pixel of an odd image
 // stays put.
 func TestRotate(t *testing.T) {
-	img := gradient(6, 6)
+	img := patternRGB(6, 6)
 	for _, deg := range []float64{0, 360, -720} {
 		got, err := Rotate(img, deg, MEMOFill)
 		if err != nil {
@@ -158,7 +158,7 @@ func TestRotate(t *testing.T) {
 
 // TestAffineErrors: bad images, sizes and coefficients are errors.
 func TestAffineErrors(t *testing.T) {
-	img := gradient(3, 3)
+	img := patternRGB(3, 3)
 	id := [6]float64{1, 0, 0, 0, 1, 0}
 	if _, err := Affine(nil, 3, 3, id, HarnessFill); err == nil {
 		t.Error("nil image accepted")

@@ -15,8 +15,8 @@ func rgbOf(w, h int, r, g, b []uint8) *RGB {
 	return img
 }
 
-// channel returns channel c of img in pixel order.
-func channel(img *RGB, c int) []uint8 {
+// channelOf returns channel c of img in pixel order.
+func channelOf(img *RGB, c int) []uint8 {
 	out := make([]uint8, img.W*img.H)
 	for i := range out {
 		out[i] = img.Pix[3*i+c]
@@ -39,14 +39,14 @@ func TestAutoContrast(t *testing.T) {
 	}
 	want := [][]uint8{{0, 127, 255, 255}, {7, 7, 7, 7}, {0, 255, 10, 20}}
 	for c := range 3 {
-		if g := channel(got, c); !slices.Equal(g, want[c]) {
+		if g := channelOf(got, c); !slices.Equal(g, want[c]) {
 			t.Errorf("channel %d: got %v, want %v", c, g, want[c])
 		}
 	}
 	// Red spanning [3, 200]: s = 255/197, 100 → int(125.54) = 125.
 	img = rgbOf(3, 1, []uint8{3, 100, 200}, []uint8{0, 0, 0}, []uint8{0, 0, 0})
 	got, _ = AutoContrast(img)
-	if g := channel(got, 0); !slices.Equal(g, []uint8{0, 125, 255}) {
+	if g := channelOf(got, 0); !slices.Equal(g, []uint8{0, 125, 255}) {
 		t.Errorf("red [3, 200]: got %v, want [0 125 255]", g)
 	}
 	if _, err := AutoContrast(&RGB{W: 2, H: 2}); err == nil {

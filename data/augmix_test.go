@@ -15,7 +15,7 @@ import (
 // translate shifts by 0, ±1 or ±2 pixels (int(L·30/10) for a 90-pixel
 // image); shear's |s| = 0.03·L lies in [0.003, 0.03).
 func TestApplyAugMixOpParameters(t *testing.T) {
-	img := gradient(90, 90)
+	img := patternRGB(90, 90)
 	rng := rand.New(rand.NewPCG(1, 2))
 	const draws = 200
 	match := func(op AugMixOp, got *RGB, params []float64, apply func(float64) (*RGB, error)) float64 {
@@ -128,7 +128,7 @@ func TestAugMixConvex(t *testing.T) {
 			}
 		}
 	}
-	img := gradient(24, 24)
+	img := patternRGB(24, 24)
 	a, err := AugMix(nil, img, MEMOFill, rand.New(rand.NewPCG(5, 5)))
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +157,7 @@ func TestAugMixConvex(t *testing.T) {
 // m·t(x0) + (1−m)·Σ wᵢ·t(chainᵢ) in float32 bit for bit, and the weights
 // sum to 1 within float32 rounding.
 func TestAugMixReplay(t *testing.T) {
-	img := gradient(20, 20)
+	img := patternRGB(20, 20)
 	got, err := AugMix(nil, img, HarnessFill, rand.New(rand.NewPCG(3, 4)))
 	if err != nil {
 		t.Fatal(err)
@@ -200,7 +200,7 @@ func TestAugMixReplay(t *testing.T) {
 // the random source.
 func TestAugMixViews(t *testing.T) {
 	p := NewCLIPPreprocessor(32)
-	img := gradient(40, 30)
+	img := patternRGB(40, 30)
 	a, err := p.AugMixViews(nil, img, 3, ViewRNG(1, "d", 0))
 	if err != nil {
 		t.Fatal(err)
@@ -234,7 +234,7 @@ func TestAugMixViews(t *testing.T) {
 // 224×224.
 func BenchmarkAugMixViews(b *testing.B) {
 	p := NewCLIPPreprocessor(224)
-	img := gradient(32, 32)
+	img := patternRGB(32, 32)
 	dst := make([]float32, 64*p.OutputLen())
 	for b.Loop() {
 		if _, err := p.AugMixViews(dst, img, 64, ViewRNG(1, "d", 0)); err != nil {

@@ -15,8 +15,8 @@ func chw(px ...[3]float32) []float32 {
 	return out
 }
 
-// within reports whether got and want agree to tol in every value.
-func within(got, want []float32, tol float64) bool {
+// withinTol reports whether got and want agree to tol in every value.
+func withinTol(got, want []float32, tol float64) bool {
 	if len(got) != len(want) {
 		return false
 	}
@@ -75,7 +75,7 @@ func TestColorAdjustments(t *testing.T) {
 		if err := tt.op(x, 1, len(x)/3, tt.f); err != nil {
 			t.Fatalf("%s: %v", tt.name, err)
 		}
-		if !within(x, tt.want, tol) {
+		if !withinTol(x, tt.want, tol) {
 			t.Errorf("%s: got %v, want %v", tt.name, x, tt.want)
 		}
 	}
@@ -92,7 +92,7 @@ func TestContrastPerImage(t *testing.T) {
 	}
 	_ = AdjustContrast(a, 1, 2, 0.8)
 	_ = AdjustContrast(b, 1, 2, 0.8)
-	if !within(batch, append(a, b...), 0) {
+	if !withinTol(batch, append(a, b...), 0) {
 		t.Errorf("batch %v, one by one %v %v", batch, a, b)
 	}
 }
@@ -117,7 +117,7 @@ func TestHueRoundTrip(t *testing.T) {
 	if err := AdjustHue(y, 1, len(px), 0); err != nil {
 		t.Fatal(err)
 	}
-	if !within(y, x, 1e-6) {
+	if !withinTol(y, x, 1e-6) {
 		t.Error("a zero hue shift changes colours by more than 1e-6")
 	}
 	_ = AdjustHue(y, 1, len(px), 0.05)

@@ -186,7 +186,7 @@ func TestStrongGeometryWindow(t *testing.T) {
 			in := testBatch(1, size)
 			got := make([]float32, len(in))
 			g.apply(got, in, size, make([]float32, (size+4)*(size+4)))
-			if want := fullGeometry(g, in, size); !within(got, want, 1e-6) {
+			if want := fullGeometry(g, in, size); !withinTol(got, want, 1e-6) {
 				t.Fatalf("size %d, %+v: the window differs from the full pipeline", size, g)
 			}
 		}
@@ -245,7 +245,7 @@ func TestStrongApply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !within(got, want, 1e-6) {
+	if !withinTol(got, want, 1e-6) {
 		t.Error("identity parameters change the batch")
 	}
 	p := identityParams()
@@ -254,7 +254,7 @@ func TestStrongApply(t *testing.T) {
 	for row := 0; row < len(want); row += size {
 		r := slices.Clone(want[row : row+size])
 		slices.Reverse(r)
-		if !within(flipped[row:row+size], r, 1e-6) {
+		if !withinTol(flipped[row:row+size], r, 1e-6) {
 			t.Fatalf("row %d not mirrored", row/size)
 		}
 	}
@@ -304,7 +304,7 @@ func TestDrawStrongParams(t *testing.T) {
 		in := func(v float32, lo, hi float64) bool { return float64(v) >= lo-1e-7 && float64(v) <= hi+1e-7 }
 		if !in(p.Brightness, 0.6, 1.4) || !in(p.Contrast, 0.7, 1.3) || !in(p.Saturation, 0.5, 1.5) ||
 			!in(p.Hue, -0.06, 0.06) || !in(p.Gamma, 0.7, 1.3) || math.Abs(p.Angle) > 15 ||
-			p.Scale < 0.9-1e-7 || p.Scale > 1.1+1e-7 || p.Sigma < 0.001-1e-9 || p.Sigma > 0.5+1e-7 || abs(p.TX) > 1 || abs(p.TY) > 1 {
+			p.Scale < 0.9-1e-7 || p.Scale > 1.1+1e-7 || p.Sigma < 0.001-1e-9 || p.Sigma > 0.5+1e-7 || absInt(p.TX) > 1 || absInt(p.TY) > 1 {
 			t.Fatalf("out of range: %+v", p)
 		}
 		tx[p.TX] = true
@@ -336,7 +336,7 @@ func TestDrawStrongParams(t *testing.T) {
 	}
 }
 
-func abs(x int) int { return max(x, -x) }
+func absInt(x int) int { return max(x, -x) }
 
 // TestStrongErrors: malformed batches and parameters are errors.
 func TestStrongErrors(t *testing.T) {
