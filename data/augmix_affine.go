@@ -117,9 +117,10 @@ func Rotate(img *RGB, degrees float64, fill [3]uint8) (*RGB, error) {
 		copy(out.Pix, img.Pix)
 		return out, nil
 	}
-	// Pillow also turns 90°, 180° and 270° by transposition, which gives
-	// the same pixels as the bilinear map at those exact angles up to the
-	// rounding of cos and sin; AugMix never asks for them.
+	// Pillow turns 180° (and 90° and 270° on a square image) by
+	// transposition instead. The bilinear map gives the same pixels there:
+	// cos and sin rounded to 15 decimals are exactly 0 and ±1, so every
+	// sample point is a pixel centre (TestRotate).
 	theta := -(a * (math.Pi / 180)) // math.radians
 	cos, sin := round15(math.Cos(theta)), round15(math.Sin(theta))
 	m := [6]float64{cos, sin, 0, round15(-math.Sin(theta)), cos, 0}

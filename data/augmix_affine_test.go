@@ -106,7 +106,8 @@ func TestShearY(t *testing.T) {
 // TestRotate: 0° and 360° copy; 90° on a square image is the exact
 // counter-clockwise quarter turn (Pillow's ROTATE_90: out(x, y) =
 // in(W−1−y, x)), since cos and sin rounded to 15 decimals are exact 0
-// and 1; −270° is the same turn; a constant image keeps its level inside
+// and 1; −270° is the same turn; 180° on a non-square image is the exact
+// half turn; a constant image keeps its level inside
 // and gets the fill in the corners, and the centre pixel of an odd image
 // stays put.
 func TestRotate(t *testing.T) {
@@ -127,6 +128,20 @@ func TestRotate(t *testing.T) {
 				if g, w := got.Pix[3*(y*6+x):][:3], img.Pix[3*(x*6+5-y):][:3]; !slices.Equal(g, w) {
 					t.Fatalf("%v°: pixel (%d, %d) = %v, want %v", deg, x, y, g, w)
 				}
+			}
+		}
+	}
+	// 180° on a non-square image is Pillow's ROTATE_180 for any shape:
+	// out(x, y) = in(W−1−x, H−1−y).
+	wide := patternRGB(7, 4)
+	half, err := Rotate(wide, 180, MEMOFill)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for y := range 4 {
+		for x := range 7 {
+			if g, w := half.Pix[3*(y*7+x):][:3], wide.Pix[3*((3-y)*7+6-x):][:3]; !slices.Equal(g, w) {
+				t.Fatalf("180°: pixel (%d, %d) = %v, want %v", x, y, g, w)
 			}
 		}
 	}
