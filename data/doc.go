@@ -33,6 +33,23 @@
 // and standard deviation, and an option reproduces Pillow's premultiplied
 // resize of RGBA images that were not converted to RGB first.
 //
+// # Augmented views
+//
+// Test-time methods that look at several views of an image get them from
+// the raw image, seeded per (seed, domain, image) by ViewRNG:
+// Preprocessor.Views gives the base view and random resized crops with
+// flips (bit for bit Pillow's bilinear resize for a given crop);
+// Preprocessor.AugMixViews gives MEMO's AugMix views, crops mixed in
+// [0, 1] with three chains of the nine AugMix operations (AutoContrast,
+// Equalize, Posterize, Solarize, Rotate, ShearX, ShearY, TranslateX,
+// TranslateY: Pillow's ImageOps tables and bilinear affine transform).
+// StrongAugment is RoTTA's strong augmentation of a batch of [0, 1] float
+// images, one parameter draw per batch, with torchvision's tensor
+// formulas; Normalize and Unnormalize convert between [0, 1] images and
+// the model's normalised input. The official random draws (numpy, torch)
+// cannot be reproduced: these follow the official distributions and
+// per-operation formulas.
+//
 // # Corrupted data sets
 //
 // Corrupted corrupts a clean dataset on the fly with one of the 15
