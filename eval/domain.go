@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/subtta/subtta/data"
+	"github.com/subtta/subtta/tta"
 	"github.com/subtta/subtta/tta/online"
 )
 
@@ -44,18 +45,20 @@ func (d *domain) Sample(i int) ([]float32, int, error) {
 }
 
 func (d *domain) Samples(idx []int, dst []float32) ([]float32, []int, error) {
-	return d.views(idx, 1, 0, dst)
+	return d.views(idx, 1, tta.CropFlip, 0, dst)
 }
 
-// ViewSamples gives v views of each image (data.Preprocessor.Views), drawn
-// from data.ViewRNG(seed, the domain's name, the image's index).
-func (d *domain) ViewSamples(idx []int, v int, seed uint64, dst []float32) ([]float32, []int, error) {
-	return d.views(idx, v, seed, dst)
+// ViewSamples gives v views of each image: the base view, then random
+// crops with flips (data.Preprocessor.Views) or AugMix views
+// (data.Preprocessor.AugMixViews), drawn from data.ViewRNG(seed, the
+// domain's name, the image's index).
+func (d *domain) ViewSamples(idx []int, v int, kind tta.ViewKind, seed uint64, dst []float32) ([]float32, []int, error) {
+	return d.views(idx, v, kind, seed, dst)
 }
 
 // views decodes, corrupts and preprocesses the images of idx in parallel
 // into v views each (v = 1: the base view alone).
-func (d *domain) views(idx []int, v int, seed uint64, dst []float32) ([]float32, []int, error) {
+func (d *domain) views(idx []int, v int, kind tta.ViewKind, seed uint64, dst []float32) ([]float32, []int, error) {
 	n := v * d.pre.OutputLen()
 	base := len(dst)
 	dst = append(dst, make([]float32, n*len(idx))...)
@@ -74,9 +77,15 @@ func (d *domain) views(idx []int, v int, seed uint64, dst []float32) ([]float32,
 				img, label, err := d.ds.Item(k)
 				if err == nil {
 					off := base + j*n
-					if v == 1 {
+					switch {
+					case v == 1:
 						_, err = d.pre.Transform(dst[off:off+n], img)
-					} else {
+					case kind == tta.AugMix:
+						one := n / v
+						if _, err = d.pre.Transform(dst[off:off+one], img); err == nil {
+							_, err = d.pre.AugMixViews(dst[off+one:off+n], img, v-1, data.ViewRNG(seed, d.name, k))
+						}
+					default:
 						_, err = d.pre.Views(dst[off:off+n], img, v, data.ViewRNG(seed, d.name, k))
 					}
 				}

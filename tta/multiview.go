@@ -12,10 +12,14 @@ import (
 type viewCount struct {
 	name  string
 	views int
+	kind  ViewKind
 }
 
 // Views is the number of views per image, view 0 the base view.
 func (c viewCount) Views() int { return c.views }
+
+// ViewKind is how the views after the base view are made.
+func (c viewCount) ViewKind() ViewKind { return c.kind }
 
 // Step refuses: a multi-view method needs StepViews.
 func (c viewCount) Step([]float32, int) (*Result, error) {

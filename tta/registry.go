@@ -50,7 +50,7 @@ var builtinMethods = []Registration{
 	wattMethod("watt-s", 2, 5), wattMethod("watt-lite", 1, 2),
 	tdaMethod,
 	ecalpMethod,
-	vteMethod, zeroMethod, dmnMethod, tptMethod,
+	vteMethod, zeroMethod, dmnMethod, tptMethod, memoMethod,
 }
 
 var registry = struct {

@@ -9,6 +9,29 @@ import (
 // several views of each image (StepViews), which a runner gives it.
 var ErrNeedsViews = errors.New("tta: the method needs several views of each image")
 
+// ViewKind is how the random views of a multi-view method are made from
+// the decoded image.
+type ViewKind int
+
+const (
+	// CropFlip views are random resized crops with horizontal flips
+	// (torchvision's RandomResizedCrop and RandomHorizontalFlip defaults):
+	// TPT, VTE, ZERO, DMN.
+	CropFlip ViewKind = iota
+	// AugMix views are AugMix mixtures of a crop with flip (MEMO).
+	AugMix
+)
+
+func (k ViewKind) String() string {
+	switch k {
+	case CropFlip:
+		return "crop+flip"
+	case AugMix:
+		return "augmix"
+	}
+	return fmt.Sprintf("ViewKind(%d)", int(k))
+}
+
 // MultiView is a Method that sees V views of each image rather than the
 // image alone (VTE, ZERO, TPT, MEMO, DMN): view 0 of an image is its base
 // view (CLIP's preprocessing), views 1…V−1 random crops with flips of the
@@ -17,8 +40,10 @@ var ErrNeedsViews = errors.New("tta: the method needs several views of each imag
 // one image go through the tower as one batch.
 type MultiView interface {
 	Method
-	// Views is the number of views V per image, at least 2.
+	// Views is the number of views V per image, at least 2, and
+	// ViewKind how views 1…V−1 are made.
 	Views() int
+	ViewKind() ViewKind
 	// StepViews adapts on and classifies n images given as n·v
 	// preprocessed views (NCHW float32), image after image, view 0 of
 	// each first.

@@ -42,8 +42,9 @@ type BatchDomain interface {
 type ViewDomain interface {
 	Domain
 	// ViewSamples appends v views of each of the given samples to dst,
-	// sample after sample, and returns it with their labels.
-	ViewSamples(indices []int, v int, seed uint64, dst []float32) (pixels []float32, labels []int, err error)
+	// sample after sample, views 1…v−1 of the given kind, and returns it
+	// with their labels.
+	ViewSamples(indices []int, v int, kind tta.ViewKind, seed uint64, dst []float32) (pixels []float32, labels []int, err error)
 }
 
 // Protocol is how the runner moves between domains.
@@ -363,7 +364,7 @@ func (r *Runner) stream(name string, domains []Domain, refs []sampleRef, results
 		var err error
 		mv, views := r.Method.(tta.MultiView)
 		if views {
-			pixels, labels, err = r.fetchViews(domains, batch, mv.Views(), pixels[:0])
+			pixels, labels, err = r.fetchViews(domains, batch, mv.Views(), mv.ViewKind(), pixels[:0])
 		} else {
 			pixels, labels, err = r.fetch(domains, batch, pixels[:0])
 		}
@@ -424,7 +425,7 @@ func (r *Runner) stream(name string, domains []Domain, refs []sampleRef, results
 
 // fetchViews reads v views of each of the batch's samples into dst, one
 // call to ViewSamples per run of samples from the same domain.
-func (r *Runner) fetchViews(domains []Domain, batch []sampleRef, v int, dst []float32) ([]float32, []int, error) {
+func (r *Runner) fetchViews(domains []Domain, batch []sampleRef, v int, kind tta.ViewKind, dst []float32) ([]float32, []int, error) {
 	var labels []int
 	for start := 0; start < len(batch); {
 		end := start + 1
@@ -441,7 +442,7 @@ func (r *Runner) fetchViews(domains []Domain, batch []sampleRef, v int, dst []fl
 			idx[j] = ref.index
 		}
 		before := len(dst)
-		px, ls, err := vd.ViewSamples(idx, v, r.Config.Seed, dst)
+		px, ls, err := vd.ViewSamples(idx, v, kind, r.Config.Seed, dst)
 		if err != nil {
 			return nil, nil, fmt.Errorf("tta: runner: %s: %w", d.Name(), err)
 		}

@@ -196,7 +196,8 @@ type viewRecorder struct {
 	first []float32
 }
 
-func (r *viewRecorder) Views() int { return r.v }
+func (r *viewRecorder) Views() int             { return r.v }
+func (r *viewRecorder) ViewKind() tta.ViewKind { return tta.CropFlip }
 func (r *viewRecorder) Step([]float32, int) (*tta.Result, error) {
 	return nil, tta.ErrNeedsViews
 }
@@ -209,7 +210,7 @@ func (r *viewRecorder) StepViews(px []float32, n, v int) (*tta.Result, error) {
 // viewDomain gives views whose first value encodes (seed, index, view).
 type viewDomain struct{ *fxt.RandomDomain }
 
-func (d viewDomain) ViewSamples(idx []int, v int, seed uint64, dst []float32) ([]float32, []int, error) {
+func (d viewDomain) ViewSamples(idx []int, v int, _ tta.ViewKind, seed uint64, dst []float32) ([]float32, []int, error) {
 	var labels []int
 	for _, i := range idx {
 		for k := range v {
