@@ -70,9 +70,12 @@ func TestPresetTable(t *testing.T) {
 			t.Errorf("%s/tda: %+v", d, c)
 		}
 	}
-	for _, bad := range [][2]string{{"cifar10-c", "mint-official"}, {"mnist-c", "tent"}, {"cifar10-c", "memo"}} {
-		if _, err := Lookup(bad[0], bad[1]); err == nil {
-			t.Errorf("Lookup(%q, %q) succeeded", bad[0], bad[1])
+	for _, bad := range []struct {
+		dataset, method string
+		want            error
+	}{{"cifar10-c", "mint-official", ErrUnknownDataset}, {"mnist-c", "tent", ErrUnknownDataset}, {"cifar10-c", "cotta", ErrUnknownMethod}} {
+		if _, err := Lookup(bad.dataset, bad.method); !errors.Is(err, bad.want) {
+			t.Errorf("Lookup(%q, %q): err = %v, want %v", bad.dataset, bad.method, err, bad.want)
 		}
 	}
 }
