@@ -90,14 +90,26 @@ func AdjustSaturation(x []float32, n, plane int, f float32) error {
 }
 
 // AdjustGamma is torchvision's adjust_gamma with gain 1:
-// clamp(x^γ, 0, 1). The power is computed in float64 and rounded (torch's
-// float32 powf may differ by an ulp).
+// clamp(x^γ, 0, 1), γ ≥ 0. The power is exp(γ·ln x) in float64, rounded
+// to float32 (torch's float32 powf may differ by an ulp); 0^γ is 0, and 1
+// for γ = 0.
 func AdjustGamma(x []float32, n, plane int, gamma float32) error {
 	if err := checkBatch("gamma", x, n, plane); err != nil {
 		return err
 	}
+	if !(gamma >= 0) || math.IsInf(float64(gamma), 0) {
+		return fmt.Errorf("data: gamma: %v, want a non-negative number", gamma)
+	}
+	g := float64(gamma)
 	for i, v := range x {
-		x[i] = clamp01(float32(math.Pow(float64(v), float64(gamma))))
+		switch {
+		case v <= 0 && gamma == 0:
+			x[i] = 1
+		case v <= 0:
+			x[i] = 0
+		default:
+			x[i] = clamp01(float32(math.Exp(g * math.Log(float64(v)))))
+		}
 	}
 	return nil
 }

@@ -145,4 +145,7 @@ func TestColorErrors(t *testing.T) {
 	if err := AdjustHue(make([]float32, 3), 1, 1, 0.6); err == nil {
 		t.Error("hue factor 0.6 accepted")
 	}
+	if err := AdjustGamma(make([]float32, 3), 1, 1, -1); err == nil {
+		t.Error("gamma −1 accepted")
+	}
 }

@@ -100,39 +100,47 @@ func (g StrongGeometry) apply(dst, src []float32, size int, buf []float32) {
 	}
 	w := size + 4
 	plane := size * size
+	// The edge padding as index maps: padded column x reads source
+	// column clamp(x − pad), likewise for rows.
+	srcIdx := make([]int, side)
+	for i := range srcIdx {
+		srcIdx[i] = max(0, min(size-1, i-pad))
+	}
 	for c := range 3 {
 		in := src[c*plane : (c+1)*plane]
-		// padded(x, y) is in[clamp(y−pad)][clamp(x−pad)] ("edge").
-		at := func(x, y int) float64 {
-			x = max(0, min(size-1, x-pad))
-			y = max(0, min(size-1, y-pad))
-			return float64(in[y*size+x])
-		}
 		for by := range w {
-			oy := reflect(pad - 2 + by)
-			yc := float64(oy) - half
+			yc := float64(reflect(pad-2+by)) - half
 			for bx := range w {
-				ox := reflect(pad - 2 + bx)
-				xc := float64(ox) - half
+				xc := float64(reflect(pad-2+bx)) - half
 				// Input position in pixel coordinates of the padded image.
 				ix := m[0]*xc + m[1]*yc + m[2] + half
 				iy := m[3]*xc + m[4]*yc + m[5] + half
 				x0, y0 := int(math.Floor(ix)), int(math.Floor(iy))
 				fx, fy := ix-float64(x0), iy-float64(y0)
+				// grid_sample's zeros padding: taps outside the padded
+				// image add nothing, to the value or to the mask.
 				var v, mask float64
-				for _, t := range [4]struct {
-					x, y int
-					w    float64
-				}{
-					{x0, y0, (1 - fx) * (1 - fy)},
-					{x0 + 1, y0, fx * (1 - fy)},
-					{x0, y0 + 1, (1 - fx) * fy},
-					{x0 + 1, y0 + 1, fx * fy},
-				} {
-					// grid_sample's zeros padding: outside taps add nothing.
-					if t.x >= 0 && t.x < side && t.y >= 0 && t.y < side {
-						v += t.w * at(t.x, t.y)
-						mask += t.w
+				for dy := range 2 {
+					y := y0 + dy
+					if y < 0 || y >= side {
+						continue
+					}
+					wy := 1 - fy
+					if dy == 1 {
+						wy = fy
+					}
+					row := in[srcIdx[y]*size:]
+					for dx := range 2 {
+						x := x0 + dx
+						if x < 0 || x >= side {
+							continue
+						}
+						wx := 1 - fx
+						if dx == 1 {
+							wx = fx
+						}
+						v += wx * wy * float64(row[srcIdx[x]])
+						mask += wx * wy
 					}
 				}
 				// torchvision's fill: blend with the fill colour (0) by
