@@ -150,6 +150,8 @@ type trainer interface {
 	values() [][]float64
 	grads() [][]float64
 	setValues(map[string][]float64) error
+	// load overwrites the values with v (values' order and sizes).
+	load(v [][]float64)
 	optimizer() any
 }
 
@@ -281,6 +283,14 @@ func (tr *lnTrainer[T]) grads() [][]float64 {
 		}
 	}
 	return out
+}
+
+func (tr *lnTrainer[T]) load(v [][]float64) {
+	for i, p := range tr.params {
+		for j, x := range v[i] {
+			p.Value[j] = T(x)
+		}
+	}
 }
 
 func (tr *lnTrainer[T]) setValues(v map[string][]float64) error {

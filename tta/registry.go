@@ -51,6 +51,7 @@ var builtinMethods = []Registration{
 	tdaMethod,
 	ecalpMethod,
 	vteMethod, zeroMethod, dmnMethod, tptMethod, memoMethod,
+	rottaMethod,
 }
 
 var registry = struct {

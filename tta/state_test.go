@@ -22,7 +22,7 @@ func TestStatefulContinues(t *testing.T) {
 		bank   int
 	}{
 		{"source", false, 0}, {"tent", false, 0}, {"batclip", false, 0}, {"mint", false, 0},
-		{"mint-official", false, 0}, {"tda", false, 0}, {"watt-s", false, 0}, {"ecalp", false, 0},
+		{"mint-official", false, 0}, {"tda", false, 0}, {"watt-s", false, 0}, {"ecalp", false, 0}, {"rotta", false, 0},
 		{"subtta-s", false, 0}, {"subtta-t", false, 0}, {"subtta-b", false, 0}, {"subtta-m", false, 0},
 		{"subtta-m", false, 6}, {"subtta-m", true, 0},
 	}
@@ -55,6 +55,9 @@ func TestStatefulContinues(t *testing.T) {
 				editConfig(&p, func(w *WATTConfig) { w.Steps, w.Rounds = 1, 1 })
 			}
 			editConfig(&p, func(c *SubTTAConfig) { c.BankSize = tc.bank })
+			// RoTTA updates every 3 images, so that the saved state holds
+			// a moved teacher, a stepped optimizer and a memory.
+			editConfig(&p, func(c *RoTTAConfig) { c.UpdateEvery = 3 })
 			var batches [][]float32
 			for range 4 {
 				batches = append(batches, randPixels(rng, 4, m.Config.Vision.ImageSize))
