@@ -51,7 +51,7 @@ var builtinMethods = []Registration{
 	tdaMethod,
 	ecalpMethod,
 	vteMethod, zeroMethod, dmnMethod, tptMethod, memoMethod,
-	rottaMethod,
+	rottaMethod, stsMethod,
 }
 
 var registry = struct {
