@@ -25,8 +25,13 @@ import (
 	"gonum.org/v1/gonum/mat"
 )
 
-// benchNames are the measurements --only selects from.
+// benchNames are the measurements --only selects from; the multi-view
+// methods that need no text tower (vte, zero, dmn, sts) are timed when
+// named.
 var benchNames = []string{"forward", "backward", "subtta"}
+
+// benchViewMethods are the multi-view methods --only may name.
+var benchViewMethods = []string{"vte", "zero", "dmn", "sts"}
 
 func runBench(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("bench", "", stderr)
@@ -34,7 +39,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(batch, "batch", 64, "same as --batch-size")
 	reps := fs.Int("reps", 5, "timed repetitions of each measurement (the median is reported)")
 	classes := fs.Int("classes", 1000, "classes of the random zero-shot head used by the SubTTA step")
-	only := fs.String("only", "", "comma-separated measurements to run, of forward, backward (forward+backward) and subtta (default all)")
+	only := fs.String("only", "", "comma-separated measurements to run, of forward, backward (forward+backward) and subtta (default all), or a multi-view method ("+strings.Join(benchViewMethods, ", ")+"): one image of its views per batch")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed repetitions to this file (go tool pprof)")
 	memProfile := fs.String("memprofile", "", "write a heap profile (allocations of every measurement) to this file at the end")
 	modelPath := fs.String("model", "", "the vision tower to time: default (the built-in model) or a checkpoint; without it ViT-B/32 with random weights")
@@ -56,8 +61,8 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	}
 	selected := map[string]bool{}
 	for _, name := range splitList(*only) {
-		if !slices.Contains(benchNames, name) {
-			return usagef("--only: unknown measurement %q (want %s)", name, strings.Join(benchNames, ", "))
+		if !slices.Contains(benchNames, name) && !slices.Contains(benchViewMethods, name) {
+			return usagef("--only: unknown measurement %q (want %s)", name, strings.Join(append(slices.Clone(benchNames), benchViewMethods...), ", "))
 		}
 		selected[name] = true
 	}
@@ -71,6 +76,15 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	cases, err := benchCases(cfg, m, *batch, *classes)
 	if err != nil {
 		return err
+	}
+	for _, name := range benchViewMethods {
+		if selected[name] {
+			c, err := benchViewCase(name, cfg, m, *classes)
+			if err != nil {
+				return err
+			}
+			cases = append(cases, c)
+		}
 	}
 	where := fmt.Sprintf("%d threads, GEMM kernel %s", runtime.GOMAXPROCS(0), kernel.Kernel())
 	if cpu := report.CurrentEnvironment().CPU; cpu != "" {
@@ -101,7 +115,11 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 			defer pprof.StopCPUProfile()
 			profiling = true
 		}
-		if err := b.time(stdout, *batch, *reps, dev != nil); err != nil {
+		images := *batch
+		if b.images > 0 {
+			images = b.images
+		}
+		if err := b.time(stdout, images, *reps, dev != nil); err != nil {
 			return err
 		}
 	}
@@ -144,6 +162,7 @@ type benchCase struct {
 	key, name string
 	run       func() error
 	flops     float64 // GEMM flops per image
+	images    int     // images per run, when not the batch size
 }
 
 // benchCases builds the three measurements on random images: the forward
@@ -188,21 +207,7 @@ func benchCases(cfg *weights.CLIPConfig, m *vit.Model, batch, classes int) ([]be
 	if err != nil {
 		return nil, err
 	}
-	head := make([]float64, classes*cfg.EmbedDim)
-	for i := range head {
-		head[i] = r.NormFloat64()
-	}
-	for c := range classes {
-		row := head[c*cfg.EmbedDim : (c+1)*cfg.EmbedDim]
-		var n float64
-		for _, x := range row {
-			n += x * x
-		}
-		for j := range row {
-			row[j] /= math.Sqrt(n)
-		}
-	}
-	method, err := preset.New(clip.VisionOnly(cfg, m), tta.Heads{Head: mat.NewDense(classes, cfg.EmbedDim, head)})
+	method, err := preset.New(clip.VisionOnly(cfg, m), tta.Heads{Head: randomHead(r, classes, cfg.EmbedDim)})
 	if err != nil {
 		return nil, err
 	}
@@ -210,16 +215,11 @@ func benchCases(cfg *weights.CLIPConfig, m *vit.Model, batch, classes int) ([]be
 		_, err := method.Step(px, batch)
 		return err
 	}
-	// GEMM flops of one image: 2·MACs of the linears, patch embedding and
-	// attention products (the figure the engineering notes use).
-	t := v.Grid()*v.Grid() + 1
-	w := v.Width
-	perImage := 2 * float64(v.Layers) * (float64(t)*float64(w)*float64(3*w+w+2*v.MLPWidth) + 2*float64(t*t*w))
-	perImage += 2 * float64(t-1) * float64(w) * float64(3*v.PatchSize*v.PatchSize)
+	perImage := imageFlops(v)
 	return []benchCase{
-		{"forward", "forward", forward, perImage},
-		{"backward", "forward+backward (LayerNorm gradients)", backward, 2 * perImage},
-		{"subtta", "SubTTA-MINT step (ImageNet-C preset)", subtta, 5 * perImage},
+		{"forward", "forward", forward, perImage, 0},
+		{"backward", "forward+backward (LayerNorm gradients)", backward, 2 * perImage, 0},
+		{"subtta", "SubTTA-MINT step (ImageNet-C preset)", subtta, 5 * perImage, 0},
 	}, nil
 }
 
@@ -294,4 +294,64 @@ func peakRSS() string {
 		return "unknown"
 	}
 	return fmt.Sprintf("%.2f GB", float64(kb)*1024/math.Pow(10, 9))
+}
+
+// imageFlops is the GEMM flops of one image through the vision tower:
+// 2·MACs of the linears, patch embedding and attention products (the
+// figure the engineering notes use).
+func imageFlops(v weights.VisionConfig) float64 {
+	t := v.Grid()*v.Grid() + 1
+	w := v.Width
+	f := 2 * float64(v.Layers) * (float64(t)*float64(w)*float64(3*w+w+2*v.MLPWidth) + 2*float64(t*t*w))
+	return f + 2*float64(t-1)*float64(w)*float64(3*v.PatchSize*v.PatchSize)
+}
+
+// randomHead is a zero-shot head of random unit rows (classes×dim).
+func randomHead(r *rand.Rand, classes, dim int) *mat.Dense {
+	head := make([]float64, classes*dim)
+	for i := range head {
+		head[i] = r.NormFloat64()
+	}
+	for c := range classes {
+		row := head[c*dim : (c+1)*dim]
+		var n float64
+		for _, x := range row {
+			n += x * x
+		}
+		for j := range row {
+			row[j] /= math.Sqrt(n)
+		}
+	}
+	return mat.NewDense(classes, dim, head)
+}
+
+// benchViewCase times a multi-view method with its ImageNet-C preset on
+// one image of its views per run (all of them through the tower as one
+// batch) against a random head; its flops are those of the views'
+// forward passes.
+func benchViewCase(name string, cfg *weights.CLIPConfig, m *vit.Model, classes int) (benchCase, error) {
+	p, err := tta.Lookup("imagenet-c", name)
+	if err != nil {
+		return benchCase{}, err
+	}
+	r := rand.New(rand.NewPCG(3, 3))
+	method, err := p.New(clip.VisionOnly(cfg, m), tta.Heads{Head: randomHead(r, classes, cfg.EmbedDim)})
+	if err != nil {
+		return benchCase{}, err
+	}
+	mv, ok := method.(tta.MultiView)
+	if !ok {
+		return benchCase{}, fmt.Errorf("bench: %s is not a multi-view method", name)
+	}
+	v := mv.Views()
+	size := 3 * cfg.Vision.ImageSize * cfg.Vision.ImageSize
+	px := make([]float32, v*size)
+	for i := range px {
+		px[i] = float32(r.NormFloat64())
+	}
+	run := func() error {
+		_, err := mv.StepViews(px, 1, v)
+		return err
+	}
+	return benchCase{key: name, name: fmt.Sprintf("%s (%d views per image)", name, v), run: run, flops: float64(v) * imageFlops(cfg.Vision), images: 1}, nil
 }
