@@ -314,7 +314,7 @@ func (m *Model) Classify(head *ZeroShot, imageFeatures smat.Tensor) smat.Tensor 
 // of operations, which is the source method's (feature.Head, which it calls), so all of them
 // give the same bits for the same features and head.
 func ZeroShotLogits(features, weights mat.Matrix, scale float64) *mat.Dense {
-	logits, _ := feature.Head(features, weights, scale)
+	logits, _ := feature.Classify(features, weights, scale)
 	return logits
 }
 

@@ -82,7 +82,7 @@ func TestSymEigMatchesCPU(t *testing.T) {
 			t.Fatal(err)
 		}
 		step := func() *feature.Alignment {
-			al, err := feature.NewAligner(sub, feature.AlignOptions{Alpha: 0.5}).Step(feats)
+			al, err := feature.NewAligner(sub, feature.AlignOptions{Alpha: 0.5}).Update(feats)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -77,7 +77,7 @@ func (e *ECALP) Step(pixels []float32, n int) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	logits, zs := e.head(f)
+	logits, zs := e.classify(f)
 	fn, _ := feature.NormalizeRows(f)
 	preds := make([]int, n)
 	for i := range n {

@@ -33,7 +33,7 @@ func (z *zeroShot) Step(pixels []float32, n int) (*tta.Result, error) {
 	}
 	node := z.model.ImageFeatures(x)
 	f := mat.NewDense(n, z.model.EmbedDim(), append([]float64(nil), node.Value().Data().F64()...))
-	logits, preds := feature.Head(f, z.head, z.model.InverseTemperature())
+	logits, preds := feature.Classify(f, z.head, z.model.InverseTemperature())
 	return &tta.Result{Logits: logits, Preds: preds, Features: f}, nil
 }
 

@@ -116,7 +116,7 @@ func (t *MEMO) StepViews(views []float32, n, v int) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		row, pred := t.head(f0)
+		row, pred := t.classify(f0)
 		logits.SetRow(i, row.RawRowView(0))
 		preds[i] = pred[0]
 		baseViews.SetRow(i, f0.RawRowView(0))

@@ -250,7 +250,7 @@ func TestSubTTAOptions(t *testing.T) {
 		_, res := run(cfg, 4)
 		// Without alignment F2 is the source features: the pseudo-labels
 		// are the zero-shot predictions.
-		_, want := feature.Head(res.Features, head, m.LogitScale)
+		_, want := feature.Classify(res.Features, head, m.LogitScale)
 		if !equalInts(res.Diag.PseudoLabels, want) {
 			t.Errorf("pseudo-labels %v, zero-shot %v", res.Diag.PseudoLabels, want)
 		}

@@ -116,7 +116,7 @@ func (r *RoTTA) Step(pixels []float32, n int) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	logits, preds := r.head(f)
+	logits, preds := r.classify(f)
 	labels, unc := feature.RoTTAPseudoLabels(logits)
 	d.PseudoLabels = labels
 	d.since("predict", t0)
@@ -172,7 +172,7 @@ func (r *RoTTA) update(d *Diagnostics) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	tlogits, _ := r.head(teacher)
+	tlogits, _ := r.classify(teacher)
 	// The strong augmentation works on [0, 1] images.
 	x, err := pre.Unnormalize(nil, clean)
 	if err != nil {

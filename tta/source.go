@@ -41,7 +41,7 @@ func (s *Source) Step(pixels []float32, n int) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	logits, preds := s.head(f)
+	logits, preds := s.classify(f)
 	d.since("predict", t0)
 	return &Result{Logits: logits, Preds: preds, Features: f, Diag: d}, nil
 }

@@ -70,7 +70,7 @@ func TestSTS(t *testing.T) {
 	if !(after.Marginal.Loss < before.Marginal.Loss) {
 		t.Errorf("the steps did not lower the marginal entropy: %.6g → %.6g", before.Marginal.Loss, after.Marginal.Loss)
 	}
-	zs, _ := feature.Head(f.Slice(0, 1, 0, m.Config.EmbedDim), s.text, s.scale)
+	zs, _ := feature.Classify(f.Slice(0, 1, 0, m.Config.EmbedDim), s.text, s.scale)
 	// The steered prototypes are renormalised: the head's float32 rows
 	// move by rounding, 1e-7 relative.
 	if math.Abs(before.Logits.At(0, 0)-zs.At(0, 0)) > 1e-6*math.Abs(zs.At(0, 0)) {

@@ -188,7 +188,7 @@ func (s *SubTTA) Step(pixels []float32, n int) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	logits, preds := s.head(f3)
+	logits, preds := s.classify(f3)
 	d.since("predict", t0)
 	return &Result{Logits: logits, Preds: preds, Features: f3, Diag: d}, nil
 }
@@ -211,7 +211,7 @@ func (s *SubTTA) align(pixels []float32, n int) (*alignment, error) {
 	if s.cfg.BankSize > 0 {
 		feats, first = s.pushBank(f1)
 	}
-	al, err := s.aligner.Step(feats)
+	al, err := s.aligner.Update(feats)
 	if err != nil {
 		return nil, err
 	}

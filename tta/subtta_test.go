@@ -195,7 +195,7 @@ func TestSubTTAStages(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				logits, preds := s.head(f3)
+				logits, preds := s.classify(f3)
 				fxt.CompareDense(t, b+"F3", f3, x.Dense(b+"F3"), tol.forward, fxt.Rel)
 				fxt.CompareDense(t, b+"logits", logits, x.Dense(b+"logits"), tol.forward, fxt.Rel)
 				fxt.CompareInts(t, b+"preds", preds, x.Ints(b+"preds"))

@@ -84,7 +84,7 @@ func (t *TDA) Step(pixels []float32, n int) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, err := t.cache.Step(f)
+	res, err := t.cache.Update(f)
 	if err != nil {
 		return nil, err
 	}

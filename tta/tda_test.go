@@ -46,7 +46,7 @@ func TestTDABatchSizeIndependent(t *testing.T) {
 		neg := 0
 		for s := 0; s < n; s += bs {
 			e := min(s+bs, n)
-			res, err := tda.Step(f.Slice(s, e, 0, 16))
+			res, err := tda.Update(f.Slice(s, e, 0, 16))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -68,7 +68,7 @@ func TestTDABatchSizeIndependent(t *testing.T) {
 	}
 	// The caches matter: the predictions are not the zero-shot ones.
 	tda, _ := feature.NewTDACache(head, cfg)
-	res, _ := tda.Step(f)
+	res, _ := tda.Update(f)
 	if mat.Equal(res.Logits, res.ZeroShot) {
 		t.Error("cache logits are zero")
 	}
@@ -126,7 +126,7 @@ func TestTDAMethod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	zs, _ := feature.Head(res.Features, head, 100)
+	zs, _ := feature.Classify(res.Features, head, 100)
 	want, _ := feature.EntropyLoss(zs)
 	fxt.Compare(t, "entropy diagnostic", []float64{res.Diag.Losses["entropy"]}, []float64{want}, 1e-12, fxt.Rel)
 	if len(fxt.Distinct(p1)) < 2 {
@@ -153,7 +153,7 @@ func TestTDAConfigErrors(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a disabled cache needs no capacity: %v", err)
 	}
-	if _, err := tda.Step(mat.NewDense(1, 3, nil)); err == nil {
+	if _, err := tda.Update(mat.NewDense(1, 3, nil)); err == nil {
 		t.Error("features of the wrong width accepted")
 	}
 }
@@ -174,7 +174,7 @@ func ExampleTDA() {
 		0.55, 0.83, 0.56, 0.83, 0.54, 0.83, // class 1
 		0.70, 0.69, // ambiguous, near the class-1 samples
 	})
-	res, err := tda.Step(stream)
+	res, err := tda.Update(stream)
 	if err != nil {
 		fmt.Println(err)
 		return

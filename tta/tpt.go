@@ -198,7 +198,7 @@ func (t *TPT) StepViews(views []float32, n, v int) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		row, _ := feature.Head(fv.Slice(0, 1, 0, t.model.EmbedDim()), text, t.scale)
+		row, _ := feature.Classify(fv.Slice(0, 1, 0, t.model.EmbedDim()), text, t.scale)
 		logits.SetRow(i, row.RawRowView(0))
 		preds[i] = feature.Argmax(row)[0]
 		baseViews.SetRow(i, f.RawRowView(i*v))

@@ -182,7 +182,7 @@ func (w *WATT) Step(pixels []float32, n int) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	logits, preds := w.head(f)
+	logits, preds := w.classify(f)
 	d.since("predict", t0)
 	return &Result{Logits: logits, Preds: preds, Features: f, Diag: d}, nil
 }

@@ -158,7 +158,7 @@ func TestWATTSchedule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logits, preds := w.head(f)
+	logits, preds := w.classify(f)
 	fxt.CompareDense(t, "logits", res.Logits, logits, 0, fxt.Abs)
 	fxt.CompareInts(t, "preds", res.Preds, preds)
 	fxt.Compare(t, "watt loss", []float64{res.Diag.Losses["watt"], res.Diag.Losses["watt_first"]}, []float64{sum / float64(steps), first}, 0, fxt.Abs)
@@ -170,7 +170,7 @@ func TestWATTSchedule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, _ := w.head(f0)
+	src, _ := w.classify(f0)
 	_, rel := fixturefile.ErrStats(mat.DenseCopyOf(res.Logits).RawMatrix().Data, src.RawMatrix().Data)
 	t.Logf("adapted vs source logits: rel-to-max difference %.3g", rel)
 	if rel < 1e-4 {

@@ -210,9 +210,9 @@ func NewAligner(text *TextSubspace, opt AlignOptions) *Aligner {
 // Enabled reports whether the alignment step runs (not Disabled, α ≠ 0).
 func (a *Aligner) Enabled() bool { return !a.Options.off() }
 
-// Step aligns one batch of features and stores the new Σ (detached) as the
+// Update aligns one batch of features and stores the new Σ (detached) as the
 // history. It returns nil, nil when the alignment step is off.
-func (a *Aligner) Step(f mat.Matrix) (*Alignment, error) {
+func (a *Aligner) Update(f mat.Matrix) (*Alignment, error) {
 	if !a.Enabled() {
 		return nil, nil
 	}

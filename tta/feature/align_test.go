@@ -60,7 +60,7 @@ func TestAlignerChain(t *testing.T) {
 	for k := range x.Batches("b", "F1") {
 		b := fmt.Sprintf("b%d.", k)
 		fxt.CompareDense(t, b+"Sigma_old (kept by Aligner)", a.Covariance(), x.Dense(b+"Sigma_old"), 1e-9, fxt.Rel)
-		res, err := a.Step(x.Dense(b + "F1"))
+		res, err := a.Update(x.Dense(b + "F1"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,11 +70,11 @@ func TestAlignerChain(t *testing.T) {
 	fxt.CompareDense(t, "Sigma after Reset = Sigma_T", a.Covariance(), mat.DenseCopyOf(ts.Cov), 0, fxt.Abs)
 
 	off := NewAligner(ts, AlignOptions{Alpha: 0})
-	if res, err := off.Step(x.Dense("b0.F1")); res != nil || err != nil || off.Enabled() {
+	if res, err := off.Update(x.Dense("b0.F1")); res != nil || err != nil || off.Enabled() {
 		t.Errorf("alpha = 0: alignment ran (%v, %v)", res, err)
 	}
 	dis := NewAligner(ts, AlignOptions{Alpha: 0.5, Disabled: true})
-	if res, _ := dis.Step(x.Dense("b0.F1")); res != nil {
+	if res, _ := dis.Update(x.Dense("b0.F1")); res != nil {
 		t.Error("Disabled: alignment ran")
 	}
 }

@@ -17,7 +17,7 @@
 //     paper's soft projection) with its backward, [Logits], [Argmax], and
 //     the losses [BetweenClassScatterLoss] ("mint"), [ClassMeanCosineLoss]
 //     ("batclip") and [FeatureEntropyLoss] ("tent"), each with ∂L/∂Z.
-//     [Head] is the zero-shot head that every method predicts with.
+//     [Classify] is the zero-shot classification every method predicts with.
 //   - The baselines' losses: [TentLoss], [BATCLIPLoss] and [WATTLoss] (one
 //     template's loss of WATT), each with ∂L/∂F; MINT's per-domain class
 //     statistics with its loss and prediction, [MINTState]; and TDA's

@@ -33,7 +33,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	aligner := feature.NewAligner(sub, feature.AlignOptions{Alpha: 0.5})
-	al, err := aligner.Step(feats)
+	al, err := aligner.Update(feats)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -57,10 +57,10 @@ func Logits(z, w mat.Matrix, scale float64) *mat.Dense {
 	return &out
 }
 
-// Head is CLIP's zero-shot head, the prediction of every method:
-// logits = scale·normalize(f)·tᵀ and their argmax. t is used as given
+// Classify is CLIP's zero-shot classification, the prediction of every
+// method: logits = scale·normalize(f)·tᵀ for the head t, and their argmax. t is used as given
 // (already normalised text features); scale is exp(logit_scale).
-func Head(f, t mat.Matrix, scale float64) (*mat.Dense, []int) {
+func Classify(f, t mat.Matrix, scale float64) (*mat.Dense, []int) {
 	fn, _ := NormalizeRows(f)
 	logits := Logits(fn, t, scale)
 	return logits, Argmax(logits)

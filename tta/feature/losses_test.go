@@ -44,7 +44,7 @@ func TestStageBFixture(t *testing.T) {
 				fxt.CompareDense(t, b+"dL_dZ", dz, x.Dense(b+"dL_dZ"), tol.forward, fxt.Rel)
 				fxt.CompareDense(t, b+"dL_dF2", proj.Backward(dz), x.Dense(b+"dL_dF2"), tol.forward, fxt.Rel)
 
-				headLogits, preds := Head(x.Dense(b+"F3"), text, logitScale)
+				headLogits, preds := Classify(x.Dense(b+"F3"), text, logitScale)
 				fxt.CompareDense(t, b+"logits (head)", headLogits, x.Dense(b+"logits"), tol.forward, fxt.Rel)
 				fxt.CompareInts(t, b+"preds", preds, x.Ints(b+"preds"))
 			}

@@ -156,10 +156,10 @@ type TDAResult struct {
 	PosAdmitted, NegAdmitted int
 }
 
-// Step runs TDA over the rows of f (B×d, unnormalised image features) in
+// Update runs TDA over the rows of f (B×d, unnormalised image features) in
 // order, updating the caches after (or, with PredictBeforeUpdate, before)
 // each sample's prediction.
-func (t *TDACache) Step(f mat.Matrix) (*TDAResult, error) {
+func (t *TDACache) Update(f mat.Matrix) (*TDAResult, error) {
 	if err := checkFeatures(f, t.head, "tda"); err != nil {
 		return nil, err
 	}

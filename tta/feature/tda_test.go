@@ -94,7 +94,7 @@ func TestTDAHand(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := tda.Step(f)
+		res, err := tda.Update(f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,7 +131,7 @@ func TestTDANegativeMask(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := tda.Step(mat.NewDense(1, 3, []float64{1, 0, 0}))
+	res, err := tda.Update(mat.NewDense(1, 3, []float64{1, 0, 0}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestTDANegativeMask(t *testing.T) {
 	fxt.Compare(t, "logits", res.Logits.RawMatrix().Data, want, 1e-15, fxt.Rel)
 
 	// Above the band (uniform-ish), nothing is admitted.
-	res, err = tda.Step(mat.NewDense(1, 3, []float64{1, 1, 1}))
+	res, err = tda.Update(mat.NewDense(1, 3, []float64{1, 1, 1}))
 	if err != nil {
 		t.Fatal(err)
 	}

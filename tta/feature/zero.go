@@ -97,7 +97,7 @@ type ZeroResult struct {
 // correction 1; [ZERO] ttas/zero.py Zero.zero, ttas/base.py
 // confidence_filter, utils/tools.py greedy_break and break_sample_tie).
 // cos holds the views' unscaled cosine logits l_v = normalize(f_v)·tᵀ
-// (V×C, row 0 the base view; [Head](f, t, 1) computes them from view
+// (V×C, row 0 the base view; [Classify](f, t, 1) computes them from view
 // features); scale is exp(logit_scale).
 //
 //  1. Every view's exact entropy of softmax(scale·l_v) (no epsilon inside
