@@ -102,7 +102,15 @@ const maxFieldBytes = 1 << 20
 // multipart form, or (when jsonOK) a JSON object; labels, templates,
 // stream and normalize from the query string or the form.
 func (s *Server) readInput(w http.ResponseWriter, r *http.Request, jsonOK bool) (*input, error) {
+	// Every way a body arrives (a raw image, a multipart part or field, a
+	// JSON object) reads it through body, so that no more than MaxBodyBytes
+	// of it is ever read; a declared length beyond it is refused before any
+	// of it is.
+	if r.ContentLength > s.cfg.MaxBodyBytes {
+		return nil, &http.MaxBytesError{Limit: s.cfg.MaxBodyBytes}
+	}
 	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	r.Body = body // r.MultipartReader reads r.Body
 	defer discard(body)
 	in := &input{}
 	q := r.URL.Query()

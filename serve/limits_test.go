@@ -1,0 +1,117 @@
+package serve
+
+import (
+	"bytes"
+	"image"
+	"image/color"
+	"image/png"
+	"io"
+	"math/rand/v2"
+	"mime/multipart"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// countingReader yields n bytes (a multipart image part's header, then
+// zeros) and counts what was read of it.
+type countingReader struct {
+	head []byte
+	n    int64
+	read int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	if c.read >= c.n {
+		return 0, io.EOF
+	}
+	k := int(min(int64(len(p)), c.n-c.read))
+	for i := range p[:k] {
+		p[i] = 0
+		if off := c.read + int64(i); off < int64(len(c.head)) {
+			p[i] = c.head[off]
+		}
+	}
+	c.read += int64(k)
+	return k, nil
+}
+
+// noisePNG is a PNG of w×h random pixels: it compresses badly, so that its
+// file is about 3·w·h bytes.
+func noisePNG(t *testing.T, w, h int) []byte {
+	t.Helper()
+	img := image.NewRGBA(image.Rect(0, 0, w, h))
+	r := rand.New(rand.NewPCG(1, 2))
+	for y := range h {
+		for x := range w {
+			img.Set(x, y, color.RGBA{uint8(r.Uint32()), uint8(r.Uint32()), uint8(r.Uint32()), 255})
+		}
+	}
+	var b bytes.Buffer
+	if err := png.Encode(&b, img); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// The body limit holds for every way a body arrives: a raw image, a
+// multipart image part, a multipart field, a body of unknown length; and
+// a body whose declared length is beyond it is refused before any of it is
+// read.
+func TestBodyLimitEveryWay(t *testing.T) {
+	const limit = 64 << 10
+	cfg := testConfig(t)
+	cfg.MaxBodyBytes = limit
+	s, _ := startServer(t, cfg)
+	h := s.Handler()
+	big := noisePNG(t, 160, 160) // about 77 KB, 25,600 pixels
+	if len(big) <= limit {
+		t.Fatalf("test image of %d bytes is within the limit", len(big))
+	}
+	multipartOf := func(field string, data []byte) (string, []byte) {
+		var b bytes.Buffer
+		mw := multipart.NewWriter(&b)
+		if field == "image" {
+			w, _ := mw.CreateFormFile("image", "big.png")
+			w.Write(data)
+		} else {
+			mw.WriteField(field, string(data))
+		}
+		mw.Close()
+		return mw.FormDataContentType(), b.Bytes()
+	}
+	imgType, imgBody := multipartOf("image", big)
+	fieldType, fieldBody := multipartOf("labels", []byte("cat,dog,"+strings.Repeat("x", limit)))
+	partHead := "--B\r\nContent-Disposition: form-data; name=\"image\"; filename=\"x.png\"\r\nContent-Type: image/png\r\n\r\n"
+	for _, tc := range []struct {
+		name, ctype string
+		body        []byte
+		length      int64 // the declared Content-Length; -1: unknown
+		size        int64 // the body's size when body is nil
+		maxRead     int64 // the most of the body the server may read
+	}{
+		{name: "raw image", ctype: "image/png", body: big, length: -1, maxRead: 2 * limit},
+		{name: "multipart image part", ctype: imgType, body: imgBody, length: -1, maxRead: 2 * limit},
+		{name: "multipart field", ctype: fieldType, body: fieldBody, length: -1, maxRead: 2 * limit},
+		{name: "multipart of unknown length", ctype: "multipart/form-data; boundary=B", length: -1, size: 64 << 20, maxRead: 2 * limit},
+		{name: "raw, declared too long", ctype: "image/png", length: 1 << 30, size: 1 << 30, maxRead: 0},
+		{name: "multipart, declared too long", ctype: "multipart/form-data; boundary=B", length: 1 << 30, size: 1 << 30, maxRead: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := &countingReader{head: tc.body, n: int64(len(tc.body))}
+			if tc.body == nil {
+				body = &countingReader{head: []byte(partHead), n: tc.size}
+			}
+			req := httptest.NewRequest(http.MethodPost, "/v1/classify", io.NopCloser(body))
+			req.Header.Set("Content-Type", tc.ctype)
+			req.ContentLength = tc.length
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			checkError(t, reply{rec.Code, rec.Header(), rec.Body.Bytes()}, http.StatusRequestEntityTooLarge)
+			if body.read > tc.maxRead {
+				t.Errorf("the server read %d bytes of the body; want at most %d", body.read, tc.maxRead)
+			}
+		})
+	}
+}
