@@ -339,8 +339,9 @@ func TestEvictionAndDelete(t *testing.T) {
 	if _, code := streamStatus(t, ts, "b"); code != http.StatusNotFound {
 		t.Errorf("GET after DELETE: %d", code)
 	}
-	if files, _ := filepath.Glob(filepath.Join(dir, "b.*")); len(files) > 0 {
-		t.Errorf("files left after DELETE: %v", files)
+	// Only the empty lock file of its saves stays (internal/filelock).
+	if files, _ := filepath.Glob(filepath.Join(dir, "*b.*")); !slices.Equal(files, []string{filepath.Join(dir, ".b.stream.lock")}) {
+		t.Errorf("files left after DELETE: %v; want the lock file alone", files)
 	}
 	if got, _ := classify(t, ts, "?stream=b", imgs[5]); got.Stream == nil || got.Stream.Batch != 0 {
 		t.Errorf("b after DELETE does not start afresh: %+v", got.Stream)

@@ -223,6 +223,17 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// minLabels is the fewest labels the preset's method adapts with, and why
+// (to tell a client). SubTTA's text subspace has at most C−1 directions
+// (the text features are centred), and leaves out the first unless
+// KeepTopPC: it needs three labels, or two with KeepTopPC.
+func minLabels(p tta.Preset) (int, string) {
+	if p.SubTTA.Subspace.Rank > 0 && !p.SubTTA.Subspace.KeepTopPC {
+		return 3, " (its text subspace leaves out the first principal direction of the labels' text features)"
+	}
+	return 2, ""
+}
+
 // BatchSize is the number of requests a stream's step takes at most.
 func (s *Server) BatchSize() int { return s.preset.BatchSize }
 

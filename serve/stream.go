@@ -46,6 +46,8 @@ type stream struct {
 	deleted bool // the stream is being deleted: waiting requests fail
 	unsaved bool // the last save failed: evicting would lose adaptation
 	stats   streamStats
+	onDisk  bool  // the stream has a state file, read or written by this server
+	stamp   stamp // that file's stamp, or the Birth its first save will carry
 }
 
 // streamStats are a stream's counters, saved with its state.
@@ -267,7 +269,9 @@ func (st *stream) run() {
 		if !ok {
 			return
 		}
-		s.step(st, batch)
+		if !s.step(st, batch) {
+			return
+		}
 	}
 }
 
@@ -356,58 +360,107 @@ func (st *stream) next() (batch []*job, ok bool) {
 	}
 }
 
+// maxStepAttempts bounds the steps of one batch when other servers keep
+// saving the stream first.
+const maxStepAttempts = 8
+
 // step adapts the stream on a batch, saves its state and answers the batch.
-func (s *Server) step(st *stream, batch []*job) {
+// When the save finds the stream saved by another server since this one
+// read it (errStale), the stream is reloaded from its file and the batch
+// stepped again, so that the batch's requests are answered only by a step
+// that follows every step saved before it. It returns false when the
+// worker must end (the stream could not be reloaded in place).
+func (s *Server) step(st *stream, batch []*job) (keep bool) {
 	n := len(batch)
 	px := make([]float32, 0, n*s.pre.OutputLen())
 	for _, j := range batch {
 		px = append(px, j.pixels...)
 	}
-	t0 := time.Now()
-	res, err := s.adapt(st, px, n)
-	s.m.stepSeconds.Observe(time.Since(t0).Seconds())
-	s.m.batchSize.Observe(float64(n))
-	var index int64
-	if err == nil {
-		s.m.batches.Inc()
-		s.m.optimizerSteps.Add(float64(res.Diag.Steps))
-		var cos []float64
-		if a := res.Diag.Alignment; a != nil {
-			if ts := st.heads.subspace(s.cfg.Dataset); ts != nil {
-				cos, _ = tta.PrincipalAngleCosines(a.Basis, ts.Basis)
-			}
+	keep = true
+	var (
+		res   *tta.Result
+		index int64
+		err   error
+	)
+	for attempt := 1; ; attempt++ {
+		res, index, err = s.stepOnce(st, px, n)
+		if !errors.Is(err, errStale) {
+			break
 		}
-		st.mu.Lock()
-		index = st.stats.Batches
-		st.stats.Images += int64(n)
-		st.stats.Batches++
-		st.stats.Steps += int64(res.Diag.Steps)
-		st.stats.Skipped += int64(res.Diag.Skipped)
-		st.stats.LastLoss = res.Diag.Losses
-		st.stats.Cosines = cos
-		st.mu.Unlock()
-		perr := s.persist(st)
-		if perr != nil {
-			s.m.saveErrors.Inc()
-			s.log.Error("serve: saving stream state", "stream", st.id, "err", perr)
+		s.m.saveConflicts.Inc()
+		s.log.Info("serve: stream saved by another server since this one read it: reloading it and stepping the batch again", "stream", st.id, "attempt", attempt)
+		if rerr := st.reload(); rerr != nil {
+			s.log.Error("serve: reloading stream", "stream", st.id, "err", rerr)
+			err, keep = rerr, false
+			break
 		}
-		st.mu.Lock()
-		st.unsaved = perr != nil
-		st.mu.Unlock()
-	} else {
-		s.log.Error("serve: adaptation step failed", "stream", st.id, "err", err)
+		if attempt == maxStepAttempts {
+			err = &httpError{status: http.StatusServiceUnavailable, header: map[string]string{"Retry-After": "1"},
+				msg: fmt.Sprintf("stream %s: other servers saved it first %d times in a row; retry", st.id, attempt)}
+			break
+		}
 	}
 	st.mu.Lock()
 	st.busy = false
+	if !keep {
+		st.closing = true
+	}
 	st.mu.Unlock()
 	for i, j := range batch {
 		if err != nil {
-			j.done <- answer{err: fmt.Errorf("adaptation step: %w", err)}
+			var he *httpError
+			if !errors.As(err, &he) {
+				err = fmt.Errorf("adaptation step: %w", err)
+			}
+			j.done <- answer{err: err}
 			continue
 		}
 		j.done <- answer{logits: slices.Clone(res.Logits.RawRowView(i)), pred: res.Preds[i],
 			batch: index, size: n, position: i, steps: res.Diag.Steps}
 	}
+	return keep
+}
+
+// stepOnce steps the stream on a batch, counts it and saves the stream.
+// A failure to save other than errStale is logged, and the step stands.
+func (s *Server) stepOnce(st *stream, px []float32, n int) (res *tta.Result, index int64, err error) {
+	t0 := time.Now()
+	res, err = s.adapt(st, px, n)
+	s.m.stepSeconds.Observe(time.Since(t0).Seconds())
+	s.m.batchSize.Observe(float64(n))
+	if err != nil {
+		s.log.Error("serve: adaptation step failed", "stream", st.id, "err", err)
+		return nil, 0, err
+	}
+	s.m.batches.Inc()
+	s.m.optimizerSteps.Add(float64(res.Diag.Steps))
+	var cos []float64
+	if a := res.Diag.Alignment; a != nil {
+		if ts := st.heads.subspace(s.cfg.Dataset); ts != nil {
+			cos, _ = tta.PrincipalAngleCosines(a.Basis, ts.Basis)
+		}
+	}
+	st.mu.Lock()
+	index = st.stats.Batches
+	st.stats.Images += int64(n)
+	st.stats.Batches++
+	st.stats.Steps += int64(res.Diag.Steps)
+	st.stats.Skipped += int64(res.Diag.Skipped)
+	st.stats.LastLoss = res.Diag.Losses
+	st.stats.Cosines = cos
+	st.mu.Unlock()
+	perr := s.persist(st)
+	if errors.Is(perr, errStale) {
+		return nil, 0, perr
+	}
+	if perr != nil {
+		s.m.saveErrors.Inc()
+		s.log.Error("serve: saving stream state", "stream", st.id, "err", perr)
+	}
+	st.mu.Lock()
+	st.unsaved = perr != nil
+	st.mu.Unlock()
+	return res, index, nil
 }
 
 // adapt runs the stream's Method on a batch with the stream's LayerNorm
