@@ -498,18 +498,24 @@ func (s *Server) handleStreamGet(w http.ResponseWriter, r *http.Request) error {
 	s.mu.Lock()
 	st, ok := s.streams[id]
 	s.mu.Unlock()
+	sv, err := s.readState(id)
+	if err != nil {
+		return err
+	}
 	if ok && isClosed(st.ready) && st.loadErr == nil {
 		st.mu.Lock()
 		status := StreamStatus{ID: id, Method: s.preset.Method, Labels: st.labels, Templates: st.templates, InMemory: true,
 			Pending: len(st.pending)}
-		status.fill(st.stats)
+		stats := st.stats
+		if sv != nil && (!st.onDisk || sv.Stamp != st.stamp) {
+			// Another server has saved the stream since this one read
+			// it: its counters are the stream's.
+			stats = sv.Stats
+		}
+		status.fill(stats)
 		st.mu.Unlock()
 		writeJSON(w, http.StatusOK, status)
 		return nil
-	}
-	sv, err := s.readState(id)
-	if err != nil {
-		return err
 	}
 	if sv == nil {
 		if ok {

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"testing"
@@ -43,6 +44,12 @@ func TestTwoServersShareStateDir(t *testing.T) {
 		for k, g := range got {
 			if w := want[i*size+k]; !slices.Equal(g.Logits, w.Logits) || g.Stream.Batch != int64(i) {
 				t.Fatalf("batch %d, image %d: batch index %d, logits %v; one server: %v", i, k, g.Stream.Batch, g.Logits, w.Logits)
+			}
+		}
+		// Both servers report the newest counters.
+		for name, ts := range map[string]*httptest.Server{"a": tsA, "b": tsB} {
+			if st, code := streamStatus(t, ts, "cam"); code != http.StatusOK || st.Images != int64((i+1)*size) {
+				t.Errorf("after batch %d, server %s reports %d images (status %d); want %d", i, name, st.Images, code, (i+1)*size)
 			}
 		}
 	}
