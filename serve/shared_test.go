@@ -1,8 +1,19 @@
 package serve
 
 import (
+	"bytes"
+	"context"
+	"encoding/gob"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/subtta/subtta/internal/filelock"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"testing"
 )
@@ -55,5 +66,119 @@ func TestTwoServersShareStateDir(t *testing.T) {
 	}
 	if st := savedStats(t, a, "cam"); st.Images != int64(len(want)) || st.Batches != int64(len(batches)) {
 		t.Errorf("saved stream: %d images in %d batches; answered %d in %d", st.Images, st.Batches, len(want), len(batches))
+	}
+}
+
+// readSaved decodes a stream's state file in dir.
+func readSaved(t *testing.T, dir, id string) (*savedStream, bool) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, id+".stream"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sv savedStream
+	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&sv); err != nil {
+		t.Fatalf("%s.stream: %v", id, err)
+	}
+	return &sv, true
+}
+
+// Two server processes on one state directory under load on the same
+// streams, one of them killed (SIGKILL) half-way and started again: every
+// answered request's adaptation is in the saved state. A stream's saved
+// image count is at least its answers; it may exceed them only by requests
+// to the killed process that got no answer (a batch saved, then the
+// process killed before answering it).
+func TestServerProcessesShareStateDir(t *testing.T) {
+	if !filelock.Supported {
+		t.Skip("no file locks on this system: two processes are not kept apart")
+	}
+	const streams, requests = 3, 16
+	dir := t.TempDir()
+	a, b := startChild(t, dir), startChild(t, dir)
+	imgs := images(t, 64)
+	load := func(c *child, n int) func() (*LoadReport, error) {
+		return func() (*LoadReport, error) {
+			return LoadTest{URL: c.url, Sources: streams, Requests: n, Concurrency: 2, Duration: time.Minute,
+				StreamPrefix: "s", Shared: true, Images: imgs}.Run(context.Background())
+		}
+	}
+	type result struct {
+		rep *LoadReport
+		err error
+	}
+	run := func(f func() (*LoadReport, error)) chan result {
+		c := make(chan result, 1)
+		go func() { r, err := f(); c <- result{r, err} }()
+		return c
+	}
+	fromA, fromB := run(load(a, 2*requests)), run(load(b, requests))
+	// Kill b once a third of its requests may have been answered.
+	deadline := time.Now().Add(time.Minute)
+	for saved := 0; saved < streams*requests/3*2; {
+		if time.Now().After(deadline) {
+			t.Fatal("the servers saved too few images within a minute")
+		}
+		time.Sleep(10 * time.Millisecond)
+		saved = 0
+		for i := range streams {
+			if sv, ok := readSaved(t, dir, fmt.Sprintf("s%d", i)); ok {
+				saved += int(sv.Stats.Images)
+			}
+		}
+	}
+	b.kill()
+	killed := <-fromB
+	if killed.err != nil {
+		t.Fatal(killed.err)
+	}
+	b2 := startChild(t, dir)
+	fromB2 := run(load(b2, requests))
+	reports := []*LoadReport{killed.rep}
+	for _, c := range []chan result{fromA, fromB2} {
+		r := <-c
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		reports = append(reports, r.rep)
+	}
+	for name, c := range map[string]*child{"a": a, "b, restarted": b2} {
+		u, _ := url.Parse(c.url)
+		n, _ := metricValue(context.Background(), http.DefaultClient, u, "subtta_state_save_conflicts_total")
+		t.Logf("server %s: %v saves found the stream saved by the other since it read it", name, n)
+	}
+	a.stop(t)
+	b2.stop(t)
+	for i, r := range reports {
+		if !r.ExactlyOnce {
+			t.Errorf("load test %d: %v", i, r.Problems)
+		}
+	}
+	if a, b2 := reports[1], reports[2]; a.Errors+b2.Errors > 0 {
+		t.Errorf("servers not killed answered %v and %v", a.ByStatus, b2.ByStatus)
+	}
+	if killed.rep.OK == 0 || killed.rep.Errors == 0 {
+		t.Logf("the killed server answered %d requests and left %d unanswered", killed.rep.OK, killed.rep.Errors)
+	}
+	for i := range streams {
+		id := fmt.Sprintf("s%d", i)
+		answered := 0
+		for _, r := range reports {
+			answered += r.OKByStream[id]
+		}
+		unanswered := killed.rep.FailedByStream[id]
+		sv, ok := readSaved(t, dir, id)
+		if !ok {
+			t.Errorf("stream %s: no saved state", id)
+			continue
+		}
+		if got := int(sv.Stats.Images); got < answered || got > answered+unanswered {
+			t.Errorf("stream %s: saved %d images for %d answers (%d requests to the killed server unanswered)", id, got, answered, unanswered)
+		} else {
+			t.Logf("stream %s: saved %d images for %d answers (%d unanswered by the killed server), generation %d", id, got, answered, unanswered, sv.Stamp.Generation)
+		}
 	}
 }

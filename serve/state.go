@@ -29,7 +29,7 @@ import (
 // under an exclusive lock on .ID.stream.lock (internal/filelock): a
 // compare-and-swap. When it does not, the save fails with errStale, and the
 // stream's worker reloads the file and steps the batch again, before
-// answering it.
+// answering it, this time holding the lock from the reading to the saving.
 
 const stateFormat = "subtta-serve-stream-v2"
 
@@ -71,22 +71,25 @@ func (s *Server) lockPath(id string) string {
 }
 
 // persist saves the stream after a step, if its file still carries the
-// stamp st read or last wrote (errStale if not). Only the stream's worker
+// stamp st read or last wrote (errStale if not), under the file's lock:
+// held, when the caller holds it, or taken here. Only the stream's worker
 // calls it.
-func (s *Server) persist(st *stream) (err error) {
+func (s *Server) persist(st *stream, held *filelock.Lock) (err error) {
 	if s.cfg.StateDir == "" {
 		return nil
 	}
 	path := s.statePath(st.id)
-	lock, err := filelock.Acquire(s.lockPath(st.id))
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if uerr := lock.Unlock(); err == nil {
-			err = uerr
+	if held == nil {
+		lock, err := filelock.Acquire(s.lockPath(st.id))
+		if err != nil {
+			return err
 		}
-	}()
+		defer func() {
+			if uerr := lock.Unlock(); err == nil {
+				err = uerr
+			}
+		}()
+	}
 	cur, err := s.readState(st.id)
 	if err != nil {
 		return err

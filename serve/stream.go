@@ -12,6 +12,7 @@ import (
 
 	"gonum.org/v1/gonum/mat"
 
+	"github.com/subtta/subtta/internal/filelock"
 	"github.com/subtta/subtta/tta"
 )
 
@@ -360,16 +361,15 @@ func (st *stream) next() (batch []*job, ok bool) {
 	}
 }
 
-// maxStepAttempts bounds the steps of one batch when other servers keep
-// saving the stream first.
-const maxStepAttempts = 8
-
 // step adapts the stream on a batch, saves its state and answers the batch.
 // When the save finds the stream saved by another server since this one
 // read it (errStale), the stream is reloaded from its file and the batch
 // stepped again, so that the batch's requests are answered only by a step
-// that follows every step saved before it. It returns false when the
-// worker must end (the stream could not be reloaded in place).
+// that follows every step saved before it. That second step runs under
+// the lock of the stream's file, so that no other save can come first
+// again: a stream stepped by several servers at once moves on whichever of
+// them steps it. It returns false when the worker must end (the stream
+// could not be reloaded in place).
 func (s *Server) step(st *stream, batch []*job) (keep bool) {
 	n := len(batch)
 	px := make([]float32, 0, n*s.pre.OutputLen())
@@ -377,28 +377,11 @@ func (s *Server) step(st *stream, batch []*job) (keep bool) {
 		px = append(px, j.pixels...)
 	}
 	keep = true
-	var (
-		res   *tta.Result
-		index int64
-		err   error
-	)
-	for attempt := 1; ; attempt++ {
-		res, index, err = s.stepOnce(st, px, n)
-		if !errors.Is(err, errStale) {
-			break
-		}
+	res, index, err := s.stepOnce(st, px, n, nil)
+	if errors.Is(err, errStale) {
 		s.m.saveConflicts.Inc()
-		s.log.Info("serve: stream saved by another server since this one read it: reloading it and stepping the batch again", "stream", st.id, "attempt", attempt)
-		if rerr := st.reload(); rerr != nil {
-			s.log.Error("serve: reloading stream", "stream", st.id, "err", rerr)
-			err, keep = rerr, false
-			break
-		}
-		if attempt == maxStepAttempts {
-			err = &httpError{status: http.StatusServiceUnavailable, header: map[string]string{"Retry-After": "1"},
-				msg: fmt.Sprintf("stream %s: other servers saved it first %d times in a row; retry", st.id, attempt)}
-			break
-		}
+		s.log.Info("serve: stream saved by another server since this one read it: reloading it and stepping the batch again", "stream", st.id)
+		res, index, keep, err = s.restep(st, px, n)
 	}
 	st.mu.Lock()
 	st.busy = false
@@ -421,9 +404,36 @@ func (s *Server) step(st *stream, batch []*job) (keep bool) {
 	return keep
 }
 
-// stepOnce steps the stream on a batch, counts it and saves the stream.
-// A failure to save other than errStale is logged, and the step stands.
-func (s *Server) stepOnce(st *stream, px []float32, n int) (res *tta.Result, index int64, err error) {
+// restep reloads the stream from its file and steps it on the batch again,
+// holding the file's lock from the reading to the saving.
+func (s *Server) restep(st *stream, px []float32, n int) (res *tta.Result, index int64, keep bool, err error) {
+	// On any failure the stream, stepped on a stale state, cannot go on:
+	// its worker ends, and its next request loads it anew.
+	lock, err := filelock.Acquire(s.lockPath(st.id))
+	if err != nil {
+		return nil, 0, false, err
+	}
+	defer lock.Unlock()
+	if err := st.reload(); err != nil {
+		s.log.Error("serve: reloading stream", "stream", st.id, "err", err)
+		return nil, 0, false, err
+	}
+	res, index, err = s.stepOnce(st, px, n, lock)
+	if err != nil && !errors.Is(err, errStale) {
+		return nil, 0, false, err
+	}
+	if errors.Is(err, errStale) {
+		// Under the lock, only a writer that takes none (another
+		// system's, see internal/filelock) can have saved.
+		return nil, 0, false, fmt.Errorf("stream %s: saved by another writer while this server held its lock (%s)", st.id, s.lockPath(st.id))
+	}
+	return res, index, true, nil
+}
+
+// stepOnce steps the stream on a batch, counts it and saves the stream
+// (under held, when not nil, the lock of its file). A failure to save other
+// than errStale is logged, and the step stands.
+func (s *Server) stepOnce(st *stream, px []float32, n int, held *filelock.Lock) (res *tta.Result, index int64, err error) {
 	t0 := time.Now()
 	res, err = s.adapt(st, px, n)
 	s.m.stepSeconds.Observe(time.Since(t0).Seconds())
@@ -449,7 +459,7 @@ func (s *Server) stepOnce(st *stream, px []float32, n int) (res *tta.Result, ind
 	st.stats.LastLoss = res.Diag.Losses
 	st.stats.Cosines = cos
 	st.mu.Unlock()
-	perr := s.persist(st)
+	perr := s.persist(st, held)
 	if errors.Is(perr, errStale) {
 		return nil, 0, perr
 	}
