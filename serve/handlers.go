@@ -12,6 +12,7 @@ import (
 	"mime"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -122,13 +123,13 @@ func (s *Server) readInput(w http.ResponseWriter, r *http.Request, jsonOK bool) 
 	}
 	for k := range q {
 		if _, ok := fields[k]; !ok {
-			return nil, errorf(http.StatusBadRequest, "unknown parameter %q (want labels, template, stream, normalize)", k)
+			return nil, errorf(http.StatusBadRequest, "unknown parameter %s (want labels, template, stream, normalize)", quote(k, maxEcho))
 		}
 	}
 	ct := r.Header.Get("Content-Type")
 	mt, _, err := mime.ParseMediaType(ct)
 	if ct == "" || err != nil {
-		return nil, errorf(http.StatusUnsupportedMediaType, "Content-Type %q: send an image (image/jpeg, image/png, image/gif), multipart/form-data with an image part, or JSON", ct)
+		return nil, errorf(http.StatusUnsupportedMediaType, "Content-Type %s: send an image (image/jpeg, image/png, image/gif), multipart/form-data with an image part, or JSON", quote(ct, maxEcho))
 	}
 	switch {
 	case strings.HasPrefix(mt, "image/") || mt == "application/octet-stream":
@@ -171,7 +172,7 @@ func (s *Server) readInput(w http.ResponseWriter, r *http.Request, jsonOK bool) 
 					fields[name] = append(fields[name], string(b))
 				}
 			default:
-				return nil, errorf(http.StatusBadRequest, "unknown form field %q (want image, labels, template, stream, normalize, text)", name)
+				return nil, errorf(http.StatusBadRequest, "unknown form field %s (want image, labels, template, stream, normalize, text)", quote(name, maxEcho))
 			}
 			p.Close()
 		}
@@ -187,7 +188,7 @@ func (s *Server) readInput(w http.ResponseWriter, r *http.Request, jsonOK bool) 
 			if errors.As(err, &mb) {
 				return nil, err
 			}
-			return nil, errorf(http.StatusBadRequest, "JSON body: %v (want {\"texts\": [...], \"normalize\": bool})", err)
+			return nil, errorf(http.StatusBadRequest, "JSON body: %s (want {\"texts\": [...], \"normalize\": bool})", shorten(err.Error(), maxEcho))
 		}
 		in.texts, in.normalize = req.Texts, req.Normalize
 	default:
@@ -195,7 +196,7 @@ func (s *Server) readInput(w http.ResponseWriter, r *http.Request, jsonOK bool) 
 		if jsonOK {
 			want += ", or JSON {\"texts\": [...]}"
 		}
-		return nil, errorf(http.StatusUnsupportedMediaType, "Content-Type %s: send %s", mt, want)
+		return nil, errorf(http.StatusUnsupportedMediaType, "Content-Type %s: send %s", quote(mt, maxEcho), want)
 	}
 	for k, v := range fields {
 		if len(v) > 1 && k != "template" {
@@ -217,7 +218,7 @@ func (s *Server) readInput(w http.ResponseWriter, r *http.Request, jsonOK bool) 
 	if v, ok := fields["stream"]; ok {
 		in.stream = v[0]
 		if !validID.MatchString(in.stream) {
-			return nil, errorf(http.StatusBadRequest, "stream %q: want 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit", in.stream)
+			return nil, errorf(http.StatusBadRequest, "stream %s: want 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit", quote(in.stream, maxIDEcho))
 		}
 	}
 	if v, ok := fields["normalize"]; ok {
@@ -226,7 +227,7 @@ func (s *Server) readInput(w http.ResponseWriter, r *http.Request, jsonOK bool) 
 			in.normalize = true
 		case "false", "0", "":
 		default:
-			return nil, errorf(http.StatusBadRequest, "normalize %q: want true or false", v[0])
+			return nil, errorf(http.StatusBadRequest, "normalize %s: want true or false", quote(v[0], maxEcho))
 		}
 	}
 	if in.image != nil {
@@ -311,7 +312,7 @@ func checkLabels(labels []string, maxN, maxBytes int) error {
 			return err
 		}
 		if seen[l] {
-			return fmt.Errorf("%q is given twice", l)
+			return fmt.Errorf("%s is given twice", quote(l, maxEcho))
 		}
 		seen[l] = true
 	}
@@ -327,7 +328,7 @@ func checkTemplates(templates []string, maxN, maxBytes int) error {
 			return err
 		}
 		if !strings.Contains(t, "{}") {
-			return fmt.Errorf("template %q has no {} for the label", t)
+			return fmt.Errorf("template %s has no {} for the label", quote(t, maxEcho))
 		}
 	}
 	return nil
@@ -336,11 +337,48 @@ func checkTemplates(templates []string, maxN, maxBytes int) error {
 func checkText(t string, maxBytes int) error {
 	switch {
 	case !utf8.ValidString(t):
-		return fmt.Errorf("%q is not UTF-8", t)
+		return fmt.Errorf("%s is not UTF-8", quote(t, maxEcho))
 	case len(t) > maxBytes:
-		return fmt.Errorf("%.40q… is %d bytes, more than %d", t, len(t), maxBytes)
+		return fmt.Errorf("%s is more than %d bytes", quote(t, 40), maxBytes)
 	}
 	return nil
+}
+
+// An error message quotes a client's string (an id, a label, a field) cut
+// to maxIDEcho (ids) or maxEcho characters.
+const (
+	maxIDEcho = 64
+	maxEcho   = 200
+)
+
+// quote quotes s for an error message: whole when at most n characters
+// long, else its first n characters, an ellipsis and its full length.
+func quote(s string, n int) string {
+	if c := cut(s, n); c != s {
+		return fmt.Sprintf("%q… (%d bytes)", c, len(s))
+	}
+	return strconv.Quote(s)
+}
+
+// shorten is s when at most n characters long, else its first n
+// characters, an ellipsis and its full length.
+func shorten(s string, n int) string {
+	if c := cut(s, n); c != s {
+		return fmt.Sprintf("%s… (%d bytes)", c, len(s))
+	}
+	return s
+}
+
+// cut is s cut to its first n characters (bytes that are not UTF-8 count
+// one each).
+func cut(s string, n int) string {
+	for i := range s {
+		if n == 0 {
+			return s[:i]
+		}
+		n--
+	}
+	return s
 }
 
 // requestID is the client's X-Request-Id, cut to 128 bytes.
@@ -493,7 +531,7 @@ func (s *Server) handleEmbed(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) handleStreamGet(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	if !validID.MatchString(id) {
-		return errorf(http.StatusBadRequest, "stream id %q is not valid", id)
+		return errorf(http.StatusBadRequest, "stream id %s is not valid", quote(id, maxIDEcho))
 	}
 	s.mu.Lock()
 	st, ok := s.streams[id]
@@ -545,7 +583,7 @@ func (st *StreamStatus) fill(s streamStats) {
 func (s *Server) handleStreamDelete(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	if !validID.MatchString(id) {
-		return errorf(http.StatusBadRequest, "stream id %q is not valid", id)
+		return errorf(http.StatusBadRequest, "stream id %s is not valid", quote(id, maxIDEcho))
 	}
 	s.mu.Lock()
 	st, ok := s.streams[id]

@@ -10,6 +10,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -113,5 +114,67 @@ func TestBodyLimitEveryWay(t *testing.T) {
 				t.Errorf("the server read %d bytes of the body; want at most %d", body.read, tc.maxRead)
 			}
 		})
+	}
+}
+
+// A client's long string (a stream id, a text, a field's name or value, a
+// header) comes back in an error cut short, with its full length.
+func TestLongInputsAreCut(t *testing.T) {
+	_, ts := startServer(t, testConfig(t))
+	img := images(t, 1)[0]
+	id := strings.Repeat("c", 10000)
+	text := strings.Repeat("t", 40000)
+	form := func(field, value string) (string, []byte) {
+		var b bytes.Buffer
+		mw := multipart.NewWriter(&b)
+		w, _ := mw.CreateFormFile("image", "x.jpg")
+		w.Write(img)
+		mw.WriteField(field, value)
+		mw.Close()
+		return mw.FormDataContentType(), b.Bytes()
+	}
+	normType, normBody := form("normalize", text)
+	fieldType, fieldBody := form(text, "x")
+	streamType, streamBody := form("stream", id)
+	for _, tc := range []struct {
+		name, method, path, ctype string
+		body                      []byte
+		status                    int
+		length                    int
+	}{
+		{"stream id in the query", "POST", "/v1/classify?stream=" + id, "image/jpeg", img, 400, len(id)},
+		{"stream id in a form", "POST", "/v1/classify", streamType, streamBody, 400, len(id)},
+		{"stream id in the path", "GET", "/v1/streams/" + id, "", nil, 400, len(id)},
+		{"stream id to delete", "DELETE", "/v1/streams/" + id, "", nil, 400, len(id)},
+		{"unknown path", "GET", "/" + id, "", nil, 404, len(id) + 1},
+		{"unknown parameter", "POST", "/v1/classify?" + text + "=1", "image/jpeg", img, 400, len(text)},
+		{"normalize", "POST", "/v1/classify", normType, normBody, 400, len(text)},
+		{"unknown form field", "POST", "/v1/classify", fieldType, fieldBody, 400, len(text)},
+		{"content type", "POST", "/v1/classify", "text/" + text, img, 415, len(text) + 5},
+		{"JSON field", "POST", "/v1/embed", "application/json", []byte(`{"` + text + `": 1}`), 400, len(`json: unknown field "` + text + `"`)}, // the decoder's message
+		{"label not UTF-8", "POST", "/v1/classify?labels=a,%FF" + text, "image/jpeg", img, 400, len(text) + 1},
+		{"text too long", "POST", "/v1/embed", "application/json", []byte(`{"texts": ["` + text + `"]}`), 400, len(text)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := do(t, tc.method, ts.URL+tc.path, tc.ctype, tc.body)
+			checkError(t, r, tc.status)
+			if len(r.body) > 600 || !strings.Contains(string(r.body), strconv.Itoa(tc.length)) {
+				t.Errorf("%d bytes, want at most 600 that give the length %d: %.700s", len(r.body), tc.length, r.body)
+			}
+		})
+	}
+}
+
+// A stream with fewer labels than its method needs is refused with a
+// message that says how many it needs, and nothing of the method's inner
+// workings.
+func TestTooFewLabelsMessage(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.BatchSize = 1
+	_, ts := startServer(t, cfg)
+	_, r := classify(t, ts, "?stream=two&labels=cat,dog", images(t, 1)[0])
+	checkError(t, r, http.StatusBadRequest)
+	if msg := string(r.body); !strings.Contains(msg, "subtta-m needs at least 3 labels") || !strings.Contains(msg, "2 given") || strings.Contains(msg, "R=") || strings.Contains(msg, "tta:") {
+		t.Errorf("message %s; want one that says subtta-m needs at least 3 labels, 2 given, and no internals", msg)
 	}
 }

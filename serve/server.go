@@ -300,10 +300,10 @@ func (s *Server) wrap(name string, limited bool, methods map[string]handlerFunc)
 		h, ok := methods[r.Method]
 		switch {
 		case len(methods) == 0:
-			writeError(w, errorf(http.StatusNotFound, "no such endpoint: %s", r.URL.Path))
+			writeError(w, errorf(http.StatusNotFound, "no such endpoint: %s", quote(r.URL.Path, maxEcho)))
 			return
 		case !ok:
-			e := errorf(http.StatusMethodNotAllowed, "%s takes %v, not %s", r.URL.Path, allowed, r.Method)
+			e := errorf(http.StatusMethodNotAllowed, "%s takes %v, not %s", quote(r.URL.Path, maxEcho), allowed, quote(r.Method, maxEcho))
 			e.header = map[string]string{"Allow": strings.Join(allowed, ", ")}
 			writeError(w, e)
 			return
@@ -383,6 +383,9 @@ func (w *statusWriter) code() int {
 // Unwrap lets http.ResponseController reach the connection.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// maxMessage limits an error message's length, in characters.
+const maxMessage = 1000
+
 func writeError(w http.ResponseWriter, e *httpError) {
 	for k, v := range e.header {
 		w.Header().Set(k, v)
@@ -391,7 +394,9 @@ func writeError(w http.ResponseWriter, e *httpError) {
 		sw.status = statusClientClosed // nobody reads it; only the metrics do
 		return
 	}
-	writeJSON(w, e.status, map[string]string{"error": e.msg})
+	// A client's string that reached a message uncut (in an error of
+	// another package) goes back no longer than maxMessage.
+	writeJSON(w, e.status, map[string]string{"error": shorten(e.msg, maxMessage)})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
