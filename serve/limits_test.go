@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // countingReader yields n bytes (a multipart image part's header, then
@@ -176,5 +177,29 @@ func TestTooFewLabelsMessage(t *testing.T) {
 	checkError(t, r, http.StatusBadRequest)
 	if msg := string(r.body); !strings.Contains(msg, "subtta-m needs at least 3 labels") || !strings.Contains(msg, "2 given") || strings.Contains(msg, "R=") || strings.Contains(msg, "tta:") {
 		t.Errorf("message %s; want one that says subtta-m needs at least 3 labels, 2 given, and no internals", msg)
+	}
+}
+
+// A Config limit out of range is refused with an error naming the field.
+func TestConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"negative batch size", func(c *Config) { c.BatchSize = -1 }, "Config.BatchSize -1"},
+		{"negative max streams", func(c *Config) { c.MaxStreams = -1 }, "Config.MaxStreams -1"},
+		{"negative body limit", func(c *Config) { c.MaxBodyBytes = -5 }, "Config.MaxBodyBytes -5"},
+		{"one label allowed", func(c *Config) { c.MaxLabels = 1 }, "Config.MaxLabels 1"},
+		{"negative timeout", func(c *Config) { c.Timeout = -time.Second }, "Config.Timeout -1s"},
+		{"concurrency below the batch", func(c *Config) { c.MaxConcurrent = 3 }, "Config.MaxConcurrent 3 is less than the batch size 4"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t)
+			tc.edit(&cfg)
+			if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("New: %v; want an error with %q", err, tc.want)
+			}
+		})
 	}
 }

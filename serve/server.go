@@ -124,8 +124,23 @@ func (c *Config) defaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	if c.MaxStreams < 1 || c.MaxPixels < 1 || c.MaxLabels < 2 || c.MaxTemplates < 1 || c.MaxConcurrent < 1 || c.MaxBodyBytes < 1 || c.MaxWait < 0 || c.Timeout < 0 || c.BatchSize < 0 {
-		return errors.New("serve: negative or too small limit in Config")
+	for _, l := range []struct {
+		name     string
+		v, least int64
+	}{
+		{"BatchSize", int64(c.BatchSize), 0}, {"MaxStreams", int64(c.MaxStreams), 1}, {"MaxPixels", int64(c.MaxPixels), 1},
+		{"MaxLabels", int64(c.MaxLabels), 2}, {"MaxTemplates", int64(c.MaxTemplates), 1}, {"MaxLabelBytes", int64(c.MaxLabelBytes), 1},
+		{"MaxConcurrent", int64(c.MaxConcurrent), 1}, {"MaxBodyBytes", c.MaxBodyBytes, 1},
+	} {
+		if l.v < l.least {
+			return fmt.Errorf("serve: Config.%s %d: want %d or more", l.name, l.v, l.least)
+		}
+	}
+	if c.MaxWait < 0 {
+		return fmt.Errorf("serve: Config.MaxWait %v: want a positive duration (0: the default)", c.MaxWait)
+	}
+	if c.Timeout < 0 {
+		return fmt.Errorf("serve: Config.Timeout %v: want a positive duration (0: the default)", c.Timeout)
 	}
 	if c.StateDir != "" {
 		if err := os.MkdirAll(c.StateDir, 0o755); err != nil {
@@ -180,6 +195,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.BatchSize > 0 {
 		p.BatchSize = cfg.BatchSize
+	}
+	if cfg.MaxConcurrent < p.BatchSize {
+		return nil, fmt.Errorf("serve: Config.MaxConcurrent %d is less than the batch size %d: a stream's batch could never fill", cfg.MaxConcurrent, p.BatchSize)
 	}
 	if cfg.Templates == nil {
 		cfg.Templates = p.Templates

@@ -114,6 +114,11 @@ func TestServeBadFlags(t *testing.T) {
 		{[]string{"serve", "--method", "nope"}, `unknown method "nope"`},
 		{[]string{"serve", "--dataset", "imagenet", "--model", "x.safetensors"}, "give --labels"},
 		{[]string{"serve", "extra"}, `unexpected argument "extra"`},
+		{[]string{"serve", "--batch-size", "-1"}, "--batch-size -1: want 0 or more"},
+		{[]string{"serve", "--max-streams", "0"}, "--max-streams 0: want 1 or more"},
+		{[]string{"serve", "--timeout", "-1s"}, "--timeout -1s: want a positive duration"},
+		{[]string{"serve", "--batch-size", "16", "--max-concurrent", "8"}, "--max-concurrent 8 is less than --batch-size, 16"},
+		{[]string{"serve", "--max-concurrent", "100"}, "--max-concurrent 100 is less than the batch size of --method subtta-m on --dataset cifar10, 200"},
 		{[]string{"loadtest", "--streams", "0"}, "must be positive"},
 	} {
 		var out, errb bytes.Buffer
