@@ -216,9 +216,8 @@ func (s *Server) readInput(w http.ResponseWriter, r *http.Request, jsonOK bool) 
 		}
 	}
 	if v, ok := fields["stream"]; ok {
-		in.stream = v[0]
-		if !validID.MatchString(in.stream) {
-			return nil, errorf(http.StatusBadRequest, "stream %s: want 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit", quote(in.stream, maxIDEcho))
+		if in.stream, err = streamID(v[0]); err != nil {
+			return nil, err
 		}
 	}
 	if v, ok := fields["normalize"]; ok {
@@ -529,9 +528,9 @@ func (s *Server) handleEmbed(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) handleStreamGet(w http.ResponseWriter, r *http.Request) error {
-	id := r.PathValue("id")
-	if !validID.MatchString(id) {
-		return errorf(http.StatusBadRequest, "stream id %s is not valid", quote(id, maxIDEcho))
+	id, err := streamID(r.PathValue("id"))
+	if err != nil {
+		return err
 	}
 	s.mu.Lock()
 	st, ok := s.streams[id]
@@ -581,9 +580,9 @@ func (st *StreamStatus) fill(s streamStats) {
 }
 
 func (s *Server) handleStreamDelete(w http.ResponseWriter, r *http.Request) error {
-	id := r.PathValue("id")
-	if !validID.MatchString(id) {
-		return errorf(http.StatusBadRequest, "stream id %s is not valid", quote(id, maxIDEcho))
+	id, err := streamID(r.PathValue("id"))
+	if err != nil {
+		return err
 	}
 	s.mu.Lock()
 	st, ok := s.streams[id]

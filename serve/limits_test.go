@@ -10,6 +10,9 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -201,5 +204,41 @@ func TestConfigErrors(t *testing.T) {
 				t.Errorf("New: %v; want an error with %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// Stream ids are folded to lower case: CAM1 and cam1 are one stream, with
+// one file, on every file system.
+func TestStreamIDsFoldCase(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(t)
+	cfg.BatchSize, cfg.StateDir = 1, dir
+	_, ts := startServer(t, cfg)
+	imgs := images(t, 2)
+	for i, id := range []string{"CAM1", "cam1"} {
+		got, r := classify(t, ts, "?stream="+id, imgs[i])
+		if r.status != http.StatusOK || got.Stream.ID != "cam1" || got.Stream.Batch != int64(i) {
+			t.Fatalf("stream %s: status %d, %s", id, r.status, r.body)
+		}
+	}
+	if st, code := streamStatus(t, ts, "Cam1"); code != http.StatusOK || st.ID != "cam1" || st.Images != 2 {
+		t.Errorf("GET Cam1: status %d, %+v", code, st)
+	}
+	if files, _ := filepath.Glob(filepath.Join(dir, "*.stream")); !slices.Equal(files, []string{filepath.Join(dir, "cam1.stream")}) {
+		t.Errorf("state files %v, want cam1.stream alone", files)
+	}
+	if r := do(t, http.MethodDelete, ts.URL+"/v1/streams/CAM1", "", nil); r.status != http.StatusOK {
+		t.Errorf("DELETE CAM1: %d %s", r.status, r.body)
+	}
+
+	// A state directory that holds a file of an id with capitals, saved
+	// before ids were folded, is refused, naming the file.
+	old := t.TempDir()
+	if err := os.WriteFile(filepath.Join(old, "CAM2.stream"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg.StateDir = old
+	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "CAM2.stream") || !strings.Contains(err.Error(), "cam2.stream") {
+		t.Errorf("New on a folder with CAM2.stream: %v", err)
 	}
 }

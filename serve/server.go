@@ -146,6 +146,9 @@ func (c *Config) defaults() error {
 		if err := os.MkdirAll(c.StateDir, 0o755); err != nil {
 			return fmt.Errorf("serve: state directory: %w", err)
 		}
+		if err := checkFoldedNames(c.StateDir); err != nil {
+			return err
+		}
 	}
 	return nil
 }

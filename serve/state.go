@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/subtta/subtta/internal/atomicfile"
@@ -135,6 +136,33 @@ func (s *Server) readState(id string) (*savedStream, error) {
 		return nil, fmt.Errorf("serve: %s is not a saved stream of this version (%v)", s.statePath(id), err)
 	}
 	return &sv, nil
+}
+
+// checkFoldedNames refuses a state directory that holds the file of a
+// stream id with capitals, saved before ids were folded to lower case: its
+// stream would not be found under its folded id. It names the first such
+// file and the name to give it.
+func checkFoldedNames(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("serve: state directory: %w", err)
+	}
+	var bad []string
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), ".stream")
+		if ok && validID.MatchString(id) && id != strings.ToLower(id) {
+			bad = append(bad, e.Name())
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	more := ""
+	if len(bad) > 1 {
+		more = fmt.Sprintf(" (and %d more)", len(bad)-1)
+	}
+	return fmt.Errorf("serve: state directory %s holds %s%s, the file of a stream id with capitals, saved before stream ids were folded to lower case: rename it to %s (where that name is taken, keep one of the two)",
+		dir, bad[0], more, strings.ToLower(bad[0]))
 }
 
 // compatible refuses a state saved by another model, method or preset.

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +20,16 @@ import (
 // validID is what a stream id may look like: it names the stream's files in
 // the state directory.
 var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// streamID checks a stream id from a request and folds it to lower case:
+// CAM1 and cam1 are one stream, so that its file is one file on every file
+// system, whether it tells case apart or not.
+func streamID(id string) (string, error) {
+	if !validID.MatchString(id) {
+		return "", errorf(http.StatusBadRequest, "stream %s: want 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit", quote(id, maxIDEcho))
+	}
+	return strings.ToLower(id), nil
+}
 
 // stream is one client's adapting classifier: a Method over the shared
 // model, the stream's own LayerNorm values, and the requests waiting for
