@@ -182,3 +182,35 @@ func TestServerProcessesShareStateDir(t *testing.T) {
 		}
 	}
 }
+
+// A stream created at once by two servers with other labels: the second
+// to save cannot step its batch on the first's stream, whose labels are
+// not its requests'; they get 409, and the stream, loaded anew, goes on
+// from the first's save.
+func TestTwoServersCreateStreamWithOtherLabels(t *testing.T) {
+	dir := t.TempDir()
+	cfgA, cfgB := testConfig(t), testConfig(t)
+	cfgA.BatchSize, cfgA.StateDir = 1, dir
+	cfgB.BatchSize, cfgB.StateDir = 2, dir
+	_, tsA := startServer(t, cfgA)
+	_, tsB := startServer(t, cfgB)
+	imgs := images(t, 5)
+	first := make(chan reply, 1)
+	go func() { _, r := classify(t, tsB, "?stream=x&labels=a,b,c", imgs[0]); first <- r }()
+	waitPending(t, tsB, "x", 1) // b holds x with its labels, unsaved
+	if got, r := classify(t, tsA, "?stream=x&labels=cat,dog,truck", imgs[1]); r.status != http.StatusOK || got.Stream.Batch != 0 {
+		t.Fatalf("a: %d %s", r.status, r.body)
+	}
+	_, second := classify(t, tsB, "?stream=x&labels=a,b,c", imgs[2])
+	for _, r := range []reply{<-first, second} {
+		checkError(t, r, http.StatusConflict)
+	}
+	for _, got := range streamBatch(t, tsB, "x", imgs[3:5]) {
+		if got.Stream.Batch != 1 || !slices.Equal(got.Labels, []string{"cat", "dog", "truck"}) {
+			t.Fatalf("b after the conflict: batch %d, labels %v", got.Stream.Batch, got.Labels)
+		}
+	}
+	if sv, _ := readSaved(t, dir, "x"); !slices.Equal(sv.Labels, []string{"cat", "dog", "truck"}) || sv.Stats.Images != 3 {
+		t.Errorf("saved stream: labels %v, %d images; want a's labels and 3", sv.Labels, sv.Stats.Images)
+	}
+}
