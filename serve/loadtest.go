@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -246,6 +247,20 @@ func (r *LoadReport) Write(w io.Writer) {
 	}
 	if r.PeakRSS > 0 {
 		fmt.Fprintf(w, "server peak RSS %.1f MiB\n", float64(r.PeakRSS)/(1<<20))
+	}
+	if len(r.OKByStream)+len(r.FailedByStream) > 0 {
+		ids := slices.Sorted(maps.Keys(r.OKByStream))
+		for id := range r.FailedByStream {
+			if _, ok := r.OKByStream[id]; !ok {
+				ids = append(ids, id)
+			}
+		}
+		slices.Sort(ids)
+		var parts []string
+		for _, id := range ids {
+			parts = append(parts, fmt.Sprintf("%s %d OK, %d not", id, r.OKByStream[id], r.FailedByStream[id]))
+		}
+		fmt.Fprintf(w, "by stream: %s\n", strings.Join(parts, "; "))
 	}
 	if r.ExactlyOnce {
 		fmt.Fprintln(w, "every request answered exactly once")

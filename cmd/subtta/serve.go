@@ -184,6 +184,7 @@ func runLoadtest(args []string, stdout, stderr io.Writer) error {
 	duration := fs.Duration("duration", 2*time.Minute, "time limit: no request is sent after it (those in flight finish)")
 	frozen := fs.Bool("frozen", false, "requests without a stream: the frozen model answers")
 	prefix := fs.String("prefix", "loadtest-", "stream ids are PREFIX0, PREFIX1, ...")
+	shared := fs.Bool("shared", false, "other clients send to the same streams (another loadtest, through another server on the same --state-dir): skip the check that each stream's image count grew by this test's answers, and print the answers by stream for the caller's own check")
 	jsonOut := fs.Bool("json", false, "print the report as JSON")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -205,7 +206,7 @@ func runLoadtest(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := serve.LoadTest{URL: base, Sources: *streams, Requests: *requests, Concurrency: *conc,
-		Duration: *duration, Frozen: *frozen, StreamPrefix: *prefix, Images: imgs}.Run(ctx)
+		Duration: *duration, Frozen: *frozen, StreamPrefix: *prefix, Shared: *shared, Images: imgs}.Run(ctx)
 	if err != nil {
 		return err
 	}
