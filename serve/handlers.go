@@ -536,10 +536,13 @@ func (s *Server) handleStreamGet(w http.ResponseWriter, r *http.Request) error {
 	st, ok := s.streams[id]
 	s.mu.Unlock()
 	sv, err := s.readState(id)
-	if err != nil {
-		return err
-	}
 	if ok && isClosed(st.ready) && st.loadErr == nil {
+		if err != nil {
+			// The file cannot be read: the stream's next save will
+			// say so; its copy in memory is what there is.
+			s.log.Error("serve: reading stream state", "stream", id, "err", err)
+			sv = nil
+		}
 		st.mu.Lock()
 		status := StreamStatus{ID: id, Method: s.preset.Method, Labels: st.labels, Templates: st.templates, InMemory: true,
 			Pending: len(st.pending)}
@@ -553,6 +556,9 @@ func (s *Server) handleStreamGet(w http.ResponseWriter, r *http.Request) error {
 		st.mu.Unlock()
 		writeJSON(w, http.StatusOK, status)
 		return nil
+	}
+	if err != nil {
+		return err
 	}
 	if sv == nil {
 		if ok {

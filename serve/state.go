@@ -248,9 +248,9 @@ func (st *stream) install(sv *savedStream) error {
 		s.log.Error("serve: building the stream's method", "stream", st.id, "labels", len(st.labels), "err", err)
 		return errorf(http.StatusBadRequest, "stream %s: %s cannot adapt on these %d labels (the server log says why)", st.id, s.preset.Method, len(st.labels))
 	}
-	st.method = m
-	st.params = slices.Clone(s.source)
-	st.state = nil
+	s.model.Lock() // st.method, params and state are read under it
+	st.method, st.params, st.state = m, slices.Clone(s.source), nil
+	s.model.Unlock()
 	stats := streamStats{Created: time.Now().UTC()}
 	fresh := stamp{Birth: rand.Uint64()}
 	if sv != nil {
