@@ -52,6 +52,16 @@
 // used idle one is dropped (its state is on disk) and read back when it is
 // used again; without a state directory, new streams are refused instead.
 //
+// Several servers may share a state directory, and a server may hold a
+// stream that another has stepped since. Each saved state carries a stamp
+// (a random birth, a generation counting its saves); a save replaces the
+// file only if it still carries the stamp the server read or last wrote,
+// checked under an exclusive lock on the file's lock file. Otherwise the
+// server drops its copy, reloads the file and steps the batch again under
+// the lock before answering it: no answered adaptation is overwritten.
+//
+// Stream ids are folded to lower case: CAM1 and cam1 are one stream.
+//
 // The state is the stream's counters and its Method's whole state
 // (tta.Stateful: LayerNorm values, optimizer moments and step counts,
 // SubTTA's EMA covariance and bank, MINT's class sums, TDA's caches), so a
@@ -59,8 +69,11 @@
 //
 // # Limits
 //
-// The request body (MaxBodyBytes), the decoded image (MaxPixels, checked on
-// the header with image.DecodeConfig before anything is decoded), labels and
-// templates per request, concurrent requests (MaxConcurrent; beyond it 429
-// with Retry-After) and the time a request may take (Timeout; 504).
+// The request body (MaxBodyBytes, however it arrives: raw, multipart or
+// JSON; a declared length beyond it is refused unread), the decoded image
+// (MaxPixels, checked on the header with image.DecodeConfig before anything
+// is decoded), labels and templates per request, concurrent requests
+// (MaxConcurrent, at least the batch size; beyond it 429 with Retry-After)
+// and the time a request may take (Timeout; 504). A client's string in an
+// error comes back cut (ids to 64 characters, others to 200).
 package serve

@@ -12,6 +12,7 @@ import (
 	"mime"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -102,7 +103,15 @@ const maxFieldBytes = 1 << 20
 // multipart form, or (when jsonOK) a JSON object; labels, templates,
 // stream and normalize from the query string or the form.
 func (s *Server) readInput(w http.ResponseWriter, r *http.Request, jsonOK bool) (*input, error) {
+	// Every way a body arrives (a raw image, a multipart part or field, a
+	// JSON object) reads it through body, so that no more than MaxBodyBytes
+	// of it is ever read; a declared length beyond it is refused before any
+	// of it is.
+	if r.ContentLength > s.cfg.MaxBodyBytes {
+		return nil, &http.MaxBytesError{Limit: s.cfg.MaxBodyBytes}
+	}
 	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	r.Body = body // r.MultipartReader reads r.Body
 	defer discard(body)
 	in := &input{}
 	q := r.URL.Query()
@@ -114,13 +123,13 @@ func (s *Server) readInput(w http.ResponseWriter, r *http.Request, jsonOK bool) 
 	}
 	for k := range q {
 		if _, ok := fields[k]; !ok {
-			return nil, errorf(http.StatusBadRequest, "unknown parameter %q (want labels, template, stream, normalize)", k)
+			return nil, errorf(http.StatusBadRequest, "unknown parameter %s (want labels, template, stream, normalize)", quote(k, maxEcho))
 		}
 	}
 	ct := r.Header.Get("Content-Type")
 	mt, _, err := mime.ParseMediaType(ct)
 	if ct == "" || err != nil {
-		return nil, errorf(http.StatusUnsupportedMediaType, "Content-Type %q: send an image (image/jpeg, image/png, image/gif), multipart/form-data with an image part, or JSON", ct)
+		return nil, errorf(http.StatusUnsupportedMediaType, "Content-Type %s: send an image (image/jpeg, image/png, image/gif), multipart/form-data with an image part, or JSON", quote(ct, maxEcho))
 	}
 	switch {
 	case strings.HasPrefix(mt, "image/") || mt == "application/octet-stream":
@@ -163,7 +172,7 @@ func (s *Server) readInput(w http.ResponseWriter, r *http.Request, jsonOK bool) 
 					fields[name] = append(fields[name], string(b))
 				}
 			default:
-				return nil, errorf(http.StatusBadRequest, "unknown form field %q (want image, labels, template, stream, normalize, text)", name)
+				return nil, errorf(http.StatusBadRequest, "unknown form field %s (want image, labels, template, stream, normalize, text)", quote(name, maxEcho))
 			}
 			p.Close()
 		}
@@ -179,7 +188,7 @@ func (s *Server) readInput(w http.ResponseWriter, r *http.Request, jsonOK bool) 
 			if errors.As(err, &mb) {
 				return nil, err
 			}
-			return nil, errorf(http.StatusBadRequest, "JSON body: %v (want {\"texts\": [...], \"normalize\": bool})", err)
+			return nil, errorf(http.StatusBadRequest, "JSON body: %s (want {\"texts\": [...], \"normalize\": bool})", shorten(err.Error(), maxEcho))
 		}
 		in.texts, in.normalize = req.Texts, req.Normalize
 	default:
@@ -187,7 +196,7 @@ func (s *Server) readInput(w http.ResponseWriter, r *http.Request, jsonOK bool) 
 		if jsonOK {
 			want += ", or JSON {\"texts\": [...]}"
 		}
-		return nil, errorf(http.StatusUnsupportedMediaType, "Content-Type %s: send %s", mt, want)
+		return nil, errorf(http.StatusUnsupportedMediaType, "Content-Type %s: send %s", quote(mt, maxEcho), want)
 	}
 	for k, v := range fields {
 		if len(v) > 1 && k != "template" {
@@ -207,9 +216,8 @@ func (s *Server) readInput(w http.ResponseWriter, r *http.Request, jsonOK bool) 
 		}
 	}
 	if v, ok := fields["stream"]; ok {
-		in.stream = v[0]
-		if !validID.MatchString(in.stream) {
-			return nil, errorf(http.StatusBadRequest, "stream %q: want 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit", in.stream)
+		if in.stream, err = streamID(v[0]); err != nil {
+			return nil, err
 		}
 	}
 	if v, ok := fields["normalize"]; ok {
@@ -218,7 +226,7 @@ func (s *Server) readInput(w http.ResponseWriter, r *http.Request, jsonOK bool) 
 			in.normalize = true
 		case "false", "0", "":
 		default:
-			return nil, errorf(http.StatusBadRequest, "normalize %q: want true or false", v[0])
+			return nil, errorf(http.StatusBadRequest, "normalize %s: want true or false", quote(v[0], maxEcho))
 		}
 	}
 	if in.image != nil {
@@ -303,7 +311,7 @@ func checkLabels(labels []string, maxN, maxBytes int) error {
 			return err
 		}
 		if seen[l] {
-			return fmt.Errorf("%q is given twice", l)
+			return fmt.Errorf("%s is given twice", quote(l, maxEcho))
 		}
 		seen[l] = true
 	}
@@ -319,7 +327,7 @@ func checkTemplates(templates []string, maxN, maxBytes int) error {
 			return err
 		}
 		if !strings.Contains(t, "{}") {
-			return fmt.Errorf("template %q has no {} for the label", t)
+			return fmt.Errorf("template %s has no {} for the label", quote(t, maxEcho))
 		}
 	}
 	return nil
@@ -328,11 +336,48 @@ func checkTemplates(templates []string, maxN, maxBytes int) error {
 func checkText(t string, maxBytes int) error {
 	switch {
 	case !utf8.ValidString(t):
-		return fmt.Errorf("%q is not UTF-8", t)
+		return fmt.Errorf("%s is not UTF-8", quote(t, maxEcho))
 	case len(t) > maxBytes:
-		return fmt.Errorf("%.40q… is %d bytes, more than %d", t, len(t), maxBytes)
+		return fmt.Errorf("%s is more than %d bytes", quote(t, 40), maxBytes)
 	}
 	return nil
+}
+
+// An error message quotes a client's string (an id, a label, a field) cut
+// to maxIDEcho (ids) or maxEcho characters.
+const (
+	maxIDEcho = 64
+	maxEcho   = 200
+)
+
+// quote quotes s for an error message: whole when at most n characters
+// long, else its first n characters, an ellipsis and its full length.
+func quote(s string, n int) string {
+	if c := cut(s, n); c != s {
+		return fmt.Sprintf("%q… (%d bytes)", c, len(s))
+	}
+	return strconv.Quote(s)
+}
+
+// shorten is s when at most n characters long, else its first n
+// characters, an ellipsis and its full length.
+func shorten(s string, n int) string {
+	if c := cut(s, n); c != s {
+		return fmt.Sprintf("%s… (%d bytes)", c, len(s))
+	}
+	return s
+}
+
+// cut is s cut to its first n characters (bytes that are not UTF-8 count
+// one each).
+func cut(s string, n int) string {
+	for i := range s {
+		if n == 0 {
+			return s[:i]
+		}
+		n--
+	}
+	return s
 }
 
 // requestID is the client's X-Request-Id, cut to 128 bytes.
@@ -483,23 +528,35 @@ func (s *Server) handleEmbed(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) handleStreamGet(w http.ResponseWriter, r *http.Request) error {
-	id := r.PathValue("id")
-	if !validID.MatchString(id) {
-		return errorf(http.StatusBadRequest, "stream id %q is not valid", id)
+	id, err := streamID(r.PathValue("id"))
+	if err != nil {
+		return err
 	}
 	s.mu.Lock()
 	st, ok := s.streams[id]
 	s.mu.Unlock()
+	sv, err := s.readState(id)
 	if ok && isClosed(st.ready) && st.loadErr == nil {
+		if err != nil {
+			// The file cannot be read: the stream's next save will
+			// say so; its copy in memory is what there is.
+			s.log.Error("serve: reading stream state", "stream", id, "err", err)
+			sv = nil
+		}
 		st.mu.Lock()
 		status := StreamStatus{ID: id, Method: s.preset.Method, Labels: st.labels, Templates: st.templates, InMemory: true,
 			Pending: len(st.pending)}
-		status.fill(st.stats)
+		stats := st.stats
+		if sv != nil && (!st.onDisk || sv.Stamp != st.stamp) {
+			// Another server has saved the stream since this one read
+			// it: its counters are the stream's.
+			stats = sv.Stats
+		}
+		status.fill(stats)
 		st.mu.Unlock()
 		writeJSON(w, http.StatusOK, status)
 		return nil
 	}
-	sv, err := s.readState(id)
 	if err != nil {
 		return err
 	}
@@ -529,9 +586,9 @@ func (st *StreamStatus) fill(s streamStats) {
 }
 
 func (s *Server) handleStreamDelete(w http.ResponseWriter, r *http.Request) error {
-	id := r.PathValue("id")
-	if !validID.MatchString(id) {
-		return errorf(http.StatusBadRequest, "stream id %q is not valid", id)
+	id, err := streamID(r.PathValue("id"))
+	if err != nil {
+		return err
 	}
 	s.mu.Lock()
 	st, ok := s.streams[id]

@@ -21,7 +21,7 @@ import (
 // testImages are the first JPEGs of the built-in CIFAR-10 test images.
 var testImages = sync.OnceValues(func() ([][]byte, error) { return builtin.JPEGs(64) })
 
-func images(t *testing.T, n int) [][]byte {
+func images(t testing.TB, n int) [][]byte {
 	t.Helper()
 	imgs, err := testImages()
 	if err != nil {
@@ -30,7 +30,7 @@ func images(t *testing.T, n int) [][]byte {
 	return imgs[:n]
 }
 
-func builtinModel(t *testing.T) *clip.Model {
+func builtinModel(t testing.TB) *clip.Model {
 	t.Helper()
 	m, err := builtin.Model(clip.Options{})
 	if err != nil {
@@ -41,7 +41,7 @@ func builtinModel(t *testing.T) *clip.Model {
 
 // testConfig is a server of the built-in model with CIFAR-10's labels,
 // batches of 4 and a long MaxWait, so that batches fill.
-func testConfig(t *testing.T) Config {
+func testConfig(t testing.TB) Config {
 	return Config{
 		Model: builtinModel(t), Tokenizer: builtin.Tokenizer(), ModelVersion: "builtin-test",
 		Labels: data.CIFAR10Classes, BatchSize: 4, MaxWait: time.Minute,

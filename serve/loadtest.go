@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -33,6 +34,12 @@ type LoadTest struct {
 	// stream StreamPrefix+i.
 	Frozen       bool
 	StreamPrefix string
+	// Shared says that other clients send to the same streams (another
+	// load test, perhaps through another server on the same state
+	// directory): the check that each stream's image count grew by this
+	// test's answers is then left to the caller, with
+	// LoadReport.OKByStream.
+	Shared bool
 	// Images are encoded images, sent in turn.
 	Images [][]byte
 	// Client is the HTTP client (default: one with a 5-minute timeout).
@@ -52,10 +59,15 @@ type LoadReport struct {
 	P99      float64     `json:"p99_seconds"`
 	Max      float64     `json:"max_seconds"`
 	// ExactlyOnce holds when every request sent got exactly one answer
-	// carrying its own X-Request-Id, and (for streams) every stream's image
-	// count grew by exactly its number of 200 answers.
+	// carrying its own X-Request-Id, and (for streams not Shared) every
+	// stream's image count grew by exactly its number of 200 answers.
 	ExactlyOnce bool     `json:"exactly_once"`
 	Problems    []string `json:"problems,omitempty"`
+	// OKByStream and FailedByStream count, by stream id, the requests
+	// answered with 200 and those sent but not (another status, or no
+	// answer); nil with Frozen.
+	OKByStream     map[string]int `json:"ok_by_stream,omitempty"`
+	FailedByStream map[string]int `json:"failed_by_stream,omitempty"`
 	// PeakRSS is the server's peak resident set size after the test, from
 	// its /metrics (0 when it does not report one).
 	PeakRSS int64 `json:"server_peak_rss_bytes"`
@@ -89,7 +101,7 @@ func (lt LoadTest) Run(ctx context.Context) (*LoadReport, error) {
 	}
 	cpu0, _ := metricValue(ctx, c, base, "process_cpu_seconds_total")
 	before := map[int]int64{}
-	if !lt.Frozen {
+	if !lt.Frozen && !lt.Shared {
 		for i := range lt.Sources {
 			before[i] = lt.streamImages(ctx, c, base, i)
 		}
@@ -160,6 +172,9 @@ func (lt LoadTest) Run(ctx context.Context) (*LoadReport, error) {
 	}
 	wg.Wait()
 	rep := &LoadReport{ByStatus: map[int]int{}, Seconds: time.Since(t0).Seconds(), ExactlyOnce: true}
+	if !lt.Frozen {
+		rep.OKByStream, rep.FailedByStream = map[string]int{}, map[string]int{}
+	}
 	var lat []float64
 	okBySource := make([]int, lt.Sources)
 	seen := map[string]int{}
@@ -171,12 +186,19 @@ func (lt LoadTest) Run(ctx context.Context) (*LoadReport, error) {
 			}
 			rep.Sent++
 			rep.ByStatus[o.status]++
+			stream := lt.StreamPrefix + strconv.Itoa(src)
 			if o.err != nil || o.status != http.StatusOK {
 				rep.Errors++
+				if !lt.Frozen {
+					rep.FailedByStream[stream]++
+				}
 				continue
 			}
 			rep.OK++
 			okBySource[src]++
+			if !lt.Frozen {
+				rep.OKByStream[stream]++
+			}
 			lat = append(lat, o.seconds)
 			want := fmt.Sprintf("%d-%d", src, k)
 			if o.id != want {
@@ -190,7 +212,7 @@ func (lt LoadTest) Run(ctx context.Context) (*LoadReport, error) {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("request_id %s answered %d times", id, n))
 		}
 	}
-	if !lt.Frozen {
+	if !lt.Frozen && !lt.Shared {
 		for src := range lt.Sources {
 			after := lt.streamImages(ctx, c, base, src)
 			if d := after - before[src]; d != int64(okBySource[src]) {
@@ -225,6 +247,20 @@ func (r *LoadReport) Write(w io.Writer) {
 	}
 	if r.PeakRSS > 0 {
 		fmt.Fprintf(w, "server peak RSS %.1f MiB\n", float64(r.PeakRSS)/(1<<20))
+	}
+	if len(r.OKByStream)+len(r.FailedByStream) > 0 {
+		ids := slices.Sorted(maps.Keys(r.OKByStream))
+		for id := range r.FailedByStream {
+			if _, ok := r.OKByStream[id]; !ok {
+				ids = append(ids, id)
+			}
+		}
+		slices.Sort(ids)
+		var parts []string
+		for _, id := range ids {
+			parts = append(parts, fmt.Sprintf("%s %d OK, %d not", id, r.OKByStream[id], r.FailedByStream[id]))
+		}
+		fmt.Fprintf(w, "by stream: %s\n", strings.Join(parts, "; "))
 	}
 	if r.ExactlyOnce {
 		fmt.Fprintln(w, "every request answered exactly once")

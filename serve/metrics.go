@@ -29,6 +29,7 @@ type metrics struct {
 	evictions      prometheus.Counter
 	restores       prometheus.Counter
 	saveErrors     prometheus.Counter
+	saveConflicts  prometheus.Counter
 }
 
 func newMetrics(s *Server) *metrics {
@@ -59,8 +60,10 @@ func newMetrics(s *Server) *metrics {
 		Help: "Streams read back from the state directory."})
 	m.saveErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "subtta_state_save_errors_total",
 		Help: "Failures to save a stream's state after a step."})
+	m.saveConflicts = prometheus.NewCounter(prometheus.CounterOpts{Name: "subtta_state_save_conflicts_total",
+		Help: "Saves refused because another server saved the stream since this one read it; the batch was stepped again on the stream reloaded."})
 	for _, c := range []prometheus.Collector{m.requests, m.latency, m.inflight, m.rejected, m.batchSize, m.stepSeconds,
-		m.batches, m.optimizerSteps, m.streams, m.evictions, m.restores, m.saveErrors} {
+		m.batches, m.optimizerSteps, m.streams, m.evictions, m.restores, m.saveErrors, m.saveConflicts} {
 		f(c)
 	}
 	f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "subtta_stream_batch_size_limit",

@@ -339,8 +339,9 @@ func TestEvictionAndDelete(t *testing.T) {
 	if _, code := streamStatus(t, ts, "b"); code != http.StatusNotFound {
 		t.Errorf("GET after DELETE: %d", code)
 	}
-	if files, _ := filepath.Glob(filepath.Join(dir, "b.*")); len(files) > 0 {
-		t.Errorf("files left after DELETE: %v", files)
+	// Only the empty lock file of its saves stays (internal/filelock).
+	if files, _ := filepath.Glob(filepath.Join(dir, "*b.*")); !slices.Equal(files, []string{filepath.Join(dir, ".b.stream.lock")}) {
+		t.Errorf("files left after DELETE: %v; want the lock file alone", files)
 	}
 	if got, _ := classify(t, ts, "?stream=b", imgs[5]); got.Stream == nil || got.Stream.Batch != 0 {
 		t.Errorf("b after DELETE does not start afresh: %+v", got.Stream)
@@ -552,18 +553,31 @@ func grep(text, prefix string) string {
 
 func TestConcurrencyLimitAndTimeout(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.MaxConcurrent, cfg.Timeout = 1, 2*time.Second
+	cfg.MaxConcurrent, cfg.Timeout = cfg.BatchSize, 2*time.Second
 	_, ts := startServer(t, cfg)
 	img := images(t, 1)[0]
-	done := make(chan reply, 1)
-	go func() { _, r := classify(t, ts, "?stream=slow", img); done <- r }()
-	waitPending(t, ts, "slow", 1)
+	// Three requests wait for a batch of 4 on one stream, one on another.
+	done := make(chan reply, cfg.MaxConcurrent)
+	for i := range cfg.MaxConcurrent {
+		id := "slow"
+		if i == cfg.MaxConcurrent-1 {
+			id = "slow2"
+		}
+		go func() { _, r := classify(t, ts, "?stream="+id, img); done <- r }()
+		if id == "slow" {
+			waitPending(t, ts, id, i+1)
+		} else {
+			waitPending(t, ts, id, 1)
+		}
+	}
 	_, r := classify(t, ts, "", img)
 	checkError(t, r, http.StatusTooManyRequests)
 	if r.header.Get("Retry-After") == "" {
 		t.Error("429 without Retry-After")
 	}
-	checkError(t, <-done, http.StatusGatewayTimeout) // the batch of 4 never filled
+	for range cfg.MaxConcurrent {
+		checkError(t, <-done, http.StatusGatewayTimeout) // the batches of 4 never filled
+	}
 	if _, r := classify(t, ts, "", img); r.status != http.StatusOK {
 		t.Errorf("after the timeout: %d %s", r.status, r.body)
 	}

@@ -124,12 +124,30 @@ func (c *Config) defaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	if c.MaxStreams < 1 || c.MaxPixels < 1 || c.MaxLabels < 2 || c.MaxTemplates < 1 || c.MaxConcurrent < 1 || c.MaxBodyBytes < 1 || c.MaxWait < 0 || c.Timeout < 0 || c.BatchSize < 0 {
-		return errors.New("serve: negative or too small limit in Config")
+	for _, l := range []struct {
+		name     string
+		v, least int64
+	}{
+		{"BatchSize", int64(c.BatchSize), 0}, {"MaxStreams", int64(c.MaxStreams), 1}, {"MaxPixels", int64(c.MaxPixels), 1},
+		{"MaxLabels", int64(c.MaxLabels), 2}, {"MaxTemplates", int64(c.MaxTemplates), 1}, {"MaxLabelBytes", int64(c.MaxLabelBytes), 1},
+		{"MaxConcurrent", int64(c.MaxConcurrent), 1}, {"MaxBodyBytes", c.MaxBodyBytes, 1},
+	} {
+		if l.v < l.least {
+			return fmt.Errorf("serve: Config.%s %d: want %d or more", l.name, l.v, l.least)
+		}
+	}
+	if c.MaxWait < 0 {
+		return fmt.Errorf("serve: Config.MaxWait %v: want a positive duration (0: the default)", c.MaxWait)
+	}
+	if c.Timeout < 0 {
+		return fmt.Errorf("serve: Config.Timeout %v: want a positive duration (0: the default)", c.Timeout)
 	}
 	if c.StateDir != "" {
 		if err := os.MkdirAll(c.StateDir, 0o755); err != nil {
 			return fmt.Errorf("serve: state directory: %w", err)
+		}
+		if err := checkFoldedNames(c.StateDir); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -178,8 +196,14 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
 	}
+	if p.Views > 0 {
+		return nil, fmt.Errorf("serve: %s sees %d views of each image, which a request does not carry: serve a method that sees the image alone: %w", p.Method, p.Views, ErrMultiView)
+	}
 	if cfg.BatchSize > 0 {
 		p.BatchSize = cfg.BatchSize
+	}
+	if cfg.MaxConcurrent < p.BatchSize {
+		return nil, fmt.Errorf("serve: Config.MaxConcurrent %d is less than the batch size %d: a stream's batch could never fill", cfg.MaxConcurrent, p.BatchSize)
 	}
 	if cfg.Templates == nil {
 		cfg.Templates = p.Templates
@@ -225,6 +249,20 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	return s, nil
+}
+
+// ErrMultiView: the method sees several views of each image (tta.MultiView);
+// the server adapts on the requests' images alone.
+var ErrMultiView = errors.New("serve: multi-view methods are not served")
+
+// minLabels is the fewest labels the preset's method adapts with, and why
+// (to tell a client): tta.Preset.MinClasses.
+func minLabels(p tta.Preset) (int, string) {
+	n, why := p.MinClasses()
+	if why != "" {
+		why = " (" + why + ")"
+	}
+	return n, why
 }
 
 // BatchSize is the number of requests a stream's step takes at most.
@@ -293,10 +331,10 @@ func (s *Server) wrap(name string, limited bool, methods map[string]handlerFunc)
 		h, ok := methods[r.Method]
 		switch {
 		case len(methods) == 0:
-			writeError(w, errorf(http.StatusNotFound, "no such endpoint: %s", r.URL.Path))
+			writeError(w, errorf(http.StatusNotFound, "no such endpoint: %s", quote(r.URL.Path, maxEcho)))
 			return
 		case !ok:
-			e := errorf(http.StatusMethodNotAllowed, "%s takes %v, not %s", r.URL.Path, allowed, r.Method)
+			e := errorf(http.StatusMethodNotAllowed, "%s takes %v, not %s", quote(r.URL.Path, maxEcho), allowed, quote(r.Method, maxEcho))
 			e.header = map[string]string{"Allow": strings.Join(allowed, ", ")}
 			writeError(w, e)
 			return
@@ -376,6 +414,9 @@ func (w *statusWriter) code() int {
 // Unwrap lets http.ResponseController reach the connection.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// maxMessage limits an error message's length, in characters.
+const maxMessage = 1000
+
 func writeError(w http.ResponseWriter, e *httpError) {
 	for k, v := range e.header {
 		w.Header().Set(k, v)
@@ -384,7 +425,9 @@ func writeError(w http.ResponseWriter, e *httpError) {
 		sw.status = statusClientClosed // nobody reads it; only the metrics do
 		return
 	}
-	writeJSON(w, e.status, map[string]string{"error": e.msg})
+	// A client's string that reached a message uncut (in an error of
+	// another package) goes back no longer than maxMessage.
+	writeJSON(w, e.status, map[string]string{"error": shorten(e.msg, maxMessage)})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -7,9 +7,11 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/subtta/subtta/internal/filelock"
 	"github.com/subtta/subtta/tta"
 	"github.com/subtta/subtta/tta/feature"
 )
@@ -17,6 +19,16 @@ import (
 // validID is what a stream id may look like: it names the stream's files in
 // the state directory.
 var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// streamID checks a stream id from a request and folds it to lower case:
+// CAM1 and cam1 are one stream, so that its file is one file on every file
+// system, whether it tells case apart or not.
+func streamID(id string) (string, error) {
+	if !validID.MatchString(id) {
+		return "", errorf(http.StatusBadRequest, "stream %s: want 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit", quote(id, maxIDEcho))
+	}
+	return strings.ToLower(id), nil
+}
 
 // stream is one client's adapting classifier: a Method over the shared
 // model, the stream's own LayerNorm values, and the requests waiting for
@@ -45,6 +57,8 @@ type stream struct {
 	deleted bool // the stream is being deleted: waiting requests fail
 	unsaved bool // the last save failed: evicting would lose adaptation
 	stats   streamStats
+	onDisk  bool  // the stream has a state file, read or written by this server
+	stamp   stamp // that file's stamp, or the Birth its first save will carry
 }
 
 // streamStats are a stream's counters, saved with its state.
@@ -266,7 +280,9 @@ func (st *stream) run() {
 		if !ok {
 			return
 		}
-		s.step(st, batch)
+		if !s.step(st, batch) {
+			return
+		}
 	}
 }
 
@@ -356,57 +372,115 @@ func (st *stream) next() (batch []*job, ok bool) {
 }
 
 // step adapts the stream on a batch, saves its state and answers the batch.
-func (s *Server) step(st *stream, batch []*job) {
+// When the save finds the stream saved by another server since this one
+// read it (errStale), the stream is reloaded from its file and the batch
+// stepped again, so that the batch's requests are answered only by a step
+// that follows every step saved before it. That second step runs under
+// the lock of the stream's file, so that no other save can come first
+// again: a stream stepped by several servers at once moves on whichever of
+// them steps it. It returns false when the worker must end (the stream
+// could not be reloaded in place).
+func (s *Server) step(st *stream, batch []*job) (keep bool) {
 	n := len(batch)
 	px := make([]float32, 0, n*s.pre.OutputLen())
 	for _, j := range batch {
 		px = append(px, j.pixels...)
 	}
-	t0 := time.Now()
-	res, err := s.adapt(st, px, n)
-	s.m.stepSeconds.Observe(time.Since(t0).Seconds())
-	s.m.batchSize.Observe(float64(n))
-	var index int64
-	if err == nil {
-		s.m.batches.Inc()
-		s.m.optimizerSteps.Add(float64(res.Diag.Steps))
-		var cos []float64
-		if a := res.Diag.Alignment; a != nil {
-			if ts := st.heads.subspace(s.cfg.Dataset); ts != nil {
-				cos, _ = feature.PrincipalAngleCosines(a.Basis, ts.Basis)
-			}
-		}
-		st.mu.Lock()
-		index = st.stats.Batches
-		st.stats.Images += int64(n)
-		st.stats.Batches++
-		st.stats.Steps += int64(res.Diag.Steps)
-		st.stats.Skipped += int64(res.Diag.Skipped)
-		st.stats.LastLoss = res.Diag.Losses
-		st.stats.Cosines = cos
-		st.mu.Unlock()
-		perr := s.persist(st)
-		if perr != nil {
-			s.m.saveErrors.Inc()
-			s.log.Error("serve: saving stream state", "stream", st.id, "err", perr)
-		}
-		st.mu.Lock()
-		st.unsaved = perr != nil
-		st.mu.Unlock()
-	} else {
-		s.log.Error("serve: adaptation step failed", "stream", st.id, "err", err)
+	keep = true
+	res, index, err := s.stepOnce(st, px, n, nil)
+	if errors.Is(err, errStale) {
+		s.m.saveConflicts.Inc()
+		s.log.Info("serve: stream saved by another server since this one read it: reloading it and stepping the batch again", "stream", st.id)
+		res, index, keep, err = s.restep(st, px, n)
 	}
 	st.mu.Lock()
 	st.busy = false
+	if !keep {
+		st.closing = true
+	}
 	st.mu.Unlock()
 	for i, j := range batch {
 		if err != nil {
-			j.done <- answer{err: fmt.Errorf("adaptation step: %w", err)}
+			var he *httpError
+			if !errors.As(err, &he) {
+				err = fmt.Errorf("adaptation step: %w", err)
+			}
+			j.done <- answer{err: err}
 			continue
 		}
 		j.done <- answer{logits: slices.Clone(res.Logits.RawRowView(i)), pred: res.Preds[i],
 			batch: index, size: n, position: i, steps: res.Diag.Steps}
 	}
+	return keep
+}
+
+// restep reloads the stream from its file and steps it on the batch again,
+// holding the file's lock from the reading to the saving.
+func (s *Server) restep(st *stream, px []float32, n int) (res *tta.Result, index int64, keep bool, err error) {
+	// On any failure the stream, stepped on a stale state, cannot go on:
+	// its worker ends, and its next request loads it anew.
+	lock, err := filelock.Acquire(s.lockPath(st.id))
+	if err != nil {
+		return nil, 0, false, err
+	}
+	defer lock.Unlock()
+	if err := st.reload(); err != nil {
+		s.log.Error("serve: reloading stream", "stream", st.id, "err", err)
+		return nil, 0, false, err
+	}
+	res, index, err = s.stepOnce(st, px, n, lock)
+	if err != nil && !errors.Is(err, errStale) {
+		return nil, 0, false, err
+	}
+	if errors.Is(err, errStale) {
+		// Under the lock, only a writer that takes none (another
+		// system's, see internal/filelock) can have saved.
+		return nil, 0, false, fmt.Errorf("stream %s: saved by another writer while this server held its lock (%s)", st.id, s.lockPath(st.id))
+	}
+	return res, index, true, nil
+}
+
+// stepOnce steps the stream on a batch, counts it and saves the stream
+// (under held, when not nil, the lock of its file). A failure to save other
+// than errStale is logged, and the step stands.
+func (s *Server) stepOnce(st *stream, px []float32, n int, held *filelock.Lock) (res *tta.Result, index int64, err error) {
+	t0 := time.Now()
+	res, err = s.adapt(st, px, n)
+	s.m.stepSeconds.Observe(time.Since(t0).Seconds())
+	s.m.batchSize.Observe(float64(n))
+	if err != nil {
+		s.log.Error("serve: adaptation step failed", "stream", st.id, "err", err)
+		return nil, 0, err
+	}
+	s.m.batches.Inc()
+	s.m.optimizerSteps.Add(float64(res.Diag.Steps))
+	var cos []float64
+	if a := res.Diag.Alignment; a != nil {
+		if ts := st.heads.subspace(s.cfg.Dataset); ts != nil {
+			cos, _ = feature.PrincipalAngleCosines(a.Basis, ts.Basis)
+		}
+	}
+	st.mu.Lock()
+	index = st.stats.Batches
+	st.stats.Images += int64(n)
+	st.stats.Batches++
+	st.stats.Steps += int64(res.Diag.Steps)
+	st.stats.Skipped += int64(res.Diag.Skipped)
+	st.stats.LastLoss = res.Diag.Losses
+	st.stats.Cosines = cos
+	st.mu.Unlock()
+	perr := s.persist(st, held)
+	if errors.Is(perr, errStale) {
+		return nil, 0, perr
+	}
+	if perr != nil {
+		s.m.saveErrors.Inc()
+		s.log.Error("serve: saving stream state", "stream", st.id, "err", perr)
+	}
+	st.mu.Lock()
+	st.unsaved = perr != nil
+	st.mu.Unlock()
+	return res, index, nil
 }
 
 // adapt runs the stream's Method on a batch with the stream's LayerNorm

@@ -89,6 +89,16 @@ func (p Preset) ForEpisodic() (Preset, error) {
 	return p, nil
 }
 
+// MinClasses is the fewest classes (labels) the preset's method adapts
+// with, and why when more than 2 (Registration.MinClasses).
+func (p Preset) MinClasses() (int, string) {
+	r, err := registered(p.Method)
+	if err != nil || r.MinClasses == nil {
+		return 2, ""
+	}
+	return r.MinClasses(p)
+}
+
 // ClassNames returns the class names as the preset's templates expect
 // them (see SpacedClassNames).
 func (p Preset) ClassNames(classes []string) []string {

@@ -32,6 +32,9 @@ type Registration struct {
 	Preset func(p *Preset) error
 	// New builds the method from a preset Preset filled in and its heads.
 	New func(m Model, p Preset, h Heads) (Method, error)
+	// MinClasses, when set, is the fewest classes the method adapts with
+	// under a filled-in preset and why; 2 otherwise.
+	MinClasses func(p Preset) (int, string)
 	// Episodic, when set, adapts a filled-in preset to the episodic
 	// protocol beyond its batch size of 1 (SubTTA turns its feature bank
 	// on); see Preset.ForEpisodic.

@@ -405,6 +405,15 @@ func subttaMethod(loss SubTTALoss) Registration {
 			}
 			return NewSubTTA(m, h.Head, cfg)
 		},
+		// The text subspace has at most C−1 directions (the text features
+		// are centred) and leaves out the first unless KeepTopPC: three
+		// classes, or two with KeepTopPC.
+		MinClasses: func(p Preset) (int, string) {
+			if cfg, ok := p.Config.(SubTTAConfig); ok && !cfg.Subspace.KeepTopPC {
+				return 3, "its text subspace leaves out the first principal direction of the labels' text features"
+			}
+			return 2, ""
+		},
 		Episodic: func(p *Preset) {
 			if cfg, ok := p.Config.(SubTTAConfig); ok {
 				cfg.BankSize = subttaRows[p.Dataset].bank

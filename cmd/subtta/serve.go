@@ -71,8 +71,36 @@ func serveMain(ctx context.Context, args []string, stderr io.Writer, ready func(
 	if a, ok := datasetAliases[ds]; ok {
 		ds = a
 	}
-	if _, err := tta.Lookup(ds, *method); err != nil {
+	preset, err := tta.Lookup(ds, *method)
+	if err != nil {
 		return usagef("--dataset %s --method %s: %v", *dataset, *method, err)
+	}
+	for _, l := range []struct {
+		flag     string
+		v, least int64
+	}{
+		{"--batch-size", int64(*batch), 0}, {"--max-streams", int64(*maxStreams), 1}, {"--max-body", *maxBody, 1},
+		{"--max-pixels", int64(*maxPixels), 1}, {"--max-labels", int64(*maxLabels), 2}, {"--max-concurrent", int64(*maxConc), 1},
+	} {
+		if l.v < l.least {
+			return usagef("%s %d: want %d or more", l.flag, l.v, l.least)
+		}
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--max-wait", *maxWait}, {"--timeout", *timeout}} {
+		if d.v <= 0 {
+			return usagef("%s %v: want a positive duration", d.flag, d.v)
+		}
+	}
+	batchSize, batchFrom := *batch, "--batch-size"
+	if batchSize == 0 {
+		batchSize, batchFrom = preset.BatchSize, fmt.Sprintf("the batch size of --method %s on --dataset %s", *method, *dataset)
+	}
+	if *maxConc < batchSize {
+		return usagef("--max-concurrent %d is less than %s, %d: a stream's batch could never fill; give --max-concurrent %d or more, or a smaller --batch-size",
+			*maxConc, batchFrom, batchSize, batchSize)
 	}
 	classes := splitList(*labels)
 	if len(classes) == 0 {
@@ -156,6 +184,7 @@ func runLoadtest(args []string, stdout, stderr io.Writer) error {
 	duration := fs.Duration("duration", 2*time.Minute, "time limit: no request is sent after it (those in flight finish)")
 	frozen := fs.Bool("frozen", false, "requests without a stream: the frozen model answers")
 	prefix := fs.String("prefix", "loadtest-", "stream ids are PREFIX0, PREFIX1, ...")
+	shared := fs.Bool("shared", false, "other clients send to the same streams (another loadtest, through another server on the same --state-dir): skip the check that each stream's image count grew by this test's answers, and print the answers by stream for the caller's own check")
 	jsonOut := fs.Bool("json", false, "print the report as JSON")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -177,7 +206,7 @@ func runLoadtest(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := serve.LoadTest{URL: base, Sources: *streams, Requests: *requests, Concurrency: *conc,
-		Duration: *duration, Frozen: *frozen, StreamPrefix: *prefix, Images: imgs}.Run(ctx)
+		Duration: *duration, Frozen: *frozen, StreamPrefix: *prefix, Shared: *shared, Images: imgs}.Run(ctx)
 	if err != nil {
 		return err
 	}

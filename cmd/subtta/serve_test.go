@@ -71,6 +71,21 @@ func TestServeCommand(t *testing.T) {
 	if !strings.Contains(out.String(), "every request answered exactly once") || !strings.Contains(out.String(), "8 OK, 0 errors") {
 		t.Errorf("loadtest output:\n%s", out.String())
 	}
+	if !strings.Contains(out.String(), "by stream: cam0 4 OK, 0 not; cam1 4 OK, 0 not") {
+		t.Errorf("loadtest output without answers by stream:\n%s", out.String())
+	}
+	// --shared leaves the image-count check to the caller, who has the
+	// answers by stream.
+	out.Reset()
+	if st := run([]string{"loadtest", "--addr", addr, "--streams", "1", "--requests", "2", "--concurrency", "2", "--prefix", "cam", "--shared", "--json"}, &out, &errb); st != 0 {
+		t.Fatalf("shared loadtest: status %d: %s", st, errb.String())
+	}
+	var shared struct {
+		OKByStream map[string]int `json:"ok_by_stream"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &shared); err != nil || shared.OKByStream["cam0"] != 2 {
+		t.Errorf("shared loadtest JSON %s: %v", out.String(), err)
+	}
 	out.Reset()
 	if st := run([]string{"loadtest", "--addr", addr, "--frozen", "--streams", "1", "--requests", "2", "--json"}, &out, &errb); st != 0 {
 		t.Fatalf("frozen loadtest: status %d: %s", st, errb.String())
@@ -101,7 +116,7 @@ func TestServeCommand(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	var st struct{ Images int }
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || resp.StatusCode != 200 || st.Images != 4 {
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || resp.StatusCode != 200 || st.Images != 6 {
 		t.Errorf("cam0 after a restart: status %d, %+v, %v", resp.StatusCode, st, err)
 	}
 }
@@ -114,6 +129,11 @@ func TestServeBadFlags(t *testing.T) {
 		{[]string{"serve", "--method", "nope"}, `unknown method "nope"`},
 		{[]string{"serve", "--dataset", "imagenet", "--model", "x.safetensors"}, "give --labels"},
 		{[]string{"serve", "extra"}, `unexpected argument "extra"`},
+		{[]string{"serve", "--batch-size", "-1"}, "--batch-size -1: want 0 or more"},
+		{[]string{"serve", "--max-streams", "0"}, "--max-streams 0: want 1 or more"},
+		{[]string{"serve", "--timeout", "-1s"}, "--timeout -1s: want a positive duration"},
+		{[]string{"serve", "--batch-size", "16", "--max-concurrent", "8"}, "--max-concurrent 8 is less than --batch-size, 16"},
+		{[]string{"serve", "--max-concurrent", "100"}, "--max-concurrent 100 is less than the batch size of --method subtta-m on --dataset cifar10, 200"},
 		{[]string{"loadtest", "--streams", "0"}, "must be positive"},
 	} {
 		var out, errb bytes.Buffer
