@@ -412,7 +412,9 @@ func (b *base) count(d *Diagnostics, stepped bool) {
 }
 
 // classify returns the zero-shot logits scale·normalize(f)·Tᵀ and predictions.
-func (b *base) classify(f *mat.Dense) (*mat.Dense, []int) { return feature.Classify(f, b.text, b.scale) }
+func (b *base) classify(f *mat.Dense) (*mat.Dense, []int) {
+	return feature.Classify(f, b.text, b.scale)
+}
 
 // ResetSample restores the source weights and a fresh optimizer; the
 // method's memory stays.
