@@ -1,0 +1,325 @@
+package serve
+
+// This file decodes requests: the body (raw image, multipart form or JSON)
+// and the query string into an input, within the body limit, and checks
+// what a client sends; handlers.go answers them.
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"image"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/subtta/subtta/data"
+)
+
+// input is a parsed request.
+type input struct {
+	image     []byte
+	pixels    []float32
+	labels    []string // nil when not given
+	templates []string // nil when not given
+	stream    string
+	texts     []string
+	normalize bool
+}
+
+// maxFieldBytes limits a form field other than the image.
+const maxFieldBytes = 1 << 20
+
+// readInput parses a request: the raw body with an image content type, a
+// multipart form, or (when jsonOK) a JSON object; labels, templates,
+// stream and normalize from the query string or the form.
+func (s *Server) readInput(w http.ResponseWriter, r *http.Request, jsonOK bool) (*input, error) {
+	// Every way a body arrives (a raw image, a multipart part or field, a
+	// JSON object) reads it through body, so that no more than MaxBodyBytes
+	// of it is ever read; a declared length beyond it is refused before any
+	// of it is.
+	if r.ContentLength > s.cfg.MaxBodyBytes {
+		return nil, &http.MaxBytesError{Limit: s.cfg.MaxBodyBytes}
+	}
+	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	r.Body = body // r.MultipartReader reads r.Body
+	defer discard(body)
+	in := &input{}
+	q := r.URL.Query()
+	fields := map[string][]string{}
+	for _, k := range []string{"labels", "template", "stream", "normalize"} {
+		if v, ok := q[k]; ok {
+			fields[k] = v
+		}
+	}
+	for k := range q {
+		if _, ok := fields[k]; !ok {
+			return nil, errorf(http.StatusBadRequest, "unknown parameter %s (want labels, template, stream, normalize)", quote(k, maxEcho))
+		}
+	}
+	ct := r.Header.Get("Content-Type")
+	mt, _, err := mime.ParseMediaType(ct)
+	if ct == "" || err != nil {
+		return nil, errorf(http.StatusUnsupportedMediaType, "Content-Type %s: send an image (image/jpeg, image/png, image/gif), multipart/form-data with an image part, or JSON", quote(ct, maxEcho))
+	}
+	switch {
+	case strings.HasPrefix(mt, "image/") || mt == "application/octet-stream":
+		if in.image, err = io.ReadAll(body); err != nil {
+			return nil, readError(err)
+		}
+	case mt == "multipart/form-data":
+		mr, err := r.MultipartReader()
+		if err != nil {
+			return nil, errorf(http.StatusBadRequest, "multipart form: %v", err)
+		}
+		for {
+			p, err := mr.NextPart()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return nil, readError(err)
+			}
+			name := p.FormName()
+			switch name {
+			case "image":
+				if in.image != nil {
+					return nil, errorf(http.StatusBadRequest, "one image per request")
+				}
+				if in.image, err = io.ReadAll(p); err != nil {
+					return nil, readError(err)
+				}
+			case "labels", "template", "stream", "normalize", "text":
+				b, err := io.ReadAll(io.LimitReader(p, maxFieldBytes+1))
+				if err != nil {
+					return nil, readError(err)
+				}
+				if len(b) > maxFieldBytes {
+					return nil, errorf(http.StatusRequestEntityTooLarge, "form field %s longer than %d bytes", name, maxFieldBytes)
+				}
+				if name == "text" {
+					in.texts = append(in.texts, string(b))
+				} else {
+					fields[name] = append(fields[name], string(b))
+				}
+			default:
+				return nil, errorf(http.StatusBadRequest, "unknown form field %s (want image, labels, template, stream, normalize, text)", quote(name, maxEcho))
+			}
+			p.Close()
+		}
+	case mt == "application/json" && jsonOK:
+		var req struct {
+			Texts     []string `json:"texts"`
+			Normalize bool     `json:"normalize"`
+		}
+		dec := json.NewDecoder(body)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			var mb *http.MaxBytesError
+			if errors.As(err, &mb) {
+				return nil, err
+			}
+			return nil, errorf(http.StatusBadRequest, "JSON body: %s (want {\"texts\": [...], \"normalize\": bool})", shorten(err.Error(), maxEcho))
+		}
+		in.texts, in.normalize = req.Texts, req.Normalize
+	default:
+		want := "an image (image/jpeg, image/png, image/gif) or multipart/form-data with an image part"
+		if jsonOK {
+			want += ", or JSON {\"texts\": [...]}"
+		}
+		return nil, errorf(http.StatusUnsupportedMediaType, "Content-Type %s: send %s", quote(mt, maxEcho), want)
+	}
+	for k, v := range fields {
+		if len(v) > 1 && k != "template" {
+			return nil, errorf(http.StatusBadRequest, "%s given %d times", k, len(v))
+		}
+	}
+	if v, ok := fields["labels"]; ok {
+		in.labels = splitLabels(v[0])
+		if err := checkLabels(in.labels, s.cfg.MaxLabels, s.cfg.MaxLabelBytes); err != nil {
+			return nil, errorf(http.StatusBadRequest, "labels: %v", err)
+		}
+	}
+	if v, ok := fields["template"]; ok {
+		in.templates = v
+		if err := checkTemplates(in.templates, s.cfg.MaxTemplates, s.cfg.MaxLabelBytes); err != nil {
+			return nil, errorf(http.StatusBadRequest, "template: %v", err)
+		}
+	}
+	if v, ok := fields["stream"]; ok {
+		if in.stream, err = streamID(v[0]); err != nil {
+			return nil, err
+		}
+	}
+	if v, ok := fields["normalize"]; ok {
+		switch v[0] {
+		case "true", "1":
+			in.normalize = true
+		case "false", "0", "":
+		default:
+			return nil, errorf(http.StatusBadRequest, "normalize %s: want true or false", quote(v[0], maxEcho))
+		}
+	}
+	if in.image != nil {
+		// Decoding holds the whole bitmap: a few at a time, not
+		// MaxConcurrent of them (up to 100 MB each at MaxPixels).
+		select {
+		case s.decoding <- struct{}{}:
+		case <-r.Context().Done():
+			return nil, r.Context().Err()
+		}
+		in.pixels, err = s.decode(in.image)
+		<-s.decoding
+		if err != nil {
+			return nil, err
+		}
+	}
+	return in, nil
+}
+
+// readError is the error of a body that could not be read: too large
+// (413, from MaxBytesReader), or cut off by the client (400).
+func readError(err error) error {
+	var mb *http.MaxBytesError
+	if errors.As(err, &mb) {
+		return err
+	}
+	return errorf(http.StatusBadRequest, "reading the request body: %v", err)
+}
+
+// decode checks an encoded image's dimensions from its header, then decodes
+// and preprocesses it as subtta eval does (data.DecodeRGB, the CLIP
+// preprocessor).
+func (s *Server) decode(b []byte) ([]float32, error) {
+	if len(b) == 0 {
+		return nil, errorf(http.StatusBadRequest, "empty image")
+	}
+	cfg, format, err := image.DecodeConfig(bytes.NewReader(b))
+	if err != nil {
+		if errors.Is(err, image.ErrFormat) {
+			return nil, errorf(http.StatusBadRequest, "not a PNG, JPEG or GIF image")
+		}
+		return nil, errorf(http.StatusBadRequest, "corrupt image header: %v", err)
+	}
+	if cfg.Width <= 0 || cfg.Height <= 0 {
+		return nil, errorf(http.StatusBadRequest, "%s image has no pixels (%d×%d)", format, cfg.Width, cfg.Height)
+	}
+	if cfg.Width > s.cfg.MaxPixels/cfg.Height {
+		return nil, errorf(http.StatusRequestEntityTooLarge, "%s image is %d×%d, more than %d pixels", format, cfg.Width, cfg.Height, s.cfg.MaxPixels)
+	}
+	img, err := data.DecodeRGB("image", b)
+	if err != nil {
+		return nil, errorf(http.StatusBadRequest, "%s", strings.TrimPrefix(err.Error(), "data: image: "))
+	}
+	px, err := s.pre.Transform(nil, img)
+	if err != nil {
+		return nil, errorf(http.StatusBadRequest, "%v", err)
+	}
+	return px, nil
+}
+
+// splitLabels splits a comma-separated list, dropping blanks.
+func splitLabels(v string) []string {
+	out := []string{}
+	for _, l := range strings.Split(v, ",") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func checkLabels(labels []string, maxN, maxBytes int) error {
+	switch {
+	case len(labels) < 2:
+		return fmt.Errorf("%d labels; give at least 2, comma-separated", len(labels))
+	case len(labels) > maxN:
+		return fmt.Errorf("%d labels, more than the limit of %d", len(labels), maxN)
+	}
+	seen := make(map[string]bool, len(labels))
+	for _, l := range labels {
+		if err := checkText(l, maxBytes); err != nil {
+			return err
+		}
+		if seen[l] {
+			return fmt.Errorf("%s is given twice", quote(l, maxEcho))
+		}
+		seen[l] = true
+	}
+	return nil
+}
+
+func checkTemplates(templates []string, maxN, maxBytes int) error {
+	if len(templates) == 0 || len(templates) > maxN {
+		return fmt.Errorf("%d templates; give 1 to %d", len(templates), maxN)
+	}
+	for _, t := range templates {
+		if err := checkText(t, maxBytes); err != nil {
+			return err
+		}
+		if !strings.Contains(t, "{}") {
+			return fmt.Errorf("template %s has no {} for the label", quote(t, maxEcho))
+		}
+	}
+	return nil
+}
+
+func checkText(t string, maxBytes int) error {
+	switch {
+	case !utf8.ValidString(t):
+		return fmt.Errorf("%s is not UTF-8", quote(t, maxEcho))
+	case len(t) > maxBytes:
+		return fmt.Errorf("%s is more than %d bytes", quote(t, 40), maxBytes)
+	}
+	return nil
+}
+
+// An error message quotes a client's string (an id, a label, a field) cut
+// to maxIDEcho (ids) or maxEcho characters.
+const (
+	maxIDEcho = 64
+	maxEcho   = 200
+)
+
+// quote quotes s for an error message: whole when at most n characters
+// long, else its first n characters, an ellipsis and its full length.
+func quote(s string, n int) string {
+	if c := cut(s, n); c != s {
+		return fmt.Sprintf("%q… (%d bytes)", c, len(s))
+	}
+	return strconv.Quote(s)
+}
+
+// shorten is s when at most n characters long, else its first n
+// characters, an ellipsis and its full length.
+func shorten(s string, n int) string {
+	if c := cut(s, n); c != s {
+		return fmt.Sprintf("%s… (%d bytes)", c, len(s))
+	}
+	return s
+}
+
+// cut is s cut to its first n characters (bytes that are not UTF-8 count
+// one each).
+func cut(s string, n int) string {
+	for i := range s {
+		if n == 0 {
+			return s[:i]
+		}
+		n--
+	}
+	return s
+}
+
+// requestID is the client's X-Request-Id, cut to 128 bytes.
+func requestID(r *http.Request) string {
+	id := r.Header.Get("X-Request-Id")
+	if len(id) > 128 {
+		id = id[:128]
+	}
+	return id
+}
