@@ -2,7 +2,6 @@ package tta
 
 import (
 	"fmt"
-	"time"
 
 	"gonum.org/v1/gonum/mat"
 
@@ -27,9 +26,9 @@ var dmnMethod = Registration{
 		return nil
 	},
 	New: func(m Model, p Preset, h Heads) (Method, error) {
-		cfg, ok := p.Config.(feature.DMNConfig)
-		if !ok {
-			return nil, fmt.Errorf("tta: preset %s: config %T, want feature.DMNConfig", p.Method, p.Config)
+		cfg, err := configOf[feature.DMNConfig](p)
+		if err != nil {
+			return nil, err
 		}
 		return NewDMN(m, h.Head, p.Views, cfg)
 	},
@@ -84,31 +83,20 @@ func (t *DMN) Reset() error {
 // order: each joins the memory before it is predicted, as in the code.
 // The logits are the final scores p_txt + w·p_mem.
 func (t *DMN) StepViews(views []float32, n, v int) (*Result, error) {
-	if err := t.checkViews(views, n, v); err != nil {
-		return nil, err
-	}
 	d := newDiagnostics()
-	t0 := time.Now()
-	_, f, err := t.forward(views, n*v, false)
-	if err != nil {
-		return nil, err
-	}
-	c, _ := t.text.Dims()
-	logits := mat.NewDense(n, c, nil)
-	preds, pseudo := make([]int, n), make([]int, n)
-	baseViews := mat.NewDense(n, t.model.EmbedDim(), nil)
-	for i := range n {
-		res, err := t.mem.Step(viewRows(f, i, v))
+	pseudo := make([]int, n)
+	res, err := t.eachImage(t.viewCount, views, n, v, &d, func(i int, fv *mat.Dense) ([]float64, int, error) {
+		r, err := t.mem.Step(fv)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		logits.SetRow(i, res.Final)
-		preds[i], pseudo[i] = res.Pred, res.PseudoLabel
-		baseViews.SetRow(i, f.RawRowView(i*v))
+		pseudo[i] = r.PseudoLabel
+		return r.Final, r.Pred, nil
+	})
+	if res != nil {
+		res.Diag.PseudoLabels = pseudo
 	}
-	d.PseudoLabels = pseudo
-	d.since("predict", t0)
-	return &Result{Logits: logits, Preds: preds, Features: baseViews, Diag: d}, nil
+	return res, err
 }
 
 func (t *DMN) saveOwn() ([]byte, error) {

@@ -1,7 +1,6 @@
 package tta
 
 import (
-	"fmt"
 	"time"
 
 	"gonum.org/v1/gonum/mat"
@@ -26,9 +25,9 @@ var ecalpMethod = Registration{
 		return nil
 	},
 	New: func(m Model, p Preset, h Heads) (Method, error) {
-		cfg, ok := p.Config.(feature.ECALPConfig)
-		if !ok {
-			return nil, fmt.Errorf("tta: preset %s: config %T, want feature.ECALPConfig", p.Method, p.Config)
+		cfg, err := configOf[feature.ECALPConfig](p)
+		if err != nil {
+			return nil, err
 		}
 		return NewECALP(m, h.Head, cfg)
 	},

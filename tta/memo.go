@@ -37,9 +37,9 @@ var memoMethod = Registration{
 		return nil
 	},
 	New: func(m Model, p Preset, h Heads) (Method, error) {
-		cfg, ok := p.Config.(MEMOConfig)
-		if !ok {
-			return nil, fmt.Errorf("tta: preset %s: config %T, want MEMOConfig", p.Method, p.Config)
+		cfg, err := configOf[MEMOConfig](p)
+		if err != nil {
+			return nil, err
 		}
 		return NewMEMO(m, h.Head, p.Views, cfg)
 	},

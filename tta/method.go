@@ -374,6 +374,16 @@ func (b *base) backward(node smat.Tensor, grad mat.Matrix) error {
 	if s := node.Value().Shape(); s[0] != r || s[1] != c {
 		return fmt.Errorf("tta: backward: gradient is %d×%d, features %v", r, c, s)
 	}
+	if err := injectGrad(node, grad, b.f64); err != nil {
+		return fmt.Errorf("tta: backward: %w", err)
+	}
+	return nil
+}
+
+// injectGrad adds grad (a float64 matrix of node's shape) to node's
+// gradient in the model's precision and runs the tape backward from it.
+func injectGrad(node smat.Tensor, grad mat.Matrix, f64 bool) error {
+	r, c := grad.Dims()
 	vals := make([]float64, 0, r*c)
 	for i := range r {
 		for j := range c {
@@ -381,16 +391,13 @@ func (b *base) backward(node smat.Tensor, grad mat.Matrix) error {
 		}
 	}
 	var g smat.Matrix
-	if b.f64 {
+	if f64 {
 		g = smat.NewDense[float64](smat.WithShape(r, c), smat.WithBacking(vals))
 	} else {
 		g = smat.NewDense[float32](smat.WithShape(r, c), smat.WithBacking(float.SliceValueOf[float32](float.Make(vals...))))
 	}
 	node.AccGrad(g)
-	if err := ag.Backward(node); err != nil {
-		return fmt.Errorf("tta: backward: %w", err)
-	}
-	return nil
+	return ag.Backward(node)
 }
 
 // update steps the optimizer and records the outcome in d.

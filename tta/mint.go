@@ -57,9 +57,9 @@ var mintOfficialMethod = Registration{
 }
 
 func newMINTFromPreset(m Model, p Preset, h Heads) (Method, error) {
-	cfg, ok := p.Config.(MINTConfig)
-	if !ok {
-		return nil, fmt.Errorf("tta: preset %s: config %T, want MINTConfig", p.Method, p.Config)
+	cfg, err := configOf[MINTConfig](p)
+	if err != nil {
+		return nil, err
 	}
 	return NewMINT(m, h.Head, cfg)
 }

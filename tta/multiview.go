@@ -2,6 +2,7 @@ package tta
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/subtta/subtta/tta/feature"
 	"gonum.org/v1/gonum/mat"
@@ -60,4 +61,35 @@ func multiViewPreset(p *Preset, views int, rho float64) {
 		}
 		p.MinViews++
 	}
+}
+
+// eachImage is the frame of a multi-view method's StepViews: it checks the
+// views, encodes all n·v of them as one batch without a tape (timed as
+// "encode"), and calls one with every image's view features (v×d,
+// unnormalised, view 0 first) in order; one returns the image's logits and
+// prediction. The result's features are the base views'.
+func (b *base) eachImage(c viewCount, views []float32, n, v int, d *Diagnostics, one func(i int, fv *mat.Dense) ([]float64, int, error)) (*Result, error) {
+	if err := c.checkViews(views, n, v); err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	_, f, err := b.forward(views, n*v, false)
+	if err != nil {
+		return nil, err
+	}
+	d.since("encode", t0)
+	classes, _ := b.text.Dims()
+	logits := mat.NewDense(n, classes, nil)
+	preds := make([]int, n)
+	baseViews := mat.NewDense(n, b.model.EmbedDim(), nil)
+	for i := range n {
+		row, pred, err := one(i, viewRows(f, i, v))
+		if err != nil {
+			return nil, err
+		}
+		logits.SetRow(i, row)
+		preds[i] = pred
+		baseViews.SetRow(i, f.RawRowView(i*v))
+	}
+	return &Result{Logits: logits, Preds: preds, Features: baseViews, Diag: *d}, nil
 }

@@ -148,3 +148,13 @@ func (p Preset) Heads(m HeadEncoder, tok textenc.Tokenizer, classes []string) (H
 	}
 	return h, nil
 }
+
+// configOf returns the preset's method configuration as a C, the type its
+// registration fills in.
+func configOf[C any](p Preset) (C, error) {
+	c, ok := p.Config.(C)
+	if !ok {
+		return c, fmt.Errorf("tta: preset %s: config %T, want %T", p.Method, p.Config, c)
+	}
+	return c, nil
+}

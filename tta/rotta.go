@@ -40,9 +40,9 @@ var rottaMethod = Registration{
 		return nil
 	},
 	New: func(m Model, p Preset, h Heads) (Method, error) {
-		cfg, ok := p.Config.(RoTTAConfig)
-		if !ok {
-			return nil, fmt.Errorf("tta: preset %s: config %T, want RoTTAConfig", p.Method, p.Config)
+		cfg, err := configOf[RoTTAConfig](p)
+		if err != nil {
+			return nil, err
 		}
 		return NewRoTTA(m, h.Head, cfg)
 	},

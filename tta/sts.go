@@ -38,9 +38,9 @@ var stsMethod = Registration{
 		return nil
 	},
 	New: func(m Model, p Preset, h Heads) (Method, error) {
-		cfg, ok := p.Config.(STSConfig)
-		if !ok {
-			return nil, fmt.Errorf("tta: preset %s: config %T, want STSConfig", p.Method, p.Config)
+		cfg, err := configOf[STSConfig](p)
+		if err != nil {
+			return nil, err
 		}
 		return NewSTS(m, h.Head, p.Views, cfg)
 	},
@@ -99,55 +99,42 @@ func (s *STS) Reset() error { s.reset(); return nil }
 // StepViews steers the prototypes for each of the n images in turn, from
 // γ = 0 and a fresh optimizer, and classifies its base view.
 func (s *STS) StepViews(views []float32, n, v int) (*Result, error) {
-	if err := s.checkViews(views, n, v); err != nil {
-		return nil, err
-	}
 	d := newDiagnostics()
-	t0 := time.Now()
-	_, f, err := s.forward(views, n*v, false)
-	if err != nil {
-		return nil, err
-	}
-	d.since("encode", t0)
-	c, _ := s.text.Dims()
-	logits := mat.NewDense(n, c, nil)
-	preds := make([]int, n)
-	baseViews := mat.NewDense(n, s.model.EmbedDim(), nil)
 	var loss float64
-	for i := range n {
-		t0 = time.Now()
-		fv, _ := feature.NormalizeRows(viewRows(f, i, v))
+	res, err := s.eachImage(s.viewCount, views, n, v, &d, func(_ int, f *mat.Dense) ([]float64, int, error) {
+		t0 := time.Now()
+		defer d.since("adapt", t0)
+		fv, _ := feature.NormalizeRows(f)
 		clear(s.gamma)
 		s.opt.Reset()
 		sel, err := feature.SelectConfident(feature.Logits(fv, s.text, s.scale), s.cfg.Rho)
 		if err != nil {
-			return nil, fmt.Errorf("tta: sts: %w", err)
+			return nil, 0, fmt.Errorf("tta: sts: %w", err)
 		}
 		for step := range s.cfg.Steps {
 			res, err := s.spectrum.SteeringLoss(fv, s.text, s.gamma, s.scale, sel.Kept)
 			if err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			if step == 0 {
 				loss += res.Marginal.Loss / float64(n)
 			}
 			stepped, err := s.opt.Step([]optim.Param[float64]{{Name: "gamma", Value: s.gamma, Grad: res.DLdGamma}})
 			if err != nil {
-				return nil, fmt.Errorf("tta: sts: %w", err)
+				return nil, 0, fmt.Errorf("tta: sts: %w", err)
 			}
 			s.count(&d, stepped)
 		}
-		d.since("adapt", t0)
 		steered, _, _, err := s.spectrum.Steer(s.text, s.gamma)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		_, dim := fv.Dims()
 		row := feature.Logits(fv.Slice(0, 1, 0, dim), steered, s.scale)
-		logits.SetRow(i, row.RawRowView(0))
-		preds[i] = feature.Argmax(row)[0]
-		baseViews.SetRow(i, f.RawRowView(i*v))
+		return row.RawRowView(0), feature.Argmax(row)[0], nil
+	})
+	if res != nil {
+		res.Diag.Losses["sts"] = loss
 	}
-	d.Losses["sts"] = loss
-	return &Result{Logits: logits, Preds: preds, Features: baseViews, Diag: d}, nil
+	return res, err
 }

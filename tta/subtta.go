@@ -399,9 +399,9 @@ func subttaMethod(loss SubTTALoss) Registration {
 			return nil
 		},
 		New: func(m Model, p Preset, h Heads) (Method, error) {
-			cfg, ok := p.Config.(SubTTAConfig)
-			if !ok {
-				return nil, fmt.Errorf("tta: preset %s: config %T, want SubTTAConfig", p.Method, p.Config)
+			cfg, err := configOf[SubTTAConfig](p)
+			if err != nil {
+				return nil, err
 			}
 			return NewSubTTA(m, h.Head, cfg)
 		},

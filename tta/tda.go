@@ -1,7 +1,6 @@
 package tta
 
 import (
-	"fmt"
 	"math"
 	"time"
 
@@ -25,9 +24,9 @@ var tdaMethod = Registration{
 		return nil
 	},
 	New: func(m Model, p Preset, h Heads) (Method, error) {
-		cfg, ok := p.Config.(feature.TDAConfig)
-		if !ok {
-			return nil, fmt.Errorf("tta: preset %s: config %T, want feature.TDAConfig", p.Method, p.Config)
+		cfg, err := configOf[feature.TDAConfig](p)
+		if err != nil {
+			return nil, err
 		}
 		return NewTDA(m, h.Head, cfg)
 	},

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nlpodyssey/spago/ag"
 	smat "github.com/nlpodyssey/spago/mat"
 	"github.com/nlpodyssey/spago/mat/float"
 	"gonum.org/v1/gonum/mat"
@@ -64,9 +63,9 @@ var tptMethod = Registration{
 		return nil
 	},
 	New: func(m Model, p Preset, h Heads) (Method, error) {
-		cfg, ok := p.Config.(TPTConfig)
-		if !ok {
-			return nil, fmt.Errorf("tta: preset %s: config %T, want TPTConfig", p.Method, p.Config)
+		cfg, err := configOf[TPTConfig](p)
+		if err != nil {
+			return nil, err
 		}
 		tm, ok := m.(TextModel)
 		if !ok {
@@ -168,44 +167,31 @@ func (t *TPT) resetContext() error {
 // StepViews tunes the context on each of the n images in turn (from the
 // initial context every time) and classifies it from its base view.
 func (t *TPT) StepViews(views []float32, n, v int) (*Result, error) {
-	if err := t.checkViews(views, n, v); err != nil {
-		return nil, err
-	}
 	d := newDiagnostics()
-	t0 := time.Now()
-	_, f, err := t.forward(views, n*v, false)
-	if err != nil {
-		return nil, err
-	}
-	d.since("encode", t0)
-	c, _ := t.text.Dims()
-	logits := mat.NewDense(n, c, nil)
-	preds := make([]int, n)
-	baseViews := mat.NewDense(n, t.model.EmbedDim(), nil)
 	var loss float64
-	for i := range n {
-		t0 = time.Now()
-		fv, _ := feature.NormalizeRows(viewRows(f, i, v))
-		res, err := t.tune(fv)
+	res, err := t.eachImage(t.viewCount, views, n, v, &d, func(_ int, f *mat.Dense) ([]float64, int, error) {
+		t0 := time.Now()
+		fv, _ := feature.NormalizeRows(f)
+		r, err := t.tune(fv)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		t.count(&d, res.stepped)
-		loss += res.loss / float64(n)
+		t.count(&d, r.stepped)
+		loss += r.loss / float64(n)
 		d.since("adapt", t0)
 		t0 = time.Now()
+		defer d.since("predict", t0)
 		text, err := t.textFeatures(false)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		row, _ := feature.Classify(fv.Slice(0, 1, 0, t.model.EmbedDim()), text, t.scale)
-		logits.SetRow(i, row.RawRowView(0))
-		preds[i] = feature.Argmax(row)[0]
-		baseViews.SetRow(i, f.RawRowView(i*v))
-		d.since("predict", t0)
+		row, pred := feature.Classify(fv.Slice(0, 1, 0, t.model.EmbedDim()), text, t.scale)
+		return row.RawRowView(0), pred[0], nil
+	})
+	if res != nil {
+		res.Diag.Losses["tpt"] = loss
 	}
-	d.Losses["tpt"] = loss
-	return &Result{Logits: logits, Preds: preds, Features: baseViews, Diag: d}, nil
+	return res, err
 }
 
 // tuned is the outcome of tune on one image.
@@ -282,16 +268,7 @@ func (t *TPT) textFeatures(grad bool) (*mat.Dense, error) {
 // backwardText injects g (∂L/∂T̂, C×d) on the normalised text node and runs
 // the tape backward to the context.
 func (t *TPT) backwardText(node smat.Tensor, g *mat.Dense) error {
-	r, c := g.Dims()
-	vals := slices.Clone(g.RawMatrix().Data)
-	var m smat.Matrix
-	if t.f64 {
-		m = smat.NewDense[float64](smat.WithShape(r, c), smat.WithBacking(vals))
-	} else {
-		m = smat.NewDense[float32](smat.WithShape(r, c), smat.WithBacking(float.SliceValueOf[float32](float.Make(vals...))))
-	}
-	node.AccGrad(m)
-	if err := ag.Backward(node); err != nil {
+	if err := injectGrad(node, g, t.f64); err != nil {
 		return fmt.Errorf("tta: tpt: backward: %w", err)
 	}
 	return nil

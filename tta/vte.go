@@ -2,7 +2,6 @@ package tta
 
 import (
 	"fmt"
-	"time"
 
 	"gonum.org/v1/gonum/mat"
 
@@ -43,9 +42,9 @@ var vteMethod = Registration{
 		return nil
 	},
 	New: func(m Model, p Preset, h Heads) (Method, error) {
-		cfg, ok := p.Config.(VTEConfig)
-		if !ok {
-			return nil, fmt.Errorf("tta: preset %s: config %T, want VTEConfig", p.Method, p.Config)
+		cfg, err := configOf[VTEConfig](p)
+		if err != nil {
+			return nil, err
 		}
 		return NewVTE(m, h.Head, p.Views, cfg)
 	},
@@ -85,28 +84,12 @@ func (t *VTE) Reset() error { t.reset(); return nil }
 
 // StepViews classifies n images from their v views each.
 func (t *VTE) StepViews(views []float32, n, v int) (*Result, error) {
-	if err := t.checkViews(views, n, v); err != nil {
-		return nil, err
-	}
 	d := newDiagnostics()
-	t0 := time.Now()
-	_, f, err := t.forward(views, n*v, false)
-	if err != nil {
-		return nil, err
-	}
-	c, _ := t.text.Dims()
-	logits := mat.NewDense(n, c, nil)
-	preds := make([]int, n)
-	base := mat.NewDense(n, t.model.EmbedDim(), nil)
-	for i := range n {
-		res, err := feature.VTEPredict(viewRows(f, i, v), t.text, t.scale, t.cfg.Rho)
+	return t.eachImage(t.viewCount, views, n, v, &d, func(_ int, fv *mat.Dense) ([]float64, int, error) {
+		res, err := feature.VTEPredict(fv, t.text, t.scale, t.cfg.Rho)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		logits.SetRow(i, res.Logits)
-		preds[i] = res.Pred
-		base.SetRow(i, f.RawRowView(i*v))
-	}
-	d.since("predict", t0)
-	return &Result{Logits: logits, Preds: preds, Features: base, Diag: d}, nil
+		return res.Logits, res.Pred, nil
+	})
 }

@@ -52,9 +52,9 @@ func wattMethod(name string, steps, rounds int) Registration {
 			return nil
 		},
 		New: func(m Model, p Preset, h Heads) (Method, error) {
-			cfg, ok := p.Config.(WATTConfig)
-			if !ok {
-				return nil, fmt.Errorf("tta: preset %s: config %T, want WATTConfig", p.Method, p.Config)
+			cfg, err := configOf[WATTConfig](p)
+			if err != nil {
+				return nil, err
 			}
 			return NewWATT(m, h.Head, h.PerTemplate, cfg)
 		},

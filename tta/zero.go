@@ -2,7 +2,6 @@ package tta
 
 import (
 	"fmt"
-	"time"
 
 	"gonum.org/v1/gonum/mat"
 
@@ -32,9 +31,9 @@ var zeroMethod = Registration{
 		return nil
 	},
 	New: func(m Model, p Preset, h Heads) (Method, error) {
-		cfg, ok := p.Config.(ZeroConfig)
-		if !ok {
-			return nil, fmt.Errorf("tta: preset %s: config %T, want ZeroConfig", p.Method, p.Config)
+		cfg, err := configOf[ZeroConfig](p)
+		if err != nil {
+			return nil, err
 		}
 		return NewZero(m, h.Head, p.Views, cfg)
 	},
@@ -75,31 +74,15 @@ func (z *Zero) Reset() error { z.reset(); return nil }
 // StepViews classifies n images from their v views each. The logits are
 // the vote counts (ZeroResult.Output).
 func (z *Zero) StepViews(views []float32, n, v int) (*Result, error) {
-	if err := z.checkViews(views, n, v); err != nil {
-		return nil, err
-	}
 	d := newDiagnostics()
-	t0 := time.Now()
-	_, f, err := z.forward(views, n*v, false)
-	if err != nil {
-		return nil, err
-	}
-	c, _ := z.text.Dims()
-	logits := mat.NewDense(n, c, nil)
-	preds := make([]int, n)
-	baseViews := mat.NewDense(n, z.model.EmbedDim(), nil)
-	for i := range n {
-		fn, _ := feature.NormalizeRows(viewRows(f, i, v))
+	return z.eachImage(z.viewCount, views, n, v, &d, func(_ int, fv *mat.Dense) ([]float64, int, error) {
+		fn, _ := feature.NormalizeRows(fv)
 		var cos mat.Dense
 		cos.Mul(fn, z.text.T())
 		res, err := feature.ZeroVote(&cos, z.scale, z.cfg.Gamma, z.cfg.Fallback)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		logits.SetRow(i, res.Output)
-		preds[i] = res.Pred
-		baseViews.SetRow(i, f.RawRowView(i*v))
-	}
-	d.since("predict", t0)
-	return &Result{Logits: logits, Preds: preds, Features: baseViews, Diag: d}, nil
+		return res.Output, res.Pred, nil
+	})
 }
