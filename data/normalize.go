@@ -8,14 +8,10 @@ import "fmt"
 // Normalize, so that a [0, 1] image made from bytes as float32(v)/255 gives
 // exactly what Transform gives. dst may be src.
 func (p *Preprocessor) Normalize(dst, src []float32) ([]float32, error) {
-	n := p.OutputLen()
-	if len(src)%n != 0 {
-		return nil, fmt.Errorf("data: normalize: %d values are not whole %dx%d CHW images", len(src), p.size, p.size)
+	dst, err := p.images("normalize", dst, src)
+	if err != nil {
+		return nil, err
 	}
-	if cap(dst) < len(src) {
-		dst = make([]float32, len(src))
-	}
-	dst = dst[:len(src)]
 	plane := p.size * p.size
 	for i := range src {
 		c := i / plane % 3
@@ -30,18 +26,26 @@ func (p *Preprocessor) Normalize(dst, src []float32) ([]float32, error) {
 // gives float32(v)/255 up to float32 rounding (see TestNormalizeRoundTrip).
 // dst may be src.
 func (p *Preprocessor) Unnormalize(dst, src []float32) ([]float32, error) {
-	n := p.OutputLen()
-	if len(src)%n != 0 {
-		return nil, fmt.Errorf("data: unnormalize: %d values are not whole %dx%d CHW images", len(src), p.size, p.size)
+	dst, err := p.images("unnormalize", dst, src)
+	if err != nil {
+		return nil, err
 	}
-	if cap(dst) < len(src) {
-		dst = make([]float32, len(src))
-	}
-	dst = dst[:len(src)]
 	plane := p.size * p.size
 	for i := range src {
 		c := i / plane % 3
 		dst[i] = float32(src[i]*p.std[c]) + p.mean[c]
 	}
 	return dst, nil
+}
+
+// images checks that src holds whole CHW images of side Size and returns
+// dst resized to src's length (allocated when too short).
+func (p *Preprocessor) images(op string, dst, src []float32) ([]float32, error) {
+	if n := p.OutputLen(); len(src)%n != 0 {
+		return nil, fmt.Errorf("data: %s: %d values are not whole %dx%d CHW images", op, len(src), p.size, p.size)
+	}
+	if cap(dst) < len(src) {
+		dst = make([]float32, len(src))
+	}
+	return dst[:len(src)], nil
 }
