@@ -119,12 +119,30 @@ func TestRunWritesTablesAndPlots(t *testing.T) {
 // checkpointed, waiting to be killed.
 const killChildEnv = "SUBTTA_EVAL_KILL_CHILD"
 
+// killVariantEnv names the run of killVariants the child makes.
+const killVariantEnv = "SUBTTA_EVAL_KILL_VARIANT"
+
+// killVariants are the runs TestResumeAfterKill kills and resumes: the
+// default methods (SubTTA's carried covariance among them), a multi-view
+// method with a memory that grows through the domain (DMN, 10 views), and
+// the episodic protocol (SubTTA's feature bank, TENT).
+var killVariants = map[string]func(*Config){
+	"default": func(*Config) {},
+	"multi-view memory": func(c *Config) {
+		c.Methods, c.BatchSize, c.Views = []string{"dmn"}, 0, 10
+	},
+	"episodic": func(c *Config) {
+		c.Methods, c.BatchSize, c.Protocol = []string{"subtta-s", "tent"}, 0, "episodic"
+	},
+}
+
 func TestKillChild(t *testing.T) {
 	out := os.Getenv(killChildEnv)
 	if out == "" {
 		t.Skip("helper process of TestResumeAfterKill")
 	}
 	cfg := testConfig(t, out)
+	killVariants[os.Getenv(killVariantEnv)](&cfg)
 	stored, batches := 0, 0
 	opt := Options{
 		CheckpointEvery: time.Nanosecond,
@@ -149,15 +167,24 @@ func TestKillChild(t *testing.T) {
 // shows that running again finishes the work without redoing or losing the
 // finished domains or the checkpointed batch of the interrupted one, and
 // that the resumed results equal those of a run that was never interrupted
-// (SubTTA's carried EMA covariance and its state mid-domain included).
+// (SubTTA's carried EMA covariance and its state mid-domain included), for
+// every run of killVariants: a multi-view method with memory and the
+// episodic protocol too.
 func TestResumeAfterKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a second process")
 	}
+	for _, name := range slices.Sorted(maps.Keys(killVariants)) {
+		t.Run(name, func(t *testing.T) { resumeAfterKill(t, name) })
+	}
+}
+
+func resumeAfterKill(t *testing.T, variant string) {
 	out := t.TempDir()
 	cfg := testConfig(t, out)
+	killVariants[variant](&cfg)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestKillChild$")
-	cmd.Env = append(os.Environ(), killChildEnv+"="+out)
+	cmd.Env = append(os.Environ(), killChildEnv+"="+out, killVariantEnv+"="+variant)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

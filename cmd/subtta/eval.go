@@ -192,7 +192,7 @@ func (f *evalFlags) config() (eval.Config, error) {
 		case "views":
 			cfg.Views = *f.views
 			if cfg.Views <= 1 {
-				err = fmt.Errorf("%d views per image: want at least 2 (the base view and a random one)", cfg.Views)
+				err = fmt.Errorf("%d: want at least 2 views per image (the base view and a random one)", cfg.Views)
 			}
 		case "protocol":
 			cfg.Protocol = *f.protocol
