@@ -174,14 +174,8 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("eval: method %q given twice", m)
 		}
 		seen[m] = true
-		p, err := tta.Lookup(c.Dataset, m)
-		if err != nil {
-			return c, fmt.Errorf("eval: %w", err)
-		}
-		if c.Views != 0 {
-			if err := p.SetViews(c.Views); err != nil {
-				return c, fmt.Errorf("eval: --views: %w", err)
-			}
+		if _, err := c.preset(m); err != nil {
+			return c, err
 		}
 	}
 	if len(c.Corruptions) == 0 {
@@ -230,6 +224,30 @@ func (c Config) withDefaults() (Config, error) {
 		c.Out = "subtta-results"
 	}
 	return c, nil
+}
+
+// preset is the one place a method's preset is resolved for this
+// configuration: tta.Lookup, its episodic form under the episodic
+// protocol, then BatchSize and Views when set.
+func (c Config) preset(method string) (tta.Preset, error) {
+	p, err := tta.Lookup(c.Dataset, method)
+	if err != nil {
+		return p, fmt.Errorf("eval: %w", err)
+	}
+	if proto, _ := protocol(c.Protocol); proto == online.Episodic {
+		if p, err = p.ForEpisodic(); err != nil {
+			return p, fmt.Errorf("eval: %w", err)
+		}
+	}
+	if c.BatchSize > 0 {
+		p.BatchSize = c.BatchSize
+	}
+	if c.Views > 0 {
+		if err := p.SetViews(c.Views); err != nil {
+			return p, fmt.Errorf("eval: --views: %w", err)
+		}
+	}
+	return p, nil
 }
 
 func protocol(name string) (online.Protocol, error) {

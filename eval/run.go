@@ -440,22 +440,9 @@ func (e *evaluation) runMethod(name string) error {
 		e.logf("%s: all %d domains already in %s", name, len(e.domains), e.resultsPath)
 		return nil
 	}
-	p, err := tta.Lookup(e.cfg.Dataset, name)
+	p, err := e.cfg.preset(name)
 	if err != nil {
-		return fmt.Errorf("eval: %w", err)
-	}
-	if proto, _ := protocol(e.cfg.Protocol); proto == online.Episodic {
-		if p, err = p.ForEpisodic(); err != nil {
-			return fmt.Errorf("eval: %w", err)
-		}
-	}
-	if e.cfg.BatchSize > 0 {
-		p.BatchSize = e.cfg.BatchSize
-	}
-	if e.cfg.Views > 0 {
-		if err := p.SetViews(e.cfg.Views); err != nil {
-			return fmt.Errorf("eval: %w", err)
-		}
+		return err
 	}
 	h, err := e.methodHeads(name, p)
 	if err != nil {
