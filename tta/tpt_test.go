@@ -1,6 +1,7 @@
 package tta
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/subtta/subtta/internal/fixture"
@@ -30,6 +31,7 @@ func TestTPTFixture(t *testing.T) {
 				Lr          float64 `json:"lr"`
 				WeightDecay float64 `json:"weight_decay"`
 				Steps       int     `json:"steps"`
+				CtxInit     string  `json:"ctx_init"`
 			} `json:"config"`
 			Prompts []string `json:"prompts"`
 		} `json:"tpt"`
@@ -44,7 +46,10 @@ func TestTPTFixture(t *testing.T) {
 	}
 	x := fxt.Open(t, "fixtures/tta2.safetensors")
 	m := fxtmodel.TinyModel(t, false)
-	cfg := TPTConfig{Rho: c.Rho, Template: "a photo of a {}.", Optimizer: optim.AdamW(c.Lr, c.WeightDecay), Steps: c.Steps}
+	if !strings.HasPrefix(js.Template, strings.ReplaceAll(js.TPT.Config.CtxInit, "_", " ")+" {}") {
+		t.Skipf("tta2.json: TPT's context %q does not start the template %q", js.TPT.Config.CtxInit, js.Template)
+	}
+	cfg := TPTConfig{Rho: c.Rho, Template: js.Template, Optimizer: optim.AdamW(c.Lr, c.WeightDecay), Steps: c.Steps}
 	tpt, err := NewTPT(m, Heads{Head: x.Dense("tpt.text_features_init"), Classes: js.Classnames, Tokenizer: tok}, c.V, cfg)
 	if err != nil {
 		t.Fatal(err)
