@@ -63,7 +63,7 @@
 // Stream ids are folded to lower case: CAM1 and cam1 are one stream.
 //
 // The state is the stream's counters and its Method's whole state
-// (tta.Stateful: LayerNorm values, optimizer moments and step counts,
+// (tta.Method.MarshalBinary: LayerNorm values, optimizer moments and step counts,
 // SubTTA's EMA covariance and bank, MINT's class sums, TDA's caches), so a
 // stream read back continues exactly as if it had never left memory.
 //

@@ -19,7 +19,7 @@ import (
 
 // A stream's state lives in ID.stream in the state directory: savedStream,
 // gob-encoded, rewritten whole (atomically) after every step. It holds the
-// Method's whole state (tta.Stateful: LayerNorm values, optimizer moments
+// Method's whole state (tta.Method.MarshalBinary: LayerNorm values, optimizer moments
 // and step counts, the method's memory), so a restore continues the stream
 // exactly where it was saved.
 //
