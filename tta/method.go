@@ -139,7 +139,7 @@ type trainer interface {
 	resetOptimizer()
 	restoreSource()
 	skipped() int
-	// The state of Stateful (state.go): optimizer state in float64, a
+	// The state of MarshalBinary (state.go): optimizer state in float64, a
 	// check that saved values fit, and their installation.
 	optState() optim.State[float64]
 	checkState(names []string, values [][]float64, st optim.State[float64]) error

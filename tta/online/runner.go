@@ -131,7 +131,7 @@ type RunnerConfig struct {
 	OnBatch func(BatchRecord) error
 	// Resume, when set, is called at the start of every stream, after any
 	// reset. A caller continuing an interrupted run restores the method's
-	// state there (see Stateful) and returns how many leading batches of the
+	// state there (tta.Method.UnmarshalBinary) and returns how many leading batches of the
 	// stream were done before; the runner skips them, and they count nowhere
 	// in its report.
 	Resume func(stream string) (batches int, err error)
