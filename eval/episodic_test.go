@@ -3,6 +3,7 @@ package eval
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
@@ -18,6 +19,17 @@ func TestEpisodicContinuesMidDomain(t *testing.T) {
 	base := testConfig(t, "")
 	base.Methods, base.Corruptions = []string{"subtta-s", "tent"}, []string{"gaussian_noise", "contrast"}
 	base.Protocol, base.BatchSize, base.Limit = "episodic", 0, 6
+	// Second domain, third sample.
+	interruptAndResume(t, base, func(p Progress) bool { return p.Done == base.Limit+3 }, 3)
+}
+
+// interruptAndResume runs base uninterrupted, then again into another
+// folder cancelled when stop first holds (checkpointing every batch), and
+// resumes that run: it must continue after the checkpoint's continued
+// batches and end with the uninterrupted run's records. It returns the
+// uninterrupted run and its folder.
+func interruptAndResume(t *testing.T, base Config, stop func(Progress) bool, continued int) (*Summary, string) {
+	t.Helper()
 	clean := base
 	clean.Out = t.TempDir()
 	ref, err := Run(context.Background(), clean, Options{})
@@ -28,7 +40,7 @@ func TestEpisodicContinuesMidDomain(t *testing.T) {
 	cfg.Out = t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	_, err = Run(ctx, cfg, Options{CheckpointEvery: 1, Progress: func(p Progress) {
-		if p.Done == cfg.Limit+3 { // second domain, third sample
+		if stop(p) {
 			cancel()
 		}
 	}})
@@ -40,10 +52,11 @@ func TestEpisodicContinuesMidDomain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.Continued != 3 || !strings.Contains(log.String(), "continuing after batch 3") {
-		t.Errorf("%d batches continued, log:\n%s", sum.Continued, log.String())
+	if want := fmt.Sprintf("continuing after batch %d", continued); sum.Continued != continued || !strings.Contains(log.String(), want) {
+		t.Errorf("%d batches continued, want %d; log:\n%s", sum.Continued, continued, log.String())
 	}
 	sameAsUninterrupted(t, sum, ref, cfg.Out, clean.Out)
+	return ref, clean.Out
 }
 
 // TestEpisodicNeedsBatchOne: the episodic protocol refuses a batch size
@@ -66,12 +79,9 @@ func TestMultiViewContinuesMidDomain(t *testing.T) {
 	base := testConfig(t, "")
 	base.Methods, base.Corruptions = []string{"dmn", "memo"}, []string{"gaussian_noise", "contrast"}
 	base.BatchSize, base.Limit, base.Views = 0, 5, 10
-	clean := base
-	clean.Out = t.TempDir()
-	ref, err := Run(context.Background(), clean, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// DMN's second domain, third image.
+	ref, refOut := interruptAndResume(t, base, func(p Progress) bool { return p.Method == "dmn" && p.Done == base.Limit+2 }, 2)
+
 	one := base
 	one.Out = t.TempDir()
 	prev := runtime.GOMAXPROCS(1)
@@ -80,26 +90,5 @@ func TestMultiViewContinuesMidDomain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sameAsUninterrupted(t, single, ref, one.Out, clean.Out)
-
-	cfg := base
-	cfg.Out = t.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
-	_, err = Run(ctx, cfg, Options{CheckpointEvery: 1, Progress: func(p Progress) {
-		if p.Method == "dmn" && p.Done == cfg.Limit+2 { // second domain, third image
-			cancel()
-		}
-	}})
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("err = %v, want an interruption", err)
-	}
-	var log strings.Builder
-	sum, err := Run(context.Background(), cfg, Options{Log: &log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if sum.Continued != 2 || !strings.Contains(log.String(), "continuing after batch 2") {
-		t.Errorf("%d batches continued, log:\n%s", sum.Continued, log.String())
-	}
-	sameAsUninterrupted(t, sum, ref, cfg.Out, clean.Out)
+	sameAsUninterrupted(t, single, ref, one.Out, refOut)
 }

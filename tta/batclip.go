@@ -40,9 +40,6 @@ func NewBATCLIP(m Model, head mat.Matrix, opt optim.Config) (*BATCLIP, error) {
 	return &BATCLIP{b}, nil
 }
 
-// Reset restores the source weights and a fresh optimizer.
-func (m *BATCLIP) Reset() error { m.reset(); return nil }
-
 // Step runs one BATCLIP step on the batch.
 func (m *BATCLIP) Step(pixels []float32, n int) (*Result, error) {
 	d := newDiagnostics()

@@ -69,9 +69,6 @@ func NewDMN(m Model, head mat.Matrix, v int, cfg feature.DMNConfig) (*DMN, error
 	return t, nil
 }
 
-// Step refuses: DMN sees views (StepViews).
-func (t *DMN) Step(px []float32, n int) (*Result, error) { return t.viewCount.Step(px, n) }
-
 // Reset empties the memory.
 func (t *DMN) Reset() error {
 	t.reset()

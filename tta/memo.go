@@ -71,12 +71,6 @@ func NewMEMO(m Model, head mat.Matrix, v int, cfg MEMOConfig) (*MEMO, error) {
 	return &MEMO{base: b, viewCount: vc}, nil
 }
 
-// Step refuses: MEMO sees views (StepViews).
-func (t *MEMO) Step(px []float32, n int) (*Result, error) { return t.viewCount.Step(px, n) }
-
-// Reset restores the source weights and a fresh optimizer.
-func (t *MEMO) Reset() error { t.reset(); return nil }
-
 // StepViews adapts to each of the n images in turn, from the source
 // weights, and classifies it.
 func (t *MEMO) StepViews(views []float32, n, v int) (*Result, error) {

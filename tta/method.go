@@ -423,6 +423,10 @@ func (b *base) classify(f *mat.Dense) (*mat.Dense, []int) {
 	return feature.Classify(f, b.text, b.scale)
 }
 
+// Reset restores the source weights and a fresh optimizer: a new domain,
+// for a method that keeps nothing else (a method with memory overrides it).
+func (b *base) Reset() error { b.reset(); return nil }
+
 // ResetSample restores the source weights and a fresh optimizer; the
 // method's memory stays.
 func (b *base) ResetSample() error { b.reset(); return nil }

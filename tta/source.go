@@ -30,9 +30,6 @@ func NewSource(m Model, head mat.Matrix) (*Source, error) {
 	return &Source{b}, nil
 }
 
-// Reset restores the source weights (a no-op unless something else wrote them).
-func (s *Source) Reset() error { s.reset(); return nil }
-
 // Step classifies the batch with the plain head.
 func (s *Source) Step(pixels []float32, n int) (*Result, error) {
 	d := newDiagnostics()

@@ -90,12 +90,6 @@ func NewSTS(m Model, head mat.Matrix, v int, cfg STSConfig) (*STS, error) {
 	return &STS{base: b, viewCount: vc, cfg: cfg, spectrum: sp, gamma: make([]float64, len(sp.Values)), opt: opt}, nil
 }
 
-// Step refuses: STS sees views (StepViews).
-func (s *STS) Step(px []float32, n int) (*Result, error) { return s.viewCount.Step(px, n) }
-
-// Reset restores the source weights (STS never changes them).
-func (s *STS) Reset() error { s.reset(); return nil }
-
 // StepViews steers the prototypes for each of the n images in turn, from
 // γ = 0 and a fresh optimizer, and classifies its base view.
 func (s *STS) StepViews(views []float32, n, v int) (*Result, error) {
@@ -125,7 +119,7 @@ func (s *STS) StepViews(views []float32, n, v int) (*Result, error) {
 			}
 			s.count(&d, stepped)
 		}
-		steered, _, _, err := s.spectrum.Steer(s.text, s.gamma)
+		steered, _, err := s.spectrum.Steer(s.text, s.gamma)
 		if err != nil {
 			return nil, 0, err
 		}

@@ -41,9 +41,6 @@ func NewTENT(m Model, head mat.Matrix, opt optim.Config) (*TENT, error) {
 	return &TENT{b}, nil
 }
 
-// Reset restores the source weights and a fresh optimizer.
-func (t *TENT) Reset() error { t.reset(); return nil }
-
 // Step runs one entropy-minimisation step on the batch.
 func (t *TENT) Step(pixels []float32, n int) (*Result, error) {
 	d := newDiagnostics()

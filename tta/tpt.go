@@ -143,26 +143,22 @@ func NewTPT(m TextModel, h Heads, v int, cfg TPTConfig) (*TPT, error) {
 	return t, nil
 }
 
-// Step refuses: TPT sees views (StepViews).
-func (t *TPT) Step(px []float32, n int) (*Result, error) { return t.viewCount.Step(px, n) }
-
 // Reset restores the source weights (TPT never changes them) and the
 // initial context.
 func (t *TPT) Reset() error {
 	t.reset()
-	return t.resetContext()
+	t.resetContext()
+	return nil
 }
 
 // ResetSample restores the initial context and a fresh optimizer.
 func (t *TPT) ResetSample() error {
 	t.reset()
-	return t.resetContext()
-}
-
-func (t *TPT) resetContext() error {
-	t.opt.reset(t.init)
+	t.resetContext()
 	return nil
 }
+
+func (t *TPT) resetContext() { t.opt.reset(t.init) }
 
 // StepViews tunes the context on each of the n images in turn (from the
 // initial context every time) and classifies it from its base view.
@@ -181,7 +177,7 @@ func (t *TPT) StepViews(views []float32, n, v int) (*Result, error) {
 		d.since("adapt", t0)
 		t0 = time.Now()
 		defer d.since("predict", t0)
-		text, err := t.textFeatures(false)
+		text, err := t.textFeatures()
 		if err != nil {
 			return nil, 0, err
 		}
@@ -203,9 +199,7 @@ type tuned struct {
 // tune resets the context and the optimizer and takes cfg.Steps steps of
 // the marginal entropy over the confident views of fv (V×d, normalised).
 func (t *TPT) tune(fv *mat.Dense) (tuned, error) {
-	if err := t.resetContext(); err != nil {
-		return tuned{}, err
-	}
+	t.resetContext()
 	var out tuned
 	var kept []int
 	for step := range t.cfg.Steps {
@@ -257,9 +251,9 @@ func (t *TPT) textNode() (smat.Tensor, *mat.Dense, error) {
 }
 
 // textFeatures returns the normalised class features of the current
-// context (C×d), without keeping a tape when grad is false.
-func (t *TPT) textFeatures(grad bool) (*mat.Dense, error) {
-	t.ctx.SetRequiresGrad(grad)
+// context (C×d), without keeping a tape.
+func (t *TPT) textFeatures() (*mat.Dense, error) {
+	t.ctx.SetRequiresGrad(false)
 	defer t.ctx.SetRequiresGrad(true)
 	_, text, err := t.textNode()
 	return text, err

@@ -76,12 +76,6 @@ func NewVTE(m Model, head mat.Matrix, v int, cfg VTEConfig) (*VTE, error) {
 	return &VTE{base: b, viewCount: vc, cfg: cfg}, nil
 }
 
-// Step refuses: VTE sees views (StepViews).
-func (t *VTE) Step(px []float32, n int) (*Result, error) { return t.viewCount.Step(px, n) }
-
-// Reset restores the source weights (VTE never changes them).
-func (t *VTE) Reset() error { t.reset(); return nil }
-
 // StepViews classifies n images from their v views each.
 func (t *VTE) StepViews(views []float32, n, v int) (*Result, error) {
 	d := newDiagnostics()

@@ -127,10 +127,6 @@ func NewWATT(m Model, head mat.Matrix, heads []mat.Matrix, cfg WATTConfig) (*WAT
 	return w, nil
 }
 
-// Reset restores the source weights and a fresh optimizer. Step starts
-// every batch that way itself, so WATT keeps no state between batches.
-func (w *WATT) Reset() error { w.reset(); return nil }
-
 // Step adapts on the batch from the source weights and classifies it with
 // the averaged weights. Diag.Losses["watt"] is the mean WATTLoss over the
 // batch's Rounds·len(heads)·Steps steps, "watt_first" that of the first step

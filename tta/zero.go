@@ -65,12 +65,6 @@ func NewZero(m Model, head mat.Matrix, v int, cfg ZeroConfig) (*Zero, error) {
 	return &Zero{base: b, viewCount: vc, cfg: cfg}, nil
 }
 
-// Step refuses: ZERO sees views (StepViews).
-func (z *Zero) Step(px []float32, n int) (*Result, error) { return z.viewCount.Step(px, n) }
-
-// Reset restores the source weights (ZERO never changes them).
-func (z *Zero) Reset() error { z.reset(); return nil }
-
 // StepViews classifies n images from their v views each. The logits are
 // the vote counts (ZeroResult.Output).
 func (z *Zero) StepViews(views []float32, n, v int) (*Result, error) {

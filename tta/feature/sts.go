@@ -34,14 +34,15 @@ func NewSpectrum(t mat.Matrix, k int) (*Spectrum, error) {
 }
 
 // Steer returns the steered, renormalised prototypes T' = normalize(T + δ)
-// with δ = V_k·(S_k ⊙ γ), one shift for every class, and δ.
-func (s *Spectrum) Steer(t mat.Matrix, gamma []float64) (steered *mat.Dense, norms, delta []float64, err error) {
+// with δ = V_k·(S_k ⊙ γ), one shift for every class, and the norms of
+// T + δ's rows (for the backward pass).
+func (s *Spectrum) Steer(t mat.Matrix, gamma []float64) (steered *mat.Dense, norms []float64, err error) {
 	d, k := s.Basis.Dims()
 	c, td := t.Dims()
 	if len(gamma) != k || td != d {
-		return nil, nil, nil, fmt.Errorf("feature: sts: %d coefficients for %d directions, prototypes %d wide for a %d-wide basis", len(gamma), k, td, d)
+		return nil, nil, fmt.Errorf("feature: sts: %d coefficients for %d directions, prototypes %d wide for a %d-wide basis", len(gamma), k, td, d)
 	}
-	delta = make([]float64, d)
+	delta := make([]float64, d)
 	for j := range k {
 		w := s.Values[j] * gamma[j]
 		for i := range d {
@@ -56,7 +57,7 @@ func (s *Spectrum) Steer(t mat.Matrix, gamma []float64) (steered *mat.Dense, nor
 		}
 	}
 	steered, norms = NormalizeRows(shifted)
-	return steered, norms, delta, nil
+	return steered, norms, nil
 }
 
 // SteeringResult is SteeringLoss's result on one image's views.
@@ -74,7 +75,7 @@ type SteeringResult struct {
 // its gradient w.r.t. γ through the renormalisation and the shift, with no
 // gradient through either encoder.
 func (s *Spectrum) SteeringLoss(fn, t mat.Matrix, gamma []float64, scale float64, rows []int) (*SteeringResult, error) {
-	steered, norms, _, err := s.Steer(t, gamma)
+	steered, norms, err := s.Steer(t, gamma)
 	if err != nil {
 		return nil, err
 	}

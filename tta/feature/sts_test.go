@@ -69,11 +69,11 @@ func TestSpectrum(t *testing.T) {
 			t.Errorf("singular values not descending: %v", s.Values)
 		}
 	}
-	same, _, _, err := s.Steer(text, make([]float64, k))
+	same, _, err := s.Steer(text, make([]float64, k))
 	if err != nil || !mat.EqualApprox(same, text, 1e-15) {
 		t.Errorf("γ = 0 moved the prototypes (%v)", err)
 	}
-	if _, _, _, err := s.Steer(text, make([]float64, k+1)); err == nil {
+	if _, _, err := s.Steer(text, make([]float64, k+1)); err == nil {
 		t.Error("a γ of the wrong length accepted")
 	}
 }
