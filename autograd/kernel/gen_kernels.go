@@ -44,6 +44,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	lp := header + genLowPrec(lowSpec{"gemmInt8VNNI", 8, true}) + "\n" + genLowPrec(lowSpec{"gemmBF16AVX512", 8, false}) + "\n" + genQuantize()
+	if err := os.WriteFile("lowprec_avx512_amd64.s", []byte(lp), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 }
 
 // genRowwise writes rowwise_avx2_amd64.s: expAVX2, the QuickGELU kernels,
@@ -576,4 +581,235 @@ func log2(n int) int {
 		k++
 	}
 	return k
+}
+
+// lowSpec describes a reduced-precision micro-kernel: an mr×32 tile of C
+// (two zmm registers of 16 lanes per row) from packed A and B panels whose
+// 32-bit groups each hold several narrow values of consecutive k.
+type lowSpec struct {
+	name string
+	mr   int  // rows per tile, at most 12 (24 accumulators)
+	int8 bool // VPDPBUSD on u8·s8 groups of 4; else VDPBF16PS on bf16 pairs
+}
+
+// genLowPrec writes one reduced-precision micro-kernel. Per group of k
+// (4 bytes for int8, 2 bf16 values for bf16): the two B vectors are loaded
+// (each lane one column's group), each row's group of A is broadcast to
+// every lane, and one dot-product instruction per B vector accumulates it.
+//
+// int8: A is u8 (asymmetric, per row: x ≈ scale·(q − zero)), B is s8
+// (symmetric per column: w ≈ colScale·q), the sums are int32; the epilogue
+// computes float32(acc − zero·colSum)·(scale·colScale) + bias, rounding
+// after the product and after the sum as the Go reference does.
+//
+// bf16: A and B are bf16, the sums float32; the epilogue adds bias.
+//
+// The Go assembler knows no VDPBF16PS: it is written as bytes (vdpbf16ps).
+func genLowPrec(s lowSpec) string {
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
+	z := func(i int) string { return fmt.Sprintf("Z%d", i) }
+	acc := func(r, v int) int { return 4 + 2*r + v }
+	// Rows of A at SI, SI+lda, SI+2·lda, then R10 and R11 for the next
+	// groups of three (R12 = lda in bytes); rows of C likewise from DI, R13,
+	// R14 (R9 = ldc in bytes).
+	aAt := func(r int) string { return rowOf3(r, 0, []string{"SI", "R10", "R11"}, "R12") }
+	cAt := func(r, v int) string { return rowOf3(r, v*64, []string{"DI", "R13", "R14"}, "R9") }
+	var sig string
+	frame := 0
+	if s.int8 {
+		sig = "kg int, a *uint8, lda int, b *int8, c *float32, ldc int, rowScale *float32, rowZero *int32, colSum *int32, colScale *float32, bias *float32, tiles int"
+		frame = 96
+	} else {
+		sig = "kg int, a *uint16, lda int, b *uint16, c *float32, ldc int, bias *float32, tiles int"
+		frame = 64
+	}
+	w("// func %s(%s)", s.name, sig)
+	w("// For each of tiles (≥ 1) tiles of C[%d×32], the next %d rows down each time,", s.mr, s.mr)
+	w("// over kg groups of k; A row-major (lda bytes between rows), B a packed")
+	w("// panel. See genLowPrec in gen_kernels.go.")
+	w("TEXT ·%s(SB), NOSPLIT, $0-%d", s.name, frame)
+	w("\tMOVQ ldc+40(FP), R9")
+	w("\tSHLQ $2, R9")
+	w("\tMOVQ lda+16(FP), R12")
+	w("\tMOVQ a+8(FP), R8")
+	w("\tMOVQ c+32(FP), DI")
+	tilesOff, biasOff := 56, 48
+	if s.int8 {
+		tilesOff, biasOff = 88, 80
+	}
+	w("\tMOVQ tiles+%d(FP), BX", tilesOff)
+	w("tileloop:")
+	w("\tMOVQ kg+0(FP), CX")
+	w("\tMOVQ R8, SI")
+	w("\tLEAQ (R12)(R12*2), AX")
+	w("\tLEAQ (SI)(AX*1), R10")
+	if s.mr > 6 {
+		w("\tLEAQ (R10)(AX*1), R11")
+	}
+	w("\tMOVQ b+24(FP), DX")
+	w("\tLEAQ (R9)(R9*2), AX")
+	w("\tLEAQ (DI)(AX*1), R13")
+	if s.mr > 6 {
+		w("\tLEAQ (R13)(AX*1), R14")
+	}
+	for r := 0; r < s.mr; r++ {
+		for v := 0; v < 2; v++ {
+			w("\tVPXORD %s, %s, %s", z(acc(r, v)), z(acc(r, v)), z(acc(r, v)))
+		}
+	}
+	w("loop:")
+	w("\tVMOVDQU32 (DX), Z0")
+	w("\tVMOVDQU32 64(DX), Z1")
+	for r := 0; r < s.mr; r++ {
+		bc := z(2 + r%2)
+		w("\tVPBROADCASTD %s, %s", aAt(r), bc)
+		for v := 0; v < 2; v++ {
+			if s.int8 {
+				w("\tVPDPBUSD Z%d, %s, %s", v, bc, z(acc(r, v)))
+			} else {
+				w("\t%s", vdpbf16ps(acc(r, v), 2+r%2, v))
+			}
+		}
+	}
+	w("\tADDQ $4, SI")
+	w("\tADDQ $4, R10")
+	if s.mr > 6 {
+		w("\tADDQ $4, R11")
+	}
+	w("\tADDQ $128, DX")
+	w("\tDECQ CX")
+	w("\tJNZ loop")
+	w("\tMOVQ bias+%d(FP), AX", biasOff)
+	if s.int8 {
+		w("\tMOVQ rowScale+48(FP), R10")
+		w("\tMOVQ rowZero+56(FP), R11")
+		w("\tMOVQ colSum+64(FP), DX")
+		w("\tVMOVDQU32 (DX), Z0")
+		w("\tVMOVDQU32 64(DX), Z1")
+		w("\tMOVQ colScale+72(FP), DX")
+		w("\tVMOVUPS (DX), Z2")
+		w("\tVMOVUPS 64(DX), Z3")
+		for r := 0; r < s.mr; r++ {
+			w("\tVPBROADCASTD %d(R11), Z28", 4*r)
+			w("\tVBROADCASTSS %d(R10), Z29", 4*r)
+			for v := 0; v < 2; v++ {
+				a := z(acc(r, v))
+				w("\tVPMULLD Z%d, Z28, Z30", v)
+				w("\tVPSUBD Z30, %s, %s", a, a)
+				w("\tVCVTDQ2PS %s, %s", a, a)
+				w("\tVMULPS Z%d, Z29, Z31", 2+v)
+				w("\tVMULPS Z31, %s, %s", a, a)
+				w("\tVADDPS %d(AX), %s, %s", 64*v, a, a)
+				w("\tVMOVUPS %s, %s", a, cAt(r, v))
+			}
+		}
+		w("\tADDQ $%d, rowScale+48(FP)", 4*s.mr)
+		w("\tADDQ $%d, rowZero+56(FP)", 4*s.mr)
+	} else {
+		for r := 0; r < s.mr; r++ {
+			for v := 0; v < 2; v++ {
+				a := z(acc(r, v))
+				w("\tVADDPS %d(AX), %s, %s", 64*v, a, a)
+				w("\tVMOVUPS %s, %s", a, cAt(r, v))
+			}
+		}
+	}
+	w("\tIMUL3Q $%d, R12, AX", s.mr)
+	w("\tADDQ AX, R8")
+	w("\tIMUL3Q $%d, R9, AX", s.mr)
+	w("\tADDQ AX, DI")
+	w("\tDECQ BX")
+	w("\tJNZ tileloop")
+	w("\tVZEROUPPER")
+	w("\tRET")
+	return b.String()
+}
+
+// genQuantize writes the two AVX-512 loops of quantizeRowU8, over n values
+// (a multiple of 16): rowRangeAVX512 (the minimum and maximum with 0, and the
+// sum of x − x, which is NaN when a value is NaN or ±Inf) and
+// quantizeU8AVX512 (q = clamp(round(x·inv) + zero, 0, 255), rounding to
+// nearest even by VCVTPS2DQ under Go's default MXCSR, as the Go loop rounds
+// with 1.5·2²³). Minima, maxima and the NaN test are exact, so the results
+// are the Go loop's bit for bit.
+func genQuantize() string {
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
+	w("// func rowRangeAVX512(x *float32, n int) (lo, hi, bad float32)")
+	w("TEXT ·rowRangeAVX512(SB), NOSPLIT, $0-28")
+	w("\tMOVQ x+0(FP), SI")
+	w("\tMOVQ n+8(FP), CX")
+	w("\tSHRQ $4, CX")
+	w("\tVPXORD Z0, Z0, Z0")
+	w("\tVPXORD Z1, Z1, Z1")
+	w("\tVPXORD Z2, Z2, Z2")
+	w("\tTESTQ CX, CX")
+	w("\tJZ reduce")
+	w("rangeloop:")
+	w("\tVMOVUPS (SI), Z3")
+	w("\tVMINPS Z3, Z0, Z0")
+	w("\tVMAXPS Z3, Z1, Z1")
+	w("\tVSUBPS Z3, Z3, Z4")
+	w("\tVADDPS Z4, Z2, Z2")
+	w("\tADDQ $64, SI")
+	w("\tDECQ CX")
+	w("\tJNZ rangeloop")
+	w("reduce:")
+	// Halve the width four times: 16 → 1 lanes.
+	for _, r := range []struct{ op, reg string }{{"VMINPS", "0"}, {"VMAXPS", "1"}, {"VADDPS", "2"}} {
+		w("\tVEXTRACTF32X8 $1, Z%s, Y5", r.reg)
+		w("\t%s Y5, Y%s, Y%s", r.op, r.reg, r.reg)
+		w("\tVEXTRACTF128 $1, Y%s, X5", r.reg)
+		w("\t%s X5, X%s, X%s", r.op, r.reg, r.reg)
+		w("\tVPERMILPS $0x4e, X%s, X5", r.reg)
+		w("\t%s X5, X%s, X%s", r.op, r.reg, r.reg)
+		w("\tVPERMILPS $0xb1, X%s, X5", r.reg)
+		w("\t%s X5, X%s, X%s", r.op, r.reg, r.reg)
+	}
+	w("\tVMOVSS X0, lo+16(FP)")
+	w("\tVMOVSS X1, hi+20(FP)")
+	w("\tVMOVSS X2, bad+24(FP)")
+	w("\tVZEROUPPER")
+	w("\tRET")
+	w("")
+	w("// func quantizeU8AVX512(dst *uint8, x *float32, n int, inv float32, zero int32)")
+	w("TEXT ·quantizeU8AVX512(SB), NOSPLIT, $0-32")
+	w("\tMOVQ dst+0(FP), DI")
+	w("\tMOVQ x+8(FP), SI")
+	w("\tMOVQ n+16(FP), CX")
+	w("\tSHRQ $4, CX")
+	w("\tJZ qdone")
+	w("\tVBROADCASTSS inv+24(FP), Z0")
+	w("\tMOVL zero+28(FP), AX")
+	w("\tVPBROADCASTD AX, Z1")
+	w("\tVPXORD Z2, Z2, Z2")
+	w("qloop:")
+	w("\tVMULPS (SI), Z0, Z3")
+	w("\tVCVTPS2DQ Z3, Z3")
+	w("\tVPADDD Z1, Z3, Z3")
+	w("\tVPMAXSD Z2, Z3, Z3")
+	w("\tVPMOVUSDB Z3, (DI)")
+	w("\tADDQ $64, SI")
+	w("\tADDQ $16, DI")
+	w("\tDECQ CX")
+	w("\tJNZ qloop")
+	w("qdone:")
+	w("\tVZEROUPPER")
+	w("\tRET")
+	return b.String()
+}
+
+// vdpbf16ps encodes VDPBF16PS zmm(dst), zmm(src2), zmm(src3) (Intel operand
+// order: dst += src2·src3 over bf16 pairs), registers 0…31, as EVEX bytes:
+// 62, P0 (R̄ X̄ B̄ R̄' 0 0 1 0: map 0F38), P1 (W0, v̄, 1, pp = F3),
+// P2 (z0, L'L = 512, b0, V̄', k0), opcode 52, ModRM (11, dst, src3).
+func vdpbf16ps(dst, src2, src3 int) string {
+	inv := func(x, bit int) int { return ^(x >> bit) & 1 }
+	p0 := inv(dst, 3)<<7 | inv(src3, 4)<<6 | inv(src3, 3)<<5 | inv(dst, 4)<<4 | 0x02
+	p1 := (^src2&15)<<3 | 0x06
+	p2 := 0x40 | inv(src2, 4)<<3
+	modrm := 0xC0 | (dst&7)<<3 | src3&7
+	return fmt.Sprintf("BYTE $0x62; BYTE $0x%02x; BYTE $0x%02x; BYTE $0x%02x; BYTE $0x52; BYTE $0x%02x // VDPBF16PS Z%d, Z%d, Z%d",
+		p0, p1, p2, modrm, src3, src2, dst)
 }

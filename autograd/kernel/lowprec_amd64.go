@@ -1,0 +1,54 @@
+package kernel
+
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
+
+//go:noescape
+func gemmInt8VNNI(kg int, a *uint8, lda int, b *int8, c *float32, ldc int, rowScale *float32, rowZero *int32, colSum *int32, colScale *float32, bias *float32, tiles int)
+
+//go:noescape
+func gemmBF16AVX512(kg int, a *uint16, lda int, b *uint16, c *float32, ldc int, bias *float32, tiles int)
+
+//go:noescape
+func rowRangeAVX512(x *float32, n int) (lo, hi, bad float32)
+
+//go:noescape
+func quantizeU8AVX512(dst *uint8, x *float32, n int, inv float32, zero int32)
+
+// haveQuantizeAVX512 reports whether the activations' quantisation can run
+// its AVX-512 loops (with the int8 VNNI kernel only, so that selecting the
+// Go kernel runs Go throughout).
+var haveQuantizeAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW
+
+var (
+	vnniKernel       = lowKernel{name: "avx512vnni", mr: lowMR}
+	avx512BF16Kernel = lowKernel{name: "avx512bf16", mr: lowMR}
+)
+
+func int8Available() []lowKernel {
+	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512VNNI {
+		return []lowKernel{vnniKernel, goInt8Kernel}
+	}
+	return []lowKernel{goInt8Kernel}
+}
+
+func bf16Available() []lowKernel {
+	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BF16 {
+		return []lowKernel{avx512BF16Kernel, goBF16Kernel}
+	}
+	return []lowKernel{goBF16Kernel}
+}
+
+// int8TileAsm and bf16TileAsm call the assembly; int8Tile and bf16Tile have
+// checked the bounds.
+func int8TileAsm(_ lowKernel, groups int, a []uint8, lda int, b []int8, c []float32, ldc int, scale []float32, zero []int32, colSum []int32, colScale, bias []float32, tiles int) {
+	gemmInt8VNNI(groups, unsafe.SliceData(a), lda, unsafe.SliceData(b), unsafe.SliceData(c), ldc,
+		unsafe.SliceData(scale), unsafe.SliceData(zero), unsafe.SliceData(colSum), unsafe.SliceData(colScale), unsafe.SliceData(bias), checkTiles(tiles))
+}
+
+func bf16TileAsm(_ lowKernel, groups int, a []uint8, lda int, b []uint16, c []float32, ldc int, bias []float32, tiles int) {
+	gemmBF16AVX512(groups, (*uint16)(unsafe.Pointer(unsafe.SliceData(a))), lda, unsafe.SliceData(b), unsafe.SliceData(c), ldc, unsafe.SliceData(bias), checkTiles(tiles))
+}

@@ -1,0 +1,351 @@
+package kernel
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// lowShapes are products of odd shapes: M, N and K not multiples of the
+// 8×32 tile or of the k groups (4 for int8, 2 for bf16), K = 1, one row,
+// one column, and a ViT-like width.
+var lowShapes = []struct{ m, n, k int }{
+	{1, 1, 1},
+	{1, 33, 7},
+	{7, 33, 5},
+	{8, 32, 4},
+	{9, 31, 3},
+	{17, 65, 1},
+	{16, 64, 2},
+	{100, 70, 129},
+	{3, 100, 770},
+	{41, 96, 768},
+	{200, 40, 66},
+}
+
+// withKernel runs f with the int8 or bf16 kernel name selected.
+func withKernel(t *testing.T, set func(string) (string, error), name string, f func()) {
+	t.Helper()
+	prev, err := set(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set(prev)
+	f()
+}
+
+// lowInputs returns A [m, lda] and W [n, k] with normal values, a bias, and
+// C [m, ldc] filled with a sentinel, lda and ldc wider than k and n.
+func lowInputs(r *rand.Rand, m, n, k int) (a []float32, lda int, w, bias, c []float32, ldc int) {
+	lda, ldc = k+3, n+5
+	a = randSlice(r, m*lda)
+	for i := 0; i < m; i++ { // a row shifted off zero, as after a GELU
+		a[i*lda] += 2
+	}
+	w = randSlice(r, n*k)
+	bias = randSlice(r, n)
+	c = make([]float32, m*ldc)
+	for i := range c {
+		c[i] = 12345
+	}
+	return
+}
+
+func sameBits(t *testing.T, what string, got, want []float32) {
+	t.Helper()
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("%s: element %d = %v, reference %v", what, i, got[i], want[i])
+		}
+	}
+}
+
+// checkPadding fails if a value of c outside the m×n product changed.
+func checkPadding(t *testing.T, what string, c []float32, m, n, ldc int) {
+	t.Helper()
+	for i := range c {
+		if i%ldc >= n && c[i] != 12345 {
+			t.Fatalf("%s: wrote C[%d, %d] outside the product", what, i/ldc, i%ldc)
+		}
+	}
+}
+
+// TestGemmInt8KernelsMatchReference runs every int8 kernel of this CPU on
+// odd shapes, bit for bit against the Go reference of the same integer
+// arithmetic, and checks the reference against the dequantised product in
+// float64.
+func TestGemmInt8KernelsMatchReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, s := range lowShapes {
+		a, lda, w, bias, c, ldc := lowInputs(r, s.m, s.n, s.k)
+		q, err := QuantizeInt8("w", w, s.n, s.k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := append([]float32(nil), c...)
+		withKernel(t, SetInt8Kernel, "go", func() { GemmInt8(s.m, a, lda, q, bias, want, ldc) })
+		checkPadding(t, "go", want, s.m, s.n, ldc)
+		checkInt8Reference(t, s.m, s.n, s.k, a, lda, q, bias, want, ldc)
+		for _, name := range Int8Kernels() {
+			got := append([]float32(nil), c...)
+			withKernel(t, SetInt8Kernel, name, func() { GemmInt8(s.m, a, lda, q, bias, got, ldc) })
+			sameBits(t, name, got, want)
+		}
+	}
+	if len(Int8Kernels()) == 1 {
+		t.Log("no int8 assembly kernel on this CPU (needs AVX512-VNNI): only the Go reference was tested")
+	}
+}
+
+// checkInt8Reference compares C with Σ_p scale·(q_x − zero)·colScale·q_w +
+// bias in float64: the reference's only roundings are of the int32 sum to
+// float32, of the scales' product, of the product and of the bias sum.
+func checkInt8Reference(t *testing.T, m, n, k int, a []float32, lda int, q *Int8Weight, bias, c []float32, ldc int) {
+	t.Helper()
+	wq := q.Dequantize()
+	xq := make([]uint8, k)
+	for i := 0; i < m; i++ {
+		scale, zero := quantizeRowU8(xq, a[i*lda:i*lda+k], false)
+		for j := 0; j < n; j++ {
+			var s, abs float64
+			for p := 0; p < k; p++ {
+				v := float64(int32(xq[p])-zero) * float64(scale) * wq[j*k+p]
+				s += v
+				abs += math.Abs(v)
+			}
+			s += float64(bias[j])
+			tol := 4*0x1p-24*(abs+math.Abs(float64(bias[j]))) + 1e-30
+			if d := math.Abs(float64(c[i*ldc+j]) - s); d > tol {
+				t.Fatalf("int8 [%d,%d,%d] C[%d, %d] = %v, dequantised product %v (tolerance %g)", m, n, k, i, j, c[i*ldc+j], s, tol)
+			}
+		}
+	}
+}
+
+// TestGemmBF16KernelsMatchReference: as for int8, with the float64 product
+// of the bf16-rounded operands as the check of the reference.
+func TestGemmBF16KernelsMatchReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, s := range lowShapes {
+		a, lda, w, bias, c, ldc := lowInputs(r, s.m, s.n, s.k)
+		b, err := PackBF16("w", w, s.n, s.k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := append([]float32(nil), c...)
+		withKernel(t, SetBF16Kernel, "go", func() { GemmBF16(s.m, a, lda, b, bias, want, ldc) })
+		checkPadding(t, "go", want, s.m, s.n, ldc)
+		for i := 0; i < s.m; i++ {
+			for j := 0; j < s.n; j++ {
+				var sum, abs float64
+				for p := 0; p < s.k; p++ {
+					v := float64(FromBF16(ToBF16(a[i*lda+p]))) * float64(FromBF16(ToBF16(w[j*s.k+p])))
+					sum += v
+					abs += math.Abs(v)
+				}
+				sum += float64(bias[j])
+				tol := float64(s.k+2)*0x1p-24*(abs+math.Abs(float64(bias[j]))) + 1e-30
+				if d := math.Abs(float64(want[i*ldc+j]) - sum); d > tol {
+					t.Fatalf("bf16 %v: C[%d, %d] = %v, product of the rounded operands %v", s, i, j, want[i*ldc+j], sum)
+				}
+			}
+		}
+		for _, name := range BF16Kernels() {
+			got := append([]float32(nil), c...)
+			withKernel(t, SetBF16Kernel, name, func() { GemmBF16(s.m, a, lda, b, bias, got, ldc) })
+			sameBits(t, name, got, want)
+		}
+	}
+	if len(BF16Kernels()) == 1 {
+		t.Log("no bf16 assembly kernel on this CPU (needs AVX512_BF16): only the Go reference was tested")
+	}
+}
+
+// TestGemmBF16RoundingOrder: products of a pair are added to the sum one
+// at a time, each sum rounded (2²⁴ + 1 + 1 stays 2²⁴, where one rounding
+// would give 2²⁴ + 2), and subnormal sums flush to zero; the random shapes
+// above check the order of the two products.
+func TestGemmBF16RoundingOrder(t *testing.T) {
+	cases := []struct{ a, w [4]float32 }{
+		{[4]float32{0x1p24, 0, 1, 1}, [4]float32{1, 0, 1, 1}},
+		{[4]float32{0x1p24, 0, 1, 1}, [4]float32{1, 0, 1, -3}},
+		{[4]float32{0x1p-63, 0x1p-64, 0, 0}, [4]float32{0x1p-63, 0x1p-63, 0, 0}},
+		{[4]float32{0x1p-60, 0x1p-70, 0x1p-60, 1}, [4]float32{0x1p-60, -0x1p-70, -0x1p-60, 0}},
+	}
+	for _, tc := range cases {
+		b, err := PackBF16("w", tc.w[:], 1, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []float32{0}
+		withKernel(t, SetBF16Kernel, "go", func() { GemmBF16(1, tc.a[:], 4, b, nil, want, 1) })
+		if tc.a[0] == 0x1p24 && tc.w[3] == 1 && want[0] != 0x1p24 {
+			t.Errorf("reference: 2²⁴ + 1 + 1 = %v, want 2²⁴ (two roundings)", want[0])
+		}
+		for _, name := range BF16Kernels() {
+			got := []float32{0}
+			withKernel(t, SetBF16Kernel, name, func() { GemmBF16(1, tc.a[:], 4, b, nil, got, 1) })
+			sameBits(t, name, got, want)
+		}
+	}
+}
+
+// TestQuantizeInt8Weights: NaN and ±Inf refused with the tensor's name,
+// rows of zeros, and random rows over huge and tiny ranges, each value
+// within half a step of its quantised value.
+func TestQuantizeInt8Weights(t *testing.T) {
+	for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))} {
+		w := []float32{1, 2, 3, bad, 5, 6}
+		_, err := QuantizeInt8("visual.transformer.resblocks.0.mlp.c_fc.weight", w, 2, 3)
+		if !errors.Is(err, ErrNonFinite) || !strings.Contains(err.Error(), "visual.transformer.resblocks.0.mlp.c_fc.weight[1, 0]") {
+			t.Errorf("QuantizeInt8 with %v: err = %v, want ErrNonFinite naming the tensor and [1, 0]", bad, err)
+		}
+		if _, err := PackBF16("text.w", w, 2, 3); !errors.Is(err, ErrNonFinite) || !strings.Contains(err.Error(), "text.w[1, 0]") {
+			t.Errorf("PackBF16 with %v: err = %v, want ErrNonFinite naming the tensor", bad, err)
+		}
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	for trial := 0; trial < 200; trial++ {
+		n, k := 1+r.IntN(40), 1+r.IntN(70)
+		w := make([]float32, n*k)
+		for j := 0; j < n; j++ {
+			mag := math.Pow(10, float64(r.IntN(76)-38)) // 1e-38 … 1e37
+			if r.IntN(5) == 0 {
+				mag = 0 // a row of zeros
+			}
+			for p := 0; p < k; p++ {
+				w[j*k+p] = float32(r.NormFloat64() * mag)
+			}
+		}
+		if trial == 0 {
+			w[0], w[1%len(w)] = math.MaxFloat32, -math.MaxFloat32
+		}
+		q, err := QuantizeInt8("w", w, n, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := q.Dequantize()
+		for j := 0; j < n; j++ {
+			step := float64(q.scale[j])
+			for p := 0; p < k; p++ {
+				v := float64(w[j*k+p])
+				if e := math.Abs(d[j*k+p] - v); e > 0.5*step*(1+1e-6)+1e-6*math.Abs(v) {
+					t.Fatalf("trial %d: w[%d, %d] = %g dequantised %g (step %g)", trial, j, p, v, d[j*k+p], step)
+				}
+			}
+		}
+	}
+}
+
+// TestQuantizeRowU8 fuzzes the activations' quantisation: zero rows, rows
+// of one sign, huge ranges (no overflow of the range), and NaN or Inf
+// (scale NaN, so the outputs are NaN as in float32).
+func TestQuantizeRowU8(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	q := make([]uint8, 64)
+	for trial := 0; trial < 2000; trial++ {
+		k := 1 + r.IntN(64)
+		x := make([]float32, k)
+		mag := math.Pow(10, float64(r.IntN(76)-38))
+		shift := float64(r.IntN(3) - 1)
+		for p := range x {
+			x[p] = float32((r.NormFloat64() + 3*shift) * mag)
+		}
+		switch trial {
+		case 0:
+			clear(x)
+		case 1:
+			x[0], x[k-1] = math.MaxFloat32, -math.MaxFloat32
+		}
+		scale, zero := quantizeRowU8(q, x, false)
+		if haveQuantizeAVX512 {
+			q2 := make([]uint8, k)
+			scale2, zero2 := quantizeRowU8(q2, x, true)
+			if math.Float32bits(scale2) != math.Float32bits(scale) || zero2 != zero || string(q2) != string(q[:k]) {
+				t.Fatalf("trial %d: AVX-512 quantisation differs from Go's", trial)
+			}
+		}
+		if math.IsNaN(float64(scale)) || math.IsInf(float64(scale), 0) || zero < 0 || zero > 255 {
+			t.Fatalf("trial %d: scale %v zero %d", trial, scale, zero)
+		}
+		for p, v := range x {
+			got := float64(scale) * float64(int32(q[p])-zero)
+			// A row within 255·2⁻¹²⁶ of zero counts as zeros.
+			tol := max(0.5*float64(scale)*(1+1e-5)+1e-6*math.Abs(float64(v)), 255*0x1p-126)
+			if e := math.Abs(got - float64(v)); e > tol {
+				t.Fatalf("trial %d: x[%d] = %g quantised to %g (scale %g, zero %d)", trial, p, v, got, scale, zero)
+			}
+		}
+	}
+	for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(-1))} {
+		x := make([]float32, 40)
+		for i := range x {
+			x[i] = float32(i)
+		}
+		for _, at := range []int{1, 37} { // in the AVX-512 part, and in the tail
+			x[at] = bad
+			for _, asm := range []bool{false, haveQuantizeAVX512} {
+				if scale, _ := quantizeRowU8(q, x, asm); !math.IsNaN(float64(scale)) {
+					t.Errorf("row with %v at %d: scale %v, want NaN", bad, at, scale)
+				}
+			}
+			x[at] = 1
+		}
+	}
+}
+
+// TestGemmLowSpecialRows: a row of zeros gives the bias exactly, a row
+// holding NaN gives NaN, the other rows are unaffected.
+func TestGemmLowSpecialRows(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	m, n, k := 3, 40, 9
+	a := randSlice(r, m*k)
+	clear(a[k : 2*k])
+	a[2*k+4] = float32(math.NaN())
+	w := randSlice(r, n*k)
+	bias := randSlice(r, n)
+	q, _ := QuantizeInt8("w", w, n, k)
+	b, _ := PackBF16("w", w, n, k)
+	for _, name := range Int8Kernels() {
+		c := make([]float32, m*n)
+		withKernel(t, SetInt8Kernel, name, func() { GemmInt8(m, a, k, q, bias, c, n) })
+		checkSpecialRows(t, "int8 "+name, c, bias, n)
+	}
+	for _, name := range BF16Kernels() {
+		c := make([]float32, m*n)
+		withKernel(t, SetBF16Kernel, name, func() { GemmBF16(m, a, k, b, bias, c, n) })
+		checkSpecialRows(t, "bf16 "+name, c, bias, n)
+	}
+}
+
+func checkSpecialRows(t *testing.T, what string, c, bias []float32, n int) {
+	t.Helper()
+	for j := 0; j < n; j++ {
+		if c[n+j] != bias[j] {
+			t.Fatalf("%s: zero row gives %v at %d, want the bias %v", what, c[n+j], j, bias[j])
+		}
+		if !math.IsNaN(float64(c[2*n+j])) {
+			t.Fatalf("%s: NaN row gives %v at %d", what, c[2*n+j], j)
+		}
+		if math.IsNaN(float64(c[j])) {
+			t.Fatalf("%s: finite row gives NaN at %d", what, j)
+		}
+	}
+}
+
+func TestParsePrecision(t *testing.T) {
+	for _, p := range []Precision{FP32, BF16, Int8} {
+		got, err := ParsePrecision(p.String())
+		if err != nil || got != p {
+			t.Errorf("ParsePrecision(%q) = %v, %v", p, got, err)
+		}
+	}
+	if _, err := ParsePrecision("fp16"); !errors.Is(err, ErrPrecision) {
+		t.Errorf("ParsePrecision(fp16): err = %v", err)
+	}
+	if err := CheckPrecision(FP32); err != nil {
+		t.Error(err)
+	}
+}
