@@ -242,7 +242,7 @@ func (op *blockOp[T]) Forward() (smat.Tensor, error) {
 	op.layerNorm(h, x, r, p.LN1, (*stats)[:2*r])
 	op.emit("ln_1", h, w)
 	qkv := buffer(3*r*w, keep)
-	linearInto(p.QKV, r, h, *qkv)
+	linearInto(p.QKV, r, h, *qkv, !keep)
 
 	// The attention output, and later ln_2(x₁), go where ln_1(x) was, unless
 	// the attention output is kept or there are more output rows than rows.
@@ -267,7 +267,7 @@ func (op *blockOp[T]) Forward() (smat.Tensor, error) {
 	// magnitude a dozen times (c_proj), which doubles the error of pixel
 	// gradients against PyTorch.
 	proj := *buffer(o*w, false)
-	linearInto(p.Out, o, attnBuf, proj)
+	linearInto(p.Out, o, attnBuf, proj, !keep)
 	op.emit("attn", proj, w)
 	kernel.Add(*x1, x, proj) // x₁ = x + out_proj(attn)
 	op.emit("after_attn", *x1, w)
@@ -276,7 +276,7 @@ func (op *blockOp[T]) Forward() (smat.Tensor, error) {
 	op.layerNorm(h2, *x1, o, p.LN2, (*stats)[2*r:])
 	op.emit("ln_2", h2, w)
 	hidden := buffer(o*m, keep)
-	linearInto(p.FC, o, h2, *hidden)
+	linearInto(p.FC, o, h2, *hidden, !keep)
 	act := *buffer(o*m, false)
 	// Backward needs the pre-activation only through the slope of the
 	// activation, unless c_proj's weight gradient needs act itself: then
@@ -293,7 +293,7 @@ func (op *blockOp[T]) Forward() (smat.Tensor, error) {
 	}
 	op.emit("mlp_hidden", act, m)
 
-	linearInto(p.Proj, o, act, proj)
+	linearInto(p.Proj, o, act, proj, !keep)
 	op.emit("mlp_out", proj, w)
 	y := make([]T, o*w)
 	kernel.Add(y, *x1, proj) // y = x₁ + c_proj(act)

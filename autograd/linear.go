@@ -19,6 +19,7 @@ type LinearParams struct {
 	Bias   smat.Matrix // out values (any shape of that size), or nil for no bias
 
 	packs *weightPacks // nil unless KeepPacked
+	low   *lowWeight   // nil unless SetPrecision chose int8 or bf16
 }
 
 // weightPacks holds a frozen float32 weight packed for the GEMM kernel, each
@@ -145,7 +146,7 @@ func (op *linearOp[T]) Operands() []smat.Tensor { return op.operands }
 
 func (op *linearOp[T]) Forward() (smat.Tensor, error) {
 	y := make([]T, op.rows*op.out)
-	linearInto(op.p, op.rows, values[T](op.x), y)
+	linearInto(op.p, op.rows, values[T](op.x), y, !anyRequiresGrad(op.operands))
 	return newMatrix(y, op.rows, op.out), nil
 }
 
@@ -162,10 +163,15 @@ func (op *linearOp[T]) Backward(gy smat.Tensor) error {
 }
 
 // linearInto computes y = x·Wᵀ + b for x [rows, in] into y [rows, out].
-func linearInto[T dtype](p *LinearParams, rows int, x, y []T) {
+// noGrad says that the pass records no gradient: the layer's reduced
+// precision (SetPrecision), if any, applies.
+func linearInto[T dtype](p *LinearParams, rows int, x, y []T, noGrad bool) {
 	in, out := p.In(), p.Out()
 	if x32, ok := any(x).([]float32); ok {
 		if rows == 0 || out == 0 {
+			return
+		}
+		if noGrad && linearLow(p, rows, x32, in, any(y).([]float32)) {
 			return
 		}
 		if d := CurrentDevice(); d != nil && !p.Weight.RequiresGrad() {

@@ -28,7 +28,7 @@ func TestLinear32(t *testing.T) {
 				p.KeepPacked(keep)
 				for range 2 { // with keep, the second call reads the kept packs
 					y, dx := make([]float32, m*n), make([]float32, m*k)
-					linearInto(p, m, x, y)
+					linearInto(p, m, x, y, false)
 					linearInputGrad(p, m, dy, dx)
 					checkLinear32(t, "y", y, m, n, k, func(i, j, q int) float64 { return float64(x[i*k+q]) * float64(w[j*k+q]) }, b)
 					checkLinear32(t, "dx", dx, m, k, n, func(i, j, q int) float64 { return float64(dy[i*n+q]) * float64(w[q*k+j]) }, nil)
@@ -51,7 +51,7 @@ func TestKeepPacked(t *testing.T) {
 	check := func(when string) {
 		t.Helper()
 		y, dx := make([]float32, m*n), make([]float32, m*k)
-		linearInto(p, m, x, y)
+		linearInto(p, m, x, y, false)
 		linearInputGrad(p, m, dy, dx)
 		t.Run(when, func(t *testing.T) {
 			checkLinear32(t, "y", y, m, n, k, func(i, j, q int) float64 { return float64(x[i*k+q]) * float64(w[j*k+q]) }, nil)

@@ -276,12 +276,17 @@ func patchEmbedOffTape[T dtype](images smat.Tensor, w *LinearParams, g PatchGeom
 		op := &patchesOp[T]{images: chunk, g: g}
 		op.each(func(dst, src, k int) { copy(patches[dst:dst+k], x[b0*cols+src:b0*cols+src+k]) })
 		yc := y[b0*perImage*out : (b0+n)*perImage*out]
-		if packed != nil {
-			kernel.GemmPacked(false, n*perImage, 1, any(patches).([]float32), rowLen, packed, 0, any(yc).([]float32), out)
-		} else {
+		low := false // the layer's reduced precision, which adds the bias
+		switch {
+		case packed != nil:
+			low = linearLow(w, n*perImage, any(patches).([]float32), rowLen, any(yc).([]float32))
+			if !low {
+				kernel.GemmPacked(false, n*perImage, 1, any(patches).([]float32), rowLen, packed, 0, any(yc).([]float32), out)
+			}
+		default:
 			gemm(false, true, n*perImage, out, rowLen, 1, patches, rowLen, wt, rowLen, 0, yc, out)
 		}
-		if w.Bias != nil {
+		if w.Bias != nil && !low {
 			kernel.AddRowVector(yc, n*perImage, out, values[T](w.Bias))
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/subtta/subtta/autograd"
+	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/textenc"
 	"github.com/subtta/subtta/tta/feature"
 	"github.com/subtta/subtta/vit"
@@ -85,6 +86,23 @@ func New(s *weights.State, cfg *weights.CLIPConfig, opt Options) (*Model, error)
 // head made elsewhere, and benchmarks.
 func VisionOnly(cfg *weights.CLIPConfig, v *vit.Model) *Model {
 	return &Model{Config: cfg, Vision: v, LogitScale: 100}
+}
+
+// SetPrecision runs the linear layers of both towers in prec (kernel.Int8,
+// kernel.BF16, or kernel.FP32 to restore float32) in passes that record no
+// gradient: encoding images and prompts, frozen answers; adaptation's and
+// training's passes stay float32 (vit.Model.SetPrecision says what else
+// does). The error names the tensor that cannot be converted, or wraps
+// kernel.ErrPrecisionUnsupported when the CPU has no kernel for prec.
+func (m *Model) SetPrecision(prec kernel.Precision) error {
+	if err := m.Vision.SetPrecision(prec); err != nil {
+		return err
+	}
+	if err := m.Text.SetPrecision(prec); err != nil {
+		m.Vision.SetPrecision(kernel.FP32)
+		return err
+	}
+	return nil
 }
 
 // ImageFeatures runs the vision tower on images [n, 3·H·W] (Images) and

@@ -5,6 +5,7 @@ import (
 
 	smat "github.com/nlpodyssey/spago/mat"
 	"github.com/subtta/subtta/autograd"
+	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/internal/build"
 	"github.com/subtta/subtta/weights"
 )
@@ -50,6 +51,24 @@ func New(s *weights.State, cfg *weights.CLIPConfig, opt Options) (*Model, error)
 	}
 	m.Params = b.Params
 	return m, nil
+}
+
+// SetPrecision runs the tower's linear layers (every block's four) in prec
+// in passes that record no gradient; see autograd.LinearParams.SetPrecision,
+// whose errors it returns naming the tensor. Attention's products, LayerNorm,
+// the activation, the embeddings and the final projection stay float32.
+// kernel.FP32 restores float32 throughout.
+func (m *Model) SetPrecision(prec kernel.Precision) error {
+	layers, names := autograd.LinearLayers(m.Blocks, m.Params)
+	for i, l := range layers {
+		if err := l.SetPrecision(prec, names[i]); err != nil {
+			for _, done := range layers[:i] {
+				done.SetPrecision(kernel.FP32, "")
+			}
+			return fmt.Errorf("textenc: %w", err)
+		}
+	}
+	return nil
 }
 
 // Forward encodes a batch of token sequences (each as Tokenize returns it:

@@ -5,6 +5,7 @@ import (
 
 	smat "github.com/nlpodyssey/spago/mat"
 	"github.com/subtta/subtta/autograd"
+	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/weights"
 )
 
@@ -116,6 +117,38 @@ func (m *Model) KeepPacked(keep bool) {
 			l.KeepPacked(keep)
 		}
 	}
+}
+
+// SetPrecision runs the tower's linear layers (the patch projection and
+// every block's four) in prec in passes that record no gradient; see
+// autograd.LinearParams.SetPrecision, whose errors it returns naming the
+// tensor. Attention's products (the scores q·kᵀ and their weighted sum of
+// the values), LayerNorm, the activation and the final projection stay
+// float32, as does every pass that records gradients. kernel.FP32 restores
+// float32 throughout.
+func (m *Model) SetPrecision(prec kernel.Precision) error {
+	layers, names := autograd.LinearLayers(m.Blocks, m.Params)
+	layers = append([]*autograd.LinearParams{m.Patch}, layers...)
+	names = append([]string{paramName(m.Params, m.Patch.Weight)}, names...)
+	for i, l := range layers {
+		if err := l.SetPrecision(prec, names[i]); err != nil {
+			for _, done := range layers[:i] {
+				done.SetPrecision(kernel.FP32, "")
+			}
+			return fmt.Errorf("vit: %w", err)
+		}
+	}
+	return nil
+}
+
+// paramName is the name params record for the matrix x.
+func paramName(params []autograd.Named, x smat.Matrix) string {
+	for _, p := range params {
+		if p.Value == x {
+			return p.Name
+		}
+	}
+	return "?"
 }
 
 // SetTrainable marks every LayerNorm trainable (or frozen).

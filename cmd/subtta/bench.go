@@ -45,12 +45,17 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	modelPath := fs.String("model", "", "the vision tower to time: default (the built-in model) or a checkpoint; without it ViT-B/32 with random weights")
 	modelConfig := fs.String("model-config", "", modelConfigHelp)
 	arch := fs.String("arch", "", archHelp)
+	precision := fs.String("precision", "fp32", "also time the forward pass with the linear layers in bf16 or int8, beside fp32 in the same run (the ratio is printed)")
 	device := deviceFlag(fs)
 	release, err := parseOnDevice(fs, device, args, stderr)
 	if err != nil {
 		return err
 	}
 	defer release()
+	prec, err := parsePrecision(*precision, device)
+	if err != nil {
+		return err
+	}
 	for _, f := range []struct {
 		name string
 		v    int
@@ -73,7 +78,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cases, err := benchCases(cfg, m, *batch, *classes)
+	cases, err := benchCases(cfg, m, *batch, *classes, prec)
 	if err != nil {
 		return err
 	}
@@ -96,6 +101,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "%s, batch %d, %s\n", name, *batch, where)
 	profiling := false
+	var fp32Forward float64 // images/s of the fp32 forward pass
 	for _, b := range cases {
 		if len(selected) > 0 && !selected[b.key] {
 			continue
@@ -119,8 +125,15 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		if b.images > 0 {
 			images = b.images
 		}
-		if err := b.time(stdout, images, *reps, dev != nil); err != nil {
+		ips, err := b.time(stdout, images, *reps, dev != nil)
+		if err != nil {
 			return err
+		}
+		switch {
+		case b.key == "forward" && b.prec == kernel.FP32:
+			fp32Forward = ips
+		case b.prec != kernel.FP32 && fp32Forward > 0:
+			fmt.Fprintf(stdout, "%-40s = %.2f× the fp32 forward pass above (GFLOP/s counts the same products as fp32)\n", "", ips/fp32Forward)
 		}
 	}
 	fmt.Fprintf(stdout, "peak resident memory: %s\n", peakRSS())
@@ -161,8 +174,9 @@ func benchModel(path, configPath, arch string, stderr io.Writer) (string, *weigh
 type benchCase struct {
 	key, name string
 	run       func() error
-	flops     float64 // GEMM flops per image
-	images    int     // images per run, when not the batch size
+	flops     float64          // GEMM flops per image
+	images    int              // images per run, when not the batch size
+	prec      kernel.Precision // the linear layers' precision (forward only)
 }
 
 // benchCases builds the three measurements on random images: the forward
@@ -170,7 +184,12 @@ type benchCase struct {
 // step with the ImageNet-C preset (R=256, α=0.5, AdamW: two
 // forward+backward passes and a third forward) against a random head of
 // classes classes.
-func benchCases(cfg *weights.CLIPConfig, m *vit.Model, batch, classes int) ([]benchCase, error) {
+//
+// With prec other than fp32, the forward pass is timed a second time with
+// the tower's linear layers in prec, converted in its warm-up run; the
+// other measurements convert them back (they record gradients, which run in
+// fp32, but SubTTA's last forward pass records none).
+func benchCases(cfg *weights.CLIPConfig, m *vit.Model, batch, classes int, prec kernel.Precision) ([]benchCase, error) {
 	v := cfg.Vision
 	size := 3 * v.ImageSize * v.ImageSize
 	r := rand.New(rand.NewPCG(2, 2))
@@ -183,12 +202,31 @@ func benchCases(cfg *weights.CLIPConfig, m *vit.Model, batch, classes int) ([]be
 	for i := range grad {
 		grad[i] = float32(r.NormFloat64())
 	}
-	forward := func() error {
-		m.SetTrainable(false)
-		m.Forward(images, nil)
+	current := kernel.FP32
+	use := func(p kernel.Precision) error {
+		if p == current {
+			return nil
+		}
+		if err := m.SetPrecision(p); err != nil {
+			return err
+		}
+		current = p
 		return nil
 	}
+	forwardIn := func(p kernel.Precision) func() error {
+		return func() error {
+			if err := use(p); err != nil {
+				return err
+			}
+			m.SetTrainable(false)
+			m.Forward(images, nil)
+			return nil
+		}
+	}
 	backward := func() error {
+		if err := use(kernel.FP32); err != nil {
+			return err
+		}
 		m.SetTrainable(true)
 		defer m.SetTrainable(false)
 		f := m.Forward(images, nil)
@@ -212,15 +250,21 @@ func benchCases(cfg *weights.CLIPConfig, m *vit.Model, batch, classes int) ([]be
 		return nil, err
 	}
 	subtta := func() error {
+		if err := use(kernel.FP32); err != nil {
+			return err
+		}
 		_, err := method.Step(px, batch)
 		return err
 	}
 	perImage := imageFlops(v)
-	return []benchCase{
-		{"forward", "forward", forward, perImage, 0},
-		{"backward", "forward+backward (LayerNorm gradients)", backward, 2 * perImage, 0},
-		{"subtta", "SubTTA-MINT step (ImageNet-C preset)", subtta, 5 * perImage, 0},
-	}, nil
+	cases := []benchCase{{key: "forward", name: "forward", run: forwardIn(kernel.FP32), flops: perImage}}
+	if prec != kernel.FP32 {
+		cases = append(cases, benchCase{key: "forward", name: "forward, " + prec.String(), run: forwardIn(prec), flops: perImage, prec: prec})
+	}
+	return append(cases,
+		benchCase{key: "backward", name: "forward+backward (LayerNorm gradients)", run: backward, flops: 2 * perImage},
+		benchCase{key: "subtta", name: "SubTTA-MINT step (ImageNet-C preset)", run: subtta, flops: 5 * perImage},
+	), nil
 }
 
 // time runs b reps times on batches of batch images and prints the median
@@ -243,7 +287,10 @@ func benchCases(cfg *weights.CLIPConfig, m *vit.Model, batch, classes int) ([]be
 //
 // On a device (onDevice) the CPU's ceilings say nothing: only the rate is
 // printed.
-func (b benchCase) time(stdout io.Writer, batch, reps int, onDevice bool) error {
+//
+// It returns the images per second. For a reduced precision, the fp32
+// kernel's ceilings say little: the caller prints the ratio to fp32.
+func (b benchCase) time(stdout io.Writer, batch, reps int, onDevice bool) (float64, error) {
 	haveCPU := cpuSeconds() >= 0
 	times, peaks, kerns, idle := make([]float64, reps), make([]float64, reps), make([]float64, reps), make([]float64, reps)
 	for i := range times {
@@ -253,7 +300,7 @@ func (b benchCase) time(stdout io.Writer, batch, reps int, onDevice bool) error 
 		}
 		cpu0, start := cpuSeconds(), time.Now()
 		if err := b.run(); err != nil {
-			return err
+			return 0, err
 		}
 		times[i] = time.Since(start).Seconds()
 		if haveCPU {
@@ -265,8 +312,8 @@ func (b benchCase) time(stdout io.Writer, batch, reps int, onDevice bool) error 
 	rate := ips * b.flops / 1e9
 	fmt.Fprintf(stdout, "%-40s %7.2f images/s  (median of %d: %.2f s/batch, %.0f GFLOP/s)\n",
 		b.name, ips, reps, med, rate)
-	if onDevice {
-		return nil
+	if onDevice || b.prec != kernel.FP32 {
+		return ips, nil
 	}
 	detail := fmt.Sprintf("= %.0f%% of the %s kernel's %.0f GFLOP/s", 100*rate/kern, kernel.Kernel(), kern)
 	if peak > 0 {
@@ -277,7 +324,7 @@ func (b benchCase) time(stdout io.Writer, batch, reps int, onDevice bool) error 
 		detail += fmt.Sprintf("; cores idle %.1f%% of the time", 100*median(idle))
 	}
 	fmt.Fprintf(stdout, "%-40s %s\n", "", detail)
-	return nil
+	return ips, nil
 }
 
 // median returns the median of x (the upper one for an even count); it
@@ -350,6 +397,9 @@ func benchViewCase(name string, cfg *weights.CLIPConfig, m *vit.Model, classes i
 		px[i] = float32(r.NormFloat64())
 	}
 	run := func() error {
+		if err := m.SetPrecision(kernel.FP32); err != nil { // as --precision's forward left it
+			return err
+		}
 		_, err := mv.StepViews(px, 1, v)
 		return err
 	}

@@ -46,6 +46,7 @@ func runEmbed(args []string, stdout, stderr io.Writer) error {
 	var images, texts stringList
 	fs.Var(&images, "image", "image file (repeatable)")
 	fs.Var(&texts, "text", "text (repeatable)")
+	precision := precisionFlag(fs)
 	device := deviceFlag(fs)
 	release, err := parseOnDevice(fs, device, args, stderr)
 	if err != nil {
@@ -55,11 +56,18 @@ func runEmbed(args []string, stdout, stderr io.Writer) error {
 	if len(images)+len(texts) == 0 || fs.NArg() > 0 {
 		return usagef("give --image FILE and/or --text TEXT (repeatable)")
 	}
+	prec, err := parsePrecision(*precision, device)
+	if err != nil {
+		return err
+	}
 	b, err := openModel(*model, *modelConfig, *arch, *vocab, stderr)
 	if err != nil {
 		return err
 	}
 	m := b.Model
+	if err := setPrecision(m, prec); err != nil {
+		return err
+	}
 	type feature struct {
 		Image    string    `json:"image,omitempty"`
 		Text     string    `json:"text,omitempty"`
@@ -133,6 +141,7 @@ func runClassify(args []string, stdout, stderr io.Writer) error {
 	labels := fs.String("labels", "", `comma-separated labels, e.g. "a diagram,a dog,a cat" (default with the built-in model: CIFAR-10's classes)`)
 	template := fs.String("template", "", `prompt template; {} is replaced by each label (e.g. "a photo of a {}."; default "{}", or with the built-in model the 18 CIFAR-10 templates, averaged)`)
 	jsonOut := fs.Bool("json", false, "print JSON instead of a table")
+	precision := precisionFlag(fs)
 	device := deviceFlag(fs)
 	release, err := parseOnDevice(fs, device, args, stderr)
 	if err != nil {
@@ -141,6 +150,10 @@ func runClassify(args []string, stdout, stderr io.Writer) error {
 	defer release()
 	if fs.NArg() == 0 {
 		return usagef("give at least one image")
+	}
+	prec, err := parsePrecision(*precision, device)
+	if err != nil {
+		return err
 	}
 	var classes []string
 	for _, l := range strings.Split(*labels, ",") {
@@ -173,6 +186,9 @@ func runClassify(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	m := b.Model
+	if err := setPrecision(m, prec); err != nil {
+		return err
+	}
 	tok, err := b.Tokenizer()
 	if err != nil {
 		return err

@@ -1,0 +1,108 @@
+package autograd
+
+import (
+	"fmt"
+
+	smat "github.com/nlpodyssey/spago/mat"
+	"github.com/subtta/subtta/autograd/kernel"
+)
+
+// lowWeight is a linear layer's weight in reduced precision, for the passes
+// that record no gradient.
+type lowWeight struct {
+	prec kernel.Precision
+	i8   *kernel.Int8Weight
+	bf   *kernel.BF16Weight
+	src  *float32 // the weight's first value when converted: a new Weight matrix drops the copy
+}
+
+// SetPrecision makes the layer's products run in prec (kernel.Int8 or
+// kernel.BF16) in every pass that records no gradient: a frozen forward
+// pass, such as inference, a method that trains nothing, or the views of a
+// multi-view method. A pass that records gradients (adaptation, training)
+// still runs in float32, and so does any pass while a device is set. The
+// weight is quantised (or rounded) now, once; name names it in the error
+// returned when it holds NaN or ±Inf. kernel.FP32 drops the copy. An error
+// wrapping kernel.ErrPrecisionUnsupported is returned when the CPU has no
+// kernel for prec. Do not call it while the layer is in use; after writing
+// into the weight, call it again.
+func (p *LinearParams) SetPrecision(prec kernel.Precision, name string) error {
+	if prec == kernel.FP32 {
+		p.low = nil
+		return nil
+	}
+	if err := kernel.CheckPrecision(prec); err != nil {
+		return err
+	}
+	if !is32("SetPrecision", p.Weight) { // float64 models are reference runs
+		return fmt.Errorf("autograd: %s: reduced precision needs a float32 weight", name)
+	}
+	w := values[float32](p.Weight)
+	if len(w) == 0 {
+		return fmt.Errorf("autograd: %s: empty weight", name)
+	}
+	l := &lowWeight{prec: prec, src: &w[0]}
+	var err error
+	switch prec {
+	case kernel.Int8:
+		l.i8, err = kernel.QuantizeInt8(name, w, p.Out(), p.In())
+	case kernel.BF16:
+		l.bf, err = kernel.PackBF16(name, w, p.Out(), p.In())
+	default:
+		return fmt.Errorf("autograd: %s: %w %v", name, kernel.ErrPrecision, prec)
+	}
+	if err != nil {
+		return err
+	}
+	p.low = l
+	return nil
+}
+
+// Precision is the precision of the layer's passes without gradients.
+func (p *LinearParams) Precision() kernel.Precision {
+	if p.low == nil {
+		return kernel.FP32
+	}
+	return p.low.prec
+}
+
+// linearLow computes y = x·Wᵀ + b for x [rows, in] (leading dimension ld)
+// in the layer's reduced precision and reports true, or does nothing and
+// reports false when the layer has none, its weight is trainable or was
+// replaced, or a device is set.
+func linearLow(p *LinearParams, rows int, x []float32, ld int, y []float32) bool {
+	l := p.low
+	if l == nil || p.Weight.RequiresGrad() || CurrentDevice() != nil {
+		return false
+	}
+	w := values[float32](p.Weight)
+	if len(w) == 0 || &w[0] != l.src {
+		return false
+	}
+	var bias []float32
+	if p.Bias != nil {
+		bias = values[float32](p.Bias)
+	}
+	if l.i8 != nil {
+		kernel.GemmInt8(rows, x, ld, l.i8, bias, y, p.Out())
+	} else {
+		kernel.GemmBF16(rows, x, ld, l.bf, bias, y, p.Out())
+	}
+	return true
+}
+
+// LinearLayers is a helper for towers: the linear layers of blocks, with
+// the checkpoint names of their weights looked up in params by matrix.
+func LinearLayers(blocks []*BlockParams, params []Named) (layers []*LinearParams, names []string) {
+	byMatrix := map[smat.Matrix]string{}
+	for _, n := range params {
+		byMatrix[n.Value] = n.Name
+	}
+	for _, b := range blocks {
+		for _, l := range []*LinearParams{b.QKV, b.Out, b.FC, b.Proj} {
+			layers = append(layers, l)
+			names = append(names, byMatrix[l.Weight])
+		}
+	}
+	return layers, names
+}

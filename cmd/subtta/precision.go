@@ -1,0 +1,46 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+
+	"github.com/subtta/subtta/autograd/kernel"
+	"github.com/subtta/subtta/clip"
+)
+
+// precisionHelp is the help of --precision.
+const precisionHelp = "arithmetic of the linear layers in passes without gradients: fp32, bf16 (AVX512_BF16) or int8 (AVX512-VNNI; weights per output channel, activations per row); adaptation's passes stay fp32"
+
+// precisionFlag adds --precision to fs.
+func precisionFlag(fs *flag.FlagSet) *string { return fs.String("precision", "fp32", precisionHelp) }
+
+// parsePrecision checks the value of --precision: a known name, a CPU with
+// a kernel for it, and no device (whose products are float32).
+func parsePrecision(name string, device deviceFlags) (kernel.Precision, error) {
+	p, err := kernel.ParsePrecision(name)
+	if err != nil {
+		return p, usagef("--precision %q: want fp32, bf16 or int8", name)
+	}
+	if p == kernel.FP32 {
+		return p, nil
+	}
+	if *device.name != "cpu" {
+		return p, usagef("--precision %s runs on the CPU only: leave out --device %s", p, *device.name)
+	}
+	if err := kernel.CheckPrecision(p); err != nil {
+		return p, usagef("--precision %s: %v", p, errors.Unwrap(err))
+	}
+	return p, nil
+}
+
+// setPrecision converts m's linear layers to p (nothing for fp32).
+func setPrecision(m *clip.Model, p kernel.Precision) error {
+	if p == kernel.FP32 {
+		return nil
+	}
+	if err := m.SetPrecision(p); err != nil {
+		return fmt.Errorf("--precision %s: %w", p, err)
+	}
+	return nil
+}
