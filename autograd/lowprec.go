@@ -91,18 +91,54 @@ func linearLow(p *LinearParams, rows int, x []float32, ld int, y []float32) bool
 	return true
 }
 
-// LinearLayers is a helper for towers: the linear layers of blocks, with
-// the checkpoint names of their weights looked up in params by matrix.
-func LinearLayers(blocks []*BlockParams, params []Named) (layers []*LinearParams, names []string) {
-	byMatrix := map[smat.Matrix]string{}
+// LowPrecisionBlocks returns copies of blocks whose linear layers run in
+// prec (LinearParams.SetPrecision), sharing the weights, biases and
+// LayerNorms of the originals, which stay float32: a tower keeps both and
+// runs the copies in its passes that record no gradient at all, so that a
+// pass that records some (adaptation, training) stays float32 throughout,
+// its frozen blocks included. params name the weights in errors.
+func LowPrecisionBlocks(blocks []*BlockParams, params []Named, prec kernel.Precision) ([]*BlockParams, error) {
+	names := map[smat.Matrix]string{}
 	for _, n := range params {
-		byMatrix[n.Value] = n.Name
+		names[n.Value] = n.Name
 	}
-	for _, b := range blocks {
-		for _, l := range []*LinearParams{b.QKV, b.Out, b.FC, b.Proj} {
-			layers = append(layers, l)
-			names = append(names, byMatrix[l.Weight])
+	out := make([]*BlockParams, len(blocks))
+	for i, b := range blocks {
+		c := *b
+		for _, l := range []**LinearParams{&c.QKV, &c.Out, &c.FC, &c.Proj} {
+			low, err := (*l).LowPrecisionCopy(prec, names[(*l).Weight])
+			if err != nil {
+				return nil, err
+			}
+			*l = low
+		}
+		out[i] = &c
+	}
+	return out, nil
+}
+
+// LowPrecisionCopy returns a layer that shares p's weight and bias and runs
+// in prec (SetPrecision) where p runs in float32.
+func (p *LinearParams) LowPrecisionCopy(prec kernel.Precision, name string) (*LinearParams, error) {
+	c := &LinearParams{Weight: p.Weight, Bias: p.Bias}
+	if err := c.SetPrecision(prec, name); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Frozen reports whether a pass over params with inputs records no gradient:
+// none of them requires one.
+func Frozen(params []Named, inputs ...smat.Tensor) bool {
+	for _, t := range inputs {
+		if t != nil && t.RequiresGrad() {
+			return false
 		}
 	}
-	return layers, names
+	for _, n := range params {
+		if n.Value.RequiresGrad() {
+			return false
+		}
+	}
+	return true
 }

@@ -25,6 +25,8 @@ type Model struct {
 	// order New read them: its named parameters. A copy of the Model that
 	// replaces one of the matrices above must replace it here too.
 	Params []autograd.Named
+
+	lowBlocks []*autograd.BlockParams // SetPrecision's copies, or nil
 }
 
 // Options adjust how the tower is built.
@@ -54,20 +56,20 @@ func New(s *weights.State, cfg *weights.CLIPConfig, opt Options) (*Model, error)
 }
 
 // SetPrecision runs the tower's linear layers (every block's four) in prec
-// in passes that record no gradient; see autograd.LinearParams.SetPrecision,
-// whose errors it returns naming the tensor. Attention's products, LayerNorm,
-// the activation, the embeddings and the final projection stay float32.
-// kernel.FP32 restores float32 throughout.
+// in the passes that record no gradient at all, on copies of the blocks
+// that share every tensor (see vit.Model.SetPrecision); the errors name the
+// tensor. Attention's products, LayerNorm, the activation, the embeddings
+// and the final projection stay float32. kernel.FP32 drops the copies.
 func (m *Model) SetPrecision(prec kernel.Precision) error {
-	layers, names := autograd.LinearLayers(m.Blocks, m.Params)
-	for i, l := range layers {
-		if err := l.SetPrecision(prec, names[i]); err != nil {
-			for _, done := range layers[:i] {
-				done.SetPrecision(kernel.FP32, "")
-			}
-			return fmt.Errorf("textenc: %w", err)
-		}
+	if prec == kernel.FP32 {
+		m.lowBlocks = nil
+		return nil
 	}
+	blocks, err := autograd.LowPrecisionBlocks(m.Blocks, m.Params, prec)
+	if err != nil {
+		return fmt.Errorf("textenc: %w", err)
+	}
+	m.lowBlocks = blocks
 	return nil
 }
 
@@ -149,8 +151,12 @@ func (m *Model) forward(tokens [][]int, context smat.Tensor, trace autograd.Trac
 	x := autograd.AddTiled(emb, autograd.GatherRows(m.Pos, seqRange(L)))
 	trace.Emit("embed", x)
 	if trace == nil {
+		blocks := m.Blocks
+		if m.lowBlocks != nil && autograd.Frozen(m.Params, context) {
+			blocks = m.lowBlocks
+		}
 		// One op on a device (SetDevice): the activations stay there.
-		x = autograd.TransformerBlocks(x, m.Blocks, batch)
+		x = autograd.TransformerBlocks(x, blocks, batch)
 	} else {
 		for i, b := range m.Blocks {
 			x = b.Forward(x, batch, fmt.Sprintf("block%d.", i), trace)

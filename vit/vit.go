@@ -28,6 +28,8 @@ type Model struct {
 	// order New read them: its named parameters. A copy of the Model that
 	// replaces one of the matrices above must replace it here too.
 	Params []autograd.Named
+
+	low *lowTower // nil unless SetPrecision chose int8 or bf16
 }
 
 // Forward encodes images [batch, 3·H·W] (NCHW, preprocessed, one image per
@@ -41,7 +43,11 @@ func (m *Model) Forward(images smat.Tensor, trace Trace) smat.Tensor {
 	batch := images.Value().Shape()[0]
 	g := autograd.PatchGeometry{Channels: 3, Height: c.ImageSize, Width: c.ImageSize, Patch: c.PatchSize}
 
-	x := autograd.PatchEmbed(images, m.Patch, g) // [batch·grid², width]
+	patch, blocks := m.Patch, m.Blocks
+	if m.low != nil && autograd.Frozen(m.Params, images) {
+		patch, blocks = m.low.patch, m.low.blocks
+	}
+	x := autograd.PatchEmbed(images, patch, g) // [batch·grid², width]
 	trace.Emit("patches", x)
 	x = autograd.TokenEmbedding(x, m.Class, m.Pos, batch) // [batch·tokens, width]
 	trace.Emit("embed", x)
@@ -53,22 +59,22 @@ func (m *Model) Forward(images smat.Tensor, trace Trace) smat.Tensor {
 	for i := range cls {
 		cls[i] = i * tokens
 	}
-	last := len(m.Blocks) - 1
+	last := len(blocks) - 1
 	switch {
 	case trace == nil && last >= 0 && autograd.CurrentDevice() != nil:
 		// On a device (SetDevice) every block is one op and the
 		// activations stay there: computing the last block for every token
 		// costs less than moving its input and q|k|v between host and
 		// device.
-		x = autograd.TransformerBlocks(x, m.Blocks, batch)
+		x = autograd.TransformerBlocks(x, blocks, batch)
 		x = autograd.GatherRows(x, cls)
 	case trace == nil && last >= 0:
 		// Only the class tokens of the last block are used: compute the
 		// keys and values of all tokens, the rest for those rows.
-		x = autograd.TransformerBlocks(x, m.Blocks[:last], batch)
-		x = autograd.TransformerBlockRows(x, m.Blocks[last], batch, cls)
+		x = autograd.TransformerBlocks(x, blocks[:last], batch)
+		x = autograd.TransformerBlockRows(x, blocks[last], batch, cls)
 	default:
-		for i, b := range m.Blocks {
+		for i, b := range blocks {
 			x = b.Forward(x, batch, fmt.Sprintf("block%d.", i), trace)
 		}
 		x = autograd.GatherRows(x, cls)
@@ -120,25 +126,46 @@ func (m *Model) KeepPacked(keep bool) {
 }
 
 // SetPrecision runs the tower's linear layers (the patch projection and
-// every block's four) in prec in passes that record no gradient; see
+// every block's four) in prec in the passes that record no gradient at all
+// (no tensor of the tower and not the images requires one); see
 // autograd.LinearParams.SetPrecision, whose errors it returns naming the
-// tensor. Attention's products (the scores q·kᵀ and their weighted sum of
-// the values), LayerNorm, the activation and the final projection stay
-// float32, as does every pass that records gradients. kernel.FP32 restores
-// float32 throughout.
+// tensor. The tower keeps copies of its blocks for those passes, sharing
+// every tensor: a pass that records gradients (adaptation, training) runs
+// in float32 throughout, and so does every pass while a device is set.
+// Attention's products (the scores q·kᵀ and their weighted sum of the
+// values), LayerNorm, the activation and the final projection stay
+// float32. kernel.FP32 drops the copies. After writing into a weight, call
+// it again.
 func (m *Model) SetPrecision(prec kernel.Precision) error {
-	layers, names := autograd.LinearLayers(m.Blocks, m.Params)
-	layers = append([]*autograd.LinearParams{m.Patch}, layers...)
-	names = append([]string{paramName(m.Params, m.Patch.Weight)}, names...)
-	for i, l := range layers {
-		if err := l.SetPrecision(prec, names[i]); err != nil {
-			for _, done := range layers[:i] {
-				done.SetPrecision(kernel.FP32, "")
-			}
-			return fmt.Errorf("vit: %w", err)
-		}
+	if prec == kernel.FP32 {
+		m.low = nil
+		return nil
 	}
+	patch, err := m.Patch.LowPrecisionCopy(prec, paramName(m.Params, m.Patch.Weight))
+	if err != nil {
+		return fmt.Errorf("vit: %w", err)
+	}
+	blocks, err := autograd.LowPrecisionBlocks(m.Blocks, m.Params, prec)
+	if err != nil {
+		return fmt.Errorf("vit: %w", err)
+	}
+	m.low = &lowTower{prec: prec, patch: patch, blocks: blocks}
 	return nil
+}
+
+// Precision is the precision SetPrecision set (kernel.FP32 by default).
+func (m *Model) Precision() kernel.Precision {
+	if m.low == nil {
+		return kernel.FP32
+	}
+	return m.low.prec
+}
+
+// lowTower is the tower's patch projection and blocks in reduced precision.
+type lowTower struct {
+	prec   kernel.Precision
+	patch  *autograd.LinearParams
+	blocks []*autograd.BlockParams
 }
 
 // paramName is the name params record for the matrix x.

@@ -1,0 +1,129 @@
+package clip
+
+import (
+	"math"
+	"testing"
+
+	"github.com/subtta/subtta/autograd/kernel"
+	"github.com/subtta/subtta/internal/fixture"
+	"github.com/subtta/subtta/weights"
+)
+
+// TestReducedPrecisionFeatures encodes the fixture's 17 preprocessed images
+// and its prompts with the tiny model's linear layers in bf16 and int8 and
+// compares each feature row with float32's: the smallest cosine must reach
+// 0.999 for bf16 (8 bits of mantissa in every product's operands) and 0.995
+// for int8 (a step of 1/255 of each activation row's range and 1/127 of each
+// weight row's). Features of a pass that records gradients, and of float32
+// after going back, stay float32's bit for bit.
+func TestReducedPrecisionFeatures(t *testing.T) {
+	m := tiny(t)
+	pre, err := weights.Open(fixture.Path(t, "fixtures/preprocess.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pre.Close()
+	px, shape, err := pre.Float32("pixel_values")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := weights.Open(fixture.Path(t, "fixtures/forward.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	ids, tshape, err := ref.Int64("text_tokens")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := make([][]int, tshape[0])
+	for i := range tokens {
+		for _, id := range ids[i*tshape[1] : (i+1)*tshape[1]] {
+			tokens[i] = append(tokens[i], int(id))
+		}
+	}
+	encode := func() (img, txt []float32) {
+		t.Helper()
+		f, err := m.EncodeImage(px, shape[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := m.EncodeText(tokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f.Value().Data().F32(), g.Value().Data().F32()
+	}
+	img32, txt32 := encode()
+	dim := m.Config.EmbedDim
+	for _, c := range []struct {
+		prec   kernel.Precision
+		minCos float64
+	}{{kernel.BF16, 0.999}, {kernel.Int8, 0.995}} {
+		t.Run(c.prec.String(), func(t *testing.T) {
+			if err := kernel.CheckPrecision(c.prec); err != nil {
+				t.Skipf("%v (the kernels' Go references are tested in autograd/kernel)", err)
+			}
+			if err := m.SetPrecision(c.prec); err != nil {
+				t.Fatal(err)
+			}
+			img, txt := encode()
+			for _, f := range []struct {
+				name      string
+				got, want []float32
+			}{{"image", img, img32}, {"text", txt, txt32}} {
+				worst := minRowCosine(f.got, f.want, dim)
+				t.Logf("%s features: smallest cosine to fp32 %.6f", f.name, worst)
+				if worst < c.minCos {
+					t.Errorf("%s features: smallest cosine to fp32 %.6f < %v", f.name, worst, c.minCos)
+				}
+				if same(f.got, f.want) {
+					t.Errorf("%s features equal fp32's bit for bit: the reduced precision did not run", f.name)
+				}
+			}
+			// A pass that records gradients stays float32.
+			m.SetVisionTrainable(true)
+			f, err := m.EncodeImage(px, shape[0])
+			m.SetVisionTrainable(false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !same(f.Value().Data().F32(), img32) {
+				t.Error("a pass with trainable LayerNorms differs from fp32")
+			}
+			if err := m.SetPrecision(kernel.FP32); err != nil {
+				t.Fatal(err)
+			}
+			img, txt = encode()
+			if !same(img, img32) || !same(txt, txt32) {
+				t.Error("fp32 after SetPrecision(FP32) differs from fp32 before")
+			}
+		})
+	}
+}
+
+func minRowCosine(got, want []float32, dim int) float64 {
+	worst := 1.0
+	for r := 0; r < len(want)/dim; r++ {
+		var dot, ng, nw float64
+		for j := r * dim; j < (r+1)*dim; j++ {
+			dot += float64(got[j]) * float64(want[j])
+			ng += float64(got[j]) * float64(got[j])
+			nw += float64(want[j]) * float64(want[j])
+		}
+		worst = min(worst, dot/math.Sqrt(ng*nw))
+	}
+	return worst
+}
+
+func same(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return true
+}
