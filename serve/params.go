@@ -1,7 +1,10 @@
 package serve
 
 import (
+	"slices"
+
 	"fmt"
+	"github.com/subtta/subtta/autograd/kernel"
 
 	smat "github.com/nlpodyssey/spago/mat"
 
@@ -89,6 +92,23 @@ func frozenCopy(m *clip.Model) (*clip.Model, error) {
 		nb := *b
 		nb.LN1, nb.LN2 = ln(b.LN1), ln(b.LN2)
 		v.Blocks[i] = &nb
+	}
+	// The named parameters list the copy's own LayerNorms, so that whether
+	// a pass of the copy records gradients is the copy's alone.
+	copies := map[smat.Matrix]smat.Matrix{}
+	for i, p := range m.Vision.LayerNorms() {
+		q := v.LayerNorms()[i]
+		copies[p.Gamma], copies[p.Beta] = q.Gamma, q.Beta
+	}
+	v.Params = slices.Clone(m.Vision.Params)
+	for i, p := range v.Params {
+		if q, ok := copies[p.Value]; ok {
+			v.Params[i].Value = q
+		}
+	}
+	// Reduced-precision copies of m's blocks would hold m's LayerNorms.
+	if err := v.SetPrecision(kernel.FP32); err != nil {
+		return nil, err
 	}
 	f := *m
 	f.Vision = &v

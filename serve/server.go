@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/subtta/subtta/autograd/kernel"
 	"io"
 	"log/slog"
 	"maps"
@@ -38,6 +39,10 @@ type Config struct {
 	Method string
 	// BatchSize overrides the preset's batch size when positive.
 	BatchSize int
+	// FrozenPrecision is the arithmetic of the linear layers of frozen
+	// requests (clip.Model.SetPrecision): kernel.FP32 (the default),
+	// kernel.BF16 or kernel.Int8. Streams adapt in float32.
+	FrozenPrecision kernel.Precision
 	// Labels are the classes when a request names none.
 	Labels []string
 	// Templates are the prompt templates when a request gives none
@@ -222,6 +227,9 @@ func New(cfg Config) (*Server, error) {
 	frozen, err := frozenCopy(cfg.Model)
 	if err != nil {
 		return nil, err
+	}
+	if err := frozen.SetPrecision(cfg.FrozenPrecision); err != nil {
+		return nil, fmt.Errorf("serve: Config.FrozenPrecision: %w", err)
 	}
 	pre, err := cfg.Model.Preprocessor()
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/subtta/subtta/autograd/kernel"
 	"io"
 	"os"
 	"os/signal"
@@ -37,6 +38,7 @@ func limitGiven(fs *flag.FlagSet) bool {
 func runEval(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("eval", "\n\nWith no flags: the built-in model on the embedded CIFAR-10 test images, corrupted on the fly,\nfor "+strings.Join(builtinMethods, ", ")+" on "+strconv.Itoa(builtinLimit)+" images per corruption (about four minutes on two cores).\n", stderr)
 	f := newEvalFlags(fs)
+	precision := fs.String("precision", "fp32", precisionHelp+" (Source, TDA, the views of multi-view methods that train nothing on them)")
 	device := deviceFlag(fs)
 	release, err := parseOnDevice(fs, device, args, stderr)
 	if err != nil {
@@ -45,6 +47,10 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	defer release()
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q (all inputs are flags)", fs.Arg(0))
+	}
+	prec, err := parsePrecision(*precision, device)
+	if err != nil {
+		return err
 	}
 	cfg, err := f.config()
 	if err != nil {
@@ -58,6 +64,14 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	opt, err := evalOptions(cfg, stderr)
 	if err != nil {
 		return err
+	}
+	if err := setPrecision(opt.Model, prec); err != nil {
+		return err
+	}
+	if prec != kernel.FP32 {
+		// Another precision is another model: a folder of fp32 results is
+		// not resumed in int8, nor the other way round.
+		opt.ModelID += ", linear layers in " + prec.String()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

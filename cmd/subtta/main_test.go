@@ -39,6 +39,11 @@ func TestRunExitCodes(t *testing.T) {
 		{[]string{"bench", "--classes", "0"}, 2, "--classes 0: must be positive"},
 		{[]string{"bench", "--classes", "-3"}, 2, "--classes -3: must be positive"},
 		{[]string{"bench", "--only", "forwar"}, 2, `unknown measurement "forwar"`},
+		{[]string{"bench", "--precision", "fp16"}, 2, `--precision "fp16": want fp32, bf16 or int8`},
+		{[]string{"classify", "--precision", "int4", "x.png"}, 2, `--precision "int4"`},
+		{[]string{"embed", "--precision", "", "--text", "a"}, 2, `--precision ""`},
+		{[]string{"eval", "--precision", "f32"}, 2, `--precision "f32"`},
+		{[]string{"serve", "--precision", "int16"}, 2, `--precision "int16"`},
 		{[]string{"classify", "--labels", "cat,dog,cat", "x.png"}, 2, `"cat" is given twice`},
 		{[]string{"version", "now"}, 2, "version takes no arguments"},
 		// A list flag given empty is an error, not the default.

@@ -61,11 +61,17 @@ func serveMain(ctx context.Context, args []string, stderr io.Writer, ready func(
 	maxLabels := fs.Int("max-labels", serve.DefaultMaxLabels, "most labels (or texts) in one request")
 	maxConc := fs.Int("max-concurrent", serve.DefaultMaxConcurrent, "requests served at once; beyond, 429 with Retry-After (a stream's batch fills only with its requests waiting at once)")
 	timeout := fs.Duration("timeout", serve.DefaultTimeout, "longest time a request may wait for its batch (504 beyond); a request whose batch is being stepped gets its answer")
+	precision := fs.String("precision", "fp32", precisionHelp+" (frozen requests; streams adapt in fp32)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q (all inputs are flags)", fs.Arg(0))
+	}
+	cpuOnly := "cpu"
+	prec, err := parsePrecision(*precision, deviceFlags{name: &cpuOnly})
+	if err != nil {
+		return err
 	}
 	ds := *dataset
 	if a, ok := datasetAliases[ds]; ok {
@@ -131,7 +137,7 @@ func serveMain(ctx context.Context, args []string, stderr io.Writer, ready func(
 		Dataset: ds, Method: *method, BatchSize: *batch, Labels: classes, Templates: templates,
 		MaxWait: *maxWait, MaxStreams: *maxStreams, StateDir: *stateDir,
 		MaxBodyBytes: *maxBody, MaxPixels: *maxPixels, MaxLabels: *maxLabels, MaxConcurrent: *maxConc,
-		Timeout: *timeout, Logger: logger,
+		Timeout: *timeout, Logger: logger, FrozenPrecision: prec,
 	})
 	if err != nil {
 		return err

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/subtta/subtta/autograd/kernel"
+	"github.com/subtta/subtta/builtin"
+	"github.com/subtta/subtta/clip"
+	"github.com/subtta/subtta/data"
+	"github.com/subtta/subtta/serve"
+)
+
+// TestPrecisionClassify: subtta classify --precision P and a frozen
+// request to a server with FrozenPrecision P give the same probabilities
+// bit for bit (one model code path), near fp32's (within 0.05), and not
+// fp32's bits (the reduced precision ran).
+func TestPrecisionClassify(t *testing.T) {
+	jpegs, err := builtin.JPEGs(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var paths []string
+	for i, img := range jpegs {
+		p := filepath.Join(dir, string(rune('a'+i))+".jpg")
+		if err := os.WriteFile(p, img, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	classify := func(prec string) [][]float64 {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if st := run(append([]string{"classify", "--json", "--precision", prec}, paths...), &out, &errb); st != 0 {
+			t.Fatalf("classify --precision %s: status %d: %s", prec, st, errb.String())
+		}
+		var res []struct{ Probs []struct{ Prob float64 } }
+		if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+			t.Fatal(err)
+		}
+		var probs [][]float64
+		for _, r := range res {
+			var p []float64
+			for _, x := range r.Probs {
+				p = append(p, x.Prob)
+			}
+			probs = append(probs, p)
+		}
+		return probs
+	}
+	fp32 := classify("fp32")
+	for _, prec := range []kernel.Precision{kernel.BF16, kernel.Int8} {
+		t.Run(prec.String(), func(t *testing.T) {
+			if err := kernel.CheckPrecision(prec); err != nil {
+				var out, errb bytes.Buffer
+				if st := run(append([]string{"classify", "--precision", prec.String()}, paths...), &out, &errb); st != 2 {
+					t.Errorf("classify --precision %s on a CPU without its kernel: status %d, want 2 (%s)", prec, st, errb.String())
+				}
+				t.Skipf("%v", err)
+			}
+			low := classify(prec.String())
+			m, err := builtin.Model(clip.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv, err := serve.New(serve.Config{Model: m, Tokenizer: builtin.Tokenizer(), ModelVersion: "test",
+				Labels: data.CIFAR10Classes, Templates: data.CIFAR10Templates, FrozenPrecision: prec})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Shutdown(t.Context())
+			ts := httptest.NewServer(srv.Handler())
+			defer ts.Close()
+			for i, img := range jpegs {
+				resp, err := http.Post(ts.URL+"/v1/classify", "image/jpeg", bytes.NewReader(img))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got serve.ClassifyResponse
+				err = json.NewDecoder(resp.Body).Decode(&got)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != http.StatusOK {
+					t.Fatalf("serve: status %d: %v", resp.StatusCode, err)
+				}
+				// The server scores the class head built with the model's
+				// precision too; its labels are in the same order.
+				if !slices.Equal(got.Probs, low[i]) {
+					t.Errorf("image %d: serve %v, classify --precision %s %v", i, got.Probs, prec, low[i])
+				}
+				if slices.Equal(low[i], fp32[i]) {
+					t.Errorf("image %d: %s probabilities equal fp32's bit for bit", i, prec)
+				}
+				for j := range low[i] {
+					if d := math.Abs(low[i][j] - fp32[i][j]); d > 0.05 {
+						t.Errorf("image %d class %d: %s %v, fp32 %v", i, j, prec, low[i][j], fp32[i][j])
+					}
+				}
+			}
+		})
+	}
+}
