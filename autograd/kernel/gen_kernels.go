@@ -797,6 +797,28 @@ func genQuantize() string {
 	w("qdone:")
 	w("\tVZEROUPPER")
 	w("\tRET")
+	w("")
+	// VCVTNEPS2BF16 rounds to nearest even, reads subnormals as zero and
+	// quiets NaNs, as ToBF16 does; the Go assembler does not know it.
+	w("// func toBF16AVX512(dst *uint16, x *float32, n int)")
+	w("// dst[i] = ToBF16(x[i]) for i < n, n a multiple of 16.")
+	w("TEXT ·toBF16AVX512(SB), NOSPLIT, $0-24")
+	w("\tMOVQ dst+0(FP), DI")
+	w("\tMOVQ x+8(FP), SI")
+	w("\tMOVQ n+16(FP), CX")
+	w("\tSHRQ $4, CX")
+	w("\tJZ bdone")
+	w("bloop:")
+	w("\tVMOVUPS (SI), Z1")
+	w("\tBYTE $0x62; BYTE $0xf2; BYTE $0x7e; BYTE $0x48; BYTE $0x72; BYTE $0xc1 // VCVTNEPS2BF16 Z1, Y0")
+	w("\tVMOVDQU Y0, (DI)")
+	w("\tADDQ $64, SI")
+	w("\tADDQ $32, DI")
+	w("\tDECQ CX")
+	w("\tJNZ bloop")
+	w("bdone:")
+	w("\tVZEROUPPER")
+	w("\tRET")
 	return b.String()
 }
 

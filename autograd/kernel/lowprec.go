@@ -6,6 +6,7 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Precision is the arithmetic of a forward pass's linear layers.
@@ -373,6 +374,7 @@ func quantizeA(m, k int, x []float32, lda int) *packedA {
 func roundA(m, k int, x []float32, lda int) *packedA {
 	pa := getPackedA(m, (k+1)/2)
 	ld := pa.lda()
+	asm := haveQuantizeAVX512 && bf16Active.name != "go"
 	panels := (m + lowMR - 1) / lowMR
 	ParallelFor(panels, func(lo, hi int) {
 		for i := lo * lowMR; i < hi*lowMR; i++ {
@@ -382,10 +384,8 @@ func roundA(m, k int, x []float32, lda int) *packedA {
 				continue
 			}
 			clear(row[2*k:])
-			for p, v := range x[i*lda : i*lda+k] {
-				h := ToBF16(v)
-				row[2*p], row[2*p+1] = uint8(h), uint8(h>>8)
-			}
+			// The bytes of a row are its bf16 values, little-endian.
+			toBF16Row(unsafe.Slice((*uint16)(unsafe.Pointer(&row[0])), ld/2), x[i*lda:i*lda+k], asm)
 		}
 	})
 	return pa

@@ -18,10 +18,29 @@ func rowRangeAVX512(x *float32, n int) (lo, hi, bad float32)
 //go:noescape
 func quantizeU8AVX512(dst *uint8, x *float32, n int, inv float32, zero int32)
 
+//go:noescape
+func toBF16AVX512(dst *uint16, x *float32, n int)
+
 // haveQuantizeAVX512 reports whether the activations' quantisation can run
 // its AVX-512 loops (with the int8 VNNI kernel only, so that selecting the
 // Go kernel runs Go throughout).
 var haveQuantizeAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW
+
+// toBF16Row writes ToBF16(x[i]) to dst[i], with VCVTNEPS2BF16 for whole
+// groups of 16 values when asm is set.
+func toBF16Row(dst []uint16, x []float32, asm bool) {
+	dst = dst[:len(x)]
+	n16 := 0
+	if asm {
+		n16 = len(x) &^ 15
+		if n16 > 0 {
+			toBF16AVX512(&dst[0], &x[0], n16)
+		}
+	}
+	for i := n16; i < len(x); i++ {
+		dst[i] = ToBF16(x[i])
+	}
+}
 
 var (
 	vnniKernel       = lowKernel{name: "avx512vnni", mr: lowMR}

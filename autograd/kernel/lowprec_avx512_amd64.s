@@ -406,3 +406,23 @@ qloop:
 qdone:
 	VZEROUPPER
 	RET
+
+// func toBF16AVX512(dst *uint16, x *float32, n int)
+// dst[i] = ToBF16(x[i]) for i < n, n a multiple of 16.
+TEXT ·toBF16AVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $4, CX
+	JZ bdone
+bloop:
+	VMOVUPS (SI), Z1
+	BYTE $0x62; BYTE $0xf2; BYTE $0x7e; BYTE $0x48; BYTE $0x72; BYTE $0xc1 // VCVTNEPS2BF16 Z1, Y0
+	VMOVDQU Y0, (DI)
+	ADDQ $64, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ bloop
+bdone:
+	VZEROUPPER
+	RET

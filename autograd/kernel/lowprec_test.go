@@ -349,3 +349,46 @@ func TestParsePrecision(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestToBF16 checks the rounding to bf16 on values around every tie, the
+// largest finite values, subnormals, infinities and NaNs, and the AVX-512
+// conversion against the Go one, bit for bit.
+func TestToBF16(t *testing.T) {
+	cases := []struct {
+		x    uint32
+		want uint16
+	}{
+		{0x3f800000, 0x3f80}, // 1
+		{0x3f808000, 0x3f80}, // tie, even below
+		{0x3f818000, 0x3f82}, // tie, even above
+		{0x3f808001, 0x3f81},
+		{0x7f7fffff, 0x7f80}, // the largest float32 rounds to +Inf
+		{0x7f800000, 0x7f80},
+		{0xff800000, 0xff80},
+		{0x7fa00000, 0x7fe0}, // a signalling NaN is quieted
+		{0x00400000, 0x0000}, // subnormal: zero
+		{0x80400000, 0x8000},
+		{0x00800000, 0x0080}, // the smallest normal
+	}
+	for _, c := range cases {
+		if got := ToBF16(math.Float32frombits(c.x)); got != c.want {
+			t.Errorf("ToBF16(%#08x) = %#04x, want %#04x", c.x, got, c.want)
+		}
+	}
+	r := rand.New(rand.NewPCG(11, 12))
+	x := make([]float32, 1000)
+	for i := range x {
+		x[i] = math.Float32frombits(r.Uint32())
+	}
+	for i, c := range cases {
+		x[i] = math.Float32frombits(c.x)
+	}
+	want, got := make([]uint16, len(x)), make([]uint16, len(x))
+	toBF16Row(want, x, false)
+	toBF16Row(got, x, haveQuantizeAVX512 && len(BF16Kernels()) > 1)
+	for i := range x {
+		if got[i] != want[i] {
+			t.Fatalf("x = %#08x: VCVTNEPS2BF16 %#04x, ToBF16 %#04x", math.Float32bits(x[i]), got[i], want[i])
+		}
+	}
+}
