@@ -44,7 +44,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	lp := header + genLowPrec(lowSpec{"gemmInt8VNNI", 8, true}) + "\n" + genLowPrec(lowSpec{"gemmBF16AVX512", 8, false}) + "\n" + genQuantize()
+	lp := header + genLowPrec(lowSpec{"gemmInt8VNNI", 12, true}) + "\n" + genLowPrec(lowSpec{"gemmBF16AVX512", 12, false}) + "\n" + genQuantize()
 	if err := os.WriteFile("lowprec_avx512_amd64.s", []byte(lp), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -610,11 +610,13 @@ func genLowPrec(s lowSpec) string {
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
 	z := func(i int) string { return fmt.Sprintf("Z%d", i) }
 	acc := func(r, v int) int { return 4 + 2*r + v }
-	// Rows of A at SI, SI+lda, SI+2·lda, then R10 and R11 for the next
-	// groups of three (R12 = lda in bytes); rows of C likewise from DI, R13,
-	// R14 (R9 = ldc in bytes).
-	aAt := func(r int) string { return rowOf3(r, 0, []string{"SI", "R10", "R11"}, "R12") }
-	cAt := func(r, v int) string { return rowOf3(r, v*64, []string{"DI", "R13", "R14"}, "R9") }
+	// Rows of A at SI, SI+lda, SI+2·lda, then R10, R11 and R13 for the
+	// next groups of three (R12 = lda in bytes); rows of C likewise from DI,
+	// R13, R14 and SI (R9 = ldc in bytes), set up after the loop.
+	aBases := []string{"SI", "R10", "R11", "R13"}
+	cBases := []string{"DI", "R13", "R14", "SI"}
+	aAt := func(r int) string { return rowOf3(r, 0, aBases, "R12") }
+	cAt := func(r, v int) string { return rowOf3(r, v*64, cBases, "R9") }
 	var sig string
 	frame := 0
 	if s.int8 {
@@ -643,16 +645,10 @@ func genLowPrec(s lowSpec) string {
 	w("\tMOVQ kg+0(FP), CX")
 	w("\tMOVQ R8, SI")
 	w("\tLEAQ (R12)(R12*2), AX")
-	w("\tLEAQ (SI)(AX*1), R10")
-	if s.mr > 6 {
-		w("\tLEAQ (R10)(AX*1), R11")
+	for i := 1; i*3 < s.mr; i++ {
+		w("\tLEAQ (%s)(AX*1), %s", aBases[i-1], aBases[i])
 	}
 	w("\tMOVQ b+24(FP), DX")
-	w("\tLEAQ (R9)(R9*2), AX")
-	w("\tLEAQ (DI)(AX*1), R13")
-	if s.mr > 6 {
-		w("\tLEAQ (R13)(AX*1), R14")
-	}
 	for r := 0; r < s.mr; r++ {
 		for v := 0; v < 2; v++ {
 			w("\tVPXORD %s, %s, %s", z(acc(r, v)), z(acc(r, v)), z(acc(r, v)))
@@ -672,14 +668,16 @@ func genLowPrec(s lowSpec) string {
 			}
 		}
 	}
-	w("\tADDQ $4, SI")
-	w("\tADDQ $4, R10")
-	if s.mr > 6 {
-		w("\tADDQ $4, R11")
+	for i := 0; i*3 < s.mr; i++ {
+		w("\tADDQ $4, %s", aBases[i])
 	}
 	w("\tADDQ $128, DX")
 	w("\tDECQ CX")
 	w("\tJNZ loop")
+	w("\tLEAQ (R9)(R9*2), AX")
+	for i := 1; i*3 < s.mr; i++ {
+		w("\tLEAQ (%s)(AX*1), %s", cBases[i-1], cBases[i])
+	}
 	w("\tMOVQ bias+%d(FP), AX", biasOff)
 	if s.int8 {
 		w("\tMOVQ rowScale+48(FP), R10")

@@ -135,7 +135,7 @@ func bestBF16Kernel() lowKernel { return bf16Available()[0] }
 
 // lowMR is the tile height of every reduced-precision kernel (the Go
 // references included, so that one packed layout serves all).
-const lowMR = 8
+const lowMR = 12
 
 var (
 	goInt8Kernel = lowKernel{name: "go", mr: lowMR}
