@@ -1,0 +1,61 @@
+//go:build unix
+
+package vit
+
+import (
+	"math/rand/v2"
+	"syscall"
+	"testing"
+
+	smat "github.com/nlpodyssey/spago/mat"
+	"github.com/subtta/subtta/autograd/kernel"
+)
+
+// processCPU is the CPU time the process has used, in seconds, all threads.
+func processCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
+// BenchmarkForwardPrecision times the ViT-B/32 forward pass (random
+// weights, batch 64) in each precision this CPU has kernels for. Besides
+// wall time it reports the process's CPU seconds per pass (cpu-s/op),
+// which neighbours on a shared machine disturb far less: compare those
+// across precisions when the machine is busy.
+func BenchmarkForwardPrecision(b *testing.B) {
+	cfg := ViTB32()
+	m, err := Random(cfg, 1, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const batch = 64
+	size := 3 * cfg.Vision.ImageSize * cfg.Vision.ImageSize
+	r := rand.New(rand.NewPCG(2, 2))
+	px := make([]float32, batch*size)
+	for i := range px {
+		px[i] = float32(r.NormFloat64())
+	}
+	images := smat.NewDense[float32](smat.WithShape(batch, size), smat.WithBacking(px))
+	for _, prec := range []kernel.Precision{kernel.FP32, kernel.BF16, kernel.Int8} {
+		b.Run(prec.String(), func(b *testing.B) {
+			if err := kernel.CheckPrecision(prec); err != nil {
+				b.Skip(err)
+			}
+			if err := m.SetPrecision(prec); err != nil {
+				b.Fatal(err)
+			}
+			defer m.SetPrecision(kernel.FP32)
+			m.Forward(images, nil) // packs the fp32 weights, fills the pools
+			b.ResetTimer()
+			cpu0 := processCPU()
+			for i := 0; i < b.N; i++ {
+				m.Forward(images, nil)
+			}
+			b.ReportMetric((processCPU()-cpu0)/float64(b.N), "cpu-s/op")
+			b.ReportMetric(float64(batch*b.N)/b.Elapsed().Seconds(), "images/s")
+		})
+	}
+}
