@@ -110,8 +110,14 @@ func frozenCopy(m *clip.Model) (*clip.Model, error) {
 	if err := v.SetPrecision(kernel.FP32); err != nil {
 		return nil, err
 	}
+	// Its own text tower too (sharing every tensor), so that its precision
+	// (Config.FrozenPrecision) is not the streams' model's.
+	tx := *m.Text
+	if err := tx.SetPrecision(kernel.FP32); err != nil {
+		return nil, err
+	}
 	f := *m
-	f.Vision = &v
+	f.Vision, f.Text = &v, &tx
 	f.SetVisionTrainable(false)
 	// Every LayerNorm tensor a Method trains must be a copy here.
 	shared, _ := m.VisionLayerNorms()

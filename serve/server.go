@@ -40,8 +40,9 @@ type Config struct {
 	// BatchSize overrides the preset's batch size when positive.
 	BatchSize int
 	// FrozenPrecision is the arithmetic of the linear layers of frozen
-	// requests (clip.Model.SetPrecision): kernel.FP32 (the default),
-	// kernel.BF16 or kernel.Int8. Streams adapt in float32.
+	// requests' images and texts (clip.Model.SetPrecision): kernel.FP32
+	// (the default), kernel.BF16 or kernel.Int8. Streams adapt in float32,
+	// and the zero-shot heads, which streams share, are built in float32.
 	FrozenPrecision kernel.Precision
 	// Labels are the classes when a request names none.
 	Labels []string

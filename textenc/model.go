@@ -73,6 +73,15 @@ func (m *Model) SetPrecision(prec kernel.Precision) error {
 	return nil
 }
 
+// Precision reports whether SetPrecision set a reduced precision: the
+// blocks' precision (kernel.FP32 by default).
+func (m *Model) Precision() kernel.Precision {
+	if len(m.lowBlocks) == 0 {
+		return kernel.FP32
+	}
+	return m.lowBlocks[0].QKV.Precision()
+}
+
 // Forward encodes a batch of token sequences (each as Tokenize returns it:
 // start token, ids, end token, then the tokenizer's padding) into
 // unnormalised features [batch, embed]: encode_text of CLIP.
