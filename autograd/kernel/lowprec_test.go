@@ -392,3 +392,44 @@ func TestToBF16(t *testing.T) {
 		}
 	}
 }
+
+// FuzzQuantizeRowU8 quantises arbitrary float32 rows (the fuzzer's bytes,
+// four per value): the AVX-512 loops agree with Go's bit for bit, a row
+// with NaN or ±Inf gets a NaN scale, and every other value is within half
+// a step of its quantised value (or the row counts as zeros, all within
+// 255·2⁻¹²⁶ of zero).
+func FuzzQuantizeRowU8(f *testing.F) {
+	f.Add([]byte{0, 0, 128, 63, 0, 0, 0, 192})
+	f.Add(make([]byte, 4*37))
+	f.Add([]byte{255, 255, 127, 127, 255, 255, 127, 255, 0, 0, 192, 127})
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		x := make([]float32, len(raw)/4)
+		finite := true
+		for i := range x {
+			x[i] = math.Float32frombits(uint32(raw[4*i]) | uint32(raw[4*i+1])<<8 | uint32(raw[4*i+2])<<16 | uint32(raw[4*i+3])<<24)
+			finite = finite && !math.IsNaN(float64(x[i])) && !math.IsInf(float64(x[i]), 0)
+		}
+		q := make([]uint8, len(x))
+		scale, zero := quantizeRowU8(q, x, false)
+		if haveQuantizeAVX512 {
+			q2 := make([]uint8, len(x))
+			scale2, zero2 := quantizeRowU8(q2, x, true)
+			if math.Float32bits(scale2) != math.Float32bits(scale) || zero2 != zero || string(q2) != string(q) {
+				t.Fatalf("AVX-512 quantisation differs from Go's: %v %d vs %v %d", scale2, zero2, scale, zero)
+			}
+		}
+		if !finite {
+			if !math.IsNaN(float64(scale)) {
+				t.Fatalf("row with NaN or Inf: scale %v", scale)
+			}
+			return
+		}
+		for p, v := range x {
+			got := float64(scale) * float64(int32(q[p])-zero)
+			tol := max(0.5*float64(scale)*(1+1e-5)+1e-6*math.Abs(float64(v)), 255*0x1p-126)
+			if e := math.Abs(got - float64(v)); e > tol {
+				t.Fatalf("x[%d] = %g quantised to %g (scale %g, zero %d)", p, v, got, scale, zero)
+			}
+		}
+	})
+}
