@@ -56,13 +56,35 @@ func TestReducedPrecisionFeatures(t *testing.T) {
 	}
 	img32, txt32 := encode()
 	dim := m.Config.EmbedDim
-	for _, c := range []struct {
+	type precCase struct {
 		prec   kernel.Precision
+		kern   string // int8: the kernel (its activations' levels differ)
 		minCos float64
-	}{{kernel.BF16, 0.999}, {kernel.Int8, 0.995}} {
-		t.Run(c.prec.String(), func(t *testing.T) {
+	}
+	cases := []precCase{{kernel.BF16, "", 0.999}}
+	for _, k := range kernel.Int8Kernels() {
+		if k != "go" {
+			cases = append(cases, precCase{kernel.Int8, k, 0.995})
+		}
+	}
+	if len(cases) == 1 {
+		cases = append(cases, precCase{kernel.Int8, "", 0.995})
+	}
+	for _, c := range cases {
+		name := c.prec.String()
+		if c.kern != "" {
+			name += "-" + c.kern
+		}
+		t.Run(name, func(t *testing.T) {
 			if err := kernel.CheckPrecision(c.prec); err != nil {
 				t.Skipf("%v (the kernels' Go references are tested in autograd/kernel)", err)
+			}
+			if c.kern != "" {
+				prev, err := kernel.SetInt8Kernel(c.kern)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer kernel.SetInt8Kernel(prev)
 			}
 			if err := m.SetPrecision(c.prec); err != nil {
 				t.Fatal(err)

@@ -45,6 +45,10 @@ func main() {
 		os.Exit(1)
 	}
 	lp := header + genLowPrec(lowSpec{"gemmInt8VNNI", 12, true}) + "\n" + genLowPrec(lowSpec{"gemmBF16AVX512", 12, false}) + "\n" + genQuantize()
+	if err := os.WriteFile("lowprec_avx2_amd64.s", []byte(header+genInt8AVX2()), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	if err := os.WriteFile("lowprec_avx512_amd64.s", []byte(lp), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -771,8 +775,8 @@ func genQuantize() string {
 	w("\tVZEROUPPER")
 	w("\tRET")
 	w("")
-	w("// func quantizeU8AVX512(dst *uint8, x *float32, n int, inv float32, zero int32)")
-	w("TEXT ·quantizeU8AVX512(SB), NOSPLIT, $0-32")
+	w("// func quantizeU8AVX512(dst *uint8, x *float32, n int, inv float32, zero, levels int32)")
+	w("TEXT ·quantizeU8AVX512(SB), NOSPLIT, $0-36")
 	w("\tMOVQ dst+0(FP), DI")
 	w("\tMOVQ x+8(FP), SI")
 	w("\tMOVQ n+16(FP), CX")
@@ -781,12 +785,15 @@ func genQuantize() string {
 	w("\tVBROADCASTSS inv+24(FP), Z0")
 	w("\tMOVL zero+28(FP), AX")
 	w("\tVPBROADCASTD AX, Z1")
+	w("\tMOVL levels+32(FP), AX")
+	w("\tVPBROADCASTD AX, Z4")
 	w("\tVPXORD Z2, Z2, Z2")
 	w("qloop:")
 	w("\tVMULPS (SI), Z0, Z3")
 	w("\tVCVTPS2DQ Z3, Z3")
 	w("\tVPADDD Z1, Z3, Z3")
 	w("\tVPMAXSD Z2, Z3, Z3")
+	w("\tVPMINSD Z4, Z3, Z3")
 	w("\tVPMOVUSDB Z3, (DI)")
 	w("\tADDQ $64, SI")
 	w("\tADDQ $16, DI")
@@ -832,4 +839,85 @@ func vdpbf16ps(dst, src2, src3 int) string {
 	modrm := 0xC0 | (dst&7)<<3 | src3&7
 	return fmt.Sprintf("BYTE $0x62; BYTE $0x%02x; BYTE $0x%02x; BYTE $0x%02x; BYTE $0x52; BYTE $0x%02x // VDPBF16PS Z%d, Z%d, Z%d",
 		p0, p1, p2, modrm, src3, src2, dst)
+}
+
+// genInt8AVX2 writes gemmInt8AVX2, the int8 kernel for CPUs with AVX2 but
+// no VNNI: a 3×32 tile (12 ymm accumulators of 8 int32 lanes), the same
+// packed layouts and epilogue as gemmInt8VNNI. Per group of 4 k and 8
+// columns, VPMADDUBSW multiplies the row's 4 u8 with each column's 4 s8 and
+// adds adjacent pairs into int16 lanes, with signed saturation: the
+// activations are quantised to 7 bits (0…127) for this kernel, so a pair is
+// at most 2·127·127 = 32258 and never saturates. VPMADDWD by ones widens
+// the pairs' sums to int32, exactly VPDPBUSD's sum of four.
+func genInt8AVX2() string {
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
+	const mr = 3
+	acc := func(r, v int) string { return fmt.Sprintf("Y%d", 4*r+v) }
+	aAt := func(r int) string { return rowOf3(r, 0, []string{"SI"}, "R12") }
+	cAt := func(r, v int) string { return rowOf3(r, v*32, []string{"DI"}, "R9") }
+	w("// func gemmInt8AVX2(kg int, a *uint8, lda int, b *int8, c *float32, ldc int, rowScale *float32, rowZero *int32, colSum *int32, colScale *float32, bias *float32, tiles int)")
+	w("// For each of tiles (≥ 1) tiles of C[3×32], the next 3 rows down each time;")
+	w("// see genInt8AVX2 in gen_kernels.go.")
+	w("TEXT ·gemmInt8AVX2(SB), NOSPLIT, $0-96")
+	w("\tMOVQ ldc+40(FP), R9")
+	w("\tSHLQ $2, R9")
+	w("\tMOVQ lda+16(FP), R12")
+	w("\tMOVQ a+8(FP), R8")
+	w("\tMOVQ c+32(FP), DI")
+	w("\tMOVQ tiles+88(FP), BX")
+	w("\tVPCMPEQW Y14, Y14, Y14")
+	w("\tVPSRLW $15, Y14, Y14") // int16 ones
+	w("tileloop:")
+	w("\tMOVQ kg+0(FP), CX")
+	w("\tMOVQ R8, SI")
+	w("\tMOVQ b+24(FP), DX")
+	for r := 0; r < mr; r++ {
+		for v := 0; v < 4; v++ {
+			w("\tVPXOR %s, %s, %s", acc(r, v), acc(r, v), acc(r, v))
+		}
+	}
+	w("loop:")
+	for r := 0; r < mr; r++ {
+		w("\tVPBROADCASTD %s, Y12", aAt(r))
+		for v := 0; v < 4; v++ {
+			w("\tVPMADDUBSW %d(DX), Y12, Y13", 32*v)
+			w("\tVPMADDWD Y14, Y13, Y13")
+			w("\tVPADDD Y13, %s, %s", acc(r, v), acc(r, v))
+		}
+	}
+	w("\tADDQ $4, SI")
+	w("\tADDQ $128, DX")
+	w("\tDECQ CX")
+	w("\tJNZ loop")
+	w("\tMOVQ bias+80(FP), AX")
+	w("\tMOVQ rowScale+48(FP), R10")
+	w("\tMOVQ rowZero+56(FP), R11")
+	w("\tMOVQ colSum+64(FP), DX")
+	w("\tMOVQ colScale+72(FP), R13")
+	for r := 0; r < mr; r++ {
+		w("\tVPBROADCASTD %d(R11), Y15", 4*r)
+		w("\tVBROADCASTSS %d(R10), Y12", 4*r)
+		for v := 0; v < 4; v++ {
+			a := acc(r, v)
+			w("\tVPMULLD %d(DX), Y15, Y13", 32*v)
+			w("\tVPSUBD Y13, %s, %s", a, a)
+			w("\tVCVTDQ2PS %s, %s", a, a)
+			w("\tVMULPS %d(R13), Y12, Y13", 32*v)
+			w("\tVMULPS Y13, %s, %s", a, a)
+			w("\tVADDPS %d(AX), %s, %s", 32*v, a, a)
+			w("\tVMOVUPS %s, %s", a, cAt(r, v))
+		}
+	}
+	w("\tADDQ $%d, rowScale+48(FP)", 4*mr)
+	w("\tADDQ $%d, rowZero+56(FP)", 4*mr)
+	w("\tIMUL3Q $%d, R12, AX", mr)
+	w("\tADDQ AX, R8")
+	w("\tIMUL3Q $%d, R9, AX", mr)
+	w("\tADDQ AX, DI")
+	w("\tDECQ BX")
+	w("\tJNZ tileloop")
+	w("\tVZEROUPPER")
+	w("\tRET")
+	return b.String()
 }

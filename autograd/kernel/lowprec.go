@@ -68,7 +68,7 @@ func CheckPrecision(p Precision) error {
 		return nil
 	case Int8:
 		if int8Active.name == "go" {
-			return fmt.Errorf("%w: int8 needs AVX512-VNNI (VPDPBUSD)", ErrPrecisionUnsupported)
+			return fmt.Errorf("%w: int8 needs AVX2 (VPMADDUBSW) or AVX512-VNNI (VPDPBUSD)", ErrPrecisionUnsupported)
 		}
 	case BF16:
 		if bf16Active.name == "go" {
@@ -87,8 +87,9 @@ const lowNR = 32
 // lowKernel computes tiles mr×lowNR tiles of C, one below the other, from
 // packed panels. Its arguments are in the operands the driver passes.
 type lowKernel struct {
-	name string
-	mr   int
+	name   string
+	mr     int
+	levels int32 // int8: the largest code of the activations (255, or 127)
 }
 
 var (
@@ -138,7 +139,7 @@ func bestBF16Kernel() lowKernel { return bf16Available()[0] }
 const lowMR = 12
 
 var (
-	goInt8Kernel = lowKernel{name: "go", mr: lowMR}
+	goInt8Kernel = lowKernel{name: "go", mr: lowMR, levels: 255}
 	goBF16Kernel = lowKernel{name: "go", mr: lowMR}
 )
 
@@ -270,7 +271,11 @@ const magicRound = 0x1.8p23
 // A row of zeros gets scale 0; a row holding NaN or ±Inf gets scale NaN, so
 // that its outputs are NaN as in float32. With asm set, the loops over
 // whole groups of 16 values run in AVX-512 (the same results, bit for bit).
-func quantizeRowU8(dst []uint8, x []float32, asm bool) (scale float32, zero int32) {
+//
+// levels is the largest code: 255, or 127 for the AVX2 kernel, whose
+// VPMADDUBSW adds two u8·s8 products in int16 with saturation: with 7-bit
+// activations the pair stays within 2·127·127 = 32258, so no sum saturates.
+func quantizeRowU8(dst []uint8, x []float32, asm bool, levels int32) (scale float32, zero int32) {
 	dst = dst[:len(x)]
 	var lo, hi, bad float32
 	n16 := 0
@@ -289,7 +294,8 @@ func quantizeRowU8(dst []uint8, x []float32, asm bool) (scale float32, zero int3
 		clear(dst)
 		return float32(math.NaN()), 0
 	}
-	scale = hi/255 - lo/255 // not (hi − lo)/255, which can overflow
+	l := float32(levels)
+	scale = hi/l - lo/l // not (hi − lo)/levels, which can overflow
 	if scale < minNormal32 {
 		// Every |x| < 255·2⁻¹²⁶: a subnormal scale has too few bits to
 		// quantise with, and the outputs' share of such a row is below
@@ -299,14 +305,14 @@ func quantizeRowU8(dst []uint8, x []float32, asm bool) (scale float32, zero int3
 	}
 	inv := 1 / scale
 	zf := float32(-lo*inv) + magicRound
-	zero = max(0, min(255, int32(math.Float32bits(zf))-0x4b400000))
+	zero = max(0, min(levels, int32(math.Float32bits(zf))-0x4b400000))
 	if n16 > 0 {
-		quantizeU8AVX512(&dst[0], &x[0], n16, inv, zero)
+		quantizeU8AVX512(&dst[0], &x[0], n16, inv, zero, levels)
 	}
 	for p := n16; p < len(x); p++ {
 		r := float32(x[p]*inv) + magicRound
 		q := int32(math.Float32bits(r)) - 0x4b400000 + zero
-		dst[p] = uint8(max(0, min(255, q)))
+		dst[p] = uint8(max(0, min(levels, q)))
 	}
 	return scale, zero
 }
@@ -354,6 +360,7 @@ func quantizeA(m, k int, x []float32, lda int) *packedA {
 	pa := getPackedA(m, (k+3)/4)
 	ld := pa.lda()
 	asm := haveQuantizeAVX512 && int8Active.name != "go"
+	levels := int8Active.levels
 	panels := (m + lowMR - 1) / lowMR
 	ParallelFor(panels, func(lo, hi int) {
 		for i := lo * lowMR; i < hi*lowMR; i++ {
@@ -364,7 +371,7 @@ func quantizeA(m, k int, x []float32, lda int) *packedA {
 				continue
 			}
 			clear(row[k:])
-			pa.scale[i], pa.zero[i] = quantizeRowU8(row, x[i*lda:i*lda+k], asm)
+			pa.scale[i], pa.zero[i] = quantizeRowU8(row, x[i*lda:i*lda+k], asm, levels)
 		}
 	})
 	return pa

@@ -16,7 +16,10 @@ func gemmBF16AVX512(kg int, a *uint16, lda int, b *uint16, c *float32, ldc int, 
 func rowRangeAVX512(x *float32, n int) (lo, hi, bad float32)
 
 //go:noescape
-func quantizeU8AVX512(dst *uint8, x *float32, n int, inv float32, zero int32)
+func quantizeU8AVX512(dst *uint8, x *float32, n int, inv float32, zero, levels int32)
+
+//go:noescape
+func gemmInt8AVX2(kg int, a *uint8, lda int, b *int8, c *float32, ldc int, rowScale *float32, rowZero *int32, colSum *int32, colScale *float32, bias *float32, tiles int)
 
 //go:noescape
 func toBF16AVX512(dst *uint16, x *float32, n int)
@@ -43,15 +46,20 @@ func toBF16Row(dst []uint16, x []float32, asm bool) {
 }
 
 var (
-	vnniKernel       = lowKernel{name: "avx512vnni", mr: lowMR}
+	vnniKernel       = lowKernel{name: "avx512vnni", mr: lowMR, levels: 255}
+	avx2Int8Kernel   = lowKernel{name: "avx2", mr: 3, levels: 127}
 	avx512BF16Kernel = lowKernel{name: "avx512bf16", mr: lowMR}
 )
 
 func int8Available() []lowKernel {
+	var ks []lowKernel
 	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512VNNI {
-		return []lowKernel{vnniKernel, goInt8Kernel}
+		ks = append(ks, vnniKernel)
 	}
-	return []lowKernel{goInt8Kernel}
+	if cpu.X86.HasAVX2 {
+		ks = append(ks, avx2Int8Kernel)
+	}
+	return append(ks, goInt8Kernel)
 }
 
 func bf16Available() []lowKernel {
@@ -63,7 +71,13 @@ func bf16Available() []lowKernel {
 
 // int8TileAsm and bf16TileAsm call the assembly; int8Tile and bf16Tile have
 // checked the bounds.
-func int8TileAsm(_ lowKernel, groups int, a []uint8, lda int, b []int8, c []float32, ldc int, scale []float32, zero []int32, colSum []int32, colScale, bias []float32, tiles int) {
+func int8TileAsm(kern lowKernel, groups int, a []uint8, lda int, b []int8, c []float32, ldc int, scale []float32, zero []int32, colSum []int32, colScale, bias []float32, tiles int) {
+	if kern.name == avx2Int8Kernel.name {
+		// lowMR rows are lowMR/3 tiles of this kernel's 3.
+		gemmInt8AVX2(groups, unsafe.SliceData(a), lda, unsafe.SliceData(b), unsafe.SliceData(c), ldc,
+			unsafe.SliceData(scale), unsafe.SliceData(zero), unsafe.SliceData(colSum), unsafe.SliceData(colScale), unsafe.SliceData(bias), checkTiles(tiles)*(lowMR/3))
+		return
+	}
 	gemmInt8VNNI(groups, unsafe.SliceData(a), lda, unsafe.SliceData(b), unsafe.SliceData(c), ldc,
 		unsafe.SliceData(scale), unsafe.SliceData(zero), unsafe.SliceData(colSum), unsafe.SliceData(colScale), unsafe.SliceData(bias), checkTiles(tiles))
 }

@@ -508,8 +508,8 @@ reduce:
 	VZEROUPPER
 	RET
 
-// func quantizeU8AVX512(dst *uint8, x *float32, n int, inv float32, zero int32)
-TEXT ·quantizeU8AVX512(SB), NOSPLIT, $0-32
+// func quantizeU8AVX512(dst *uint8, x *float32, n int, inv float32, zero, levels int32)
+TEXT ·quantizeU8AVX512(SB), NOSPLIT, $0-36
 	MOVQ dst+0(FP), DI
 	MOVQ x+8(FP), SI
 	MOVQ n+16(FP), CX
@@ -518,12 +518,15 @@ TEXT ·quantizeU8AVX512(SB), NOSPLIT, $0-32
 	VBROADCASTSS inv+24(FP), Z0
 	MOVL zero+28(FP), AX
 	VPBROADCASTD AX, Z1
+	MOVL levels+32(FP), AX
+	VPBROADCASTD AX, Z4
 	VPXORD Z2, Z2, Z2
 qloop:
 	VMULPS (SI), Z0, Z3
 	VCVTPS2DQ Z3, Z3
 	VPADDD Z1, Z3, Z3
 	VPMAXSD Z2, Z3, Z3
+	VPMINSD Z4, Z3, Z3
 	VPMOVUSDB Z3, (DI)
 	ADDQ $64, SI
 	ADDQ $16, DI

@@ -3,6 +3,7 @@ package kernel
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -16,31 +17,49 @@ func BenchmarkGemmLowPrecision(b *testing.B) {
 			b.Logf("%v: %v", prec, err)
 			continue
 		}
-		for _, s := range vitB32Shapes {
-			b.Run(fmt.Sprintf("%v/M%d_K%d_N%d", prec, s.m, s.k, s.n), func(b *testing.B) {
-				r := rand.New(rand.NewPCG(1, 1))
-				a := randSlice(r, s.m*s.k)
-				w := randSlice(r, s.n*s.k)
-				bias := randSlice(r, s.n)
-				c := make([]float32, s.m*s.n)
-				var run func()
-				switch prec {
-				case FP32:
-					p := PackBToKeep(true, s.k, s.n, w, s.k)
-					run = func() { GemmPackedBias(false, s.m, 1, a, s.k, p, bias, c, s.n) }
-				case BF16:
-					p, _ := PackBF16("w", w, s.n, s.k)
-					run = func() { GemmBF16(s.m, a, s.k, p, bias, c, s.n) }
-				case Int8:
-					p, _ := QuantizeInt8("w", w, s.n, s.k)
-					run = func() { GemmInt8(s.m, a, s.k, p, bias, c, s.n) }
-				}
-				b.ResetTimer()
-				for i := 0; i < b.N; i++ {
-					run()
-				}
-				b.ReportMetric(2*float64(s.m)*float64(s.n)*float64(s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-			})
+		kernels := []string{""}
+		if prec == Int8 {
+			kernels = slices.DeleteFunc(Int8Kernels(), func(n string) bool { return n == "go" })
+		}
+		for _, kern := range kernels {
+			for _, s := range vitB32Shapes {
+				b.Run(fmt.Sprintf("%v%s/M%d_K%d_N%d", prec, kernelSuffix(kern), s.m, s.k, s.n), func(b *testing.B) {
+					if kern != "" {
+						prev, _ := SetInt8Kernel(kern)
+						defer SetInt8Kernel(prev)
+					}
+					r := rand.New(rand.NewPCG(1, 1))
+					a := randSlice(r, s.m*s.k)
+					w := randSlice(r, s.n*s.k)
+					bias := randSlice(r, s.n)
+					c := make([]float32, s.m*s.n)
+					var run func()
+					switch prec {
+					case FP32:
+						p := PackBToKeep(true, s.k, s.n, w, s.k)
+						run = func() { GemmPackedBias(false, s.m, 1, a, s.k, p, bias, c, s.n) }
+					case BF16:
+						p, _ := PackBF16("w", w, s.n, s.k)
+						run = func() { GemmBF16(s.m, a, s.k, p, bias, c, s.n) }
+					case Int8:
+						p, _ := QuantizeInt8("w", w, s.n, s.k)
+						run = func() { GemmInt8(s.m, a, s.k, p, bias, c, s.n) }
+					}
+					b.ResetTimer()
+					for i := 0; i < b.N; i++ {
+						run()
+					}
+					b.ReportMetric(2*float64(s.m)*float64(s.n)*float64(s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				})
+			}
 		}
 	}
+}
+
+// kernelSuffix names a kernel in a benchmark's name: "-avx2", or nothing.
+func kernelSuffix(kern string) string {
+	if kern == "" {
+		return ""
+	}
+	return "-" + kern
 }

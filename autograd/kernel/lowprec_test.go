@@ -84,13 +84,22 @@ func TestGemmInt8KernelsMatchReference(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := append([]float32(nil), c...)
-		withKernel(t, SetInt8Kernel, "go", func() { GemmInt8(s.m, a, lda, q, bias, want, ldc) })
-		checkPadding(t, "go", want, s.m, s.n, ldc)
-		checkInt8Reference(t, s.m, s.n, s.k, a, lda, q, bias, want, ldc)
 		for _, name := range Int8Kernels() {
+			// The Go reference with the activations quantised to the
+			// kernel's levels.
+			prev, _ := SetInt8Kernel(name)
+			levels := int8Active.levels
+			goLevels := goInt8Kernel
+			goLevels.levels = levels
+			int8Active = goLevels
+			want := append([]float32(nil), c...)
+			GemmInt8(s.m, a, lda, q, bias, want, ldc)
+			SetInt8Kernel(prev)
+			checkPadding(t, "go", want, s.m, s.n, ldc)
+			checkInt8Reference(t, s.m, s.n, s.k, a, lda, q, bias, want, ldc, levels)
 			got := append([]float32(nil), c...)
 			withKernel(t, SetInt8Kernel, name, func() { GemmInt8(s.m, a, lda, q, bias, got, ldc) })
+			checkPadding(t, name, got, s.m, s.n, ldc)
 			sameBits(t, name, got, want)
 		}
 	}
@@ -102,12 +111,12 @@ func TestGemmInt8KernelsMatchReference(t *testing.T) {
 // checkInt8Reference compares C with Σ_p scale·(q_x − zero)·colScale·q_w +
 // bias in float64: the reference's only roundings are of the int32 sum to
 // float32, of the scales' product, of the product and of the bias sum.
-func checkInt8Reference(t *testing.T, m, n, k int, a []float32, lda int, q *Int8Weight, bias, c []float32, ldc int) {
+func checkInt8Reference(t *testing.T, m, n, k int, a []float32, lda int, q *Int8Weight, bias, c []float32, ldc int, levels int32) {
 	t.Helper()
 	wq := q.Dequantize()
 	xq := make([]uint8, k)
 	for i := 0; i < m; i++ {
-		scale, zero := quantizeRowU8(xq, a[i*lda:i*lda+k], false)
+		scale, zero := quantizeRowU8(xq, a[i*lda:i*lda+k], false, levels)
 		for j := 0; j < n; j++ {
 			var s, abs float64
 			for p := 0; p < k; p++ {
@@ -259,15 +268,19 @@ func TestQuantizeRowU8(t *testing.T) {
 		case 1:
 			x[0], x[k-1] = math.MaxFloat32, -math.MaxFloat32
 		}
-		scale, zero := quantizeRowU8(q, x, false)
+		levels := int32(255)
+		if trial%2 == 1 {
+			levels = 127
+		}
+		scale, zero := quantizeRowU8(q, x, false, levels)
 		if haveQuantizeAVX512 {
 			q2 := make([]uint8, k)
-			scale2, zero2 := quantizeRowU8(q2, x, true)
+			scale2, zero2 := quantizeRowU8(q2, x, true, levels)
 			if math.Float32bits(scale2) != math.Float32bits(scale) || zero2 != zero || string(q2) != string(q[:k]) {
 				t.Fatalf("trial %d: AVX-512 quantisation differs from Go's", trial)
 			}
 		}
-		if math.IsNaN(float64(scale)) || math.IsInf(float64(scale), 0) || zero < 0 || zero > 255 {
+		if math.IsNaN(float64(scale)) || math.IsInf(float64(scale), 0) || zero < 0 || zero > levels {
 			t.Fatalf("trial %d: scale %v zero %d", trial, scale, zero)
 		}
 		for p, v := range x {
@@ -287,7 +300,7 @@ func TestQuantizeRowU8(t *testing.T) {
 		for _, at := range []int{1, 37} { // in the AVX-512 part, and in the tail
 			x[at] = bad
 			for _, asm := range []bool{false, haveQuantizeAVX512} {
-				if scale, _ := quantizeRowU8(q, x, asm); !math.IsNaN(float64(scale)) {
+				if scale, _ := quantizeRowU8(q, x, asm, 255); !math.IsNaN(float64(scale)) {
 					t.Errorf("row with %v at %d: scale %v, want NaN", bad, at, scale)
 				}
 			}
@@ -410,10 +423,14 @@ func FuzzQuantizeRowU8(f *testing.F) {
 			finite = finite && !math.IsNaN(float64(x[i])) && !math.IsInf(float64(x[i]), 0)
 		}
 		q := make([]uint8, len(x))
-		scale, zero := quantizeRowU8(q, x, false)
+		levels := int32(255)
+		if len(raw)%2 == 1 {
+			levels = 127
+		}
+		scale, zero := quantizeRowU8(q, x, false, levels)
 		if haveQuantizeAVX512 {
 			q2 := make([]uint8, len(x))
-			scale2, zero2 := quantizeRowU8(q2, x, true)
+			scale2, zero2 := quantizeRowU8(q2, x, true, levels)
 			if math.Float32bits(scale2) != math.Float32bits(scale) || zero2 != zero || string(q2) != string(q) {
 				t.Fatalf("AVX-512 quantisation differs from Go's: %v %d vs %v %d", scale2, zero2, scale, zero)
 			}
