@@ -21,7 +21,8 @@ func processCPU() float64 {
 }
 
 // BenchmarkForwardPrecision times the ViT-B/32 forward pass (random
-// weights, batch 64) in each precision this CPU has kernels for. Besides
+// weights, batch 64) in each precision this CPU has kernels for, and fp32
+// and int8 on the AVX2 kernels alone (avx2/…). Besides
 // wall time it reports the process's CPU seconds per pass (cpu-s/op),
 // which neighbours on a shared machine disturb far less: compare those
 // across precisions when the machine is busy.
@@ -39,10 +40,30 @@ func BenchmarkForwardPrecision(b *testing.B) {
 		px[i] = float32(r.NormFloat64())
 	}
 	images := smat.NewDense[float32](smat.WithShape(batch, size), smat.WithBacking(px))
-	for _, prec := range []kernel.Precision{kernel.FP32, kernel.BF16, kernel.Int8} {
-		b.Run(prec.String(), func(b *testing.B) {
+	type run struct {
+		name string
+		prec kernel.Precision
+		avx2 bool // the AVX2 kernels (fp32 and int8), as on a CPU without AVX-512
+	}
+	runs := []run{{"fp32", kernel.FP32, false}, {"bf16", kernel.BF16, false}, {"int8", kernel.Int8, false},
+		{"avx2/fp32", kernel.FP32, true}, {"avx2/int8", kernel.Int8, true}}
+	for _, c := range runs {
+		prec := c.prec
+		b.Run(c.name, func(b *testing.B) {
 			if err := kernel.CheckPrecision(prec); err != nil {
 				b.Skip(err)
+			}
+			if c.avx2 {
+				prev, err := kernel.SetKernel("avx2")
+				if err != nil {
+					b.Skip(err)
+				}
+				defer kernel.SetKernel(prev)
+				prev8, err := kernel.SetInt8Kernel("avx2")
+				if err != nil {
+					b.Skip(err)
+				}
+				defer kernel.SetInt8Kernel(prev8)
 			}
 			if err := m.SetPrecision(prec); err != nil {
 				b.Fatal(err)
