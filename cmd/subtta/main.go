@@ -30,7 +30,6 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
-
 )
 
 // command is one subtta command. run parses its flags with parse (or
