@@ -3,6 +3,7 @@ module github.com/subtta/subtta
 go 1.26.0
 
 require (
+	github.com/cenkalti/backoff/v5 v5.0.3
 	github.com/klauspost/compress v1.18.0
 	github.com/nlpodyssey/gopickle v0.2.0
 	github.com/nlpodyssey/spago v1.1.0
