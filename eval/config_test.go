@@ -57,3 +57,26 @@ no_shuffle: true
 		}
 	}
 }
+
+// TestModelClassesNameUnnamedData: CIFAR-100-C files carry no class
+// names; a model that records its own (train's export) names them when no
+// Labels folder is given, and nothing else does.
+func TestModelClassesNameUnnamedData(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "labels.npy"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Dataset: "cifar100-c", Data: dir}
+	if _, err := openSourceFor(cfg, nil); err == nil || !strings.Contains(err.Error(), "give --labels") {
+		t.Errorf("no class names anywhere: %v", err)
+	}
+	names := []string{"apple", "aquarium_fish", "baby"}
+	s, err := openSourceFor(cfg, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if !reflect.DeepEqual(s.classes, names) {
+		t.Errorf("classes %q, want the model's %q", s.classes, names)
+	}
+}

@@ -130,7 +130,7 @@ func runClassify(args []string, stdout, stderr io.Writer) error {
 	modelConfig := fs.String("model-config", "", modelConfigHelp)
 	arch := fs.String("arch", "", archHelp)
 	vocab := fs.String("vocab", "", "CLIP vocabulary (see subtta tokenize -h)")
-	labels := fs.String("labels", "", `comma-separated labels, e.g. "a diagram,a dog,a cat" (default with the built-in model: CIFAR-10's classes)`)
+	labels := fs.String("labels", "", `comma-separated labels, e.g. "a diagram,a dog,a cat" (default: those the model records, as train's models do; with the built-in model CIFAR-10's classes)`)
 	template := fs.String("template", "", `prompt template; {} is replaced by each label (e.g. "a photo of a {}."; default "{}", or with the built-in model the 18 CIFAR-10 templates, averaged)`)
 	jsonOut := fs.Bool("json", false, "print JSON instead of a table")
 	device := deviceFlag(fs)
@@ -153,26 +153,18 @@ func runClassify(args []string, stdout, stderr io.Writer) error {
 	}
 	labelsGiven := false
 	fs.Visit(func(f *flag.Flag) { labelsGiven = labelsGiven || f.Name == "labels" })
-	templates := []string{*template}
-	switch {
-	case labelsGiven && len(classes) == 0:
-		return usagef("--labels %q: no label (leave the flag out for the built-in model's CIFAR-10 classes)", *labels)
-	case len(classes) == 0 && !isBuiltin(*model):
-		return usagef("give --labels (the built-in model alone defaults to CIFAR-10's classes)")
-	case len(classes) == 0:
-		classes = data.CIFAR10Classes
-	}
-	if *template == "" {
-		templates = []string{"{}"}
-		if isBuiltin(*model) {
-			templates = data.CIFAR10Templates
-		}
+	if labelsGiven && len(classes) == 0 {
+		return usagef("--labels %q: no label (leave the flag out for the model's own classes)", *labels)
 	}
 	b, err := openModel(*model, *modelConfig, *arch, *vocab, stderr)
 	if err != nil {
 		return err
 	}
 	m := b.Model
+	classes, templates, err := defaultLabels(m, *model, classes, []string{*template})
+	if err != nil {
+		return err
+	}
 	tok, err := b.Tokenizer()
 	if err != nil {
 		return err
@@ -229,4 +221,32 @@ func runClassify(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// defaultLabels returns the class names and templates to classify with:
+// those given (classes, and templates unless the one given is ""), else
+// those the model records (train's export), else for the built-in model
+// CIFAR-10's, else no class names is a usage error and the template "{}".
+func defaultLabels(m *clip.Model, model string, classes, templates []string) ([]string, []string, error) {
+	if len(classes) == 0 {
+		switch {
+		case len(m.Classes) > 0:
+			classes = m.Classes
+		case isBuiltin(model):
+			classes = data.CIFAR10Classes
+		default:
+			return nil, nil, usagef("give --labels (the model records no class names; the built-in model and train's models have their own)")
+		}
+	}
+	if len(templates) == 0 || (len(templates) == 1 && templates[0] == "") {
+		switch {
+		case len(m.Templates) > 0:
+			templates = m.Templates
+		case isBuiltin(model):
+			templates = data.CIFAR10Templates
+		default:
+			templates = []string{"{}"}
+		}
+	}
+	return classes, templates, nil
 }
