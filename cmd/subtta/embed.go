@@ -38,6 +38,7 @@ func preprocessImages(pre *data.Preprocessor, paths []string) ([]float32, error)
 
 func runEmbed(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("embed", "", stderr)
+	bulk := addBulkFlags(fs, true, "with --images or --texts: the folder for images.npy (float32, one row per image), images.jsonl (its path, label and content digest), texts.npy and texts.jsonl; an interrupted run resumes there")
 	model := fs.String("model", "", modelFlagHelp)
 	modelConfig := fs.String("model-config", "", modelConfigHelp)
 	arch := fs.String("arch", "", archHelp)
@@ -52,12 +53,22 @@ func runEmbed(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer release()
-	if len(images)+len(texts) == 0 || fs.NArg() > 0 {
-		return usagef("give --image FILE and/or --text TEXT (repeatable)")
+	if bulk.given() {
+		if err := bulk.check("a folder"); err != nil {
+			return err
+		}
+		if len(images)+len(texts) > 0 || fs.NArg() > 0 {
+			return usagef("give --image/--text or --images/--texts, not both")
+		}
+	} else if len(images)+len(texts) == 0 || fs.NArg() > 0 {
+		return usagef("give --image FILE and/or --text TEXT (repeatable), or --images and/or --texts with --out")
 	}
 	b, err := openModel(*model, *modelConfig, *arch, *vocab, stderr)
 	if err != nil {
 		return err
+	}
+	if bulk.given() {
+		return bulkEmbed(bulk, b, *model, *normalize, stdout, stderr)
 	}
 	m := b.Model
 	type feature struct {
@@ -126,6 +137,7 @@ func rows(v []float64, n int, normalize bool) [][]float64 {
 
 func runClassify(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("classify", "IMAGE...", stderr)
+	bulk := addBulkFlags(fs, false, "with --images: the .csv (path, label, prediction, probability, a column per class) or .jsonl file to write")
 	model := fs.String("model", "", modelFlagHelp)
 	modelConfig := fs.String("model-config", "", modelConfigHelp)
 	arch := fs.String("arch", "", archHelp)
@@ -139,7 +151,14 @@ func runClassify(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer release()
-	if fs.NArg() == 0 {
+	if bulk.given() {
+		if err := bulk.check("a .csv or .jsonl file"); err != nil {
+			return err
+		}
+		if fs.NArg() > 0 {
+			return usagef("give images as arguments or --images, not both")
+		}
+	} else if fs.NArg() == 0 {
 		return usagef("give at least one image")
 	}
 	var classes []string
@@ -179,6 +198,9 @@ func runClassify(args []string, stdout, stderr io.Writer) error {
 	head, err := m.ZeroShotHead(tok, classes, templates)
 	if err != nil {
 		return err
+	}
+	if bulk.given() {
+		return bulkClassify(bulk, b, head, classes, stderr)
 	}
 	px, err := preprocessImages(b.Preprocessor, fs.Args())
 	if err != nil {
