@@ -20,7 +20,7 @@ import (
 
 // extractBuiltin writes the built-in images as files under dir
 // (dir/test/<class>/<file>.jpg) and returns the archive's path too.
-func extractBuiltin(t *testing.T, dir string) (archive string) {
+func extractBuiltin(t testing.TB, dir string) (archive string) {
 	t.Helper()
 	archive = filepath.Join(dir, "cifar10-test-2000.tar.gz")
 	if err := os.WriteFile(archive, builtin.CIFARSubset(), 0o644); err != nil {
