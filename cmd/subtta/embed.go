@@ -19,6 +19,10 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
+// Type names the flag's values in help as pflag names a repeatable
+// string flag's.
+func (s *stringList) Type() string { return "stringArray" }
+
 // preprocessImages reads image files and preprocesses them with pre.
 func preprocessImages(pre *data.Preprocessor, paths []string) ([]float32, error) {
 	px := make([]float32, 0, len(paths)*pre.OutputLen())

@@ -132,7 +132,7 @@ func newCommand(path, leaf string, spec command, stdout, stderr io.Writer) *cobr
 		SilenceUsage:       true,
 	}
 	if strings.HasPrefix(synopsis, "\n") {
-		c.Long += "\n" + strings.TrimRight(synopsis, "\n")
+		c.Long += "\n\n" + strings.Trim(synopsis, "\n")
 	} else if synopsis != "" {
 		c.Use += " " + synopsis
 	}
