@@ -225,7 +225,9 @@ func (s *Server) handleStreamGet(w http.ResponseWriter, r *http.Request) error {
 	s.mu.Lock()
 	st, ok := s.streams[id]
 	s.mu.Unlock()
-	ok = ok && st.owner == owner // another key's stream is not found
+	// Another key's stream is not found; a stream whose loading failed
+	// is on its way out.
+	ok = ok && st.owner == owner && !(isClosed(st.ready) && st.loadErr != nil)
 	sv, err := s.readState(id)
 	if sv != nil && sv.Owner != owner {
 		sv = nil
@@ -294,6 +296,9 @@ func (s *Server) handleStreamDelete(w http.ResponseWriter, r *http.Request) erro
 		s.mu.Unlock()
 		return errNoStream(id) // another key's
 	}
+	if ok && isClosed(st.ready) && st.loadErr != nil {
+		ok = false // on its way out: its file, if any, is looked at below
+	}
 	if !ok {
 		// Not in memory: its files go now, under the lock, so that no
 		// request reads them back meanwhile.
@@ -302,7 +307,7 @@ func (s *Server) handleStreamDelete(w http.ResponseWriter, r *http.Request) erro
 			s.mu.Unlock()
 			return errNoStream(id)
 		}
-		s.removeState(id)
+		s.removeState(id, owner)
 		s.mu.Unlock()
 		writeJSON(w, http.StatusOK, map[string]string{"deleted": id})
 		return nil
@@ -316,6 +321,9 @@ func (s *Server) handleStreamDelete(w http.ResponseWriter, r *http.Request) erro
 	case <-st.exited:
 	case <-r.Context().Done():
 		return r.Context().Err()
+	}
+	if he := (*httpError)(nil); errors.As(st.loadErr, &he) && he.status == http.StatusNotFound {
+		return he // the state file is another key's: it stays
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"deleted": id})
 	return nil

@@ -180,8 +180,9 @@ func (s *Server) compatible(sv *savedStream) error {
 // removeState deletes a stream's file, under its lock, so that no save
 // of another server lands in between its check and its rename. A server
 // still holding the stream finds the file gone at its next save (errStale)
-// and starts the stream afresh. Its empty lock file stays (filelock).
-func (s *Server) removeState(id string) {
+// and starts the stream afresh. Its empty lock file stays (filelock). A
+// file of another owner than owner stays.
+func (s *Server) removeState(id, owner string) {
 	if s.cfg.StateDir == "" {
 		return
 	}
@@ -191,6 +192,9 @@ func (s *Server) removeState(id string) {
 		return
 	}
 	defer lock.Unlock()
+	if sv, err := s.readState(id); err == nil && sv != nil && sv.Owner != owner {
+		return
+	}
 	if err := os.Remove(s.statePath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		s.log.Error("serve: removing stream state", "stream", id, "err", err)
 	}

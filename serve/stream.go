@@ -309,7 +309,7 @@ func (st *stream) finish() {
 		j.done <- answer{err: err}
 	}
 	if deleted {
-		s.removeState(st.id)
+		s.removeState(st.id, st.owner)
 	}
 	s.mu.Lock()
 	if s.streams[st.id] == st {
