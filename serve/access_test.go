@@ -661,3 +661,23 @@ func TestKeyMatch(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkKeyCheck is the key check of one request against a file of 50
+// keys: what --auth-keys adds to every request.
+func BenchmarkKeyCheck(b *testing.B) {
+	var text strings.Builder
+	keys := make([]string, 50)
+	for i := range keys {
+		keys[i] = digestOf(strings.Repeat("k", i+1)) // 64 characters, each key another
+		text.WriteString(keys[i] + " client\n")
+	}
+	ks, err := parseKeys("keys", []byte(text.String()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, ok := ks.match(keys[25]); !ok {
+			b.Fatal("not found")
+		}
+	}
+}

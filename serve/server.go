@@ -458,7 +458,7 @@ func (s *Server) classify(r *http.Request, err error) *httpError {
 	case r.Context().Err() != nil:
 		return errorf(statusClientClosed, "client closed the request")
 	}
-	s.log.Error("serve: request failed", "path", r.URL.Path, "err", err)
+	s.log.Error("serve: request failed", "path", r.URL.Path, "client", clientOf(r.Context()).name, "err", err)
 	return errorf(http.StatusInternalServerError, "%v", err)
 }
 

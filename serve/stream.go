@@ -124,6 +124,9 @@ func (s *Server) stream(ctx context.Context, id, owner string, labels, templates
 		closing := st.closing
 		st.mu.Unlock()
 		if st.owner != owner && !closing {
+			// Another key's stream. (One that another key failed to
+			// load is closing: once it has left, this key may find
+			// the id free, or its own file.)
 			return nil, errNoStream(id)
 		}
 		if closing {
