@@ -15,6 +15,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"math/big"
 	"net"
 	"net/http"
@@ -25,6 +26,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/subtta/subtta/tta"
 )
 
 // Keys of the tests: random-looking secrets of 32 characters.
@@ -679,5 +684,53 @@ func BenchmarkKeyCheck(b *testing.B) {
 		if _, ok := ks.match(keys[25]); !ok {
 			b.Fatal("not found")
 		}
+	}
+}
+
+// The guard's rules on made-up batches: which batch is bad, when a run of
+// bad batches or one label's share resets the stream.
+func TestGuardCheck(t *testing.T) {
+	batch := func(loss float64, logits ...[]float64) *tta.Result {
+		res := &tta.Result{Logits: mat.NewDense(len(logits), len(logits[0]), slices.Concat(logits...)),
+			Diag: tta.Diagnostics{Losses: map[string]float64{"tent": loss}}}
+		for _, row := range logits {
+			res.Preds = append(res.Preds, slices.Index(row, slices.Max(row)))
+		}
+		return res
+	}
+	sure0, sure1 := []float64{20, 0, 0}, []float64{0, 20, 0}
+	unsure := []float64{0, 0, 0.01}
+	for _, tc := range []struct {
+		name    string
+		g       GuardConfig
+		batches []*tta.Result
+		want    []string // the reason after each batch
+	}{
+		{"loss beyond, patience 2", GuardConfig{MaxLoss: 1, Patience: 2, Window: 4},
+			[]*tta.Result{batch(2, sure0), batch(0.5, sure0), batch(2, sure0), batch(3, sure1)},
+			[]string{"", "", "", GuardLoss}},
+		{"a loss that is not finite", GuardConfig{MaxLoss: 1, Patience: 1, Window: 4},
+			[]*tta.Result{batch(math.NaN(), sure0)}, []string{GuardLoss}},
+		{"entropy", GuardConfig{MaxEntropy: 0.9, Patience: 2, Window: 4},
+			[]*tta.Result{batch(0, unsure), batch(0, sure0), batch(0, unsure), batch(0, unsure, unsure)},
+			[]string{"", "", "", GuardEntropy}},
+		{"one label's share, once the window is full", GuardConfig{MaxClassShare: 0.7, Patience: 3, Window: 4},
+			[]*tta.Result{batch(0, sure0, sure0, sure0), batch(0, sure0), batch(0, sure1, sure1), batch(0, sure0, sure0)},
+			[]string{"", GuardClassShare, "", ""}},
+		{"off", GuardConfig{Patience: 1, Window: 1},
+			[]*tta.Result{batch(math.Inf(1), sure0, sure0)}, []string{""}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var gs guardStats
+			for i, b := range tc.batches {
+				got, detail := tc.g.check(&gs, b)
+				if got != tc.want[i] {
+					t.Fatalf("batch %d: reason %q (%s), want %q", i, got, detail, tc.want[i])
+				}
+				if got != "" {
+					gs = guardStats{} // as the reset does
+				}
+			}
+		})
 	}
 }
