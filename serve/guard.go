@@ -200,7 +200,10 @@ func (g GuardConfig) check(gs *guardStats, res *tta.Result) (reason, detail stri
 // degenerated, resets the stream to the source weights with a new Method.
 // Only the stream's worker calls it, after the step and before the save,
 // so that the state saved is the reset one. The batch's answers are its
-// step's.
+// step's. When the save then finds the stream saved by another server
+// since (errStale), the reset goes with the step: the stream is reloaded,
+// and the batch stepped and checked again (the metric keeps the reset
+// undone).
 func (s *Server) guard(st *stream, res *tta.Result) {
 	g := s.cfg.Guard
 	if !g.On() {
