@@ -224,9 +224,10 @@ type imageBatch struct {
 
 // prefetch decodes and preprocesses the images of [from, n) in batches of
 // size batch, decoding one batch ahead of the consumer with up to
-// GOMAXPROCS goroutines.
-func prefetch(set *imageSet, pre *data.Preprocessor, from, n, batch int) <-chan imageBatch {
+// GOMAXPROCS goroutines; stop ends it early.
+func prefetch(set *imageSet, pre *data.Preprocessor, from, n, batch int) (batches <-chan imageBatch, stop func()) {
 	out := make(chan imageBatch, 1)
+	quit := make(chan struct{})
 	go func() {
 		defer close(out)
 		for lo := from; lo < n; lo += batch {
@@ -258,13 +259,18 @@ func prefetch(set *imageSet, pre *data.Preprocessor, from, n, batch int) <-chan 
 			close(next)
 			wg.Wait()
 			b.err = errors.Join(errs...)
-			out <- b
+			select {
+			case out <- b:
+			case <-quit:
+				return
+			}
 			if b.err != nil {
 				return
 			}
 		}
 	}()
-	return out
+	var once sync.Once
+	return out, func() { once.Do(func() { close(quit) }) }
 }
 
 // modelIdentity names the model of a --model value by content, as eval
@@ -527,12 +533,19 @@ func bulkEmbed(bf *bulkFlags, b *clip.Bundle, model string, normalize bool, stdo
 }
 
 func embedImages(set *imageSet, b *clip.Bundle, f *featureFile, done int, npy, jsonl *os.File, normalize bool, stderr io.Writer) error {
-	bar := newProgress(stderr, "embedding images", f.rows-done)
-	defer bar.Done()
-	for batch := range prefetch(set, b.Preprocessor, done, f.rows, f.settings.BatchSize) {
-		if batch.err != nil {
+	finished := false
+	defer func() {
+		if !finished { // the .part files stay, for the next run to resume
 			npy.Close()
 			jsonl.Close()
+		}
+	}()
+	bar := newProgress(stderr, "embedding images", f.rows-done)
+	defer bar.Done()
+	batches, stop := prefetch(set, b.Preprocessor, done, f.rows, f.settings.BatchSize)
+	defer stop()
+	for batch := range batches {
+		if batch.err != nil {
 			return batch.err
 		}
 		n := batch.hi - batch.lo
@@ -550,10 +563,18 @@ func embedImages(set *imageSet, b *clip.Bundle, f *featureFile, done int, npy, j
 		}
 		bar.Add(n)
 	}
+	finished = true
 	return f.finish(npy, jsonl)
 }
 
 func embedTexts(texts []string, b *clip.Bundle, f *featureFile, done int, npy, jsonl *os.File, normalize bool, stderr io.Writer) error {
+	finished := false
+	defer func() {
+		if !finished {
+			npy.Close()
+			jsonl.Close()
+		}
+	}()
 	tok, err := b.Tokenizer()
 	if err != nil {
 		return err
@@ -579,6 +600,7 @@ func embedTexts(texts []string, b *clip.Bundle, f *featureFile, done int, npy, j
 		}
 		bar.Add(hi - lo)
 	}
+	finished = true
 	return f.finish(npy, jsonl)
 }
 
@@ -610,7 +632,9 @@ func bulkClassify(bf *bulkFlags, b *clip.Bundle, head *clip.ZeroShot, classes []
 		Prob  float64 `json:"prob"`
 	}
 	bar := newProgress(stderr, "classifying", len(set.ids))
-	for batch := range prefetch(set, b.Preprocessor, 0, len(set.ids), *bf.batch) {
+	batches, stop := prefetch(set, b.Preprocessor, 0, len(set.ids), *bf.batch)
+	defer stop()
+	for batch := range batches {
 		if batch.err != nil {
 			bar.Done()
 			return batch.err

@@ -59,7 +59,8 @@ func BenchmarkBulkEmbedViTB32(b *testing.B) {
 		b.Fatal(err)
 	}
 	var batches []imageBatch
-	for bt := range prefetch(set, pre, 0, n, batch) {
+	all, _ := prefetch(set, pre, 0, n, batch)
+	for bt := range all {
 		batches = append(batches, bt)
 	}
 	// Warm up: the first pass allocates what the later ones reuse.
