@@ -55,9 +55,9 @@ func serveMain(ctx context.Context, args []string, stderr io.Writer, ready func(
 	modelConfig := fs.String("model-config", "", modelConfigHelp)
 	arch := fs.String("arch", "", archHelp)
 	vocab := fs.String("vocab", "", "CLIP vocabulary (see subtta tokenize -h)")
-	labels := fs.String("labels", "", `comma-separated labels when a request gives none (default with the built-in model or --dataset cifar10: CIFAR-10's classes)`)
+	labels := fs.String("labels", "", `comma-separated labels when a request gives none (default: those the model records, as train's models do; else with the built-in model or --dataset cifar10, CIFAR-10's classes)`)
 	var templates stringList
-	fs.Var(&templates, "template", `prompt template when a request gives none, "{}" for the label (repeatable; default: the method's preset, "a photo of a {}.")`)
+	fs.Var(&templates, "template", `prompt template when a request gives none, "{}" for the label (repeatable; default: those the model records, else the method's preset, "a photo of a {}.")`)
 	dataset := fs.String("dataset", "cifar10", "whose preset hyperparameters streams adapt with: cifar10, cifar100 or imagenet (or "+strings.Join(tta.PresetDatasets, ", ")+")")
 	method := fs.String("method", "subtta-m", "adaptation method of streams: "+strings.Join(tta.Methods(), ", "))
 	batch := fs.Int("batch-size", 0, "images per adaptation step (0: the preset's, 200 on CIFAR)")
@@ -150,15 +150,22 @@ func serveMain(ctx context.Context, args []string, stderr io.Writer, ready func(
 			*maxConc, batchFrom, batchSize, batchSize)
 	}
 	classes := splitList(*labels)
-	if len(classes) == 0 {
-		if !isBuiltin(*model) && ds != "cifar10-c" {
-			return usagef("give --labels (CIFAR-10's classes are the default only with the built-in model or --dataset cifar10)")
-		}
-		classes = data.CIFAR10Classes
-	}
 	b, err := openModel(*model, *modelConfig, *arch, *vocab, stderr)
 	if err != nil {
 		return err
+	}
+	if len(classes) == 0 {
+		switch {
+		case len(b.Model.Classes) > 0:
+			classes = b.Model.Classes
+		case !isBuiltin(*model) && ds != "cifar10-c":
+			return usagef("give --labels (CIFAR-10's classes are the default only with the built-in model or --dataset cifar10; a model of train has its own)")
+		default:
+			classes = data.CIFAR10Classes
+		}
+	}
+	if len(templates) == 0 && len(b.Model.Templates) > 0 {
+		templates = b.Model.Templates
 	}
 	version := "built-in, sha256 " + builtin.ModelSHA256()[:16] // as eval names it
 	if !isBuiltin(*model) {

@@ -127,7 +127,6 @@ func TestServeBadFlags(t *testing.T) {
 		stderr string
 	}{
 		{[]string{"serve", "--method", "nope"}, `unknown method "nope"`},
-		{[]string{"serve", "--dataset", "imagenet", "--model", "x.safetensors"}, "give --labels"},
 		{[]string{"serve", "extra"}, `unexpected argument "extra"`},
 		{[]string{"serve", "--batch-size", "-1"}, "--batch-size -1: want 0 or more"},
 		{[]string{"serve", "--max-streams", "0"}, "--max-streams 0: want 1 or more"},
