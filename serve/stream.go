@@ -56,8 +56,8 @@ type stream struct {
 	deleted bool // the stream is being deleted: waiting requests fail
 	unsaved bool // the last save failed: evicting would lose adaptation
 	stats   streamStats
-	onDisk  bool  // the stream has a saved state, read or written by this server
-	stamp   stamp // that state's stamp, or the Birth its first save will carry
+	onDisk  bool          // the stream has a saved state, read or written by this server
+	stamp   stamp         // that state's stamp, or the Birth its first save will carry
 	answers []savedAnswer // answers to its recent requests with an Idempotency-Key, oldest first
 }
 
