@@ -5,7 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -243,4 +246,98 @@ func TestFleet(t *testing.T) {
 	for i, p := range replicas {
 		t.Logf("replica%d's log:\n%s", i+1, p.Log())
 	}
+}
+
+// echoServer answers every request with its name.
+func echoServer(t *testing.T, name string) string {
+	t.Helper()
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		io.WriteString(w, name)
+	}))
+	t.Cleanup(ts.Close)
+	return strings.TrimPrefix(ts.URL, "http://")
+}
+
+// checkKeyedOnStream sends POST /v1/classify?stream=ID, GET and DELETE
+// /v1/streams/ID through the balancer at lb for 20 stream ids: each id's
+// requests must reach one upstream, and the ids must spread over both.
+func checkKeyedOnStream(t *testing.T, lb string) {
+	t.Helper()
+	ask := func(method, path string) string {
+		var resp *http.Response
+		var err error
+		for range 50 { // the balancer may still be starting
+			req, _ := http.NewRequest(method, "http://"+lb+path, strings.NewReader("x"))
+			if resp, err = http.DefaultClient.Do(req); err == nil {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, b)
+		}
+		return string(b)
+	}
+	used := map[string]int{}
+	for i := range 20 {
+		id := fmt.Sprintf("cam%d", i)
+		got := ask(http.MethodPost, "/v1/classify?stream="+id)
+		for _, r := range [][2]string{{http.MethodGet, "/v1/streams/" + id}, {http.MethodDelete, "/v1/streams/" + id}, {http.MethodPost, "/v1/classify?labels=a,b,c&stream=" + id}} {
+			if other := ask(r[0], r[1]); other != got {
+				t.Errorf("stream %s: POST /v1/classify went to %s, %s %s to %s", id, got, r[0], r[1], other)
+			}
+		}
+		used[got]++
+	}
+	if len(used) != 2 {
+		t.Errorf("20 streams went to %v; want both upstreams", used)
+	}
+}
+
+// scripts/fleet/haproxy.cfg sends every request naming a stream (in the
+// query, or in the path of /v1/streams/ID) to one replica.
+func TestHAProxyKeysOnStream(t *testing.T) {
+	haproxy := servicetest.Program(t, "haproxy", "haproxy")
+	cfg, err := filepath.Abs("../../scripts/fleet/haproxy.cfg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb := servicetest.FreeAddr(t)
+	hp := servicetest.Start(t, "haproxy", haproxy, []string{"-f", cfg},
+		[]string{"SUBTTA_LB_ADDR=" + lb, "SUBTTA_REPLICA1=" + echoServer(t, "one"), "SUBTTA_REPLICA2=" + echoServer(t, "two")})
+	hp.WaitTCP(t, lb, 30*time.Second)
+	checkKeyedOnStream(t, lb)
+}
+
+// The same for scripts/fleet/nginx.conf, with its three addresses
+// replaced by free ones.
+func TestNginxKeysOnStream(t *testing.T) {
+	nginx := servicetest.Program(t, "nginx", "nginx-light")
+	b, err := os.ReadFile("../../scripts/fleet/nginx.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb := servicetest.FreeAddr(t)
+	conf := string(b)
+	for old, addr := range map[string]string{"listen 127.0.0.1:8080": "listen " + lb,
+		"server 127.0.0.1:8081": "server " + echoServer(t, "one"), "server 127.0.0.1:8082": "server " + echoServer(t, "two")} {
+		if !strings.Contains(conf, old) {
+			t.Fatalf("nginx.conf has no %q", old)
+		}
+		conf = strings.ReplaceAll(conf, old, addr)
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := servicetest.Start(t, "nginx", nginx, []string{"-p", dir, "-c", path}, nil)
+	p.WaitTCP(t, lb, 30*time.Second)
+	checkKeyedOnStream(t, lb)
 }

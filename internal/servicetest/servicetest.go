@@ -66,12 +66,18 @@ type Process struct {
 }
 
 // Start starts the program with args (and env added to this process's
-// environment), its output kept for Log. It is killed (SIGKILL, by its
-// process id) when the test ends, if it is still running.
+// environment) in a process group of its own, its output kept for Log. It
+// is killed (SIGKILL to its process group, by its process id) when the
+// test ends, if it is still running.
 func Start(tb testing.TB, name, program string, args, env []string) *Process {
 	tb.Helper()
 	cmd := exec.Command(program, args...)
 	cmd.Env = append(os.Environ(), env...)
+	// A process group of its own, so that Kill ends the workers a
+	// program forks too (nginx's), which would otherwise live on and
+	// hold its output open.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.WaitDelay = 5 * time.Second
 	p := &Process{Name: name, cmd: cmd, done: make(chan struct{}), log: &tail{}}
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	if err := cmd.Start(); err != nil {
@@ -88,10 +94,11 @@ func Start(tb testing.TB, name, program string, args, env []string) *Process {
 // Pid is the process's id.
 func (p *Process) Pid() int { return p.cmd.Process.Pid }
 
-// Kill ends the process at once (SIGKILL) and waits for it.
+// Kill ends the process and its process group at once (SIGKILL) and
+// waits for it.
 func (p *Process) Kill() {
 	if !p.Exited() {
-		syscall.Kill(p.cmd.Process.Pid, syscall.SIGKILL)
+		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	}
 	<-p.done
 }
