@@ -135,6 +135,9 @@ func TestServeBadFlags(t *testing.T) {
 		{[]string{"serve", "--batch-size", "16", "--max-concurrent", "8"}, "--max-concurrent 8 is less than --batch-size, 16"},
 		{[]string{"serve", "--max-concurrent", "100"}, "--max-concurrent 100 is less than the batch size of --method subtta-m on --dataset cifar10, 200"},
 		{[]string{"loadtest", "--streams", "0"}, "must be positive"},
+		{[]string{"serve", "--state-dir", "a", "--state-store", "redis://127.0.0.1:6379/0"}, "--state-dir a and --state-store redis://127.0.0.1:6379/0: give one"},
+		{[]string{"serve", "--recent-answers", "-1"}, "--recent-answers -1: want 0 or more"},
+		{[]string{"loadtest", "--retries", "-1"}, "--retries -1: want 0 or more"},
 	} {
 		var out, errb bytes.Buffer
 		if got := run(tc.args, &out, &errb); got != 2 || !strings.Contains(errb.String(), tc.stderr) {
