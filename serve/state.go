@@ -44,6 +44,9 @@ type savedStream struct {
 	// Stamp says which save of which stream this is. A file written before
 	// stamps existed decodes with the zero stamp, which is then its stamp.
 	Stamp stamp
+	// Owner is the hex SHA-256 digest of the API key that created the
+	// stream ("": created without keys). Only that key finds the stream.
+	Owner string
 	// Answers are the answers to the stream's most recent requests that
 	// carried an Idempotency-Key, oldest first, at most Config.RecentAnswers.
 	Answers []savedAnswer
@@ -87,7 +90,7 @@ func (s *Server) persist(st *stream) error {
 	next := stamp{Birth: last.Birth, Generation: last.Generation + 1}
 	sv := savedStream{Format: stateFormat, ID: st.id, ModelVersion: s.cfg.ModelVersion, Dataset: s.cfg.Dataset,
 		Method: s.preset.Method, Labels: st.labels, Templates: st.templates, Stats: stats,
-		State: st.state, Saved: time.Now().UTC(), Stamp: next, Answers: answers}
+		State: st.state, Saved: time.Now().UTC(), Stamp: next, Owner: st.owner, Answers: answers}
 	var prev *stamp
 	if stored {
 		prev = &last
@@ -119,14 +122,15 @@ func (s *Server) compatible(sv *savedStream) error {
 	return nil
 }
 
-// removeState deletes a stream's saved state. A server still holding the
-// stream finds it gone at its next save (errStale) and starts the stream
-// afresh.
-func (s *Server) removeState(id string) {
+// removeState deletes a stream's saved state, unless it belongs to another
+// owner than owner (that state stays). A server still holding the stream
+// finds it gone at its next save (errStale) and starts the stream afresh.
+func (s *Server) removeState(id, owner string) {
 	if s.store == nil {
 		return
 	}
-	if err := s.store.Delete(context.Background(), id); err != nil {
+	ours := func(sv *savedStream) bool { return sv.Owner == owner }
+	if err := s.store.Delete(context.Background(), id, ours); err != nil {
 		s.log.Error("serve: removing stream state", "stream", id, "err", err)
 	}
 }
@@ -140,6 +144,9 @@ func (st *stream) load() error {
 		return err
 	}
 	if sv != nil {
+		if sv.Owner != st.owner {
+			return errNoStream(st.id)
+		}
 		if err := s.compatible(sv); err != nil {
 			return err
 		}
@@ -166,6 +173,10 @@ func (st *stream) reload() error {
 		return err
 	}
 	if sv != nil {
+		if sv.Owner != st.owner {
+			// Deleted and created again by another key meanwhile.
+			return errNoStream(st.id)
+		}
 		if err := s.compatible(sv); err != nil {
 			return err
 		}

@@ -19,8 +19,9 @@ type stateStore interface {
 	// still carries the stamp prev (when prev is nil: if there is none),
 	// and returns errStale otherwise, storing nothing.
 	Save(ctx context.Context, sv *savedStream, prev *stamp) error
-	// Delete removes the stream's state; a stream without one is no error.
-	Delete(ctx context.Context, id string) error
+	// Delete removes the stream's state if only, when not nil, says so of
+	// it, checked and removed at once; a stream without one is no error.
+	Delete(ctx context.Context, id string, only func(*savedStream) bool) error
 	// Where names the state of stream id in messages: a file, or a key.
 	Where(id string) string
 	// Close releases the store's connections.

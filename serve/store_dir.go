@@ -117,8 +117,14 @@ func (d *dirStore) Save(ctx context.Context, sv *savedStream, prev *stamp) error
 // Delete removes the stream's file under its lock, so that no save of
 // another server lands between its check and its rename. Its empty lock
 // file stays (filelock).
-func (d *dirStore) Delete(_ context.Context, id string) error {
+func (d *dirStore) Delete(ctx context.Context, id string, only func(*savedStream) bool) error {
 	return d.locked(id, func() error {
+		if only != nil {
+			// A file that cannot be read is removed all the same.
+			if sv, err := d.Load(ctx, id); err == nil && sv != nil && !only(sv) {
+				return nil
+			}
+		}
 		if err := os.Remove(d.path(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}

@@ -111,13 +111,42 @@ func (r *redisStore) Save(ctx context.Context, sv *savedStream, prev *stamp) err
 	return err
 }
 
-func (r *redisStore) Delete(ctx context.Context, id string) error {
+// Delete removes the stream's key; with only, in an optimistic transaction
+// on the state read and checked (tried again while other clients change
+// the key in between).
+func (r *redisStore) Delete(ctx context.Context, id string, only func(*savedStream) bool) error {
 	ctx, cancel := context.WithTimeout(ctx, redisTimeout)
 	defer cancel()
-	if err := r.c.Del(ctx, r.key(id)).Err(); err != nil {
-		return fmt.Errorf("serve: deleting %s: %w", r.Where(id), err)
+	key := r.key(id)
+	for {
+		err := r.c.Watch(ctx, func(tx *redis.Tx) error {
+			if only != nil {
+				b, err := tx.HGet(ctx, key, "state").Bytes()
+				switch {
+				case errors.Is(err, redis.Nil):
+					return nil
+				case err != nil:
+					return err
+				}
+				// A state that cannot be read is removed all the same.
+				if sv, err := decodeState(b, id, r.Where(id)); err == nil && !only(sv) {
+					return nil
+				}
+			}
+			_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.Del(ctx, key)
+				return nil
+			})
+			return err
+		}, key)
+		if errors.Is(err, redis.TxFailedErr) && ctx.Err() == nil {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("serve: deleting %s: %w", r.Where(id), err)
+		}
+		return nil
 	}
-	return nil
 }
 
 func formatStamp(s stamp) string {

@@ -75,10 +75,17 @@ func TestStoreCompareAndSwap(t *testing.T) {
 			if err != nil || sv == nil || sv.Stamp != g2 || sv.Stats.Images != 4 || len(sv.Answers) != 1 || sv.Answers[0].Logits[1] != -1 {
 				t.Fatalf("after the saves: %+v, %v; want generation 2 with 4 images", sv, err)
 			}
-			if err := s.Delete(ctx, "cam"); err != nil {
+			notOurs := func(sv *savedStream) bool { return sv.Owner == "someone else" }
+			if err := s.Delete(ctx, "cam", notOurs); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Delete(ctx, "cam"); err != nil {
+			if sv, err := s.Load(ctx, "cam"); sv == nil || err != nil {
+				t.Fatalf("after a Delete of another owner's stream: %v, %v; want it kept", sv, err)
+			}
+			if err := s.Delete(ctx, "cam", nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Delete(ctx, "cam", notOurs); err != nil {
 				t.Errorf("deleting a deleted stream: %v", err)
 			}
 			if err := s.Save(ctx, saved("cam", g2, 1), &g1); !errors.Is(err, errStale) {
