@@ -222,7 +222,7 @@ func (s *Server) guard(st *stream, res *tta.Result) {
 	}
 	s.model.Lock() // the model holds the source values at rest
 	var state []byte
-	if s.cfg.StateDir != "" {
+	if s.store != nil {
 		state, err = m.MarshalBinary()
 	}
 	if err == nil {

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"math"
 	"net/http"
@@ -33,6 +34,10 @@ type StreamAnswer struct {
 	BatchSize int    `json:"batch_size"` // the images the step took
 	Position  int    `json:"position"`   // this image's row in the batch
 	Steps     int    `json:"steps"`      // optimizer steps the batch took
+	// Replayed says that the stream had answered a request with this
+	// request's Idempotency-Key already: this is that answer, and the
+	// stream did not step on the image again.
+	Replayed bool `json:"replayed,omitempty"`
 }
 
 // EmbedResponse is the answer of POST /v1/embed: one feature vector per
@@ -111,13 +116,22 @@ func (s *Server) handleClassify(w http.ResponseWriter, r *http.Request) error {
 		logits, pred = h.frozenLogits(f, s.cfg.Model.LogitScale)
 		resp.Labels = labels
 	} else {
+		key, err := idempotencyKey(r)
+		if err != nil {
+			return err
+		}
+		var digest [8]byte
+		if key != "" {
+			sum := sha256.Sum256(in.image)
+			copy(digest[:], sum[:])
+		}
 		var a answer
 		for range 3 { // a stream closed under us is looked up again
 			st, err := s.stream(r.Context(), in.stream, clientOf(r.Context()).owner, in.labels, in.templates)
 			if err != nil {
 				return err
 			}
-			a, err = st.submit(r.Context(), in.pixels)
+			a, err = st.submit(r.Context(), in.pixels, key, digest)
 			if errors.Is(err, errStreamClosed) {
 				continue
 			}
@@ -131,7 +145,7 @@ func (s *Server) handleClassify(w http.ResponseWriter, r *http.Request) error {
 			return errorf(http.StatusServiceUnavailable, "stream %s keeps closing; retry", in.stream)
 		}
 		logits, pred = a.logits, a.pred
-		resp.Stream = &StreamAnswer{ID: in.stream, Method: s.preset.Method, Batch: a.batch, BatchSize: a.size, Position: a.position, Steps: a.steps}
+		resp.Stream = &StreamAnswer{ID: in.stream, Method: s.preset.Method, Batch: a.batch, BatchSize: a.size, Position: a.position, Steps: a.steps, Replayed: a.replayed}
 	}
 	resp.Logits, resp.Probs, resp.Label = logits, clip.SoftmaxRow(logits), resp.Labels[pred]
 	if err := r.Context().Err(); err != nil && !errors.Is(context.Cause(r.Context()), errTimeout) {

@@ -10,7 +10,6 @@ import (
 	"maps"
 	"math"
 	"net/http"
-	"os"
 	"runtime"
 	"slices"
 	"strconv"
@@ -49,9 +48,19 @@ type Config struct {
 	MaxWait time.Duration
 	// MaxStreams is the number of streams kept in memory (default 100).
 	MaxStreams int
-	// StateDir, when set, is where streams' states are saved after every
-	// step, and read back after an eviction or a restart.
+	// StateDir, when set, is the folder where streams' states are saved
+	// after every step, and read back after an eviction or a restart.
 	StateDir string
+	// StateStore, when set, is where streams' states are saved instead:
+	// a folder (as StateDir), or a Redis database,
+	// redis://[user:password@]host:port/db (rediss:// for TLS), that
+	// several servers may share. Give StateDir or StateStore, not both.
+	StateStore string
+	// RecentAnswers is how many answers to a stream's most recent requests
+	// with an Idempotency-Key its saved state keeps, to answer such a
+	// request sent again without stepping on its image again (default:
+	// 256, or twice the batch size when that is more).
+	RecentAnswers int
 	// MaxBodyBytes limits a request body (default 16 MiB).
 	MaxBodyBytes int64
 	// MaxPixels limits an image's width×height (default 4096×4096).
@@ -170,22 +179,21 @@ func (c *Config) defaults() error {
 	if c.Timeout < 0 {
 		return fmt.Errorf("serve: Config.Timeout %v: want a positive duration (0: the default)", c.Timeout)
 	}
+	if c.RecentAnswers < 0 {
+		return fmt.Errorf("serve: Config.RecentAnswers %d: want 0 (the default) or more", c.RecentAnswers)
+	}
 	if c.KeyMaxInFlight < 0 || c.KeyBurst < 0 || !(c.KeyImagesPerSecond >= 0) || math.IsInf(c.KeyImagesPerSecond, 0) {
 		return fmt.Errorf("serve: Config.KeyMaxInFlight %d, KeyImagesPerSecond %v, KeyBurst %d: want 0 (no limit, the default) or more", c.KeyMaxInFlight, c.KeyImagesPerSecond, c.KeyBurst)
 	}
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
 		return errors.New("serve: Config.TLSCertFile and TLSKeyFile go together: give both or neither")
 	}
-	if c.StateDir != "" {
-		if err := os.MkdirAll(c.StateDir, 0o755); err != nil {
-			return fmt.Errorf("serve: state directory: %w", err)
-		}
-		if err := checkFoldedNames(c.StateDir); err != nil {
-			return err
-		}
-	}
 	return nil
 }
+
+// DefaultRecentAnswers is Config.RecentAnswers's default, for batches of up
+// to half of it.
+const DefaultRecentAnswers = 256
 
 // Server serves one model to many streams. Build it with New, serve its
 // Handler, and call Shutdown before exiting.
@@ -210,8 +218,14 @@ type Server struct {
 	slots    chan struct{} // MaxConcurrent request slots
 	decoding chan struct{} // images being decoded at once (GOMAXPROCS)
 
-	// beforeStep, when set (by tests), runs before every adaptation step.
-	beforeStep func()
+	// store keeps the streams' states (nil: streams live in memory only).
+	store     stateStore
+	closeOnce sync.Once
+
+	// beforeStep, when set (by tests), runs before every adaptation step;
+	// afterSave, after every save of a stream, before its batch is
+	// answered.
+	beforeStep, afterSave func()
 
 	// clientKeys and metricsKeys are the key files (nil: none), cert the
 	// TLS certificate (nil: none), limits the per-key limits (nil: none).
@@ -247,6 +261,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Templates == nil {
 		cfg.Templates = p.Templates
+	}
+	if cfg.RecentAnswers == 0 {
+		cfg.RecentAnswers = max(DefaultRecentAnswers, 2*p.BatchSize)
 	}
 	if cfg.KeyImagesPerSecond > 0 && cfg.KeyBurst == 0 {
 		cfg.KeyBurst = max(p.BatchSize, int(math.Ceil(cfg.KeyImagesPerSecond)))
@@ -309,6 +326,9 @@ func New(cfg Config) (*Server, error) {
 		if _, err := s.heads.get(cfg.Labels, cfg.Templates, true); err != nil {
 			return nil, fmt.Errorf("serve: %w", err)
 		}
+	}
+	if s.store, err = openStore(context.Background(), &s.cfg); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -553,6 +573,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		if err := st.stop(ctx); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if len(errs) == 0 && s.store != nil {
+		// Every stream is saved: the store's connections can go.
+		s.closeOnce.Do(func() { errs = append(errs, s.store.Close()) })
 	}
 	return errors.Join(errs...)
 }

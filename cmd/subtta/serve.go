@@ -64,6 +64,8 @@ func serveMain(ctx context.Context, args []string, stderr io.Writer, ready func(
 	maxWait := fs.Duration("max-wait", serve.DefaultMaxWait, "how long a stream's oldest request waits for its batch to fill")
 	maxStreams := fs.Int("max-streams", serve.DefaultMaxStreams, "streams kept in memory; beyond, the least recently used is evicted to --state-dir")
 	stateDir := fs.String("state-dir", "", "folder where streams are saved after every step and read back after an eviction or restart (none: streams live in memory only)")
+	stateStore := fs.String("state-store", "", "where streams are saved, instead of --state-dir: a folder, or a Redis database redis://[user:password@]host:port/db that several servers share")
+	recent := fs.Int("recent-answers", 0, fmt.Sprintf("answers to a stream's latest requests with an Idempotency-Key kept in its saved state, to answer such a request sent again without adapting twice (0: %d, or twice the batch size if more)", serve.DefaultRecentAnswers))
 	maxBody := fs.Int64("max-body", serve.DefaultMaxBodyBytes, "largest request body, bytes")
 	maxPixels := fs.Int("max-pixels", serve.DefaultMaxPixels, "largest image, width×height")
 	maxLabels := fs.Int("max-labels", serve.DefaultMaxLabels, "most labels (or texts) in one request")
@@ -115,12 +117,16 @@ func serveMain(ctx context.Context, args []string, stderr io.Writer, ready func(
 	}{
 		{"--batch-size", int64(*batch), 0}, {"--max-streams", int64(*maxStreams), 1}, {"--max-body", *maxBody, 1},
 		{"--max-pixels", int64(*maxPixels), 1}, {"--max-labels", int64(*maxLabels), 2}, {"--max-concurrent", int64(*maxConc), 1},
+		{"--recent-answers", int64(*recent), 0},
 		{"--key-max-in-flight", int64(*keyInFlight), 0}, {"--key-burst", int64(*keyBurst), 0},
 		{"--guard-patience", int64(guard.Patience), 1}, {"--guard-window", int64(guard.Window), 0},
 	} {
 		if l.v < l.least {
 			return usagef("%s %d: want %d or more", l.flag, l.v, l.least)
 		}
+	}
+	if *stateDir != "" && *stateStore != "" {
+		return usagef("--state-dir %s and --state-store %s: give one", *stateDir, *stateStore)
 	}
 	for _, f := range []struct {
 		flag    string
@@ -183,7 +189,7 @@ func serveMain(ctx context.Context, args []string, stderr io.Writer, ready func(
 	s, err := serve.New(serve.Config{
 		Model: b.Model, Tokenizer: tok, ModelVersion: version,
 		Dataset: ds, Method: *method, BatchSize: *batch, Labels: classes, Templates: templates,
-		MaxWait: *maxWait, MaxStreams: *maxStreams, StateDir: *stateDir,
+		MaxWait: *maxWait, MaxStreams: *maxStreams, StateDir: *stateDir, StateStore: *stateStore, RecentAnswers: *recent,
 		MaxBodyBytes: *maxBody, MaxPixels: *maxPixels, MaxLabels: *maxLabels, MaxConcurrent: *maxConc,
 		Timeout: *timeout, Logger: logger,
 		AuthKeysFile: *authKeys, MetricsKeysFile: *metricsKey, TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey,
@@ -303,7 +309,8 @@ func runLoadtest(args []string, stdout, stderr io.Writer) error {
 	duration := fs.Duration("duration", 2*time.Minute, "time limit: no request is sent after it (those in flight finish)")
 	frozen := fs.Bool("frozen", false, "requests without a stream: the frozen model answers")
 	prefix := fs.String("prefix", "loadtest-", "stream ids are PREFIX0, PREFIX1, ...")
-	shared := fs.Bool("shared", false, "other clients send to the same streams (another loadtest, through another server on the same --state-dir): skip the check that each stream's image count grew by this test's answers, and print the answers by stream for the caller's own check")
+	shared := fs.Bool("shared", false, "other clients send to the same streams (another loadtest, through another server on the same state store): skip the check that each stream's image count grew by this test's answers, and print the answers by stream for the caller's own check")
+	retries := fs.Int("retries", serve.DefaultLoadTestRetries, "times a request is sent again, with the same Idempotency-Key, after its connection failed or it got 429, 502, 503 or 504 (0: never)")
 	jsonOut := fs.Bool("json", false, "print the report as JSON")
 	key := fs.String("key", "", "API key to send (Authorization: Bearer); default $"+apiKeyEnv)
 	cacert := fs.String("cacert", "", "PEM certificates to trust for an https:// --addr (a server's self-signed certificate)")
@@ -312,6 +319,12 @@ func runLoadtest(args []string, stdout, stderr io.Writer) error {
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	if *retries < 0 {
+		return usagef("--retries %d: want 0 or more", *retries)
+	}
+	if *retries == 0 {
+		*retries = -1 // LoadTest's "never"
 	}
 	if *streams < 1 || *requests < 1 || *conc < 1 {
 		return usagef("--streams, --requests and --concurrency must be positive")
@@ -342,7 +355,7 @@ func runLoadtest(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := serve.LoadTest{URL: base, Sources: *streams, Requests: *requests, Concurrency: *conc,
-		Duration: *duration, Frozen: *frozen, StreamPrefix: *prefix, Shared: *shared, Images: imgs,
+		Duration: *duration, Frozen: *frozen, StreamPrefix: *prefix, Shared: *shared, Images: imgs, Retries: *retries,
 		Key: *key, TLS: tlsConfig}.Run(ctx)
 	if err != nil {
 		return err
