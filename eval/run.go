@@ -229,7 +229,7 @@ func (e *evaluation) openInputs() error {
 			return fmt.Errorf("eval: %w", err)
 		}
 	}
-	e.src, err = openSource(cfg)
+	e.src, err = openSourceFor(cfg, e.model.Classes)
 	return err
 }
 

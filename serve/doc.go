@@ -14,7 +14,10 @@
 //     are gathered until the method's batch size is reached or the oldest
 //     has waited MaxWait, the method takes its adaptation step on that
 //     batch, and every request gets its row of the step's prediction, the
-//     same numbers `subtta eval` gives for the same batch.
+//     same numbers `subtta eval` gives for the same batch. A stream request
+//     may carry an Idempotency-Key header: sent again with the same key, it
+//     gets its first answer (StreamAnswer.Replayed) and the stream does not
+//     adapt on its image again (see Persistence).
 //   - POST /v1/embed: image features (an image, as for classify) or text
 //     features (a JSON body {"texts": [...]}); normalize=true L2-normalises.
 //   - GET /v1/streams/{id}: images seen, batches, optimizer steps, the last
@@ -46,19 +49,30 @@
 //
 // # Persistence
 //
-// With a state directory, a stream's state is written after every step,
-// before its requests are answered, so an answered request's adaptation
-// survives a crash. Beyond MaxStreams streams in memory, the least recently
-// used idle one is dropped (its state is on disk) and read back when it is
-// used again; without a state directory, new streams are refused instead.
+// With a state store (Config.StateDir or Config.StateStore: a folder, or a
+// Redis database), a stream's state is written after every step, before its
+// requests are answered, so an answered request's adaptation survives a
+// crash. Beyond MaxStreams streams in memory, the least recently used idle
+// one is dropped (its state is saved) and read back when it is used again;
+// without a store, new streams are refused instead.
 //
-// Several servers may share a state directory, and a server may hold a
-// stream that another has stepped since. Each saved state carries a stamp
-// (a random birth, a generation counting its saves); a save replaces the
-// file only if it still carries the stamp the server read or last wrote,
-// checked under an exclusive lock on the file's lock file. Otherwise the
-// server drops its copy, reloads the file and steps the batch again under
-// the lock before answering it: no answered adaptation is overwritten.
+// Several servers may share a store (replicas behind a load balancer that
+// hashes the stream id), and a server may hold a stream that another has
+// stepped since. Each saved state carries a stamp (a random birth, a
+// generation counting its saves); a save replaces the stored state only if
+// it still carries the stamp the server read or last wrote: checked under
+// an exclusive lock on the file's lock file in a folder, by WATCH and
+// MULTI/EXEC in Redis. Otherwise the server drops its copy, reloads the
+// state and steps the batch again (in a folder, under the lock) before
+// answering it: no answered adaptation is overwritten.
+//
+// The saved state also keeps the answers to the stream's latest requests
+// that carried an Idempotency-Key (Config.RecentAnswers of them), saved in
+// the same compare-and-swap as the step they come from. A request whose key
+// the stream has answered gets that answer without a step, also after a
+// reload: a client that sends a request again after its server died (before
+// its step, between its save and its answer, or after answering) has the
+// stream adapt on its image exactly once.
 //
 // Stream ids are folded to lower case: CAM1 and cam1 are one stream.
 //
@@ -66,6 +80,28 @@
 // (tta.Method.MarshalBinary: LayerNorm values, optimizer moments and step counts,
 // SubTTA's EMA covariance and bank, MINT's class sums, TDA's caches), so a
 // stream read back continues exactly as if it had never left memory.
+//
+// # Access
+//
+// With Config.AuthKeysFile, a request needs Authorization: Bearer KEY with
+// a key of the file (401 with WWW-Authenticate without one); /healthz stays
+// open, and /metrics takes the keys of Config.MetricsKeysFile when there is
+// one. A key is compared by its SHA-256 digest, in constant time, and never
+// written to a log, a metric or an answer. A stream belongs to the key that
+// created it: its state file records the key's digest (Owner), so that the
+// ownership survives restarts and holds on every server sharing the state
+// directory, and any other key gets 404 for the stream, as for one that
+// does not exist. Server.Reload reads the key files and the TLS
+// certificate again (subtta serve calls it on SIGHUP); TLSConfig serves
+// TLS 1.2 or later with the certificate last loaded.
+//
+// Config.KeyMaxInFlight and Config.KeyImagesPerSecond limit each key's
+// requests at once and images per second (429 with Retry-After), so that
+// one client cannot starve the others. Config.Guard resets a stream whose
+// adaptation degenerates (a loss or the prediction entropy beyond a bound
+// for several batches in a row, or one label taking most predictions) to
+// the source weights: continual test-time adaptation is known to collapse
+// on long streams, and a stream's images, whoever sends them, steer it.
 //
 // # Limits
 //

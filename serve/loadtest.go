@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -42,16 +44,35 @@ type LoadTest struct {
 	Shared bool
 	// Images are encoded images, sent in turn.
 	Images [][]byte
+	// Retries is how many times a request is sent again, with the same
+	// Idempotency-Key, after its connection failed or it got 429, 502,
+	// 503 or 504 (default 40; negative: never), waiting 100 ms, then
+	// twice as long each time up to 2 s. Every request carries a key
+	// unique to this test, so that a request the server adapted on but
+	// could not answer (it died after saving) is answered from its saved
+	// answer rather than stepped again.
+	Retries int
 	// Client is the HTTP client (default: one with a 5-minute timeout).
 	Client *http.Client
+	// TLS, when not nil, configures the default client's TLS (the roots
+	// that an https:// URL's certificate is checked against).
+	TLS *tls.Config
+	// Key, when set, is sent with every request (Authorization: Bearer),
+	// the streams' GET and /metrics included.
+	Key string
 }
 
 // LoadReport is a load test's outcome.
 type LoadReport struct {
-	Sent     int         `json:"sent"`
-	Unsent   int         `json:"unsent"` // not sent before the time limit
-	OK       int         `json:"ok"`
-	Errors   int         `json:"errors"` // non-200 answers and transport errors
+	Sent   int `json:"sent"`
+	Unsent int `json:"unsent"` // not sent before the time limit
+	OK     int `json:"ok"`
+	Errors int `json:"errors"` // non-200 answers and transport errors, after the retries
+	// Retried counts the requests sent more than once; Replayed, the
+	// stream answers that were the saved answer of an earlier send
+	// (StreamAnswer.Replayed).
+	Retried  int         `json:"retried"`
+	Replayed int         `json:"replayed"`
 	ByStatus map[int]int `json:"by_status"`
 	Seconds  float64     `json:"seconds"`
 	PerSec   float64     `json:"requests_per_second"` // answered with 200, per second
@@ -95,9 +116,17 @@ func (lt LoadTest) Run(ctx context.Context) (*LoadReport, error) {
 	if lt.StreamPrefix == "" {
 		lt.StreamPrefix = "loadtest-"
 	}
+	if lt.Retries == 0 {
+		lt.Retries = DefaultLoadTestRetries
+	}
+	run := fmt.Sprintf("%016x", rand.Uint64()) // this test's part of every Idempotency-Key
 	c := lt.Client
 	if c == nil {
-		c = &http.Client{Timeout: 5 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: lt.Sources * lt.Concurrency}}
+		c = &http.Client{Timeout: 5 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: lt.Sources * lt.Concurrency,
+			TLSClientConfig: lt.TLS}}
+	}
+	if lt.Key != "" {
+		c = keyClient(c, lt.Key)
 	}
 	cpu0, _ := metricValue(ctx, c, base, "process_cpu_seconds_total")
 	before := map[int]int64{}
@@ -108,10 +137,12 @@ func (lt LoadTest) Run(ctx context.Context) (*LoadReport, error) {
 	}
 
 	type outcome struct {
-		status  int
-		id      string // request_id of the answer
-		seconds float64
-		err     error
+		status   int
+		id       string // request_id of the answer
+		seconds  float64
+		err      error
+		sends    int
+		replayed bool
 	}
 	outcomes := make([][]outcome, lt.Sources)
 	sent := make([][]bool, lt.Sources)
@@ -134,24 +165,21 @@ func (lt LoadTest) Run(ctx context.Context) (*LoadReport, error) {
 					if !lt.Frozen {
 						u.RawQuery = url.Values{"stream": {lt.StreamPrefix + strconv.Itoa(src)}}.Encode()
 					}
-					req, _ := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(img))
-					req.Header.Set("Content-Type", "image/jpeg")
-					req.Header.Set("X-Request-Id", id)
 					start := time.Now()
-					resp, err := c.Do(req)
-					o := outcome{err: err}
-					if err == nil {
-						var body ClassifyResponse
-						b, rerr := io.ReadAll(resp.Body)
-						resp.Body.Close()
-						o.status = resp.StatusCode
-						if rerr != nil {
-							o.err = rerr
-						} else if resp.StatusCode == http.StatusOK {
-							if err := json.Unmarshal(b, &body); err != nil {
-								o.err = err
-							}
-							o.id = body.RequestID
+					var o outcome
+					for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+						o = outcome{sends: o.sends + 1}
+						req, _ := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(img))
+						req.Header.Set("Content-Type", "image/jpeg")
+						req.Header.Set("X-Request-Id", id)
+						req.Header.Set("Idempotency-Key", run+"-"+id)
+						o.status, o.id, o.replayed, o.err = send(c, req)
+						if !retryable(o.status, o.err) || o.sends > lt.Retries || ctx.Err() != nil {
+							break
+						}
+						select {
+						case <-time.After(wait):
+						case <-ctx.Done():
 						}
 					}
 					o.seconds = time.Since(start).Seconds()
@@ -186,6 +214,12 @@ func (lt LoadTest) Run(ctx context.Context) (*LoadReport, error) {
 			}
 			rep.Sent++
 			rep.ByStatus[o.status]++
+			if o.sends > 1 {
+				rep.Retried++
+			}
+			if o.replayed {
+				rep.Replayed++
+			}
 			stream := lt.StreamPrefix + strconv.Itoa(src)
 			if o.err != nil || o.status != http.StatusOK {
 				rep.Errors++
@@ -237,10 +271,52 @@ func (lt LoadTest) Run(ctx context.Context) (*LoadReport, error) {
 	return rep, nil
 }
 
+// DefaultLoadTestRetries is LoadTest.Retries's default.
+const DefaultLoadTestRetries = 40
+
+// send sends one request of the load test and reads its answer: the
+// status, the answer's request_id and whether the stream replayed it.
+func send(c *http.Client, req *http.Request) (status int, id string, replayed bool, err error) {
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, "", false, err
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return resp.StatusCode, "", false, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return resp.StatusCode, "", false, nil
+	}
+	var body ClassifyResponse
+	if err := json.Unmarshal(b, &body); err != nil {
+		return resp.StatusCode, "", false, err
+	}
+	return resp.StatusCode, body.RequestID, body.Stream != nil && body.Stream.Replayed, nil
+}
+
+// retryable says whether a request may have failed on its way (a lost
+// connection, a server or proxy that could not answer) rather than for
+// what it is: sent again with its Idempotency-Key, it is answered once.
+func retryable(status int, err error) bool {
+	if err != nil {
+		return true
+	}
+	switch status {
+	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
 // Write prints the report in a few lines.
 func (r *LoadReport) Write(w io.Writer) {
 	fmt.Fprintf(w, "%d requests sent (%d not sent before the time limit) in %.1f s: %d OK, %d errors %v\n",
 		r.Sent, r.Unsent, r.Seconds, r.OK, r.Errors, r.ByStatus)
+	if r.Retried > 0 {
+		fmt.Fprintf(w, "%d requests sent again after a failure, %d of them answered with the stream's saved answer\n", r.Retried, r.Replayed)
+	}
 	fmt.Fprintf(w, "%.2f requests/s; latency p50 %.3f s, p99 %.3f s, max %.3f s\n", r.PerSec, r.P50, r.P99, r.Max)
 	if r.CPUSeconds > 0 && r.OK > 0 {
 		fmt.Fprintf(w, "server CPU %.1f s, %.1f ms per answer\n", r.CPUSeconds, 1000*r.CPUSeconds/float64(r.OK))
@@ -268,6 +344,25 @@ func (r *LoadReport) Write(w io.Writer) {
 		fmt.Fprintf(w, "NOT exactly once: %s\n", strings.Join(r.Problems, "; "))
 	}
 }
+
+// keyClient is c sending key with every request.
+func keyClient(c *http.Client, key string) *http.Client {
+	next := c.Transport
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	kc := *c
+	kc.Transport = roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer "+key)
+		return next.RoundTrip(r)
+	})
+	return &kc
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // loopbackOnly refuses a host that is not this machine.
 func loopbackOnly(host string) error {

@@ -11,7 +11,9 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -22,9 +24,16 @@ import (
 )
 
 // childStateDir, in the environment, makes the test binary a server on
-// that state directory instead of running tests (serveChild), for tests
-// that need servers in processes of their own.
-const childStateDir = "SUBTTA_SERVE_TEST_STATE_DIR"
+// that state store (a folder, or a Redis URL) instead of running tests
+// (serveChild), for tests that need servers in processes of their own.
+// childAddr is the address it listens on (default: a free loopback port),
+// and childCrashAfter a number of saves after which it kills itself
+// (SIGKILL) at once, before answering the batch just saved.
+const (
+	childStateDir   = "SUBTTA_SERVE_TEST_STATE_DIR"
+	childAddr       = "SUBTTA_SERVE_TEST_ADDR"
+	childCrashAfter = "SUBTTA_SERVE_TEST_CRASH_AFTER_SAVES"
+)
 
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(childStateDir); dir != "" {
@@ -39,19 +48,33 @@ func TestMain(m *testing.M) {
 
 // serveChild serves the built-in model with batches of 2 on dir, on a
 // loopback port it prints ("listening on URL") to stdout, until SIGTERM
-// (which drains it) or SIGKILL.
+// (which drains it) or SIGKILL (sent by the test, or by itself after
+// childCrashAfter saves).
 func serveChild(dir string) error {
 	m, err := builtin.Model(clip.Options{})
 	if err != nil {
 		return err
 	}
 	s, err := New(Config{Model: m, Tokenizer: builtin.Tokenizer(), ModelVersion: "builtin-test",
-		Labels: data.CIFAR10Classes, BatchSize: 2, MaxWait: 50 * time.Millisecond, StateDir: dir,
+		Labels: data.CIFAR10Classes, BatchSize: 2, MaxWait: 50 * time.Millisecond, StateStore: dir,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if n, err := strconv.Atoi(os.Getenv(childCrashAfter)); err == nil {
+		var saves atomic.Int64
+		s.afterSave = func() {
+			if saves.Add(1) == int64(n) {
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {} // the signal ends the process before it answers
+			}
+		}
+	}
+	addr := os.Getenv(childAddr)
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
@@ -72,19 +95,22 @@ func serveChild(dir string) error {
 
 // child is a server in a process of its own (serveChild).
 type child struct {
-	cmd *exec.Cmd
-	url string
+	cmd  *exec.Cmd
+	url  string
+	done chan struct{} // closed when the process has ended
+	err  error         // its exit, once done
 }
 
-// startChild starts a server process on dir and waits until it listens.
-func startChild(t *testing.T, dir string) *child {
+// startChild starts a server process on dir, with env added to its
+// environment, and waits until it listens.
+func startChild(t *testing.T, dir string, env ...string) *child {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), childStateDir+"="+dir)
+	cmd.Env = append(append(os.Environ(), childStateDir+"="+dir), env...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -93,23 +119,24 @@ func startChild(t *testing.T, dir string) *child {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
+	c := &child{cmd: cmd, done: make(chan struct{})}
 	line := make(chan string, 1)
 	go func() {
 		l, _ := bufio.NewReader(out).ReadString('\n')
 		line <- l
 		io.Copy(io.Discard, out)
+		c.err = cmd.Wait()
+		close(c.done)
 	}()
+	t.Cleanup(c.kill)
 	select {
 	case l := <-line:
 		url, ok := strings.CutPrefix(strings.TrimSpace(l), "listening on ")
 		if !ok {
 			t.Fatalf("server process said %q", l)
 		}
-		return &child{cmd: cmd, url: url}
+		c.url = url
+		return c
 	case <-time.After(2 * time.Minute):
 		t.Fatal("the server process did not start listening within 2 minutes")
 	}
@@ -120,13 +147,14 @@ func startChild(t *testing.T, dir string) *child {
 func (c *child) stop(t *testing.T) {
 	t.Helper()
 	c.cmd.Process.Signal(syscall.SIGTERM)
-	if err := c.cmd.Wait(); err != nil {
-		t.Errorf("server process: %v", err)
+	<-c.done
+	if c.err != nil {
+		t.Errorf("server process: %v", c.err)
 	}
 }
 
 // kill ends the process at once (SIGKILL), as a crash would.
 func (c *child) kill() {
 	c.cmd.Process.Kill()
-	c.cmd.Wait()
+	<-c.done
 }

@@ -323,3 +323,26 @@ func requestID(r *http.Request) string {
 	}
 	return id
 }
+
+// maxKeyBytes limits an Idempotency-Key.
+const maxKeyBytes = 128
+
+// idempotencyKey is the request's Idempotency-Key header: "" when absent,
+// else 1 to maxKeyBytes printable ASCII characters. A stream request with a
+// key is answered once: sent again (a retry after a lost connection, to
+// this server or another on the same store), it gets the first answer.
+func idempotencyKey(r *http.Request) (string, error) {
+	vs := r.Header.Values("Idempotency-Key")
+	if len(vs) == 0 {
+		return "", nil
+	}
+	k := vs[0]
+	ok := len(vs) == 1 && k != "" && len(k) <= maxKeyBytes
+	for i := 0; ok && i < len(k); i++ {
+		ok = k[i] > ' ' && k[i] < 0x7f
+	}
+	if !ok {
+		return "", errorf(http.StatusBadRequest, "Idempotency-Key %s: want one header of 1 to %d printable ASCII characters without spaces", quote(k, maxEcho), maxKeyBytes)
+	}
+	return k, nil
+}

@@ -1,40 +1,34 @@
 package serve
 
 import (
-	"bytes"
-	"encoding/gob"
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 	"time"
-
-	"github.com/subtta/subtta/internal/atomicfile"
-	"github.com/subtta/subtta/internal/filelock"
 )
 
-// A stream's state lives in ID.stream in the state directory: savedStream,
-// gob-encoded, rewritten whole (atomically) after every step. It holds the
-// Method's whole state (tta.Method.MarshalBinary: LayerNorm values, optimizer moments
-// and step counts, the method's memory), so a restore continues the stream
-// exactly where it was saved.
+// A stream's state lives in the server's state store (store.go): a folder
+// with one file ID.stream per stream (store_dir.go), or a Redis database
+// (store_redis.go). It is savedStream, gob-encoded, rewritten whole after
+// every step. It holds the Method's whole state (tta.Method.MarshalBinary:
+// LayerNorm values, optimizer moments and step counts, the method's
+// memory), so a restore continues the stream exactly where it was saved,
+// and the answers to the stream's most recent requests that carried an
+// Idempotency-Key, so that a retried request is answered once.
 //
-// Several servers may share a state directory (or one server may hold a
-// stream that another has stepped since). Each saved state carries a stamp
-// (Birth, Generation), and a save replaces the file only if the file still
-// carries the stamp this server read or last wrote, checked and written
-// under an exclusive lock on .ID.stream.lock (internal/filelock): a
-// compare-and-swap. When it does not, the save fails with errStale, and the
-// stream's worker reloads the file and steps the batch again, before
-// answering it, this time holding the lock from the reading to the saving.
+// Several servers may share a store (or one server may hold a stream that
+// another has stepped since). Each saved state carries a stamp (Birth,
+// Generation), and a save replaces the stored state only if it still
+// carries the stamp this server read or last wrote: a compare-and-swap.
+// When it does not, the save fails with errStale, and the stream's worker
+// reloads the state and steps the batch again, before answering it.
 
 const stateFormat = "subtta-serve-stream-v2"
 
-// savedStream is what ID.stream holds.
+// savedStream is what the store holds for a stream.
 type savedStream struct {
 	Format       string
 	ID           string
@@ -50,6 +44,25 @@ type savedStream struct {
 	// Stamp says which save of which stream this is. A file written before
 	// stamps existed decodes with the zero stamp, which is then its stamp.
 	Stamp stamp
+	// Owner is the hex SHA-256 digest of the API key that created the
+	// stream ("": created without keys). Only that key finds the stream.
+	Owner string
+	// Answers are the answers to the stream's most recent requests that
+	// carried an Idempotency-Key, oldest first, at most Config.RecentAnswers.
+	Answers []savedAnswer
+}
+
+// savedAnswer is the answer to a request that carried an Idempotency-Key:
+// a request with the same key is answered with it, without a step.
+type savedAnswer struct {
+	Key string
+	// Image is the start of the SHA-256 of the request's image: a key
+	// sent again with another image is refused.
+	Image                 [8]byte
+	Logits                []float64
+	Pred                  int
+	Batch                 int64
+	Size, Position, Steps int
 }
 
 // stamp identifies one saved version of a stream: the stream (Birth, drawn
@@ -59,57 +72,30 @@ type stamp struct {
 	Birth, Generation uint64
 }
 
-// errStale is persist's error when the file was saved by someone else
+// errStale is a store's error when the stream was saved by someone else
 // since this server read or wrote it.
 var errStale = errors.New("saved by another server since this one read it")
 
-func (s *Server) statePath(id string) string { return filepath.Join(s.cfg.StateDir, id+".stream") }
-
-// lockPath is the lock file of a stream's state file: hidden, and left
-// behind when the stream is deleted (filelock).
-func (s *Server) lockPath(id string) string {
-	return filepath.Join(s.cfg.StateDir, "."+id+".stream.lock")
-}
-
-// persist saves the stream after a step, if its file still carries the
-// stamp st read or last wrote (errStale if not), under the file's lock:
-// held, when the caller holds it, or taken here. Only the stream's worker
-// calls it.
-func (s *Server) persist(st *stream, held *filelock.Lock) (err error) {
-	if s.cfg.StateDir == "" {
+// persist saves the stream after a step, if its stored state still carries
+// the stamp st read or last wrote (errStale if not). Only the stream's
+// worker calls it.
+func (s *Server) persist(st *stream) error {
+	if s.store == nil {
 		return nil
 	}
-	path := s.statePath(st.id)
-	if held == nil {
-		lock, err := filelock.Acquire(s.lockPath(st.id))
-		if err != nil {
-			return err
-		}
-		defer func() {
-			if uerr := lock.Unlock(); err == nil {
-				err = uerr
-			}
-		}()
-	}
-	cur, err := s.readState(st.id)
-	if err != nil {
-		return err
-	}
 	st.mu.Lock()
-	stats, onDisk, last := st.stats, st.onDisk, st.stamp
+	stats, stored, last := st.stats, st.onDisk, st.stamp
+	answers := st.answers
 	st.mu.Unlock()
-	if (cur != nil) != onDisk || cur != nil && cur.Stamp != last {
-		return errStale
-	}
 	next := stamp{Birth: last.Birth, Generation: last.Generation + 1}
 	sv := savedStream{Format: stateFormat, ID: st.id, ModelVersion: s.cfg.ModelVersion, Dataset: s.cfg.Dataset,
 		Method: s.preset.Method, Labels: st.labels, Templates: st.templates, Stats: stats,
-		State: st.state, Saved: time.Now().UTC(), Stamp: next}
-	var buf bytes.Buffer
-	if err := gob.NewEncoder(&buf).Encode(&sv); err != nil {
-		return err
+		State: st.state, Saved: time.Now().UTC(), Stamp: next, Owner: st.owner, Answers: answers}
+	var prev *stamp
+	if stored {
+		prev = &last
 	}
-	if err := atomicfile.Write(path, buf.Bytes()); err != nil {
+	if err := s.store.Save(context.Background(), &sv, prev); err != nil {
 		return err
 	}
 	st.mu.Lock()
@@ -121,48 +107,10 @@ func (s *Server) persist(st *stream, held *filelock.Lock) (err error) {
 // readState reads a stream's saved state, or returns nil when there is
 // none.
 func (s *Server) readState(id string) (*savedStream, error) {
-	if s.cfg.StateDir == "" {
+	if s.store == nil {
 		return nil, nil
 	}
-	b, err := os.ReadFile(s.statePath(id))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var sv savedStream
-	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&sv); err != nil || sv.Format != stateFormat || sv.ID != id {
-		return nil, fmt.Errorf("serve: %s is not a saved stream of this version (%v)", s.statePath(id), err)
-	}
-	return &sv, nil
-}
-
-// checkFoldedNames refuses a state directory that holds the file of a
-// stream id with capitals, saved before ids were folded to lower case: its
-// stream would not be found under its folded id. It names the first such
-// file and the name to give it.
-func checkFoldedNames(dir string) error {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return fmt.Errorf("serve: state directory: %w", err)
-	}
-	var bad []string
-	for _, e := range entries {
-		id, ok := strings.CutSuffix(e.Name(), ".stream")
-		if ok && validID.MatchString(id) && id != strings.ToLower(id) {
-			bad = append(bad, e.Name())
-		}
-	}
-	if len(bad) == 0 {
-		return nil
-	}
-	more := ""
-	if len(bad) > 1 {
-		more = fmt.Sprintf(" (and %d more)", len(bad)-1)
-	}
-	return fmt.Errorf("serve: state directory %s holds %s%s, the file of a stream id with capitals, saved before stream ids were folded to lower case: rename it to %s (where that name is taken, keep one of the two)",
-		dir, bad[0], more, strings.ToLower(bad[0]))
+	return s.store.Load(context.Background(), id)
 }
 
 // compatible refuses a state saved by another model, method or preset.
@@ -174,21 +122,15 @@ func (s *Server) compatible(sv *savedStream) error {
 	return nil
 }
 
-// removeState deletes a stream's file, under its lock, so that no save
-// of another server lands in between its check and its rename. A server
-// still holding the stream finds the file gone at its next save (errStale)
-// and starts the stream afresh. Its empty lock file stays (filelock).
-func (s *Server) removeState(id string) {
-	if s.cfg.StateDir == "" {
+// removeState deletes a stream's saved state, unless it belongs to another
+// owner than owner (that state stays). A server still holding the stream
+// finds it gone at its next save (errStale) and starts the stream afresh.
+func (s *Server) removeState(id, owner string) {
+	if s.store == nil {
 		return
 	}
-	lock, err := filelock.Acquire(s.lockPath(id))
-	if err != nil {
-		s.log.Error("serve: removing stream state", "stream", id, "err", err)
-		return
-	}
-	defer lock.Unlock()
-	if err := os.Remove(s.statePath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	ours := func(sv *savedStream) bool { return sv.Owner == owner }
+	if err := s.store.Delete(context.Background(), id, ours); err != nil {
 		s.log.Error("serve: removing stream state", "stream", id, "err", err)
 	}
 }
@@ -202,6 +144,9 @@ func (st *stream) load() error {
 		return err
 	}
 	if sv != nil {
+		if sv.Owner != st.owner {
+			return errNoStream(st.id)
+		}
 		if err := s.compatible(sv); err != nil {
 			return err
 		}
@@ -228,6 +173,10 @@ func (st *stream) reload() error {
 		return err
 	}
 	if sv != nil {
+		if sv.Owner != st.owner {
+			// Deleted and created again by another key meanwhile.
+			return errNoStream(st.id)
+		}
 		if err := s.compatible(sv); err != nil {
 			return err
 		}
@@ -255,7 +204,7 @@ func (st *stream) install(sv *savedStream) error {
 	fresh := stamp{Birth: rand.Uint64()}
 	if sv != nil {
 		if err := s.restore(st, sv.State); err != nil {
-			return fmt.Errorf("serve: stream %s: %s: %w", st.id, s.statePath(st.id), err)
+			return fmt.Errorf("serve: stream %s: %s: %w", st.id, s.store.Where(st.id), err)
 		}
 		stats = sv.Stats
 		stats.Restored = true
@@ -265,9 +214,30 @@ func (st *stream) install(sv *savedStream) error {
 	st.stats = stats
 	st.onDisk = sv != nil
 	st.stamp = fresh
+	st.answers = nil
 	if sv != nil {
 		st.stamp = sv.Stamp
+		st.answers = sv.Answers
 	}
 	st.mu.Unlock()
 	return nil
+}
+
+// recentAnswers is the stream's answers followed by those of a step
+// (answers of jobs without a key are left out), the oldest dropped beyond
+// the window of Config.RecentAnswers.
+func (s *Server) recentAnswers(old []savedAnswer, jobs []*job, got []answer) []savedAnswer {
+	out := slices.Clone(old)
+	for i, j := range jobs {
+		if j.key == "" || got[i].err != nil {
+			continue
+		}
+		a := got[i]
+		out = append(out, savedAnswer{Key: j.key, Image: j.image, Logits: a.logits, Pred: a.pred,
+			Batch: a.batch, Size: a.size, Position: a.position, Steps: a.steps})
+	}
+	if extra := len(out) - s.cfg.RecentAnswers; extra > 0 {
+		out = slices.Delete(out, 0, extra)
+	}
+	return out
 }

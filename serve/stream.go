@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/subtta/subtta/internal/filelock"
 	"github.com/subtta/subtta/tta"
 	"github.com/subtta/subtta/tta/feature"
 )
@@ -37,12 +36,13 @@ func streamID(id string) (string, error) {
 type stream struct {
 	srv       *Server
 	id        string
+	owner     string // the hex SHA-256 digest of the key that created it ("": none)
 	labels    []string
 	templates []string
 	heads     *heads
 	method    tta.Method
 	params    []float64 // this stream's LayerNorm values (the model holds the source ones)
-	state     []byte    // the Method's state after the last step, when there is a state directory
+	state     []byte    // the Method's state after the last step, when there is a state store
 
 	ready   chan struct{} // closed when loaded, or when loading failed (loadErr)
 	loadErr error
@@ -57,8 +57,9 @@ type stream struct {
 	deleted bool // the stream is being deleted: waiting requests fail
 	unsaved bool // the last save failed: evicting would lose adaptation
 	stats   streamStats
-	onDisk  bool  // the stream has a state file, read or written by this server
-	stamp   stamp // that file's stamp, or the Birth its first save will carry
+	onDisk  bool          // the stream has a saved state, read or written by this server
+	stamp   stamp         // that state's stamp, or the Birth its first save will carry
+	answers []savedAnswer // answers to its recent requests with an Idempotency-Key, oldest first
 }
 
 // streamStats are a stream's counters, saved with its state.
@@ -70,13 +71,16 @@ type streamStats struct {
 	LastLoss map[string]float64
 	Cosines  []float64 // principal-angle cosines of the last batch, when it aligned
 	Created  time.Time
-	Restored bool // read back from the state directory
+	Restored bool // read back from the state store
+	Guard    guardStats
 }
 
 // job is one request waiting for its stream's batch.
 type job struct {
 	ctx     context.Context
 	pixels  []float32
+	key     string  // the request's Idempotency-Key, or ""
+	image   [8]byte // the start of its image's SHA-256, when key is set
 	arrived time.Time
 	done    chan answer // capacity 1: the worker never blocks on it
 	taken   bool        // in a batch being stepped; guarded by the stream's mu
@@ -90,6 +94,7 @@ type answer struct {
 	size     int   // the batch's size
 	position int   // the job's row in the batch
 	steps    int   // optimizer steps the batch took
+	replayed bool  // the saved answer of an earlier request with the job's key
 	err      error
 }
 
@@ -100,12 +105,13 @@ var (
 	errDraining     = &httpError{status: http.StatusServiceUnavailable, msg: "the server is shutting down", header: map[string]string{"Retry-After": "5"}}
 )
 
-// stream returns the stream id, created (or read back from the state
-// directory) if it is not in memory. labels and templates, when not nil,
-// must be the stream's own.
-func (s *Server) stream(ctx context.Context, id string, labels, templates []string) (*stream, error) {
+// stream returns the stream id of owner (the digest of the client's key,
+// "" without keys), created (or read back from the state directory) if it
+// is not in memory; another owner's stream is not found (404). labels and
+// templates, when not nil, must be the stream's own.
+func (s *Server) stream(ctx context.Context, id, owner string, labels, templates []string) (*stream, error) {
 	for {
-		st, err := s.lookup(id, labels, templates)
+		st, err := s.lookup(id, owner, labels, templates)
 		if err != nil {
 			return nil, err
 		}
@@ -114,12 +120,18 @@ func (s *Server) stream(ctx context.Context, id string, labels, templates []stri
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-		if st.loadErr != nil {
+		if st.loadErr != nil && st.owner == owner {
 			return nil, st.loadErr
 		}
 		st.mu.Lock()
 		closing := st.closing
 		st.mu.Unlock()
+		if st.owner != owner && !closing {
+			// Another key's stream. (One that another key failed to
+			// load is closing: once it has left, this key may find
+			// the id free, or its own file.)
+			return nil, errNoStream(id)
+		}
 		if closing {
 			// Evicted or deleted under our feet: wait until it has left,
 			// then look again.
@@ -141,8 +153,8 @@ func (s *Server) stream(ctx context.Context, id string, labels, templates []stri
 }
 
 // lookup finds or starts the stream, evicting the least recently used idle
-// stream when MaxStreams are in memory.
-func (s *Server) lookup(id string, labels, templates []string) (*stream, error) {
+// stream when MaxStreams are in memory. A new stream belongs to owner.
+func (s *Server) lookup(id, owner string, labels, templates []string) (*stream, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.draining {
@@ -172,7 +184,7 @@ func (s *Server) lookup(id string, labels, templates []string) (*stream, error) 
 	if templates == nil {
 		templates = s.cfg.Templates
 	}
-	st := &stream{srv: s, id: id, labels: labels, templates: templates, used: s.clock,
+	st := &stream{srv: s, id: id, owner: owner, labels: labels, templates: templates, used: s.clock,
 		ready: make(chan struct{}), exited: make(chan struct{}), kick: make(chan struct{}, 1)}
 	s.streams[id] = st
 	s.m.streams.Set(float64(len(s.streams)))
@@ -185,9 +197,9 @@ func (s *Server) lookup(id string, labels, templates []string) (*stream, error) 
 // waiting and no step running. Its state is already on disk: it is saved
 // after every step. The caller holds s.mu.
 func (s *Server) evictLocked() error {
-	if s.cfg.StateDir == "" {
+	if s.store == nil {
 		return &httpError{status: http.StatusServiceUnavailable, header: map[string]string{"Retry-After": "10"},
-			msg: fmt.Sprintf("the server holds its maximum of %d streams and has no state directory to evict one to", s.cfg.MaxStreams)}
+			msg: fmt.Sprintf("the server holds its maximum of %d streams and has no state store to evict one to", s.cfg.MaxStreams)}
 	}
 	var victim *stream
 	for _, st := range s.streams {
@@ -227,9 +239,10 @@ func (st *stream) wake() {
 	}
 }
 
-// submit queues a request and waits for its answer.
-func (st *stream) submit(ctx context.Context, px []float32) (answer, error) {
-	j := &job{ctx: ctx, pixels: px, arrived: time.Now(), done: make(chan answer, 1)}
+// submit queues a request (with its Idempotency-Key and its image's
+// digest, when it has a key) and waits for its answer.
+func (st *stream) submit(ctx context.Context, px []float32, key string, image [8]byte) (answer, error) {
+	j := &job{ctx: ctx, pixels: px, key: key, image: image, arrived: time.Now(), done: make(chan answer, 1)}
 	st.mu.Lock()
 	if st.closing {
 		st.mu.Unlock()
@@ -303,7 +316,7 @@ func (st *stream) finish() {
 		j.done <- answer{err: err}
 	}
 	if deleted {
-		s.removeState(st.id)
+		s.removeState(st.id, st.owner)
 	}
 	s.mu.Lock()
 	if s.streams[st.id] == st {
@@ -372,26 +385,27 @@ func (st *stream) next() (batch []*job, ok bool) {
 }
 
 // step adapts the stream on a batch, saves its state and answers the batch.
-// When the save finds the stream saved by another server since this one
-// read it (errStale), the stream is reloaded from its file and the batch
-// stepped again, so that the batch's requests are answered only by a step
-// that follows every step saved before it. That second step runs under
-// the lock of the stream's file, so that no other save can come first
-// again: a stream stepped by several servers at once moves on whichever of
-// them steps it. It returns false when the worker must end (the stream
-// could not be reloaded in place).
+// A request whose Idempotency-Key the stream has answered already gets that
+// answer again, without a step (replay). When the save finds the stream
+// saved by another server since this one read it (errStale), the stream is
+// reloaded from the store and the batch stepped again (restep), less the
+// requests that the reloaded stream has answered, so that the batch's
+// requests are answered only by a step that follows every step saved
+// before it. It returns false when the worker must end (the stream could
+// not be reloaded in place).
 func (s *Server) step(st *stream, batch []*job) (keep bool) {
-	n := len(batch)
-	px := make([]float32, 0, n*s.pre.OutputLen())
-	for _, j := range batch {
-		px = append(px, j.pixels...)
-	}
+	got := make(map[*job]answer, len(batch))
+	dups := map[*job]*job{}
+	todo := st.replay(batch, got, dups)
 	keep = true
-	res, index, err := s.stepOnce(st, px, n, nil)
-	if errors.Is(err, errStale) {
-		s.m.saveConflicts.Inc()
-		s.log.Info("serve: stream saved by another server since this one read it: reloading it and stepping the batch again", "stream", st.id)
-		res, index, keep, err = s.restep(st, px, n)
+	var err error
+	if len(todo) > 0 {
+		err = s.stepOnce(st, todo, got)
+		if errors.Is(err, errStale) {
+			s.m.saveConflicts.Inc()
+			s.log.Info("serve: stream saved by another server since this one read it: reloading it and stepping the batch again", "stream", st.id)
+			keep, err = s.restep(st, todo, got)
+		}
 	}
 	st.mu.Lock()
 	st.busy = false
@@ -399,58 +413,127 @@ func (s *Server) step(st *stream, batch []*job) (keep bool) {
 		st.closing = true
 	}
 	st.mu.Unlock()
-	for i, j := range batch {
-		if err != nil {
-			var he *httpError
-			if !errors.As(err, &he) {
-				err = fmt.Errorf("adaptation step: %w", err)
-			}
-			j.done <- answer{err: err}
-			continue
+	if err != nil {
+		var he *httpError
+		if !errors.As(err, &he) {
+			err = fmt.Errorf("adaptation step: %w", err)
 		}
-		j.done <- answer{logits: slices.Clone(res.Logits.RawRowView(i)), pred: res.Preds[i],
-			batch: index, size: n, position: i, steps: res.Diag.Steps}
+	}
+	for _, j := range batch {
+		a, ok := got[j]
+		if first, dup := dups[j]; dup {
+			a, ok = got[first]
+			a.replayed = a.err == nil
+		}
+		if !ok {
+			a = answer{err: err}
+		}
+		if a.replayed {
+			s.m.replays.Inc()
+		}
+		j.done <- a
 	}
 	return keep
 }
 
-// restep reloads the stream from its file and steps it on the batch again,
-// holding the file's lock from the reading to the saving.
-func (s *Server) restep(st *stream, px []float32, n int) (res *tta.Result, index int64, keep bool, err error) {
-	// On any failure the stream, stepped on a stale state, cannot go on:
-	// its worker ends, and its next request loads it anew.
-	lock, err := filelock.Acquire(s.lockPath(st.id))
-	if err != nil {
-		return nil, 0, false, err
+// replay answers, in got, the jobs whose Idempotency-Key the stream has
+// answered already, with that answer (or 422 for a key sent with another
+// image), and records in dups the jobs whose key an earlier job of the
+// list carries, to get that job's answer. It returns the jobs left to step.
+func (st *stream) replay(jobs []*job, got map[*job]answer, dups map[*job]*job) (todo []*job) {
+	st.mu.Lock()
+	known := make(map[string]savedAnswer, len(st.answers))
+	for _, a := range st.answers {
+		known[a.Key] = a
 	}
-	defer lock.Unlock()
-	if err := st.reload(); err != nil {
-		s.log.Error("serve: reloading stream", "stream", st.id, "err", err)
-		return nil, 0, false, err
+	st.mu.Unlock()
+	first := map[string]*job{}
+	for _, j := range jobs {
+		if j.key == "" {
+			todo = append(todo, j)
+			continue
+		}
+		if a, ok := known[j.key]; ok {
+			if a.Image != j.image {
+				got[j] = answer{err: errorf(http.StatusUnprocessableEntity, "Idempotency-Key %s was sent to stream %s before with another image; give each image a key of its own",
+					quote(j.key, maxEcho), st.id)}
+				continue
+			}
+			got[j] = answer{logits: slices.Clone(a.Logits), pred: a.Pred, batch: a.Batch, size: a.Size,
+				position: a.Position, steps: a.Steps, replayed: true}
+			continue
+		}
+		if f, ok := first[j.key]; ok {
+			dups[j] = f
+			continue
+		}
+		first[j.key] = j
+		todo = append(todo, j)
 	}
-	res, index, err = s.stepOnce(st, px, n, lock)
-	if err != nil && !errors.Is(err, errStale) {
-		return nil, 0, false, err
-	}
-	if errors.Is(err, errStale) {
-		// Under the lock, only a writer that takes none (another
-		// system's, see internal/filelock) can have saved.
-		return nil, 0, false, fmt.Errorf("stream %s: saved by another writer while this server held its lock (%s)", st.id, s.lockPath(st.id))
-	}
-	return res, index, true, nil
+	return todo
 }
 
-// stepOnce steps the stream on a batch, counts it and saves the stream
-// (under held, when not nil, the lock of its file). A failure to save other
-// than errStale is logged, and the step stands.
-func (s *Server) stepOnce(st *stream, px []float32, n int, held *filelock.Lock) (res *tta.Result, index int64, err error) {
+// restep reloads the stream from the store and steps it on the jobs again,
+// less those the reloaded stream has answered. With a store that can lock
+// a stream (streamLocker), it holds the lock from the reading to the
+// saving, so that no other save can come first again; with another, it
+// tries again while other servers save the stream first, up to maxResteps
+// times.
+func (s *Server) restep(st *stream, todo []*job, got map[*job]answer) (keep bool, err error) {
+	// On any failure the stream, stepped on a stale state, cannot go on:
+	// its worker ends, and its next request loads it anew.
+	held := false
+	if l, ok := s.store.(streamLocker); ok {
+		unlock, err := l.Lock(context.Background(), st.id)
+		if err != nil {
+			return false, err
+		}
+		defer unlock()
+		held = true
+	}
+	for attempt := 1; ; attempt++ {
+		if err := st.reload(); err != nil {
+			s.log.Error("serve: reloading stream", "stream", st.id, "err", err)
+			return false, err
+		}
+		if todo = st.replay(todo, got, map[*job]*job{}); len(todo) == 0 {
+			return true, nil
+		}
+		err := s.stepOnce(st, todo, got)
+		switch {
+		case err == nil:
+			return true, nil
+		case !errors.Is(err, errStale):
+			return false, err
+		case held:
+			// Under the lock, only a writer that takes none (another
+			// system's, see internal/filelock) can have saved.
+			return false, fmt.Errorf("stream %s: saved by another writer while this server held its lock (%s)", st.id, s.store.Where(st.id))
+		case attempt == maxResteps:
+			return false, &httpError{status: http.StatusServiceUnavailable, header: map[string]string{"Retry-After": "1"},
+				msg: fmt.Sprintf("stream %s was saved by other servers %d times while this one stepped it; retry", st.id, attempt+1)}
+		}
+		s.m.saveConflicts.Inc()
+	}
+}
+
+// stepOnce steps the stream on the jobs, counts them, saves the stream and
+// puts the jobs' answers in got. It returns errStale, and no answers, when
+// the store refused the save. A failure to save for another reason is
+// logged, and the step stands.
+func (s *Server) stepOnce(st *stream, jobs []*job, got map[*job]answer) error {
+	n := len(jobs)
+	px := make([]float32, 0, n*s.pre.OutputLen())
+	for _, j := range jobs {
+		px = append(px, j.pixels...)
+	}
 	t0 := time.Now()
-	res, err = s.adapt(st, px, n)
+	res, err := s.adapt(st, px, n)
 	s.m.stepSeconds.Observe(time.Since(t0).Seconds())
 	s.m.batchSize.Observe(float64(n))
 	if err != nil {
 		s.log.Error("serve: adaptation step failed", "stream", st.id, "err", err)
-		return nil, 0, err
+		return err
 	}
 	s.m.batches.Inc()
 	s.m.optimizerSteps.Add(float64(res.Diag.Steps))
@@ -461,26 +544,42 @@ func (s *Server) stepOnce(st *stream, px []float32, n int, held *filelock.Lock) 
 		}
 	}
 	st.mu.Lock()
-	index = st.stats.Batches
+	index := st.stats.Batches
 	st.stats.Images += int64(n)
 	st.stats.Batches++
 	st.stats.Steps += int64(res.Diag.Steps)
 	st.stats.Skipped += int64(res.Diag.Skipped)
 	st.stats.LastLoss = res.Diag.Losses
 	st.stats.Cosines = cos
+	old := st.answers
 	st.mu.Unlock()
-	perr := s.persist(st, held)
+	s.guard(st, res)
+	answers := make([]answer, n)
+	for i := range jobs {
+		answers[i] = answer{logits: slices.Clone(res.Logits.RawRowView(i)), pred: res.Preds[i],
+			batch: index, size: n, position: i, steps: res.Diag.Steps}
+	}
+	recent := s.recentAnswers(old, jobs, answers)
+	st.mu.Lock()
+	st.answers = recent
+	st.mu.Unlock()
+	perr := s.persist(st)
 	if errors.Is(perr, errStale) {
-		return nil, 0, perr
+		return perr
 	}
 	if perr != nil {
 		s.m.saveErrors.Inc()
 		s.log.Error("serve: saving stream state", "stream", st.id, "err", perr)
+	} else if s.afterSave != nil {
+		s.afterSave()
 	}
 	st.mu.Lock()
 	st.unsaved = perr != nil
 	st.mu.Unlock()
-	return res, index, nil
+	for i, j := range jobs {
+		got[j] = answers[i]
+	}
+	return nil
 }
 
 // adapt runs the stream's Method on a batch with the stream's LayerNorm
@@ -504,7 +603,7 @@ func (s *Server) adapt(st *stream, px []float32, n int) (res *tta.Result, err er
 	if err == nil && (res.Logits == nil || len(res.Preds) != n) {
 		err = fmt.Errorf("%s returned %d predictions for %d images", st.method.Name(), len(res.Preds), n)
 	}
-	if err == nil && s.cfg.StateDir != "" {
+	if err == nil && s.store != nil {
 		// Saved here, while the stream's values are in the model.
 		st.state, err = st.method.MarshalBinary()
 	}

@@ -1,0 +1,170 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// redisStore keeps each stream's state in a Redis hash at the key
+// subtta:stream:ID, with two fields: stamp ("birth:generation", what a
+// save compares) and state (the saved stream, as dirStore writes it to a
+// file). A save is a compare-and-swap by Redis's optimistic transaction:
+// WATCH the key, read its stamp, and write both fields in MULTI/EXEC only
+// if the stamp is the one expected; EXEC fails if any client changed the
+// key since the WATCH.
+type redisStore struct {
+	c   *redis.Client
+	url string // without a password, for messages
+}
+
+// redisKeyPrefix begins every key the store writes.
+const redisKeyPrefix = "subtta:stream:"
+
+// redisTimeout bounds one operation on the Redis server.
+const redisTimeout = 10 * time.Second
+
+// openRedisStore connects to redis://[user:password@]host:port/db (or
+// rediss:// for TLS) and checks that the server answers.
+func openRedisStore(ctx context.Context, rawURL string) (*redisStore, error) {
+	shown := rawURL
+	if u, err := url.Parse(rawURL); err == nil {
+		shown = u.Redacted()
+	}
+	opt, err := redis.ParseURL(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("serve: state store %s: %w", quote(shown, maxEcho), err)
+	}
+	opt.DisableIdentity = true // CLIENT SETINFO, unknown before Redis 7.2
+	c := redis.NewClient(opt)
+	pctx, cancel := context.WithTimeout(ctx, redisTimeout)
+	defer cancel()
+	if err := c.Ping(pctx).Err(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("serve: state store %s: %w", shown, err)
+	}
+	return &redisStore{c: c, url: shown}, nil
+}
+
+func (r *redisStore) key(id string) string { return redisKeyPrefix + id }
+
+func (r *redisStore) Where(id string) string { return r.url + " key " + r.key(id) }
+
+func (r *redisStore) Close() error { return r.c.Close() }
+
+func (r *redisStore) Load(ctx context.Context, id string) (*savedStream, error) {
+	ctx, cancel := context.WithTimeout(ctx, redisTimeout)
+	defer cancel()
+	b, err := r.c.HGet(ctx, r.key(id), "state").Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("serve: loading %s: %w", r.Where(id), err)
+	}
+	return decodeState(b, id, r.Where(id))
+}
+
+func (r *redisStore) Save(ctx context.Context, sv *savedStream, prev *stamp) error {
+	b, err := encodeState(sv)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, redisTimeout)
+	defer cancel()
+	key := r.key(sv.ID)
+	err = r.c.Watch(ctx, func(tx *redis.Tx) error {
+		var cur *stamp
+		s, err := tx.HGet(ctx, key, "stamp").Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+		case err != nil:
+			return err
+		default:
+			st, err := parseStamp(s)
+			if err != nil {
+				return fmt.Errorf("%s: stamp %q: %w", r.Where(sv.ID), s, err)
+			}
+			cur = &st
+		}
+		if !sameStamp(cur, prev) {
+			return errStale
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.HSet(ctx, key, "stamp", formatStamp(sv.Stamp), "state", b)
+			return nil
+		})
+		return err
+	}, key)
+	if errors.Is(err, redis.TxFailedErr) {
+		return errStale // the key changed between WATCH and EXEC
+	}
+	if err != nil && !errors.Is(err, errStale) {
+		return fmt.Errorf("serve: saving %s: %w", r.Where(sv.ID), err)
+	}
+	return err
+}
+
+// Delete removes the stream's key; with only, in an optimistic transaction
+// on the state read and checked (tried again while other clients change
+// the key in between).
+func (r *redisStore) Delete(ctx context.Context, id string, only func(*savedStream) bool) error {
+	ctx, cancel := context.WithTimeout(ctx, redisTimeout)
+	defer cancel()
+	key := r.key(id)
+	for {
+		err := r.c.Watch(ctx, func(tx *redis.Tx) error {
+			if only != nil {
+				b, err := tx.HGet(ctx, key, "state").Bytes()
+				switch {
+				case errors.Is(err, redis.Nil):
+					return nil
+				case err != nil:
+					return err
+				}
+				// A state that cannot be read is removed all the same.
+				if sv, err := decodeState(b, id, r.Where(id)); err == nil && !only(sv) {
+					return nil
+				}
+			}
+			_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.Del(ctx, key)
+				return nil
+			})
+			return err
+		}, key)
+		if errors.Is(err, redis.TxFailedErr) && ctx.Err() == nil {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("serve: deleting %s: %w", r.Where(id), err)
+		}
+		return nil
+	}
+}
+
+func formatStamp(s stamp) string {
+	return strconv.FormatUint(s.Birth, 10) + ":" + strconv.FormatUint(s.Generation, 10)
+}
+
+func parseStamp(s string) (stamp, error) {
+	b, g, ok := strings.Cut(s, ":")
+	if !ok {
+		return stamp{}, errors.New("want birth:generation")
+	}
+	birth, err := strconv.ParseUint(b, 10, 64)
+	if err != nil {
+		return stamp{}, err
+	}
+	gen, err := strconv.ParseUint(g, 10, 64)
+	if err != nil {
+		return stamp{}, err
+	}
+	return stamp{Birth: birth, Generation: gen}, nil
+}

@@ -1,0 +1,170 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/subtta/subtta/internal/servicetest"
+)
+
+// stores are the state stores under test: a folder, and a real
+// redis-server started by the test (skipped, or failed under CI, without
+// one).
+var stores = []struct {
+	name string
+	open func(t *testing.T) stateStore
+}{
+	{"dir", func(t *testing.T) stateStore {
+		s, err := openDirStore(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}},
+	{"redis", func(t *testing.T) stateStore {
+		url, _ := servicetest.Redis(t)
+		s, err := openRedisStore(context.Background(), url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}},
+}
+
+func saved(id string, st stamp, images int64) *savedStream {
+	return &savedStream{Format: stateFormat, ID: id, Stamp: st, Stats: streamStats{Images: images}, State: []byte{1, 2, 3},
+		Answers: []savedAnswer{{Key: "k", Logits: []float64{0.5, -1}, Pred: 0}}}
+}
+
+// A save succeeds only on the stamp the store holds (none for a new
+// stream), and a refused save changes nothing.
+func TestStoreCompareAndSwap(t *testing.T) {
+	for _, tc := range stores {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			s := tc.open(t)
+			if sv, err := s.Load(ctx, "cam"); sv != nil || err != nil {
+				t.Fatalf("a new stream loads %v, %v; want nothing", sv, err)
+			}
+			g1 := stamp{Birth: 7, Generation: 1}
+			g2 := stamp{Birth: 7, Generation: 2}
+			other := stamp{Birth: 8, Generation: 1}
+			steps := []struct {
+				what string
+				sv   *savedStream
+				prev *stamp
+				err  error
+			}{
+				{"first save of a new stream", saved("cam", g1, 2), nil, nil},
+				{"a second first save", saved("cam", other, 9), nil, errStale},
+				{"a save on another stamp", saved("cam", g2, 9), &other, errStale},
+				{"a save on a generation gone", saved("cam", g2, 9), &stamp{Birth: 7}, errStale},
+				{"the next save", saved("cam", g2, 4), &g1, nil},
+				{"the same save again", saved("cam", stamp{Birth: 7, Generation: 3}, 9), &g1, errStale},
+			}
+			for _, st := range steps {
+				if err := s.Save(ctx, st.sv, st.prev); !errors.Is(err, st.err) || (err == nil) != (st.err == nil) {
+					t.Fatalf("%s: %v; want %v", st.what, err, st.err)
+				}
+			}
+			sv, err := s.Load(ctx, "cam")
+			if err != nil || sv == nil || sv.Stamp != g2 || sv.Stats.Images != 4 || len(sv.Answers) != 1 || sv.Answers[0].Logits[1] != -1 {
+				t.Fatalf("after the saves: %+v, %v; want generation 2 with 4 images", sv, err)
+			}
+			notOurs := func(sv *savedStream) bool { return sv.Owner == "someone else" }
+			if err := s.Delete(ctx, "cam", notOurs); err != nil {
+				t.Fatal(err)
+			}
+			if sv, err := s.Load(ctx, "cam"); sv == nil || err != nil {
+				t.Fatalf("after a Delete of another owner's stream: %v, %v; want it kept", sv, err)
+			}
+			if err := s.Delete(ctx, "cam", nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Delete(ctx, "cam", notOurs); err != nil {
+				t.Errorf("deleting a deleted stream: %v", err)
+			}
+			if err := s.Save(ctx, saved("cam", g2, 1), &g1); !errors.Is(err, errStale) {
+				t.Errorf("a save over a deleted stream: %v; want errStale", err)
+			}
+			if sv, err := s.Load(ctx, "cam"); sv != nil || err != nil {
+				t.Errorf("after Delete: %v, %v", sv, err)
+			}
+		})
+	}
+}
+
+// Writers that load, add one and save, starting over when refused, lose
+// no increment: the store's compare-and-swap is atomic.
+func TestStoreConcurrentSaves(t *testing.T) {
+	const writers, each = 4, 25
+	for _, tc := range stores {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			s := tc.open(t)
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			refused := 0
+			for range writers {
+				wg.Go(func() {
+					for done := 0; done < each; {
+						sv, err := s.Load(ctx, "n")
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						var prev *stamp
+						next := saved("n", stamp{Birth: 1, Generation: 1}, 1)
+						if sv != nil {
+							prev = &sv.Stamp
+							next = saved("n", stamp{Birth: 1, Generation: sv.Stamp.Generation + 1}, sv.Stats.Images+1)
+						}
+						switch err := s.Save(ctx, next, prev); {
+						case err == nil:
+							done++
+						case errors.Is(err, errStale):
+							mu.Lock()
+							refused++
+							mu.Unlock()
+						default:
+							t.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			sv, err := s.Load(ctx, "n")
+			if err != nil || sv == nil || sv.Stats.Images != writers*each || sv.Stamp.Generation != writers*each {
+				t.Fatalf("after %d increments: %+v, %v", writers*each, sv, err)
+			}
+			t.Logf("%d increments, %d saves refused and tried again", writers*each, refused)
+		})
+	}
+}
+
+// A store named by a URL that is not a folder or a Redis database, or a
+// Redis server that does not answer, is refused by New with a message
+// naming it.
+func TestStoreConfigErrors(t *testing.T) {
+	dead := servicetest.FreeAddr(t)
+	for _, tc := range []struct {
+		dir, store, want string
+	}{
+		{"", "s3://bucket/x", `state store "s3://bucket/x": want a folder, or redis://host:port/db`},
+		{"", "redis://" + dead + "/0", "state store redis://" + dead + "/0: dial tcp"},
+		{"", "redis://127.0.0.1:6379/x", "state store"},
+		{"a", "b", `Config.StateDir "a" and Config.StateStore "b": give one`},
+	} {
+		cfg := testConfig(t)
+		cfg.StateDir, cfg.StateStore = tc.dir, tc.store
+		_, err := New(cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("StateDir %q, StateStore %q: %v; want %q", tc.dir, tc.store, err, tc.want)
+		}
+	}
+}
