@@ -134,8 +134,9 @@ func setLow(active *lowKernel, ks []lowKernel, name string) (string, error) {
 func bestInt8Kernel() lowKernel { return int8Available()[0] }
 func bestBF16Kernel() lowKernel { return bf16Available()[0] }
 
-// lowMR is the tile height of every reduced-precision kernel (the Go
-// references included, so that one packed layout serves all).
+// lowMR is the height of the driver's tiles: one call of a 12-row kernel
+// (AVX-512, and the Go references), or four of the AVX2 kernel's 3 rows;
+// activations are padded to a multiple of it.
 const lowMR = 12
 
 var (
@@ -401,7 +402,10 @@ func roundA(m, k int, x []float32, lda int) *packedA {
 // GemmInt8 computes C = dequantise(quantise(A)·Q) + 1·biasᵀ for A [m, q.K]
 // (leading dimension lda) and the quantised weight q (C [m, q.N], leading
 // dimension ldc, overwritten): y = x·Wᵀ + b of a linear layer. bias may be
-// nil. Each row of A is quantised to u8 with its own scale and zero point.
+// nil. Each row of A is quantised to u8 with its own scale and zero point,
+// to 256 levels for the AVX512-VNNI kernel and the Go reference, to 128 for
+// the AVX2 kernel (see quantizeRowU8): the two give different results, each
+// the same bits at any thread count.
 func GemmInt8(m int, a []float32, lda int, q *Int8Weight, bias, c []float32, ldc int) {
 	if m == 0 {
 		return
