@@ -91,6 +91,10 @@ type Config struct {
 	Plot bool `json:"plot,omitempty"`
 	// Workers decode and preprocess images in parallel (default GOMAXPROCS).
 	Workers int `json:"workers,omitempty"`
+
+	// Shard, when set, computes only this shard's units of the run
+	// (SplitShards), into a folder of its own; Merge joins the shards.
+	Shard *Shard `json:"shard,omitempty"`
 }
 
 // Clean, given as a corruption, is the uncorrupted test set: one domain,
@@ -232,6 +236,11 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Out == "" {
 		c.Out = "subtta-results"
+	}
+	if c.Shard != nil {
+		if err := c.Shard.check(); err != nil {
+			return c, err
+		}
 	}
 	return c, nil
 }

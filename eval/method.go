@@ -29,6 +29,7 @@ type methodRun struct {
 	head     *mat.Dense
 	domains  []*domain
 	todo     []int // indices into domains not yet in the results
+	units    int   // the domains of this method in this run (of its shard)
 	done     map[[2]string]bool
 	opt      Options
 	progress *Progress
@@ -111,9 +112,9 @@ func (r *methodRun) run() error {
 		return err
 	}
 	defer r.batches.Close()
-	r.sum.Resumed += len(r.domains) - len(r.todo)
-	if n := len(r.domains) - len(r.todo); n > 0 {
-		r.logf("%s: resuming: %d of %d domains already done", r.name(), n, len(r.domains))
+	r.sum.Resumed += r.units - len(r.todo)
+	if n := r.units - len(r.todo); n > 0 {
+		r.logf("%s: resuming: %d of %d domains already done", r.name(), n, r.units)
 	}
 	for _, i := range r.todo {
 		d := r.domains[i]

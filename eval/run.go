@@ -163,6 +163,12 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Summary, error) {
 		return nil, e.abandon(created, err)
 	}
 	defer closeDomains(e.domains)
+	if e.mine, err = shardUnits(cfg); err != nil {
+		return nil, err
+	}
+	if cfg.Shard != nil {
+		e.logf("shard %s: %d of the run's %d units", cfg.Shard, len(e.mine), len(cfg.Methods)*len(e.domains))
+	}
 	e.planRemaining()
 	for _, name := range cfg.Methods {
 		if err := e.runMethod(name); err != nil {
@@ -194,6 +200,7 @@ type evaluation struct {
 	domains  []*domain
 	done     map[[2]string]bool // (method, domain) pairs stored in the results
 	todo     map[string][]int   // method → indices into domains still to compute
+	mine     map[Unit]bool      // the units of this shard; nil: all (shardUnits)
 	progress Progress
 
 	heads  map[string]tta.Heads // by templates: methods share heads
@@ -303,6 +310,9 @@ func (e *evaluation) readResults() error {
 	vouched := statErr == nil // run.json vouches for what the folder holds, once checked
 	states, _ := os.ReadDir(filepath.Join(e.cfg.Out, stateDir))
 	if id, err = compareRunFile(e.cfg, id, len(e.prior) > 0 || len(states) > 0, e.logf); err != nil {
+		return err
+	}
+	if err := checkShardFolder(e.cfg, len(e.prior) > 0 || len(states) > 0); err != nil {
 		return err
 	}
 	if err := checkRecords(e.resultsPath, e.prior, id, vouched); err != nil {
@@ -422,6 +432,9 @@ func (e *evaluation) planRemaining() {
 	planned := map[string]int{}
 	for _, name := range e.cfg.Methods {
 		for i, d := range e.domains {
+			if e.mine != nil && !e.mine[Unit{name, d.name}] {
+				continue
+			}
 			if !e.done[[2]string{name, d.name}] {
 				e.todo[name] = append(e.todo[name], i)
 				total += online.Limited(d.Len(), e.cfg.Limit)
@@ -435,9 +448,14 @@ func (e *evaluation) planRemaining() {
 // runMethod evaluates one method on the domains it has left, and then
 // resets the model to its loaded state for the next method.
 func (e *evaluation) runMethod(name string) error {
+	units := methodUnits(e.mine, name, e.domains)
+	if units == 0 {
+		e.logf("%s: not in shard %s", name, e.cfg.Shard)
+		return nil
+	}
 	if len(e.todo[name]) == 0 {
-		e.sum.Resumed += len(e.domains)
-		e.logf("%s: all %d domains already in %s", name, len(e.domains), e.resultsPath)
+		e.sum.Resumed += units
+		e.logf("%s: all %d domains already in %s", name, units, e.resultsPath)
 		return nil
 	}
 	p, err := e.cfg.preset(name)
@@ -453,6 +471,9 @@ func (e *evaluation) runMethod(name string) error {
 	if err != nil {
 		return fmt.Errorf("eval: %s: %w", name, err)
 	}
+	if err := checkCarried(e.cfg, p, method); err != nil {
+		return err
+	}
 	text, err := online.DiagnosticSubspace(method, head, e.cfg.Dataset)
 	if err != nil {
 		// Only the geometric diagnostics need it (few classes, say).
@@ -460,7 +481,7 @@ func (e *evaluation) runMethod(name string) error {
 		text = nil
 	}
 	mr := &methodRun{cfg: e.cfg, preset: p, method: method, text: text, head: head, domains: e.domains, build: report.CurrentEnvironment().Build,
-		todo: e.todo[name], done: e.done, opt: e.opt, progress: &e.progress, ctx: e.ctx, sum: e.sum, logf: e.logf}
+		todo: e.todo[name], units: units, done: e.done, opt: e.opt, progress: &e.progress, ctx: e.ctx, sum: e.sum, logf: e.logf}
 	err = mr.run()
 	// Leave the model as it was loaded for the next method.
 	if rerr := method.Reset(); err == nil && rerr != nil {

@@ -107,6 +107,23 @@ func (r *RoTTA) Reset() error {
 	return nil
 }
 
+// MarshalCarried returns the state of RoTTA's random source, which Reset
+// leaves as it is: the strong augmentations of a domain follow from the
+// draws of the domains before it, as those of the official code follow
+// from its global random generator. An evaluation resumed or sharded
+// between domains restores it with UnmarshalCarried.
+func (r *RoTTA) MarshalCarried() ([]byte, error) { return r.pcg.MarshalBinary() }
+
+// UnmarshalCarried restores what MarshalCarried returned.
+func (r *RoTTA) UnmarshalCarried(p []byte) error {
+	var pcg rand.PCG
+	if err := pcg.UnmarshalBinary(p); err != nil {
+		return fmt.Errorf("tta: rotta: carried random state: %w: %w", err, ErrStateMismatch)
+	}
+	*r.pcg = pcg
+	return nil
+}
+
 // Step predicts the batch with the teacher, inserts its images into the
 // memory and updates the student and the teacher every UpdateEvery images.
 func (r *RoTTA) Step(pixels []float32, n int) (*Result, error) {

@@ -36,6 +36,9 @@ func limitGiven(fs *flag.FlagSet) bool {
 }
 
 func runEval(args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "merge" {
+		return runEvalMerge(args[1:], stdout, stderr)
+	}
 	fs := newFlags("eval", "\n\nWith no flags: the built-in model on the embedded CIFAR-10 test images, corrupted on the fly,\nfor "+strings.Join(builtinMethods, ", ")+" on "+strconv.Itoa(builtinLimit)+" images per corruption (about four minutes on two cores).\n", stderr)
 	f := newEvalFlags(fs)
 	precision := fs.String("precision", "fp32", precisionHelp+" (Source, TDA, the views of multi-view methods that train nothing on them)")
@@ -110,39 +113,42 @@ type evalFlags struct {
 	configFile, model, modelConfig, arch, vocab       *string
 	dataset, data, labels, subset                     *string
 	methods, corruptions, severities, protocol, frost *string
-	out                                               *string
-	limit, batchSize, views, workers                  *int
+	out, shard                                        *string
+	limit, batchSize, views, workers, shardCount      *int
 	seed, corruptSeed                                 *uint64
-	noShuffle, plot, quiet                            *bool
+	noShuffle, plot, quiet, shardFromEnv              *bool
 }
 
 func newEvalFlags(fs *flag.FlagSet) *evalFlags {
 	return &evalFlags{
-		fs:          fs,
-		configFile:  fs.String("config", "", "config file, JSON or YAML (.yaml, .yml), keys as in results.json's config, or the run.json or results.json of an earlier run; flags given override it"),
-		model:       fs.String("model", "", modelFlagHelp),
-		modelConfig: fs.String("model-config", "", modelConfigHelp),
-		arch:        fs.String("arch", "", archHelp),
-		vocab:       fs.String("vocab", "", "CLIP vocabulary (see subtta tokenize -h)"),
-		dataset:     fs.String("dataset", "", "benchmark: "+strings.Join(tta.PresetDatasets, ", ")+" (default cifar10-c)"),
-		data:        fs.String("data", "", "the -C files (CIFAR-C .npy folder, ImageNet-C folders), or a clean test set to corrupt on the fly (CIFAR binaries, image folder, .tar/.tar.gz); default: the built-in 2,000 CIFAR-10 test images"),
-		labels:      fs.String("labels", "", "folder of class-name files (cifar10_classes.txt, cifar100_classes.txt, imagenet_classes_openai.txt)"),
-		subset:      fs.String("subset", "", "ImageNet: list of <wnid>/<file> to keep (robustbench's 5,000 images)"),
-		methods:     fs.String("methods", "", "comma-separated methods (default source,subtta-m; on the built-in images "+strings.Join(builtinMethods, ",")+"): "+strings.Join(tta.Methods(), ", ")),
-		corruptions: fs.String("corruptions", "", "comma-separated corruptions; all stands for the 15 (the default); clean adds the uncorrupted images"),
-		severities:  fs.String("severities", "", "comma-separated severities 1–5 (default 5)"),
-		limit:       fs.Int("limit", 0, fmt.Sprintf("keep the first N images of every domain's stream (0: all; on the built-in images %d unless given)", builtinLimit)),
-		batchSize:   fs.Int("batch-size", 0, "batch size for every method (0: each preset's)"),
-		views:       fs.Int("views", 0, "views per image of every multi-view method (vte, zero, tpt, memo, dmn; 0: the paper's)"),
-		protocol:    fs.String("protocol", "", "reset (default; reset before every corruption), continual, mixed or episodic (batch size 1, the weights reset before every image)"),
-		noShuffle:   fs.Bool("no-shuffle", false, "stream every domain in file order instead of the official seeded shuffle"),
-		seed:        fs.Uint64("seed", 1, "shuffle seed (Python's random.seed; the official protocol uses 1)"),
-		corruptSeed: fs.Uint64("corrupt-seed", 1, "seed of on-the-fly corruptions"),
-		frost:       fs.String("frost", "", "folder with frost1.png … frost5.jpg (default: $SUBTTA_FROST, else downloaded into the cache)"),
-		out:         fs.String("out", "", "results folder (default subtta-results); an interrupted run resumes there"),
-		plot:        fs.Bool("plot", false, "write PNG plots of accuracy and diagnostics into OUT/plots"),
-		workers:     fs.Int("workers", 0, "image decoding goroutines (0: GOMAXPROCS)"),
-		quiet:       fs.Bool("quiet", false, "no progress bar"),
+		fs:           fs,
+		configFile:   fs.String("config", "", "config file, JSON or YAML (.yaml, .yml), keys as in results.json's config, or the run.json or results.json of an earlier run; flags given override it"),
+		model:        fs.String("model", "", modelFlagHelp),
+		modelConfig:  fs.String("model-config", "", modelConfigHelp),
+		arch:         fs.String("arch", "", archHelp),
+		vocab:        fs.String("vocab", "", "CLIP vocabulary (see subtta tokenize -h)"),
+		dataset:      fs.String("dataset", "", "benchmark: "+strings.Join(tta.PresetDatasets, ", ")+" (default cifar10-c)"),
+		data:         fs.String("data", "", "the -C files (CIFAR-C .npy folder, ImageNet-C folders), or a clean test set to corrupt on the fly (CIFAR binaries, image folder, .tar/.tar.gz); default: the built-in 2,000 CIFAR-10 test images"),
+		labels:       fs.String("labels", "", "folder of class-name files (cifar10_classes.txt, cifar100_classes.txt, imagenet_classes_openai.txt)"),
+		subset:       fs.String("subset", "", "ImageNet: list of <wnid>/<file> to keep (robustbench's 5,000 images)"),
+		methods:      fs.String("methods", "", "comma-separated methods (default source,subtta-m; on the built-in images "+strings.Join(builtinMethods, ",")+"): "+strings.Join(tta.Methods(), ", ")),
+		corruptions:  fs.String("corruptions", "", "comma-separated corruptions; all stands for the 15 (the default); clean adds the uncorrupted images"),
+		severities:   fs.String("severities", "", "comma-separated severities 1–5 (default 5)"),
+		limit:        fs.Int("limit", 0, fmt.Sprintf("keep the first N images of every domain's stream (0: all; on the built-in images %d unless given)", builtinLimit)),
+		batchSize:    fs.Int("batch-size", 0, "batch size for every method (0: each preset's)"),
+		views:        fs.Int("views", 0, "views per image of every multi-view method (vte, zero, tpt, memo, dmn; 0: the paper's)"),
+		protocol:     fs.String("protocol", "", "reset (default; reset before every corruption), continual, mixed or episodic (batch size 1, the weights reset before every image)"),
+		noShuffle:    fs.Bool("no-shuffle", false, "stream every domain in file order instead of the official seeded shuffle"),
+		seed:         fs.Uint64("seed", 1, "shuffle seed (Python's random.seed; the official protocol uses 1)"),
+		corruptSeed:  fs.Uint64("corrupt-seed", 1, "seed of on-the-fly corruptions"),
+		frost:        fs.String("frost", "", "folder with frost1.png … frost5.jpg (default: $SUBTTA_FROST, else downloaded into the cache)"),
+		out:          fs.String("out", "", "results folder (default subtta-results); an interrupted run resumes there"),
+		plot:         fs.Bool("plot", false, "write PNG plots of accuracy and diagnostics into OUT/plots"),
+		workers:      fs.Int("workers", 0, "image decoding goroutines (0: GOMAXPROCS)"),
+		quiet:        fs.Bool("quiet", false, "no progress bar"),
+		shard:        fs.String("shard", "", "compute only shard `I/N` of the run (I from 0 to N-1) into --out; subtta eval merge joins the shards' folders"),
+		shardFromEnv: fs.Bool("shard-from-env", false, "without --shard, take the shard from $SLURM_ARRAY_TASK_ID and $SLURM_ARRAY_TASK_COUNT (or _MIN and _MAX) of a Slurm array,\nor from $JOB_COMPLETION_INDEX of a Kubernetes Indexed Job with --shard-count"),
+		shardCount:   fs.Int("shard-count", 0, "the number of shards, with --shard-from-env: required for $JOB_COMPLETION_INDEX, checked against a Slurm array's size"),
 	}
 }
 
@@ -224,6 +230,11 @@ func (f *evalFlags) config() (eval.Config, error) {
 			cfg.Plot = *f.plot
 		case "workers":
 			cfg.Workers = *f.workers
+		case "shard":
+			var sh eval.Shard
+			if sh, err = eval.ParseShard(*f.shard); err == nil {
+				cfg.Shard = &sh
+			}
 		}
 		if err != nil && flagErr == nil {
 			flagErr = usagef("--%s %v", fl.Name, err)
@@ -239,6 +250,9 @@ func (f *evalFlags) config() (eval.Config, error) {
 		if v.v < 0 {
 			return cfg, usagef("--%s %d: must not be negative", v.name, v.v)
 		}
+	}
+	if err := f.shardFromEnvironment(&cfg, os.Getenv); err != nil {
+		return cfg, err
 	}
 	if cfg.FrostDir == "" {
 		cfg.FrostDir = os.Getenv("SUBTTA_FROST")
@@ -364,4 +378,47 @@ func parseInts(s string) ([]int, error) {
 		out = append(out, v)
 	}
 	return out, nil
+}
+
+// shardFromEnvironment sets cfg's shard from a batch system's array task
+// (eval.ShardFromEnv) with --shard-from-env and no --shard.
+func (f *evalFlags) shardFromEnvironment(cfg *eval.Config, getenv func(string) string) error {
+	given := map[string]bool{}
+	f.fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	switch {
+	case given["shard"] && (given["shard-from-env"] || given["shard-count"]):
+		return usagef("--shard names the shard: leave out --shard-from-env and --shard-count")
+	case given["shard-count"] && !*f.shardFromEnv:
+		return usagef("--shard-count goes with --shard-from-env")
+	case !*f.shardFromEnv:
+		return nil
+	}
+	sh, err := eval.ShardFromEnv(getenv, *f.shardCount)
+	if err != nil {
+		return usagef("--shard-from-env: %v", err)
+	}
+	cfg.Shard = &sh
+	return nil
+}
+
+// runEvalMerge is `subtta eval merge OUT SHARD...`.
+func runEvalMerge(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("eval merge", "OUT SHARD...\n\nJoins the results folders of the shards of one run (eval --shard I/N) into OUT, as one process would\nhave written it: run.json, results.jsonl, batches.jsonl, the tables and the plots the run asked for.\nRefuses shards of other runs or builds, duplicate units and missing units, naming them.\n", stderr)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() < 2 {
+		return usagef("eval merge: want OUT and at least one shard folder")
+	}
+	sum, err := eval.Merge(fs.Arg(0), fs.Args()[1:], lineWriter{stderr, new(*progressBar)})
+	if err != nil {
+		return err
+	}
+	md, err := os.ReadFile(filepath.Join(sum.Config.Out, eval.MarkdownFile))
+	if err != nil {
+		return err
+	}
+	stdout.Write(md)
+	fmt.Fprintf(stderr, "%d records of %d shards merged into %s\n", len(sum.Records), fs.NArg()-1, sum.Config.Out)
+	return nil
 }

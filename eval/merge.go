@@ -1,0 +1,315 @@
+package eval
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/subtta/subtta/internal/dirlock"
+	"github.com/subtta/subtta/report"
+)
+
+// Errors of Merge, for errors.Is.
+var (
+	// ErrShardMismatch: the shards are not parts of one run (identity,
+	// configuration, build or shard count differ).
+	ErrShardMismatch = errors.New("eval: the shards are not parts of one run")
+	// ErrDuplicateUnit: two shards hold the same unit, or two folders are
+	// the same shard.
+	ErrDuplicateUnit = errors.New("eval: a unit is in more than one shard")
+	// ErrMissingUnit: no shard holds some units of the run.
+	ErrMissingUnit = errors.New("eval: units of the run are missing")
+)
+
+// shardFolder is one shard's results folder, as Merge reads it.
+type shardFolder struct {
+	dir     string
+	run     runFile
+	records []report.Record // the latest record of each unit
+	batches [][]byte        // the lines of batches.jsonl
+}
+
+// Merge joins the results folders of the shards of one run (each run with
+// Config.Shard, the same identity and build) into out, which it writes as
+// one process running the whole configuration would have: run.json (the
+// shards' configuration without the shard), results.jsonl with the records
+// in run order, batches.jsonl, and the tables and, when the configuration
+// asks for them, the plots. It refuses shards of different runs, identities,
+// builds or shard counts, a unit held by two shards, a unit held by a shard
+// the split does not give it to, and units that no shard holds, naming
+// them. out must not hold a run yet; a merged folder resumes like any other.
+// Log, if not nil, receives a line per file written.
+func Merge(out string, shards []string, log io.Writer) (*Summary, error) {
+	if len(shards) == 0 {
+		return nil, errors.New("eval: merge: no shard folders given")
+	}
+	folders := make([]*shardFolder, len(shards))
+	for i, dir := range shards {
+		f, err := readShardFolder(dir)
+		if err != nil {
+			return nil, err
+		}
+		folders[i] = f
+	}
+	cfg, id, err := checkShards(folders)
+	if err != nil {
+		return nil, err
+	}
+	recs, err := mergeRecords(cfg, folders)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Out = out
+	return writeMerged(cfg, id, recs, folders, log)
+}
+
+// readShardFolder reads a shard's run.json, records and batch log.
+func readShardFolder(dir string) (*shardFolder, error) {
+	f := &shardFolder{dir: dir}
+	b, err := os.ReadFile(filepath.Join(dir, RunFile))
+	if err != nil {
+		return nil, fmt.Errorf("eval: merge: %s is not a results folder: %w", dir, err)
+	}
+	if err := json.Unmarshal(b, &f.run); err != nil {
+		return nil, fmt.Errorf("eval: merge: %s: %w", filepath.Join(dir, RunFile), err)
+	}
+	if f.run.Config.Shard == nil {
+		return nil, fmt.Errorf("%w: %s is a run of its own, not a shard (its %s names none)", ErrShardMismatch, dir, RunFile)
+	}
+	recs, err := readRecords(filepath.Join(dir, ResultsFile))
+	if err != nil {
+		return nil, err
+	}
+	f.records = report.Latest(recs)
+	b, err = os.ReadFile(filepath.Join(dir, BatchesFile))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("eval: merge: %w", err)
+	}
+	for _, line := range bytes.SplitAfter(b, []byte("\n")) {
+		if bytes.HasSuffix(line, []byte("\n")) && json.Valid(line) {
+			f.batches = append(f.batches, line)
+		}
+	}
+	return f, nil
+}
+
+// unitConfig is what of a configuration makes its units and their split.
+func unitConfig(c Config) string {
+	b, _ := json.Marshal(struct {
+		Dataset, Protocol              string
+		Methods, Corruptions           []string
+		Severities                     []int
+		Limit, BatchSize, Views, Count int
+		NoShuffle                      bool
+		Seed, CorruptSeed              uint64
+	}{c.Dataset, c.Protocol, c.Methods, c.Corruptions, c.Severities, c.Limit, c.BatchSize, c.Views, c.Shard.Count,
+		c.NoShuffle, c.Seed, c.CorruptSeed})
+	return string(b)
+}
+
+// checkShards refuses shards that are not parts of one run: the same
+// identity, the same methods, domains and shard count, each index once,
+// every record computed by one build for this identity. It returns the
+// run's configuration (the first shard's, without its shard) and identity.
+func checkShards(folders []*shardFolder) (Config, identity, error) {
+	first := folders[0]
+	id := first.run.Identity
+	cfg := first.run.Config
+	byIndex := map[int]string{}
+	build, buildAt := "", ""
+	for _, f := range folders {
+		sh := f.run.Config.Shard
+		merged, diff := f.run.Identity.merge(id)
+		if diff != "" {
+			return cfg, id, fmt.Errorf("%w: %s and %s have other identities (%s)", ErrShardMismatch, first.dir, f.dir, diff)
+		}
+		id = merged
+		if a, b := unitConfig(cfg), unitConfig(f.run.Config); a != b {
+			return cfg, id, fmt.Errorf("%w: %s and %s split other configurations (%s against %s)", ErrShardMismatch, first.dir, f.dir, a, b)
+		}
+		if other, ok := byIndex[sh.Index]; ok {
+			return cfg, id, fmt.Errorf("%w: %s and %s are both shard %s", ErrDuplicateUnit, other, f.dir, sh)
+		}
+		byIndex[sh.Index] = f.dir
+		for _, r := range f.records {
+			if build == "" {
+				build, buildAt = r.Build, fmt.Sprintf("%s (%s)", f.dir, Unit{r.Method, r.Domain})
+			}
+			if r.Build != build {
+				return cfg, id, fmt.Errorf("%w: %s was computed by build %q, %s by build %q", ErrShardMismatch,
+					fmt.Sprintf("%s (%s)", f.dir, Unit{r.Method, r.Domain}), r.Build, buildAt, build)
+			}
+		}
+	}
+	for _, f := range folders {
+		if err := checkRecords(filepath.Join(f.dir, ResultsFile), f.records, id, true); err != nil {
+			return cfg, id, fmt.Errorf("%w: %w", ErrShardMismatch, err)
+		}
+	}
+	cfg.Shard = nil
+	return cfg, id, nil
+}
+
+// mergeRecords returns every unit's record in run order, or an error
+// naming the units two shards hold, a shard holds that the split gives
+// another, or no shard holds.
+func mergeRecords(cfg Config, folders []*shardFolder) ([]report.Record, error) {
+	full, err := cfg.planDefaults()
+	if err != nil {
+		return nil, err
+	}
+	count := folders[0].run.Config.Shard.Count
+	parts, err := SplitShards(full, count)
+	if err != nil {
+		return nil, err
+	}
+	owner := map[Unit]int{}
+	for i, p := range parts {
+		for _, u := range p.Units {
+			owner[u] = i
+		}
+	}
+	got := map[Unit]report.Record{}
+	from := map[Unit]string{}
+	for _, f := range folders {
+		for _, r := range f.records {
+			u := Unit{r.Method, r.Domain}
+			idx, ok := owner[u]
+			if !ok {
+				return nil, fmt.Errorf("%w: %s holds %s, which is not a unit of the run", ErrShardMismatch, f.dir, u)
+			}
+			if other, dup := from[u]; dup {
+				return nil, fmt.Errorf("%w: %s is in %s and in %s", ErrDuplicateUnit, u, other, f.dir)
+			}
+			if sh := f.run.Config.Shard; idx != sh.Index {
+				return nil, fmt.Errorf("%w: %s holds %s, which the split gives shard %d/%d, not its %s", ErrShardMismatch, f.dir, u, idx, count, sh)
+			}
+			got[u], from[u] = r, f.dir
+		}
+	}
+	var out []report.Record
+	var missing []string
+	for _, u := range runUnits(full) {
+		r, ok := got[u]
+		if !ok {
+			missing = append(missing, fmt.Sprintf("%s (shard %d/%d)", u, owner[u], count))
+			continue
+		}
+		out = append(out, r)
+	}
+	if len(missing) > 0 {
+		const show = 10
+		n, more := len(missing), ""
+		if n > show {
+			more = fmt.Sprintf(" and %d more", n-show)
+			missing = missing[:show]
+		}
+		return nil, fmt.Errorf("%w: %d of %d: %s%s", ErrMissingUnit, n, len(owner), strings.Join(missing, ", "), more)
+	}
+	return out, nil
+}
+
+// writeMerged writes the merged folder cfg.Out.
+func writeMerged(cfg Config, id identity, recs []report.Record, folders []*shardFolder, log io.Writer) (*Summary, error) {
+	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
+		return nil, fmt.Errorf("eval: %w", err)
+	}
+	lock, err := dirlock.Acquire(cfg.Out)
+	if err != nil {
+		return nil, fmt.Errorf("eval: %w", err)
+	}
+	defer lock.Unlock()
+	for _, name := range []string{RunFile, ResultsFile} {
+		if exists(filepath.Join(cfg.Out, name)) {
+			return nil, fmt.Errorf("eval: merge: %s holds a run already (%s): merge into a new folder", cfg.Out, name)
+		}
+	}
+	var results bytes.Buffer
+	for _, r := range recs {
+		line, err := json.Marshal(r)
+		if err != nil {
+			return nil, fmt.Errorf("eval: %w", err)
+		}
+		results.Write(append(line, '\n'))
+	}
+	if err := writeFileAtomic(filepath.Join(cfg.Out, BatchesFile), mergeBatches(cfg, folders)); err != nil {
+		return nil, err
+	}
+	if err := writeFileAtomic(filepath.Join(cfg.Out, ResultsFile), results.Bytes()); err != nil {
+		return nil, err
+	}
+	// run.json last: a folder without it holds nothing a run resumes.
+	if err := writeRunFile(cfg, id); err != nil {
+		return nil, err
+	}
+	sum := &Summary{Config: cfg, Records: recs, Resumed: len(recs)}
+	for _, r := range recs {
+		start := r.Finished.Add(-time.Duration(r.Seconds * float64(time.Second)))
+		if sum.Started.IsZero() || start.Before(sum.Started) {
+			sum.Started = start
+		}
+		if r.Finished.After(sum.Finished) {
+			sum.Finished = r.Finished
+		}
+	}
+	files, err := writeTables(cfg, recs, sum)
+	sum.Files = files
+	if log != nil {
+		for _, f := range append([]string{filepath.Join(cfg.Out, RunFile), filepath.Join(cfg.Out, ResultsFile), filepath.Join(cfg.Out, BatchesFile)}, files...) {
+			fmt.Fprintf(log, "wrote %s\n", f)
+		}
+	}
+	return sum, err
+}
+
+// mergeBatches joins the shards' batch logs in run order: method by
+// method, each method's lines by domain in stream order (a continual or
+// mixed stream, in one shard, as written).
+func mergeBatches(cfg Config, folders []*shardFolder) []byte {
+	full, _ := cfg.planDefaults()
+	domainAt := map[string]int{}
+	for i, d := range planDomains(full) {
+		domainAt[d.name] = i
+	}
+	type line struct {
+		method, stream int
+		b              []byte
+	}
+	var lines []line
+	for _, f := range folders {
+		for _, b := range f.batches {
+			var id struct {
+				Method string `json:"method"`
+				Stream string `json:"stream"`
+			}
+			json.Unmarshal(b, &id)
+			m := slices.Index(full.Methods, id.Method)
+			if m < 0 {
+				continue
+			}
+			s, ok := domainAt[id.Stream]
+			if !ok {
+				s = -1 // the mixed stream
+			}
+			lines = append(lines, line{m, s, b})
+		}
+	}
+	slices.SortStableFunc(lines, func(a, b line) int {
+		if a.method != b.method {
+			return a.method - b.method
+		}
+		return a.stream - b.stream
+	})
+	var out bytes.Buffer
+	for _, l := range lines {
+		out.Write(l.b)
+	}
+	return out.Bytes()
+}

@@ -1,0 +1,377 @@
+package eval
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/subtta/subtta/tta"
+)
+
+// ErrBadShard: a shard is not written I/N with 0 ≤ I < N.
+var ErrBadShard = errors.New("eval: bad shard")
+
+// A Shard is one of Count parts of a run, numbered from 0. A run with a
+// Shard computes only the units SplitShards gives that part, into a
+// results folder of its own; Merge joins the parts' folders into the
+// folder one process would have written.
+type Shard struct {
+	Index int `json:"index"`
+	Count int `json:"count"`
+}
+
+// ParseShard reads a shard written "I/N", I from 0 to N−1.
+func ParseShard(s string) (Shard, error) {
+	i, n, ok := strings.Cut(s, "/")
+	if !ok {
+		return Shard{}, fmt.Errorf("%w %q: want I/N, I from 0 to N-1", ErrBadShard, s)
+	}
+	index, err1 := strconv.Atoi(strings.TrimSpace(i))
+	count, err2 := strconv.Atoi(strings.TrimSpace(n))
+	if err1 != nil || err2 != nil {
+		return Shard{}, fmt.Errorf("%w %q: want I/N with integers, I from 0 to N-1", ErrBadShard, s)
+	}
+	sh := Shard{index, count}
+	return sh, sh.check()
+}
+
+func (s Shard) String() string { return fmt.Sprintf("%d/%d", s.Index, s.Count) }
+
+func (s Shard) check() error {
+	if s.Count < 1 || s.Index < 0 || s.Index >= s.Count {
+		return fmt.Errorf("%w %s: want I/N, I from 0 to N-1", ErrBadShard, s)
+	}
+	return nil
+}
+
+// A Unit is one method on one domain: the unit of work of a run and one
+// record of results.jsonl.
+type Unit struct {
+	Method, Domain string
+}
+
+func (u Unit) String() string { return u.Method + " on " + u.Domain }
+
+// A ShardPart is what one shard of a run computes: its units, in the order
+// one process computes them, and their expected cost (see MethodCost).
+type ShardPart struct {
+	Units []Unit
+	// Chains counts the groups of units that run together: a method whose
+	// state carries from one domain to the next is one chain of all its
+	// domains, any other unit a chain of its own.
+	Chains int
+	// Cost is the sum of the units' MethodCost, in forward passes of the
+	// vision tower per image of a domain.
+	Cost float64
+}
+
+// A chain is units that one process computes in order.
+type chain struct {
+	method int // index in Config.Methods
+	first  int // index of its first domain
+	units  []Unit
+	cost   float64
+}
+
+// SplitShards splits the (method, domain) units of cfg over n shards. A
+// method whose state carries from one domain to the next (CarriesState)
+// stays whole in one shard, so that every shard's numbers are those of one
+// process running the whole configuration. The split depends only on the
+// methods, corruptions, severities, protocol, dataset and views of cfg, not
+// on its data: every shard computes the same split. Chains go, most costly
+// first, to the shard with the least cost so far (the lowest index on a
+// tie), which keeps the most loaded shard within one chain of the mean.
+func SplitShards(cfg Config, n int) ([]ShardPart, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("%w: %d shards, want at least 1", ErrBadShard, n)
+	}
+	cfg.Shard = nil
+	cfg, err := cfg.planDefaults()
+	if err != nil {
+		return nil, err
+	}
+	domains := planDomains(cfg)
+	var chains []chain
+	for mi, m := range cfg.Methods {
+		p, err := cfg.preset(m)
+		if err != nil {
+			return nil, err
+		}
+		w := MethodCost(p)
+		if cfg.carries(p) {
+			c := chain{method: mi}
+			for _, d := range domains {
+				c.units = append(c.units, Unit{m, d.name})
+			}
+			c.cost = w * float64(len(domains))
+			chains = append(chains, c)
+			continue
+		}
+		for di, d := range domains {
+			chains = append(chains, chain{method: mi, first: di, units: []Unit{{m, d.name}}, cost: w})
+		}
+	}
+	// Most costly first; equal costs in run order, so that the split is a
+	// function of the configuration alone.
+	slices.SortStableFunc(chains, func(a, b chain) int { return cmp.Compare(b.cost, a.cost) })
+	parts := make([]ShardPart, n)
+	owner := map[Unit]int{}
+	for _, c := range chains {
+		best := 0
+		for i := range parts {
+			if parts[i].Cost < parts[best].Cost {
+				best = i
+			}
+		}
+		parts[best].Cost += c.cost
+		parts[best].Chains++
+		for _, u := range c.units {
+			owner[u] = best
+		}
+	}
+	// Each shard's units in run order: method by method, domains in
+	// stream order.
+	for _, m := range cfg.Methods {
+		for _, d := range domains {
+			u := Unit{m, d.name}
+			parts[owner[u]].Units = append(parts[owner[u]].Units, u)
+		}
+	}
+	return parts, nil
+}
+
+// planDefaults is withDefaults as far as the split needs it: it does not
+// ask for a model or data.
+func (c Config) planDefaults() (Config, error) {
+	if c.Model == "" {
+		c.Model = "-"
+	}
+	if c.Data == "" {
+		c.Data = "-"
+	}
+	return c.withDefaults()
+}
+
+// runUnits lists every unit of cfg (defaults filled in), in run order.
+func runUnits(cfg Config) []Unit {
+	var out []Unit
+	domains := planDomains(cfg)
+	for _, m := range cfg.Methods {
+		for _, d := range domains {
+			out = append(out, Unit{m, d.name})
+		}
+	}
+	return out
+}
+
+// carries reports whether a method with preset p carries state from one
+// domain to the next under c's protocol: always in the continual and mixed
+// streams, and under the reset and episodic protocols when
+// CarriesState(p).
+func (c Config) carries(p tta.Preset) bool {
+	if proto, _ := protocol(c.Protocol); !perDomain(proto) {
+		return true
+	}
+	return CarriesState(p)
+}
+
+// CarriesState reports whether a method built from preset p keeps state
+// through Reset (tta.Method.MarshalCarried returns non-nil): SubTTA's EMA
+// covariance, unless alignment is off or ResetCovariance is set, and
+// RoTTA's random source, which makes the strong augmentations of one
+// domain follow from the draws of the domains before it (as the official
+// code's global random generator does). Run checks it against the method
+// it builds when it runs a shard.
+func CarriesState(p tta.Preset) bool {
+	switch c := p.Config.(type) {
+	case tta.SubTTAConfig:
+		return !c.NoAlign && c.Alpha != 0 && !c.ResetCovariance
+	case tta.RoTTAConfig:
+		return true
+	}
+	return false
+}
+
+// MethodCost is the expected cost per image of a method with preset p, in
+// forward passes of the vision tower, for balancing shards. It counts the
+// passes each method makes per image and weights a pass with a tape and a
+// backward pass by 2.03, the ratio of forward to forward+backward images/s
+// of ViT-B/32 measured by `subtta bench` (18.88 and 9.31 images/s,
+// docs/performance.md, Ice Lake); one SubTTA step (two forward+backward
+// passes and one forward) is 4.94, the measured ratio to its 3.82 images/s.
+// A multi-view method runs every view through the tower: VTE's 64 views
+// measured 66.8 forward passes (24.72 against 0.37 images/s, Zen 4,
+// docs/performance.md); views are counted as one pass each, and twice for
+// MEMO, which also back-propagates them. A method this table does not
+// know costs one forward+backward pass per image.
+func MethodCost(p tta.Preset) float64 {
+	const fwd, fwdBwd, subtta = 1, 2.03, 4.94
+	views := float64(max(p.Views, 1))
+	switch p.Method {
+	case "source", "tda", "ecalp":
+		return fwd
+	case "tent", "batclip":
+		return fwdBwd
+	case "mint", "mint-official":
+		return fwdBwd + fwd // a pass to adapt, one to predict
+	case "subtta-s", "subtta-t", "subtta-b", "subtta-m":
+		return subtta
+	case "rotta":
+		return fwd + fwdBwd // the teacher predicts, the student adapts
+	case "watt-s", "watt-lite":
+		if c, ok := p.Config.(tta.WATTConfig); ok {
+			// Steps passes per template, Rounds times, and a last forward.
+			return float64(c.Steps*c.Rounds*max(len(p.Templates), 1))*fwdBwd + fwd
+		}
+	case "vte", "zero", "dmn", "tpt", "sts":
+		return views * fwd
+	case "memo":
+		return views * fwdBwd
+	}
+	return fwdBwd
+}
+
+// shardUnits returns the units the configuration's shard computes, or nil
+// when it is not a shard.
+func shardUnits(cfg Config) (map[Unit]bool, error) {
+	if cfg.Shard == nil {
+		return nil, nil
+	}
+	parts, err := SplitShards(cfg, cfg.Shard.Count)
+	if err != nil {
+		return nil, err
+	}
+	mine := map[Unit]bool{}
+	for _, u := range parts[cfg.Shard.Index].Units {
+		mine[u] = true
+	}
+	return mine, nil
+}
+
+// checkShardFolder refuses a results folder that holds results of another
+// shard of the run: its run.json names a shard, and not this one. A folder
+// of a whole run can be sharded into, and a shard's folder completed by a
+// run of the whole.
+func checkShardFolder(cfg Config, haveResults bool) error {
+	if cfg.Shard == nil || !haveResults {
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join(cfg.Out, RunFile))
+	if err != nil {
+		return nil // compareRunFile says what is wrong with it
+	}
+	var old runFile
+	if json.Unmarshal(b, &old) != nil || old.Config.Shard == nil {
+		return nil
+	}
+	if *old.Config.Shard != *cfg.Shard {
+		return fmt.Errorf("eval: %s holds shard %s of the run, not shard %s: use the shard's own folder", cfg.Out, old.Config.Shard, cfg.Shard)
+	}
+	return nil
+}
+
+// checkCarried refuses to run a shard whose split assumed the wrong thing
+// about a method: one that carries state from one domain to the next
+// must have all its domains in one shard.
+func checkCarried(cfg Config, p tta.Preset, m tta.Method) error {
+	if cfg.Shard == nil {
+		return nil
+	}
+	v, err := m.MarshalCarried()
+	if err != nil {
+		return fmt.Errorf("eval: %s: %w", p.Method, err)
+	}
+	if got, want := v != nil, cfg.carries(p); got && !want {
+		return fmt.Errorf("eval: %s carries state from one domain to the next, but the shard split takes it for independent domains (eval.CarriesState is wrong for it): run it without --shard", p.Method)
+	}
+	return nil
+}
+
+// ShardFromEnv returns the shard a batch system's array task names: Slurm's
+// SLURM_ARRAY_TASK_ID with SLURM_ARRAY_TASK_COUNT, or without the count
+// (Slurm before 21.08) SLURM_ARRAY_TASK_MIN and SLURM_ARRAY_TASK_MAX of an
+// array numbered without gaps; or a Kubernetes Indexed Job's
+// JOB_COMPLETION_INDEX, whose count (the Job's completions) count gives,
+// since Kubernetes does not put it in the environment. getenv reads the
+// environment.
+func ShardFromEnv(getenv func(string) string, count int) (Shard, error) {
+	atoi := func(name string) (int, error) {
+		v, err := strconv.Atoi(strings.TrimSpace(getenv(name)))
+		if err != nil {
+			return 0, fmt.Errorf("%w: $%s is %q, not an integer", ErrBadShard, name, getenv(name))
+		}
+		return v, nil
+	}
+	var sh Shard
+	switch {
+	case getenv("SLURM_ARRAY_TASK_ID") != "":
+		id, err := atoi("SLURM_ARRAY_TASK_ID")
+		if err != nil {
+			return sh, err
+		}
+		lo, hi := 0, 0
+		switch {
+		case getenv("SLURM_ARRAY_TASK_COUNT") != "" && getenv("SLURM_ARRAY_TASK_MIN") == "":
+			n, err := atoi("SLURM_ARRAY_TASK_COUNT")
+			if err != nil {
+				return sh, err
+			}
+			hi = n - 1
+		case getenv("SLURM_ARRAY_TASK_MIN") != "" && getenv("SLURM_ARRAY_TASK_MAX") != "":
+			if lo, err = atoi("SLURM_ARRAY_TASK_MIN"); err != nil {
+				return sh, err
+			}
+			if hi, err = atoi("SLURM_ARRAY_TASK_MAX"); err != nil {
+				return sh, err
+			}
+			if getenv("SLURM_ARRAY_TASK_COUNT") != "" {
+				n, err := atoi("SLURM_ARRAY_TASK_COUNT")
+				if err != nil {
+					return sh, err
+				}
+				if n != hi-lo+1 {
+					return sh, fmt.Errorf("%w: the Slurm array %d-%d has %d tasks, not one per index: submit it as --array=0-N (a %% throttle is fine, a step is not)", ErrBadShard, lo, hi, n)
+				}
+			}
+		default:
+			return sh, fmt.Errorf("%w: $SLURM_ARRAY_TASK_ID is set but neither $SLURM_ARRAY_TASK_COUNT nor $SLURM_ARRAY_TASK_MIN and $SLURM_ARRAY_TASK_MAX", ErrBadShard)
+		}
+		sh = Shard{id - lo, hi - lo + 1}
+		if count > 0 && count != sh.Count {
+			return sh, fmt.Errorf("%w: the Slurm array has %d tasks, the shard count given is %d", ErrBadShard, sh.Count, count)
+		}
+	case getenv("JOB_COMPLETION_INDEX") != "":
+		id, err := atoi("JOB_COMPLETION_INDEX")
+		if err != nil {
+			return sh, err
+		}
+		if count < 1 {
+			return sh, fmt.Errorf("%w: $JOB_COMPLETION_INDEX is set, but not the shard count (the Job's completions)", ErrBadShard)
+		}
+		sh = Shard{id, count}
+	default:
+		return sh, fmt.Errorf("%w: neither $SLURM_ARRAY_TASK_ID nor $JOB_COMPLETION_INDEX is set", ErrBadShard)
+	}
+	return sh, sh.check()
+}
+
+// methodUnits counts the units of method in mine (all domains when mine
+// is nil).
+func methodUnits(mine map[Unit]bool, method string, domains []*domain) int {
+	if mine == nil {
+		return len(domains)
+	}
+	n := 0
+	for _, d := range domains {
+		if mine[Unit{method, d.name}] {
+			n++
+		}
+	}
+	return n
+}
