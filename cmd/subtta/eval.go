@@ -231,10 +231,11 @@ func (f *evalFlags) config() (eval.Config, error) {
 		case "workers":
 			cfg.Workers = *f.workers
 		case "shard":
-			var sh eval.Shard
-			if sh, err = eval.ParseShard(*f.shard); err == nil {
-				cfg.Shard = &sh
+			sh, perr := eval.ParseShard(*f.shard)
+			if perr != nil {
+				err = errors.New(strings.TrimPrefix(perr.Error(), "eval: "))
 			}
+			cfg.Shard = &sh
 		}
 		if err != nil && flagErr == nil {
 			flagErr = usagef("--%s %v", fl.Name, err)
@@ -395,7 +396,7 @@ func (f *evalFlags) shardFromEnvironment(cfg *eval.Config, getenv func(string) s
 	}
 	sh, err := eval.ShardFromEnv(getenv, *f.shardCount)
 	if err != nil {
-		return usagef("--shard-from-env: %v", err)
+		return usagef("--shard-from-env: %s", strings.TrimPrefix(err.Error(), "eval: "))
 	}
 	cfg.Shard = &sh
 	return nil

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -194,5 +195,57 @@ func TestEvalAllInList(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "16 domains computed") {
 		t.Errorf("clean,all: %s", stderr.String())
+	}
+}
+
+// TestEvalShards runs the two shards of a small built-in run, one from
+// --shard and one from a Kubernetes Indexed Job's environment, merges them
+// with eval merge, and checks the flags' refusals.
+func TestEvalShards(t *testing.T) {
+	t.Setenv("SUBTTA_CACHE", t.TempDir())
+	t.Setenv("SUBTTA_FROST", "")
+	dir := t.TempDir()
+	base := []string{"eval", "--methods", "source,subtta-m", "--corruptions", "gaussian_noise,contrast", "--limit", "16", "--quiet"}
+	var stdout, stderr bytes.Buffer
+	if st := run(append(base, "--shard", "0/2", "--out", filepath.Join(dir, "s0")), &stdout, &stderr); st != 0 {
+		t.Fatalf("shard 0/2: status %d: %s", st, stderr.String())
+	}
+	t.Setenv("JOB_COMPLETION_INDEX", "1")
+	if st := run(append(base, "--shard-from-env", "--shard-count", "2", "--out", filepath.Join(dir, "s1")), &stdout, &stderr); st != 0 {
+		t.Fatalf("shard from JOB_COMPLETION_INDEX: status %d: %s", st, stderr.String())
+	}
+	stdout.Reset()
+	stderr.Reset()
+	merged := filepath.Join(dir, "merged")
+	if st := run([]string{"eval", "merge", merged, filepath.Join(dir, "s0"), filepath.Join(dir, "s1")}, &stdout, &stderr); st != 0 {
+		t.Fatalf("merge: status %d: %s", st, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "subtta-m") || !strings.Contains(stderr.String(), "4 records of 2 shards merged") {
+		t.Errorf("merge: stdout %s\nstderr %s", stdout.String(), stderr.String())
+	}
+	stderr.Reset()
+	if st := run(append(base, "--out", merged), &stdout, &stderr); st != 0 || !strings.Contains(stderr.String(), "0 domains computed, 4 taken from earlier runs") {
+		t.Errorf("eval on the merged folder: status %d: %s", st, stderr.String())
+	}
+	t.Setenv("JOB_COMPLETION_INDEX", "")
+	for _, tc := range []struct {
+		args   []string
+		stderr string
+	}{
+		{[]string{"--shard", "2/2"}, "bad shard 2/2: want I/N"},
+		{[]string{"--shard", "1"}, "want I/N"},
+		{[]string{"--shard", "0/2", "--shard-from-env"}, "--shard names the shard"},
+		{[]string{"--shard-count", "2"}, "--shard-count goes with --shard-from-env"},
+		{[]string{"--shard-from-env"}, "neither $SLURM_ARRAY_TASK_ID nor $JOB_COMPLETION_INDEX"},
+	} {
+		stderr.Reset()
+		args := append(append(slices.Clone(base), "--out", filepath.Join(dir, "bad")), tc.args...)
+		if st := run(args, &stdout, &stderr); st != 2 || !strings.Contains(stderr.String(), tc.stderr) || strings.Contains(stderr.String(), "eval: eval:") {
+			t.Errorf("%q: status %d, stderr %q; want 2 and %q", tc.args, st, stderr.String(), tc.stderr)
+		}
+	}
+	stderr.Reset()
+	if st := run([]string{"eval", "merge", filepath.Join(dir, "m2"), filepath.Join(dir, "s0")}, &stdout, &stderr); st != 1 || !strings.Contains(stderr.String(), "units of the run are missing") {
+		t.Errorf("merge of one shard of two: status %d, stderr %q", st, stderr.String())
 	}
 }
