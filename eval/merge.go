@@ -45,8 +45,7 @@ type shardFolder struct {
 // builds or shard counts, a unit held by two shards, a unit held by a shard
 // the split does not give it to, and units that no shard holds, naming
 // them. out must not hold a run yet; a merged folder resumes like any other.
-// Log, if not nil, receives a line per file written.
-func Merge(out string, shards []string, log io.Writer) (*Summary, error) {
+func Merge(out string, shards []string, opt MergeOptions) (*Summary, error) {
 	if len(shards) == 0 {
 		return nil, errors.New("eval: merge: no shard folders given")
 	}
@@ -67,7 +66,15 @@ func Merge(out string, shards []string, log io.Writer) (*Summary, error) {
 		return nil, err
 	}
 	cfg.Out = out
-	return writeMerged(cfg, id, recs, folders, log)
+	return writeMerged(cfg, id, recs, folders, opt)
+}
+
+// MergeOptions are the options of Merge; all are optional.
+type MergeOptions struct {
+	// Plot writes the plots even when the run did not ask for them.
+	Plot bool
+	// Log receives a line per file written.
+	Log io.Writer
 }
 
 // readShardFolder reads a shard's run.json, records and batch log.
@@ -217,7 +224,7 @@ func mergeRecords(cfg Config, folders []*shardFolder) ([]report.Record, error) {
 }
 
 // writeMerged writes the merged folder cfg.Out.
-func writeMerged(cfg Config, id identity, recs []report.Record, folders []*shardFolder, log io.Writer) (*Summary, error) {
+func writeMerged(cfg Config, id identity, recs []report.Record, folders []*shardFolder, opt MergeOptions) (*Summary, error) {
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 		return nil, fmt.Errorf("eval: %w", err)
 	}
@@ -259,9 +266,11 @@ func writeMerged(cfg Config, id identity, recs []report.Record, folders []*shard
 			sum.Finished = r.Finished
 		}
 	}
-	files, err := writeTables(cfg, recs, sum)
+	tables := cfg
+	tables.Plot = cfg.Plot || opt.Plot
+	files, err := writeTables(tables, recs, sum)
 	sum.Files = files
-	if log != nil {
+	if log := opt.Log; log != nil {
 		for _, f := range append([]string{filepath.Join(cfg.Out, RunFile), filepath.Join(cfg.Out, ResultsFile), filepath.Join(cfg.Out, BatchesFile)}, files...) {
 			fmt.Fprintf(log, "wrote %s\n", f)
 		}

@@ -338,7 +338,7 @@ func TestShardedRunEqualsSingle(t *testing.T) {
 	}
 	folders := runShards(t, cfg, opt, dir, 3)
 	merged := filepath.Join(dir, "merged")
-	sum, err := Merge(merged, folders, nil)
+	sum, err := Merge(merged, folders, MergeOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,7 +384,7 @@ func TestMergeRefuses(t *testing.T) {
 	cfg.Corruptions = []string{"gaussian_noise", "contrast"}
 	cfg.Limit = 8
 	folders := runShards(t, cfg, opt, dir, 2)
-	if _, err := Merge(filepath.Join(dir, "ok"), folders, nil); err != nil {
+	if _, err := Merge(filepath.Join(dir, "ok"), folders, MergeOptions{}); err != nil {
 		t.Fatalf("the shards as they are: %v", err)
 	}
 	// copyShards copies the shard folders for one case to damage.
@@ -465,7 +465,7 @@ func TestMergeRefuses(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := tc.damage(t, copyShards(t))
 			out := filepath.Join(t.TempDir(), "merged")
-			_, err := Merge(out, s, nil)
+			_, err := Merge(out, s, MergeOptions{})
 			if err == nil {
 				t.Fatal("merged")
 			}
@@ -478,7 +478,7 @@ func TestMergeRefuses(t *testing.T) {
 		})
 	}
 	// A folder that holds a run is not merged into.
-	if _, err := Merge(folders[0], folders, nil); err == nil || !strings.Contains(err.Error(), "holds a run already") {
+	if _, err := Merge(folders[0], folders, MergeOptions{}); err == nil || !strings.Contains(err.Error(), "holds a run already") {
 		t.Errorf("merge into a shard's folder: %v", err)
 	}
 }

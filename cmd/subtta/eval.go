@@ -36,9 +36,6 @@ func limitGiven(fs *flag.FlagSet) bool {
 }
 
 func runEval(args []string, stdout, stderr io.Writer) error {
-	if len(args) > 0 && args[0] == "merge" {
-		return runEvalMerge(args[1:], stdout, stderr)
-	}
 	fs := newFlags("eval", "\n\nWith no flags: the built-in model on the embedded CIFAR-10 test images, corrupted on the fly,\nfor "+strings.Join(builtinMethods, ", ")+" on "+strconv.Itoa(builtinLimit)+" images per corruption (about four minutes on two cores).\n", stderr)
 	f := newEvalFlags(fs)
 	precision := fs.String("precision", "fp32", precisionHelp+" (Source, TDA, the views of multi-view methods that train nothing on them)")
@@ -405,13 +402,14 @@ func (f *evalFlags) shardFromEnvironment(cfg *eval.Config, getenv func(string) s
 // runEvalMerge is `subtta eval merge OUT SHARD...`.
 func runEvalMerge(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("eval merge", "OUT SHARD...\n\nJoins the results folders of the shards of one run (eval --shard I/N) into OUT, as one process would\nhave written it: run.json, results.jsonl, batches.jsonl, the tables and the plots the run asked for.\nRefuses shards of other runs or builds, duplicate units and missing units, naming them.\n", stderr)
+	plot := fs.Bool("plot", false, "write the plots into OUT/plots even if the run did not ask for them")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() < 2 {
 		return usagef("eval merge: want OUT and at least one shard folder")
 	}
-	sum, err := eval.Merge(fs.Arg(0), fs.Args()[1:], lineWriter{stderr, new(*progressBar)})
+	sum, err := eval.Merge(fs.Arg(0), fs.Args()[1:], eval.MergeOptions{Plot: *plot, Log: lineWriter{stderr, new(*progressBar)}})
 	if err != nil {
 		return err
 	}

@@ -217,8 +217,11 @@ func TestEvalShards(t *testing.T) {
 	stdout.Reset()
 	stderr.Reset()
 	merged := filepath.Join(dir, "merged")
-	if st := run([]string{"eval", "merge", merged, filepath.Join(dir, "s0"), filepath.Join(dir, "s1")}, &stdout, &stderr); st != 0 {
+	if st := run([]string{"eval", "merge", "--plot", merged, filepath.Join(dir, "s0"), filepath.Join(dir, "s1")}, &stdout, &stderr); st != 0 {
 		t.Fatalf("merge: status %d: %s", st, stderr.String())
+	}
+	if plots, _ := filepath.Glob(filepath.Join(merged, "plots", "*.png")); len(plots) == 0 {
+		t.Errorf("merge --plot wrote no plots")
 	}
 	if !strings.Contains(stdout.String(), "subtta-m") || !strings.Contains(stderr.String(), "4 records of 2 shards merged") {
 		t.Errorf("merge: stdout %s\nstderr %s", stdout.String(), stderr.String())

@@ -42,18 +42,19 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"tokenize": {"CLIP BPE token ids of texts (JSON)", runTokenize},
-	"embed":    {"image and text features of a model (JSON)", runEmbed},
-	"classify": {"zero-shot classification of images against labels", runClassify},
-	"convert":  {"rewrite a checkpoint as OpenAI-named safetensors (fp16/bf16, zstd)", runConvert},
-	"pull":     {"download a Hugging Face checkpoint into the cache", runPull},
-	"eval":     {"test-time adaptation over a corrupted benchmark: the paper's table, CSV, JSON, plots", runEval},
-	"bench":    {"images/s of the ViT-B/32 vision tower, forward and forward+backward", runBench},
-	"corrupt":  {"write CIFAR-10/100-C or ImageNet-C from a clean dataset", runCorrupt},
-	"train":    {"train a small CLIP from scratch on CIFAR-10 (checkpoints, resume, log)", runTrain},
-	"serve":    {"HTTP classifier that adapts to each client's image stream (subtta-m)", runServe},
-	"loadtest": {"requests/s and latency of a subtta serve on this machine", runLoadtest},
-	"version":  {"the build, the CPU and whether CUDA is available", runVersion},
+	"tokenize":   {"CLIP BPE token ids of texts (JSON)", runTokenize},
+	"embed":      {"image and text features of a model (JSON)", runEmbed},
+	"classify":   {"zero-shot classification of images against labels", runClassify},
+	"convert":    {"rewrite a checkpoint as OpenAI-named safetensors (fp16/bf16, zstd)", runConvert},
+	"pull":       {"download a Hugging Face checkpoint into the cache", runPull},
+	"eval":       {"test-time adaptation over a corrupted benchmark: the paper's table, CSV, JSON, plots", runEval},
+	"eval merge": {"join the results folders of a run's shards (eval --shard) into one", runEvalMerge},
+	"bench":      {"images/s of the ViT-B/32 vision tower, forward and forward+backward", runBench},
+	"corrupt":    {"write CIFAR-10/100-C or ImageNet-C from a clean dataset", runCorrupt},
+	"train":      {"train a small CLIP from scratch on CIFAR-10 (checkpoints, resume, log)", runTrain},
+	"serve":      {"HTTP classifier that adapts to each client's image stream (subtta-m)", runServe},
+	"loadtest":   {"requests/s and latency of a subtta serve on this machine", runLoadtest},
+	"version":    {"the build, the CPU and whether CUDA is available", runVersion},
 }
 
 func main() {
