@@ -35,6 +35,9 @@ type Registration struct {
 	// MinClasses, when set, is the fewest classes the method adapts with
 	// under a filled-in preset and why; 2 otherwise.
 	MinClasses func(p Preset) (int, string)
+	// Options are the method's settings that Preset.Set changes by name
+	// (the batch size is every method's and is not listed here).
+	Options []Option
 	// Episodic, when set, adapts a filled-in preset to the episodic
 	// protocol beyond its batch size of 1 (SubTTA turns its feature bank
 	// on); see Preset.ForEpisodic.
