@@ -58,6 +58,21 @@ type Config struct {
 	// Severities default to [5].
 	Severities []int `json:"severities"`
 
+	// MethodOptions set method options by name (tta.Preset.Set), under a
+	// method's or a family's name (see MethodOptions): SubTTA's rank, α,
+	// switches, each method's learning rate and optimizer.
+	MethodOptions MethodOptions `json:"method_options,omitempty"`
+	// Templates, if given, replace every method's prompt templates: each
+	// entry a template with "{}" or the name of a set (tta.TemplateSet:
+	// cifar-ensemble, imagenet-ensemble, t0 … t7, ...).
+	Templates []string `json:"templates,omitempty"`
+	// Classes > 0 restricts the run to that many classes, drawn with
+	// ClassSeed (DrawClasses); ClassNames names them instead. The head and
+	// the images are restricted together, labels renumbered.
+	Classes    int      `json:"classes,omitempty"`
+	ClassSeed  uint64   `json:"class_seed,omitempty"`
+	ClassNames []string `json:"class_names,omitempty"`
+
 	// Limit > 0 keeps the first Limit images of every domain's stream
 	// (after shuffling).
 	Limit int `json:"limit,omitempty"`
@@ -178,6 +193,12 @@ func (c Config) withDefaults() (Config, error) {
 			return c, err
 		}
 	}
+	if err := c.MethodOptions.check(c.Methods); err != nil {
+		return c, err
+	}
+	if c.Classes < 0 {
+		return c, fmt.Errorf("eval: classes %d must not be negative", c.Classes)
+	}
 	if len(c.Corruptions) == 0 {
 		c.Corruptions = corrupt.Names()
 	}
@@ -228,7 +249,7 @@ func (c Config) withDefaults() (Config, error) {
 
 // preset is the one place a method's preset is resolved for this
 // configuration: tta.Lookup, its episodic form under the episodic
-// protocol, then BatchSize and Views when set.
+// protocol, then BatchSize, Views, Templates and MethodOptions when set.
 func (c Config) preset(method string) (tta.Preset, error) {
 	p, err := tta.Lookup(c.Dataset, method)
 	if err != nil {
@@ -246,6 +267,18 @@ func (c Config) preset(method string) (tta.Preset, error) {
 		if err := p.SetViews(c.Views); err != nil {
 			return p, fmt.Errorf("eval: --views: %w", err)
 		}
+	}
+	templates, err := c.resolveTemplates()
+	if err != nil {
+		return p, err
+	}
+	if templates != nil {
+		if err := p.SetTemplates(templates); err != nil {
+			return p, fmt.Errorf("eval: %w", err)
+		}
+	}
+	if err := applyOptions(&p, c.MethodOptions.forMethod(method)); err != nil {
+		return p, err
 	}
 	return p, nil
 }

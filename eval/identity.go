@@ -37,6 +37,13 @@ type identity struct {
 	NoShuffle   bool   `json:"no_shuffle"`
 	Seed        uint64 `json:"seed"`
 	CorruptSeed uint64 `json:"corrupt_seed"`
+	// Options are the method options given (optionsIdentity), Templates
+	// the templates given to every method and Classes the classes kept;
+	// empty when the run uses the presets' and every class, so that the
+	// records of earlier builds keep their digests.
+	Options   string `json:"options,omitempty"`
+	Templates string `json:"templates,omitempty"`
+	Classes   string `json:"classes,omitempty"`
 }
 
 // merge compares id, this run's identity, with old, that of the results

@@ -367,6 +367,13 @@ func (r *methodRun) record(d *domain, res online.DomainResult, el time.Duration)
 	if el > 0 {
 		rec.ImagesPerSecond = float64(res.Samples) / el.Seconds()
 	}
+	if given := r.cfg.MethodOptions.forMethod(r.name()); len(given) > 0 {
+		vals := r.preset.OptionValues()
+		rec.Options = map[string]string{}
+		for k := range given {
+			rec.Options[k] = vals[k]
+		}
+	}
 	if st := r.stats[d.name]; st != nil {
 		rec.Steps, rec.Skipped = st.steps, st.skipped
 		rec.PrincipalCosines, rec.SemanticConcentration, rec.PredictedClassCosine = st.cosines, st.concentration, st.predCosine

@@ -229,8 +229,14 @@ func (e *evaluation) openInputs() error {
 			return fmt.Errorf("eval: %w", err)
 		}
 	}
-	e.src, err = openSource(cfg)
-	return err
+	if e.src, err = openSource(cfg); err != nil {
+		return err
+	}
+	if err := e.src.restrictClasses(cfg); err != nil {
+		e.src.Close()
+		return err
+	}
+	return nil
 }
 
 // lockResults creates the results folder and takes its lock: two runs in
@@ -392,6 +398,7 @@ func (e *evaluation) openDomains() error {
 			closeDomains(domains)
 			return err
 		}
+		ds = e.src.subset(ds)
 		domains = append(domains, &domain{name: p.name, corruption: p.corruption, severity: p.severity, ds: ds,
 			pre: pre, workers: e.cfg.Workers})
 		if len(ds.Classes()) != len(e.src.classes) {
@@ -643,6 +650,19 @@ func runIdentity(cfg Config, opt Options, tok textenc.Tokenizer, src *source, ca
 	}
 	if id.SubsetList, err = fingerprint(cfg.SubsetList, nil); err != nil {
 		return id, err
+	}
+	opts, err := cfg.resolvedOptions()
+	if err != nil {
+		return id, err
+	}
+	id.Options = optionsIdentity(opts)
+	templates, err := cfg.resolveTemplates()
+	if err != nil {
+		return id, err
+	}
+	id.Templates = templatesIdentity(templates)
+	if src.allClasses != nil {
+		id.Classes = classesIdentity(src.classes, len(src.allClasses))
 	}
 	if src.kind == "clean" && slices.Contains(cfg.Corruptions, "frost") && src.cfg.FrostDir != "" {
 		if id.Frost, err = frostFingerprint(src.cfg.FrostDir); err != nil {

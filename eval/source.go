@@ -23,6 +23,10 @@ type source struct {
 	preset  corrupt.Preset
 	cfg     Config
 	frost   func() (string, error) // finds the frost overlays when needed
+	// allClasses are the data's classes when the run keeps only those of
+	// keep (Config.Classes, restrictClasses); classes are then the kept.
+	allClasses []string
+	keep       []int
 }
 
 func (s *source) Close() error {

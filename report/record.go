@@ -29,6 +29,10 @@ type Record struct {
 	SemanticConcentration []float64   `json:"semantic_concentration,omitempty"`
 	PredictedClassCosine  []float64   `json:"predicted_class_cosine,omitempty"`
 
+	// Options are the method options the run gave this method (by key,
+	// as tta.Preset.Set takes them), empty for the preset as it is.
+	Options map[string]string `json:"options,omitempty"`
+
 	Finished time.Time `json:"finished"`
 	// Build is the Environment.Build of the binary that computed the
 	// record; empty in records written before it was kept.

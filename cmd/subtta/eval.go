@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -45,6 +46,9 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	defer release()
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q (all inputs are flags)", fs.Arg(0))
+	}
+	if *f.studies.list != "" {
+		return printOptions(stdout, cmp.Or(*f.dataset, "cifar10-c"), *f.studies.list)
 	}
 	cfg, err := f.config()
 	if err != nil {
@@ -100,6 +104,7 @@ type evalFlags struct {
 	limit, batchSize, views, workers                  *int
 	seed, corruptSeed                                 *uint64
 	noShuffle, plot, quiet                            *bool
+	studies                                           *studyFlags
 }
 
 func newEvalFlags(fs *flag.FlagSet) *evalFlags {
@@ -129,6 +134,7 @@ func newEvalFlags(fs *flag.FlagSet) *evalFlags {
 		plot:        fs.Bool("plot", false, "write PNG plots of accuracy and diagnostics into OUT/plots"),
 		workers:     fs.Int("workers", 0, "image decoding goroutines (0: GOMAXPROCS)"),
 		quiet:       fs.Bool("quiet", false, "no progress bar"),
+		studies:     newStudyFlags(fs),
 	}
 }
 
@@ -210,6 +216,8 @@ func (f *evalFlags) config() (eval.Config, error) {
 			cfg.Plot = *f.plot
 		case "workers":
 			cfg.Workers = *f.workers
+		default:
+			err = f.studies.apply(fl.Name, &cfg)
 		}
 		if err != nil && flagErr == nil {
 			flagErr = usagef("--%s %v", fl.Name, err)

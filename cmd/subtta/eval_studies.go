@@ -1,0 +1,101 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/subtta/subtta/data"
+	"github.com/subtta/subtta/eval"
+	"github.com/subtta/subtta/tta"
+)
+
+// studyFlags are eval's flags for the paper's studies: method options,
+// prompt templates and class subsets.
+type studyFlags struct {
+	set        []string
+	templates  []string
+	classes    *int
+	classSeed  *uint64
+	classNames *string
+	list       *string
+}
+
+func newStudyFlags(fs *flag.FlagSet) *studyFlags {
+	f := &studyFlags{}
+	fs.Func("set", "method option METHOD.KEY=VALUE, repeated (METHOD: a method, or a family such as subtta for every subtta-*), e.g. subtta-m.rank=8, subtta.align=false, tent.lr=5e-4; subtta eval --options METHOD lists a method's", func(s string) error {
+		f.set = append(f.set, s)
+		return nil
+	})
+	fs.Func("templates", "prompt templates of every method, repeated: a template with {}, @FILE (one per line), or a set: "+strings.Join(tta.TemplateSetNames, ", "), func(s string) error {
+		if rest, ok := strings.CutPrefix(s, "@"); ok {
+			lines, err := data.ReadLines(rest)
+			if err != nil {
+				return err
+			}
+			if len(lines) == 0 {
+				return fmt.Errorf("%s holds no template", rest)
+			}
+			f.templates = append(f.templates, lines...)
+			return nil
+		}
+		f.templates = append(f.templates, s)
+		return nil
+	})
+	f.list = fs.String("options", "", "list the options of a method (with its preset's values on --dataset) and exit")
+	f.classes = fs.Int("classes", 0, "keep N classes, drawn with --class-seed: the head and the images together (0: all)")
+	f.classSeed = fs.Uint64("class-seed", 0, "seed of the classes --classes draws")
+	f.classNames = fs.String("class-names", "", "keep these classes: comma-separated names, or @FILE with one per line")
+	return f
+}
+
+// apply sets the study flag name (given on the command line) in cfg; it
+// ignores other flags.
+func (f *studyFlags) apply(name string, cfg *eval.Config) error {
+	switch name {
+	case "set":
+		for _, s := range f.set {
+			if err := cfg.MethodOptions.Add(s); err != nil {
+				return err
+			}
+		}
+	case "templates":
+		cfg.Templates = f.templates
+	case "classes":
+		cfg.Classes = *f.classes
+		if cfg.Classes < 1 {
+			return fmt.Errorf("%d: want at least 1 class", cfg.Classes)
+		}
+	case "class-seed":
+		cfg.ClassSeed = *f.classSeed
+	case "class-names":
+		names := splitList(*f.classNames)
+		if rest, ok := strings.CutPrefix(*f.classNames, "@"); ok {
+			lines, err := data.ReadLines(rest)
+			if err != nil {
+				return err
+			}
+			names = lines
+		}
+		if len(names) == 0 {
+			return fmt.Errorf("%q: no class", *f.classNames)
+		}
+		cfg.ClassNames = names
+	}
+	return nil
+}
+
+// printOptions lists the options of a method with their values in its
+// preset for dataset.
+func printOptions(w io.Writer, dataset, method string) error {
+	p, err := tta.Lookup(dataset, method)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "%s on %s: --set %s.KEY=VALUE\n", method, dataset, method)
+	for _, o := range p.Options() {
+		fmt.Fprintf(w, "  %-22s %-10s %s (%s)\n", o.Key, o.Value(p), o.About, o.Allowed)
+	}
+	return nil
+}

@@ -1,0 +1,332 @@
+package eval
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"image"
+	imagepng "image/png"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/subtta/subtta/data"
+	"github.com/subtta/subtta/tta"
+)
+
+func TestMethodOptionsParse(t *testing.T) {
+	var o MethodOptions
+	for _, a := range []string{"subtta.rank=8", "subtta-m.alpha=0.3", "subtta-m.rank=4", "tent.lr=1e-3"} {
+		if err := o.Add(a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, bad := range []string{"rank=8", "subtta-m.rank", ".rank=1", "subtta-m.=1"} {
+		if err := o.Add(bad); err == nil {
+			t.Errorf("Add(%q) accepted", bad)
+		}
+	}
+	// The method's own name wins over its family's.
+	if got := o.forMethod("subtta-m"); got["rank"] != "4" || got["alpha"] != "0.3" || len(got) != 2 {
+		t.Errorf("subtta-m: %v", got)
+	}
+	if got := o.forMethod("subtta-b"); got["rank"] != "8" || len(got) != 1 {
+		t.Errorf("subtta-b: %v", got)
+	}
+	if got := o.forMethod("tent"); got["lr"] != "1e-3" {
+		t.Errorf("tent: %v", got)
+	}
+	if err := o.check([]string{"subtta-m", "tent"}); err != nil {
+		t.Error(err)
+	}
+	if err := o.check([]string{"subtta-m"}); err == nil || !strings.Contains(err.Error(), `"tent"`) {
+		t.Errorf("options for a method not run: err = %v", err)
+	}
+	// A config file's values may be numbers and booleans.
+	var c Config
+	if err := json.Unmarshal([]byte(`{"method_options": {"subtta": {"rank": 8, "align": false, "prediction": "projected"}}}`), &c); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.MethodOptions["subtta"]; got["rank"] != "8" || got["align"] != "false" || got["prediction"] != "projected" {
+		t.Errorf("method_options from JSON: %v", got)
+	}
+	if err := json.Unmarshal([]byte(`{"method_options": {"subtta": {"rank": [8]}}}`), &c); err == nil {
+		t.Error("an array value accepted")
+	}
+}
+
+// TestMethodOptionsIdentity: options reach the records and the run's
+// identity. A folder of one setting refuses another; the same setting,
+// spelt otherwise ("rank=5" under the family, "5" for "5.0"), resumes it.
+// An unknown key or a value out of range is refused before anything is
+// written.
+func TestMethodOptionsIdentity(t *testing.T) {
+	out := t.TempDir()
+	cfg := smallRun(t, out, "contrast")
+	cfg.Methods = []string{"subtta-m"}
+	cfg.MethodOptions = MethodOptions{"subtta-m": {"rank": "5", "alpha": "0.3"}}
+	sum := mustRun(t, cfg)
+	if r := sum.Records[0]; r.Options["rank"] != "5" || r.Options["alpha"] != "0.3" || len(r.Options) != 2 {
+		t.Errorf("record options %v", r.Options)
+	}
+	plain := smallRun(t, t.TempDir(), "contrast")
+	plain.Methods = []string{"subtta-m"}
+	ref := mustRun(t, plain)
+	if ref.Records[0].Run == sum.Records[0].Run || ref.Records[0].Options != nil {
+		t.Errorf("a run with options has the digest of one without (%s), or options %v", ref.Records[0].Run, ref.Records[0].Options)
+	}
+
+	other := cfg
+	other.MethodOptions = MethodOptions{"subtta-m": {"rank": "6", "alpha": "0.3"}}
+	if _, err := Run(context.Background(), other, Options{}); err == nil || !strings.Contains(err.Error(), "rank=5") {
+		t.Errorf("another rank resumed the folder: err = %v", err)
+	}
+	same := cfg
+	same.MethodOptions = MethodOptions{"subtta": {"rank": "5"}, "subtta-m": {"alpha": "0.30"}}
+	again, err := Run(context.Background(), same, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Resumed != 1 || again.Computed != 0 {
+		t.Errorf("the same options spelt otherwise: %d resumed, %d computed", again.Resumed, again.Computed)
+	}
+
+	for _, tc := range []struct {
+		opts MethodOptions
+		want error
+	}{
+		{MethodOptions{"subtta-m": {"rnak": "5"}}, tta.ErrUnknownOption},
+		{MethodOptions{"subtta-m": {"alpha": "2"}}, tta.ErrOptionValue},
+	} {
+		bad := smallRun(t, filepath.Join(t.TempDir(), "new"), "contrast")
+		bad.Methods, bad.MethodOptions = []string{"subtta-m"}, tc.opts
+		if _, err := Run(context.Background(), bad, Options{}); !errors.Is(err, tc.want) {
+			t.Errorf("%v: err = %v, want %v", tc.opts, err, tc.want)
+		}
+		if exists(bad.Out) {
+			t.Errorf("%v: a refused run created %s", tc.opts, bad.Out)
+		}
+	}
+}
+
+// TestMethodOptionsResume: a run with options interrupted mid-domain
+// continues from its checkpoint, bit for bit as an uninterrupted one.
+func TestMethodOptionsResume(t *testing.T) {
+	base := testConfig(t, "")
+	base.Methods, base.Corruptions = []string{"subtta-m"}, []string{"gaussian_noise", "contrast"}
+	base.MethodOptions = MethodOptions{"subtta-m": {"rank": "4", "ema": "false", "soft": "0.1"}}
+	clean := base
+	clean.Out = t.TempDir()
+	ref, err := Run(context.Background(), clean, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := base
+	cfg.Out = t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	_, err = Run(ctx, cfg, Options{Progress: func(p Progress) {
+		if p.Done == cfg.Limit+8 { // second domain, second batch of 4
+			cancel()
+		}
+	}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want an interruption", err)
+	}
+	sum, err := Run(context.Background(), cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Resumed != 1 || sum.Continued != 2 {
+		t.Errorf("%d resumed, %d batches continued; want 1 and 2", sum.Resumed, sum.Continued)
+	}
+	sameAsUninterrupted(t, sum, ref, cfg.Out, clean.Out)
+}
+
+// TestTemplatesGiveHeads: --templates replaces the templates of every
+// method's preset, and a set by name gives the head that the preset owning
+// those templates builds (tta.Preset.Heads): source with "watt" has WATT's
+// ensemble head.
+func TestTemplatesGiveHeads(t *testing.T) {
+	cfg := smallRun(t, t.TempDir(), "contrast")
+	cfg.Templates = []string{"watt"}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &evaluation{cfg: cfg}
+	if err := e.openInputs(); err != nil {
+		t.Fatal(err)
+	}
+	defer e.src.Close()
+	p, err := cfg.preset("source")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(p.Templates, tta.WATTTemplates) {
+		t.Fatalf("source's templates %q", p.Templates)
+	}
+	got, err := e.methodHeads("source", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watt, err := tta.Lookup("cifar10-c", "watt-s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := watt.Heads(e.model, e.tok, e.src.classes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !mat.Equal(got.Head, want.Head) {
+		t.Error("source with the watt templates: head differs from WATT's ensemble head")
+	}
+	// Several entries concatenate; a template and a set mix.
+	cfg.Templates = []string{"t0", "{} in a photo.", "mint"}
+	ts, err := cfg.resolveTemplates()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ts) != 9 || ts[0] != "a photo of a {}." || ts[1] != "{} in a photo." || ts[2] != tta.MINTTemplates[0] {
+		t.Errorf("resolved templates %q", ts)
+	}
+	cfg.Templates = []string{"t8"}
+	if _, err := cfg.resolveTemplates(); err == nil || !strings.Contains(err.Error(), "imagenet-ensemble") {
+		t.Errorf("unknown set: err = %v", err)
+	}
+}
+
+// TestClassSubsetBothSides: --classes keeps the drawn classes in the head
+// and in every domain, with labels renumbered; each kept image is the
+// image (and class) it was in the full set.
+func TestClassSubsetBothSides(t *testing.T) {
+	cfg := smallRun(t, t.TempDir(), "contrast")
+	cfg.Classes, cfg.ClassSeed = 4, 7
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, err := openSource(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer full.Close()
+	e := &evaluation{cfg: cfg}
+	if err := e.openInputs(); err != nil {
+		t.Fatal(err)
+	}
+	defer e.src.Close()
+	keep := DrawClasses(10, 4, 7)
+	if len(e.src.classes) != 4 || !slices.Equal(e.src.keep, keep) {
+		t.Fatalf("classes %q, kept %v, want %v", e.src.classes, e.src.keep, keep)
+	}
+	for k, c := range keep {
+		if e.src.classes[k] != full.classes[c] {
+			t.Errorf("class %d is %q, want %q", k, e.src.classes[k], full.classes[c])
+		}
+	}
+	p, _ := cfg.preset("source")
+	h, err := e.methodHeads("source", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := h.Head.Dims(); r != 4 {
+		t.Errorf("head of %d classes, want 4", r)
+	}
+	fullDS, err := full.open("contrast", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fullDS.Close()
+	ds, err := e.src.open("contrast", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds = e.src.subset(ds)
+	defer ds.Close()
+	counts := data.ClassCounts(fullDS)
+	want := 0
+	for _, c := range keep {
+		want += counts[c]
+	}
+	if ds.Len() != want || want == 0 {
+		t.Fatalf("%d images kept, want %d", ds.Len(), want)
+	}
+	// The first kept images are those of the full set with a kept class.
+	j := 0
+	for i := 0; i < fullDS.Len() && j < 5; i++ {
+		l := fullDS.Label(i)
+		k := slices.Index(keep, l)
+		if k < 0 {
+			continue
+		}
+		a, la, err := fullDS.Item(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, lb, err := ds.Item(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if la != l || lb != k || !slices.Equal(a.Pix, b.Pix) {
+			t.Errorf("kept image %d: label %d, want %d; same pixels as image %d: %v", j, lb, k, i, slices.Equal(a.Pix, b.Pix))
+		}
+		j++
+	}
+	// Names instead of a count; a bad name is refused.
+	cfg.Classes, cfg.ClassNames = 0, []string{full.classes[8], full.classes[2]}
+	if got, err := cfg.classSubset(full.classes); err != nil || !slices.Equal(got, []int{2, 8}) {
+		t.Errorf("class names: %v, %v", got, err)
+	}
+	cfg.ClassNames = []string{"unicorn"}
+	if _, err := cfg.classSubset(full.classes); err == nil || !strings.Contains(err.Error(), "unicorn") {
+		t.Errorf("unknown class: err = %v", err)
+	}
+}
+
+// TestClassSubsetRun: a run on a class subset records fewer images than
+// the full set and has its own identity.
+func TestClassSubsetRun(t *testing.T) {
+	cfg := smallRun(t, t.TempDir(), "contrast")
+	cfg.Limit = 0
+	cfg.Classes, cfg.ClassSeed = 2, 1
+	cfg.Data = writeSmallFolder(t)
+	sum := mustRun(t, cfg)
+	r := sum.Records[0]
+	if r.Samples != 2*3 {
+		t.Errorf("%d images of 2 classes, want 6", r.Samples)
+	}
+	b, _ := os.ReadFile(filepath.Join(cfg.Out, RunFile))
+	if !strings.Contains(string(b), `"classes": "2 of 4 classes`) {
+		t.Errorf("run.json lacks the classes:\n%s", b)
+	}
+}
+
+// writeSmallFolder writes 3 images of each of four CIFAR-10 classes in
+// class folders and returns the folder.
+func writeSmallFolder(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	for c, class := range []string{"airplane", "automobile", "bird", "cat"} {
+		os.MkdirAll(filepath.Join(root, class), 0o755)
+		for i := range 3 {
+			img := image.NewNRGBA(image.Rect(0, 0, 32, 32))
+			for p := range img.Pix {
+				img.Pix[p] = uint8(p*(7+c) + i*31)
+			}
+			f, err := os.Create(filepath.Join(root, class, fmt.Sprintf("%03d.png", i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := imagepng.Encode(f, img); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+		}
+	}
+	return root
+}
