@@ -143,7 +143,7 @@ func writtenConfig(b []byte) ([]byte, bool) {
 		return nil, false
 	}
 	run := []string{"identity", "config"}
-	results := []string{"config", "started", "finished", "seconds", "methods", "records", "environment", "builds"}
+	results := []string{"config", "started", "finished", "seconds", "methods", "records", "diagnostics", "environment", "builds"}
 	for k := range top {
 		if !slices.Contains(run, k) && !slices.Contains(results, k) {
 			return nil, false

@@ -57,6 +57,10 @@ type domainStats struct {
 	cosines        [][]float64
 	concentration  []float64
 	predCosine     []float64
+	trueCosine     []float64
+	cos            report.CosineSummary // sums until record divides them
+	batches        int
+	seconds        map[string]float64 // summed over the batches
 }
 
 func (r *methodRun) name() string { return r.preset.Method }
@@ -356,6 +360,48 @@ func (r *methodRun) addStats(b online.BatchRecord) {
 	if b.PredictedClassCosine != nil {
 		st.predCosine = append(st.predCosine, *b.PredictedClassCosine)
 	}
+	if b.TrueClassCosine != nil {
+		st.trueCosine = append(st.trueCosine, *b.TrueClassCosine)
+	}
+	if sc := b.SampleCosines; sc != nil {
+		for i, ok := range sc.Correct {
+			st.cos.Predicted += sc.Predicted[i]
+			st.cos.True += sc.True[i]
+			if ok {
+				st.cos.Correct++
+				st.cos.CorrectPredicted += sc.Predicted[i]
+			} else {
+				st.cos.Wrong++
+				st.cos.WrongPredicted += sc.Predicted[i]
+				st.cos.WrongTrue += sc.True[i]
+			}
+		}
+	}
+	st.batches++
+	for k, v := range b.Timings {
+		if st.seconds == nil {
+			st.seconds = map[string]float64{}
+		}
+		st.seconds[k] += v
+	}
+}
+
+// cosineMeans turns the sums of a domain's cosine summary into means.
+func cosineMeans(c report.CosineSummary) *report.CosineSummary {
+	n := c.Correct + c.Wrong
+	if n == 0 {
+		return nil
+	}
+	c.Predicted /= float64(n)
+	c.True /= float64(n)
+	if c.Correct > 0 {
+		c.CorrectPredicted /= float64(c.Correct)
+	}
+	if c.Wrong > 0 {
+		c.WrongPredicted /= float64(c.Wrong)
+		c.WrongTrue /= float64(c.Wrong)
+	}
+	return &c
 }
 
 func (r *methodRun) record(d *domain, res online.DomainResult, el time.Duration) report.Record {
@@ -377,6 +423,13 @@ func (r *methodRun) record(d *domain, res online.DomainResult, el time.Duration)
 	if st := r.stats[d.name]; st != nil {
 		rec.Steps, rec.Skipped = st.steps, st.skipped
 		rec.PrincipalCosines, rec.SemanticConcentration, rec.PredictedClassCosine = st.cosines, st.concentration, st.predCosine
+		rec.TrueClassCosine, rec.Cosines, rec.Batches = st.trueCosine, cosineMeans(st.cos), st.batches
+		if st.batches > 0 && len(st.seconds) > 0 {
+			rec.BatchSeconds = map[string]float64{}
+			for k, v := range st.seconds {
+				rec.BatchSeconds[k] = v / float64(st.batches)
+			}
+		}
 	}
 	return rec
 }
