@@ -82,10 +82,19 @@ type Config struct {
 	// must be multi-view methods: tta.MultiView); 0 keeps each preset's.
 	Views int `json:"views,omitempty"`
 	// Protocol is "reset" (default: reset before every domain, the paper's),
-	// "continual", "mixed" or "episodic" (batch size 1, the weights reset
+	// "continual", "mixed", "episodic" (batch size 1, the weights reset
 	// before every sample, the method's memory kept through the domain;
-	// presets take their episodic form, tta.Preset.ForEpisodic).
+	// presets take their episodic form, tta.Preset.ForEpisodic) or
+	// "gradual" (each corruption at severities 1…5…1, online.GradualSeverities,
+	// with no reset; the way down is recorded as domains "c/s↓" of their
+	// own).
 	Protocol string `json:"protocol"`
+	// Order is a file of sample indices (whitespace-separated, see
+	// online.ReadOrder) giving the order of every stream in place of the
+	// shuffle: each domain's (after class restriction), or the pool of
+	// the mixed protocol; its length must be the stream's. For orders
+	// made elsewhere, such as a Dirichlet label-shift order.
+	Order string `json:"order,omitempty"`
 	// NoShuffle streams each domain in index order instead of Python's
 	// random.shuffle with Seed (the official protocol, seed 1).
 	NoShuffle bool `json:"no_shuffle,omitempty"`
@@ -238,6 +247,9 @@ func (c Config) withDefaults() (Config, error) {
 	if err != nil {
 		return c, err
 	}
+	if c.Protocol == online.Gradual && !slices.Equal(c.Severities, []int{5}) {
+		return c, fmt.Errorf("eval: the gradual protocol runs every corruption at severities %v: give no severities", online.GradualSeverities)
+	}
 	if proto == online.Episodic && c.BatchSize > 1 {
 		return c, fmt.Errorf("eval: the episodic protocol adapts to one sample at a time: batch size %d, want 1 (or none)", c.BatchSize)
 	}
@@ -283,7 +295,13 @@ func (c Config) preset(method string) (tta.Preset, error) {
 	return p, nil
 }
 
+// protocol is the runner's protocol of a configuration's: the gradual
+// protocol runs as the continual one over its sequence of severities
+// (planDomains).
 func protocol(name string) (online.Protocol, error) {
+	if name == online.Gradual {
+		return online.Continual, nil
+	}
 	p, err := online.ParseProtocol(name)
 	if err != nil {
 		return 0, fmt.Errorf("eval: %w", err)

@@ -39,6 +39,7 @@ type methodRun struct {
 	batches *os.File
 	stats   map[string]*domainStats // per domain, from the batch records
 	build   string                  // report.Environment.Build, for the records
+	order   []int                   // Config.Order's, nil for the shuffle
 
 	// The domain in progress (reset and continual protocols): its index, when this attempt
 	// at it started, the counts and time of the batches a checkpoint
@@ -317,6 +318,7 @@ func (r *methodRun) runnerConfig(proto online.Protocol) online.RunnerConfig {
 		Shuffle:   !r.cfg.NoShuffle,
 		Seed:      r.cfg.Seed,
 		Limit:     r.cfg.Limit,
+		Order:     streamOrder(r.order),
 		Text:      r.text,
 		Head:      r.head,
 		OnBatch:   r.onBatch,
@@ -409,6 +411,9 @@ func (r *methodRun) record(d *domain, res online.DomainResult, el time.Duration)
 		Method: r.name(), Domain: d.name, Corruption: d.corruption, Severity: d.severity,
 		Samples: res.Samples, Correct: res.Correct, Accuracy: res.Accuracy,
 		Seconds: el.Seconds(), Finished: time.Now().UTC(), Build: r.build, Run: r.opt.runID.digest(d.corruption),
+	}
+	if d.down {
+		rec.Corruption, rec.Severity, rec.Run = "", 0, r.opt.runID.digest("")
 	}
 	if el > 0 {
 		rec.ImagesPerSecond = float64(res.Samples) / el.Seconds()

@@ -229,6 +229,9 @@ func (e *evaluation) openInputs() error {
 			return fmt.Errorf("eval: %w", err)
 		}
 	}
+	if _, err := cfg.readOrder(); err != nil {
+		return err
+	}
 	if e.src, err = openSource(cfg); err != nil {
 		return err
 	}
@@ -364,6 +367,7 @@ type plannedDomain struct {
 	name       string
 	corruption string
 	severity   int
+	down       bool // on the way down of the gradual protocol
 }
 
 // planDomains lists the run's domains in stream order: the clean images
@@ -371,12 +375,27 @@ type plannedDomain struct {
 func planDomains(cfg Config) []plannedDomain {
 	var plan []plannedDomain
 	if slices.Contains(cfg.Corruptions, Clean) {
-		plan = append(plan, plannedDomain{Clean, Clean, 0})
+		plan = append(plan, plannedDomain{name: Clean, corruption: Clean})
+	}
+	if cfg.Protocol == online.Gradual {
+		for _, c := range cfg.Corruptions {
+			if c == Clean {
+				continue
+			}
+			for i, sev := range online.GradualSeverities {
+				p := plannedDomain{name: c + "/" + strconv.Itoa(sev), corruption: c, severity: sev}
+				if i > slices.Index(online.GradualSeverities, 5) {
+					p.name, p.down = p.name+"↓", true
+				}
+				plan = append(plan, p)
+			}
+		}
+		return plan
 	}
 	for _, sev := range cfg.Severities {
 		for _, c := range cfg.Corruptions {
 			if c != Clean {
-				plan = append(plan, plannedDomain{c + "/" + strconv.Itoa(sev), c, sev})
+				plan = append(plan, plannedDomain{name: c + "/" + strconv.Itoa(sev), corruption: c, severity: sev})
 			}
 		}
 	}
@@ -399,7 +418,7 @@ func (e *evaluation) openDomains() error {
 			return err
 		}
 		ds = e.src.subset(ds)
-		domains = append(domains, &domain{name: p.name, corruption: p.corruption, severity: p.severity, ds: ds,
+		domains = append(domains, &domain{name: p.name, corruption: p.corruption, severity: p.severity, down: p.down, ds: ds,
 			pre: pre, workers: e.cfg.Workers})
 		if len(ds.Classes()) != len(e.src.classes) {
 			closeDomains(domains)
@@ -466,7 +485,11 @@ func (e *evaluation) runMethod(name string) error {
 		e.logf("%s: no subspace diagnostics: %v", name, err)
 		text = nil
 	}
-	mr := &methodRun{cfg: e.cfg, preset: p, method: method, text: text, head: head, domains: e.domains, build: report.CurrentEnvironment().Build,
+	order, err := e.cfg.readOrder()
+	if err != nil {
+		return err
+	}
+	mr := &methodRun{cfg: e.cfg, preset: p, order: order, method: method, text: text, head: head, domains: e.domains, build: report.CurrentEnvironment().Build,
 		todo: e.todo[name], done: e.done, opt: e.opt, progress: &e.progress, ctx: e.ctx, sum: e.sum, logf: e.logf}
 	err = mr.run()
 	// Leave the model as it was loaded for the next method.
@@ -661,6 +684,9 @@ func runIdentity(cfg Config, opt Options, tok textenc.Tokenizer, src *source, ca
 		return id, err
 	}
 	id.Templates = templatesIdentity(templates)
+	if id.Order, err = fingerprint(cfg.Order, nil); err != nil {
+		return id, err
+	}
 	if src.allClasses != nil {
 		id.Classes = classesIdentity(src.classes, len(src.allClasses))
 	}

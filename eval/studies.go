@@ -7,12 +7,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/subtta/subtta/data"
 	"github.com/subtta/subtta/tta"
+	"github.com/subtta/subtta/tta/online"
 )
 
 // MethodOptions are method options by name (tta.Preset.Set): under a
@@ -284,4 +286,38 @@ func (s *source) subset(ds data.Dataset) data.Dataset {
 		return ds
 	}
 	return data.ClassSubset(ds, s.keep)
+}
+
+// readOrder reads Config.Order, nil when none is given.
+func (c Config) readOrder() ([]int, error) {
+	if c.Order == "" {
+		return nil, nil
+	}
+	f, err := os.Open(c.Order)
+	if err != nil {
+		return nil, fmt.Errorf("eval: order: %w", err)
+	}
+	defer f.Close()
+	order, err := online.ReadOrder(f)
+	if err != nil {
+		return nil, fmt.Errorf("eval: %s: %w", c.Order, err)
+	}
+	if len(order) == 0 {
+		return nil, fmt.Errorf("eval: %s: no sample index", c.Order)
+	}
+	return order, nil
+}
+
+// streamOrder is the runner's Order for a fixed order: the same for every
+// stream, which must be as long.
+func streamOrder(order []int) func(string, int) ([]int, error) {
+	if order == nil {
+		return nil
+	}
+	return func(stream string, n int) ([]int, error) {
+		if n != len(order) {
+			return nil, fmt.Errorf("eval: the order has %d entries, stream %s has %d samples", len(order), stream, n)
+		}
+		return slices.Clone(order), nil
+	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/subtta/subtta/data"
 	"github.com/subtta/subtta/tta"
+	"github.com/subtta/subtta/tta/online"
 )
 
 func TestMethodOptionsParse(t *testing.T) {
@@ -329,4 +330,76 @@ func writeSmallFolder(t *testing.T) string {
 		}
 	}
 	return root
+}
+
+// TestGradualProtocol: every corruption runs at severities 1…5…1 with no
+// reset; the way down is recorded as domains of their own; explicit
+// severities are refused.
+func TestGradualProtocol(t *testing.T) {
+	cfg := smallRun(t, t.TempDir(), "contrast", "fog")
+	cfg.Methods, cfg.Protocol, cfg.Limit = []string{"tent"}, online.Gradual, 4
+	plan := planDomains(Config{Protocol: online.Gradual, Corruptions: []string{"contrast", "fog"}})
+	var names []string
+	for _, p := range plan {
+		names = append(names, p.name)
+	}
+	want := []string{"contrast/1", "contrast/2", "contrast/3", "contrast/4", "contrast/5", "contrast/4↓", "contrast/3↓", "contrast/2↓", "contrast/1↓",
+		"fog/1", "fog/2", "fog/3", "fog/4", "fog/5", "fog/4↓", "fog/3↓", "fog/2↓", "fog/1↓"}
+	if !slices.Equal(names, want) {
+		t.Fatalf("plan %q", names)
+	}
+	sum := mustRun(t, cfg)
+	if len(sum.Records) != 18 {
+		t.Fatalf("%d records, want 18", len(sum.Records))
+	}
+	for _, r := range sum.Records {
+		down := strings.HasSuffix(r.Domain, "↓")
+		if down != (r.Severity == 0 && r.Corruption == "") {
+			t.Errorf("%s: corruption %q, severity %d", r.Domain, r.Corruption, r.Severity)
+		}
+	}
+	bad := cfg
+	bad.Severities = []int{3}
+	if _, err := Run(context.Background(), bad, Options{}); err == nil || !strings.Contains(err.Error(), "gradual") {
+		t.Errorf("gradual with severity 3: err = %v", err)
+	}
+	// Resumed after everything, nothing is computed again.
+	again := mustRun(t, cfg)
+	if again.Computed != 0 {
+		t.Errorf("rerun computed %d domains", again.Computed)
+	}
+}
+
+// TestOrderFile: --order gives every stream's order in place of the
+// shuffle (the same records as the shuffle's order written to a file),
+// is part of the identity, and a wrong length is refused.
+func TestOrderFile(t *testing.T) {
+	cfg := smallRun(t, t.TempDir(), "contrast")
+	cfg.Data = writeSmallFolder(t)
+	cfg.Limit = 0
+	cfg.Methods = []string{"tent"}
+	ref := mustRun(t, cfg)
+	order := online.PythonShuffle(12, cfg.Seed)
+	var b strings.Builder
+	for _, i := range order {
+		fmt.Fprintln(&b, i)
+	}
+	file := filepath.Join(t.TempDir(), "order.txt")
+	os.WriteFile(file, []byte(b.String()), 0o644)
+	withOrder := cfg
+	withOrder.Out, withOrder.Order = t.TempDir(), file
+	got := mustRun(t, withOrder)
+	if got.Records[0].Correct != ref.Records[0].Correct || !slices.Equal(got.Records[0].PredictedClassCosine, ref.Records[0].PredictedClassCosine) {
+		t.Errorf("the shuffle's order from a file: %d correct, cosines %v; shuffled %d, %v", got.Records[0].Correct,
+			got.Records[0].PredictedClassCosine, ref.Records[0].Correct, ref.Records[0].PredictedClassCosine)
+	}
+	if got.Records[0].Run == ref.Records[0].Run {
+		t.Error("an order file left the identity unchanged")
+	}
+	os.WriteFile(file, []byte("0 1 2\n"), 0o644)
+	short := withOrder
+	short.Out = t.TempDir()
+	if _, err := Run(context.Background(), short, Options{}); err == nil || !strings.Contains(err.Error(), "3 entries") {
+		t.Errorf("an order of 3 for 12 images: err = %v", err)
+	}
 }

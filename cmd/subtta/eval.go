@@ -125,7 +125,7 @@ func newEvalFlags(fs *flag.FlagSet) *evalFlags {
 		limit:       fs.Int("limit", 0, fmt.Sprintf("keep the first N images of every domain's stream (0: all; on the built-in images %d unless given)", builtinLimit)),
 		batchSize:   fs.Int("batch-size", 0, "batch size for every method (0: each preset's)"),
 		views:       fs.Int("views", 0, "views per image of every multi-view method (vte, zero, tpt, memo, dmn; 0: the paper's)"),
-		protocol:    fs.String("protocol", "", "reset (default; reset before every corruption), continual, mixed or episodic (batch size 1, the weights reset before every image)"),
+		protocol:    fs.String("protocol", "", "reset (default; reset before every corruption), continual, mixed, episodic (batch size 1, the weights reset before every image) or gradual (each corruption at severities 1…5…1, no reset)"),
 		noShuffle:   fs.Bool("no-shuffle", false, "stream every domain in file order instead of the official seeded shuffle"),
 		seed:        fs.Uint64("seed", 1, "shuffle seed (Python's random.seed; the official protocol uses 1)"),
 		corruptSeed: fs.Uint64("corrupt-seed", 1, "seed of on-the-fly corruptions"),

@@ -20,6 +20,7 @@ type studyFlags struct {
 	classSeed  *uint64
 	classNames *string
 	list       *string
+	order      *string
 }
 
 func newStudyFlags(fs *flag.FlagSet) *studyFlags {
@@ -43,6 +44,7 @@ func newStudyFlags(fs *flag.FlagSet) *studyFlags {
 		f.templates = append(f.templates, s)
 		return nil
 	})
+	f.order = fs.String("order", "", "file of sample indices giving every stream's order in place of the shuffle (each domain's, or the mixed pool; as long as the stream)")
 	f.list = fs.String("options", "", "list the options of a method (with its preset's values on --dataset) and exit")
 	f.classes = fs.Int("classes", 0, "keep N classes, drawn with --class-seed: the head and the images together (0: all)")
 	f.classSeed = fs.Uint64("class-seed", 0, "seed of the classes --classes draws")
@@ -67,6 +69,8 @@ func (f *studyFlags) apply(name string, cfg *eval.Config) error {
 		if cfg.Classes < 1 {
 			return fmt.Errorf("%d: want at least 1 class", cfg.Classes)
 		}
+	case "order":
+		cfg.Order = *f.order
 	case "class-seed":
 		cfg.ClassSeed = *f.classSeed
 	case "class-names":
