@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/subtta/subtta/clip"
+	"github.com/subtta/subtta/data"
 	"github.com/subtta/subtta/data/corrupt"
 	"github.com/subtta/subtta/tta"
 	"github.com/subtta/subtta/tta/online"
@@ -33,7 +34,9 @@ type Config struct {
 	// one.
 	Vocab string `json:"vocab,omitempty"`
 
-	// Dataset is the benchmark: "cifar10-c", "cifar100-c" or "imagenet-c".
+	// Dataset is the benchmark: "cifar10-c", "cifar100-c" or "imagenet-c";
+	// or "imagenet-r", "imagenet-a" or "imagenet-k" (ImageNet-Sketch), one
+	// domain each with ImageNet-C's presets (data.OpenImageNetVariant).
 	// It picks the presets (tta.Lookup) and the corruption parameters.
 	Dataset string `json:"dataset"`
 	// Data is where the images are: the benchmark's own files (the folder of
@@ -186,8 +189,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Data == "" {
 		return c, fmt.Errorf("eval: no data given")
 	}
-	if !slices.Contains(tta.PresetDatasets, c.Dataset) {
-		return c, fmt.Errorf("eval: unknown dataset %q (want one of %s)", c.Dataset, strings.Join(tta.PresetDatasets, ", "))
+	if !slices.Contains(tta.PresetDatasets, c.Dataset) && !isVariant(c.Dataset) {
+		return c, fmt.Errorf("eval: unknown dataset %q (want one of %s)", c.Dataset, strings.Join(append(slices.Clone(tta.PresetDatasets), data.ImageNetVariants...), ", "))
 	}
 	if len(c.Methods) == 0 {
 		c.Methods = slices.Clone(DefaultMethods)
@@ -208,12 +211,22 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Classes < 0 {
 		return c, fmt.Errorf("eval: classes %d must not be negative", c.Classes)
 	}
+	if isVariant(c.Dataset) {
+		// One domain, the test set itself.
+		if len(c.Corruptions) > 0 && !slices.Equal(c.Corruptions, []string{c.Dataset}) {
+			return c, fmt.Errorf("eval: %s has no corruptions (%s given): it is one domain", c.Dataset, strings.Join(c.Corruptions, ", "))
+		}
+		if c.Protocol == online.Gradual {
+			return c, fmt.Errorf("eval: %s has no severities for the gradual protocol", c.Dataset)
+		}
+		c.Corruptions = []string{c.Dataset}
+	}
 	if len(c.Corruptions) == 0 {
 		c.Corruptions = corrupt.Names()
 	}
 	seen = map[string]bool{}
 	for _, n := range c.Corruptions {
-		if _, err := corrupt.Lookup(n); err != nil && n != Clean {
+		if _, err := corrupt.Lookup(n); err != nil && n != Clean && !isVariant(n) {
 			return c, fmt.Errorf("eval: %w (or %s, the uncorrupted images)", err, Clean)
 		}
 		if seen[n] {
@@ -312,3 +325,7 @@ func protocol(name string) (online.Protocol, error) {
 // perDomain reports whether a protocol runs each domain as a stream of
 // its own (reset, episodic), checkpointed and stored domain by domain.
 func perDomain(p online.Protocol) bool { return p == online.ResetEachDomain || p == online.Episodic }
+
+// isVariant reports whether dataset is an ImageNet variant without
+// corruptions (data.ImageNetVariants).
+func isVariant(dataset string) bool { return slices.Contains(data.ImageNetVariants, dataset) }

@@ -377,6 +377,9 @@ func planDomains(cfg Config) []plannedDomain {
 	if slices.Contains(cfg.Corruptions, Clean) {
 		plan = append(plan, plannedDomain{name: Clean, corruption: Clean})
 	}
+	if isVariant(cfg.Dataset) {
+		return []plannedDomain{{name: cfg.Dataset, corruption: cfg.Dataset}}
+	}
 	if cfg.Protocol == online.Gradual {
 		for _, c := range cfg.Corruptions {
 			if c == Clean {

@@ -9,6 +9,7 @@ import (
 	imagepng "image/png"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/subtta/subtta/data"
+	"github.com/subtta/subtta/internal/fixture"
 	"github.com/subtta/subtta/tta"
 	"github.com/subtta/subtta/tta/online"
 )
@@ -401,5 +403,58 @@ func TestOrderFile(t *testing.T) {
 	short.Out = t.TempDir()
 	if _, err := Run(context.Background(), short, Options{}); err == nil || !strings.Contains(err.Error(), "3 entries") {
 		t.Errorf("an order of 3 for 12 images: err = %v", err)
+	}
+}
+
+// TestImageNetVariantRun runs ImageNet-R on a generated tree of its 200
+// class folders: one domain named after the dataset, ImageNet-C's presets,
+// a head of 200 classes; a missing class folder is refused by name.
+func TestImageNetVariantRun(t *testing.T) {
+	root := t.TempDir()
+	for i, k := range data.ImageNetRClasses {
+		dir := filepath.Join(root, data.ImageNetWNIDs[k])
+		os.MkdirAll(dir, 0o755)
+		img := image.NewNRGBA(image.Rect(0, 0, 16, 16))
+		for p := range img.Pix {
+			img.Pix[p] = uint8(p*7 + i*13)
+		}
+		f, err := os.Create(filepath.Join(dir, "x.png"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		imagepng.Encode(f, img)
+		f.Close()
+	}
+	cfg := testConfig(t, t.TempDir())
+	cfg.Dataset, cfg.Data, cfg.Labels = "imagenet-r", root, fixture.Path(t, "assets/labels")
+	cfg.Methods, cfg.Corruptions, cfg.Limit = []string{"source", "subtta-m"}, nil, 8
+	sum := mustRun(t, cfg)
+	if len(sum.Records) != 2 {
+		t.Fatalf("%d records, want 2", len(sum.Records))
+	}
+	for _, r := range sum.Records {
+		if r.Domain != "imagenet-r" || r.Samples != 8 || r.Severity != 0 {
+			t.Errorf("record %+v", r)
+		}
+	}
+	p, err := cfg.preset("subtta-m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, _ := tta.Lookup("imagenet-c", "subtta-m"); !reflect.DeepEqual(p.Config, want.Config) || p.BatchSize != 4 {
+		t.Errorf("imagenet-r preset %+v, want imagenet-c's", p)
+	}
+	bad := cfg
+	bad.Out = t.TempDir()
+	bad.Corruptions = []string{"fog"}
+	if _, err := Run(context.Background(), bad, Options{}); err == nil || !strings.Contains(err.Error(), "no corruptions") {
+		t.Errorf("imagenet-r with fog: err = %v", err)
+	}
+	missing := data.ImageNetWNIDs[data.ImageNetRClasses[5]]
+	os.RemoveAll(filepath.Join(root, missing))
+	bad = cfg
+	bad.Out = t.TempDir()
+	if _, err := Run(context.Background(), bad, Options{}); err == nil || !strings.Contains(err.Error(), missing) {
+		t.Errorf("missing class folder: err = %v", err)
 	}
 }

@@ -431,7 +431,7 @@ func subttaMethod(loss SubTTALoss) Registration {
 // a dataset: the subspace that geometric diagnostics of any method are
 // measured against (online.DiagnosticSubspace).
 func SubspaceOptions(dataset string) (feature.SubspaceOptions, error) {
-	h, ok := subttaRows[dataset]
+	h, ok := subttaRows[PresetDataset(dataset)]
 	if !ok {
 		_, err := DatasetDefaults(dataset)
 		return feature.SubspaceOptions{}, err

@@ -115,7 +115,7 @@ func newEvalFlags(fs *flag.FlagSet) *evalFlags {
 		modelConfig: fs.String("model-config", "", modelConfigHelp),
 		arch:        fs.String("arch", "", archHelp),
 		vocab:       fs.String("vocab", "", "CLIP vocabulary (see subtta tokenize -h)"),
-		dataset:     fs.String("dataset", "", "benchmark: "+strings.Join(tta.PresetDatasets, ", ")+" (default cifar10-c)"),
+		dataset:     fs.String("dataset", "", "benchmark: "+strings.Join(tta.PresetDatasets, ", ")+" (default cifar10-c); or imagenet-r, imagenet-a, imagenet-k (ImageNet-Sketch): one domain each, folders of wnids, ImageNet-C's presets"),
 		data:        fs.String("data", "", "the -C files (CIFAR-C .npy folder, ImageNet-C folders), or a clean test set to corrupt on the fly (CIFAR binaries, image folder, .tar/.tar.gz); default: the built-in 2,000 CIFAR-10 test images"),
 		labels:      fs.String("labels", "", "folder of class-name files (cifar10_classes.txt, cifar100_classes.txt, imagenet_classes_openai.txt)"),
 		subset:      fs.String("subset", "", "ImageNet: list of <wnid>/<file> to keep (robustbench's 5,000 images)"),
