@@ -47,6 +47,9 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q (all inputs are flags)", fs.Arg(0))
 	}
+	if *f.studies.wnids {
+		return printWNIDs(stdout, *f.dataset)
+	}
 	if *f.studies.list != "" {
 		return printOptions(stdout, cmp.Or(*f.dataset, "cifar10-c"), *f.studies.list)
 	}

@@ -21,6 +21,7 @@ type studyFlags struct {
 	classNames *string
 	list       *string
 	order      *string
+	wnids      *bool
 }
 
 func newStudyFlags(fs *flag.FlagSet) *studyFlags {
@@ -45,6 +46,7 @@ func newStudyFlags(fs *flag.FlagSet) *studyFlags {
 		return nil
 	})
 	f.order = fs.String("order", "", "file of sample indices giving every stream's order in place of the shuffle (each domain's, or the mixed pool; as long as the stream)")
+	f.wnids = fs.Bool("wnids", false, "print the wnids of the class folders of --dataset imagenet-r, imagenet-a or imagenet-k, one per line, and exit")
 	f.list = fs.String("options", "", "list the options of a method (with its preset's values on --dataset) and exit")
 	f.classes = fs.Int("classes", 0, "keep N classes, drawn with --class-seed: the head and the images together (0: all)")
 	f.classSeed = fs.Uint64("class-seed", 0, "seed of the classes --classes draws")
@@ -100,6 +102,18 @@ func printOptions(w io.Writer, dataset, method string) error {
 	fmt.Fprintf(w, "%s on %s: --set %s.KEY=VALUE\n", method, dataset, method)
 	for _, o := range p.Options() {
 		fmt.Fprintf(w, "  %-22s %-10s %s (%s)\n", o.Key, o.Value(p), o.About, o.Allowed)
+	}
+	return nil
+}
+
+// printWNIDs lists the class folders an ImageNet variant's tree has.
+func printWNIDs(w io.Writer, dataset string) error {
+	keep, err := data.ImageNetVariantClasses(dataset)
+	if err != nil {
+		return usagef("--wnids: %v", err)
+	}
+	for _, k := range keep {
+		fmt.Fprintln(w, data.ImageNetWNIDs[k])
 	}
 	return nil
 }

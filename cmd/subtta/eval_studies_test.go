@@ -60,4 +60,8 @@ func TestEvalStudyFlags(t *testing.T) {
 	if st := run([]string{"eval", "--options", "subtta-m"}, &stdout, &stderr); st != 0 || !strings.Contains(stdout.String(), "rank") {
 		t.Errorf("--options subtta-m: status %d, %s", st, stdout.String())
 	}
+	stdout.Reset()
+	if st := run([]string{"eval", "--wnids", "--dataset", "imagenet-a"}, &stdout, &stderr); st != 0 || len(strings.Fields(stdout.String())) != 200 || !strings.HasPrefix(stdout.String(), "n01498041\n") {
+		t.Errorf("--wnids imagenet-a: status %d, %d lines", st, len(strings.Fields(stdout.String())))
+	}
 }
