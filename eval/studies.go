@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -80,13 +81,12 @@ func selects(sel, method string) bool {
 // its own over them.
 func (o MethodOptions) forMethod(method string) map[string]string {
 	out := map[string]string{}
-	sels := slices.Sorted(func(yield func(string) bool) {
-		for s := range o {
-			if selects(s, method) && !yield(s) {
-				return
-			}
+	var sels []string
+	for _, s := range slices.Sorted(maps.Keys(o)) {
+		if selects(s, method) {
+			sels = append(sels, s)
 		}
-	})
+	}
 	// Shorter selectors (families) first, the method's own name last.
 	slices.SortStableFunc(sels, func(a, b string) int { return len(a) - len(b) })
 	for _, s := range sels {
@@ -99,13 +99,7 @@ func (o MethodOptions) forMethod(method string) map[string]string {
 
 // check refuses a selector that names no method of the run.
 func (o MethodOptions) check(methods []string) error {
-	for _, s := range slices.Sorted(func(yield func(string) bool) {
-		for s := range o {
-			if !yield(s) {
-				return
-			}
-		}
-	}) {
+	for _, s := range slices.Sorted(maps.Keys(o)) {
 		if !slices.ContainsFunc(methods, func(m string) bool { return selects(s, m) }) {
 			return fmt.Errorf("eval: method options for %q: no method of this run is %s or %s-* (methods: %s)", s, s, s, strings.Join(methods, ", "))
 		}
@@ -116,13 +110,7 @@ func (o MethodOptions) check(methods []string) error {
 // applyOptions sets the options of method on p: the optimizer's kind
 // first (the options of Adam or SGD depend on it), then the others by key.
 func applyOptions(p *tta.Preset, opts map[string]string) error {
-	keys := slices.Sorted(func(yield func(string) bool) {
-		for k := range opts {
-			if !yield(k) {
-				return
-			}
-		}
-	})
+	keys := slices.Sorted(maps.Keys(opts))
 	slices.SortStableFunc(keys, func(a, b string) int {
 		return boolInt(b == "optimizer") - boolInt(a == "optimizer")
 	})
@@ -169,13 +157,7 @@ func (c Config) resolvedOptions() (map[string]map[string]string, error) {
 // "subtta-m: alpha=0.3, rank=8; tent: lr=0.0005"; "" when none.
 func optionsIdentity(opts map[string]map[string]string) string {
 	var parts []string
-	for _, m := range slices.Sorted(func(yield func(string) bool) {
-		for m := range opts {
-			if !yield(m) {
-				return
-			}
-		}
-	}) {
+	for _, m := range slices.Sorted(maps.Keys(opts)) {
 		var kv []string
 		for k, v := range opts[m] {
 			kv = append(kv, k+"="+v)
