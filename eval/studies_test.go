@@ -188,6 +188,24 @@ func TestTemplatesGiveHeads(t *testing.T) {
 	if !mat.Equal(got.Head, want.Head) {
 		t.Error("source with the watt templates: head differs from WATT's ensemble head")
 	}
+	// CLIP's CIFAR ensemble by name is VTE's head.
+	cfg.Templates = []string{"cifar-ensemble"}
+	p, err = cfg.preset("source")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err = e.methodHeads("source", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vte, _ := tta.Lookup("cifar10-c", "vte")
+	want, err = vte.Heads(e.model, e.tok, e.src.classes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Templates) != 18 || !mat.Equal(got.Head, want.Head) {
+		t.Error("source with cifar-ensemble: head differs from VTE's")
+	}
 	// Several entries concatenate; a template and a set mix.
 	cfg.Templates = []string{"t0", "{} in a photo.", "mint"}
 	ts, err := cfg.resolveTemplates()
