@@ -1,6 +1,7 @@
 package clip
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"strings"
@@ -23,6 +24,11 @@ type Model struct {
 	// LogitScale is exp(logit_scale), the temperature of the logits
 	// (100 for OpenAI's trained models).
 	LogitScale float64
+	// Classes and Templates are the class names and prompt templates the
+	// model was trained with, when its checkpoint records them (the
+	// weights.MetadataClasses and weights.MetadataTemplates of `subtta
+	// train`'s export); nil otherwise.
+	Classes, Templates []string
 }
 
 // Options adjust how a model is loaded.
@@ -70,6 +76,16 @@ func New(s *weights.State, cfg *weights.CLIPConfig, opt Options) (*Model, error)
 		return nil, err
 	}
 	m := &Model{Config: cfg, Vision: v, Text: t, LogitScale: 100}
+	for _, f := range []struct {
+		key string
+		dst *[]string
+	}{{weights.MetadataClasses, &m.Classes}, {weights.MetadataTemplates, &m.Templates}} {
+		if v, ok := s.Metadata[f.key]; ok {
+			if err := json.Unmarshal([]byte(v), f.dst); err != nil {
+				return nil, fmt.Errorf("clip: metadata %q: want a JSON list of strings: %w", f.key, err)
+			}
+		}
+	}
 	if cfg.HasLogitScale {
 		ls, err := s.Scalar("logit_scale")
 		if err != nil {

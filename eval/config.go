@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/data"
@@ -124,17 +127,24 @@ const Clean = "clean"
 // DefaultMethods are run when Config.Methods is empty.
 var DefaultMethods = []string{"source", "subtta-m"}
 
-// ReadConfig reads a JSON config file: a Config, or a file eval writes
-// (run.json, results.json), whose "config" member is then read, so that a
-// finished or interrupted run can be repeated with `--config OUT/run.json`.
-// Keys it lacks keep their zero value, except seed and corrupt_seed, which
-// default to 1 as on the command line. Unknown keys are an error, so that a
-// misspelt option is not silently ignored.
+// ReadConfig reads a config file, JSON or (named .yaml or .yml) YAML with
+// the same keys: a Config, or a file eval writes (run.json, results.json),
+// whose "config" member is then read, so that a finished or interrupted run
+// can be repeated with `--config OUT/run.json`. Keys it lacks keep their
+// zero value, except seed and corrupt_seed, which default to 1 as on the
+// command line. Unknown keys are an error, so that a misspelt option is not
+// silently ignored.
 func ReadConfig(path string) (Config, error) {
 	c := Config{Seed: 1, CorruptSeed: 1}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return c, fmt.Errorf("eval: config: %w", err)
+	}
+	if ext := strings.ToLower(filepath.Ext(path)); ext == ".yaml" || ext == ".yml" {
+		// YAML becomes JSON, read by the same strict decoder.
+		if b, err = yaml.YAMLToJSON(b); err != nil {
+			return c, fmt.Errorf("eval: config %s: %w", path, err)
+		}
 	}
 	if inner, ok := writtenConfig(b); ok {
 		b = inner

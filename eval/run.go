@@ -232,7 +232,7 @@ func (e *evaluation) openInputs() error {
 	if _, err := cfg.readOrder(); err != nil {
 		return err
 	}
-	if e.src, err = openSource(cfg); err != nil {
+	if e.src, err = openSourceFor(cfg, e.model.Classes); err != nil {
 		return err
 	}
 	if err := e.src.restrictClasses(cfg); err != nil {

@@ -48,7 +48,13 @@ func exists(p string) bool {
 }
 
 // openSource inspects cfg.Data and decides where the images come from.
-func openSource(cfg Config) (*source, error) {
+func openSource(cfg Config) (*source, error) { return openSourceFor(cfg, nil) }
+
+// openSourceFor is openSource for a model that records the class names it
+// was trained with (clip.Model.Classes): without cfg.Labels, they name the
+// classes of data that names none (CIFAR-C and ImageNet-C files, clean
+// ImageNet), in the order of the labels.
+func openSourceFor(cfg Config, modelClasses []string) (*source, error) {
 	if !exists(cfg.Data) {
 		return nil, fmt.Errorf("eval: data %s: no such file or folder", cfg.Data)
 	}
@@ -75,6 +81,9 @@ func openSource(cfg Config) (*source, error) {
 	}
 	if cfg.Dataset == "imagenet-c" {
 		s.preset = corrupt.ImageNet
+		if labels == nil && len(modelClasses) > 0 {
+			labels = &data.Labels{Classes: modelClasses}
+		}
 		if labels == nil {
 			return nil, fmt.Errorf("eval: ImageNet needs class names: give --labels, a folder with imagenet_classes_openai.txt")
 		}
@@ -97,6 +106,8 @@ func openSource(cfg Config) (*source, error) {
 		switch {
 		case labels != nil:
 			s.classes = labels.Classes
+		case len(modelClasses) > 0:
+			s.classes = modelClasses
 		case cfg.Dataset == "cifar10-c":
 			s.classes = cifar10Classes
 		default:

@@ -47,18 +47,28 @@ func (t *Trainer) modelMetadata() (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	classes, err := json.Marshal(t.Config.Classes)
+	if err != nil {
+		return nil, err
+	}
+	templates, err := json.Marshal(t.Config.Templates)
+	if err != nil {
+		return nil, err
+	}
 	return map[string]string{
-		"format":    "pt",
-		"layout":    string(weights.LayoutOpenAI),
-		"config":    string(cj),
-		"tokenizer": "byte-level",
-		"generator": "github.com/subtta/subtta/pretrain",
-		"step":      strconv.Itoa(t.Step),
+		"format":                  "pt",
+		"layout":                  string(weights.LayoutOpenAI),
+		"config":                  string(cj),
+		"tokenizer":               "byte-level",
+		"generator":               "github.com/subtta/subtta/pretrain",
+		"step":                    strconv.Itoa(t.Step),
+		weights.MetadataClasses:   string(classes),
+		weights.MetadataTemplates: string(templates),
 	}, nil
 }
 
 // SaveModel writes the weights as a safetensors file with OpenAI names and
-// the configuration in its metadata (zstd-compressed when path ends in
+// the configuration, class names and templates in its metadata (zstd-compressed when path ends in
 // ".zst"), written atomically.
 func (t *Trainer) SaveModel(path string) error {
 	meta, err := t.modelMetadata()

@@ -67,6 +67,28 @@
 // SubTTA's EMA covariance and bank, MINT's class sums, TDA's caches), so a
 // stream read back continues exactly as if it had never left memory.
 //
+// # Access
+//
+// With Config.AuthKeysFile, a request needs Authorization: Bearer KEY with
+// a key of the file (401 with WWW-Authenticate without one); /healthz stays
+// open, and /metrics takes the keys of Config.MetricsKeysFile when there is
+// one. A key is compared by its SHA-256 digest, in constant time, and never
+// written to a log, a metric or an answer. A stream belongs to the key that
+// created it: its state file records the key's digest (Owner), so that the
+// ownership survives restarts and holds on every server sharing the state
+// directory, and any other key gets 404 for the stream, as for one that
+// does not exist. Server.Reload reads the key files and the TLS
+// certificate again (subtta serve calls it on SIGHUP); TLSConfig serves
+// TLS 1.2 or later with the certificate last loaded.
+//
+// Config.KeyMaxInFlight and Config.KeyImagesPerSecond limit each key's
+// requests at once and images per second (429 with Retry-After), so that
+// one client cannot starve the others. Config.Guard resets a stream whose
+// adaptation degenerates (a loss or the prediction entropy beyond a bound
+// for several batches in a row, or one label taking most predictions) to
+// the source weights: continual test-time adaptation is known to collapse
+// on long streams, and a stream's images, whoever sends them, steer it.
+//
 // # Limits
 //
 // The request body (MaxBodyBytes, however it arrives: raw, multipart or

@@ -65,6 +65,9 @@ type StreamStatus struct {
 	// Restored says whether the stream was read back from the state
 	// directory (where it continued exactly as saved).
 	Restored bool `json:"restored"`
+	// Guard is the collapse guard's record of the stream, when the guard
+	// is on.
+	Guard *GuardStatus `json:"guard,omitempty"`
 }
 
 // AngleSummary summarises principal-angle cosines.
@@ -110,7 +113,7 @@ func (s *Server) handleClassify(w http.ResponseWriter, r *http.Request) error {
 	} else {
 		var a answer
 		for range 3 { // a stream closed under us is looked up again
-			st, err := s.stream(r.Context(), in.stream, in.labels, in.templates)
+			st, err := s.stream(r.Context(), in.stream, clientOf(r.Context()).owner, in.labels, in.templates)
 			if err != nil {
 				return err
 			}
@@ -218,10 +221,17 @@ func (s *Server) handleStreamGet(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	owner := clientOf(r.Context()).owner
 	s.mu.Lock()
 	st, ok := s.streams[id]
 	s.mu.Unlock()
+	// Another key's stream is not found; a stream whose loading failed
+	// is on its way out.
+	ok = ok && st.owner == owner && !(isClosed(st.ready) && st.loadErr != nil)
 	sv, err := s.readState(id)
+	if sv != nil && sv.Owner != owner {
+		sv = nil
+	}
 	if ok && isClosed(st.ready) && st.loadErr == nil {
 		if err != nil {
 			// The file cannot be read: the stream's next save will
@@ -250,7 +260,7 @@ func (s *Server) handleStreamGet(w http.ResponseWriter, r *http.Request) error {
 		if ok {
 			return errorf(http.StatusConflict, "stream %s is being loaded", id)
 		}
-		return errorf(http.StatusNotFound, "no stream %s", id)
+		return errNoStream(id)
 	}
 	status := StreamStatus{ID: id, Method: sv.Method, Labels: sv.Labels, Templates: sv.Templates}
 	status.fill(sv.Stats)
@@ -261,6 +271,9 @@ func (s *Server) handleStreamGet(w http.ResponseWriter, r *http.Request) error {
 func (st *StreamStatus) fill(s streamStats) {
 	st.Images, st.Batches, st.Steps, st.Skipped = s.Images, s.Batches, s.Steps, s.Skipped
 	st.LastLoss, st.Created, st.Restored = s.LastLoss, s.Created, s.Restored
+	if g := s.Guard; g.Resets > 0 || g.BadRun > 0 || len(g.Recent) > 0 {
+		st.Guard = g.status()
+	}
 	if len(s.Cosines) > 0 {
 		a := &AngleSummary{Rank: len(s.Cosines), Min: math.Inf(1), Max: math.Inf(-1)}
 		for _, c := range s.Cosines {
@@ -276,17 +289,25 @@ func (s *Server) handleStreamDelete(w http.ResponseWriter, r *http.Request) erro
 	if err != nil {
 		return err
 	}
+	owner := clientOf(r.Context()).owner
 	s.mu.Lock()
 	st, ok := s.streams[id]
+	if ok && st.owner != owner {
+		s.mu.Unlock()
+		return errNoStream(id) // another key's
+	}
+	if ok && isClosed(st.ready) && st.loadErr != nil {
+		ok = false // on its way out: its file, if any, is looked at below
+	}
 	if !ok {
 		// Not in memory: its files go now, under the lock, so that no
 		// request reads them back meanwhile.
 		// A corrupt state file is deleted too.
-		if sv, err := s.readState(id); err == nil && sv == nil {
+		if sv, err := s.readState(id); err == nil && (sv == nil || sv.Owner != owner) {
 			s.mu.Unlock()
-			return errorf(http.StatusNotFound, "no stream %s", id)
+			return errNoStream(id)
 		}
-		s.removeState(id)
+		s.removeState(id, owner)
 		s.mu.Unlock()
 		writeJSON(w, http.StatusOK, map[string]string{"deleted": id})
 		return nil
@@ -300,6 +321,9 @@ func (s *Server) handleStreamDelete(w http.ResponseWriter, r *http.Request) erro
 	case <-st.exited:
 	case <-r.Context().Done():
 		return r.Context().Err()
+	}
+	if he := (*httpError)(nil); errors.As(st.loadErr, &he) && he.status == http.StatusNotFound {
+		return he // the state file is another key's: it stays
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"deleted": id})
 	return nil

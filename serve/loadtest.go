@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -44,6 +45,12 @@ type LoadTest struct {
 	Images [][]byte
 	// Client is the HTTP client (default: one with a 5-minute timeout).
 	Client *http.Client
+	// TLS, when not nil, configures the default client's TLS (the roots
+	// that an https:// URL's certificate is checked against).
+	TLS *tls.Config
+	// Key, when set, is sent with every request (Authorization: Bearer),
+	// the streams' GET and /metrics included.
+	Key string
 }
 
 // LoadReport is a load test's outcome.
@@ -97,7 +104,11 @@ func (lt LoadTest) Run(ctx context.Context) (*LoadReport, error) {
 	}
 	c := lt.Client
 	if c == nil {
-		c = &http.Client{Timeout: 5 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: lt.Sources * lt.Concurrency}}
+		c = &http.Client{Timeout: 5 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: lt.Sources * lt.Concurrency,
+			TLSClientConfig: lt.TLS}}
+	}
+	if lt.Key != "" {
+		c = keyClient(c, lt.Key)
 	}
 	cpu0, _ := metricValue(ctx, c, base, "process_cpu_seconds_total")
 	before := map[int]int64{}
@@ -268,6 +279,25 @@ func (r *LoadReport) Write(w io.Writer) {
 		fmt.Fprintf(w, "NOT exactly once: %s\n", strings.Join(r.Problems, "; "))
 	}
 }
+
+// keyClient is c sending key with every request.
+func keyClient(c *http.Client, key string) *http.Client {
+	next := c.Transport
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	kc := *c
+	kc.Transport = roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer "+key)
+		return next.RoundTrip(r)
+	})
+	return &kc
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // loopbackOnly refuses a host that is not this machine.
 func loopbackOnly(host string) error {

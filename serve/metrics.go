@@ -30,6 +30,9 @@ type metrics struct {
 	restores       prometheus.Counter
 	saveErrors     prometheus.Counter
 	saveConflicts  prometheus.Counter
+	authFailures   prometheus.Counter
+	keyLimited     *prometheus.CounterVec
+	guardResets    *prometheus.CounterVec
 }
 
 func newMetrics(s *Server) *metrics {
@@ -62,8 +65,15 @@ func newMetrics(s *Server) *metrics {
 		Help: "Failures to save a stream's state after a step."})
 	m.saveConflicts = prometheus.NewCounter(prometheus.CounterOpts{Name: "subtta_state_save_conflicts_total",
 		Help: "Saves refused because another server saved the stream since this one read it; the batch was stepped again on the stream reloaded."})
+	m.authFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "subtta_auth_failures_total",
+		Help: "Requests refused with 401: no API key, or one the server does not hold."})
+	m.keyLimited = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "subtta_key_limited_total",
+		Help: "Requests refused with 429 beyond their key's limit: in_flight (requests at once) or rate (images per second)."}, []string{"limit"})
+	m.guardResets = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "subtta_stream_guard_resets_total",
+		Help: "Streams reset to the source weights by the collapse guard, by reason (loss, entropy, class_share)."}, []string{"reason"})
 	for _, c := range []prometheus.Collector{m.requests, m.latency, m.inflight, m.rejected, m.batchSize, m.stepSeconds,
-		m.batches, m.optimizerSteps, m.streams, m.evictions, m.restores, m.saveErrors, m.saveConflicts} {
+		m.batches, m.optimizerSteps, m.streams, m.evictions, m.restores, m.saveErrors, m.saveConflicts,
+		m.authFailures, m.keyLimited, m.guardResets} {
 		f(c)
 	}
 	f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "subtta_stream_batch_size_limit",

@@ -190,7 +190,7 @@ func TestRestartContinuesStream(t *testing.T) {
 			if code != http.StatusOK || st.InMemory || st.Images != int64(next*size) || st.Batches != int64(next) {
 				t.Fatalf("run %d: saved stream: status %d %+v", run, code, st)
 			}
-			if _, err := s.stream(context.Background(), "cam", nil, nil); err != nil {
+			if _, err := s.stream(context.Background(), "cam", "", nil, nil); err != nil {
 				t.Fatal(err)
 			}
 			if _, state, stats := s.streamState(t, "cam"); !bytes.Equal(state, wantState[next-1]) || !stats.Restored {

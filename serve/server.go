@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"math"
 	"net/http"
 	"os"
 	"runtime"
@@ -70,6 +71,33 @@ type Config struct {
 	Timeout time.Duration
 	// Logger receives errors and evictions (default: slog.Default()).
 	Logger *slog.Logger
+
+	// AuthKeysFile, when set, is a file of the API keys that may use the
+	// server: one a line, "KEY [NAME]" or "sha256:HEX [NAME]" (the key's
+	// SHA-256 digest), # for comments. A request then needs the header
+	// Authorization: Bearer KEY (401 without), and a stream belongs to the
+	// key that created it: another key gets 404 for it. /healthz stays
+	// open. Reload reads the file again.
+	AuthKeysFile string
+	// MetricsKeysFile, when set, is a file of keys (as AuthKeysFile) that
+	// may read /metrics, and the only ones. Without it /metrics takes a
+	// client key when there is an AuthKeysFile, and is open otherwise.
+	MetricsKeysFile string
+	// TLSCertFile and TLSKeyFile, when set, are a PEM certificate (chain)
+	// and its key, for TLSConfig. Reload reads them again.
+	TLSCertFile, TLSKeyFile string
+	// KeyMaxInFlight limits the requests of one key being served at once
+	// (0: no limit); beyond it 429 with Retry-After. Without keys, every
+	// request counts as one client's.
+	KeyMaxInFlight int
+	// KeyImagesPerSecond limits the images (classify and embed requests)
+	// one key sends per second, on average (0: no limit), with bursts of
+	// up to KeyBurst (default: the batch size, or the rate if larger);
+	// beyond it 429 with Retry-After.
+	KeyImagesPerSecond float64
+	KeyBurst           int
+	// Guard resets a stream whose adaptation degenerates (off by default).
+	Guard GuardConfig
 }
 
 // Defaults of Config.
@@ -142,6 +170,12 @@ func (c *Config) defaults() error {
 	if c.Timeout < 0 {
 		return fmt.Errorf("serve: Config.Timeout %v: want a positive duration (0: the default)", c.Timeout)
 	}
+	if c.KeyMaxInFlight < 0 || c.KeyBurst < 0 || !(c.KeyImagesPerSecond >= 0) || math.IsInf(c.KeyImagesPerSecond, 0) {
+		return fmt.Errorf("serve: Config.KeyMaxInFlight %d, KeyImagesPerSecond %v, KeyBurst %d: want 0 (no limit, the default) or more", c.KeyMaxInFlight, c.KeyImagesPerSecond, c.KeyBurst)
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		return errors.New("serve: Config.TLSCertFile and TLSKeyFile go together: give both or neither")
+	}
 	if c.StateDir != "" {
 		if err := os.MkdirAll(c.StateDir, 0o755); err != nil {
 			return fmt.Errorf("serve: state directory: %w", err)
@@ -179,6 +213,12 @@ type Server struct {
 	// beforeStep, when set (by tests), runs before every adaptation step.
 	beforeStep func()
 
+	// clientKeys and metricsKeys are the key files (nil: none), cert the
+	// TLS certificate (nil: none), limits the per-key limits (nil: none).
+	clientKeys, metricsKeys *keyring
+	cert                    *certificate
+	limits                  *keyLimits
+
 	mu       sync.Mutex
 	streams  map[string]*stream
 	clock    int64 // bumped on every use of a stream, for LRU order
@@ -207,6 +247,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Templates == nil {
 		cfg.Templates = p.Templates
+	}
+	if cfg.KeyImagesPerSecond > 0 && cfg.KeyBurst == 0 {
+		cfg.KeyBurst = max(p.BatchSize, int(math.Ceil(cfg.KeyImagesPerSecond)))
+	}
+	if err := cfg.Guard.defaults(p.BatchSize); err != nil {
+		return nil, err
 	}
 	if err := checkLabels(cfg.Labels, len(cfg.Labels), cfg.MaxLabelBytes); err != nil {
 		return nil, fmt.Errorf("serve: Config.Labels: %w", err)
@@ -237,6 +283,22 @@ func New(cfg Config) (*Server, error) {
 		streams:  map[string]*stream{},
 		drain:    make(chan struct{}),
 	}
+	if cfg.AuthKeysFile != "" {
+		if s.clientKeys, err = newKeyring(cfg.AuthKeysFile); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.MetricsKeysFile != "" {
+		if s.metricsKeys, err = newKeyring(cfg.MetricsKeysFile); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.TLSCertFile != "" {
+		if s.cert, err = newCertificate(cfg.TLSCertFile, cfg.TLSKeyFile); err != nil {
+			return nil, err
+		}
+	}
+	s.limits = newKeyLimits(&cfg)
 	s.heads = newHeadCache(s, 32)
 	s.m = newMetrics(s)
 	// The default heads, made now rather than by the first requests.
@@ -312,8 +374,9 @@ const statusClientClosed = 499
 // errTimeout is the cause of a request's context when Timeout passed.
 var errTimeout = errors.New("request timed out")
 
-// wrap adds what every endpoint shares: method dispatch, a panic guard, the
-// concurrency limit, the timeout, JSON errors and metrics.
+// wrap adds what every endpoint shares: the key check, method dispatch, a
+// panic guard, the per-key and server-wide concurrency limits, the
+// timeout, JSON errors and metrics.
 func (s *Server) wrap(name string, limited bool, methods map[string]handlerFunc) http.Handler {
 	allowed := slices.Sorted(maps.Keys(methods))
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
@@ -328,6 +391,12 @@ func (s *Server) wrap(name string, limited bool, methods map[string]handlerFunc)
 			}
 			s.m.observe(name, w.code(), time.Since(t0))
 		}()
+		c, denied := s.authenticate(r, name)
+		if denied != nil {
+			writeError(w, denied)
+			return
+		}
+		r = r.WithContext(withClient(r.Context(), c))
 		h, ok := methods[r.Method]
 		switch {
 		case len(methods) == 0:
@@ -338,6 +407,15 @@ func (s *Server) wrap(name string, limited bool, methods map[string]handlerFunc)
 			e.header = map[string]string{"Allow": strings.Join(allowed, ", ")}
 			writeError(w, e)
 			return
+		}
+		if limited && s.limits != nil {
+			release, which, e := s.limits.admit(c, time.Now())
+			if e != nil {
+				s.m.keyLimited.WithLabelValues(which).Inc()
+				writeError(w, e)
+				return
+			}
+			defer release()
 		}
 		if limited {
 			select {
@@ -380,7 +458,7 @@ func (s *Server) classify(r *http.Request, err error) *httpError {
 	case r.Context().Err() != nil:
 		return errorf(statusClientClosed, "client closed the request")
 	}
-	s.log.Error("serve: request failed", "path", r.URL.Path, "err", err)
+	s.log.Error("serve: request failed", "path", r.URL.Path, "client", clientOf(r.Context()).name, "err", err)
 	return errorf(http.StatusInternalServerError, "%v", err)
 }
 

@@ -50,6 +50,9 @@ type savedStream struct {
 	// Stamp says which save of which stream this is. A file written before
 	// stamps existed decodes with the zero stamp, which is then its stamp.
 	Stamp stamp
+	// Owner is the hex SHA-256 digest of the API key that created the
+	// stream ("": created without keys). Only that key finds the stream.
+	Owner string
 }
 
 // stamp identifies one saved version of a stream: the stream (Birth, drawn
@@ -104,7 +107,7 @@ func (s *Server) persist(st *stream, held *filelock.Lock) (err error) {
 	next := stamp{Birth: last.Birth, Generation: last.Generation + 1}
 	sv := savedStream{Format: stateFormat, ID: st.id, ModelVersion: s.cfg.ModelVersion, Dataset: s.cfg.Dataset,
 		Method: s.preset.Method, Labels: st.labels, Templates: st.templates, Stats: stats,
-		State: st.state, Saved: time.Now().UTC(), Stamp: next}
+		State: st.state, Saved: time.Now().UTC(), Stamp: next, Owner: st.owner}
 	var buf bytes.Buffer
 	if err := gob.NewEncoder(&buf).Encode(&sv); err != nil {
 		return err
@@ -177,8 +180,9 @@ func (s *Server) compatible(sv *savedStream) error {
 // removeState deletes a stream's file, under its lock, so that no save
 // of another server lands in between its check and its rename. A server
 // still holding the stream finds the file gone at its next save (errStale)
-// and starts the stream afresh. Its empty lock file stays (filelock).
-func (s *Server) removeState(id string) {
+// and starts the stream afresh. Its empty lock file stays (filelock). A
+// file of another owner than owner stays.
+func (s *Server) removeState(id, owner string) {
 	if s.cfg.StateDir == "" {
 		return
 	}
@@ -188,6 +192,9 @@ func (s *Server) removeState(id string) {
 		return
 	}
 	defer lock.Unlock()
+	if sv, err := s.readState(id); err == nil && sv != nil && sv.Owner != owner {
+		return
+	}
 	if err := os.Remove(s.statePath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		s.log.Error("serve: removing stream state", "stream", id, "err", err)
 	}
@@ -202,6 +209,9 @@ func (st *stream) load() error {
 		return err
 	}
 	if sv != nil {
+		if sv.Owner != st.owner {
+			return errNoStream(st.id)
+		}
 		if err := s.compatible(sv); err != nil {
 			return err
 		}
@@ -228,6 +238,10 @@ func (st *stream) reload() error {
 		return err
 	}
 	if sv != nil {
+		if sv.Owner != st.owner {
+			// Deleted and created again by another key meanwhile.
+			return errNoStream(st.id)
+		}
 		if err := s.compatible(sv); err != nil {
 			return err
 		}

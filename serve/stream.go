@@ -37,6 +37,7 @@ func streamID(id string) (string, error) {
 type stream struct {
 	srv       *Server
 	id        string
+	owner     string // the hex SHA-256 digest of the key that created it ("": none)
 	labels    []string
 	templates []string
 	heads     *heads
@@ -71,6 +72,7 @@ type streamStats struct {
 	Cosines  []float64 // principal-angle cosines of the last batch, when it aligned
 	Created  time.Time
 	Restored bool // read back from the state directory
+	Guard    guardStats
 }
 
 // job is one request waiting for its stream's batch.
@@ -100,12 +102,13 @@ var (
 	errDraining     = &httpError{status: http.StatusServiceUnavailable, msg: "the server is shutting down", header: map[string]string{"Retry-After": "5"}}
 )
 
-// stream returns the stream id, created (or read back from the state
-// directory) if it is not in memory. labels and templates, when not nil,
-// must be the stream's own.
-func (s *Server) stream(ctx context.Context, id string, labels, templates []string) (*stream, error) {
+// stream returns the stream id of owner (the digest of the client's key,
+// "" without keys), created (or read back from the state directory) if it
+// is not in memory; another owner's stream is not found (404). labels and
+// templates, when not nil, must be the stream's own.
+func (s *Server) stream(ctx context.Context, id, owner string, labels, templates []string) (*stream, error) {
 	for {
-		st, err := s.lookup(id, labels, templates)
+		st, err := s.lookup(id, owner, labels, templates)
 		if err != nil {
 			return nil, err
 		}
@@ -114,12 +117,18 @@ func (s *Server) stream(ctx context.Context, id string, labels, templates []stri
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-		if st.loadErr != nil {
+		if st.loadErr != nil && st.owner == owner {
 			return nil, st.loadErr
 		}
 		st.mu.Lock()
 		closing := st.closing
 		st.mu.Unlock()
+		if st.owner != owner && !closing {
+			// Another key's stream. (One that another key failed to
+			// load is closing: once it has left, this key may find
+			// the id free, or its own file.)
+			return nil, errNoStream(id)
+		}
 		if closing {
 			// Evicted or deleted under our feet: wait until it has left,
 			// then look again.
@@ -141,8 +150,8 @@ func (s *Server) stream(ctx context.Context, id string, labels, templates []stri
 }
 
 // lookup finds or starts the stream, evicting the least recently used idle
-// stream when MaxStreams are in memory.
-func (s *Server) lookup(id string, labels, templates []string) (*stream, error) {
+// stream when MaxStreams are in memory. A new stream belongs to owner.
+func (s *Server) lookup(id, owner string, labels, templates []string) (*stream, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.draining {
@@ -172,7 +181,7 @@ func (s *Server) lookup(id string, labels, templates []string) (*stream, error) 
 	if templates == nil {
 		templates = s.cfg.Templates
 	}
-	st := &stream{srv: s, id: id, labels: labels, templates: templates, used: s.clock,
+	st := &stream{srv: s, id: id, owner: owner, labels: labels, templates: templates, used: s.clock,
 		ready: make(chan struct{}), exited: make(chan struct{}), kick: make(chan struct{}, 1)}
 	s.streams[id] = st
 	s.m.streams.Set(float64(len(s.streams)))
@@ -303,7 +312,7 @@ func (st *stream) finish() {
 		j.done <- answer{err: err}
 	}
 	if deleted {
-		s.removeState(st.id)
+		s.removeState(st.id, st.owner)
 	}
 	s.mu.Lock()
 	if s.streams[st.id] == st {
@@ -469,6 +478,7 @@ func (s *Server) stepOnce(st *stream, px []float32, n int, held *filelock.Lock) 
 	st.stats.LastLoss = res.Diag.Losses
 	st.stats.Cosines = cos
 	st.mu.Unlock()
+	s.guard(st, res)
 	perr := s.persist(st, held)
 	if errors.Is(perr, errStale) {
 		return nil, 0, perr

@@ -34,5 +34,9 @@
 // OpenAI-named safetensors file carrying its configuration.
 //
 // Hub.Pull downloads model files from the Hugging Face Hub into a cache,
-// verifying SHA-256 checksums and resuming interrupted downloads.
+// verifying SHA-256 checksums and resuming interrupted downloads: a dropped
+// connection or a 429/5xx answer is retried with exponential backoff and
+// jitter (Retry), each try resuming the partial file. HubFromEnv reads
+// HF_ENDPOINT, HF_TOKEN and the Hugging Face cache, whose files are used in
+// place.
 package weights

@@ -6,10 +6,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -163,7 +165,8 @@ func TestPullChecksum(t *testing.T) {
 
 func TestPullResume(t *testing.T) {
 	srv := newHubServer(t)
-	hub := &Hub{BaseURL: srv.URL, Client: srv.Client()}
+	// One try: the .part is left for the next Pull.
+	hub := &Hub{BaseURL: srv.URL, Client: srv.Client(), Retry: Retry{Tries: 1}}
 	cache := t.TempDir()
 	dst := filepath.Join(cache, "org", "tiny", "cut.bin")
 	_, err := hub.Pull(context.Background(), "org/tiny", []RemoteFile{{Name: "cut.bin"}}, cache, nil)
@@ -219,5 +222,200 @@ func TestPullRejects(t *testing.T) {
 	cancel()
 	if _, err := hub.Pull(ctx, "org/tiny", []RemoteFile{{Name: "config.json"}}, cache, nil); err == nil {
 		t.Error("cancelled context: no error")
+	}
+}
+
+// fastRetry retries at once, for tests.
+var fastRetry = Retry{Initial: time.Millisecond, Max: 2 * time.Millisecond}
+
+// flakyServer serves one file, answering the first requests as a bad
+// network would: drops the connection after some bytes (each time from
+// where the Range asks), answers 429 with a Retry-After or 503, and
+// requires a bearer token.
+type flakyServer struct {
+	*httptest.Server
+	mu       sync.Mutex
+	data     []byte
+	token    string
+	answers  []string // what the next requests get: "drop", "429", "503"; then the file
+	requests []string // "Range Authorization"
+}
+
+func newFlakyServer(t *testing.T, token string, answers ...string) *flakyServer {
+	f := &flakyServer{data: bytes.Repeat([]byte("0123456789abcdef"), 20000), token: token, answers: answers}
+	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		f.requests = append(f.requests, r.Header.Get("Range")+" "+r.Header.Get("Authorization"))
+		answer := ""
+		if len(f.answers) > 0 {
+			answer, f.answers = f.answers[0], f.answers[1:]
+		}
+		f.mu.Unlock()
+		if f.token != "" && r.Header.Get("Authorization") != "Bearer "+f.token {
+			http.Error(w, "gated", http.StatusUnauthorized)
+			return
+		}
+		if r.URL.Path != "/org/gated/resolve/main/model.safetensors" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("ETag", `"`+sha(f.data)+`"`)
+		switch answer {
+		case "429":
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "slow down", http.StatusTooManyRequests)
+			return
+		case "503":
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return
+		case "drop": // promise the rest, send 40,000 bytes of it, hang up
+			start := int64(0)
+			if r.Header.Get("Range") != "" {
+				start, _ = rangeStart("bytes " + strings.TrimPrefix(r.Header.Get("Range"), "bytes="))
+				w.Header().Set("Content-Range", "bytes "+strconv.FormatInt(start, 10)+"-"+strconv.Itoa(len(f.data)-1)+"/"+strconv.Itoa(len(f.data)))
+				w.Header().Set("Content-Length", strconv.FormatInt(int64(len(f.data))-start, 10))
+				w.WriteHeader(http.StatusPartialContent)
+			} else {
+				w.Header().Set("Content-Length", strconv.Itoa(len(f.data)))
+				w.WriteHeader(http.StatusOK)
+			}
+			w.Write(f.data[start : start+40000])
+			w.(http.Flusher).Flush()
+			panic(http.ErrAbortHandler)
+		}
+		http.ServeContent(w, r, "model.safetensors", time.Time{}, bytes.NewReader(f.data))
+	}))
+	t.Cleanup(f.Close)
+	return f
+}
+
+func (f *flakyServer) log() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.requests)
+}
+
+var gatedFile = []RemoteFile{{Name: "model.safetensors"}}
+
+// TestPullSurvivesBadNetwork: connections dropped mid-file, a 429 with a
+// Retry-After and a 503, all within one Pull, which resumes from where
+// each drop left the file and verifies the whole.
+func TestPullSurvivesBadNetwork(t *testing.T) {
+	srv := newFlakyServer(t, "", "drop", "drop", "503", "drop", "429", "drop")
+	hub := &Hub{BaseURL: srv.URL, Client: srv.Client(), Retry: Retry{Tries: 3, Initial: time.Millisecond, Max: 2 * time.Millisecond}}
+	start := time.Now()
+	paths, err := hub.Pull(context.Background(), "org/gated", gatedFile, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(paths[0]); !bytes.Equal(b, srv.data) {
+		t.Error("downloaded file differs")
+	}
+	want := []string{" ", "bytes=40000- ", "bytes=80000- ", "bytes=80000- ", "bytes=120000- ", "bytes=120000- ", "bytes=160000- "}
+	if got := srv.log(); !slices.Equal(got, want) {
+		t.Errorf("requests (Range, Authorization)\n%q\nwant\n%q", got, want)
+	}
+	if d := time.Since(start); d < time.Second {
+		t.Errorf("took %v: the 429's Retry-After of 1 s was not honoured", d)
+	}
+}
+
+// TestPullGivesUp: an answer that stays 503 fails after Retry.Tries tries,
+// saying so; a 404 is not retried.
+func TestPullGivesUp(t *testing.T) {
+	srv := newFlakyServer(t, "", "503", "503", "503", "503", "503")
+	hub := &Hub{BaseURL: srv.URL, Client: srv.Client(), Retry: Retry{Tries: 3, Initial: time.Millisecond, Max: 2 * time.Millisecond}}
+	_, err := hub.Pull(context.Background(), "org/gated", gatedFile, t.TempDir(), nil)
+	if err == nil || !strings.Contains(err.Error(), "503") || !strings.Contains(err.Error(), "gave up after 3 tries") || len(srv.log()) != 3 {
+		t.Errorf("error %v after %d requests; want a 503 and 3 tries", err, len(srv.log()))
+	}
+	n := len(srv.log())
+	_, err = hub.Pull(context.Background(), "org/gated", []RemoteFile{{Name: "missing.bin"}}, t.TempDir(), nil)
+	if err == nil || !strings.Contains(err.Error(), "404") || len(srv.log()) != n+1 {
+		t.Errorf("404: error %v after %d requests, want 1", err, len(srv.log())-n)
+	}
+}
+
+// TestPullToken: a gated repository answers 401 without the token, at
+// once and saying HF_TOKEN; with it (here from HF_TOKEN, through
+// HubFromEnv, as the command line gets it) the file comes.
+func TestPullToken(t *testing.T) {
+	srv := newFlakyServer(t, "hf_secret")
+	hub := &Hub{BaseURL: srv.URL, Client: srv.Client(), Retry: fastRetry}
+	_, err := hub.Pull(context.Background(), "org/gated", gatedFile, t.TempDir(), nil)
+	if err == nil || !strings.Contains(err.Error(), "401") || !strings.Contains(err.Error(), "HF_TOKEN") || len(srv.log()) != 1 {
+		t.Errorf("no token: error %v after %d requests", err, len(srv.log()))
+	}
+	t.Setenv("HF_TOKEN", "hf_secret")
+	t.Setenv("HF_ENDPOINT", srv.URL)
+	t.Setenv("HF_HUB_CACHE", t.TempDir())
+	env := HubFromEnv()
+	if env.BaseURL != srv.URL || env.Token != "hf_secret" {
+		t.Fatalf("HubFromEnv: %+v", env)
+	}
+	env.Client = srv.Client()
+	paths, err := env.Pull(context.Background(), "org/gated", gatedFile, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(paths[0]); !bytes.Equal(b, srv.data) {
+		t.Error("downloaded file differs")
+	}
+	if log := srv.log(); log[len(log)-1] != " Bearer hf_secret" {
+		t.Errorf("last request %q", log[len(log)-1])
+	}
+}
+
+// TestPullUsesHFCache: a file Python's huggingface_hub downloaded (a
+// snapshot entry linking to a blob, the branch's commit in refs/main) is
+// used in place: no request, its path returned.
+func TestPullUsesHFCache(t *testing.T) {
+	srv := newFlakyServer(t, "")
+	hf := t.TempDir()
+	repo := filepath.Join(hf, "models--org--gated")
+	const commit = "0123456789abcdef0123456789abcdef01234567"
+	blob := filepath.Join(repo, "blobs", sha(srv.data))
+	snap := filepath.Join(repo, "snapshots", commit, "model.safetensors")
+	for _, d := range []string{filepath.Dir(blob), filepath.Dir(snap), filepath.Join(repo, "refs")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(blob, srv.data, 0o644)
+	os.WriteFile(filepath.Join(repo, "refs", "main"), []byte(commit), 0o644)
+	if err := os.Symlink(filepath.Join("..", "..", "blobs", sha(srv.data)), snap); err != nil {
+		t.Fatal(err)
+	}
+	hub := &Hub{BaseURL: srv.URL, Client: srv.Client(), HFCache: hf}
+	for _, f := range []RemoteFile{{Name: "model.safetensors"}, {Name: "model.safetensors", SHA256: sha(srv.data)}} {
+		paths, err := hub.Pull(context.Background(), "org/gated", []RemoteFile{f}, t.TempDir(), nil)
+		if err != nil || paths[0] != snap {
+			t.Errorf("%+v: %q, %v; want %s", f, paths, err, snap)
+		}
+	}
+	if n := len(srv.log()); n != 0 {
+		t.Errorf("%d requests, want none", n)
+	}
+	// A file the snapshot lacks, or another revision, is downloaded.
+	hub.Revision = "v2"
+	if _, err := hub.Pull(context.Background(), "org/gated", gatedFile, t.TempDir(), nil); err == nil || len(srv.log()) != 1 {
+		t.Errorf("revision v2: %v after %d requests, want a download tried", err, len(srv.log()))
+	}
+}
+
+// TestPullNoNetwork: with nothing listening, Pull gives up within 10 s
+// under DefaultRetry, with a one-line error.
+func TestPullNoNetwork(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // now nothing listens there
+	start := time.Now()
+	_, err = (&Hub{BaseURL: "http://" + addr}).Pull(context.Background(), "org/gated", gatedFile, t.TempDir(), nil)
+	d := time.Since(start)
+	if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "gave up after") || d > 10*time.Second || d < 3*time.Second {
+		t.Errorf("after %v: %v; want one line giving up after retries, in 3 to 10 s", d, err)
 	}
 }

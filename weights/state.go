@@ -44,7 +44,8 @@ type State struct {
 	// Source is the path the state was loaded from, used in errors.
 	Source string
 	Format Format
-	// Metadata is the safetensors __metadata__ (nil for other formats).
+	// Metadata is the safetensors __metadata__ (nil for other formats);
+	// MetadataClasses and MetadataTemplates are keys of it.
 	Metadata map[string]string
 	// ConfigJSON is the model configuration found beside the weights (a
 	// directory's config.json or open_clip_config.json) or in the metadata
@@ -199,3 +200,11 @@ func (s *State) Tensors(dtype DType) []Tensor {
 	}
 	return out
 }
+
+// Keys of a safetensors file's metadata that record, as JSON lists of
+// strings, the class names and prompt templates a model was trained with
+// (written by pretrain's SaveModel, read by clip.New).
+const (
+	MetadataClasses   = "classes"
+	MetadataTemplates = "templates"
+)

@@ -43,7 +43,15 @@ func findVocab(stderr io.Writer) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	paths, err := weights.Pull(context.Background(), tokenizerRepo, []string{"vocab.json", "merges.txt"}, dir, progressPrinter(stderr))
+	files := []weights.RemoteFile{{Name: "vocab.json"}, {Name: "merges.txt"}}
+	hub := weights.HubFromEnv()
+	paths, err := hub.Pull(context.Background(), tokenizerRepo, files, dir, progressPrinter(stderr))
+	if err == nil && filepath.Dir(paths[0]) != filepath.Dir(paths[1]) {
+		// One file in the Hugging Face cache, one not: both in ours, in
+		// one folder, as the tokenizer reads them.
+		hub.HFCache = ""
+		paths, err = hub.Pull(context.Background(), tokenizerRepo, files, dir, progressPrinter(stderr))
+	}
 	if err != nil {
 		return "", fmt.Errorf("no vocabulary given (--vocab or SUBTTA_VOCAB) and the download failed: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"time"
 
 	"github.com/subtta/subtta/weights"
 )
@@ -53,7 +54,7 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 func runPull(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("pull", "REPO", stderr)
 	files := fs.String("files", "config.json,model.safetensors,vocab.json,merges.txt", "comma-separated files to fetch")
-	cache := fs.String("cache", "", "cache directory (default $SUBTTA_CACHE or the user cache dir)")
+	cache := fs.String("cache", "", "cache directory (default $SUBTTA_CACHE or the user cache dir); a file already in the Hugging Face cache ($HF_HUB_CACHE, else ~/.cache/huggingface/hub) is used in place. $HF_ENDPOINT names a mirror, $HF_TOKEN the token of a gated repository")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -69,7 +70,19 @@ func runPull(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	paths, err := weights.Pull(ctx, fs.Arg(0), strings.Split(*files, ","), dir, progressPrinter(stderr))
+	var remote []weights.RemoteFile
+	for _, f := range strings.Split(*files, ",") {
+		remote = append(remote, weights.RemoteFile{Name: f})
+	}
+	hub := weights.HubFromEnv()
+	lw := &lastByteWriter{w: stderr}
+	hub.OnRetry = func(file string, err error, wait time.Duration) {
+		if lw.last != '\n' && lw.last != 0 {
+			fmt.Fprintln(lw) // end the progress line
+		}
+		fmt.Fprintf(lw, "%s; retrying in %.1f s\n", strings.TrimPrefix(err.Error(), "weights: pull "), wait.Seconds())
+	}
+	paths, err := hub.Pull(ctx, fs.Arg(0), remote, dir, progressPrinter(lw))
 	if err != nil {
 		return err
 	}
@@ -77,4 +90,17 @@ func runPull(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, p)
 	}
 	return nil
+}
+
+// lastByteWriter remembers the last byte written through it.
+type lastByteWriter struct {
+	w    io.Writer
+	last byte
+}
+
+func (l *lastByteWriter) Write(b []byte) (int, error) {
+	if len(b) > 0 {
+		l.last = b[len(b)-1]
+	}
+	return l.w.Write(b)
 }

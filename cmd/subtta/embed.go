@@ -19,6 +19,10 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
+// Type names the flag's values in help as pflag names a repeatable
+// string flag's.
+func (s *stringList) Type() string { return "stringArray" }
+
 // preprocessImages reads image files and preprocesses them with pre.
 func preprocessImages(pre *data.Preprocessor, paths []string) ([]float32, error) {
 	px := make([]float32, 0, len(paths)*pre.OutputLen())
@@ -38,6 +42,7 @@ func preprocessImages(pre *data.Preprocessor, paths []string) ([]float32, error)
 
 func runEmbed(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("embed", "", stderr)
+	bulk := addBulkFlags(fs, true, "with --images or --texts: the folder for images.npy (float32, one row per image), images.jsonl (its path, label and content digest), texts.npy and texts.jsonl; an interrupted run resumes there")
 	model := fs.String("model", "", modelFlagHelp)
 	modelConfig := fs.String("model-config", "", modelConfigHelp)
 	arch := fs.String("arch", "", archHelp)
@@ -52,12 +57,22 @@ func runEmbed(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer release()
-	if len(images)+len(texts) == 0 || fs.NArg() > 0 {
-		return usagef("give --image FILE and/or --text TEXT (repeatable)")
+	if bulk.given() {
+		if err := bulk.check("a folder"); err != nil {
+			return err
+		}
+		if len(images)+len(texts) > 0 || fs.NArg() > 0 {
+			return usagef("give --image/--text or --images/--texts, not both")
+		}
+	} else if len(images)+len(texts) == 0 || fs.NArg() > 0 {
+		return usagef("give --image FILE and/or --text TEXT (repeatable), or --images and/or --texts with --out")
 	}
 	b, err := openModel(*model, *modelConfig, *arch, *vocab, stderr)
 	if err != nil {
 		return err
+	}
+	if bulk.given() {
+		return bulkEmbed(bulk, b, *model, *normalize, stdout, stderr)
 	}
 	m := b.Model
 	type feature struct {
@@ -126,11 +141,12 @@ func rows(v []float64, n int, normalize bool) [][]float64 {
 
 func runClassify(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("classify", "IMAGE...", stderr)
+	bulk := addBulkFlags(fs, false, "with --images: the .csv (path, label, prediction, probability, a column per class) or .jsonl file to write")
 	model := fs.String("model", "", modelFlagHelp)
 	modelConfig := fs.String("model-config", "", modelConfigHelp)
 	arch := fs.String("arch", "", archHelp)
 	vocab := fs.String("vocab", "", "CLIP vocabulary (see subtta tokenize -h)")
-	labels := fs.String("labels", "", `comma-separated labels, e.g. "a diagram,a dog,a cat" (default with the built-in model: CIFAR-10's classes)`)
+	labels := fs.String("labels", "", `comma-separated labels, e.g. "a diagram,a dog,a cat" (default: those the model records, as train's models do; with the built-in model CIFAR-10's classes)`)
 	template := fs.String("template", "", `prompt template; {} is replaced by each label (e.g. "a photo of a {}."; default "{}", or with the built-in model the 18 CIFAR-10 templates, averaged)`)
 	jsonOut := fs.Bool("json", false, "print JSON instead of a table")
 	device := deviceFlag(fs)
@@ -139,7 +155,14 @@ func runClassify(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer release()
-	if fs.NArg() == 0 {
+	if bulk.given() {
+		if err := bulk.check("a .csv or .jsonl file"); err != nil {
+			return err
+		}
+		if fs.NArg() > 0 {
+			return usagef("give images as arguments or --images, not both")
+		}
+	} else if fs.NArg() == 0 {
 		return usagef("give at least one image")
 	}
 	var classes []string
@@ -153,26 +176,18 @@ func runClassify(args []string, stdout, stderr io.Writer) error {
 	}
 	labelsGiven := false
 	fs.Visit(func(f *flag.Flag) { labelsGiven = labelsGiven || f.Name == "labels" })
-	templates := []string{*template}
-	switch {
-	case labelsGiven && len(classes) == 0:
-		return usagef("--labels %q: no label (leave the flag out for the built-in model's CIFAR-10 classes)", *labels)
-	case len(classes) == 0 && !isBuiltin(*model):
-		return usagef("give --labels (the built-in model alone defaults to CIFAR-10's classes)")
-	case len(classes) == 0:
-		classes = data.CIFAR10Classes
-	}
-	if *template == "" {
-		templates = []string{"{}"}
-		if isBuiltin(*model) {
-			templates = data.CIFAR10Templates
-		}
+	if labelsGiven && len(classes) == 0 {
+		return usagef("--labels %q: no label (leave the flag out for the model's own classes)", *labels)
 	}
 	b, err := openModel(*model, *modelConfig, *arch, *vocab, stderr)
 	if err != nil {
 		return err
 	}
 	m := b.Model
+	classes, templates, err := defaultLabels(m, *model, classes, []string{*template})
+	if err != nil {
+		return err
+	}
 	tok, err := b.Tokenizer()
 	if err != nil {
 		return err
@@ -187,6 +202,9 @@ func runClassify(args []string, stdout, stderr io.Writer) error {
 	head, err := m.ZeroShotHead(tok, classes, templates)
 	if err != nil {
 		return err
+	}
+	if bulk.given() {
+		return bulkClassify(bulk, b, head, classes, stderr)
 	}
 	px, err := preprocessImages(b.Preprocessor, fs.Args())
 	if err != nil {
@@ -229,4 +247,32 @@ func runClassify(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// defaultLabels returns the class names and templates to classify with:
+// those given (classes, and templates unless the one given is ""), else
+// those the model records (train's export), else for the built-in model
+// CIFAR-10's, else no class names is a usage error and the template "{}".
+func defaultLabels(m *clip.Model, model string, classes, templates []string) ([]string, []string, error) {
+	if len(classes) == 0 {
+		switch {
+		case len(m.Classes) > 0:
+			classes = m.Classes
+		case isBuiltin(model):
+			classes = data.CIFAR10Classes
+		default:
+			return nil, nil, usagef("give --labels (the model records no class names; the built-in model and train's models have their own)")
+		}
+	}
+	if len(templates) == 0 || (len(templates) == 1 && templates[0] == "") {
+		switch {
+		case len(m.Templates) > 0:
+			templates = m.Templates
+		case isBuiltin(model):
+			templates = data.CIFAR10Templates
+		default:
+			templates = []string{"{}"}
+		}
+	}
+	return classes, templates, nil
 }

@@ -113,7 +113,7 @@ type evalFlags struct {
 func newEvalFlags(fs *flag.FlagSet) *evalFlags {
 	return &evalFlags{
 		fs:          fs,
-		configFile:  fs.String("config", "", "JSON config file (keys as in results.json's config), or the run.json or results.json of an earlier run; flags given override it"),
+		configFile:  fs.String("config", "", "config file, JSON or YAML (.yaml, .yml), keys as in results.json's config, or the run.json or results.json of an earlier run; flags given override it"),
 		model:       fs.String("model", "", modelFlagHelp),
 		modelConfig: fs.String("model-config", "", modelConfigHelp),
 		arch:        fs.String("arch", "", archHelp),

@@ -28,8 +28,13 @@ func TestRunExitCodes(t *testing.T) {
 		status int
 		stderr string
 	}{
-		{nil, 2, "usage"},
+		{nil, 2, "Usage"},
 		{[]string{"bogus"}, 2, `unknown command "bogus"`},
+		{[]string{"evl"}, 2, "Did you mean this?\n\teval"},
+		{[]string{"bench", "--batc", "3"}, 2, "unknown flag: --batc (did you mean --batch or --batch-size?)"},
+		{[]string{"bench", "-batch-size", "0"}, 2, "--batch-size 0: must be positive"}, // the standard flag package's spelling
+		{[]string{"bench", "--reps=x"}, 2, `invalid value "x" for --reps`},
+		{[]string{"tokenize", "--context"}, 2, "flag needs an argument: --context"},
 		{[]string{"tokenize"}, 2, "no text given"},
 		{[]string{"tokenize", "--context", "100000000", "x"}, 2, "--context 100000000: want 2 to 4096"},
 		{[]string{"convert", "--dtype", "f8", "a", "b"}, 2, `--dtype "f8"`},

@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -33,6 +36,11 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	return serveMain(ctx, args, stderr, nil)
 }
 
+// apiKeyEnv names the environment variable loadtest takes its key from
+// when --key is not given (a key on the command line is visible to every
+// user of the machine, in ps).
+const apiKeyEnv = "SUBTTA_API_KEY"
+
 // datasetAliases let --dataset name the clean set the -C benchmark is made
 // from.
 var datasetAliases = map[string]string{"cifar10": "cifar10-c", "cifar100": "cifar100-c", "imagenet": "imagenet-c"}
@@ -47,9 +55,9 @@ func serveMain(ctx context.Context, args []string, stderr io.Writer, ready func(
 	modelConfig := fs.String("model-config", "", modelConfigHelp)
 	arch := fs.String("arch", "", archHelp)
 	vocab := fs.String("vocab", "", "CLIP vocabulary (see subtta tokenize -h)")
-	labels := fs.String("labels", "", `comma-separated labels when a request gives none (default with the built-in model or --dataset cifar10: CIFAR-10's classes)`)
+	labels := fs.String("labels", "", `comma-separated labels when a request gives none (default: those the model records, as train's models do; else with the built-in model or --dataset cifar10, CIFAR-10's classes)`)
 	var templates stringList
-	fs.Var(&templates, "template", `prompt template when a request gives none, "{}" for the label (repeatable; default: the method's preset, "a photo of a {}.")`)
+	fs.Var(&templates, "template", `prompt template when a request gives none, "{}" for the label (repeatable; default: those the model records, else the method's preset, "a photo of a {}.")`)
 	dataset := fs.String("dataset", "cifar10", "whose preset hyperparameters streams adapt with: cifar10, cifar100 or imagenet (or "+strings.Join(tta.PresetDatasets, ", ")+")")
 	method := fs.String("method", "subtta-m", "adaptation method of streams: "+strings.Join(tta.Methods(), ", "))
 	batch := fs.Int("batch-size", 0, "images per adaptation step (0: the preset's, 200 on CIFAR)")
@@ -61,11 +69,37 @@ func serveMain(ctx context.Context, args []string, stderr io.Writer, ready func(
 	maxLabels := fs.Int("max-labels", serve.DefaultMaxLabels, "most labels (or texts) in one request")
 	maxConc := fs.Int("max-concurrent", serve.DefaultMaxConcurrent, "requests served at once; beyond, 429 with Retry-After (a stream's batch fills only with its requests waiting at once)")
 	timeout := fs.Duration("timeout", serve.DefaultTimeout, "longest time a request may wait for its batch (504 beyond); a request whose batch is being stepped gets its answer")
+	authKeys := fs.String("auth-keys", "", "file of the API keys that may use the server, one a line: KEY [NAME], or sha256:HEX [NAME] (the key's SHA-256 digest); requests then need Authorization: Bearer KEY, and a stream answers only the key that created it; reloaded on SIGHUP")
+	metricsKey := fs.String("metrics-key", "", "file of the keys (as --auth-keys) that may read /metrics, and the only ones (default: a key of --auth-keys, or none without it); reloaded on SIGHUP")
+	tlsCert := fs.String("tls-cert", "", "PEM certificate (chain) to serve HTTPS with (TLS 1.2 or later), with --tls-key; both reloaded on SIGHUP")
+	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert")
+	insecure := fs.Bool("insecure", false, "serve on an address beyond this machine without --auth-keys: anyone who reaches the port may then use, steer, read and delete every stream")
+	keyInFlight := fs.Int("key-max-in-flight", 0, "requests of one key served at once (0: no limit); beyond, 429 with Retry-After")
+	keyRate := fs.Float64("key-images-per-second", 0, "images (classify and embed requests) one key may send per second on average (0: no limit); beyond, 429 with Retry-After")
+	keyBurst := fs.Int("key-burst", 0, "images one key may send at once within --key-images-per-second (0: the batch size, or the rate if larger)")
+	var guard serve.GuardConfig
+	fs.Float64Var(&guard.MaxLoss, "guard-max-loss", 0, "collapse guard: a batch whose method reports a loss beyond this is bad (0: not checked)")
+	fs.Float64Var(&guard.MaxEntropy, "guard-max-entropy", 0, "collapse guard: a batch whose mean prediction entropy, as a share of a uniform prediction's (0 to 1), is beyond this is bad (0: not checked)")
+	fs.IntVar(&guard.Patience, "guard-patience", serve.DefaultGuardPatience, "collapse guard: bad batches in a row that reset a stream to the source weights")
+	fs.Float64Var(&guard.MaxClassShare, "guard-max-class-share", 0, "collapse guard: reset a stream when one label takes more than this share (0 to 1) of its last --guard-window predictions (0: not checked)")
+	fs.IntVar(&guard.Window, "guard-window", 0, "collapse guard: predictions --guard-max-class-share is taken over (0: five batches)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q (all inputs are flags)", fs.Arg(0))
+	}
+	if (*tlsCert == "") != (*tlsKey == "") {
+		return usagef("--tls-cert and --tls-key go together: give both or neither")
+	}
+	if *authKeys == "" && !*insecure {
+		open, err := exposed(*addr)
+		if err != nil {
+			return err
+		}
+		if open {
+			return usagef("--addr %s listens beyond this machine, and there is no --auth-keys: anyone who reaches the port could send images into any stream (steering its adaptation), read its state or delete it. Give --auth-keys FILE (docs/serving.md, Access), listen on 127.0.0.1, or give --insecure to serve without keys all the same", *addr)
+		}
 	}
 	ds := *dataset
 	if a, ok := datasetAliases[ds]; ok {
@@ -81,9 +115,22 @@ func serveMain(ctx context.Context, args []string, stderr io.Writer, ready func(
 	}{
 		{"--batch-size", int64(*batch), 0}, {"--max-streams", int64(*maxStreams), 1}, {"--max-body", *maxBody, 1},
 		{"--max-pixels", int64(*maxPixels), 1}, {"--max-labels", int64(*maxLabels), 2}, {"--max-concurrent", int64(*maxConc), 1},
+		{"--key-max-in-flight", int64(*keyInFlight), 0}, {"--key-burst", int64(*keyBurst), 0},
+		{"--guard-patience", int64(guard.Patience), 1}, {"--guard-window", int64(guard.Window), 0},
 	} {
 		if l.v < l.least {
 			return usagef("%s %d: want %d or more", l.flag, l.v, l.least)
+		}
+	}
+	for _, f := range []struct {
+		flag    string
+		v, most float64
+	}{
+		{"--key-images-per-second", *keyRate, math.Inf(1)}, {"--guard-max-loss", guard.MaxLoss, math.Inf(1)},
+		{"--guard-max-entropy", guard.MaxEntropy, 1}, {"--guard-max-class-share", guard.MaxClassShare, 1},
+	} {
+		if !(f.v >= 0 && f.v <= f.most) || math.IsInf(f.v, 0) {
+			return usagef("%s %v: want 0 (off) up to %v", f.flag, f.v, f.most)
 		}
 	}
 	for _, d := range []struct {
@@ -103,15 +150,22 @@ func serveMain(ctx context.Context, args []string, stderr io.Writer, ready func(
 			*maxConc, batchFrom, batchSize, batchSize)
 	}
 	classes := splitList(*labels)
-	if len(classes) == 0 {
-		if !isBuiltin(*model) && ds != "cifar10-c" {
-			return usagef("give --labels (CIFAR-10's classes are the default only with the built-in model or --dataset cifar10)")
-		}
-		classes = data.CIFAR10Classes
-	}
 	b, err := openModel(*model, *modelConfig, *arch, *vocab, stderr)
 	if err != nil {
 		return err
+	}
+	if len(classes) == 0 {
+		switch {
+		case len(b.Model.Classes) > 0:
+			classes = b.Model.Classes
+		case !isBuiltin(*model) && ds != "cifar10-c":
+			return usagef("give --labels (CIFAR-10's classes are the default only with the built-in model or --dataset cifar10; a model of train has its own)")
+		default:
+			classes = data.CIFAR10Classes
+		}
+	}
+	if len(templates) == 0 && len(b.Model.Templates) > 0 {
+		templates = b.Model.Templates
 	}
 	version := "built-in, sha256 " + builtin.ModelSHA256()[:16] // as eval names it
 	if !isBuiltin(*model) {
@@ -132,6 +186,8 @@ func serveMain(ctx context.Context, args []string, stderr io.Writer, ready func(
 		MaxWait: *maxWait, MaxStreams: *maxStreams, StateDir: *stateDir,
 		MaxBodyBytes: *maxBody, MaxPixels: *maxPixels, MaxLabels: *maxLabels, MaxConcurrent: *maxConc,
 		Timeout: *timeout, Logger: logger,
+		AuthKeysFile: *authKeys, MetricsKeysFile: *metricsKey, TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey,
+		KeyMaxInFlight: *keyInFlight, KeyImagesPerSecond: *keyRate, KeyBurst: *keyBurst, Guard: guard,
 	})
 	if err != nil {
 		return err
@@ -140,7 +196,13 @@ func serveMain(ctx context.Context, args []string, stderr io.Writer, ready func(
 	if err != nil {
 		return err
 	}
+	// SIGHUP reads the key files and the certificate again.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go reloadOnHangup(ctx, hup, s.Reload)
 	hs := &http.Server{
+		TLSConfig:         s.TLSConfig(),
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       *timeout,
@@ -148,13 +210,29 @@ func serveMain(ctx context.Context, args []string, stderr io.Writer, ready func(
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
-	fmt.Fprintf(stderr, "subtta serve: %s, %s with batches of %d (max wait %v), %d labels; listening on http://%s\n",
-		version, *method, s.BatchSize(), *maxWait, len(classes), ln.Addr())
+	scheme, access := "http", "no API keys: anyone who reaches the address may use every stream"
+	if hs.TLSConfig != nil {
+		scheme = "https"
+	}
+	if *authKeys != "" {
+		access = "API keys from " + *authKeys
+	}
+	if guard.On() {
+		access += "; collapse guard on"
+	}
+	fmt.Fprintf(stderr, "subtta serve: %s, %s with batches of %d (max wait %v), %d labels; %s; listening on %s://%s\n",
+		version, *method, s.BatchSize(), *maxWait, len(classes), access, scheme, ln.Addr())
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
+	go func() {
+		if hs.TLSConfig != nil {
+			served <- hs.ServeTLS(ln, "", "")
+			return
+		}
+		served <- hs.Serve(ln)
+	}()
 	select {
 	case err := <-served:
 		return err
@@ -175,6 +253,47 @@ func serveMain(ctx context.Context, args []string, stderr io.Writer, ready func(
 	return nil
 }
 
+// reloadOnHangup calls reload on every signal from hup until ctx ends;
+// reload logs what it read and what failed (what failed keeps what it had).
+func reloadOnHangup(ctx context.Context, hup <-chan os.Signal, reload func() error) {
+	for {
+		select {
+		case <-hup:
+			reload()
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// exposed says whether addr listens beyond this machine: on every
+// interface (no host, 0.0.0.0, ::) or on an address that is not loopback.
+func exposed(addr string) (bool, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false, usagef("--addr %s: %v", addr, err)
+	}
+	if host == "" {
+		return true, nil
+	}
+	if host == "localhost" {
+		return false, nil
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		return !ip.IsLoopback(), nil
+	}
+	ips, err := net.LookupIP(host)
+	if err != nil {
+		return false, fmt.Errorf("--addr %s: %w", addr, err)
+	}
+	for _, ip := range ips {
+		if !ip.IsLoopback() {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 func runLoadtest(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("loadtest", "", stderr)
 	addr := fs.String("addr", "127.0.0.1:8080", "address of a subtta serve on this machine (loopback only)")
@@ -186,6 +305,8 @@ func runLoadtest(args []string, stdout, stderr io.Writer) error {
 	prefix := fs.String("prefix", "loadtest-", "stream ids are PREFIX0, PREFIX1, ...")
 	shared := fs.Bool("shared", false, "other clients send to the same streams (another loadtest, through another server on the same --state-dir): skip the check that each stream's image count grew by this test's answers, and print the answers by stream for the caller's own check")
 	jsonOut := fs.Bool("json", false, "print the report as JSON")
+	key := fs.String("key", "", "API key to send (Authorization: Bearer); default $"+apiKeyEnv)
+	cacert := fs.String("cacert", "", "PEM certificates to trust for an https:// --addr (a server's self-signed certificate)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -203,10 +324,26 @@ func runLoadtest(args []string, stdout, stderr io.Writer) error {
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
 	}
+	if *key == "" {
+		*key = os.Getenv(apiKeyEnv)
+	}
+	var tlsConfig *tls.Config
+	if *cacert != "" {
+		pem, err := os.ReadFile(*cacert)
+		if err != nil {
+			return err
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("--cacert %s: no PEM certificate in it", *cacert)
+		}
+		tlsConfig = &tls.Config{RootCAs: pool}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := serve.LoadTest{URL: base, Sources: *streams, Requests: *requests, Concurrency: *conc,
-		Duration: *duration, Frozen: *frozen, StreamPrefix: *prefix, Shared: *shared, Images: imgs}.Run(ctx)
+		Duration: *duration, Frozen: *frozen, StreamPrefix: *prefix, Shared: *shared, Images: imgs,
+		Key: *key, TLS: tlsConfig}.Run(ctx)
 	if err != nil {
 		return err
 	}
@@ -216,6 +353,9 @@ func runLoadtest(args []string, stdout, stderr io.Writer) error {
 		}
 	} else {
 		rep.Write(stdout)
+	}
+	if rep.ByStatus[http.StatusUnauthorized] > 0 {
+		fmt.Fprintf(stderr, "loadtest: %d requests were refused with 401: give the server's API key with --key or $%s\n", rep.ByStatus[http.StatusUnauthorized], apiKeyEnv)
 	}
 	if !rep.ExactlyOnce {
 		return errors.New("some requests were not answered exactly once")

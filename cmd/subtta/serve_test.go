@@ -127,7 +127,6 @@ func TestServeBadFlags(t *testing.T) {
 		stderr string
 	}{
 		{[]string{"serve", "--method", "nope"}, `unknown method "nope"`},
-		{[]string{"serve", "--dataset", "imagenet", "--model", "x.safetensors"}, "give --labels"},
 		{[]string{"serve", "extra"}, `unexpected argument "extra"`},
 		{[]string{"serve", "--batch-size", "-1"}, "--batch-size -1: want 0 or more"},
 		{[]string{"serve", "--max-streams", "0"}, "--max-streams 0: want 1 or more"},
@@ -135,6 +134,13 @@ func TestServeBadFlags(t *testing.T) {
 		{[]string{"serve", "--batch-size", "16", "--max-concurrent", "8"}, "--max-concurrent 8 is less than --batch-size, 16"},
 		{[]string{"serve", "--max-concurrent", "100"}, "--max-concurrent 100 is less than the batch size of --method subtta-m on --dataset cifar10, 200"},
 		{[]string{"loadtest", "--streams", "0"}, "must be positive"},
+		{[]string{"serve", "--addr", "0.0.0.0:0"}, "--addr 0.0.0.0:0 listens beyond this machine, and there is no --auth-keys"},
+		{[]string{"serve", "--addr", ":0"}, "give --insecure to serve without keys"},
+		{[]string{"serve", "--addr", "[::]:0", "--tls-cert", "c.pem", "--tls-key", "k.pem"}, "there is no --auth-keys"},
+		{[]string{"serve", "--tls-cert", "c.pem"}, "--tls-cert and --tls-key go together"},
+		{[]string{"serve", "--guard-max-class-share", "1.5"}, "--guard-max-class-share 1.5: want 0 (off) up to 1"},
+		{[]string{"serve", "--key-images-per-second", "-2"}, "--key-images-per-second -2"},
+		{[]string{"serve", "--guard-patience", "0"}, "--guard-patience 0: want 1 or more"},
 	} {
 		var out, errb bytes.Buffer
 		if got := run(tc.args, &out, &errb); got != 2 || !strings.Contains(errb.String(), tc.stderr) {
@@ -144,5 +150,25 @@ func TestServeBadFlags(t *testing.T) {
 	var out, errb bytes.Buffer
 	if got := run([]string{"loadtest", "--addr", "192.0.2.1:8080", "--requests", "1"}, &out, &errb); got != 1 || !strings.Contains(errb.String(), "not a loopback address") {
 		t.Errorf("loadtest elsewhere: %d %q", got, errb.String())
+	}
+}
+
+// Without keys, an address beyond this machine needs --insecure; with keys
+// it needs nothing more.
+func TestServeExposedAddress(t *testing.T) {
+	_, stop, log := startServe(t, "--addr", "0.0.0.0:0", "--insecure")
+	if !strings.Contains(log.String(), "no API keys") {
+		t.Errorf("serve log:\n%s", log)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	keys := filepath.Join(t.TempDir(), "keys")
+	if err := os.WriteFile(keys, []byte("a7c1f0e39b2d48e5a6f7c8d9e0f1a2b3\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, stop, _ = startServe(t, "--addr", "0.0.0.0:0", "--auth-keys", keys)
+	if err := stop(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -12,7 +12,7 @@ import (
 // runVersion prints the build and the machine, as eval records them.
 func runVersion(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("version", "", stderr)
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

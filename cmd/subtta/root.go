@@ -1,0 +1,359 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/subtta/subtta/autograd"
+)
+
+// The command line is a cobra command tree built from the commands table.
+// Each command keeps its standard-library flag.FlagSet, defined in its run
+// function: the tree learns a command's flags by calling run in describe
+// mode (parse then returns the flag set instead of parsing), adds them to
+// the cobra command for help and shell completion, and leaves the parsing
+// itself to parse, which reads the line with pflag (GNU style: --name,
+// flags anywhere, "--" ends them) into the flag set. A flag added to a
+// run function's flag set is thus on the command line, in the help and
+// in the completions, with nothing else to change.
+
+// describeArg is the single argument with which a run function is called
+// to describe its flags: parse returns a described error holding the flag
+// set, before the command does anything.
+const describeArg = "\x00describe-flags"
+
+// described is the error parse returns in describe mode.
+type described struct{ fs *flag.FlagSet }
+
+func (described) Error() string { return "flags described" }
+
+// usageArgs holds the positional-argument synopsis newFlags was given for
+// each flag set, until parse reads it.
+var usageArgs sync.Map // *flag.FlagSet → string
+
+// describe calls run in describe mode and returns its flag set and
+// synopsis, or nil for a command that does not parse through parse.
+func describe(run func([]string, io.Writer, io.Writer) error) (fs *flag.FlagSet, synopsis string) {
+	defer func() {
+		if recover() != nil {
+			fs, synopsis = nil, ""
+		}
+	}()
+	var d described
+	if err := run([]string{describeArg}, io.Discard, io.Discard); errors.As(err, &d) {
+		s, _ := usageArgs.LoadAndDelete(d.fs)
+		synopsis, _ = s.(string)
+		return d.fs, synopsis
+	}
+	return nil, ""
+}
+
+// exitStatus is returned through cobra by a command that has already
+// reported its outcome; run exits with status.
+type exitStatus struct{ status int }
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", e.status) }
+
+// newRoot builds the command tree. Commands whose name has a space
+// ("eval merge") become subcommands of the command named by the words
+// before the last.
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "subtta",
+		Short: "CLIP and test-time adaptation from the command line",
+		Long: "subtta runs CLIP and test-time adaptation (TTA) from the command line.\n\n" +
+			"Run 'subtta help COMMAND' or 'subtta COMMAND --help' for a command's flags.",
+		SilenceErrors: true,
+		SilenceUsage:  true,
+	}
+	version := root.Flags().Bool("version", false, "print the build, the CPU and whether CUDA is available")
+	root.RunE = func(cmd *cobra.Command, args []string) error {
+		if *version {
+			return finish(cmd, "version", runVersion(nil, stdout, stderr), stderr)
+		}
+		root.SetOut(stderr)
+		root.Help()
+		return exitStatus{2}
+	}
+	root.SetHelpCommand(&cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		Long:  "Help prints the flags and the use of any command.",
+		ValidArgsFunction: func(c *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+			cmd, _, err := root.Find(args)
+			if err != nil {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			var names []string
+			for _, sub := range cmd.Commands() {
+				if sub.IsAvailableCommand() && strings.HasPrefix(sub.Name(), toComplete) {
+					names = append(names, sub.Name()+"\t"+sub.Short)
+				}
+			}
+			return names, cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			cmd, rest, err := root.Find(args)
+			switch {
+			case err != nil:
+				return usageError{err.Error()}
+			case len(rest) > 0:
+				return usageError{fmt.Sprintf("unknown help topic %q", strings.Join(args, " "))}
+			}
+			return cmd.Help()
+		},
+	})
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err.Error()} })
+
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	// Parents before their subcommands.
+	sort.Slice(names, func(i, j int) bool {
+		wi, wj := strings.Count(names[i], " "), strings.Count(names[j], " ")
+		if wi != wj {
+			return wi < wj
+		}
+		return names[i] < names[j]
+	})
+	byName := map[string]*cobra.Command{"": root}
+	for _, name := range names {
+		parentName, leaf := "", name
+		if i := strings.LastIndexByte(name, ' '); i >= 0 {
+			parentName, leaf = name[:i], name[i+1:]
+		}
+		parent, ok := byName[parentName]
+		if !ok {
+			panic(fmt.Sprintf("subtta: command %q has no parent command %q", name, parentName))
+		}
+		c := newCommand(name, leaf, commands[name], stdout, stderr)
+		parent.AddCommand(c)
+		byName[name] = c
+	}
+	return root
+}
+
+// newCommand is the cobra command of the command named path (its last
+// word leaf).
+func newCommand(path, leaf string, spec command, stdout, stderr io.Writer) *cobra.Command {
+	fs, synopsis := describe(spec.run)
+	c := &cobra.Command{
+		Use:                leaf,
+		Short:              spec.summary,
+		Long:               spec.summary,
+		DisableFlagParsing: true, // parse does it, into the command's flag set
+		SilenceErrors:      true,
+		SilenceUsage:       true,
+	}
+	if strings.HasPrefix(synopsis, "\n") {
+		c.Long += "\n\n" + strings.Trim(synopsis, "\n")
+	} else if synopsis != "" {
+		c.Use += " " + synopsis
+	}
+	if fs != nil {
+		c.Flags().AddGoFlagSet(fs)
+	}
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		return finish(cmd, path, callRun(path, spec.run, args, stdout, stderr), stderr)
+	}
+	return c
+}
+
+// callRun runs a command; a panic inside it is reported as an error
+// rather than a crash.
+func callRun(path string, run func([]string, io.Writer, io.Writer) error, args []string, stdout, stderr io.Writer) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if e, ok := r.(*autograd.DeviceError); ok {
+				// The GPU failed (out of memory, a CUDA error): not a bug.
+				err = e
+				return
+			}
+			// A bug, not bad input: one line for the user, the stack only
+			// when asked for (SUBTTA_TRACE=1).
+			err = fmt.Errorf("internal error: %v (please report it; SUBTTA_TRACE=1 prints the stack)", r)
+			if os.Getenv("SUBTTA_TRACE") == "1" {
+				stderr.Write(debug.Stack())
+			}
+		}
+	}()
+	return run(args, stdout, stderr)
+}
+
+// finish reports the outcome of the command named path and returns the
+// exitStatus run exits with: 0 on success or help, 1 on an error, 2 on
+// bad usage, 130 when interrupted.
+func finish(cmd *cobra.Command, path string, err error, stderr io.Writer) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		cmd.Help()
+		return nil
+	case errors.Is(err, errInterrupted):
+		return exitStatus{130} // as a shell reports a process ended by SIGINT
+	}
+	// Package errors start with the package's name, often the command's:
+	// "subtta eval: eval: …" says it twice.
+	last := path[strings.LastIndexByte(path, ' ')+1:]
+	msg := strings.TrimPrefix(err.Error(), last+": ")
+	fmt.Fprintf(stderr, "subtta %s: %s\n", path, msg)
+	var ue usageError
+	if errors.As(err, &ue) {
+		return exitStatus{2}
+	}
+	return exitStatus{1}
+}
+
+// run executes one command line and returns the exit status: 0 on
+// success, 1 on an error, 2 on bad usage, 130 when interrupted.
+func run(args []string, stdout, stderr io.Writer) int {
+	root := newRoot(stdout, stderr)
+	root.SetArgs(args)
+	err := root.Execute()
+	var st exitStatus
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &st):
+		return st.status
+	}
+	// cobra's own errors: an unknown command or a bad flag of the root.
+	fmt.Fprintf(stderr, "subtta: %s\n", strings.TrimRight(err.Error(), "\n"))
+	fmt.Fprintln(stderr, "Run 'subtta --help' for usage.")
+	return 2
+}
+
+// newFlags returns a flag set that reports errors instead of exiting;
+// args is the synopsis of the positional arguments, or, starting with a
+// newline, more text for the help.
+func newFlags(name, args string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	usageArgs.Store(fs, args)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: subtta %s [flags] %s\n\nFlags:\n", name, strings.TrimSpace(args))
+		fmt.Fprint(stderr, goFlagsAsPflags(fs).FlagUsages())
+	}
+	return fs
+}
+
+// goFlagsAsPflags is fs as a pflag set sharing its values.
+func goFlagsAsPflags(fs *flag.FlagSet) *pflag.FlagSet {
+	p := pflag.NewFlagSet(fs.Name(), pflag.ContinueOnError)
+	p.SetOutput(io.Discard)
+	p.AddGoFlagSet(fs)
+	return p
+}
+
+// parse parses the command line args into fs: --name value, --name=value,
+// flags before, between or after the positional arguments (`convert SRC
+// DST --dtype f16`), "--" ending the flags. The single-dash -name of the
+// standard flag package is read as --name. A flag error is a usage error,
+// naming the flags of similar spelling; -h or --help returns flag.ErrHelp.
+func parse(fs *flag.FlagSet, args []string) error {
+	if len(args) == 1 && args[0] == describeArg {
+		return described{fs}
+	}
+	usageArgs.Delete(fs)
+	p := goFlagsAsPflags(fs)
+	err := p.ParseAll(doubleDash(fs, args), func(f *pflag.Flag, value string) error {
+		if err := fs.Set(f.Name, value); err != nil {
+			return fmt.Errorf("invalid value %q for --%s: %v", value, f.Name, err)
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, pflag.ErrHelp):
+		return flag.ErrHelp
+	case err != nil:
+		return usageError{err.Error() + suggestFlag(fs, err)}
+	}
+	// What follows the flags is fs.Args().
+	return fs.Parse(append([]string{"--"}, p.Args()...))
+}
+
+// doubleDash rewrites the standard flag package's -name (and -name=value)
+// as --name for the flags of fs whose names are longer than a letter, up
+// to "--", leaving alone the values of flags.
+func doubleDash(fs *flag.FlagSet, args []string) []string {
+	out := slices.Clone(args)
+	for i := 0; i < len(out); i++ {
+		a := out[i]
+		if a == "--" {
+			break
+		}
+		if len(a) < 2 || a[0] != '-' {
+			continue
+		}
+		name := strings.TrimLeft(a, "-")
+		name, _, hasValue := strings.Cut(name, "=")
+		f := fs.Lookup(name)
+		if f == nil {
+			continue
+		}
+		if a[1] != '-' && len(name) > 1 {
+			out[i] = "-" + a
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !hasValue && !(ok && b.IsBoolFlag()) {
+			i++ // the flag's value, whatever it looks like
+		}
+	}
+	return out
+}
+
+// suggestFlag names the flags of fs spelled like the unknown one that
+// err reports, as " (did you mean --x?)", or "".
+func suggestFlag(fs *flag.FlagSet, err error) string {
+	msg := err.Error()
+	const prefix = "unknown flag: --"
+	if !strings.HasPrefix(msg, prefix) {
+		return ""
+	}
+	typed := msg[len(prefix):]
+	var near []string
+	fs.VisitAll(func(f *flag.Flag) {
+		if d := editDistance(typed, f.Name); d <= 2 || (len(typed) >= 3 && strings.HasPrefix(f.Name, typed)) {
+			near = append(near, "--"+f.Name)
+		}
+	})
+	if len(near) == 0 {
+		return ""
+	}
+	return " (did you mean " + strings.Join(near, " or ") + "?)"
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
