@@ -14,8 +14,8 @@ import (
 // studyFlags are eval's flags for the paper's studies: method options,
 // prompt templates and class subsets.
 type studyFlags struct {
-	set        []string
-	templates  []string
+	set        stringList
+	templates  stringList
 	classes    *int
 	classSeed  *uint64
 	classNames *string
@@ -26,25 +26,8 @@ type studyFlags struct {
 
 func newStudyFlags(fs *flag.FlagSet) *studyFlags {
 	f := &studyFlags{}
-	fs.Func("set", "method option METHOD.KEY=VALUE, repeated (METHOD: a method, or a family such as subtta for every subtta-*), e.g. subtta-m.rank=8, subtta.align=false, tent.lr=5e-4; subtta eval --options METHOD lists a method's", func(s string) error {
-		f.set = append(f.set, s)
-		return nil
-	})
-	fs.Func("templates", "prompt templates of every method, repeated: a template with {}, @FILE (one per line), or a set: "+strings.Join(tta.TemplateSetNames, ", "), func(s string) error {
-		if rest, ok := strings.CutPrefix(s, "@"); ok {
-			lines, err := data.ReadLines(rest)
-			if err != nil {
-				return err
-			}
-			if len(lines) == 0 {
-				return fmt.Errorf("%s holds no template", rest)
-			}
-			f.templates = append(f.templates, lines...)
-			return nil
-		}
-		f.templates = append(f.templates, s)
-		return nil
-	})
+	fs.Var(&f.set, "set", "method option METHOD.KEY=VALUE, repeated (METHOD: a method, or a family such as subtta for every subtta-*), e.g. subtta-m.rank=8, subtta.align=false, tent.lr=5e-4; subtta eval --options METHOD lists a method's")
+	fs.Var(&f.templates, "templates", "prompt templates of every method, repeated: a template with {}, @FILE (one per line), or a set: "+strings.Join(tta.TemplateSetNames, ", "))
 	f.order = fs.String("order", "", "file of sample indices giving every stream's order in place of the shuffle (each domain's, or the mixed pool; as long as the stream)")
 	f.wnids = fs.Bool("wnids", false, "print the wnids of the class folders of --dataset imagenet-r, imagenet-a or imagenet-k, one per line, and exit")
 	f.list = fs.String("options", "", "list the options of a method (with its preset's values on --dataset) and exit")
@@ -65,7 +48,22 @@ func (f *studyFlags) apply(name string, cfg *eval.Config) error {
 			}
 		}
 	case "templates":
-		cfg.Templates = f.templates
+		cfg.Templates = nil
+		for _, t := range f.templates {
+			rest, ok := strings.CutPrefix(t, "@")
+			if !ok {
+				cfg.Templates = append(cfg.Templates, t)
+				continue
+			}
+			lines, err := data.ReadLines(rest)
+			if err != nil {
+				return err
+			}
+			if len(lines) == 0 {
+				return fmt.Errorf("%s holds no template", rest)
+			}
+			cfg.Templates = append(cfg.Templates, lines...)
+		}
 	case "classes":
 		cfg.Classes = *f.classes
 		if cfg.Classes < 1 {
