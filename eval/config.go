@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/subtta/subtta/clip"
+	"github.com/subtta/subtta/data"
 	"github.com/subtta/subtta/data/corrupt"
 	"github.com/subtta/subtta/tta"
 	"github.com/subtta/subtta/tta/online"
@@ -36,7 +37,9 @@ type Config struct {
 	// one.
 	Vocab string `json:"vocab,omitempty"`
 
-	// Dataset is the benchmark: "cifar10-c", "cifar100-c" or "imagenet-c".
+	// Dataset is the benchmark: "cifar10-c", "cifar100-c" or "imagenet-c";
+	// or "imagenet-r", "imagenet-a" or "imagenet-k" (ImageNet-Sketch), one
+	// domain each with ImageNet-C's presets (data.OpenImageNetVariant).
 	// It picks the presets (tta.Lookup) and the corruption parameters.
 	Dataset string `json:"dataset"`
 	// Data is where the images are: the benchmark's own files (the folder of
@@ -61,6 +64,21 @@ type Config struct {
 	// Severities default to [5].
 	Severities []int `json:"severities"`
 
+	// MethodOptions set method options by name (tta.Preset.Set), under a
+	// method's or a family's name (see MethodOptions): SubTTA's rank, α,
+	// switches, each method's learning rate and optimizer.
+	MethodOptions MethodOptions `json:"method_options,omitempty"`
+	// Templates, if given, replace every method's prompt templates: each
+	// entry a template with "{}" or the name of a set (tta.TemplateSet:
+	// cifar-ensemble, imagenet-ensemble, t0 … t7, ...).
+	Templates []string `json:"templates,omitempty"`
+	// Classes > 0 restricts the run to that many classes, drawn with
+	// ClassSeed (DrawClasses); ClassNames names them instead. The head and
+	// the images are restricted together, labels renumbered.
+	Classes    int      `json:"classes,omitempty"`
+	ClassSeed  uint64   `json:"class_seed,omitempty"`
+	ClassNames []string `json:"class_names,omitempty"`
+
 	// Limit > 0 keeps the first Limit images of every domain's stream
 	// (after shuffling).
 	Limit int `json:"limit,omitempty"`
@@ -70,10 +88,19 @@ type Config struct {
 	// must be multi-view methods: tta.MultiView); 0 keeps each preset's.
 	Views int `json:"views,omitempty"`
 	// Protocol is "reset" (default: reset before every domain, the paper's),
-	// "continual", "mixed" or "episodic" (batch size 1, the weights reset
+	// "continual", "mixed", "episodic" (batch size 1, the weights reset
 	// before every sample, the method's memory kept through the domain;
-	// presets take their episodic form, tta.Preset.ForEpisodic).
+	// presets take their episodic form, tta.Preset.ForEpisodic) or
+	// "gradual" (each corruption at severities 1…5…1, online.GradualSeverities,
+	// with no reset; the way down is recorded as domains "c/s↓" of their
+	// own).
 	Protocol string `json:"protocol"`
+	// Order is a file of sample indices (whitespace-separated, see
+	// online.ReadOrder) giving the order of every stream in place of the
+	// shuffle: each domain's (after class restriction), or the pool of
+	// the mixed protocol; its length must be the stream's. For orders
+	// made elsewhere, such as a Dirichlet label-shift order.
+	Order string `json:"order,omitempty"`
 	// NoShuffle streams each domain in index order instead of Python's
 	// random.shuffle with Seed (the official protocol, seed 1).
 	NoShuffle bool `json:"no_shuffle,omitempty"`
@@ -142,7 +169,7 @@ func writtenConfig(b []byte) ([]byte, bool) {
 		return nil, false
 	}
 	run := []string{"identity", "config"}
-	results := []string{"config", "started", "finished", "seconds", "methods", "records", "environment", "builds"}
+	results := []string{"config", "started", "finished", "seconds", "methods", "records", "diagnostics", "environment", "builds"}
 	for k := range top {
 		if !slices.Contains(run, k) && !slices.Contains(results, k) {
 			return nil, false
@@ -176,8 +203,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Data == "" {
 		return c, fmt.Errorf("eval: no data given")
 	}
-	if !slices.Contains(tta.PresetDatasets, c.Dataset) {
-		return c, fmt.Errorf("eval: unknown dataset %q (want one of %s)", c.Dataset, strings.Join(tta.PresetDatasets, ", "))
+	if !slices.Contains(tta.PresetDatasets, c.Dataset) && !isVariant(c.Dataset) {
+		return c, fmt.Errorf("eval: unknown dataset %q (want one of %s)", c.Dataset, strings.Join(append(slices.Clone(tta.PresetDatasets), data.ImageNetVariants...), ", "))
 	}
 	if len(c.Methods) == 0 {
 		c.Methods = slices.Clone(DefaultMethods)
@@ -192,12 +219,28 @@ func (c Config) withDefaults() (Config, error) {
 			return c, err
 		}
 	}
+	if err := c.MethodOptions.check(c.Methods); err != nil {
+		return c, err
+	}
+	if c.Classes < 0 {
+		return c, fmt.Errorf("eval: classes %d must not be negative", c.Classes)
+	}
+	if isVariant(c.Dataset) {
+		// One domain, the test set itself.
+		if len(c.Corruptions) > 0 && !slices.Equal(c.Corruptions, []string{c.Dataset}) {
+			return c, fmt.Errorf("eval: %s has no corruptions (%s given): it is one domain", c.Dataset, strings.Join(c.Corruptions, ", "))
+		}
+		if c.Protocol == online.Gradual {
+			return c, fmt.Errorf("eval: %s has no severities for the gradual protocol", c.Dataset)
+		}
+		c.Corruptions = []string{c.Dataset}
+	}
 	if len(c.Corruptions) == 0 {
 		c.Corruptions = corrupt.Names()
 	}
 	seen = map[string]bool{}
 	for _, n := range c.Corruptions {
-		if _, err := corrupt.Lookup(n); err != nil && n != Clean {
+		if _, err := corrupt.Lookup(n); err != nil && n != Clean && !isVariant(n) {
 			return c, fmt.Errorf("eval: %w (or %s, the uncorrupted images)", err, Clean)
 		}
 		if seen[n] {
@@ -231,6 +274,9 @@ func (c Config) withDefaults() (Config, error) {
 	if err != nil {
 		return c, err
 	}
+	if c.Protocol == online.Gradual && !slices.Equal(c.Severities, []int{5}) {
+		return c, fmt.Errorf("eval: the gradual protocol runs every corruption at severities %v: give no severities", online.GradualSeverities)
+	}
 	if proto == online.Episodic && c.BatchSize > 1 {
 		return c, fmt.Errorf("eval: the episodic protocol adapts to one sample at a time: batch size %d, want 1 (or none)", c.BatchSize)
 	}
@@ -247,7 +293,7 @@ func (c Config) withDefaults() (Config, error) {
 
 // preset is the one place a method's preset is resolved for this
 // configuration: tta.Lookup, its episodic form under the episodic
-// protocol, then BatchSize and Views when set.
+// protocol, then BatchSize, Views, Templates and MethodOptions when set.
 func (c Config) preset(method string) (tta.Preset, error) {
 	p, err := tta.Lookup(c.Dataset, method)
 	if err != nil {
@@ -266,10 +312,28 @@ func (c Config) preset(method string) (tta.Preset, error) {
 			return p, fmt.Errorf("eval: --views: %w", err)
 		}
 	}
+	templates, err := c.resolveTemplates()
+	if err != nil {
+		return p, err
+	}
+	if templates != nil {
+		if err := p.SetTemplates(templates); err != nil {
+			return p, fmt.Errorf("eval: %w", err)
+		}
+	}
+	if err := applyOptions(&p, c.MethodOptions.forMethod(method)); err != nil {
+		return p, err
+	}
 	return p, nil
 }
 
+// protocol is the runner's protocol of a configuration's: the gradual
+// protocol runs as the continual one over its sequence of severities
+// (planDomains).
 func protocol(name string) (online.Protocol, error) {
+	if name == online.Gradual {
+		return online.Continual, nil
+	}
 	p, err := online.ParseProtocol(name)
 	if err != nil {
 		return 0, fmt.Errorf("eval: %w", err)
@@ -280,3 +344,7 @@ func protocol(name string) (online.Protocol, error) {
 // perDomain reports whether a protocol runs each domain as a stream of
 // its own (reset, episodic), checkpointed and stored domain by domain.
 func perDomain(p online.Protocol) bool { return p == online.ResetEachDomain || p == online.Episodic }
+
+// isVariant reports whether dataset is an ImageNet variant without
+// corruptions (data.ImageNetVariants).
+func isVariant(dataset string) bool { return slices.Contains(data.ImageNetVariants, dataset) }

@@ -19,9 +19,13 @@ type domain struct {
 	name       string
 	corruption string
 	severity   int
-	ds         data.Dataset
-	pre        *data.Preprocessor
-	workers    int
+	// down marks the way down of the gradual protocol: its records are
+	// domains of their own (no corruption and severity), so that the
+	// tables keep the way up.
+	down    bool
+	ds      data.Dataset
+	pre     *data.Preprocessor
+	workers int
 }
 
 var (

@@ -37,6 +37,15 @@ type identity struct {
 	NoShuffle   bool   `json:"no_shuffle"`
 	Seed        uint64 `json:"seed"`
 	CorruptSeed uint64 `json:"corrupt_seed"`
+	// Options are the method options given (optionsIdentity), Templates
+	// the templates given to every method, Classes the classes kept and
+	// Order the stream order's file; empty when the run uses the presets',
+	// every class and the shuffle, so that the
+	// records of earlier builds keep their digests.
+	Options   string `json:"options,omitempty"`
+	Templates string `json:"templates,omitempty"`
+	Classes   string `json:"classes,omitempty"`
+	Order     string `json:"order,omitempty"` // fingerprint of Config.Order's file
 }
 
 // merge compares id, this run's identity, with old, that of the results

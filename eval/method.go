@@ -40,6 +40,7 @@ type methodRun struct {
 	batches *os.File
 	stats   map[string]*domainStats // per domain, from the batch records
 	build   string                  // report.Environment.Build, for the records
+	order   []int                   // Config.Order's, nil for the shuffle
 
 	// The domain in progress (reset and continual protocols): its index, when this attempt
 	// at it started, the counts and time of the batches a checkpoint
@@ -58,6 +59,10 @@ type domainStats struct {
 	cosines        [][]float64
 	concentration  []float64
 	predCosine     []float64
+	trueCosine     []float64
+	cos            report.CosineSummary // sums until record divides them
+	batches        int
+	seconds        map[string]float64 // summed over the batches
 }
 
 func (r *methodRun) name() string { return r.preset.Method }
@@ -314,6 +319,7 @@ func (r *methodRun) runnerConfig(proto online.Protocol) online.RunnerConfig {
 		Shuffle:   !r.cfg.NoShuffle,
 		Seed:      r.cfg.Seed,
 		Limit:     r.cfg.Limit,
+		Order:     streamOrder(r.order),
 		Text:      r.text,
 		Head:      r.head,
 		OnBatch:   r.onBatch,
@@ -357,6 +363,48 @@ func (r *methodRun) addStats(b online.BatchRecord) {
 	if b.PredictedClassCosine != nil {
 		st.predCosine = append(st.predCosine, *b.PredictedClassCosine)
 	}
+	if b.TrueClassCosine != nil {
+		st.trueCosine = append(st.trueCosine, *b.TrueClassCosine)
+	}
+	if sc := b.SampleCosines; sc != nil {
+		for i, ok := range sc.Correct {
+			st.cos.Predicted += sc.Predicted[i]
+			st.cos.True += sc.True[i]
+			if ok {
+				st.cos.Correct++
+				st.cos.CorrectPredicted += sc.Predicted[i]
+			} else {
+				st.cos.Wrong++
+				st.cos.WrongPredicted += sc.Predicted[i]
+				st.cos.WrongTrue += sc.True[i]
+			}
+		}
+	}
+	st.batches++
+	for k, v := range b.Timings {
+		if st.seconds == nil {
+			st.seconds = map[string]float64{}
+		}
+		st.seconds[k] += v
+	}
+}
+
+// cosineMeans turns the sums of a domain's cosine summary into means.
+func cosineMeans(c report.CosineSummary) *report.CosineSummary {
+	n := c.Correct + c.Wrong
+	if n == 0 {
+		return nil
+	}
+	c.Predicted /= float64(n)
+	c.True /= float64(n)
+	if c.Correct > 0 {
+		c.CorrectPredicted /= float64(c.Correct)
+	}
+	if c.Wrong > 0 {
+		c.WrongPredicted /= float64(c.Wrong)
+		c.WrongTrue /= float64(c.Wrong)
+	}
+	return &c
 }
 
 func (r *methodRun) record(d *domain, res online.DomainResult, el time.Duration) report.Record {
@@ -365,12 +413,29 @@ func (r *methodRun) record(d *domain, res online.DomainResult, el time.Duration)
 		Samples: res.Samples, Correct: res.Correct, Accuracy: res.Accuracy,
 		Seconds: el.Seconds(), Finished: time.Now().UTC(), Build: r.build, Run: r.opt.runID.digest(d.corruption),
 	}
+	if d.down {
+		rec.Corruption, rec.Severity, rec.Run = "", 0, r.opt.runID.digest("")
+	}
 	if el > 0 {
 		rec.ImagesPerSecond = float64(res.Samples) / el.Seconds()
+	}
+	if given := r.cfg.MethodOptions.forMethod(r.name()); len(given) > 0 {
+		vals := r.preset.OptionValues()
+		rec.Options = map[string]string{}
+		for k := range given {
+			rec.Options[k] = vals[k]
+		}
 	}
 	if st := r.stats[d.name]; st != nil {
 		rec.Steps, rec.Skipped = st.steps, st.skipped
 		rec.PrincipalCosines, rec.SemanticConcentration, rec.PredictedClassCosine = st.cosines, st.concentration, st.predCosine
+		rec.TrueClassCosine, rec.Cosines, rec.Batches = st.trueCosine, cosineMeans(st.cos), st.batches
+		if st.batches > 0 && len(st.seconds) > 0 {
+			rec.BatchSeconds = map[string]float64{}
+			for k, v := range st.seconds {
+				rec.BatchSeconds[k] = v / float64(st.batches)
+			}
+		}
 	}
 	return rec
 }

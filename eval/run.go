@@ -236,8 +236,17 @@ func (e *evaluation) openInputs() error {
 			return fmt.Errorf("eval: %w", err)
 		}
 	}
-	e.src, err = openSourceFor(cfg, e.model.Classes)
-	return err
+	if _, err := cfg.readOrder(); err != nil {
+		return err
+	}
+	if e.src, err = openSourceFor(cfg, e.model.Classes); err != nil {
+		return err
+	}
+	if err := e.src.restrictClasses(cfg); err != nil {
+		e.src.Close()
+		return err
+	}
+	return nil
 }
 
 // lockResults creates the results folder and takes its lock: two runs in
@@ -368,6 +377,7 @@ type plannedDomain struct {
 	name       string
 	corruption string
 	severity   int
+	down       bool // on the way down of the gradual protocol
 }
 
 // planDomains lists the run's domains in stream order: the clean images
@@ -375,12 +385,30 @@ type plannedDomain struct {
 func planDomains(cfg Config) []plannedDomain {
 	var plan []plannedDomain
 	if slices.Contains(cfg.Corruptions, Clean) {
-		plan = append(plan, plannedDomain{Clean, Clean, 0})
+		plan = append(plan, plannedDomain{name: Clean, corruption: Clean})
+	}
+	if isVariant(cfg.Dataset) {
+		return []plannedDomain{{name: cfg.Dataset, corruption: cfg.Dataset}}
+	}
+	if cfg.Protocol == online.Gradual {
+		for _, c := range cfg.Corruptions {
+			if c == Clean {
+				continue
+			}
+			for i, sev := range online.GradualSeverities {
+				p := plannedDomain{name: c + "/" + strconv.Itoa(sev), corruption: c, severity: sev}
+				if i > slices.Index(online.GradualSeverities, 5) {
+					p.name, p.down = p.name+"↓", true
+				}
+				plan = append(plan, p)
+			}
+		}
+		return plan
 	}
 	for _, sev := range cfg.Severities {
 		for _, c := range cfg.Corruptions {
 			if c != Clean {
-				plan = append(plan, plannedDomain{c + "/" + strconv.Itoa(sev), c, sev})
+				plan = append(plan, plannedDomain{name: c + "/" + strconv.Itoa(sev), corruption: c, severity: sev})
 			}
 		}
 	}
@@ -402,7 +430,8 @@ func (e *evaluation) openDomains() error {
 			closeDomains(domains)
 			return err
 		}
-		domains = append(domains, &domain{name: p.name, corruption: p.corruption, severity: p.severity, ds: ds,
+		ds = e.src.subset(ds)
+		domains = append(domains, &domain{name: p.name, corruption: p.corruption, severity: p.severity, down: p.down, ds: ds,
 			pre: pre, workers: e.cfg.Workers})
 		if len(ds.Classes()) != len(e.src.classes) {
 			closeDomains(domains)
@@ -480,7 +509,11 @@ func (e *evaluation) runMethod(name string) error {
 		e.logf("%s: no subspace diagnostics: %v", name, err)
 		text = nil
 	}
-	mr := &methodRun{cfg: e.cfg, preset: p, method: method, text: text, head: head, domains: e.domains, build: report.CurrentEnvironment().Build,
+	order, err := e.cfg.readOrder()
+	if err != nil {
+		return err
+	}
+	mr := &methodRun{cfg: e.cfg, preset: p, order: order, method: method, text: text, head: head, domains: e.domains, build: report.CurrentEnvironment().Build,
 		todo: e.todo[name], units: units, done: e.done, opt: e.opt, progress: &e.progress, ctx: e.ctx, sum: e.sum, logf: e.logf}
 	err = mr.run()
 	// Leave the model as it was loaded for the next method.
@@ -664,6 +697,22 @@ func runIdentity(cfg Config, opt Options, tok textenc.Tokenizer, src *source, ca
 	}
 	if id.SubsetList, err = fingerprint(cfg.SubsetList, nil); err != nil {
 		return id, err
+	}
+	opts, err := cfg.resolvedOptions()
+	if err != nil {
+		return id, err
+	}
+	id.Options = optionsIdentity(opts)
+	templates, err := cfg.resolveTemplates()
+	if err != nil {
+		return id, err
+	}
+	id.Templates = templatesIdentity(templates)
+	if id.Order, err = fingerprint(cfg.Order, nil); err != nil {
+		return id, err
+	}
+	if src.allClasses != nil {
+		id.Classes = classesIdentity(src.classes, len(src.allClasses))
 	}
 	if src.kind == "clean" && slices.Contains(cfg.Corruptions, "frost") && src.cfg.FrostDir != "" {
 		if id.Frost, err = frostFingerprint(src.cfg.FrostDir); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/subtta/subtta/data"
 	"github.com/subtta/subtta/data/corrupt"
+	"github.com/subtta/subtta/tta"
 )
 
 // cifar10Classes name CIFAR-10-C's labels, which its files do not carry.
@@ -23,6 +24,10 @@ type source struct {
 	preset  corrupt.Preset
 	cfg     Config
 	frost   func() (string, error) // finds the frost overlays when needed
+	// allClasses are the data's classes when the run keeps only those of
+	// keep (Config.Classes, restrictClasses); classes are then the kept.
+	allClasses []string
+	keep       []int
 }
 
 func (s *source) Close() error {
@@ -56,12 +61,23 @@ func openSourceFor(cfg Config, modelClasses []string) (*source, error) {
 	s := &source{cfg: cfg, preset: corrupt.CIFAR}
 	var labels *data.Labels
 	if cfg.Labels != "" {
-		set := map[string]string{"cifar10-c": "cifar10", "cifar100-c": "cifar100", "imagenet-c": "imagenet"}[cfg.Dataset]
+		set := map[string]string{"cifar10-c": "cifar10", "cifar100-c": "cifar100", "imagenet-c": "imagenet"}[tta.PresetDataset(cfg.Dataset)]
 		l, err := data.ReadLabels(cfg.Labels, set)
 		if err != nil {
 			return nil, fmt.Errorf("eval: labels: %w", err)
 		}
 		labels = l
+	}
+	if isVariant(cfg.Dataset) {
+		if labels == nil {
+			return nil, fmt.Errorf("eval: %s needs ImageNet's class names: give --labels, a folder with imagenet_classes_openai.txt", cfg.Dataset)
+		}
+		ds, err := data.OpenImageNetVariant(cfg.Data, cfg.Dataset, labels.Classes)
+		if err != nil {
+			return nil, fmt.Errorf("eval: %w", err)
+		}
+		s.kind, s.clean, s.classes = "variant", ds, ds.Classes()
+		return s, nil
 	}
 	if cfg.Dataset == "imagenet-c" {
 		s.preset = corrupt.ImageNet
@@ -140,6 +156,11 @@ func (s *source) open(name string, severity int) (data.Dataset, error) {
 		return data.OpenCIFARC(s.cfg.Data, name, severity, s.classes)
 	case "imagenet-c":
 		return data.OpenImageNetC(s.cfg.Data, name, severity, data.ImageNetOptions{Classes: s.classes, SubsetList: s.cfg.SubsetList})
+	case "variant":
+		if name != s.cfg.Dataset {
+			return nil, fmt.Errorf("eval: %s has no domain %q", s.cfg.Dataset, name)
+		}
+		return unclosed{s.clean}, nil
 	case "clean":
 		if name == Clean {
 			return unclosed{s.clean}, nil
@@ -166,6 +187,8 @@ func (s *source) describe() string {
 		return "CIFAR-C files in " + s.cfg.Data
 	case "imagenet-c":
 		return "ImageNet-C folders in " + s.cfg.Data
+	case "variant":
+		return fmt.Sprintf("%s in %s (%d images of %d classes)", s.cfg.Dataset, s.cfg.Data, s.clean.Len(), len(s.classes))
 	}
 	return fmt.Sprintf("%s (%d images), corrupted on the fly with the %s parameters", s.clean.Name(), s.clean.Len(), s.preset)
 }

@@ -24,7 +24,16 @@ func writeTables(cfg Config, recs []report.Record, sum *Summary) ([]string, erro
 		files = append(files, path)
 		return nil
 	}
-	if err := write(MarkdownFile, func(b *bytes.Buffer) error { return report.Markdown(b, recs) }); err != nil {
+	if err := write(MarkdownFile, func(b *bytes.Buffer) error {
+		if err := report.Markdown(b, recs); err != nil {
+			return err
+		}
+		if len(report.Diagnostics(recs)) == 0 {
+			return nil
+		}
+		b.WriteString("\n")
+		return report.DiagnosticsMarkdown(b, recs)
+	}); err != nil {
 		return files, err
 	}
 	if err := write(CSVFile, func(b *bytes.Buffer) error { return report.CSV(b, recs) }); err != nil {

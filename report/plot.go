@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"image/color"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/subtta/subtta/data/corrupt"
@@ -24,6 +26,8 @@ const (
 	AccuracyPlot              = "accuracy.png"
 	PrincipalAnglesPlot       = "principal_angles.png"
 	SemanticConcentrationPlot = "semantic_concentration.png"
+	ClassCosinePlot           = "class_cosines.png"
+	LatencyPlot               = "latency.png"
 )
 
 // Plots draws figures of recs as PNG files in dir, creating dir if needed,
@@ -35,7 +39,12 @@ const (
 //     angles in degrees between the visual and the textual subspaces,
 //     arccos of every cosine of every batch and domain;
 //   - SemanticConcentrationPlot: per method, the histogram of the
-//     per-batch semantic concentration.
+//     per-batch semantic concentration;
+//   - ClassCosinePlot: per method, the histograms of the per-batch mean
+//     cosine to the predicted class's text feature and to the ground-truth
+//     class's;
+//   - LatencyPlot: per method, the mean seconds per batch of each phase it
+//     times (t_Sub is "align", t_TTA "adapt") as grouped bars.
 //
 // Histograms share their bins across methods and show the fraction of the
 // method's values per bin, so that methods with different numbers of
@@ -102,6 +111,34 @@ func Plots(dir string, recs []Record) ([]string, error) {
 		return paths, fmt.Errorf("report: %s: %w", SemanticConcentrationPlot, err)
 	} else if png != nil {
 		if err := save(SemanticConcentrationPlot, png); err != nil {
+			return paths, err
+		}
+	}
+
+	var cos []series
+	for _, s := range perMethod(recs, func(r Record) []float64 { return r.PredictedClassCosine }) {
+		cos = append(cos, series{name: s.name + ", predicted class", values: s.values})
+	}
+	for _, s := range perMethod(recs, func(r Record) []float64 { return r.TrueClassCosine }) {
+		cos = append(cos, series{name: s.name + ", true class", values: s.values})
+	}
+	if png, err := histogramPlot(cos, histogramStyle{
+		title:  "Cosine of the image features to a class's text feature, per batch",
+		xLabel: "cos(f, t)",
+		yLabel: "fraction of batches",
+		bins:   40,
+		lo:     -1, hi: 1,
+	}); err != nil {
+		return paths, fmt.Errorf("report: %s: %w", ClassCosinePlot, err)
+	} else if png != nil {
+		if err := save(ClassCosinePlot, png); err != nil {
+			return paths, err
+		}
+	}
+	if png, err := latencyPlot(Diagnostics(recs)); err != nil {
+		return paths, fmt.Errorf("report: %s: %w", LatencyPlot, err)
+	} else if png != nil {
+		if err := save(LatencyPlot, png); err != nil {
 			return paths, err
 		}
 	}
@@ -349,4 +386,47 @@ func render(p *plot.Plot, legend plot.Legend, w, h vg.Length, layout func(draw.C
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// latencyPlot draws each method's mean seconds per batch of each phase
+// as grouped bars, or returns nil when no method times any.
+func latencyPlot(ds []MethodDiagnostics) ([]byte, error) {
+	var methods []string
+	phaseSet := map[string]bool{}
+	for _, d := range ds {
+		if len(d.BatchSeconds) == 0 {
+			continue
+		}
+		methods = append(methods, d.Method)
+		for k := range d.BatchSeconds {
+			phaseSet[k] = true
+		}
+	}
+	if len(methods) == 0 {
+		return nil, nil
+	}
+	phases := slices.Sorted(maps.Keys(phaseSet))
+	p := newPlot("Time per batch by phase (t_Sub: align, t_TTA: adapt)", "", "seconds per batch")
+	p.NominalX(methods...)
+	p.Y.Min = 0
+	legend := plot.NewLegend()
+	width := vg.Points(48 / float64(len(phases)))
+	for i, ph := range phases {
+		vals := make(plotter.Values, 0, len(methods))
+		for _, d := range ds {
+			if len(d.BatchSeconds) > 0 {
+				vals = append(vals, d.BatchSeconds[ph])
+			}
+		}
+		c, err := plotter.NewBarChart(vals, width)
+		if err != nil {
+			return nil, err
+		}
+		c.Color = seriesColor(i)
+		c.LineStyle.Width = 0
+		c.Offset = width * vg.Length(float64(i)-float64(len(phases)-1)/2)
+		p.Add(c)
+		legend.Add(ph, c)
+	}
+	return render(p, legend, 18*vg.Centimeter, 11*vg.Centimeter, nil)
 }

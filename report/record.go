@@ -28,6 +28,21 @@ type Record struct {
 	PrincipalCosines      [][]float64 `json:"principal_cosines,omitempty"`
 	SemanticConcentration []float64   `json:"semantic_concentration,omitempty"`
 	PredictedClassCosine  []float64   `json:"predicted_class_cosine,omitempty"`
+	// TrueClassCosine holds, per batch, the mean of cos(f, t_y), the
+	// ground-truth class's; Cosines sums both cosines up over the domain's
+	// images, split by correct and wrong predictions.
+	TrueClassCosine []float64      `json:"true_class_cosine,omitempty"`
+	Cosines         *CosineSummary `json:"cosines,omitempty"`
+	// Batches counts the domain's batches; BatchSeconds is the mean time
+	// per batch of each phase the method reports ("align" is SubTTA's
+	// subspace step, the paper's t_Sub; "adapt" the adaptation step, its
+	// t_TTA; "predict", "encode").
+	Batches      int                `json:"batches,omitempty"`
+	BatchSeconds map[string]float64 `json:"batch_seconds,omitempty"`
+
+	// Options are the method options the run gave this method (by key,
+	// as tta.Preset.Set takes them), empty for the preset as it is.
+	Options map[string]string `json:"options,omitempty"`
 
 	Finished time.Time `json:"finished"`
 	// Build is the Environment.Build of the binary that computed the
@@ -38,4 +53,18 @@ type Record struct {
 	// inputs this domain used); a run refuses to resume records of another.
 	// Empty in records written before it was kept.
 	Run string `json:"run,omitempty"`
+}
+
+// CosineSummary are a domain's mean cosines between the prediction
+// features and the text features of the predicted class (Predicted) and of
+// the ground-truth class (True), over all its images and split by whether
+// the prediction was correct (where the two agree) or wrong.
+type CosineSummary struct {
+	Correct          int     `json:"correct_images"`
+	Wrong            int     `json:"wrong_images"`
+	Predicted        float64 `json:"predicted"`
+	True             float64 `json:"true"`
+	CorrectPredicted float64 `json:"correct_predicted"`
+	WrongPredicted   float64 `json:"wrong_predicted"`
+	WrongTrue        float64 `json:"wrong_true"`
 }

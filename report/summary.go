@@ -28,6 +28,9 @@ type Summary struct {
 	// Records are the records, later duplicates winning, without their
 	// per-batch diagnostics.
 	Records []Record `json:"records"`
+	// Diagnostics are the methods' cosine and per-batch timing summaries
+	// (Diagnostics), for the methods that have them.
+	Diagnostics []MethodDiagnostics `json:"diagnostics,omitempty"`
 
 	// Environment is that of the run that wrote the summary, if given;
 	// Builds counts the records by the build that computed them ("" for
@@ -73,7 +76,7 @@ func NewSummary(config any, recs []Record) Summary {
 	at := make(map[string]int)
 	bySev := make(map[string]map[int]*acc)
 	for i, r := range recs {
-		r.PrincipalCosines, r.SemanticConcentration, r.PredictedClassCosine = nil, nil, nil
+		r.PrincipalCosines, r.SemanticConcentration, r.PredictedClassCosine, r.TrueClassCosine = nil, nil, nil, nil
 		s.Records[i] = r
 		s.Seconds += r.Seconds
 		if s.Builds == nil {
@@ -121,6 +124,7 @@ func NewSummary(config any, recs []Record) Summary {
 		}
 		slices.SortFunc(m.Severities, func(a, b SeverityMean) int { return a.Severity - b.Severity })
 	}
+	s.Diagnostics = Diagnostics(recs)
 	return s
 }
 

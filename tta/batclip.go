@@ -21,6 +21,7 @@ var batclipMethod = Registration{
 		}[p.Dataset]
 		return nil
 	},
+	Options: withOptimizer(),
 	New: func(m Model, p Preset, h Heads) (Method, error) {
 		return NewBATCLIP(m, h.Head, p.Optimizer)
 	},

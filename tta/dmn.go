@@ -2,6 +2,7 @@ package tta
 
 import (
 	"fmt"
+	"math"
 
 	"gonum.org/v1/gonum/mat"
 
@@ -24,6 +25,12 @@ var dmnMethod = Registration{
 		cfg.Scale = 0 // the model's
 		p.Config = cfg
 		return nil
+	},
+	Options: []Option{viewsOption,
+		intOption("memory", "entries per class of the memory", 1, math.MaxInt, inConfig(func(c *feature.DMNConfig) *int { return &c.Capacity })),
+		floatOption("beta", "sharpness β of the memory attention", nonNeg, inConfig(func(c *feature.DMNConfig) *float64 { return &c.Beta })),
+		rhoOption("selection", "share of views averaged into the pseudo-label", inConfig(func(c *feature.DMNConfig) *float64 { return &c.SelectionP })),
+		floatOption("weight", "weight of the memory probabilities in the score", nonNeg, inConfig(func(c *feature.DMNConfig) *float64 { return &c.Weight })),
 	},
 	New: func(m Model, p Preset, h Heads) (Method, error) {
 		cfg, err := configOf[feature.DMNConfig](p)

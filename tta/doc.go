@@ -24,6 +24,14 @@
 // [Preset.Heads] builds its zero-shot heads from class names and
 // [Preset.New] the Method. [Methods] lists the names.
 //
+// Each registration declares its settings as [Option]s: [Preset.Set]
+// changes one by key ("rank", "alpha", "lr", …), refusing an unknown key
+// ([ErrUnknownOption]) or a value out of its range ([ErrOptionValue]);
+// [Preset.Options] lists them and [Preset.OptionValues] gives their
+// values. [TemplateSet] names the prompt sets (CLIP's CIFAR and ImageNet
+// ensembles, the paper's T0–T7) that [Preset.SetTemplates] puts in place.
+// ImageNet-R, -A and -Sketch take ImageNet-C's presets ([VariantDatasets]).
+//
 // The methods: [Source] (zero-shot), [TENT], [BATCLIP], [MINT] (the SubTTA
 // repo's "mint" and the official code's "mint-official"), [SubTTA]
 // (subtta-s, -t, -b, -m by its second-step loss), [WATT] (watt-s,

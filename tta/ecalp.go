@@ -1,6 +1,7 @@
 package tta
 
 import (
+	"math"
 	"time"
 
 	"gonum.org/v1/gonum/mat"
@@ -23,6 +24,13 @@ var ecalpMethod = Registration{
 	Preset: func(p *Preset) error {
 		p.BatchSize, p.Config = 1, feature.DefaultECALPConfig()
 		return nil
+	},
+	Options: []Option{
+		intOption("k_text", "neighbours of an image among the classes", 1, math.MaxInt, inConfig(func(c *feature.ECALPConfig) *int { return &c.KText })),
+		intOption("k_image", "neighbours of an image among the images", 1, math.MaxInt, inConfig(func(c *feature.ECALPConfig) *int { return &c.KImage })),
+		floatOption("gamma", "power γ of every edge weight", anyReal, inConfig(func(c *feature.ECALPConfig) *float64 { return &c.Gamma })),
+		floatOption("alpha", "weight α of propagation against the prior", anyReal, inConfig(func(c *feature.ECALPConfig) *float64 { return &c.Alpha })),
+		intOption("iterations", "propagation rounds", 1, math.MaxInt, inConfig(func(c *feature.ECALPConfig) *int { return &c.Iterations })),
 	},
 	New: func(m Model, p Preset, h Heads) (Method, error) {
 		cfg, err := configOf[feature.ECALPConfig](p)

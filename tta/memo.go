@@ -36,6 +36,7 @@ var memoMethod = Registration{
 		p.Config = MEMOConfig{Optimizer: p.Optimizer}
 		return nil
 	},
+	Options: withOptimizer(viewsOption),
 	New: func(m Model, p Preset, h Heads) (Method, error) {
 		cfg, err := configOf[MEMOConfig](p)
 		if err != nil {

@@ -33,7 +33,8 @@ var mintMethod = Registration{
 		p.Config = MINTConfig{Optimizer: p.Optimizer, Scale: 100, PriorN: 10000}
 		return nil
 	},
-	New: newMINTFromPreset,
+	Options: mintOptions,
+	New:     newMINTFromPreset,
 }
 
 // mintOfficialMethod registers the official MINT code's setting ([M]):
@@ -53,7 +54,8 @@ var mintOfficialMethod = Registration{
 		p.Config = MINTConfig{Optimizer: p.Optimizer, Scale: 100, PriorN: 10000, Name: p.Method}
 		return nil
 	},
-	New: newMINTFromPreset,
+	Options: mintOptions,
+	New:     newMINTFromPreset,
 }
 
 func newMINTFromPreset(m Model, p Preset, h Heads) (Method, error) {
@@ -201,3 +203,9 @@ func (m *MINT) loadOwn(p []byte) (func(), error) {
 	}
 	return func() { *m.state = check; m.agg = agg }, nil
 }
+
+// mintOptions are both MINT settings' options.
+var mintOptions = withOptimizer(
+	floatOption("prior_n", "N0 in the mixing ratio n/(N0+n)", nonNeg, inConfig(func(c *MINTConfig) *float64 { return &c.PriorN })),
+	floatOption("scale", "factor of the cosine logits", positive, inConfig(func(c *MINTConfig) *float64 { return &c.Scale })),
+)

@@ -54,13 +54,20 @@ func viewRows(f *mat.Dense, i, v int) *mat.Dense {
 // fewest views that keep at least one when the method keeps the int(V·ρ)
 // most confident (ρ = 0: all views are used).
 func multiViewPreset(p *Preset, views int, rho float64) {
-	p.BatchSize, p.Views, p.MinViews = 1, views, 2
+	p.BatchSize, p.Views, p.MinViews = 1, views, minViews(rho)
+}
+
+// minViews is the fewest views (at least 2) of which a share rho keeps
+// one; 2 when rho is 0 (no selection).
+func minViews(rho float64) int {
+	n := 2
 	for rho > 0 {
-		if k, err := feature.KeepCount(p.MinViews, rho); err == nil && k >= 1 {
+		if k, err := feature.KeepCount(n, rho); err == nil && k >= 1 {
 			break
 		}
-		p.MinViews++
+		n++
 	}
+	return n
 }
 
 // eachImage is the frame of a multi-view method's StepViews: it checks the

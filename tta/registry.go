@@ -35,6 +35,9 @@ type Registration struct {
 	// MinClasses, when set, is the fewest classes the method adapts with
 	// under a filled-in preset and why; 2 otherwise.
 	MinClasses func(p Preset) (int, string)
+	// Options are the method's settings that Preset.Set changes by name
+	// (the batch size is every method's and is not listed here).
+	Options []Option
 	// Episodic, when set, adapts a filled-in preset to the episodic
 	// protocol beyond its batch size of 1 (SubTTA turns its feature bank
 	// on); see Preset.ForEpisodic.
@@ -112,10 +115,25 @@ func methodsLocked() []string {
 // PresetDatasets are the datasets that presets are defined for.
 var PresetDatasets = []string{"imagenet-c", "cifar10-c", "cifar100-c"}
 
+// VariantDatasets are datasets without presets of their own that take
+// another's: ImageNet-R, ImageNet-A and ImageNet-Sketch ("imagenet-k", the
+// paper's ImageNet-K) take ImageNet-C's, as the paper runs them.
+var VariantDatasets = map[string]string{"imagenet-r": "imagenet-c", "imagenet-a": "imagenet-c", "imagenet-k": "imagenet-c"}
+
+// PresetDataset returns the dataset whose presets dataset takes: itself,
+// or for a variant (VariantDatasets) the one it follows.
+func PresetDataset(dataset string) string {
+	if d, ok := VariantDatasets[dataset]; ok {
+		return d
+	}
+	return dataset
+}
+
 // DatasetDefaults returns the preset every method starts from on a
 // dataset: the official SubTTA code's batch size (64 on ImageNet-C, 200 on
 // CIFAR) and its single template "a photo of a {}.".
 func DatasetDefaults(dataset string) (Preset, error) {
+	dataset = PresetDataset(dataset)
 	batch := map[string]int{"imagenet-c": 64, "cifar10-c": 200, "cifar100-c": 200}[dataset]
 	if batch == 0 {
 		return Preset{}, fmt.Errorf("%w %q (want one of %v)", ErrUnknownDataset, dataset, PresetDatasets)
@@ -123,8 +141,10 @@ func DatasetDefaults(dataset string) (Preset, error) {
 	return Preset{Dataset: dataset, BatchSize: batch, Templates: []string{"a photo of a {}."}}, nil
 }
 
-// Lookup returns the preset of a registered method for a dataset. The
-// error wraps ErrUnknownMethod or ErrUnknownDataset.
+// Lookup returns the preset of a registered method for a dataset (for a
+// variant, VariantDatasets, the preset of the dataset it follows, whose
+// name the preset carries). The error wraps ErrUnknownMethod or
+// ErrUnknownDataset.
 func Lookup(dataset, method string) (Preset, error) {
 	r, err := registered(method)
 	if err != nil {

@@ -39,6 +39,13 @@ var rottaMethod = Registration{
 		p.Config = RoTTAConfig{Memory: feature.DefaultRoTTAMemoryConfig(0), UpdateEvery: 64, Nu: 1e-3, Optimizer: p.Optimizer}
 		return nil
 	},
+	Options: withOptimizer(
+		intOption("memory", "images in the category-balanced memory (MEMORY_SIZE)", 1, math.MaxInt, inConfig(func(c *RoTTAConfig) *int { return &c.Memory.Capacity })),
+		floatOption("lambda_t", "weight of an item's age in its score", nonNeg, inConfig(func(c *RoTTAConfig) *float64 { return &c.Memory.LambdaT })),
+		floatOption("lambda_u", "weight of an item's uncertainty in its score", nonNeg, inConfig(func(c *RoTTAConfig) *float64 { return &c.Memory.LambdaU })),
+		intOption("update_every", "images between two updates (UPDATE_FREQUENCY)", 1, math.MaxInt, inConfig(func(c *RoTTAConfig) *int { return &c.UpdateEvery })),
+		floatOption("nu", "the teacher's EMA rate ν", unitClose, inConfig(func(c *RoTTAConfig) *float64 { return &c.Nu })),
+	),
 	New: func(m Model, p Preset, h Heads) (Method, error) {
 		cfg, err := configOf[RoTTAConfig](p)
 		if err != nil {

@@ -2,6 +2,7 @@ package tta
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"gonum.org/v1/gonum/mat"
@@ -37,6 +38,11 @@ var stsMethod = Registration{
 		p.Config = STSConfig{Directions: 16, Rho: 0.1, Optimizer: p.Optimizer, Steps: 1}
 		return nil
 	},
+	Options: withOptimizer(viewsOption,
+		intOption("directions", "k_t, the head's top singular directions the shift lives in", 1, math.MaxInt, inConfig(func(c *STSConfig) *int { return &c.Directions })),
+		rhoOption("rho", "share of views the loss averages over", inConfig(func(c *STSConfig) *float64 { return &c.Rho })),
+		intOption("steps", "optimizer steps per image", 1, math.MaxInt, inConfig(func(c *STSConfig) *int { return &c.Steps })),
+	),
 	New: func(m Model, p Preset, h Heads) (Method, error) {
 		cfg, err := configOf[STSConfig](p)
 		if err != nil {

@@ -37,6 +37,9 @@ type SubTTAConfig struct {
 	GapTol float64
 	// NoAlign turns the alignment step off whatever Alpha is.
 	NoAlign bool
+	// NoEMA aligns each batch's own covariance, Σ = S, with no history
+	// (the paper's "w/o EMA"): alignment stays on whatever Alpha is.
+	NoEMA bool
 	// Loss is the second-step objective: LossMint (SubTTA-M, the default),
 	// LossBATCLIP (SubTTA-B), LossTent (SubTTA-T) or LossSource (SubTTA-S,
 	// no second step).
@@ -112,7 +115,7 @@ func NewSubTTA(m Model, head mat.Matrix, cfg SubTTAConfig) (*SubTTA, error) {
 	}
 	tn, _ := feature.NormalizeRows(head)
 	s := &SubTTA{base: b, cfg: cfg, Text: ts, textN: tn, ident: id,
-		aligner: feature.NewAligner(ts, feature.AlignOptions{Alpha: cfg.Alpha, Disabled: cfg.NoAlign, GapTol: cfg.GapTol})}
+		aligner: feature.NewAligner(ts, feature.AlignOptions{Alpha: cfg.Alpha, Disabled: cfg.NoAlign, NoEMA: cfg.NoEMA, GapTol: cfg.GapTol})}
 	s.own = s
 	return s, nil
 }
@@ -398,6 +401,7 @@ func subttaMethod(loss SubTTALoss) Registration {
 				EntropyScale: h.entScale, Optimizer: h.opt}
 			return nil
 		},
+		Options: subttaOptions,
 		New: func(m Model, p Preset, h Heads) (Method, error) {
 			cfg, err := configOf[SubTTAConfig](p)
 			if err != nil {
@@ -427,7 +431,7 @@ func subttaMethod(loss SubTTALoss) Registration {
 // a dataset: the subspace that geometric diagnostics of any method are
 // measured against (online.DiagnosticSubspace).
 func SubspaceOptions(dataset string) (feature.SubspaceOptions, error) {
-	h, ok := subttaRows[dataset]
+	h, ok := subttaRows[PresetDataset(dataset)]
 	if !ok {
 		_, err := DatasetDefaults(dataset)
 		return feature.SubspaceOptions{}, err
@@ -476,3 +480,22 @@ func ParseSubTTALoss(s string) (SubTTALoss, error) {
 	}
 	return 0, fmt.Errorf("tta: unknown SubTTA loss %q (want mint, batclip, tent or source)", s)
 }
+
+// subttaOptions are SubTTA's options (docs/studies.md runs the paper's
+// studies with them).
+var subttaOptions = withOptimizer(
+	intOption("rank", "R: the subspaces' rank is r = min(C−1, R)", 1, math.MaxInt, inConfig(func(c *SubTTAConfig) *int { return &c.Subspace.Rank })),
+	boolOption("keep_top_pc", "keep the first principal component in both bases (the code drops it)", false, inConfig(func(c *SubTTAConfig) *bool { return &c.Subspace.KeepTopPC })),
+	boolOption("keep_null_directions", "fill r with null directions of the text features, as the code does on CIFAR-10", false, inConfig(func(c *SubTTAConfig) *bool { return &c.Subspace.KeepNullDirections })),
+	floatOption("alpha", "EMA weight α on the covariance's history (0 turns alignment off, as in the code)", unitClose, inConfig(func(c *SubTTAConfig) *float64 { return &c.Alpha })),
+	boolOption("ema", "the EMA covariance; false: each batch's covariance alone, alignment still on (the paper's \"w/o EMA\")", true, inConfig(func(c *SubTTAConfig) *bool { return &c.NoEMA })),
+	floatOption("gap_tol", "relative eigen-gap guard (0: feature.DefaultGapTol)", nonNeg, inConfig(func(c *SubTTAConfig) *float64 { return &c.GapTol })),
+	boolOption("align", "the alignment step (false: the paper's -align)", true, inConfig(func(c *SubTTAConfig) *bool { return &c.NoAlign })),
+	boolOption("project", "the projection onto the text subspace in the second step (false: the paper's -project)", true, inConfig(func(c *SubTTAConfig) *bool { return &c.NoProjection })),
+	floatOption("soft", "soft-projection weight λ: Z = normalize(F·P_T + λF)", nonNeg, inConfig(func(c *SubTTAConfig) *float64 { return &c.Soft })),
+	floatOption("entropy_scale", "ENT_SCALE of the tent loss", positive, inConfig(func(c *SubTTAConfig) *float64 { return &c.EntropyScale })),
+	choiceOption("prediction", "what is reported: a third pass with the plain head (the code) or the projected logits of the second step (the paper's Algorithm 1)",
+		[]string{"third_pass", "projected"}, []Prediction{PredictThirdPass, PredictProjected}, inConfig(func(c *SubTTAConfig) *Prediction { return &c.Prediction })),
+	intOption("bank_size", "M, the episodic feature bank (0: none)", 0, math.MaxInt, inConfig(func(c *SubTTAConfig) *int { return &c.BankSize })),
+	boolOption("reset_covariance", "reset the EMA covariance to Σ_T with the weights before each domain (the code keeps it)", false, inConfig(func(c *SubTTAConfig) *bool { return &c.ResetCovariance })),
+)

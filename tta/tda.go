@@ -23,6 +23,21 @@ var tdaMethod = Registration{
 		p.BatchSize, p.Config = 1, feature.DefaultTDAConfig()
 		return nil
 	},
+	Options: []Option{
+		intOption("pos_shots", "capacity per class of the positive cache", 0, math.MaxInt, inConfig(func(c *feature.TDAConfig) *int { return &c.Positive.Shots })),
+		floatOption("pos_alpha", "weight α of the positive cache", anyReal, inConfig(func(c *feature.TDAConfig) *float64 { return &c.Positive.Alpha })),
+		floatOption("pos_beta", "sharpness β of the positive cache", nonNeg, inConfig(func(c *feature.TDAConfig) *float64 { return &c.Positive.Beta })),
+		boolOption("positive", "the positive cache on", true, inConfig(func(c *feature.TDAConfig) *bool { return &c.Positive.Disabled })),
+		intOption("neg_shots", "capacity per class of the negative cache", 0, math.MaxInt, inConfig(func(c *feature.TDAConfig) *int { return &c.Negative.Shots })),
+		floatOption("neg_alpha", "weight α of the negative cache", anyReal, inConfig(func(c *feature.TDAConfig) *float64 { return &c.Negative.Alpha })),
+		floatOption("neg_beta", "sharpness β of the negative cache", nonNeg, inConfig(func(c *feature.TDAConfig) *float64 { return &c.Negative.Beta })),
+		boolOption("negative", "the negative cache on", true, inConfig(func(c *feature.TDAConfig) *bool { return &c.Negative.Disabled })),
+		floatOption("entropy_lower", "lower bound of the normalised entropy admitted to the negative cache", unitClose, inConfig(func(c *feature.TDAConfig) *float64 { return &c.EntropyLower })),
+		floatOption("entropy_upper", "upper bound of the normalised entropy admitted to the negative cache", unitClose, inConfig(func(c *feature.TDAConfig) *float64 { return &c.EntropyUpper })),
+		floatOption("mask_lower", "lower bound of the probabilities a negative entry keeps", unitClose, inConfig(func(c *feature.TDAConfig) *float64 { return &c.MaskLower })),
+		floatOption("mask_upper", "upper bound of the probabilities a negative entry keeps", unitClose, inConfig(func(c *feature.TDAConfig) *float64 { return &c.MaskUpper })),
+		boolOption("predict_before_update", "predict from the caches as they were before the sample arrived", false, inConfig(func(c *feature.TDAConfig) *bool { return &c.PredictBeforeUpdate })),
+	},
 	New: func(m Model, p Preset, h Heads) (Method, error) {
 		cfg, err := configOf[feature.TDAConfig](p)
 		if err != nil {

@@ -21,6 +21,7 @@ var tentMethod = Registration{
 		}
 		return nil
 	},
+	Options: withOptimizer(),
 	New: func(m Model, p Preset, h Heads) (Method, error) {
 		return NewTENT(m, h.Head, p.Optimizer)
 	},

@@ -3,6 +3,7 @@ package tta
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -62,6 +63,10 @@ var tptMethod = Registration{
 		p.Config = TPTConfig{Rho: 0.1, Template: "a photo of a {}.", Optimizer: p.Optimizer, Steps: 1}
 		return nil
 	},
+	Options: withOptimizer(viewsOption,
+		rhoOption("rho", "share of views the loss averages over", inConfig(func(c *TPTConfig) *float64 { return &c.Rho })),
+		intOption("steps", "optimizer steps per image", 1, math.MaxInt, inConfig(func(c *TPTConfig) *int { return &c.Steps })),
+	),
 	New: func(m Model, p Preset, h Heads) (Method, error) {
 		cfg, err := configOf[TPTConfig](p)
 		if err != nil {

@@ -41,6 +41,9 @@ var vteMethod = Registration{
 		p.Templates, p.Config = CIFARTemplates, VTEConfig{Rho: 0.1}
 		return nil
 	},
+	Options: []Option{viewsOption,
+		rhoOption("rho", "share of views kept, the lowest-entropy int(V·ρ)", inConfig(func(c *VTEConfig) *float64 { return &c.Rho })),
+	},
 	New: func(m Model, p Preset, h Heads) (Method, error) {
 		cfg, err := configOf[VTEConfig](p)
 		if err != nil {

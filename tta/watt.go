@@ -3,6 +3,7 @@ package tta
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/nlpodyssey/spago/mat/float"
@@ -51,6 +52,11 @@ func wattMethod(name string, steps, rounds int) Registration {
 			p.Config = WATTConfig{Optimizer: p.Optimizer, Steps: steps, Rounds: rounds, Name: name}
 			return nil
 		},
+		Options: withOptimizer(
+			intOption("steps", "L, optimizer steps per template", 1, math.MaxInt, inConfig(func(c *WATTConfig) *int { return &c.Steps })),
+			intOption("rounds", "M, weight-averaging rounds", 1, math.MaxInt, inConfig(func(c *WATTConfig) *int { return &c.Rounds })),
+			floatOption("temperature", "temperature of the soft targets (0: WATTTemperature)", nonNeg, inConfig(func(c *WATTConfig) *float64 { return &c.Temperature })),
+		),
 		New: func(m Model, p Preset, h Heads) (Method, error) {
 			cfg, err := configOf[WATTConfig](p)
 			if err != nil {

@@ -30,6 +30,11 @@ var zeroMethod = Registration{
 		p.Config = ZeroConfig{Gamma: 0.3, Fallback: feature.ZeroFallbackAsCoded}
 		return nil
 	},
+	Options: []Option{viewsOption,
+		rhoOption("gamma", "share of views that vote, the lowest-entropy int(V·γ)", inConfig(func(c *ZeroConfig) *float64 { return &c.Gamma })),
+		choiceOption("fallback", "how a tie no discarded view breaks is settled", []string{"as_coded", "tied"},
+			[]feature.ZeroFallback{feature.ZeroFallbackAsCoded, feature.ZeroFallbackTied}, inConfig(func(c *ZeroConfig) *feature.ZeroFallback { return &c.Fallback })),
+	},
 	New: func(m Model, p Preset, h Heads) (Method, error) {
 		cfg, err := configOf[ZeroConfig](p)
 		if err != nil {

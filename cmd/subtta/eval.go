@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -47,6 +48,12 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	defer release()
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q (all inputs are flags)", fs.Arg(0))
+	}
+	if *f.studies.wnids {
+		return printWNIDs(stdout, *f.dataset)
+	}
+	if *f.studies.list != "" {
+		return printOptions(stdout, cmp.Or(*f.dataset, "cifar10-c"), *f.studies.list)
 	}
 	prec, err := parsePrecision(*precision, device)
 	if err != nil {
@@ -114,6 +121,7 @@ type evalFlags struct {
 	limit, batchSize, views, workers, shardCount      *int
 	seed, corruptSeed                                 *uint64
 	noShuffle, plot, quiet, shardFromEnv              *bool
+	studies                                           *studyFlags
 }
 
 func newEvalFlags(fs *flag.FlagSet) *evalFlags {
@@ -124,7 +132,7 @@ func newEvalFlags(fs *flag.FlagSet) *evalFlags {
 		modelConfig:  fs.String("model-config", "", modelConfigHelp),
 		arch:         fs.String("arch", "", archHelp),
 		vocab:        fs.String("vocab", "", "CLIP vocabulary (see subtta tokenize -h)"),
-		dataset:      fs.String("dataset", "", "benchmark: "+strings.Join(tta.PresetDatasets, ", ")+" (default cifar10-c)"),
+		dataset:      fs.String("dataset", "", "benchmark: "+strings.Join(tta.PresetDatasets, ", ")+" (default cifar10-c); or imagenet-r, imagenet-a, imagenet-k (ImageNet-Sketch): one domain each, folders of wnids, ImageNet-C's presets"),
 		data:         fs.String("data", "", "the -C files (CIFAR-C .npy folder, ImageNet-C folders), or a clean test set to corrupt on the fly (CIFAR binaries, image folder, .tar/.tar.gz); default: the built-in 2,000 CIFAR-10 test images"),
 		labels:       fs.String("labels", "", "folder of class-name files (cifar10_classes.txt, cifar100_classes.txt, imagenet_classes_openai.txt)"),
 		subset:       fs.String("subset", "", "ImageNet: list of <wnid>/<file> to keep (robustbench's 5,000 images)"),
@@ -134,7 +142,7 @@ func newEvalFlags(fs *flag.FlagSet) *evalFlags {
 		limit:        fs.Int("limit", 0, fmt.Sprintf("keep the first N images of every domain's stream (0: all; on the built-in images %d unless given)", builtinLimit)),
 		batchSize:    fs.Int("batch-size", 0, "batch size for every method (0: each preset's)"),
 		views:        fs.Int("views", 0, "views per image of every multi-view method (vte, zero, tpt, memo, dmn; 0: the paper's)"),
-		protocol:     fs.String("protocol", "", "reset (default; reset before every corruption), continual, mixed or episodic (batch size 1, the weights reset before every image)"),
+		protocol:     fs.String("protocol", "", "reset (default; reset before every corruption), continual, mixed, episodic (batch size 1, the weights reset before every image) or gradual (each corruption at severities 1…5…1, no reset)"),
 		noShuffle:    fs.Bool("no-shuffle", false, "stream every domain in file order instead of the official seeded shuffle"),
 		seed:         fs.Uint64("seed", 1, "shuffle seed (Python's random.seed; the official protocol uses 1)"),
 		corruptSeed:  fs.Uint64("corrupt-seed", 1, "seed of on-the-fly corruptions"),
@@ -146,6 +154,7 @@ func newEvalFlags(fs *flag.FlagSet) *evalFlags {
 		shard:        fs.String("shard", "", "compute only shard `I/N` of the run (I from 0 to N-1) into --out; subtta eval merge joins the shards' folders"),
 		shardFromEnv: fs.Bool("shard-from-env", false, "without --shard, take the shard from $SLURM_ARRAY_TASK_ID and $SLURM_ARRAY_TASK_COUNT (or _MIN and _MAX) of a Slurm array,\nor from $JOB_COMPLETION_INDEX of a Kubernetes Indexed Job with --shard-count"),
 		shardCount:   fs.Int("shard-count", 0, "the number of shards, with --shard-from-env: required for $JOB_COMPLETION_INDEX, checked against a Slurm array's size"),
+		studies:      newStudyFlags(fs),
 	}
 }
 
@@ -233,6 +242,8 @@ func (f *evalFlags) config() (eval.Config, error) {
 				err = errors.New(strings.TrimPrefix(perr.Error(), "eval: "))
 			}
 			cfg.Shard = &sh
+		default:
+			err = f.studies.apply(fl.Name, &cfg)
 		}
 		if err != nil && flagErr == nil {
 			flagErr = usagef("--%s %v", fl.Name, err)

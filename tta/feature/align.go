@@ -24,11 +24,15 @@ type AlignOptions struct {
 	Alpha float64
 	// Disabled turns the alignment step off whatever Alpha is.
 	Disabled bool
+	// NoEMA takes each batch's covariance alone, Σ = S (α = 0 in the
+	// formulas), with the alignment step on whatever Alpha is: the paper's
+	// "w/o EMA".
+	NoEMA bool
 	// GapTol is the relative eigen-gap guard; 0 means DefaultGapTol.
 	GapTol float64
 }
 
-func (o AlignOptions) off() bool { return o.Disabled || o.Alpha == 0 }
+func (o AlignOptions) off() bool { return o.Disabled || (o.Alpha == 0 && !o.NoEMA) }
 
 // Alignment is the result of one alignment step on a batch of features.
 type Alignment struct {
@@ -88,6 +92,9 @@ func Align(f mat.Matrix, sigmaOld mat.Symmetric, text *TextSubspace, opt AlignOp
 	alpha := opt.Alpha
 	if !(alpha >= 0 && alpha <= 1) {
 		return nil, fmt.Errorf("feature: align: alpha %v outside [0, 1]", alpha)
+	}
+	if opt.NoEMA {
+		alpha = 0
 	}
 	gapTol := opt.GapTol
 	if gapTol == 0 {
@@ -207,7 +214,8 @@ func NewAligner(text *TextSubspace, opt AlignOptions) *Aligner {
 	return a
 }
 
-// Enabled reports whether the alignment step runs (not Disabled, α ≠ 0).
+// Enabled reports whether the alignment step runs (not Disabled, and α ≠ 0
+// or NoEMA).
 func (a *Aligner) Enabled() bool { return !a.Options.off() }
 
 // Update aligns one batch of features and stores the new Σ (detached) as the

@@ -174,12 +174,27 @@ type BatchRecord struct {
 	PrincipalCosines []float64 `json:"principal_cosines,omitempty"`
 	// SemanticConcentration is the batch mean of ‖f·P_T‖²/‖f‖².
 	SemanticConcentration *float64 `json:"semantic_concentration,omitempty"`
-	// PredictedClassCosine is the batch mean of cos(f, t_pred).
+	// PredictedClassCosine is the batch mean of cos(f, t_pred);
+	// TrueClassCosine that of cos(f, t_y), the ground-truth class's.
 	PredictedClassCosine *float64 `json:"predicted_class_cosine,omitempty"`
+	TrueClassCosine      *float64 `json:"true_class_cosine,omitempty"`
+	// SampleCosines are both cosines of every image of the batch, with
+	// whether it was classified correctly.
+	SampleCosines *SampleCosines `json:"sample_cosines,omitempty"`
 	// Domains breaks Size and Correct down by domain, in the order of the
 	// domains, for a batch of the mixed protocol's stream.
 	Domains []DomainCount `json:"domains,omitempty"`
 	Seconds float64       `json:"seconds"`
+}
+
+// SampleCosines are per-image diagnostics of a batch, in batch order:
+// the cosine of the prediction features to the predicted class's text
+// feature and to the ground-truth class's, and whether the two classes
+// agree.
+type SampleCosines struct {
+	Predicted []float64 `json:"predicted"`
+	True      []float64 `json:"true"`
+	Correct   []bool    `json:"correct"`
 }
 
 type sampleRef struct{ domain, index int }
@@ -401,7 +416,7 @@ func (r *Runner) stream(name string, domains []Domain, refs []sampleRef, results
 			rec.Domains = domainCounts(domains, batch, res.Preds, labels)
 		}
 		if r.Config.Log != nil || r.Config.OnBatch != nil {
-			if err := r.diagnose(&rec, res); err != nil {
+			if err := r.diagnose(&rec, res, labels); err != nil {
 				return fmt.Errorf("tta: runner: %s: batch %d: %w", name, b, err)
 			}
 		}
@@ -494,8 +509,9 @@ func (r *Runner) fetch(domains []Domain, batch []sampleRef, dst []float32) ([]fl
 	return dst, labels, nil
 }
 
-// diagnose adds the geometric diagnostics to rec.
-func (r *Runner) diagnose(rec *BatchRecord, res *tta.Result) error {
+// diagnose adds the geometric diagnostics to rec; labels are the batch's
+// ground truth.
+func (r *Runner) diagnose(rec *BatchRecord, res *tta.Result, labels []int) error {
 	f := res.Features
 	if f == nil {
 		return nil
@@ -533,6 +549,17 @@ func (r *Runner) diagnose(rec *BatchRecord, res *tta.Result) error {
 		}
 		m := mean(pc)
 		rec.PredictedClassCosine = &m
+		tc, err := feature.PredictedClassCosine(f, r.Config.Head, labels)
+		if err != nil {
+			return err
+		}
+		mt := mean(tc)
+		rec.TrueClassCosine = &mt
+		correct := make([]bool, len(labels))
+		for i, y := range labels {
+			correct[i] = res.Preds[i] == y
+		}
+		rec.SampleCosines = &SampleCosines{Predicted: pc, True: tc, Correct: correct}
 	}
 	return nil
 }
