@@ -221,10 +221,10 @@ func waitFor(t *testing.T, limit time.Duration, what string, ok func() bool, mor
 }
 
 // perProcessFields are the fields of a results.jsonl record that measure
-// the process that computed it, not the result: its wall time, its rate
-// and when it finished. Every other field must be the same bits whether a
-// record comes from a shard or from one process.
-var perProcessFields = []string{"seconds", "images_per_second", "finished"}
+// the process that computed it, not the result: its wall time, its rate,
+// its time per batch phase and when it finished. Every other field must be
+// the same bits whether a record comes from a shard or from one process.
+var perProcessFields = []string{"seconds", "images_per_second", "batch_seconds", "finished"}
 
 // readResultLines returns the records of a results.jsonl without the
 // per-process fields, each as canonical JSON (numbers as written).
