@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -404,7 +405,10 @@ func TestPullUsesHFCache(t *testing.T) {
 }
 
 // TestPullNoNetwork: with nothing listening, Pull gives up within 10 s
-// under DefaultRetry, with a one-line error.
+// under DefaultRetry, with a one-line error, after retrying: at least four
+// tries, so at least the three shortest waits between them (0.5 s, 1 s and
+// 2 s less the backoff's 50% jitter: 1.75 s). It may stop before the fifth
+// try when the next wait would run past the 8 s stall limit.
 func TestPullNoNetwork(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -415,7 +419,14 @@ func TestPullNoNetwork(t *testing.T) {
 	start := time.Now()
 	_, err = (&Hub{BaseURL: "http://" + addr}).Pull(context.Background(), "org/gated", gatedFile, t.TempDir(), nil)
 	d := time.Since(start)
-	if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "gave up after") || d > 10*time.Second || d < 3*time.Second {
-		t.Errorf("after %v: %v; want one line giving up after retries, in 3 to 10 s", d, err)
+	if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "gave up after") || d > 10*time.Second || d < 1750*time.Millisecond {
+		t.Errorf("after %v: %v; want one line giving up after retries, in 1.75 to 10 s", d, err)
+	}
+	var tries int
+	if err != nil {
+		fmt.Sscanf(err.Error()[strings.LastIndex(err.Error(), "gave up after"):], "gave up after %d tries", &tries)
+	}
+	if tries < 4 {
+		t.Errorf("%v: want at least 4 tries", err)
 	}
 }
