@@ -120,7 +120,10 @@ func LowPrecisionBlocks(blocks []*BlockParams, params []Named, prec kernel.Preci
 // LowPrecisionCopy returns a layer that shares p's weight and bias and runs
 // in prec (SetPrecision) where p runs in float32.
 func (p *LinearParams) LowPrecisionCopy(prec kernel.Precision, name string) (*LinearParams, error) {
-	c := &LinearParams{Weight: p.Weight, Bias: p.Bias}
+	// The copy keeps p's packed float32 weight (kept packs are shared under
+	// their lock): a pass that packs before it knows it runs in prec (the
+	// patch projection) then reads the kept pack instead of packing again.
+	c := &LinearParams{Weight: p.Weight, Bias: p.Bias, packs: p.packs}
 	if err := c.SetPrecision(prec, name); err != nil {
 		return nil, err
 	}

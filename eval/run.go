@@ -190,6 +190,7 @@ type evaluation struct {
 	pre   *data.Preprocessor
 	tok   textenc.Tokenizer
 	src   *source
+	order []int // --order's stream order, nil for the shuffle
 
 	// The results folder (lockResults, readResults).
 	lock        *dirlock.Lock
@@ -236,7 +237,7 @@ func (e *evaluation) openInputs() error {
 			return fmt.Errorf("eval: %w", err)
 		}
 	}
-	if _, err := cfg.readOrder(); err != nil {
+	if e.order, err = cfg.readOrder(); err != nil {
 		return err
 	}
 	if e.src, err = openSourceFor(cfg, e.model.Classes); err != nil {
@@ -509,11 +510,7 @@ func (e *evaluation) runMethod(name string) error {
 		e.logf("%s: no subspace diagnostics: %v", name, err)
 		text = nil
 	}
-	order, err := e.cfg.readOrder()
-	if err != nil {
-		return err
-	}
-	mr := &methodRun{cfg: e.cfg, preset: p, order: order, method: method, text: text, head: head, domains: e.domains, build: report.CurrentEnvironment().Build,
+	mr := &methodRun{cfg: e.cfg, preset: p, order: e.order, method: method, text: text, head: head, domains: e.domains, build: report.CurrentEnvironment().Build,
 		todo: e.todo[name], units: units, done: e.done, opt: e.opt, progress: &e.progress, ctx: e.ctx, sum: e.sum, logf: e.logf}
 	err = mr.run()
 	// Leave the model as it was loaded for the next method.

@@ -37,6 +37,10 @@ type keyEntry struct {
 	name   string
 }
 
+// owner is the key's name for the streams it owns and for its limits: its
+// digest in hex.
+func (e keyEntry) owner() string { return hex.EncodeToString(e.digest[:]) }
+
 // keySet is the keys of one reading of a key file.
 type keySet struct {
 	entries []keyEntry
@@ -213,7 +217,7 @@ func (s *Server) authenticate(r *http.Request, endpoint string) (client, *httpEr
 		if e, ok := kr.match(tok); ok {
 			c := client{name: e.name}
 			if kr == s.clientKeys {
-				c.owner = hex.EncodeToString(e.digest[:])
+				c.owner = e.owner()
 			}
 			return c, nil
 		}

@@ -1,7 +1,6 @@
 package serve
 
 import (
-	"fmt"
 	"math"
 	"net/http"
 	"strconv"
@@ -80,7 +79,7 @@ func (l *keyLimits) prune(kr *keyring) {
 	}
 	held := map[string]bool{}
 	for _, e := range kr.keys.Load().entries {
-		held[fmt.Sprintf("%x", e.digest)] = true
+		held[e.owner()] = true
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sort"
 	"sync"
+
+	"github.com/subtta/subtta/data"
 )
 
 // Errors of the registry, for errors.Is.
@@ -118,7 +120,13 @@ var PresetDatasets = []string{"imagenet-c", "cifar10-c", "cifar100-c"}
 // VariantDatasets are datasets without presets of their own that take
 // another's: ImageNet-R, ImageNet-A and ImageNet-Sketch ("imagenet-k", the
 // paper's ImageNet-K) take ImageNet-C's, as the paper runs them.
-var VariantDatasets = map[string]string{"imagenet-r": "imagenet-c", "imagenet-a": "imagenet-c", "imagenet-k": "imagenet-c"}
+var VariantDatasets = func() map[string]string {
+	m := map[string]string{}
+	for _, d := range data.ImageNetVariants {
+		m[d] = "imagenet-c"
+	}
+	return m
+}()
 
 // PresetDataset returns the dataset whose presets dataset takes: itself,
 // or for a variant (VariantDatasets) the one it follows.

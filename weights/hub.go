@@ -190,22 +190,22 @@ func checkRelPath(p string) error {
 // the expected one.
 var ErrChecksum = errors.New("SHA-256 mismatch")
 
+// hasSHA256 reports whether the file at path has the SHA-256 want.
+func hasSHA256(path, want string) bool {
+	got, err := fileSHA256(path)
+	return err == nil && got == want
+}
+
 func (h *Hub) pullOne(ctx context.Context, repo string, f RemoteFile, dst string, progress func(Progress)) (string, error) {
 	want := strings.ToLower(f.SHA256)
-	if _, err := os.Stat(dst); err == nil {
-		if want == "" {
-			report(progress, Progress{File: f.Name, Done: -1, Total: -1, Skipped: true})
-			return dst, nil
+	// A cached copy (ours, else the Hugging Face cache's) serves when no
+	// checksum is asked for, or when it has the one asked for; a stale or
+	// corrupt one is fetched again.
+	for _, p := range []string{dst, h.hfCached(repo, f.Name)} {
+		if p == "" {
+			continue
 		}
-		got, err := fileSHA256(dst)
-		if err == nil && got == want {
-			report(progress, Progress{File: f.Name, Done: -1, Total: -1, Skipped: true})
-			return dst, nil
-		}
-		// A stale or corrupt cached copy: fetch it again.
-	}
-	if p := h.hfCached(repo, f.Name); p != "" {
-		if got, err := fileSHA256(p); want == "" || (err == nil && got == want) {
+		if _, err := os.Stat(p); err == nil && (want == "" || hasSHA256(p, want)) {
 			report(progress, Progress{File: f.Name, Done: -1, Total: -1, Skipped: true})
 			return p, nil
 		}

@@ -25,8 +25,8 @@ func gemmInt8AVX2(kg int, a *uint8, lda int, b *int8, c *float32, ldc int, rowSc
 func toBF16AVX512(dst *uint16, x *float32, n int)
 
 // haveQuantizeAVX512 reports whether the activations' quantisation can run
-// its AVX-512 loops (with the int8 VNNI kernel only, so that selecting the
-// Go kernel runs Go throughout).
+// its AVX-512 loops: with any assembly kernel (the AVX2 int8 kernel's too,
+// on a CPU that has AVX-512); selecting the Go kernel runs Go throughout.
 var haveQuantizeAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW
 
 // toBF16Row writes ToBF16(x[i]) to dst[i], with VCVTNEPS2BF16 for whole

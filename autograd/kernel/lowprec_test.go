@@ -9,16 +9,16 @@ import (
 )
 
 // lowShapes are products of odd shapes: M, N and K not multiples of the
-// 8×32 tile or of the k groups (4 for int8, 2 for bf16), K = 1, one row,
+// 12×32 tile (but for two that end on it) or of the k groups (4 for int8, 2 for bf16), K = 1, one row,
 // one column, and a ViT-like width.
 var lowShapes = []struct{ m, n, k int }{
 	{1, 1, 1},
 	{1, 33, 7},
 	{7, 33, 5},
-	{8, 32, 4},
+	{12, 32, 4},
 	{9, 31, 3},
 	{17, 65, 1},
-	{16, 64, 2},
+	{24, 64, 2},
 	{100, 70, 129},
 	{3, 100, 770},
 	{41, 96, 768},

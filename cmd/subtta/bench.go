@@ -202,16 +202,11 @@ func benchCases(cfg *weights.CLIPConfig, m *vit.Model, batch, classes int, prec 
 	for i := range grad {
 		grad[i] = float32(r.NormFloat64())
 	}
-	current := kernel.FP32
-	use := func(p kernel.Precision) error {
-		if p == current {
+	use := func(p kernel.Precision) error { // converting takes time: only when it changes
+		if p == m.Precision() {
 			return nil
 		}
-		if err := m.SetPrecision(p); err != nil {
-			return err
-		}
-		current = p
-		return nil
+		return m.SetPrecision(p)
 	}
 	forwardIn := func(p kernel.Precision) func() error {
 		return func() error {

@@ -418,7 +418,7 @@ func runEvalMerge(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if fs.NArg() < 2 {
-		return usagef("eval merge: want OUT and at least one shard folder")
+		return usagef("want OUT and at least one shard folder")
 	}
 	sum, err := eval.Merge(fs.Arg(0), fs.Args()[1:], eval.MergeOptions{Plot: *plot, Log: lineWriter{stderr, new(*progressBar)}})
 	if err != nil {

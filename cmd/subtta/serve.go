@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,7 +20,6 @@ import (
 
 	"github.com/subtta/subtta/builtin"
 	"github.com/subtta/subtta/data"
-	"github.com/subtta/subtta/eval"
 	"github.com/subtta/subtta/serve"
 	"github.com/subtta/subtta/tta"
 )
@@ -179,13 +177,9 @@ func serveMain(ctx context.Context, args []string, stderr io.Writer, ready func(
 	if len(templates) == 0 && len(b.Model.Templates) > 0 {
 		templates = b.Model.Templates
 	}
-	version := "built-in, sha256 " + builtin.ModelSHA256()[:16] // as eval names it
-	if !isBuiltin(*model) {
-		fp, err := eval.ModelFingerprint(*model)
-		if err != nil {
-			return err
-		}
-		version = filepath.Base(filepath.Clean(*model)) + " " + fp
+	version, err := modelIdentity(*model) // as eval names it
+	if err != nil {
+		return err
 	}
 	tok, err := b.Tokenizer()
 	if err != nil {
