@@ -3,6 +3,7 @@
 package vit
 
 import (
+	"cmp"
 	"math/rand/v2"
 	"syscall"
 	"testing"
@@ -22,7 +23,9 @@ func processCPU() float64 {
 
 // BenchmarkForwardPrecision times the ViT-B/32 forward pass (random
 // weights, batch 64) in each precision this CPU has kernels for, and fp32
-// and int8 on the AVX2 kernels alone (avx2/…). Besides
+// and int8 on the AVX2 kernels alone (avx2/…), as on a CPU without
+// AVX-512, and int8 on the AVX-VNNI kernel where the CPU has it
+// (avxvnni/int8, fp32 on AVX2 beside it). Besides
 // wall time it reports the process's CPU seconds per pass (cpu-s/op),
 // which neighbours on a shared machine disturb far less: compare those
 // across precisions when the machine is busy.
@@ -43,10 +46,11 @@ func BenchmarkForwardPrecision(b *testing.B) {
 	type run struct {
 		name string
 		prec kernel.Precision
-		avx2 bool // the AVX2 kernels (fp32 and int8), as on a CPU without AVX-512
+		avx2 bool   // the AVX2 kernels (fp32 and int8), as on a CPU without AVX-512
+		int8 string // with avx2: the int8 kernel (avx2, or avxvnni on a CPU with AVX-VNNI)
 	}
-	runs := []run{{"fp32", kernel.FP32, false}, {"bf16", kernel.BF16, false}, {"int8", kernel.Int8, false},
-		{"avx2/fp32", kernel.FP32, true}, {"avx2/int8", kernel.Int8, true}}
+	runs := []run{{"fp32", kernel.FP32, false, ""}, {"bf16", kernel.BF16, false, ""}, {"int8", kernel.Int8, false, ""},
+		{"avx2/fp32", kernel.FP32, true, ""}, {"avx2/int8", kernel.Int8, true, "avx2"}, {"avxvnni/int8", kernel.Int8, true, "avxvnni"}}
 	for _, c := range runs {
 		prec := c.prec
 		b.Run(c.name, func(b *testing.B) {
@@ -59,7 +63,7 @@ func BenchmarkForwardPrecision(b *testing.B) {
 					b.Skip(err)
 				}
 				defer kernel.SetKernel(prev)
-				prev8, err := kernel.SetInt8Kernel("avx2")
+				prev8, err := kernel.SetInt8Kernel(cmp.Or(c.int8, "avx2"))
 				if err != nil {
 					b.Skip(err)
 				}

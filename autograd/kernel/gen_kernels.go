@@ -45,7 +45,7 @@ func main() {
 		os.Exit(1)
 	}
 	lp := header + genLowPrec(lowSpec{"gemmInt8VNNI", 12, true}) + "\n" + genLowPrec(lowSpec{"gemmBF16AVX512", 12, false}) + "\n" + genQuantize()
-	if err := os.WriteFile("lowprec_avx2_amd64.s", []byte(header+genInt8AVX2()), 0o644); err != nil {
+	if err := os.WriteFile("lowprec_avx2_amd64.s", []byte(header+genInt8AVX2(false)+"\n"+genInt8AVX2(true)), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -849,25 +849,39 @@ func vdpbf16ps(dst, src2, src3 int) string {
 // activations are quantised to 7 bits (0…127) for this kernel, so a pair is
 // at most 2·127·127 = 32258 and never saturates. VPMADDWD by ones widens
 // the pairs' sums to int32, exactly VPDPBUSD's sum of four.
-func genInt8AVX2() string {
+//
+// With vnni set it writes gemmInt8AVXVNNI instead, for CPUs with AVX-VNNI
+// (the VEX-encoded, 256-bit VPDPBUSD) but no AVX512-VNNI: the same tile,
+// layouts and epilogue, with one VPDPBUSD per row and column vector summing
+// the four u8·s8 products into int32 without an int16 step, so the
+// activations keep all 8 bits, as for gemmInt8VNNI. The three rows' A
+// values are broadcast into Y12–Y14 and each column vector of B is loaded
+// into Y15 once per group.
+func genInt8AVX2(vnni bool) string {
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
 	const mr = 3
 	acc := func(r, v int) string { return fmt.Sprintf("Y%d", 4*r+v) }
 	aAt := func(r int) string { return rowOf3(r, 0, []string{"SI"}, "R12") }
 	cAt := func(r, v int) string { return rowOf3(r, v*32, []string{"DI"}, "R9") }
-	w("// func gemmInt8AVX2(kg int, a *uint8, lda int, b *int8, c *float32, ldc int, rowScale *float32, rowZero *int32, colSum *int32, colScale *float32, bias *float32, tiles int)")
+	name := "gemmInt8AVX2"
+	if vnni {
+		name = "gemmInt8AVXVNNI"
+	}
+	w("// func %s(kg int, a *uint8, lda int, b *int8, c *float32, ldc int, rowScale *float32, rowZero *int32, colSum *int32, colScale *float32, bias *float32, tiles int)", name)
 	w("// For each of tiles (≥ 1) tiles of C[3×32], the next 3 rows down each time;")
 	w("// see genInt8AVX2 in gen_kernels.go.")
-	w("TEXT ·gemmInt8AVX2(SB), NOSPLIT, $0-96")
+	w("TEXT ·%s(SB), NOSPLIT, $0-96", name)
 	w("\tMOVQ ldc+40(FP), R9")
 	w("\tSHLQ $2, R9")
 	w("\tMOVQ lda+16(FP), R12")
 	w("\tMOVQ a+8(FP), R8")
 	w("\tMOVQ c+32(FP), DI")
 	w("\tMOVQ tiles+88(FP), BX")
-	w("\tVPCMPEQW Y14, Y14, Y14")
-	w("\tVPSRLW $15, Y14, Y14") // int16 ones
+	if !vnni {
+		w("\tVPCMPEQW Y14, Y14, Y14")
+		w("\tVPSRLW $15, Y14, Y14") // int16 ones
+	}
 	w("tileloop:")
 	w("\tMOVQ kg+0(FP), CX")
 	w("\tMOVQ R8, SI")
@@ -878,12 +892,24 @@ func genInt8AVX2() string {
 		}
 	}
 	w("loop:")
-	for r := 0; r < mr; r++ {
-		w("\tVPBROADCASTD %s, Y12", aAt(r))
+	if vnni {
+		for r := 0; r < mr; r++ {
+			w("\tVPBROADCASTD %s, Y%d", aAt(r), 12+r)
+		}
 		for v := 0; v < 4; v++ {
-			w("\tVPMADDUBSW %d(DX), Y12, Y13", 32*v)
-			w("\tVPMADDWD Y14, Y13, Y13")
-			w("\tVPADDD Y13, %s, %s", acc(r, v), acc(r, v))
+			w("\tVMOVDQU %d(DX), Y15", 32*v)
+			for r := 0; r < mr; r++ {
+				w("\t%s", vpdpbusdVEX(4*r+v, 12+r, 15))
+			}
+		}
+	} else {
+		for r := 0; r < mr; r++ {
+			w("\tVPBROADCASTD %s, Y12", aAt(r))
+			for v := 0; v < 4; v++ {
+				w("\tVPMADDUBSW %d(DX), Y12, Y13", 32*v)
+				w("\tVPMADDWD Y14, Y13, Y13")
+				w("\tVPADDD Y13, %s, %s", acc(r, v), acc(r, v))
+			}
 		}
 	}
 	w("\tADDQ $4, SI")
@@ -920,4 +946,18 @@ func genInt8AVX2() string {
 	w("\tVZEROUPPER")
 	w("\tRET")
 	return b.String()
+}
+
+// vpdpbusdVEX encodes the AVX-VNNI VPDPBUSD ymm(dst), ymm(src1), ymm(src2)
+// (Intel operand order: dst += Σ of four u8 of src1 · s8 of src2 per int32
+// lane), registers 0…15, as VEX bytes, which Go's assembler does not emit
+// (its VPDPBUSD is the EVEX form of AVX512-VNNI): C4, R̄ X̄ B̄ and map 0F38,
+// W0 v̄ L1 pp 66, opcode 50, ModRM (11, dst, src2).
+func vpdpbusdVEX(dst, src1, src2 int) string {
+	inv := func(x, bit int) int { return ^(x >> bit) & 1 }
+	b1 := inv(dst, 3)<<7 | 1<<6 | inv(src2, 3)<<5 | 0x02
+	b2 := (^src1&15)<<3 | 1<<2 | 0x01
+	modrm := 0xC0 | (dst&7)<<3 | src2&7
+	return fmt.Sprintf("BYTE $0xc4; BYTE $0x%02x; BYTE $0x%02x; BYTE $0x50; BYTE $0x%02x // VPDPBUSD Y%d, Y%d, Y%d (VEX)",
+		b1, b2, modrm, src2, src1, dst)
 }

@@ -403,9 +403,9 @@ func roundA(m, k int, x []float32, lda int) *packedA {
 // (leading dimension lda) and the quantised weight q (C [m, q.N], leading
 // dimension ldc, overwritten): y = x·Wᵀ + b of a linear layer. bias may be
 // nil. Each row of A is quantised to u8 with its own scale and zero point,
-// to 256 levels for the AVX512-VNNI kernel and the Go reference, to 128 for
-// the AVX2 kernel (see quantizeRowU8): the two give different results, each
-// the same bits at any thread count.
+// to 256 levels for the AVX512-VNNI and AVX-VNNI kernels and the Go
+// reference, to 128 for the AVX2 kernel (see quantizeRowU8): the two give
+// different results, each the same bits at any thread count.
 func GemmInt8(m int, a []float32, lda int, q *Int8Weight, bias, c []float32, ldc int) {
 	if m == 0 {
 		return

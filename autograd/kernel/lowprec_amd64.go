@@ -22,6 +22,9 @@ func quantizeU8AVX512(dst *uint8, x *float32, n int, inv float32, zero, levels i
 func gemmInt8AVX2(kg int, a *uint8, lda int, b *int8, c *float32, ldc int, rowScale *float32, rowZero *int32, colSum *int32, colScale *float32, bias *float32, tiles int)
 
 //go:noescape
+func gemmInt8AVXVNNI(kg int, a *uint8, lda int, b *int8, c *float32, ldc int, rowScale *float32, rowZero *int32, colSum *int32, colScale *float32, bias *float32, tiles int)
+
+//go:noescape
 func toBF16AVX512(dst *uint16, x *float32, n int)
 
 // haveQuantizeAVX512 reports whether the activations' quantisation can run
@@ -47,6 +50,7 @@ func toBF16Row(dst []uint16, x []float32, asm bool) {
 
 var (
 	vnniKernel       = lowKernel{name: "avx512vnni", mr: lowMR, levels: 255}
+	avxVNNIKernel    = lowKernel{name: "avxvnni", mr: 3, levels: 255}
 	avx2Int8Kernel   = lowKernel{name: "avx2", mr: 3, levels: 127}
 	avx512BF16Kernel = lowKernel{name: "avx512bf16", mr: lowMR}
 )
@@ -55,6 +59,9 @@ func int8Available() []lowKernel {
 	var ks []lowKernel
 	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512VNNI {
 		ks = append(ks, vnniKernel)
+	}
+	if cpu.X86.HasAVX2 && cpu.X86.HasAVXVNNI {
+		ks = append(ks, avxVNNIKernel)
 	}
 	if cpu.X86.HasAVX2 {
 		ks = append(ks, avx2Int8Kernel)
@@ -72,9 +79,14 @@ func bf16Available() []lowKernel {
 // int8TileAsm and bf16TileAsm call the assembly; int8Tile and bf16Tile have
 // checked the bounds.
 func int8TileAsm(kern lowKernel, groups int, a []uint8, lda int, b []int8, c []float32, ldc int, scale []float32, zero []int32, colSum []int32, colScale, bias []float32, tiles int) {
-	if kern.name == avx2Int8Kernel.name {
-		// lowMR rows are lowMR/3 tiles of this kernel's 3.
-		gemmInt8AVX2(groups, unsafe.SliceData(a), lda, unsafe.SliceData(b), unsafe.SliceData(c), ldc,
+	switch kern.name {
+	case avx2Int8Kernel.name, avxVNNIKernel.name:
+		// lowMR rows are lowMR/3 tiles of these kernels' 3.
+		f := gemmInt8AVX2
+		if kern.name == avxVNNIKernel.name {
+			f = gemmInt8AVXVNNI
+		}
+		f(groups, unsafe.SliceData(a), lda, unsafe.SliceData(b), unsafe.SliceData(c), ldc,
 			unsafe.SliceData(scale), unsafe.SliceData(zero), unsafe.SliceData(colSum), unsafe.SliceData(colScale), unsafe.SliceData(bias), checkTiles(tiles)*(lowMR/3))
 		return
 	}

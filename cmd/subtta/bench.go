@@ -95,45 +95,78 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	if cpu := report.CurrentEnvironment().CPU; cpu != "" {
 		where = cpu + ", " + where
 	}
+	stopProfile := func() {}
 	dev := autograd.CurrentDevice()
 	if dev != nil {
 		where = "on " + dev.Name()
 	}
 	fmt.Fprintf(stdout, "%s, batch %d, %s\n", name, *batch, where)
 	profiling := false
-	var fp32Forward float64 // images/s of the fp32 forward pass
-	for _, b := range cases {
-		if len(selected) > 0 && !selected[b.key] {
-			continue
+	startProfile := func() error {
+		if *cpuProfile == "" || profiling {
+			return nil
 		}
-		if err := b.run(); err != nil { // warm-up: packs weights, fills pools
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
 			return err
 		}
-		if *cpuProfile != "" && !profiling {
-			f, err := os.Create(*cpuProfile)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			if err := pprof.StartCPUProfile(f); err != nil {
-				return fmt.Errorf("bench: --cpuprofile: %w", err)
-			}
-			defer pprof.StopCPUProfile()
-			profiling = true
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return fmt.Errorf("bench: --cpuprofile: %w", err)
+		}
+		profiling = true
+		stopProfile = func() { pprof.StopCPUProfile(); f.Close() }
+		return nil
+	}
+	defer func() { stopProfile() }()
+	for i := 0; i < len(cases); i++ {
+		b := cases[i]
+		if len(selected) > 0 && !selected[b.key] {
+			continue
 		}
 		images := *batch
 		if b.images > 0 {
 			images = b.images
 		}
-		ips, err := b.time(stdout, images, *reps, dev != nil)
-		if err != nil {
+		// The fp32 forward pass and its reduced-precision twin are timed in
+		// pairs, back to back, so that both see the same minutes of the
+		// machine; the ratio is the median of the pairs' ratios.
+		var twin *benchCase
+		if b.key == "forward" && b.prec == kernel.FP32 && i+1 < len(cases) && cases[i+1].key == "forward" {
+			twin = &cases[i+1]
+			i++
+		}
+		group := []benchCase{b}
+		if twin != nil {
+			group = append(group, *twin)
+		}
+		for _, c := range group {
+			if err := c.warmUp(); err != nil { // packs weights, fills pools
+				return err
+			}
+		}
+		if err := startProfile(); err != nil {
 			return err
 		}
-		switch {
-		case b.key == "forward" && b.prec == kernel.FP32:
-			fp32Forward = ips
-		case b.prec != kernel.FP32 && fp32Forward > 0:
-			fmt.Fprintf(stdout, "%-40s = %.2f× the fp32 forward pass above (GFLOP/s counts the same products as fp32)\n", "", ips/fp32Forward)
+		samples := make([][]benchSample, len(group))
+		for range *reps {
+			for j, c := range group {
+				x, err := c.sample(dev != nil)
+				if err != nil {
+					return err
+				}
+				samples[j] = append(samples[j], x)
+			}
+		}
+		for j, c := range group {
+			c.report(stdout, images, samples[j], dev != nil)
+		}
+		if twin != nil {
+			ratios := make([]float64, *reps)
+			for r := range ratios {
+				ratios[r] = samples[0][r].seconds / samples[1][r].seconds
+			}
+			fmt.Fprintf(stdout, "%-40s = %.2f× the fp32 forward pass above (median of %d ratios of passes timed back to back; GFLOP/s counts the same products as fp32)\n", "", median(ratios), len(ratios))
 		}
 	}
 	fmt.Fprintf(stdout, "peak resident memory: %s\n", peakRSS())
@@ -170,9 +203,11 @@ func benchModel(path, configPath, arch string, stderr io.Writer) (string, *weigh
 	return name, cm.Config, cm.Vision, nil
 }
 
-// benchCase is one measurement: run does the work on one batch.
+// benchCase is one measurement: run does the work on one batch, after
+// prepare (untimed; nil for none) has set the model up for it.
 type benchCase struct {
 	key, name string
+	prepare   func() error
 	run       func() error
 	flops     float64          // GEMM flops per image
 	images    int              // images per run, when not the batch size
@@ -208,20 +243,13 @@ func benchCases(cfg *weights.CLIPConfig, m *vit.Model, batch, classes int, prec 
 		}
 		return m.SetPrecision(p)
 	}
-	forwardIn := func(p kernel.Precision) func() error {
-		return func() error {
-			if err := use(p); err != nil {
-				return err
-			}
-			m.SetTrainable(false)
-			m.Forward(images, nil)
-			return nil
-		}
+	in := func(p kernel.Precision) func() error { return func() error { return use(p) } }
+	forward := func() error {
+		m.SetTrainable(false)
+		m.Forward(images, nil)
+		return nil
 	}
 	backward := func() error {
-		if err := use(kernel.FP32); err != nil {
-			return err
-		}
 		m.SetTrainable(true)
 		defer m.SetTrainable(false)
 		f := m.Forward(images, nil)
@@ -245,25 +273,40 @@ func benchCases(cfg *weights.CLIPConfig, m *vit.Model, batch, classes int, prec 
 		return nil, err
 	}
 	subtta := func() error {
-		if err := use(kernel.FP32); err != nil {
-			return err
-		}
 		_, err := method.Step(px, batch)
 		return err
 	}
 	perImage := imageFlops(v)
-	cases := []benchCase{{key: "forward", name: "forward", run: forwardIn(kernel.FP32), flops: perImage}}
+	fp32 := in(kernel.FP32)
+	cases := []benchCase{{key: "forward", name: "forward", prepare: fp32, run: forward, flops: perImage}}
 	if prec != kernel.FP32 {
-		cases = append(cases, benchCase{key: "forward", name: "forward, " + prec.String(), run: forwardIn(prec), flops: perImage, prec: prec})
+		cases = append(cases, benchCase{key: "forward", name: "forward, " + prec.String(), prepare: in(prec), run: forward, flops: perImage, prec: prec})
 	}
 	return append(cases,
-		benchCase{key: "backward", name: "forward+backward (LayerNorm gradients)", run: backward, flops: 2 * perImage},
-		benchCase{key: "subtta", name: "SubTTA-MINT step (ImageNet-C preset)", run: subtta, flops: 5 * perImage},
+		benchCase{key: "backward", name: "forward+backward (LayerNorm gradients)", prepare: fp32, run: backward, flops: 2 * perImage},
+		benchCase{key: "subtta", name: "SubTTA-MINT step (ImageNet-C preset)", prepare: fp32, run: subtta, flops: 5 * perImage},
 	), nil
 }
 
-// time runs b reps times on batches of batch images and prints the median
-// rate with what it is a fraction of.
+// benchSample is one timed repetition of a benchCase.
+type benchSample struct {
+	seconds    float64 // wall time of the run
+	peak, kern float64 // the FMA peak and the micro-kernel's rate measured just before, GFLOP/s (0 on a device)
+	idle       float64 // share of the time the cores sat idle
+}
+
+// warmUp prepares b and runs it once untimed: it packs weights and fills
+// the pools.
+func (b benchCase) warmUp() error {
+	if b.prepare != nil {
+		if err := b.prepare(); err != nil {
+			return err
+		}
+	}
+	return b.run()
+}
+
+// sample prepares b (untimed) and times one run.
 //
 // The FMA ceiling is measured before every repetition: on a shared machine
 // it moves, and the efficiency is only honest against the ceiling of the
@@ -279,36 +322,51 @@ func benchCases(cfg *weights.CLIPConfig, m *vit.Model, batch, classes int, prec 
 // time)) shows waits at the ends of parallel sections and serial code. It
 // moves with the neighbours too: a core they slow down makes the other wait
 // at every barrier.
-//
-// On a device (onDevice) the CPU's ceilings say nothing: only the rate is
-// printed.
-//
-// It returns the images per second. For a reduced precision, the fp32
-// kernel's ceilings say little: the caller prints the ratio to fp32.
-func (b benchCase) time(stdout io.Writer, batch, reps int, onDevice bool) (float64, error) {
-	haveCPU := cpuSeconds() >= 0
-	times, peaks, kerns, idle := make([]float64, reps), make([]float64, reps), make([]float64, reps), make([]float64, reps)
-	for i := range times {
-		if !onDevice {
-			peaks[i] = kernel.PeakGFLOPS(50 * time.Millisecond)
-			kerns[i] = kernel.KernelGFLOPS(50 * time.Millisecond)
-		}
-		cpu0, start := cpuSeconds(), time.Now()
-		if err := b.run(); err != nil {
-			return 0, err
-		}
-		times[i] = time.Since(start).Seconds()
-		if haveCPU {
-			idle[i] = 1 - (cpuSeconds()-cpu0)/(float64(kernel.Threads())*times[i])
+func (b benchCase) sample(onDevice bool) (benchSample, error) {
+	var x benchSample
+	if b.prepare != nil {
+		if err := b.prepare(); err != nil {
+			return x, err
 		}
 	}
-	med, peak, kern := median(times), median(peaks), median(kerns)
+	if !onDevice {
+		x.peak = kernel.PeakGFLOPS(50 * time.Millisecond)
+		x.kern = kernel.KernelGFLOPS(50 * time.Millisecond)
+	}
+	cpu0, start := cpuSeconds(), time.Now()
+	if err := b.run(); err != nil {
+		return x, err
+	}
+	x.seconds = time.Since(start).Seconds()
+	if cpu0 >= 0 {
+		x.idle = 1 - (cpuSeconds()-cpu0)/(float64(kernel.Threads())*x.seconds)
+	}
+	return x, nil
+}
+
+// report prints the median rate of b's samples on batches of batch images
+// with what it is a fraction of, and returns the images per second. On a
+// device (onDevice) the CPU's ceilings say nothing, and for a reduced
+// precision the fp32 kernel's ceilings say little (the caller prints the
+// ratio to fp32): only the rate is printed.
+func (b benchCase) report(stdout io.Writer, batch int, samples []benchSample, onDevice bool) float64 {
+	haveCPU := cpuSeconds() >= 0
+	pick := func(f func(benchSample) float64) float64 {
+		v := make([]float64, len(samples))
+		for i, x := range samples {
+			v[i] = f(x)
+		}
+		return median(v)
+	}
+	med := pick(func(x benchSample) float64 { return x.seconds })
+	peak := pick(func(x benchSample) float64 { return x.peak })
+	kern := pick(func(x benchSample) float64 { return x.kern })
 	ips := float64(batch) / med
 	rate := ips * b.flops / 1e9
 	fmt.Fprintf(stdout, "%-40s %7.2f images/s  (median of %d: %.2f s/batch, %.0f GFLOP/s)\n",
-		b.name, ips, reps, med, rate)
+		b.name, ips, len(samples), med, rate)
 	if onDevice || b.prec != kernel.FP32 {
-		return ips, nil
+		return ips
 	}
 	detail := fmt.Sprintf("= %.0f%% of the %s kernel's %.0f GFLOP/s", 100*rate/kern, kernel.Kernel(), kern)
 	if peak > 0 {
@@ -316,10 +374,10 @@ func (b benchCase) time(stdout io.Writer, batch, reps int, onDevice bool) (float
 	}
 	detail += " measured between repetitions"
 	if haveCPU {
-		detail += fmt.Sprintf("; cores idle %.1f%% of the time", 100*median(idle))
+		detail += fmt.Sprintf("; cores idle %.1f%% of the time", 100*pick(func(x benchSample) float64 { return x.idle }))
 	}
 	fmt.Fprintf(stdout, "%-40s %s\n", "", detail)
-	return ips, nil
+	return ips
 }
 
 // median returns the median of x (the upper one for an even count); it
@@ -391,12 +449,10 @@ func benchViewCase(name string, cfg *weights.CLIPConfig, m *vit.Model, classes i
 	for i := range px {
 		px[i] = float32(r.NormFloat64())
 	}
+	fp32 := func() error { return m.SetPrecision(kernel.FP32) } // as --precision's forward left it
 	run := func() error {
-		if err := m.SetPrecision(kernel.FP32); err != nil { // as --precision's forward left it
-			return err
-		}
 		_, err := mv.StepViews(px, 1, v)
 		return err
 	}
-	return benchCase{key: name, name: fmt.Sprintf("%s (%d views per image)", name, v), run: run, flops: float64(v) * imageFlops(cfg.Vision), images: 1}, nil
+	return benchCase{key: name, name: fmt.Sprintf("%s (%d views per image)", name, v), prepare: fp32, run: run, flops: float64(v) * imageFlops(cfg.Vision), images: 1}, nil
 }

@@ -8,7 +8,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/subtta/subtta/autograd/kernel"
@@ -105,5 +107,37 @@ func TestPrecisionClassify(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestBenchPairsPrecision: bench --precision times the fp32 forward pass
+// and its reduced-precision twin in pairs, and prints both rates and the
+// median of the pairs' ratios, which is near the ratio of the two rates (a
+// loose check that it is a ratio of these passes).
+func TestBenchPairsPrecision(t *testing.T) {
+	prec := kernel.Int8
+	if err := kernel.CheckPrecision(prec); err != nil {
+		t.Skip(err)
+	}
+	var out, errb bytes.Buffer
+	if st := run([]string{"bench", "--model", "default", "--batch", "2", "--reps", "3", "--precision", "int8", "--only", "forward"}, &out, &errb); st != 0 {
+		t.Fatalf("exit %d: %s", st, errb.String())
+	}
+	text := out.String()
+	re := regexp.MustCompile(`(?m)^forward +([0-9.]+) images/s.*\n.*\n^forward, int8 +([0-9.]+) images/s.*\n += ([0-9.]+)× the fp32 forward pass above \(median of 3 ratios`)
+	m := re.FindStringSubmatch(text)
+	if m == nil {
+		t.Fatalf("bench output lacks the paired fp32 and int8 lines:\n%s", text)
+	}
+	fp32, _ := strconv.ParseFloat(m[1], 64)
+	low, _ := strconv.ParseFloat(m[2], 64)
+	ratio, _ := strconv.ParseFloat(m[3], 64)
+	if fp32 <= 0 || low <= 0 || ratio <= 0 {
+		t.Fatalf("non-positive figures in:\n%s", text)
+	}
+	// The median of ratios and the ratio of medians differ, but not by
+	// more than the spread of three passes on a busy machine.
+	if q := ratio / (low / fp32); q < 0.5 || q > 2 {
+		t.Errorf("ratio %.2f far from the rates' %.2f:\n%s", ratio, low/fp32, text)
 	}
 }
