@@ -173,7 +173,9 @@ func TestConvertInt8(t *testing.T) {
 		// fl(fl(127·s)/127) = fl(s·(1+δ)), |δ| ≤ 2⁻²⁴: s itself or a
 		// neighbour, since s·2⁻²⁴ is under one ulp of s. A value
 		// fl(q·s)·127/fl(127·s) is q·(1+ε) with |ε| ≤ about 3·2⁻²⁴, and
-		// 127·3·2⁻²⁴ ≪ ½, so it rounds to q again.
+		// 127·3·2⁻²⁴ ≪ ½, so it rounds to q again. (Mostly s itself: when
+		// s = fl(m/127) for a float32 m, fl(127·s) is m again unless m
+		// is near a power of two.)
 		qw, err := kernel.QuantizeInt8(name, l.Data, rows, cols)
 		if err != nil {
 			t.Fatal(err)
