@@ -67,11 +67,11 @@ func Convert(src, dst string, opts ConvertOptions) (*CLIPConfig, error) {
 		}
 		meta["config"] = string(cj)
 	}
-	int8 := map[string]bool{}
+	quantised := map[string]bool{}
 	if dt == I8 {
 		meta["quantization"] = Int8Quantization
 		for _, name := range cfg.Int8Names() {
-			int8[name] = true
+			quantised[name] = true
 		}
 	}
 	var tensors []Tensor
@@ -80,7 +80,7 @@ func Convert(src, dst string, opts ConvertOptions) (*CLIPConfig, error) {
 		if err != nil {
 			return nil, err
 		}
-		if !int8[name] {
+		if !quantised[name] {
 			stored := dt
 			if dt == I8 {
 				stored = F32
