@@ -9,7 +9,10 @@ import (
 // ConvertOptions controls Convert.
 type ConvertOptions struct {
 	// DType stores every float tensor as F32 (the default when empty),
-	// F16, BF16 or F64.
+	// F16, BF16 or F64. I8 stores the weights --precision int8 runs in int8
+	// (CLIPConfig.Int8Names) quantised as it quantises them, each beside
+	// its float32 scales (see Int8ScaleSuffix), and every other tensor as
+	// F32.
 	DType DType
 	// Zstd compresses the output; it is also implied by a destination
 	// name ending in ".zst".
@@ -29,13 +32,21 @@ type ConvertOptions struct {
 // dst, like src, then leaves its readers to infer it again and say so.
 // dst is written atomically. It returns the configuration used, Inferred
 // when it was guessed.
+//
+// With DType I8 the weights of CLIPConfig.Int8Names are quantised by
+// kernel.QuantizeInt8Rows, the rule --precision int8 applies to them at
+// loading: loading dst (which dequantises them) and running it in int8
+// quantises them to the stored values again (a scale may come back one
+// float32 unit in the last place apart). The metadata's "quantization"
+// records the scheme (Int8Quantization). A NaN or an infinity in such a
+// weight is an error wrapping kernel.ErrNonFinite that names it.
 func Convert(src, dst string, opts ConvertOptions) (*CLIPConfig, error) {
 	dt := opts.DType
 	if dt == "" {
 		dt = F32
 	}
-	if !dt.IsFloat() {
-		return nil, fmt.Errorf("weights: convert: dtype %s is not a float type", dt)
+	if !dt.IsFloat() && dt != I8 {
+		return nil, fmt.Errorf("weights: convert: dtype %s is not a float type or I8", dt)
 	}
 	s, cfg, err := LoadCLIPWith(src, opts.Config)
 	if err != nil {
@@ -56,13 +67,32 @@ func Convert(src, dst string, opts ConvertOptions) (*CLIPConfig, error) {
 		}
 		meta["config"] = string(cj)
 	}
+	quantised := map[string]bool{}
+	if dt == I8 {
+		meta["quantization"] = Int8Quantization
+		for _, name := range cfg.Int8Names() {
+			quantised[name] = true
+		}
+	}
 	var tensors []Tensor
 	for _, name := range cfg.Names() {
 		p, err := s.Param(name)
 		if err != nil {
 			return nil, err
 		}
-		tensors = append(tensors, Tensor{Name: name, DType: dt, Shape: p.Shape, Data: p.Data})
+		if !quantised[name] {
+			stored := dt
+			if dt == I8 {
+				stored = F32
+			}
+			tensors = append(tensors, Tensor{Name: name, DType: stored, Shape: p.Shape, Data: p.Data})
+			continue
+		}
+		w, scale, err := quantizeInt8(p)
+		if err != nil {
+			return nil, fmt.Errorf("%w (in %s)", err, src)
+		}
+		tensors = append(tensors, w, scale)
 	}
 	if err := writeFile(dst, tensors, meta, opts.Zstd || filepath.Ext(dst) == ".zst"); err != nil {
 		return nil, err

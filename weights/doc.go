@@ -3,7 +3,7 @@
 //
 // Files:
 //   - safetensors: Open maps a file (mmap) and checks its header strictly:
-//     known dtypes (F64, F32, F16, BF16, I64, I32, U8), shapes that match
+//     known dtypes (F64, F32, F16, BF16, I64, I32, U8, I8), shapes that match
 //     their byte ranges, ranges that tile the data section with no overlap,
 //     gap or truncation, no duplicate names. Zstd-compressed files
 //     (.safetensors.zst) are decompressed into memory. Write, WriteZstd and
@@ -31,7 +31,13 @@
 // open_clip and OpenAI configurations; InferConfig reads one off the tensor
 // shapes; Validate checks a state against one. LoadCLIP does all of it:
 // load, rename, configure, validate. Convert writes any checkpoint as an
-// OpenAI-named safetensors file carrying its configuration.
+// OpenAI-named safetensors file carrying its configuration, its floats in
+// F32, F16 or BF16, or with I8 the weights --precision int8 quantises
+// (CLIPConfig.Int8Names) stored as it quantises them
+// (kernel.QuantizeInt8Rows): an I8 tensor beside its per-row float32
+// scales (Int8ScaleSuffix), about a quarter of their F32 size. Load
+// dequantises such weights to float32, q·scale, so that every reader takes
+// them; run in int8, they quantise to the stored values again.
 //
 // Hub.Pull downloads model files from the Hugging Face Hub into a cache,
 // verifying SHA-256 checksums and resuming interrupted downloads: a dropped

@@ -17,15 +17,29 @@ import (
 // Hugging Face layout (model.safetensors[.zst], a sharded
 // model.safetensors.index.json, or pytorch_model.bin / open_clip_pytorch_model.bin,
 // with config.json or open_clip_config.json beside it).
+//
+// Weights stored in int8 (an I8 tensor W beside its scales W.int8_scale,
+// as Convert writes with DType I8) are dequantised to float32, q·scale, and
+// their scale tensors dropped; an I8 tensor without valid scales, or scales
+// beside a weight that is not I8, is an error wrapping ErrInt8Scale.
 func Load(path string) (*State, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("weights: %w", err)
 	}
+	var s *State
 	if st.IsDir() {
-		return loadDir(path)
+		s, err = loadDir(path)
+	} else {
+		s, err = loadFile(path)
 	}
-	return loadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.dequantizeInt8(); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 func loadFile(path string) (*State, error) {
@@ -56,10 +70,14 @@ func loadBytes(path string, data []byte) (*State, error) {
 		return stateFromSafetensors(path, dec)
 	case bytes.HasPrefix(data, []byte("PK\x03\x04")) || bytes.HasPrefix(data, []byte("PK\x05\x06")):
 		return loadPyTorch(path, data)
+	case len(data) >= 9 && (data[8] == '{' || data[8] == ' '):
+		// Before the pickle test: a safetensors header length can start
+		// with the bytes of a pickle's protocol (0x180 bytes: 80 01 ...),
+		// while a legacy file's ninth byte is inside its pickled magic
+		// number.
+		return stateFromSafetensors(path, data)
 	case len(data) >= 2 && data[0] == 0x80 && data[1] <= 5:
 		return nil, fmt.Errorf("weights: %s: a legacy (pre-zip, torch < 1.6) PyTorch file; re-save it with a recent torch.save", path)
-	case len(data) >= 9 && (data[8] == '{' || data[8] == ' '):
-		return stateFromSafetensors(path, data)
 	}
 	return nil, fmt.Errorf("weights: %s: unrecognised file format (not safetensors, zstd or a PyTorch zip)", path)
 }
@@ -192,10 +210,14 @@ func LoadCLIPWith(path string, cfg *CLIPConfig) (*State, *CLIPConfig, error) {
 
 // LoadCLIPBytes is LoadCLIP for a file's contents held in memory (a
 // safetensors file, plain or zstd-compressed, or a PyTorch archive, such as
-// an embedded model); name identifies it in errors.
+// an embedded model; int8 weights dequantised as Load does); name
+// identifies it in errors.
 func LoadCLIPBytes(name string, data []byte) (*State, *CLIPConfig, error) {
 	raw, err := loadBytes(name, data)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := raw.dequantizeInt8(); err != nil {
 		return nil, nil, err
 	}
 	return clipState(name, raw, nil)

@@ -396,7 +396,7 @@ type storageClass struct {
 
 var storageDTypes = map[string]DType{
 	"FloatStorage": F32, "HalfStorage": F16, "BFloat16Storage": BF16, "DoubleStorage": F64,
-	"LongStorage": I64, "IntStorage": I32, "ByteStorage": U8, "BoolStorage": U8,
+	"LongStorage": I64, "IntStorage": I32, "ByteStorage": U8, "BoolStorage": U8, "CharStorage": I8,
 }
 
 // findClass resolves the globals a PyTorch pickle may name. Unknown classes

@@ -79,6 +79,8 @@ func smallArchive(t testing.TB) []byte {
 	p.tensor("HalfStorage", "1", 2, 0, []int{2}, []int{1}, seen)
 	p.str("module.bf") // bfloat16 scalar
 	p.tensor("BFloat16Storage", "2", 1, 0, []int{}, []int{}, seen)
+	p.str("module.q") // torch.int8, shape [3]
+	p.tensor("CharStorage", "3", 3, 0, []int{3}, []int{1}, seen)
 	p.str("module.param") // nn.Parameter: _rebuild_parameter(tensor, True, OrderedDict())
 	p.global("torch._utils", "_rebuild_parameter")
 	p.op('(')
@@ -99,6 +101,7 @@ func smallArchive(t testing.TB) []byte {
 		{"ckpt/data/0", f32bytes(f32)},
 		{"ckpt/data/1", half},
 		{"ckpt/data/2", bf},
+		{"ckpt/data/3", []byte{0x80, 0xff, 0x7f}},
 		{"ckpt/version", []byte("3\n")},
 	})
 }
@@ -118,6 +121,7 @@ func TestPyTorchLayouts(t *testing.T) {
 		{"b", F32, []int{3, 2}, []float32{6, 9, 7, 10, 8, 11}},
 		{"h", F16, []int{2}, []float32{1.5, -2}},
 		{"bf", BF16, []int{}, []float32{0.75}},
+		{"q", I8, []int{3}, []float32{-128, -1, 127}},
 		{"param", F32, []int{1}, []float32{11}},
 	}
 	if got := s.Names(); len(got) != len(want) {

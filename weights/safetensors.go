@@ -24,6 +24,9 @@ const (
 	I64  DType = "I64"
 	I32  DType = "I32"
 	U8   DType = "U8"
+	// I8 is a signed byte. This package reads an I8 tensor as a weight
+	// quantised per row, beside its scales (see Int8ScaleSuffix).
+	I8 DType = "I8"
 )
 
 // Size returns the size of one element in bytes, or 0 for an unknown type.
@@ -35,7 +38,7 @@ func (d DType) Size() int {
 		return 4
 	case F16, BF16:
 		return 2
-	case U8:
+	case U8, I8:
 		return 1
 	}
 	return 0
@@ -377,6 +380,10 @@ func decodeFloat32(dst []float32, dt DType, b []byte) error {
 		for i := range dst {
 			dst[i] = float32(b[i])
 		}
+	case I8:
+		for i := range dst {
+			dst[i] = float32(int8(b[i]))
+		}
 	default:
 		return fmt.Errorf("unsupported dtype %q", dt)
 	}
@@ -410,7 +417,7 @@ func (f *File) Float64(name string) ([]float64, []int, error) {
 	return out, shape, nil
 }
 
-// Int64 returns an integer tensor (I64, I32 or U8) as int64.
+// Int64 returns an integer tensor (I64, I32, U8 or I8) as int64.
 func (f *File) Int64(name string) ([]int64, []int, error) {
 	ti, b, err := f.Raw(name)
 	if err != nil {
@@ -429,6 +436,10 @@ func (f *File) Int64(name string) ([]int64, []int, error) {
 	case U8:
 		for i := range out {
 			out[i] = int64(b[i])
+		}
+	case I8:
+		for i := range out {
+			out[i] = int64(int8(b[i]))
 		}
 	default:
 		return nil, nil, fmt.Errorf("weights: %s: tensor %q: dtype %s is not an integer type", f.path, name, ti.DType)

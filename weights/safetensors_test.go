@@ -44,6 +44,7 @@ func testTensors() []Tensor {
 		{Name: "i64", Shape: []int{2}, Data: []int64{-1 << 60, 7}},
 		{Name: "i32", DType: I32, Shape: []int{1, 1, 2}, Data: []int32{-5, math.MaxInt32}},
 		{Name: "u8", DType: U8, Shape: []int{3}, Data: []uint8{0, 128, 255}},
+		{Name: "i8", DType: I8, Shape: []int{2, 2}, Data: []int8{-128, -1, 0, 127}},
 		{Name: "scalar", DType: F32, Shape: []int{}, Data: []float32{4.605170249938965}},
 		{Name: "empty", DType: F32, Shape: []int{0, 4}, Data: []float32{}},
 	}
@@ -68,6 +69,10 @@ func asFloat64(d any) []float64 {
 			out = append(out, float64(v))
 		}
 	case []uint8:
+		for _, v := range x {
+			out = append(out, float64(v))
+		}
+	case []int8:
 		for _, v := range x {
 			out = append(out, float64(v))
 		}

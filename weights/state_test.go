@@ -281,10 +281,44 @@ func TestLoadUnknownFormat(t *testing.T) {
 	if _, err := Load(p); err == nil || !strings.Contains(err.Error(), p) {
 		t.Errorf("unknown format: %v", err)
 	}
-	os.WriteFile(p, []byte{0x80, 2, 0x8a, 0x0a}, 0o644)
-	if _, err := Load(p); err == nil || !strings.Contains(err.Error(), "legacy") {
-		t.Errorf("legacy torch file: %v", err)
+	for _, legacy := range [][]byte{
+		{0x80, 2, 0x8a, 0x0a},
+		// The start of a real one: protocol 2, then the pickled magic
+		// number 0x1950a86a20f9469cfc6c.
+		{0x80, 2, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, 0x2e},
+	} {
+		os.WriteFile(p, legacy, 0o644)
+		if _, err := Load(p); err == nil || !strings.Contains(err.Error(), "legacy") {
+			t.Errorf("legacy torch file % x: %v", legacy, err)
+		}
 	}
+}
+
+// TestLoadHeaderLikePickle: a safetensors file whose header length starts
+// with the bytes of a pickle's protocol (0x180 = 80 01 00 ...) is read as
+// safetensors, not refused as a legacy PyTorch file.
+func TestLoadHeaderLikePickle(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "m.safetensors")
+	tensors := []Tensor{{Name: "x", Shape: []int{2}, Data: []float32{1, 2}}}
+	for pad := 0; pad < 512; pad++ {
+		meta := map[string]string{"pad": strings.Repeat("x", pad)}
+		if err := WriteFile(p, tensors, meta); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := os.ReadFile(p)
+		if b[0] != 0x80 || b[1] > 5 {
+			continue
+		}
+		s, err := Load(p)
+		if err != nil {
+			t.Fatalf("header of %#x bytes: %v", int(b[0])|int(b[1])<<8, err)
+		}
+		if x, err := s.Get("x", 2); err != nil || x[1] != 2 {
+			t.Fatalf("x = %v (%v)", x, err)
+		}
+		return
+	}
+	t.Fatal("no padding gave a header length starting 80 0x")
 }
 
 // TestOpenAIExtras: the settings OpenAI's TorchScript state dict carries

@@ -16,7 +16,7 @@ import (
 // Tensor is a named array to write to a safetensors file.
 //
 // Data holds the values in row-major order as one of []float32, []float64,
-// []int64, []int32 or []uint8. DType is the element type stored in the
+// []int64, []int32, []uint8 or []int8. DType is the element type stored in the
 // file: float data ([]float32, []float64) may be stored as F32, F64, F16 or
 // BF16 (rounded to nearest, ties to even); integer data must be stored as
 // its own type. An empty DType stores the data's own type.
@@ -40,8 +40,10 @@ func (t *Tensor) dataType() (DType, int, error) {
 		return I32, len(d), nil
 	case []uint8:
 		return U8, len(d), nil
+	case []int8:
+		return I8, len(d), nil
 	}
-	return "", 0, fmt.Errorf("data of type %T: want []float32, []float64, []int64, []int32 or []uint8", t.Data)
+	return "", 0, fmt.Errorf("data of type %T: want []float32, []float64, []int64, []int32, []uint8 or []int8", t.Data)
 }
 
 // check validates t and returns the stored dtype.
@@ -173,8 +175,15 @@ func writeData(w *bufio.Writer, buf []byte, dt DType, data any) error {
 			return err
 		}
 	}
-	if d, ok := data.([]uint8); ok {
+	switch d := data.(type) {
+	case []uint8:
 		_, err := w.Write(d)
+		return err
+	case []int8: // a byte each, two's complement: the encoding on every host
+		if len(d) == 0 {
+			return nil
+		}
+		_, err := w.Write(unsafe.Slice((*byte)(unsafe.Pointer(&d[0])), len(d)))
 		return err
 	}
 	size := dt.Size()

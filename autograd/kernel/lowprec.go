@@ -157,42 +157,71 @@ type Int8Weight struct {
 	scale  []float32 // Scale[j], padded with zeros
 }
 
-// QuantizeInt8 quantises w [n, k] (row j the weights of output j). name
-// names the tensor in the error returned when w holds NaN or ±Inf.
+// QuantizeInt8 quantises w [n, k] (row j the weights of output j) by
+// QuantizeInt8Rows and packs the result for the int8 kernels. name names the
+// tensor in the error returned when w holds NaN or ±Inf.
 func QuantizeInt8(name string, w []float32, n, k int) (*Int8Weight, error) {
 	if len(w) < n*k || n <= 0 || k <= 0 {
 		return nil, fmt.Errorf("kernel: QuantizeInt8 %s: %d values for [%d, %d]", name, len(w), n, k)
 	}
+	rows, scales, err := QuantizeInt8Rows(name, w, n, k)
+	if err != nil {
+		return nil, err
+	}
 	g := (k + 3) / 4
 	npad := (n + lowNR - 1) / lowNR * lowNR
 	q := &Int8Weight{N: n, K: k, groups: g, data: make([]int8, npad*g*4), colSum: make([]int32, npad), scale: make([]float32, npad)}
+	copy(q.scale, scales)
+	for j := 0; j < n; j++ {
+		panel := q.data[j/lowNR*g*lowNR*4:]
+		col := j % lowNR
+		var sum int32
+		for p, v := range rows[j*k : j*k+k] {
+			panel[(p/4*lowNR+col)*4+p%4] = v
+			sum += int32(v)
+		}
+		q.colSum[j] = sum
+	}
+	return q, nil
+}
+
+// QuantizeInt8Rows quantises w [n, k] (row j the weights of output j) to
+// signed 8 bits per row, symmetrically: with m the largest |w[j, p]| of row
+// j, computed in float64, Scale[j] = float32(m/127) and q[j, p] =
+// RoundToEven(w[j, p]·127/m), clamped to ±127, so that w[j, p] ≈
+// Scale[j]·q[j, p]. A row whose scale is zero (zeros, or values too small
+// for a float32 scale) gets q = 0. It returns q row-major [n, k] and the n
+// scales. This is the one rule of the package's int8 weights: QuantizeInt8
+// packs its result for the kernels, and a file that stores weights in int8
+// stores it (weights.Convert). name names the tensor in the error, wrapping
+// ErrNonFinite, returned when w holds NaN or ±Inf.
+func QuantizeInt8Rows(name string, w []float32, n, k int) (q []int8, scale []float32, err error) {
+	if len(w) < n*k || n < 0 || k < 0 {
+		return nil, nil, fmt.Errorf("kernel: QuantizeInt8Rows %s: %d values for [%d, %d]", name, len(w), n, k)
+	}
+	q, scale = make([]int8, n*k), make([]float32, n)
 	for j := 0; j < n; j++ {
 		row := w[j*k : j*k+k]
 		var hi float64
 		for p, v := range row {
 			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-				return nil, fmt.Errorf("%w: %s[%d, %d] = %v", ErrNonFinite, name, j, p, v)
+				return nil, nil, fmt.Errorf("%w: %s[%d, %d] = %v", ErrNonFinite, name, j, p, v)
 			}
 			hi = max(hi, math.Abs(float64(v)))
 		}
-		scale := float32(hi / 127)
-		if scale == 0 {
+		s := float32(hi / 127)
+		if s == 0 {
 			continue // row of zeros (or of values too small for a scale): q = 0
 		}
 		inv := 127 / hi
-		panel := q.data[j/lowNR*g*lowNR*4:]
-		col := j % lowNR
-		var sum int32
+		out := q[j*k : j*k+k]
 		for p, v := range row {
 			r := math.RoundToEven(float64(v) * inv)
-			r = max(-127, min(127, r))
-			panel[(p/4*lowNR+col)*4+p%4] = int8(r)
-			sum += int32(r)
+			out[p] = int8(max(-127, min(127, r)))
 		}
-		q.colSum[j] = sum
-		q.scale[j] = scale
+		scale[j] = s
 	}
-	return q, nil
+	return q, scale, nil
 }
 
 // Dequantize returns the weight [n, k] the quantised values stand for,
@@ -205,6 +234,19 @@ func (q *Int8Weight) Dequantize() []float64 {
 		}
 	}
 	return w
+}
+
+// Unpack returns the quantised values row-major [N, K] and the N scales,
+// read back from the packed layout: QuantizeInt8Rows's result for the
+// weight q was made from.
+func (q *Int8Weight) Unpack() (values []int8, scale []float32) {
+	values = make([]int8, q.N*q.K)
+	for j := 0; j < q.N; j++ {
+		for p := 0; p < q.K; p++ {
+			values[j*q.K+p] = q.at(j, p)
+		}
+	}
+	return values, append([]float32(nil), q.scale[:q.N]...)
 }
 
 // at is the quantised value of w[j, p].

@@ -453,3 +453,44 @@ func FuzzQuantizeRowU8(f *testing.F) {
 		}
 	})
 }
+
+// TestQuantizeInt8Rows: QuantizeInt8 packs exactly QuantizeInt8Rows's
+// values and scales (the rule a file's int8 weights follow), a value at
+// the row's maximum is ±127, and shapes of every remainder of the panel
+// width and of the 4-wide groups read back from the packed layout.
+func TestQuantizeInt8Rows(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, s := range []struct{ n, k int }{{1, 1}, {3, 5}, {31, 4}, {32, 7}, {33, 64}, {70, 13}} {
+		w := make([]float32, s.n*s.k)
+		for i := range w {
+			w[i] = float32(r.NormFloat64())
+		}
+		for p := 0; p < s.k; p++ {
+			w[p] = 0 // row 0: zeros
+		}
+		rows, scales, err := QuantizeInt8Rows("w", w, s.n, s.k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := QuantizeInt8("w", w, s.n, s.k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, gotScales := q.Unpack()
+		if !slices.Equal(got, rows) || !slices.Equal(gotScales, scales) {
+			t.Errorf("[%d, %d]: packed weight unpacks to other values or scales than QuantizeInt8Rows gives", s.n, s.k)
+		}
+		if scales[0] != 0 || slices.ContainsFunc(rows[:s.k], func(v int8) bool { return v != 0 }) {
+			t.Errorf("[%d, %d]: a row of zeros has scale %g, values %v", s.n, s.k, scales[0], rows[:s.k])
+		}
+		for j := 1; j < s.n; j++ {
+			row := rows[j*s.k : (j+1)*s.k]
+			if slices.Max(row) != 127 && slices.Min(row) != -127 {
+				t.Errorf("[%d, %d]: row %d reaches neither ±127: %v", s.n, s.k, j, row)
+			}
+		}
+	}
+	if _, _, err := QuantizeInt8Rows("text.w", []float32{1, float32(math.NaN())}, 1, 2); !errors.Is(err, ErrNonFinite) || !strings.Contains(err.Error(), "text.w[0, 1]") {
+		t.Errorf("NaN: err = %v, want ErrNonFinite naming text.w[0, 1]", err)
+	}
+}

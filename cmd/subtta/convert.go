@@ -14,7 +14,7 @@ import (
 
 func runConvert(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("convert", "SRC DST", stderr)
-	dtype := fs.String("dtype", "f32", "storage type of float tensors: f32, f16, bf16")
+	dtype := fs.String("dtype", "f32", "storage type of float tensors: f32, f16, bf16, or int8 (the weights --precision int8 quantises stored as it quantises them, per output channel with float32 scales; every other tensor f32)")
 	zstd := fs.Bool("zstd", false, "compress with zstd (implied by a DST ending in .zst)")
 	modelConfig := fs.String("model-config", "", strings.Replace(modelConfigHelp, "--model", "SRC", 1))
 	arch := fs.String("arch", "", strings.Replace(archHelp, "--model", "SRC", 1))
@@ -32,8 +32,10 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 		dt = weights.F16
 	case "bf16", "bfloat16":
 		dt = weights.BF16
+	case "int8", "i8":
+		dt = weights.I8
 	default:
-		return usagef("--dtype %q: want f32, f16 or bf16", *dtype)
+		return usagef("--dtype %q: want f32, f16, bf16 or int8", *dtype)
 	}
 	c, err := modelArch(*modelConfig, *arch)
 	if err != nil {
@@ -46,7 +48,12 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	// An inferred configuration is not written (see weights.Convert), so
 	// that the output's readers warn too.
 	warnInferred(stderr, fs.Arg(0), cfg)
-	fmt.Fprintf(stdout, "wrote %s (%s; vision %d×%d, patch %d; text %d×%d; embed %d)\n", fs.Arg(1), dt,
+	stored := string(dt)
+	if dt == weights.I8 {
+		// Convert stores exactly these in int8.
+		stored = fmt.Sprintf("%d weight tensors quantised to int8 with per-channel scales, the rest F32", len(cfg.Int8Names()))
+	}
+	fmt.Fprintf(stdout, "wrote %s (%s; vision %d×%d, patch %d; text %d×%d; embed %d)\n", fs.Arg(1), stored,
 		cfg.Vision.Layers, cfg.Vision.Width, cfg.Vision.PatchSize, cfg.Text.Layers, cfg.Text.Width, cfg.EmbedDim)
 	return nil
 }

@@ -9,7 +9,7 @@
 //	tokenize   CLIP BPE token ids of texts (JSON)
 //	embed      image and text features of a model (JSON)
 //	classify   zero-shot classification of images against labels
-//	convert    rewrite a checkpoint as OpenAI-named safetensors (fp16/bf16, zstd)
+//	convert    rewrite a checkpoint as OpenAI-named safetensors (fp16/bf16/int8, zstd)
 //	pull       download a Hugging Face checkpoint into the cache
 //	eval       test-time adaptation over a corrupted benchmark: the paper's table, CSV, JSON, plots
 //	bench      images/s of the ViT-B/32 vision tower, forward and forward+backward
@@ -45,7 +45,7 @@ var commands = map[string]command{
 	"tokenize":   {"CLIP BPE token ids of texts (JSON)", runTokenize},
 	"embed":      {"image and text features of a model (JSON)", runEmbed},
 	"classify":   {"zero-shot classification of images against labels", runClassify},
-	"convert":    {"rewrite a checkpoint as OpenAI-named safetensors (fp16/bf16, zstd)", runConvert},
+	"convert":    {"rewrite a checkpoint as OpenAI-named safetensors (fp16/bf16/int8, zstd)", runConvert},
 	"pull":       {"download a Hugging Face checkpoint into the cache", runPull},
 	"eval":       {"test-time adaptation over a corrupted benchmark: the paper's table, CSV, JSON, plots", runEval},
 	"eval merge": {"join the results folders of a run's shards (eval --shard) into one", runEvalMerge},
