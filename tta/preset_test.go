@@ -3,6 +3,7 @@ package tta
 import (
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -60,7 +61,19 @@ func TestPresetTable(t *testing.T) {
 				t.Errorf("%s/%s: %+v, templates %q", d, tc.method, w, p.Templates)
 			}
 		}
-		p, err := Lookup(d, "tda")
+		// VTE's head is CLIP's prompt ensemble of the dataset (spec §1).
+		want := CIFARTemplates
+		if d == "imagenet-c" {
+			want = ImageNetTemplates
+		}
+		p, err := Lookup(d, "vte")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(p.Templates, want) {
+			t.Errorf("%s/vte: %d templates, want %d", d, len(p.Templates), len(want))
+		}
+		p, err = Lookup(d, "tda")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -29,16 +29,19 @@ type VTEConfig struct {
 
 // vteMethod registers VTE ([H] classification/methods/vte.py,
 // cfgs/imagenet_c/vte.yaml; spec §1): 64 views (the base view and 63 random
-// resized crops with flips), ρ 0.1, the 18-template CIFAR ensemble; the
-// same on every dataset. On ImageNet-C the harness' head is the 80-template
-// ImageNet ensemble, which this port does not ship yet: the preset uses
-// the 18 there too (docs/method.md).
+// resized crops with flips), ρ 0.1, on every dataset; the head is CLIP's
+// prompt ensemble of the dataset, the 18 CIFAR templates on CIFAR-10-C and
+// CIFAR-100-C and the 80 ImageNet templates on ImageNet-C (and the
+// datasets that take its preset), as in the harness.
 var vteMethod = Registration{
 	Name:  "vte",
 	About: "training-free ensemble of the most confident of 64 views (VTE)",
 	Preset: func(p *Preset) error {
 		multiViewPreset(p, 64, 0.1)
 		p.Templates, p.Config = CIFARTemplates, VTEConfig{Rho: 0.1}
+		if p.Dataset == "imagenet-c" {
+			p.Templates = ImageNetTemplates
+		}
 		return nil
 	},
 	Options: []Option{viewsOption,
