@@ -144,3 +144,14 @@ func jsonOf(t *testing.T, r report.Record) string {
 	}
 	return string(b)
 }
+
+// checkRunFile refuses to resume into a folder made with another
+// configuration (compareRunFile), and records this run's configuration
+// (writeRunFile), as a run does. It returns the identity recorded.
+func checkRunFile(cfg Config, id identity, haveResults bool) (identity, error) {
+	id, err := compareRunFile(cfg, id, haveResults, nil)
+	if err != nil {
+		return id, err
+	}
+	return id, writeRunFile(cfg, id)
+}

@@ -299,7 +299,7 @@ func (e *evaluation) abandon(created []string, err error) error {
 }
 
 // readResults reads the records already stored in the results folder, and
-// refuses a folder made with another configuration (checkRunFile) or
+// refuses a folder made with another configuration (compareRunFile) or
 // records of another run (checkRecords).
 func (e *evaluation) readResults() error {
 	e.resultsPath = filepath.Join(e.cfg.Out, ResultsFile)
@@ -568,17 +568,6 @@ func (e *evaluation) writeReports() error {
 		e.logf("wrote %s", f)
 	}
 	return nil
-}
-
-// checkRunFile refuses to resume into a folder made with another
-// configuration (compareRunFile), and records this run's configuration
-// (writeRunFile). It returns the identity recorded.
-func checkRunFile(cfg Config, id identity, haveResults bool) (identity, error) {
-	id, err := compareRunFile(cfg, id, haveResults, nil)
-	if err != nil {
-		return id, err
-	}
-	return id, writeRunFile(cfg, id)
 }
 
 // compareRunFile refuses to resume into a folder whose run.json names

@@ -81,13 +81,13 @@ func bf16Available() []lowKernel {
 func int8TileAsm(kern lowKernel, groups int, a []uint8, lda int, b []int8, c []float32, ldc int, scale []float32, zero []int32, colSum []int32, colScale, bias []float32, tiles int) {
 	switch kern.name {
 	case avx2Int8Kernel.name, avxVNNIKernel.name:
-		// lowMR rows are lowMR/3 tiles of these kernels' 3.
+		// lowMR rows are lowMR/kern.mr tiles of these kernels' kern.mr = 3.
 		f := gemmInt8AVX2
 		if kern.name == avxVNNIKernel.name {
 			f = gemmInt8AVXVNNI
 		}
 		f(groups, unsafe.SliceData(a), lda, unsafe.SliceData(b), unsafe.SliceData(c), ldc,
-			unsafe.SliceData(scale), unsafe.SliceData(zero), unsafe.SliceData(colSum), unsafe.SliceData(colScale), unsafe.SliceData(bias), checkTiles(tiles)*(lowMR/3))
+			unsafe.SliceData(scale), unsafe.SliceData(zero), unsafe.SliceData(colSum), unsafe.SliceData(colScale), unsafe.SliceData(bias), checkTiles(tiles)*(lowMR/kern.mr))
 		return
 	}
 	gemmInt8VNNI(groups, unsafe.SliceData(a), lda, unsafe.SliceData(b), unsafe.SliceData(c), ldc,
