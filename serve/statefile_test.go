@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/gob"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -323,6 +324,7 @@ func TestStreamStateHeadOnly(t *testing.T) {
 	if len(b) < 100_000 || headEnd > 4096 {
 		t.Fatalf("a SubTTA-M stream's file: %d bytes, head %d; want the head a small part of it", len(b), headEnd)
 	}
+	t.Logf("a SubTTA-M stream's file: %d bytes, of which %d the head", len(b), headEnd)
 	if err := os.WriteFile(path, b[:headEnd+16], 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -391,5 +393,56 @@ func TestEarlierFormatFileContinues(t *testing.T) {
 	}
 	if now, _ := readSaved(t, dir, "cam"); now.Stats.Images != 2*size || now.Stamp.Generation != sv.Stamp.Generation+1 {
 		t.Errorf("saved: %+v", now.streamHead)
+	}
+}
+
+// BenchmarkDirStore times, on a folder, what GET /v1/streams/{id} reads of
+// a stream's state (Head; Load is what it read before the head was read
+// alone) and a step's save over the previous state (Save, whose
+// compare-and-swap reads the head), for a state of the size of a
+// SubTTA-M stream's on the built-in model (150 KB) and on ViT-B/32 (3 MB),
+// with the 400 answers kept with the preset's batches of 200.
+func BenchmarkDirStore(b *testing.B) {
+	for _, size := range []struct {
+		name string
+		n    int
+	}{{"150KB", 150_000}, {"3MB", 3_000_000}} {
+		ctx := context.Background()
+		s, err := openDirStore(b.TempDir())
+		if err != nil {
+			b.Fatal(err)
+		}
+		sv := bigSaved("cam", stamp{Birth: 1, Generation: 1}, 1, size.n)
+		sv.Answers = nil
+		for i := range 400 {
+			sv.Answers = append(sv.Answers, savedAnswer{Key: fmt.Sprintf("loadtest-%d-cam-%08d", i, i),
+				Logits: make([]float64, 10), Batch: int64(i / 200), Size: 200, Position: i % 200, Steps: 1})
+		}
+		if err := s.Save(ctx, sv, nil); err != nil {
+			b.Fatal(err)
+		}
+		b.Run("Head/"+size.name, func(b *testing.B) {
+			for b.Loop() {
+				if h, err := s.Head(ctx, "cam"); err != nil || h == nil {
+					b.Fatal(h, err)
+				}
+			}
+		})
+		b.Run("Load/"+size.name, func(b *testing.B) {
+			for b.Loop() {
+				if sv, err := s.Load(ctx, "cam"); err != nil || sv == nil {
+					b.Fatal(sv, err)
+				}
+			}
+		})
+		b.Run("Save/"+size.name, func(b *testing.B) {
+			for b.Loop() {
+				prev := sv.Stamp
+				sv.Stamp.Generation++
+				if err := s.Save(ctx, sv, &prev); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
