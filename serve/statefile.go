@@ -107,11 +107,11 @@ func readHead(r io.Reader, id, where string) (*streamHead, error) {
 // stream of id give an error that is errBadState.
 func decodeFrom(r io.Reader, id, where string, body bool) (*savedStream, error) {
 	sv, err := readStateBytes(r, id, body)
-	var bad *badStateError
+	var be *badStateError
 	switch {
-	case errors.As(err, &bad):
-		bad.where = where
-		return nil, bad
+	case errors.As(err, &be):
+		be.where = where
+		return nil, be
 	case err != nil:
 		return nil, fmt.Errorf("serve: reading %s: %w", where, err)
 	}

@@ -446,3 +446,33 @@ func BenchmarkDirStore(b *testing.B) {
 		})
 	}
 }
+
+// Any bytes are a saved stream or an error (errBadState for bytes that
+// are not one), never a panic; a head read from them is that of their
+// whole decoding.
+func FuzzDecodeState(f *testing.F) {
+	valid, _, err := encodeState(bigSaved("cam", stamp{Birth: 1, Generation: 2}, 3, 64))
+	if err != nil {
+		f.Fatal(err)
+	}
+	old, _ := os.ReadFile(filepath.Join("testdata", "cam-v2.stream"))
+	for _, b := range [][]byte{valid, valid[:prefixLen+10], old, old[:100], []byte(stateMagic), nil} {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		sv, err := decodeState(b, "cam", "cam.stream")
+		h, herr := readHead(bytes.NewReader(b), "cam", "cam.stream")
+		if herr != nil && !errors.Is(herr, errBadState) {
+			t.Fatalf("readHead: %v; want errBadState", herr)
+		}
+		if err != nil {
+			if !errors.Is(err, errBadState) {
+				t.Fatalf("decodeState: %v; want errBadState", err)
+			}
+			return
+		}
+		if herr != nil || h.Stamp != sv.Stamp || h.ID != sv.ID || h.Stats.Images != sv.Stats.Images {
+			t.Fatalf("readHead %+v, %v; decodeState %+v", h, herr, sv.streamHead)
+		}
+	})
+}

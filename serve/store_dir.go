@@ -15,9 +15,9 @@ import (
 
 // dirStore keeps each stream's state in the file ID.stream of a folder,
 // rewritten whole (atomically) at every save. Its compare-and-swap reads
-// the stamp in the file's head (not the rest of the file) and writes the new state under an exclusive lock on the
-// hidden .ID.stream.lock (internal/filelock), so that several servers may
-// share the folder.
+// the stamp in the file's head (not the rest of the file) and writes the
+// new state under an exclusive lock on the hidden .ID.stream.lock
+// (internal/filelock), so that several servers may share the folder.
 type dirStore struct {
 	dir string
 

@@ -16,10 +16,11 @@ import (
 // subtta:stream:ID, with three fields: stamp ("birth:generation", what a
 // save compares), state (the saved stream, as dirStore writes it to a
 // file) and head (the start of state up to its head's end, what Head
-// reads, so that GET and DELETE need not fetch the whole state). A save is a compare-and-swap by Redis's optimistic transaction:
-// WATCH the key, read its stamp, and write both fields in MULTI/EXEC only
-// if the stamp is the one expected; EXEC fails if any client changed the
-// key since the WATCH.
+// reads, so that GET and DELETE need not fetch the whole state). A save is
+// a compare-and-swap by Redis's optimistic transaction: WATCH the key,
+// read its stamp, and write the three fields in MULTI/EXEC only if the
+// stamp is the one expected; EXEC fails if any client changed the key
+// since the WATCH.
 type redisStore struct {
 	c   *redis.Client
 	url string // without a password, for messages
