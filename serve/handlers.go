@@ -242,7 +242,7 @@ func (s *Server) handleStreamGet(w http.ResponseWriter, r *http.Request) error {
 	// Another key's stream is not found; a stream whose loading failed
 	// is on its way out.
 	ok = ok && st.owner == owner && !(isClosed(st.ready) && st.loadErr != nil)
-	sv, err := s.readState(id)
+	sv, err := s.readHead(id) // the head alone: counters, owner, stamp
 	if sv != nil && sv.Owner != owner {
 		sv = nil
 	}
@@ -317,7 +317,7 @@ func (s *Server) handleStreamDelete(w http.ResponseWriter, r *http.Request) erro
 		// Not in memory: its files go now, under the lock, so that no
 		// request reads them back meanwhile.
 		// A corrupt state file is deleted too.
-		if sv, err := s.readState(id); err == nil && (sv == nil || sv.Owner != owner) {
+		if sv, err := s.readHead(id); err == nil && (sv == nil || sv.Owner != owner) {
 			s.mu.Unlock()
 			return errNoStream(id)
 		}

@@ -1,9 +1,7 @@
 package serve
 
 import (
-	"bytes"
 	"context"
-	"encoding/gob"
 	"errors"
 	"fmt"
 	"os"
@@ -89,11 +87,11 @@ func readSaved(t *testing.T, dir, id string) (*savedStream, bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var sv savedStream
-	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&sv); err != nil {
-		t.Fatalf("%s.stream: %v", id, err)
+	sv, err := decodeState(b, id, id+".stream")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return &sv, true
+	return sv, true
 }
 
 // Two server processes on one state directory under load on the same

@@ -12,12 +12,15 @@ import (
 
 // A stream's state lives in the server's state store (store.go): a folder
 // with one file ID.stream per stream (store_dir.go), or a Redis database
-// (store_redis.go). It is savedStream, gob-encoded, rewritten whole after
-// every step. It holds the Method's whole state (tta.Method.MarshalBinary:
-// LayerNorm values, optimizer moments and step counts, the method's
-// memory), so a restore continues the stream exactly where it was saved,
-// and the answers to the stream's most recent requests that carried an
-// Idempotency-Key, so that a retried request is answered once.
+// (store_redis.go). It is savedStream, encoded as statefile.go says: a
+// small head (the stream's stamp, owner, labels and counters) followed by
+// the body, rewritten whole after every step. The body holds the Method's
+// whole state (tta.Method.MarshalBinary: LayerNorm values, optimizer
+// moments and step counts, the method's memory), so a restore continues
+// the stream exactly where it was saved, and the answers to the stream's
+// most recent requests that carried an Idempotency-Key, so that a retried
+// request is answered once. GET /v1/streams/{id}, DELETE's owner check and
+// a save's compare-and-swap read the head alone.
 //
 // Several servers may share a store (or one server may hold a stream that
 // another has stepped since). Each saved state carries a stamp (Birth,
@@ -26,11 +29,9 @@ import (
 // When it does not, the save fails with errStale, and the stream's worker
 // reloads the state and steps the batch again, before answering it.
 
-const stateFormat = "subtta-serve-stream-v2"
-
-// savedStream is what the store holds for a stream.
-type savedStream struct {
-	Format       string
+// streamHead is the head of a stream's saved state: what is read without
+// the rest to report the stream, check its owner or compare its stamp.
+type streamHead struct {
 	ID           string
 	ModelVersion string
 	Dataset      string
@@ -38,15 +39,22 @@ type savedStream struct {
 	Labels       []string
 	Templates    []string
 	Stats        streamStats
-	// State is the Method's MarshalBinary.
-	State []byte
-	Saved time.Time
-	// Stamp says which save of which stream this is. A file written before
-	// stamps existed decodes with the zero stamp, which is then its stamp.
+	Saved        time.Time
+	// Stamp says which save of which stream this is. A state written
+	// before stamps existed decodes with the zero stamp, which is then its
+	// stamp.
 	Stamp stamp
 	// Owner is the hex SHA-256 digest of the API key that created the
 	// stream ("": created without keys). Only that key finds the stream.
 	Owner string
+}
+
+// savedStream is what the store holds for a stream: its head, the
+// Method's state and the saved answers.
+type savedStream struct {
+	streamHead
+	// State is the Method's MarshalBinary.
+	State []byte
 	// Answers are the answers to the stream's most recent requests that
 	// carried an Idempotency-Key, oldest first, at most Config.RecentAnswers.
 	Answers []savedAnswer
@@ -88,9 +96,11 @@ func (s *Server) persist(st *stream) error {
 	answers := st.answers
 	st.mu.Unlock()
 	next := stamp{Birth: last.Birth, Generation: last.Generation + 1}
-	sv := savedStream{Format: stateFormat, ID: st.id, ModelVersion: s.cfg.ModelVersion, Dataset: s.cfg.Dataset,
-		Method: s.preset.Method, Labels: st.labels, Templates: st.templates, Stats: stats,
-		State: st.state, Saved: time.Now().UTC(), Stamp: next, Owner: st.owner, Answers: answers}
+	sv := savedStream{
+		streamHead: streamHead{ID: st.id, ModelVersion: s.cfg.ModelVersion, Dataset: s.cfg.Dataset,
+			Method: s.preset.Method, Labels: st.labels, Templates: st.templates, Stats: stats,
+			Saved: time.Now().UTC(), Stamp: next, Owner: st.owner},
+		State: st.state, Answers: answers}
 	var prev *stamp
 	if stored {
 		prev = &last
@@ -113,8 +123,17 @@ func (s *Server) readState(id string) (*savedStream, error) {
 	return s.store.Load(context.Background(), id)
 }
 
+// readHead reads the head of a stream's saved state, or returns nil when
+// there is none.
+func (s *Server) readHead(id string) (*streamHead, error) {
+	if s.store == nil {
+		return nil, nil
+	}
+	return s.store.Head(context.Background(), id)
+}
+
 // compatible refuses a state saved by another model, method or preset.
-func (s *Server) compatible(sv *savedStream) error {
+func (s *Server) compatible(sv *streamHead) error {
 	if sv.ModelVersion != s.cfg.ModelVersion || sv.Method != s.preset.Method || sv.Dataset != s.cfg.Dataset {
 		return errorf(http.StatusConflict, "stream %s was saved by model %q with %s (%s); this server runs model %q with %s (%s): DELETE it or use another stream id",
 			sv.ID, sv.ModelVersion, sv.Method, sv.Dataset, s.cfg.ModelVersion, s.preset.Method, s.cfg.Dataset)
@@ -129,7 +148,7 @@ func (s *Server) removeState(id, owner string) {
 	if s.store == nil {
 		return
 	}
-	ours := func(sv *savedStream) bool { return sv.Owner == owner }
+	ours := func(h *streamHead) bool { return h.Owner == owner }
 	if err := s.store.Delete(context.Background(), id, ours); err != nil {
 		s.log.Error("serve: removing stream state", "stream", id, "err", err)
 	}
@@ -147,7 +166,7 @@ func (st *stream) load() error {
 		if sv.Owner != st.owner {
 			return errNoStream(st.id)
 		}
-		if err := s.compatible(sv); err != nil {
+		if err := s.compatible(&sv.streamHead); err != nil {
 			return err
 		}
 		st.labels, st.templates = sv.Labels, sv.Templates
@@ -177,7 +196,7 @@ func (st *stream) reload() error {
 			// Deleted and created again by another key meanwhile.
 			return errNoStream(st.id)
 		}
-		if err := s.compatible(sv); err != nil {
+		if err := s.compatible(&sv.streamHead); err != nil {
 			return err
 		}
 		if !slices.Equal(sv.Labels, st.labels) || !slices.Equal(sv.Templates, st.templates) {

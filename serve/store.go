@@ -1,9 +1,7 @@
 package serve
 
 import (
-	"bytes"
 	"context"
-	"encoding/gob"
 	"fmt"
 	"strings"
 )
@@ -15,13 +13,17 @@ import (
 type stateStore interface {
 	// Load returns the stream's saved state, or nil when there is none.
 	Load(ctx context.Context, id string) (*savedStream, error)
+	// Head returns the head of the stream's saved state (all but the
+	// Method's state and the saved answers), or nil when there is none,
+	// without reading the rest where the state is of the current format.
+	Head(ctx context.Context, id string) (*streamHead, error)
 	// Save stores sv as the stream sv.ID's state if the stored state
 	// still carries the stamp prev (when prev is nil: if there is none),
 	// and returns errStale otherwise, storing nothing.
 	Save(ctx context.Context, sv *savedStream, prev *stamp) error
 	// Delete removes the stream's state if only, when not nil, says so of
 	// it, checked and removed at once; a stream without one is no error.
-	Delete(ctx context.Context, id string, only func(*savedStream) bool) error
+	Delete(ctx context.Context, id string, only func(*streamHead) bool) error
 	// Where names the state of stream id in messages: a file, or a key.
 	Where(id string) string
 	// Close releases the store's connections.
@@ -63,27 +65,6 @@ func openStore(ctx context.Context, c *Config) (stateStore, error) {
 		return nil, fmt.Errorf("serve: state store %s: want a folder, or redis://host:port/db", quote(where, maxEcho))
 	}
 	return openDirStore(where)
-}
-
-// encodeState and decodeState are a saved stream's bytes in every store.
-func encodeState(sv *savedStream) ([]byte, error) {
-	var buf bytes.Buffer
-	if err := gob.NewEncoder(&buf).Encode(sv); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
-}
-
-func decodeState(b []byte, id, where string) (*savedStream, error) {
-	var sv savedStream
-	err := gob.NewDecoder(bytes.NewReader(b)).Decode(&sv)
-	if err == nil && (sv.Format != stateFormat || sv.ID != id) {
-		err = fmt.Errorf("format %q, stream %q", sv.Format, sv.ID)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("serve: %s is not a saved stream of this version (%v)", where, err)
-	}
-	return &sv, nil
 }
 
 // sameStamp says whether a stored state cur (nil: none) is the one a

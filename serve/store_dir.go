@@ -15,9 +15,9 @@ import (
 
 // dirStore keeps each stream's state in the file ID.stream of a folder,
 // rewritten whole (atomically) at every save. Its compare-and-swap reads
-// the file's stamp and writes the new state under an exclusive lock on the
-// hidden .ID.stream.lock (internal/filelock), so that several servers may
-// share the folder.
+// the stamp in the file's head (not the rest of the file) and writes the
+// new state under an exclusive lock on the hidden .ID.stream.lock
+// (internal/filelock), so that several servers may share the folder.
 type dirStore struct {
 	dir string
 
@@ -54,6 +54,20 @@ func (d *dirStore) Load(_ context.Context, id string) (*savedStream, error) {
 		return nil, err
 	}
 	return decodeState(b, id, d.path(id))
+}
+
+// Head reads the file's head only (the whole of a file of the earlier
+// format).
+func (d *dirStore) Head(_ context.Context, id string) (*streamHead, error) {
+	f, err := os.Open(d.path(id))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return readHead(f, id, d.path(id))
 }
 
 // Lock takes the stream's file lock until unlock; the store's own saves
@@ -94,12 +108,12 @@ func (d *dirStore) locked(id string, f func() error) (err error) {
 }
 
 func (d *dirStore) Save(ctx context.Context, sv *savedStream, prev *stamp) error {
-	b, err := encodeState(sv)
+	b, _, err := encodeState(sv)
 	if err != nil {
 		return err
 	}
 	return d.locked(sv.ID, func() error {
-		cur, err := d.Load(ctx, sv.ID)
+		cur, err := d.Head(ctx, sv.ID)
 		if err != nil {
 			return err
 		}
@@ -117,11 +131,11 @@ func (d *dirStore) Save(ctx context.Context, sv *savedStream, prev *stamp) error
 // Delete removes the stream's file under its lock, so that no save of
 // another server lands between its check and its rename. Its empty lock
 // file stays (filelock).
-func (d *dirStore) Delete(ctx context.Context, id string, only func(*savedStream) bool) error {
+func (d *dirStore) Delete(ctx context.Context, id string, only func(*streamHead) bool) error {
 	return d.locked(id, func() error {
 		if only != nil {
 			// A file that cannot be read is removed all the same.
-			if sv, err := d.Load(ctx, id); err == nil && sv != nil && !only(sv) {
+			if h, err := d.Head(ctx, id); err == nil && h != nil && !only(h) {
 				return nil
 			}
 		}

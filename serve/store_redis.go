@@ -13,12 +13,14 @@ import (
 )
 
 // redisStore keeps each stream's state in a Redis hash at the key
-// subtta:stream:ID, with two fields: stamp ("birth:generation", what a
-// save compares) and state (the saved stream, as dirStore writes it to a
-// file). A save is a compare-and-swap by Redis's optimistic transaction:
-// WATCH the key, read its stamp, and write both fields in MULTI/EXEC only
-// if the stamp is the one expected; EXEC fails if any client changed the
-// key since the WATCH.
+// subtta:stream:ID, with three fields: stamp ("birth:generation", what a
+// save compares), state (the saved stream, as dirStore writes it to a
+// file) and head (the start of state up to its head's end, what Head
+// reads, so that GET and DELETE need not fetch the whole state). A save is
+// a compare-and-swap by Redis's optimistic transaction: WATCH the key,
+// read its stamp, and write the three fields in MULTI/EXEC only if the
+// stamp is the one expected; EXEC fails if any client changed the key
+// since the WATCH.
 type redisStore struct {
 	c   *redis.Client
 	url string // without a password, for messages
@@ -71,8 +73,49 @@ func (r *redisStore) Load(ctx context.Context, id string) (*savedStream, error) 
 	return decodeState(b, id, r.Where(id))
 }
 
+// Head reads the stamp and head fields, and decodes the head. Where the
+// head is missing or carries another stamp than the stamp field (the key
+// was saved in the earlier format, or by an earlier version since), it
+// reads the whole state instead.
+func (r *redisStore) Head(ctx context.Context, id string) (*streamHead, error) {
+	ctx, cancel := context.WithTimeout(ctx, redisTimeout)
+	defer cancel()
+	return r.head(ctx, r.c, id)
+}
+
+// head is Head on c: the client, or a transaction.
+func (r *redisStore) head(ctx context.Context, c redis.Cmdable, id string) (*streamHead, error) {
+	key := r.key(id)
+	v, err := c.HMGet(ctx, key, "stamp", "head").Result()
+	if err != nil {
+		return nil, fmt.Errorf("serve: loading %s: %w", r.Where(id), err)
+	}
+	st, _ := v[0].(string)
+	if b, ok := v[1].(string); ok {
+		h, err := readHead(strings.NewReader(b), id, r.Where(id))
+		if err != nil {
+			return nil, err
+		}
+		if formatStamp(h.Stamp) == st {
+			return h, nil
+		}
+	}
+	b, err := c.HGet(ctx, key, "state").Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("serve: loading %s: %w", r.Where(id), err)
+	}
+	sv, err := decodeState(b, id, r.Where(id))
+	if err != nil {
+		return nil, err
+	}
+	return &sv.streamHead, nil
+}
+
 func (r *redisStore) Save(ctx context.Context, sv *savedStream, prev *stamp) error {
-	b, err := encodeState(sv)
+	b, headEnd, err := encodeState(sv)
 	if err != nil {
 		return err
 	}
@@ -97,7 +140,7 @@ func (r *redisStore) Save(ctx context.Context, sv *savedStream, prev *stamp) err
 			return errStale
 		}
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.HSet(ctx, key, "stamp", formatStamp(sv.Stamp), "state", b)
+			p.HSet(ctx, key, "stamp", formatStamp(sv.Stamp), "head", b[:headEnd], "state", b)
 			return nil
 		})
 		return err
@@ -112,24 +155,24 @@ func (r *redisStore) Save(ctx context.Context, sv *savedStream, prev *stamp) err
 }
 
 // Delete removes the stream's key; with only, in an optimistic transaction
-// on the state read and checked (tried again while other clients change
+// on the head read and checked (tried again while other clients change
 // the key in between).
-func (r *redisStore) Delete(ctx context.Context, id string, only func(*savedStream) bool) error {
+func (r *redisStore) Delete(ctx context.Context, id string, only func(*streamHead) bool) error {
 	ctx, cancel := context.WithTimeout(ctx, redisTimeout)
 	defer cancel()
 	key := r.key(id)
 	for {
 		err := r.c.Watch(ctx, func(tx *redis.Tx) error {
 			if only != nil {
-				b, err := tx.HGet(ctx, key, "state").Bytes()
+				h, err := r.head(ctx, tx, id)
 				switch {
-				case errors.Is(err, redis.Nil):
+				case err == nil && h == nil:
 					return nil
-				case err != nil:
+				case err != nil && !errors.Is(err, errBadState):
 					return err
 				}
 				// A state that cannot be read is removed all the same.
-				if sv, err := decodeState(b, id, r.Where(id)); err == nil && !only(sv) {
+				if err == nil && !only(h) {
 					return nil
 				}
 			}

@@ -36,7 +36,7 @@ var stores = []struct {
 }
 
 func saved(id string, st stamp, images int64) *savedStream {
-	return &savedStream{Format: stateFormat, ID: id, Stamp: st, Stats: streamStats{Images: images}, State: []byte{1, 2, 3},
+	return &savedStream{streamHead: streamHead{ID: id, Stamp: st, Stats: streamStats{Images: images}}, State: []byte{1, 2, 3},
 		Answers: []savedAnswer{{Key: "k", Logits: []float64{0.5, -1}, Pred: 0}}}
 }
 
@@ -75,7 +75,7 @@ func TestStoreCompareAndSwap(t *testing.T) {
 			if err != nil || sv == nil || sv.Stamp != g2 || sv.Stats.Images != 4 || len(sv.Answers) != 1 || sv.Answers[0].Logits[1] != -1 {
 				t.Fatalf("after the saves: %+v, %v; want generation 2 with 4 images", sv, err)
 			}
-			notOurs := func(sv *savedStream) bool { return sv.Owner == "someone else" }
+			notOurs := func(h *streamHead) bool { return h.Owner == "someone else" }
 			if err := s.Delete(ctx, "cam", notOurs); err != nil {
 				t.Fatal(err)
 			}
