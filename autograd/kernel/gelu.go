@@ -72,7 +72,7 @@ func GELUSlope[T Float](slope, x []T) {
 // multiply-add and the AVX2 kernels (geluAVX2 and the others in
 // rowwise_avx2_amd64.s) give the same bits as these loops.
 //
-// Inputs are clamped to ±geluClamp, where Φ(−a) is 4.5e−40: beyond it
+// Inputs are clamped to ±geluClamp, where Φ(−a) is 4.4e−40: beyond it
 // Φ is 0 or 1 and φ is 0, so GELU(x) = −0 for x < −13.2 (the true value is
 // a subnormal above −6e−39), GELU(+Inf) = +Inf, GELU(−Inf) = −0, the slope
 // is 1 above 13.2 and 0 below −13.2, and a NaN gives NaN. The measured
