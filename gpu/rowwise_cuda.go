@@ -181,7 +181,9 @@ extern "C" __global__ void quick_gelu_slope(float *y, float *slope, const float 
 	}
 }
 
-// y = x·Φ(x), the exact GELU, in double as on the CPU.
+// y = x·Φ(x), the exact GELU, in double. The CPU's float32 GELU
+// (kernel.GELU, a polynomial) agrees within 6e-7 relative for x ≥ −4
+// and 6e-10 absolute below.
 extern "C" __global__ void gelu(float *y, const float *x, int n) {
 	for (long long i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += (long long)gridDim.x * BLOCK) {
 		double v = x[i];

@@ -13,7 +13,9 @@ import (
 // [−87.33, 88], so tiny results stay normal (1.2e-38) and large ones finite
 // (1.65e38); a NaN gives an unspecified value. On AVX2 CPUs eight lanes run
 // at once (expAVX2 in rowwise_avx2_amd64.s) with the same operations, hence
-// the same bits.
+// the same bits. Every product that feeds a sum is converted to float32,
+// so that no compiler fuses a multiply-add (Go does with GOAMD64=v3 and on
+// arm64) and the bits stay those of the separate operations.
 func expInPlace32(x []float32) {
 	done := expVector(x)
 	expInPlace32Go(x[done:])
@@ -38,10 +40,11 @@ func expInPlace32Go(x []float32) {
 		}
 		t := float32(v*log2e) + round
 		n := t - round
-		r := v - n*ln2Hi - n*ln2Lo
+		r := v - float32(n*ln2Hi) - float32(n*ln2Lo)
 		r2 := r * r
 		r4 := r2 * r2
-		p := (1 + r) + r2*(1.0/2+r*(1.0/6)) + r4*((1.0/24+r*(1.0/120))+r2*(1.0/720+r*(1.0/5040)))
+		p := (1 + r) + float32(r2*(1.0/2+float32(r*(1.0/6)))) +
+			float32(r4*((1.0/24+float32(r*(1.0/120)))+float32(r2*(1.0/720+float32(r*(1.0/5040))))))
 		// (bits(t) − 0x400000 + 127) << 23 drops the exponent of t and
 		// leaves n + 127 as the exponent of 2ⁿ.
 		x[i] = p * math.Float32frombits((math.Float32bits(t)-0x400000+127)<<23)

@@ -82,7 +82,7 @@ func quickGELUSlope32Go(y, slope, x []float32) {
 			yv := v / (1 + es[i]) // as quickGELU32, so y is the same
 			s := 1 / (1 + es[i])
 			ys[i] = yv
-			ss[i] = s + quickGELUAlpha*yv*(1-s)
+			ss[i] = s + float32(quickGELUAlpha*yv*(1-s))
 		}
 	}
 }
@@ -128,7 +128,7 @@ func quickGELUBackward32Go(dx, dy, x []float32) {
 		expInPlace32(es)
 		for i, v := range xs {
 			s := 1 / (1 + es[i])
-			dxs[i] = dys[i] * s * (1 + quickGELUAlpha*v*(1-s))
+			dxs[i] = dys[i] * s * (1 + float32(quickGELUAlpha*v*(1-s)))
 		}
 	}
 }

@@ -17,6 +17,15 @@ func quickGELUSlopeAVX2(y, slope, x *float32, n int)
 func quickGELUBackwardAVX2(dx, dy, x *float32, n int)
 
 //go:noescape
+func geluAVX2(y, x *float32, n int)
+
+//go:noescape
+func geluSlopeAVX2(slope, x *float32, n int)
+
+//go:noescape
+func geluBackwardAVX2(dx, dy, x *float32, n int)
+
+//go:noescape
 func softmaxRowAVX2(y, x *float32, n int, scale float32)
 
 var haveAVX2 = cpu.X86.HasAVX2
@@ -63,6 +72,40 @@ func quickGELUBackwardVector(dx, dy, x []float32) int {
 	}
 	_, _, _ = dx[n-1], dy[n-1], x[n-1]
 	quickGELUBackwardAVX2(&dx[0], &dy[0], &x[0], n)
+	return n
+}
+
+// geluVector runs gelu32 on the longest prefix of x whose length is a
+// multiple of 8 and returns that length; 0 without AVX2.
+func geluVector(y, x []float32) int {
+	n := len(x) &^ 7
+	if !haveAVX2 || n == 0 {
+		return 0
+	}
+	_, _ = y[n-1], x[n-1]
+	geluAVX2(&y[0], &x[0], n)
+	return n
+}
+
+// geluSlopeVector is geluVector for geluSlope32.
+func geluSlopeVector(slope, x []float32) int {
+	n := len(x) &^ 7
+	if !haveAVX2 || n == 0 {
+		return 0
+	}
+	_, _ = slope[n-1], x[n-1]
+	geluSlopeAVX2(&slope[0], &x[0], n)
+	return n
+}
+
+// geluBackwardVector is geluVector for geluBackward32.
+func geluBackwardVector(dx, dy, x []float32) int {
+	n := len(x) &^ 7
+	if !haveAVX2 || n == 0 {
+		return 0
+	}
+	_, _, _ = dx[n-1], dy[n-1], x[n-1]
+	geluBackwardAVX2(&dx[0], &dy[0], &x[0], n)
 	return n
 }
 

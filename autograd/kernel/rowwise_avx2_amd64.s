@@ -70,7 +70,75 @@ DATA rowc<>+512(SB)/8, $0xff800000ff800000
 DATA rowc<>+520(SB)/8, $0xff800000ff800000
 DATA rowc<>+528(SB)/8, $0xff800000ff800000
 DATA rowc<>+536(SB)/8, $0xff800000ff800000
-GLOBL rowc<>(SB), RODATA|NOPTR, $544
+DATA rowc<>+544(SB)/8, $0x4153333341533333
+DATA rowc<>+552(SB)/8, $0x4153333341533333
+DATA rowc<>+560(SB)/8, $0x4153333341533333
+DATA rowc<>+568(SB)/8, $0x4153333341533333
+DATA rowc<>+576(SB)/8, $0xc1533333c1533333
+DATA rowc<>+584(SB)/8, $0xc1533333c1533333
+DATA rowc<>+592(SB)/8, $0xc1533333c1533333
+DATA rowc<>+600(SB)/8, $0xc1533333c1533333
+DATA rowc<>+608(SB)/8, $0x7fffffff7fffffff
+DATA rowc<>+616(SB)/8, $0x7fffffff7fffffff
+DATA rowc<>+624(SB)/8, $0x7fffffff7fffffff
+DATA rowc<>+632(SB)/8, $0x7fffffff7fffffff
+DATA rowc<>+640(SB)/8, $0xbf000000bf000000
+DATA rowc<>+648(SB)/8, $0xbf000000bf000000
+DATA rowc<>+656(SB)/8, $0xbf000000bf000000
+DATA rowc<>+664(SB)/8, $0xbf000000bf000000
+DATA rowc<>+672(SB)/8, $0x3e8000003e800000
+DATA rowc<>+680(SB)/8, $0x3e8000003e800000
+DATA rowc<>+688(SB)/8, $0x3e8000003e800000
+DATA rowc<>+696(SB)/8, $0x3e8000003e800000
+DATA rowc<>+704(SB)/8, $0x3ecc422a3ecc422a
+DATA rowc<>+712(SB)/8, $0x3ecc422a3ecc422a
+DATA rowc<>+720(SB)/8, $0x3ecc422a3ecc422a
+DATA rowc<>+728(SB)/8, $0x3ecc422a3ecc422a
+DATA rowc<>+736(SB)/8, $0x3dcc3c6f3dcc3c6f
+DATA rowc<>+744(SB)/8, $0x3dcc3c6f3dcc3c6f
+DATA rowc<>+752(SB)/8, $0x3dcc3c6f3dcc3c6f
+DATA rowc<>+760(SB)/8, $0x3dcc3c6f3dcc3c6f
+DATA rowc<>+768(SB)/8, $0x3dccc9213dccc921
+DATA rowc<>+776(SB)/8, $0x3dccc9213dccc921
+DATA rowc<>+784(SB)/8, $0x3dccc9213dccc921
+DATA rowc<>+792(SB)/8, $0x3dccc9213dccc921
+DATA rowc<>+800(SB)/8, $0x3dba01ff3dba01ff
+DATA rowc<>+808(SB)/8, $0x3dba01ff3dba01ff
+DATA rowc<>+816(SB)/8, $0x3dba01ff3dba01ff
+DATA rowc<>+824(SB)/8, $0x3dba01ff3dba01ff
+DATA rowc<>+832(SB)/8, $0x3dc727753dc72775
+DATA rowc<>+840(SB)/8, $0x3dc727753dc72775
+DATA rowc<>+848(SB)/8, $0x3dc727753dc72775
+DATA rowc<>+856(SB)/8, $0x3dc727753dc72775
+DATA rowc<>+864(SB)/8, $0x398df686398df686
+DATA rowc<>+872(SB)/8, $0x398df686398df686
+DATA rowc<>+880(SB)/8, $0x398df686398df686
+DATA rowc<>+888(SB)/8, $0x398df686398df686
+DATA rowc<>+896(SB)/8, $0x3e56620e3e56620e
+DATA rowc<>+904(SB)/8, $0x3e56620e3e56620e
+DATA rowc<>+912(SB)/8, $0x3e56620e3e56620e
+DATA rowc<>+920(SB)/8, $0x3e56620e3e56620e
+DATA rowc<>+928(SB)/8, $0xbe8c07d9be8c07d9
+DATA rowc<>+936(SB)/8, $0xbe8c07d9be8c07d9
+DATA rowc<>+944(SB)/8, $0xbe8c07d9be8c07d9
+DATA rowc<>+952(SB)/8, $0xbe8c07d9be8c07d9
+DATA rowc<>+960(SB)/8, $0x3eb8c0d23eb8c0d2
+DATA rowc<>+968(SB)/8, $0x3eb8c0d23eb8c0d2
+DATA rowc<>+976(SB)/8, $0x3eb8c0d23eb8c0d2
+DATA rowc<>+984(SB)/8, $0x3eb8c0d23eb8c0d2
+DATA rowc<>+992(SB)/8, $0xbe87c7ddbe87c7dd
+DATA rowc<>+1000(SB)/8, $0xbe87c7ddbe87c7dd
+DATA rowc<>+1008(SB)/8, $0xbe87c7ddbe87c7dd
+DATA rowc<>+1016(SB)/8, $0xbe87c7ddbe87c7dd
+DATA rowc<>+1024(SB)/8, $0x3dbed5013dbed501
+DATA rowc<>+1032(SB)/8, $0x3dbed5013dbed501
+DATA rowc<>+1040(SB)/8, $0x3dbed5013dbed501
+DATA rowc<>+1048(SB)/8, $0x3dbed5013dbed501
+DATA rowc<>+1056(SB)/8, $0xbc50d42bbc50d42b
+DATA rowc<>+1064(SB)/8, $0xbc50d42bbc50d42b
+DATA rowc<>+1072(SB)/8, $0xbc50d42bbc50d42b
+DATA rowc<>+1080(SB)/8, $0xbc50d42bbc50d42b
+GLOBL rowc<>(SB), RODATA|NOPTR, $1088
 DATA masks<>+0(SB)/8, $0xffffffffffffffff
 DATA masks<>+8(SB)/8, $0xffffffffffffffff
 DATA masks<>+16(SB)/8, $0xffffffffffffffff
@@ -284,6 +352,271 @@ loop:
 	VADDPS Y9, Y12, Y12
 	VMULPS Y12, Y11, Y11
 	VMOVUPS Y11, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	ADDQ $32, R8
+	DECQ CX
+	JNZ loop
+done:
+	VZEROUPPER
+	RET
+
+// func geluAVX2(y, x *float32, n int)
+// gelu32 on n values, n a multiple of 8.
+TEXT ·geluAVX2(SB), NOSPLIT, $0-24
+	MOVQ y+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+	JZ done
+	VMOVUPS rowc<>+544(SB), Y15
+	VMOVUPS rowc<>+576(SB), Y14
+	VMOVUPS rowc<>+192(SB), Y13
+	VXORPS Y12, Y12, Y12
+loop:
+	VMOVUPS (SI), Y7
+	VMAXPS Y7, Y14, Y10
+	VMINPS Y10, Y15, Y8
+	VANDPS rowc<>+608(SB), Y8, Y11
+	VMULPS Y11, Y11, Y0
+	VMULPS rowc<>+640(SB), Y0, Y0
+	VMINPS rowc<>+0(SB), Y0, Y0
+	VMAXPS rowc<>+32(SB), Y0, Y0
+	VMULPS rowc<>+64(SB), Y0, Y1
+	VADDPS rowc<>+96(SB), Y1, Y1
+	VSUBPS rowc<>+96(SB), Y1, Y2
+	VMULPS rowc<>+128(SB), Y2, Y3
+	VSUBPS Y3, Y0, Y0
+	VMULPS rowc<>+160(SB), Y2, Y3
+	VSUBPS Y3, Y0, Y0
+	VMULPS Y0, Y0, Y2
+	VMULPS Y2, Y2, Y3
+	VADDPS rowc<>+192(SB), Y0, Y4
+	VMULPS rowc<>+256(SB), Y0, Y5
+	VADDPS rowc<>+224(SB), Y5, Y5
+	VMULPS Y5, Y2, Y5
+	VADDPS Y5, Y4, Y4
+	VMULPS rowc<>+320(SB), Y0, Y5
+	VADDPS rowc<>+288(SB), Y5, Y5
+	VMULPS rowc<>+384(SB), Y0, Y6
+	VADDPS rowc<>+352(SB), Y6, Y6
+	VMULPS Y6, Y2, Y6
+	VADDPS Y6, Y5, Y5
+	VMULPS Y5, Y3, Y5
+	VADDPS Y5, Y4, Y4
+	VPSUBD rowc<>+416(SB), Y1, Y1
+	VPSLLD $23, Y1, Y1
+	VMULPS Y1, Y4, Y4
+	VCMPPS $1, Y15, Y11, Y9
+	VANDPS Y9, Y4, Y4
+	VMULPS rowc<>+672(SB), Y11, Y1
+	VADDPS Y13, Y1, Y1
+	VDIVPS Y1, Y13, Y1
+	VMULPS rowc<>+1056(SB), Y1, Y2
+	VADDPS rowc<>+1024(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+992(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+960(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+928(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+896(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+864(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+832(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+800(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+768(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+736(SB), Y2, Y2
+	VMULPS Y1, Y4, Y3
+	VMULPS Y2, Y3, Y3
+	VSUBPS Y3, Y13, Y5
+	VCMPPS $1, Y12, Y8, Y6
+	VBLENDVPS Y6, Y3, Y5, Y5
+	VMULPS Y5, Y10, Y5
+	VMOVUPS Y5, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ loop
+done:
+	VZEROUPPER
+	RET
+
+// func geluSlopeAVX2(slope, x *float32, n int)
+// geluSlope32 on n values, n a multiple of 8.
+TEXT ·geluSlopeAVX2(SB), NOSPLIT, $0-24
+	MOVQ slope+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+	JZ done
+	VMOVUPS rowc<>+544(SB), Y15
+	VMOVUPS rowc<>+576(SB), Y14
+	VMOVUPS rowc<>+192(SB), Y13
+	VXORPS Y12, Y12, Y12
+loop:
+	VMOVUPS (SI), Y7
+	VMAXPS Y7, Y14, Y10
+	VMINPS Y10, Y15, Y8
+	VANDPS rowc<>+608(SB), Y8, Y11
+	VMULPS Y11, Y11, Y0
+	VMULPS rowc<>+640(SB), Y0, Y0
+	VMINPS rowc<>+0(SB), Y0, Y0
+	VMAXPS rowc<>+32(SB), Y0, Y0
+	VMULPS rowc<>+64(SB), Y0, Y1
+	VADDPS rowc<>+96(SB), Y1, Y1
+	VSUBPS rowc<>+96(SB), Y1, Y2
+	VMULPS rowc<>+128(SB), Y2, Y3
+	VSUBPS Y3, Y0, Y0
+	VMULPS rowc<>+160(SB), Y2, Y3
+	VSUBPS Y3, Y0, Y0
+	VMULPS Y0, Y0, Y2
+	VMULPS Y2, Y2, Y3
+	VADDPS rowc<>+192(SB), Y0, Y4
+	VMULPS rowc<>+256(SB), Y0, Y5
+	VADDPS rowc<>+224(SB), Y5, Y5
+	VMULPS Y5, Y2, Y5
+	VADDPS Y5, Y4, Y4
+	VMULPS rowc<>+320(SB), Y0, Y5
+	VADDPS rowc<>+288(SB), Y5, Y5
+	VMULPS rowc<>+384(SB), Y0, Y6
+	VADDPS rowc<>+352(SB), Y6, Y6
+	VMULPS Y6, Y2, Y6
+	VADDPS Y6, Y5, Y5
+	VMULPS Y5, Y3, Y5
+	VADDPS Y5, Y4, Y4
+	VPSUBD rowc<>+416(SB), Y1, Y1
+	VPSLLD $23, Y1, Y1
+	VMULPS Y1, Y4, Y4
+	VCMPPS $1, Y15, Y11, Y9
+	VANDPS Y9, Y4, Y4
+	VMULPS rowc<>+672(SB), Y11, Y1
+	VADDPS Y13, Y1, Y1
+	VDIVPS Y1, Y13, Y1
+	VMULPS rowc<>+1056(SB), Y1, Y2
+	VADDPS rowc<>+1024(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+992(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+960(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+928(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+896(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+864(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+832(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+800(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+768(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+736(SB), Y2, Y2
+	VMULPS Y1, Y4, Y3
+	VMULPS Y2, Y3, Y3
+	VSUBPS Y3, Y13, Y5
+	VCMPPS $1, Y12, Y8, Y6
+	VBLENDVPS Y6, Y3, Y5, Y5
+	VMULPS rowc<>+704(SB), Y4, Y4
+	VMULPS Y4, Y8, Y4
+	VADDPS Y4, Y5, Y5
+	VMOVUPS Y5, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ loop
+done:
+	VZEROUPPER
+	RET
+
+// func geluBackwardAVX2(dx, dy, x *float32, n int)
+// geluBackward32 on n values, n a multiple of 8.
+TEXT ·geluBackwardAVX2(SB), NOSPLIT, $0-32
+	MOVQ dx+0(FP), DI
+	MOVQ dy+8(FP), R8
+	MOVQ x+16(FP), SI
+	MOVQ n+24(FP), CX
+	SHRQ $3, CX
+	JZ done
+	VMOVUPS rowc<>+544(SB), Y15
+	VMOVUPS rowc<>+576(SB), Y14
+	VMOVUPS rowc<>+192(SB), Y13
+	VXORPS Y12, Y12, Y12
+loop:
+	VMOVUPS (SI), Y7
+	VMAXPS Y7, Y14, Y10
+	VMINPS Y10, Y15, Y8
+	VANDPS rowc<>+608(SB), Y8, Y11
+	VMULPS Y11, Y11, Y0
+	VMULPS rowc<>+640(SB), Y0, Y0
+	VMINPS rowc<>+0(SB), Y0, Y0
+	VMAXPS rowc<>+32(SB), Y0, Y0
+	VMULPS rowc<>+64(SB), Y0, Y1
+	VADDPS rowc<>+96(SB), Y1, Y1
+	VSUBPS rowc<>+96(SB), Y1, Y2
+	VMULPS rowc<>+128(SB), Y2, Y3
+	VSUBPS Y3, Y0, Y0
+	VMULPS rowc<>+160(SB), Y2, Y3
+	VSUBPS Y3, Y0, Y0
+	VMULPS Y0, Y0, Y2
+	VMULPS Y2, Y2, Y3
+	VADDPS rowc<>+192(SB), Y0, Y4
+	VMULPS rowc<>+256(SB), Y0, Y5
+	VADDPS rowc<>+224(SB), Y5, Y5
+	VMULPS Y5, Y2, Y5
+	VADDPS Y5, Y4, Y4
+	VMULPS rowc<>+320(SB), Y0, Y5
+	VADDPS rowc<>+288(SB), Y5, Y5
+	VMULPS rowc<>+384(SB), Y0, Y6
+	VADDPS rowc<>+352(SB), Y6, Y6
+	VMULPS Y6, Y2, Y6
+	VADDPS Y6, Y5, Y5
+	VMULPS Y5, Y3, Y5
+	VADDPS Y5, Y4, Y4
+	VPSUBD rowc<>+416(SB), Y1, Y1
+	VPSLLD $23, Y1, Y1
+	VMULPS Y1, Y4, Y4
+	VCMPPS $1, Y15, Y11, Y9
+	VANDPS Y9, Y4, Y4
+	VMULPS rowc<>+672(SB), Y11, Y1
+	VADDPS Y13, Y1, Y1
+	VDIVPS Y1, Y13, Y1
+	VMULPS rowc<>+1056(SB), Y1, Y2
+	VADDPS rowc<>+1024(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+992(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+960(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+928(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+896(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+864(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+832(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+800(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+768(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+736(SB), Y2, Y2
+	VMULPS Y1, Y4, Y3
+	VMULPS Y2, Y3, Y3
+	VSUBPS Y3, Y13, Y5
+	VCMPPS $1, Y12, Y8, Y6
+	VBLENDVPS Y6, Y3, Y5, Y5
+	VMULPS rowc<>+704(SB), Y4, Y4
+	VMULPS Y4, Y8, Y4
+	VADDPS Y4, Y5, Y5
+	VMULPS (R8), Y5, Y5
+	VMOVUPS Y5, (DI)
 	ADDQ $32, SI
 	ADDQ $32, DI
 	ADDQ $32, R8

@@ -99,3 +99,46 @@ func BenchmarkLayerNormBackward(b *testing.B) {
 		}
 	})
 }
+
+// geluHidden is the MLP hidden layer of ViT-B/32 for a batch of 64 images:
+// 64·50 tokens × 3072 values, from −5 to 5.
+func geluHidden() []float32 {
+	x := make([]float32, 64*50*3072)
+	for i := range x {
+		x[i] = float32(i%2000)/200 - 5
+	}
+	return x
+}
+
+func BenchmarkGELU(b *testing.B) {
+	x := geluHidden()
+	y := make([]float32, len(x))
+	forEachPath(b, func(b *testing.B) {
+		b.SetBytes(int64(4 * len(x)))
+		for b.Loop() {
+			GELU(y, x)
+		}
+	})
+}
+
+func BenchmarkGELUSlope(b *testing.B) {
+	x := geluHidden()
+	slope := make([]float32, len(x))
+	forEachPath(b, func(b *testing.B) {
+		b.SetBytes(int64(4 * len(x)))
+		for b.Loop() {
+			GELUSlope(slope, x)
+		}
+	})
+}
+
+func BenchmarkGELUBackward(b *testing.B) {
+	x := geluHidden()
+	dx := make([]float32, len(x))
+	forEachPath(b, func(b *testing.B) {
+		b.SetBytes(int64(4 * len(x)))
+		for b.Loop() {
+			GELUBackward(dx, x, x)
+		}
+	})
+}

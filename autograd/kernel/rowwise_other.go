@@ -6,6 +6,9 @@ func expVector(x []float32) int                       { return 0 }
 func quickGELUVector(y, x []float32) int              { return 0 }
 func quickGELUSlopeVector(y, slope, x []float32) int  { return 0 }
 func quickGELUBackwardVector(dx, dy, x []float32) int { return 0 }
+func geluVector(y, x []float32) int                   { return 0 }
+func geluSlopeVector(slope, x []float32) int          { return 0 }
+func geluBackwardVector(dx, dy, x []float32) int      { return 0 }
 func softmaxRow32(y, x []float32, scale float32) bool { return false }
 
 func layerNormRow32(y, x, g, b []float32, eps float64, mean, rstd *float32) bool { return false }

@@ -19,9 +19,9 @@ import (
 // batch decoded during the forward pass) with the forward pass alone on
 // the same batches of 64, as `subtta bench --only forward` times it, on
 // ViT-B/32 with random weights: bulk-img/s, forward-img/s and their ratio.
-// The tower is OpenAI's ViT-B/32 (QuickGELU), the one bench times: open_clip's
-// ViT-B-32 with the exact GELU spends about a fifth of its forward pass in
-// math.Erf.
+// The tower is OpenAI's ViT-B/32 (QuickGELU), the one bench times; open_clip's
+// ViT-B-32 with the exact GELU costs about the same (BenchmarkForwardActivation
+// in package vit).
 //
 //	go test -run '^$' -bench BulkEmbedViTB32 -benchtime 1x ./cmd/subtta
 func BenchmarkBulkEmbedViTB32(b *testing.B) {
