@@ -3,7 +3,6 @@
 package vit
 
 import (
-	"cmp"
 	"math/rand/v2"
 	"syscall"
 	"testing"
@@ -24,8 +23,9 @@ func processCPU() float64 {
 // BenchmarkForwardPrecision times the ViT-B/32 forward pass (random
 // weights, batch 64) in each precision this CPU has kernels for, and fp32
 // and int8 on the AVX2 kernels alone (avx2/…), as on a CPU without
-// AVX-512, and int8 on the AVX-VNNI kernel where the CPU has it
-// (avxvnni/int8, fp32 on AVX2 beside it). Besides
+// AVX-512, int8 on the AVX-VNNI kernel where the CPU has it (avxvnni/int8,
+// fp32 on AVX2 beside it), and on the AVX512-VNNI kernel where a better
+// one (AMX) is the default (avx512vnni/int8). Besides
 // wall time it reports the process's CPU seconds per pass (cpu-s/op),
 // which neighbours on a shared machine disturb far less: compare those
 // across precisions when the machine is busy.
@@ -47,9 +47,10 @@ func BenchmarkForwardPrecision(b *testing.B) {
 		name string
 		prec kernel.Precision
 		avx2 bool   // the AVX2 kernels (fp32 and int8), as on a CPU without AVX-512
-		int8 string // with avx2: the int8 kernel (avx2, or avxvnni on a CPU with AVX-VNNI)
+		int8 string // the int8 kernel, when not the best one (with avx2: avx2 unless named)
 	}
 	runs := []run{{"fp32", kernel.FP32, false, ""}, {"bf16", kernel.BF16, false, ""}, {"int8", kernel.Int8, false, ""},
+		{"avx512vnni/int8", kernel.Int8, false, "avx512vnni"},
 		{"avx2/fp32", kernel.FP32, true, ""}, {"avx2/int8", kernel.Int8, true, "avx2"}, {"avxvnni/int8", kernel.Int8, true, "avxvnni"}}
 	for _, c := range runs {
 		prec := c.prec
@@ -63,7 +64,15 @@ func BenchmarkForwardPrecision(b *testing.B) {
 					b.Skip(err)
 				}
 				defer kernel.SetKernel(prev)
-				prev8, err := kernel.SetInt8Kernel(cmp.Or(c.int8, "avx2"))
+				if c.int8 == "" {
+					c.int8 = "avx2"
+				}
+			}
+			if c.int8 != "" {
+				if c.int8 == kernel.LowKernel(kernel.Int8) && !c.avx2 {
+					b.Skip("the best int8 kernel: see int8")
+				}
+				prev8, err := kernel.SetInt8Kernel(c.int8)
 				if err != nil {
 					b.Skip(err)
 				}

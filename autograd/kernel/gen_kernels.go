@@ -53,6 +53,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	if err := os.WriteFile("lowprec_amx_amd64.s", []byte(header+genInt8AMX()+"\n"+genInt8Epilogue()), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 }
 
 // genRowwise writes rowwise_avx2_amd64.s: expAVX2, the QuickGELU and GELU
@@ -1052,4 +1056,159 @@ func vpdpbusdVEX(dst, src1, src2 int) string {
 	modrm := 0xC0 | (dst&7)<<3 | src2&7
 	return fmt.Sprintf("BYTE $0xc4; BYTE $0x%02x; BYTE $0x%02x; BYTE $0x50; BYTE $0x%02x // VPDPBUSD Y%d, Y%d, Y%d (VEX)",
 		b1, b2, modrm, src2, src1, dst)
+}
+
+// The AMX instructions, which Go's assembler does not know, as VEX bytes:
+// C4, then R̄ X̄ B̄ = 111 and map 0F38 (E2: every register number here is
+// below 8), then W0, v̄ (1111 where unused), L0 and pp, the opcode and
+// ModRM (with a SIB byte for the tile loads and stores: base + index·1).
+// Checked against GNU as.
+const (
+	ppNone, pp66, ppF3, ppF2                 = 0, 1, 2, 3
+	regAX, regCX, regDX, regBX, regSI, regDI = 0, 1, 2, 3, 6, 7
+)
+
+func amxBytes(comment string, bs ...int) string {
+	var parts []string
+	for _, b := range bs {
+		parts = append(parts, fmt.Sprintf("BYTE $0x%02x", b))
+	}
+	return strings.Join(parts, "; ") + " // " + comment
+}
+
+// tileMem encodes ModRM, SIB and disp8 of [base + index·1 + disp] with reg
+// in ModRM's reg field.
+func tileMem(reg, base, index, disp int) []int {
+	if disp == 0 {
+		return []int{reg<<3 | 4, index<<3 | base}
+	}
+	return []int{0x40 | reg<<3 | 4, index<<3 | base, disp}
+}
+
+func ldtilecfg(base int) string {
+	return amxBytes("LDTILECFG (base)", 0xc4, 0xe2, 0x78|ppNone, 0x49, base)
+}
+
+func tilerelease() string { return amxBytes("TILERELEASE", 0xc4, 0xe2, 0x78|ppNone, 0x49, 0xc0) }
+
+func tilezero(t int) string {
+	return amxBytes(fmt.Sprintf("TILEZERO tmm%d", t), 0xc4, 0xe2, 0x78|ppF2, 0x49, 0xc0|t<<3)
+}
+
+func tileloadd(t, base, index, disp int) string {
+	return amxBytes(fmt.Sprintf("TILELOADD tmm%d, [r%d + r%d + %d]", t, base, index, disp),
+		append([]int{0xc4, 0xe2, 0x78 | ppF2, 0x4b}, tileMem(t, base, index, disp)...)...)
+}
+
+func tilestored(t, base, index, disp int) string {
+	return amxBytes(fmt.Sprintf("TILESTORED [r%d + r%d + %d], tmm%d", base, index, disp, t),
+		append([]int{0xc4, 0xe2, 0x78 | ppF3, 0x4b}, tileMem(t, base, index, disp)...)...)
+}
+
+// tdpbusd: dst += a·b, a's rows u8 and b's s8, Σ of four products per
+// int32 element. Operand encoding RMV: dst in ModRM.reg, a in ModRM.rm, b
+// in VEX.vvvv.
+func tdpbusd(dst, a, b int) string {
+	return amxBytes(fmt.Sprintf("TDPBUSD tmm%d, tmm%d, tmm%d", dst, a, b),
+		0xc4, 0xe2, (^b&15)<<3|pp66, 0x5e, 0xc0|dst<<3|a)
+}
+
+// genInt8AMX writes amxInt8Tiles, the integer part of the int8 kernel for
+// CPUs with AMX-INT8: for each of tiles 12-row tiles, the int32 sums of a
+// 12×32 block over chunks·16 groups of 4 k, stored to acc (rows of 32
+// int32, 128 bytes apart). Tiles (cfg, amxInt8Config): tmm0 and tmm1 the
+// two 12×16 halves of C, tmm2 12 rows × 64 bytes of A (16 groups), tmm3
+// and tmm4 the 16 groups × 16 columns of the two halves of the B panel,
+// whose groups are 128 bytes apart (32 columns × 4). TDPBUSD sums the same
+// u8·s8 products as VPDPBUSD, exactly, so the kernel computes the sums of
+// gemmInt8VNNI; int8EpilogueAVX512 turns them into C as it does.
+func genInt8AMX() string {
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
+	w("// func amxInt8Tiles(cfg *[64]byte, chunks int, a *uint8, lda int, b *int8, acc *int32, tiles int)")
+	w("// See genInt8AMX in gen_kernels.go.")
+	w("TEXT ·amxInt8Tiles(SB), NOSPLIT, $0-56")
+	w("\tMOVQ cfg+0(FP), AX")
+	w("\t%s", ldtilecfg(regAX))
+	w("\tMOVQ chunks+8(FP), R11")
+	w("\tMOVQ a+16(FP), R10")
+	w("\tMOVQ lda+24(FP), CX")
+	w("\tMOVQ b+32(FP), R13")
+	w("\tMOVQ acc+40(FP), DI")
+	w("\tMOVQ tiles+48(FP), R9")
+	w("\tMOVQ $128, DX")
+	w("\tIMUL3Q $12, CX, R12")
+	w("tileloop:")
+	w("\t%s", tilezero(0))
+	w("\t%s", tilezero(1))
+	w("\tMOVQ R10, SI")
+	w("\tMOVQ R13, BX")
+	w("\tMOVQ R11, R8")
+	w("loop:")
+	w("\t%s", tileloadd(2, regSI, regCX, 0))
+	w("\t%s", tileloadd(3, regBX, regDX, 0))
+	w("\t%s", tileloadd(4, regBX, regDX, 64))
+	w("\t%s", tdpbusd(0, 2, 3))
+	w("\t%s", tdpbusd(1, 2, 4))
+	w("\tADDQ $64, SI")
+	w("\tADDQ $2048, BX")
+	w("\tDECQ R8")
+	w("\tJNZ loop")
+	w("\t%s", tilestored(0, regDI, regDX, 0))
+	w("\t%s", tilestored(1, regDI, regDX, 64))
+	w("\tADDQ R12, R10")
+	w("\tADDQ $1536, DI") // 12 rows of 128 bytes
+	w("\tDECQ R9")
+	w("\tJNZ tileloop")
+	w("\t%s", tilerelease())
+	w("\tRET")
+	return b.String()
+}
+
+// genInt8Epilogue writes int8EpilogueAVX512: for rows rows of 32 int32
+// sums (128 bytes apart), C = float32(acc − zero·colSum)·(colScale·scale)
+// + bias, the operations of gemmInt8VNNI's epilogue in its order.
+func genInt8Epilogue() string {
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
+	w("// func int8EpilogueAVX512(acc *int32, c *float32, ldc int, rowScale *float32, rowZero *int32, colSum *int32, colScale *float32, bias *float32, rows int)")
+	w("// See genInt8Epilogue in gen_kernels.go.")
+	w("TEXT ·int8EpilogueAVX512(SB), NOSPLIT, $0-72")
+	w("\tMOVQ acc+0(FP), SI")
+	w("\tMOVQ c+8(FP), DI")
+	w("\tMOVQ ldc+16(FP), R9")
+	w("\tSHLQ $2, R9")
+	w("\tMOVQ rowScale+24(FP), R10")
+	w("\tMOVQ rowZero+32(FP), R11")
+	w("\tMOVQ colSum+40(FP), DX")
+	w("\tMOVQ colScale+48(FP), R13")
+	w("\tMOVQ bias+56(FP), AX")
+	w("\tMOVQ rows+64(FP), BX")
+	for v := 0; v < 2; v++ {
+		w("\tVMOVDQU32 %d(DX), Z%d", 64*v, v)  // colSum
+		w("\tVMOVUPS %d(R13), Z%d", 64*v, 2+v) // colScale
+		w("\tVMOVUPS %d(AX), Z%d", 64*v, 4+v)  // bias
+	}
+	w("rowloop:")
+	w("\tVPBROADCASTD (R11), Z6")
+	w("\tVBROADCASTSS (R10), Z7")
+	for v := 0; v < 2; v++ {
+		w("\tVPMULLD Z%d, Z6, Z8", v)
+		w("\tVMOVDQU32 %d(SI), Z9", 64*v)
+		w("\tVPSUBD Z8, Z9, Z9")
+		w("\tVCVTDQ2PS Z9, Z9")
+		w("\tVMULPS Z7, Z%d, Z10", 2+v)
+		w("\tVMULPS Z10, Z9, Z9")
+		w("\tVADDPS Z%d, Z9, Z9", 4+v)
+		w("\tVMOVUPS Z9, %d(DI)", 64*v)
+	}
+	w("\tADDQ $128, SI")
+	w("\tADDQ R9, DI")
+	w("\tADDQ $4, R10")
+	w("\tADDQ $4, R11")
+	w("\tDECQ BX")
+	w("\tJNZ rowloop")
+	w("\tVZEROUPPER")
+	w("\tRET")
+	return b.String()
 }

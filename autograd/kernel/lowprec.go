@@ -112,6 +112,18 @@ func lowNames(ks []lowKernel) []string {
 	return names
 }
 
+// LowKernel names the kernel that runs prec (Int8 or BF16) now, "" for
+// FP32.
+func LowKernel(prec Precision) string {
+	switch prec {
+	case Int8:
+		return int8Active.name
+	case BF16:
+		return bf16Active.name
+	}
+	return ""
+}
+
 // SetInt8Kernel selects the int8 kernel by name (for tests and benchmarks)
 // and returns the previous one's name. Weights packed before stay valid:
 // every int8 kernel reads the same layout.

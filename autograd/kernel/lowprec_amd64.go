@@ -57,6 +57,9 @@ var (
 
 func int8Available() []lowKernel {
 	var ks []lowKernel
+	if haveAMXInt8() {
+		ks = append(ks, amxKernel)
+	}
 	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512VNNI {
 		ks = append(ks, vnniKernel)
 	}
@@ -80,6 +83,9 @@ func bf16Available() []lowKernel {
 // checked the bounds.
 func int8TileAsm(kern lowKernel, groups int, a []uint8, lda int, b []int8, c []float32, ldc int, scale []float32, zero []int32, colSum []int32, colScale, bias []float32, tiles int) {
 	switch kern.name {
+	case amxKernel.name:
+		amxInt8Tile(groups, a, lda, b, c, ldc, scale, zero, colSum, colScale, bias, tiles)
+		return
 	case avx2Int8Kernel.name, avxVNNIKernel.name:
 		// lowMR rows are lowMR/kern.mr tiles of these kernels' kern.mr = 3.
 		f := gemmInt8AVX2

@@ -104,7 +104,7 @@ func TestGemmInt8KernelsMatchReference(t *testing.T) {
 			sameBits(t, name, got, want)
 		}
 	}
-	for _, name := range []string{"avx512vnni", "avxvnni", "avx2"} {
+	for _, name := range []string{"amx", "avx512vnni", "avxvnni", "avx2"} {
 		if !slices.Contains(Int8Kernels(), name) {
 			t.Logf("int8 kernel %s: not on this CPU, not tested here", name)
 		}

@@ -280,7 +280,7 @@ func benchCases(cfg *weights.CLIPConfig, m *vit.Model, batch, classes int, prec 
 	fp32 := in(kernel.FP32)
 	cases := []benchCase{{key: "forward", name: "forward", prepare: fp32, run: forward, flops: perImage}}
 	if prec != kernel.FP32 {
-		cases = append(cases, benchCase{key: "forward", name: "forward, " + prec.String(), prepare: in(prec), run: forward, flops: perImage, prec: prec})
+		cases = append(cases, benchCase{key: "forward", name: fmt.Sprintf("forward, %v (%s)", prec, kernel.LowKernel(prec)), prepare: in(prec), run: forward, flops: perImage, prec: prec})
 	}
 	return append(cases,
 		benchCase{key: "backward", name: "forward+backward (LayerNorm gradients)", prepare: fp32, run: backward, flops: 2 * perImage},

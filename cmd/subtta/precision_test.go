@@ -124,7 +124,7 @@ func TestBenchPairsPrecision(t *testing.T) {
 		t.Fatalf("exit %d: %s", st, errb.String())
 	}
 	text := out.String()
-	re := regexp.MustCompile(`(?m)^forward +([0-9.]+) images/s.*\n.*\n^forward, int8 +([0-9.]+) images/s.*\n += ([0-9.]+)× the fp32 forward pass above \(median of 3 ratios`)
+	re := regexp.MustCompile(`(?m)^forward +([0-9.]+) images/s.*\n.*\n^forward, int8 \([a-z0-9]+\) +([0-9.]+) images/s.*\n += ([0-9.]+)× the fp32 forward pass above \(median of 3 ratios`)
 	m := re.FindStringSubmatch(text)
 	if m == nil {
 		t.Fatalf("bench output lacks the paired fp32 and int8 lines:\n%s", text)
