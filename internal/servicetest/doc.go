@@ -4,5 +4,6 @@
 //
 // When a program is missing, a test fails under CI (CI=true), where .ci/run
 // installs it, and is skipped with a one-line reason elsewhere, so that a
-// clone on a machine without it still passes `go test ./...`.
+// clone on a machine without it still passes `go test ./...`. It builds on
+// Unix only (process groups and signals), like the tests that use it.
 package servicetest
