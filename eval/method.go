@@ -389,24 +389,6 @@ func (r *methodRun) addStats(b online.BatchRecord) {
 	}
 }
 
-// cosineMeans turns the sums of a domain's cosine summary into means.
-func cosineMeans(c report.CosineSummary) *report.CosineSummary {
-	n := c.Correct + c.Wrong
-	if n == 0 {
-		return nil
-	}
-	c.Predicted /= float64(n)
-	c.True /= float64(n)
-	if c.Correct > 0 {
-		c.CorrectPredicted /= float64(c.Correct)
-	}
-	if c.Wrong > 0 {
-		c.WrongPredicted /= float64(c.Wrong)
-		c.WrongTrue /= float64(c.Wrong)
-	}
-	return &c
-}
-
 func (r *methodRun) record(d *domain, res online.DomainResult, el time.Duration) report.Record {
 	rec := report.Record{
 		Method: r.name(), Domain: d.name, Corruption: d.corruption, Severity: d.severity,
@@ -429,7 +411,7 @@ func (r *methodRun) record(d *domain, res online.DomainResult, el time.Duration)
 	if st := r.stats[d.name]; st != nil {
 		rec.Steps, rec.Skipped = st.steps, st.skipped
 		rec.PrincipalCosines, rec.SemanticConcentration, rec.PredictedClassCosine = st.cosines, st.concentration, st.predCosine
-		rec.TrueClassCosine, rec.Cosines, rec.Batches = st.trueCosine, cosineMeans(st.cos), st.batches
+		rec.TrueClassCosine, rec.Cosines, rec.Batches = st.trueCosine, st.cos.Means(), st.batches
 		if st.batches > 0 && len(st.seconds) > 0 {
 			rec.BatchSeconds = map[string]float64{}
 			for k, v := range st.seconds {

@@ -27,7 +27,6 @@ func Diagnostics(recs []Record) []MethodDiagnostics {
 	var out []MethodDiagnostics
 	type acc struct {
 		cos          CosineSummary
-		n            int // images with cosines
 		secs         map[string]float64
 		batches      int
 		hasCos, hasT bool
@@ -42,16 +41,8 @@ func Diagnostics(recs []Record) []MethodDiagnostics {
 			order = append(order, r.Method)
 		}
 		if c := r.Cosines; c != nil && c.Correct+c.Wrong > 0 {
-			n := c.Correct + c.Wrong
 			a.hasCos = true
-			a.n += n
-			a.cos.Correct += c.Correct
-			a.cos.Wrong += c.Wrong
-			a.cos.Predicted += c.Predicted * float64(n)
-			a.cos.True += c.True * float64(n)
-			a.cos.CorrectPredicted += c.CorrectPredicted * float64(c.Correct)
-			a.cos.WrongPredicted += c.WrongPredicted * float64(c.Wrong)
-			a.cos.WrongTrue += c.WrongTrue * float64(c.Wrong)
+			a.cos.add(c.Sums())
 		}
 		if r.Batches > 0 && len(r.BatchSeconds) > 0 {
 			a.hasT = true
@@ -68,17 +59,7 @@ func Diagnostics(recs []Record) []MethodDiagnostics {
 		}
 		d := MethodDiagnostics{Method: m}
 		if a.hasCos {
-			c := a.cos
-			c.Predicted /= float64(a.n)
-			c.True /= float64(a.n)
-			if c.Correct > 0 {
-				c.CorrectPredicted /= float64(c.Correct)
-			}
-			if c.Wrong > 0 {
-				c.WrongPredicted /= float64(c.Wrong)
-				c.WrongTrue /= float64(c.Wrong)
-			}
-			d.Cosines = &c
+			d.Cosines = a.cos.Means()
 		}
 		if a.hasT {
 			d.BatchSeconds = map[string]float64{}

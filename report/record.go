@@ -68,3 +68,45 @@ type CosineSummary struct {
 	WrongPredicted   float64 `json:"wrong_predicted"`
 	WrongTrue        float64 `json:"wrong_true"`
 }
+
+// Sums returns c with its means multiplied by the images they average
+// over, so that summaries add up (Means undoes it).
+func (c CosineSummary) Sums() CosineSummary {
+	n := float64(c.Correct + c.Wrong)
+	c.Predicted *= n
+	c.True *= n
+	c.CorrectPredicted *= float64(c.Correct)
+	c.WrongPredicted *= float64(c.Wrong)
+	c.WrongTrue *= float64(c.Wrong)
+	return c
+}
+
+// Means returns c, whose cosines are sums over its images, with each sum
+// divided by the images it covers; nil when it covers none.
+func (c CosineSummary) Means() *CosineSummary {
+	n := c.Correct + c.Wrong
+	if n == 0 {
+		return nil
+	}
+	c.Predicted /= float64(n)
+	c.True /= float64(n)
+	if c.Correct > 0 {
+		c.CorrectPredicted /= float64(c.Correct)
+	}
+	if c.Wrong > 0 {
+		c.WrongPredicted /= float64(c.Wrong)
+		c.WrongTrue /= float64(c.Wrong)
+	}
+	return &c
+}
+
+// add adds the sums of o (Sums) to c.
+func (c *CosineSummary) add(o CosineSummary) {
+	c.Correct += o.Correct
+	c.Wrong += o.Wrong
+	c.Predicted += o.Predicted
+	c.True += o.True
+	c.CorrectPredicted += o.CorrectPredicted
+	c.WrongPredicted += o.WrongPredicted
+	c.WrongTrue += o.WrongTrue
+}

@@ -409,25 +409,34 @@ func (p *packedA) lda() int { return p.groups * 4 }
 // panelBytes is the size of lowMR rows.
 func (p *packedA) panelBytes() int { return lowMR * p.groups * 4 }
 
-// quantizeA quantises the m rows of x (leading dimension lda, k columns)
-// for the int8 kernels.
-func quantizeA(m, k int, x []float32, lda int) *packedA {
-	pa := getPackedA(m, (k+3)/4)
+// packRows fills pa's rows from m rows of input in parallel, by panels of
+// lowMR rows: fill(i, row) writes row i (its bytes, up to pa.lda()); the
+// rows past m, up to a whole panel, are zeros.
+func packRows(pa *packedA, m int, fill func(i int, row []uint8)) {
 	ld := pa.lda()
-	asm := haveQuantizeAVX512 && int8Active.name != "go"
-	levels := int8Active.levels
-	panels := (m + lowMR - 1) / lowMR
-	ParallelFor(panels, func(lo, hi int) {
+	ParallelFor((m+lowMR-1)/lowMR, func(lo, hi int) {
 		for i := lo * lowMR; i < hi*lowMR; i++ {
 			row := pa.data[i*ld : (i+1)*ld]
 			if i >= m {
 				clear(row)
-				pa.scale[i], pa.zero[i] = 0, 0
 				continue
 			}
-			clear(row[k:])
-			pa.scale[i], pa.zero[i] = quantizeRowU8(row, x[i*lda:i*lda+k], asm, levels)
+			fill(i, row)
 		}
+	})
+}
+
+// quantizeA quantises the m rows of x (leading dimension lda, k columns)
+// for the int8 kernels.
+func quantizeA(m, k int, x []float32, lda int) *packedA {
+	pa := getPackedA(m, (k+3)/4)
+	asm := haveQuantizeAVX512 && int8Active.name != "go"
+	levels := int8Active.levels
+	clear(pa.scale[m:])
+	clear(pa.zero[m:])
+	packRows(pa, m, func(i int, row []uint8) {
+		clear(row[k:])
+		pa.scale[i], pa.zero[i] = quantizeRowU8(row, x[i*lda:i*lda+k], asm, levels)
 	})
 	return pa
 }
@@ -435,20 +444,11 @@ func quantizeA(m, k int, x []float32, lda int) *packedA {
 // roundA rounds the m rows of x to bf16 for the bf16 kernels.
 func roundA(m, k int, x []float32, lda int) *packedA {
 	pa := getPackedA(m, (k+1)/2)
-	ld := pa.lda()
 	asm := haveQuantizeAVX512 && bf16Active.name != "go"
-	panels := (m + lowMR - 1) / lowMR
-	ParallelFor(panels, func(lo, hi int) {
-		for i := lo * lowMR; i < hi*lowMR; i++ {
-			row := pa.data[i*ld : (i+1)*ld]
-			if i >= m {
-				clear(row)
-				continue
-			}
-			clear(row[2*k:])
-			// The bytes of a row are its bf16 values, little-endian.
-			toBF16Row(unsafe.Slice((*uint16)(unsafe.Pointer(&row[0])), ld/2), x[i*lda:i*lda+k], asm)
-		}
+	packRows(pa, m, func(i int, row []uint8) {
+		clear(row[2*k:])
+		// The bytes of a row are its bf16 values, little-endian.
+		toBF16Row(unsafe.Slice((*uint16)(unsafe.Pointer(&row[0])), len(row)/2), x[i*lda:i*lda+k], asm)
 	})
 	return pa
 }
@@ -457,7 +457,7 @@ func roundA(m, k int, x []float32, lda int) *packedA {
 // (leading dimension lda) and the quantised weight q (C [m, q.N], leading
 // dimension ldc, overwritten): y = x·Wᵀ + b of a linear layer. bias may be
 // nil. Each row of A is quantised to u8 with its own scale and zero point,
-// to 256 levels for the AVX512-VNNI and AVX-VNNI kernels and the Go
+// to 256 levels for the AMX, AVX512-VNNI and AVX-VNNI kernels and the Go
 // reference, to 128 for the AVX2 kernel (see quantizeRowU8): the two give
 // different results, each the same bits at any thread count.
 func GemmInt8(m int, a []float32, lda int, q *Int8Weight, bias, c []float32, ldc int) {
