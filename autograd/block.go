@@ -275,25 +275,32 @@ func (op *blockOp[T]) Forward() (smat.Tensor, error) {
 	h2 := spare(false)
 	op.layerNorm(h2, *x1, o, p.LN2, (*stats)[2*r:])
 	op.emit("ln_2", h2, w)
-	hidden := buffer(o*m, keep)
-	linearInto(p.FC, o, h2, *hidden, !keep)
-	act := *buffer(o*m, false)
-	// Backward needs the pre-activation only through the slope of the
-	// activation, unless c_proj's weight gradient needs act itself: then
-	// keep the slope in its place, and backward skips an exponential per
-	// value.
+	var hidden *[]T
 	slope := keep && !p.Proj.Weight.RequiresGrad()
-	if slope && !p.GELU {
-		kernel.QuickGELUSlope(act, *hidden, *hidden)
-	} else {
-		op.activation(act, *hidden)
-		if slope {
-			kernel.GELUSlope(*hidden, *hidden)
+	// Without gradients, with both MLP layers in bf16 and nothing traced,
+	// the activation runs fused into c_fc (mlpLowBF16); otherwise c_fc, the
+	// activation and c_proj run one after the other.
+	x32, is32 := any(h2).([]float32)
+	if !is32 || keep || op.trace != nil || !mlpLowBF16(p.FC, p.Proj, p.GELU, o, x32, any(proj).([]float32)) {
+		hidden = buffer(o*m, keep)
+		linearInto(p.FC, o, h2, *hidden, !keep)
+		act := *buffer(o*m, false)
+		// Backward needs the pre-activation only through the slope of the
+		// activation, unless c_proj's weight gradient needs act itself: then
+		// keep the slope in its place, and backward skips an exponential per
+		// value.
+		if slope && !p.GELU {
+			kernel.QuickGELUSlope(act, *hidden, *hidden)
+		} else {
+			op.activation(act, *hidden)
+			if slope {
+				kernel.GELUSlope(*hidden, *hidden)
+			}
 		}
-	}
-	op.emit("mlp_hidden", act, m)
+		op.emit("mlp_hidden", act, m)
 
-	linearInto(p.Proj, o, act, proj, !keep)
+		linearInto(p.Proj, o, act, proj, !keep)
+	}
 	op.emit("mlp_out", proj, w)
 	y := make([]T, o*w)
 	kernel.Add(y, *x1, proj) // y = x₁ + c_proj(act)

@@ -2,11 +2,13 @@ package autograd
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 
 	"github.com/nlpodyssey/spago/ag"
 	smat "github.com/nlpodyssey/spago/mat"
+	"github.com/subtta/subtta/autograd/kernel"
 )
 
 // fusedTol bounds max|fused − ops| / max|ops| per tensor in float32. The
@@ -189,5 +191,45 @@ func TestTransformerBlockRowsMatchesBlock(t *testing.T) {
 				check(fmt.Sprintf("grad %d", i), gr[i], gf[i])
 			}
 		})
+	}
+}
+
+// TestBF16BlockFusedMLP: a frozen block whose linear layers run in bf16
+// fuses the MLP's activation into c_fc (mlpLowBF16) unless it is traced;
+// the traced pass runs c_fc, the activation and c_proj one after the
+// other. Both give the same bits, with QuickGELU and with GELU, on sizes
+// that cross the kernels' tiles.
+func TestBF16BlockFusedMLP(t *testing.T) {
+	if err := kernel.CheckPrecision(kernel.BF16); err != nil {
+		t.Skip(err)
+	}
+	s := sizes{batch: 3, tokens: 11, heads: 4, headDim: 13, mlp: 101}
+	for _, gelu := range []bool{false, true} {
+		ins := blockInputs(s, 1, false)
+		xs := makeInputs[float32](ins, makeData(ins, 9))
+		for _, x := range xs {
+			x.SetRequiresGrad(false)
+		}
+		b := blocksFrom(asTensors(xs), 1, s.batch, s.heads, false)[0]
+		b.gelu = gelu
+		low, err := LowPrecisionBlocks([]*BlockParams{b.params()}, nil, kernel.BF16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fused := values[float32](TransformerBlock(xs[0], low[0], s.batch, nil))
+		traced := false
+		separate := values[float32](TransformerBlock(xs[0], low[0], s.batch, func(string, smat.Tensor) { traced = true }))
+		if !traced {
+			t.Fatal("the traced pass emitted nothing")
+		}
+		for i := range fused {
+			if math.Float32bits(fused[i]) != math.Float32bits(separate[i]) {
+				t.Fatalf("gelu=%v: output %d fused %v, separate %v", gelu, i, fused[i], separate[i])
+			}
+		}
+		plain := values[float32](TransformerBlock(xs[0], b.params(), s.batch, nil))
+		if slices.Equal(plain, fused) {
+			t.Fatalf("gelu=%v: the bf16 block equals float32's: bf16 did not run", gelu)
+		}
 	}
 }

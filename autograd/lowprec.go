@@ -71,23 +71,55 @@ func (p *LinearParams) Precision() kernel.Precision {
 // reports false when the layer has none, its weight is trainable or was
 // replaced, or a device is set.
 func linearLow(p *LinearParams, rows int, x []float32, ld int, y []float32) bool {
-	l := p.low
-	if l == nil || p.Weight.RequiresGrad() || CurrentDevice() != nil {
+	l, bias := p.lowNow()
+	if l == nil {
 		return false
-	}
-	w := values[float32](p.Weight)
-	if len(w) == 0 || &w[0] != l.src {
-		return false
-	}
-	var bias []float32
-	if p.Bias != nil {
-		bias = values[float32](p.Bias)
 	}
 	if l.i8 != nil {
 		kernel.GemmInt8(rows, x, ld, l.i8, bias, y, p.Out())
 	} else {
 		kernel.GemmBF16(rows, x, ld, l.bf, bias, y, p.Out())
 	}
+	return true
+}
+
+// lowNow returns the layer's reduced-precision weight and its bias when a
+// pass without gradient would use it now, else nil: none set, the weight
+// trainable or replaced since, or a device set.
+func (p *LinearParams) lowNow() (*lowWeight, []float32) {
+	l := p.low
+	if l == nil || p.Weight.RequiresGrad() || CurrentDevice() != nil {
+		return nil, nil
+	}
+	w := values[float32](p.Weight)
+	if len(w) == 0 || &w[0] != l.src {
+		return nil, nil
+	}
+	var bias []float32
+	if p.Bias != nil {
+		bias = values[float32](p.Bias)
+	}
+	return l, bias
+}
+
+// mlpLowBF16 computes y = proj(act(fc(x))) for x [rows, fc.In()] into y
+// [rows, proj.Out()] and reports true when both layers run in bf16 now
+// (lowNow): the activation (GELU, or QuickGELU) runs on fc's products as
+// they leave the kernel and its result goes to proj rounded to bf16
+// (kernel.GemmBF16Act), without the [rows, fc.Out()] float32 hidden layer,
+// and with its bits. Otherwise it does nothing and reports false.
+func mlpLowBF16(fc, proj *LinearParams, gelu bool, rows int, x, y []float32) bool {
+	lf, bf := fc.lowNow()
+	lp, bp := proj.lowNow()
+	if lf == nil || lp == nil || lf.bf == nil || lp.bf == nil || rows == 0 {
+		return false
+	}
+	act := kernel.QuickGELUActivation
+	if gelu {
+		act = kernel.GELUActivation
+	}
+	hidden := kernel.GemmBF16Act(rows, x, fc.In(), lf.bf, bf, act)
+	kernel.GemmBF16Rows(hidden, lp.bf, bp, y, proj.Out())
 	return true
 }
 

@@ -58,17 +58,24 @@ func TestReducedPrecisionFeatures(t *testing.T) {
 	dim := m.Config.EmbedDim
 	type precCase struct {
 		prec   kernel.Precision
-		kern   string // int8: the kernel (its activations' levels differ)
+		kern   string // the kernel (int8's activations' levels differ between kernels)
 		minCos float64
 	}
-	cases := []precCase{{kernel.BF16, "", 0.999}}
-	for _, k := range kernel.Int8Kernels() {
-		if k != "go" {
-			cases = append(cases, precCase{kernel.Int8, k, 0.995})
+	var cases []precCase
+	for _, prec := range []kernel.Precision{kernel.BF16, kernel.Int8} {
+		minCos, kernels := 0.999, kernel.BF16Kernels()
+		if prec == kernel.Int8 {
+			minCos, kernels = 0.995, kernel.Int8Kernels()
 		}
-	}
-	if len(cases) == 1 {
-		cases = append(cases, precCase{kernel.Int8, "", 0.995})
+		n := len(cases)
+		for _, k := range kernels {
+			if kernel.LowReference(prec, k) != "" { // an assembly kernel
+				cases = append(cases, precCase{prec, k, minCos})
+			}
+		}
+		if len(cases) == n { // none: the case skips, saying why
+			cases = append(cases, precCase{prec, "", minCos})
+		}
 	}
 	for _, c := range cases {
 		name := c.prec.String()
@@ -80,11 +87,15 @@ func TestReducedPrecisionFeatures(t *testing.T) {
 				t.Skipf("%v (the kernels' Go references are tested in autograd/kernel)", err)
 			}
 			if c.kern != "" {
-				prev, err := kernel.SetInt8Kernel(c.kern)
+				set := kernel.SetInt8Kernel
+				if c.prec == kernel.BF16 {
+					set = kernel.SetBF16Kernel
+				}
+				prev, err := set(c.kern)
 				if err != nil {
 					t.Fatal(err)
 				}
-				defer kernel.SetInt8Kernel(prev)
+				defer set(prev)
 			}
 			if err := m.SetPrecision(c.prec); err != nil {
 				t.Fatal(err)

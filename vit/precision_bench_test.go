@@ -25,7 +25,8 @@ func processCPU() float64 {
 // and int8 on the AVX2 kernels alone (avx2/…), as on a CPU without
 // AVX-512, int8 on the AVX-VNNI kernel where the CPU has it (avxvnni/int8,
 // fp32 on AVX2 beside it), and on the AVX512-VNNI kernel where a better
-// one (AMX) is the default (avx512vnni/int8). Besides
+// one (AMX) is the default (avx512vnni/int8), and bf16 on the AVX512_BF16
+// kernel where AMX's is the default (avx512bf16/bf16). Besides
 // wall time it reports the process's CPU seconds per pass (cpu-s/op),
 // which neighbours on a shared machine disturb far less: compare those
 // across precisions when the machine is busy.
@@ -48,10 +49,11 @@ func BenchmarkForwardPrecision(b *testing.B) {
 		prec kernel.Precision
 		avx2 bool   // the AVX2 kernels (fp32 and int8), as on a CPU without AVX-512
 		int8 string // the int8 kernel, when not the best one (with avx2: avx2 unless named)
+		bf16 string // the bf16 kernel, when not the best one
 	}
-	runs := []run{{"fp32", kernel.FP32, false, ""}, {"bf16", kernel.BF16, false, ""}, {"int8", kernel.Int8, false, ""},
-		{"avx512vnni/int8", kernel.Int8, false, "avx512vnni"},
-		{"avx2/fp32", kernel.FP32, true, ""}, {"avx2/int8", kernel.Int8, true, "avx2"}, {"avxvnni/int8", kernel.Int8, true, "avxvnni"}}
+	runs := []run{{"fp32", kernel.FP32, false, "", ""}, {"bf16", kernel.BF16, false, "", ""}, {"int8", kernel.Int8, false, "", ""},
+		{"avx512vnni/int8", kernel.Int8, false, "avx512vnni", ""}, {"avx512bf16/bf16", kernel.BF16, false, "", "avx512bf16"},
+		{"avx2/fp32", kernel.FP32, true, "", ""}, {"avx2/int8", kernel.Int8, true, "avx2", ""}, {"avxvnni/int8", kernel.Int8, true, "avxvnni", ""}}
 	for _, c := range runs {
 		prec := c.prec
 		b.Run(c.name, func(b *testing.B) {
@@ -77,6 +79,16 @@ func BenchmarkForwardPrecision(b *testing.B) {
 					b.Skip(err)
 				}
 				defer kernel.SetInt8Kernel(prev8)
+			}
+			if c.bf16 != "" {
+				if c.bf16 == kernel.LowKernel(kernel.BF16) {
+					b.Skip("the best bf16 kernel: see bf16")
+				}
+				prev, err := kernel.SetBF16Kernel(c.bf16)
+				if err != nil {
+					b.Skip(err)
+				}
+				defer kernel.SetBF16Kernel(prev)
 			}
 			if err := m.SetPrecision(prec); err != nil {
 				b.Fatal(err)

@@ -53,7 +53,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	if err := os.WriteFile("lowprec_amx_amd64.s", []byte(header+genInt8AMX()+"\n"+genInt8Epilogue()), 0o644); err != nil {
+	if err := os.WriteFile("lowprec_amx_amd64.s", []byte(header+genInt8AMX()+"\n"+genInt8Epilogue()+"\n"+genBF16AMX()), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -920,6 +920,28 @@ func genQuantize() string {
 	w("bdone:")
 	w("\tVZEROUPPER")
 	w("\tRET")
+	w("")
+	w("// func toBF16PanelAVX512(dst *uint16, ldd int, x *float32, rows int)")
+	w("// For rows rows (≥ 1) of 32 values, 128 bytes apart in x: the row's")
+	w("// ToBF16 values to dst, rows ldd bytes apart.")
+	w("TEXT ·toBF16PanelAVX512(SB), NOSPLIT, $0-32")
+	w("\tMOVQ dst+0(FP), DI")
+	w("\tMOVQ ldd+8(FP), DX")
+	w("\tMOVQ x+16(FP), SI")
+	w("\tMOVQ rows+24(FP), CX")
+	w("ploop:")
+	w("\tVMOVUPS (SI), Z1")
+	w("\tBYTE $0x62; BYTE $0xf2; BYTE $0x7e; BYTE $0x48; BYTE $0x72; BYTE $0xc1 // VCVTNEPS2BF16 Z1, Y0")
+	w("\tVMOVDQU Y0, (DI)")
+	w("\tVMOVUPS 64(SI), Z1")
+	w("\tBYTE $0x62; BYTE $0xf2; BYTE $0x7e; BYTE $0x48; BYTE $0x72; BYTE $0xc1 // VCVTNEPS2BF16 Z1, Y0")
+	w("\tVMOVDQU Y0, 32(DI)")
+	w("\tADDQ $128, SI")
+	w("\tADDQ DX, DI")
+	w("\tDECQ CX")
+	w("\tJNZ ploop")
+	w("\tVZEROUPPER")
+	w("\tRET")
 	return b.String()
 }
 
@@ -1100,6 +1122,16 @@ func tileloadd(t, base, index, disp int) string {
 		append([]int{0xc4, 0xe2, 0x78 | ppF2, 0x4b}, tileMem(t, base, index, disp)...)...)
 }
 
+// tileloaddR is tileloadd with a base register from R8 to R15 (VEX.B̄
+// cleared; the index stays below 8).
+func tileloaddR(t, base, index, disp int) string {
+	if base < 8 || base&7 == 5 || index >= 8 {
+		panic("tileloaddR: base must be R8–R15 but R13, index below 8")
+	}
+	return amxBytes(fmt.Sprintf("TILELOADD tmm%d, [r%d + r%d + %d]", t, base, index, disp),
+		append([]int{0xc4, 0xc2, 0x78 | ppF2, 0x4b}, tileMem(t, base&7, index, disp)...)...)
+}
+
 func tilestored(t, base, index, disp int) string {
 	return amxBytes(fmt.Sprintf("TILESTORED [r%d + r%d + %d], tmm%d", base, index, disp, t),
 		append([]int{0xc4, 0xe2, 0x78 | ppF3, 0x4b}, tileMem(t, base, index, disp)...)...)
@@ -1111,6 +1143,13 @@ func tilestored(t, base, index, disp int) string {
 func tdpbusd(dst, a, b int) string {
 	return amxBytes(fmt.Sprintf("TDPBUSD tmm%d, tmm%d, tmm%d", dst, a, b),
 		0xc4, 0xe2, (^b&15)<<3|pp66, 0x5e, 0xc0|dst<<3|a)
+}
+
+// tdpbf16ps: dst += a·b, a's rows and b's pairs of bf16, two products per
+// float32 element; encoded as tdpbusd with pp F3 and opcode 5C.
+func tdpbf16ps(dst, a, b int) string {
+	return amxBytes(fmt.Sprintf("TDPBF16PS tmm%d, tmm%d, tmm%d", dst, a, b),
+		0xc4, 0xe2, (^b&15)<<3|ppF3, 0x5c, 0xc0|dst<<3|a)
 }
 
 // genInt8AMX writes amxInt8Tiles, the integer part of the int8 kernel for
@@ -1209,6 +1248,99 @@ func genInt8Epilogue() string {
 	w("\tDECQ BX")
 	w("\tJNZ rowloop")
 	w("\tVZEROUPPER")
+	w("\tRET")
+	return b.String()
+}
+
+// genBF16AMX writes amxBF16Tiles, the bf16 kernel for CPUs with AMX-BF16:
+// tiles 12-row tiles of C[·×32], each started from the bias (a block of 12
+// copies of the panel's 32 biases, rows 128 bytes apart), then chunks·16
+// pairs of k added by TDPBF16PS, and stored to C (ldc floats apart). Two
+// tiles at a time where it can, so that each pair of B tiles serves 24
+// rows: tmm0–tmm3 the 12×16 quarters of C (rows 0–11 and 12–23, columns
+// 0–15 and 16–31), tmm4 and tmm5 the two 12-row tiles of A (12 × 64 bytes:
+// 16 pairs), tmm6 and tmm7 the halves of the B panel (16 pairs × 16
+// columns, pairs 128 bytes apart); then one tile at a time with tmm0, tmm1,
+// tmm4, tmm6 and tmm7. (cfg: amxBF16Config.) The Go caller adds the pairs
+// past the last whole chunk.
+func genBF16AMX() string {
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
+	w("// func amxBF16Tiles(cfg *[64]byte, chunks int, a *uint16, lda int, b *uint16, c *float32, ldc int, bias *float32, tiles int)")
+	w("// See genBF16AMX in gen_kernels.go.")
+	w("TEXT ·amxBF16Tiles(SB), NOSPLIT, $0-72")
+	w("\tMOVQ cfg+0(FP), AX")
+	w("\t%s", ldtilecfg(regAX))
+	w("\tMOVQ chunks+8(FP), R11")
+	w("\tMOVQ a+16(FP), R10")
+	w("\tMOVQ lda+24(FP), CX")
+	w("\tMOVQ b+32(FP), R13")
+	w("\tMOVQ c+40(FP), DI")
+	w("\tMOVQ ldc+48(FP), AX")
+	w("\tSHLQ $2, AX") // ldc in bytes
+	w("\tMOVQ tiles+64(FP), R9")
+	w("\tMOVQ $128, DX")
+	w("\tIMUL3Q $12, CX, R12") // 12 rows of A
+	w("\tCMPQ R9, $2")
+	w("\tJLT single")
+	w("pairloop:")
+	w("\tMOVQ bias+56(FP), BX")
+	for t := 0; t < 4; t++ {
+		w("\t%s", tileloadd(t, regBX, regDX, 64*(t%2)))
+	}
+	w("\tMOVQ R10, SI")
+	w("\tLEAQ (SI)(R12*1), R14") // the second tile's rows of A
+	w("\tMOVQ R13, BX")
+	w("\tMOVQ R11, R8")
+	w("pairk:")
+	w("\t%s", tileloadd(6, regBX, regDX, 0))
+	w("\t%s", tileloadd(7, regBX, regDX, 64))
+	w("\t%s", tileloadd(4, regSI, regCX, 0))
+	w("\t%s", tdpbf16ps(0, 4, 6))
+	w("\t%s", tdpbf16ps(1, 4, 7))
+	w("\t%s", tileloaddR(5, 14, regCX, 0))
+	w("\t%s", tdpbf16ps(2, 5, 6))
+	w("\t%s", tdpbf16ps(3, 5, 7))
+	w("\tADDQ $64, SI")
+	w("\tADDQ $64, R14")
+	w("\tADDQ $2048, BX")
+	w("\tDECQ R8")
+	w("\tJNZ pairk")
+	w("\t%s", tilestored(0, regDI, regAX, 0))
+	w("\t%s", tilestored(1, regDI, regAX, 64))
+	w("\tLEAQ (DI)(AX*8), DI")
+	w("\tLEAQ (DI)(AX*4), DI")
+	w("\t%s", tilestored(2, regDI, regAX, 0))
+	w("\t%s", tilestored(3, regDI, regAX, 64))
+	w("\tLEAQ (DI)(AX*8), DI")
+	w("\tLEAQ (DI)(AX*4), DI")
+	w("\tLEAQ (R10)(R12*2), R10")
+	w("\tSUBQ $2, R9")
+	w("\tCMPQ R9, $2")
+	w("\tJGE pairloop")
+	w("single:")
+	w("\tTESTQ R9, R9")
+	w("\tJZ done")
+	w("\tMOVQ bias+56(FP), BX")
+	w("\t%s", tileloadd(0, regBX, regDX, 0))
+	w("\t%s", tileloadd(1, regBX, regDX, 64))
+	w("\tMOVQ R10, SI")
+	w("\tMOVQ R13, BX")
+	w("\tMOVQ R11, R8")
+	w("singlek:")
+	w("\t%s", tileloadd(6, regBX, regDX, 0))
+	w("\t%s", tileloadd(7, regBX, regDX, 64))
+	w("\t%s", tileloadd(4, regSI, regCX, 0))
+	w("\t%s", tdpbf16ps(0, 4, 6))
+	w("\t%s", tdpbf16ps(1, 4, 7))
+	w("\tADDQ $64, SI")
+	w("\tADDQ $2048, BX")
+	w("\tDECQ R8")
+	w("\tJNZ singlek")
+	w("\t%s", tilestored(0, regDI, regAX, 0))
+	w("\t%s", tilestored(1, regDI, regAX, 64))
+	w("done:")
+	w("\t%s", tilerelease())
 	w("\tRET")
 	return b.String()
 }

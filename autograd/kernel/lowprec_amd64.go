@@ -27,6 +27,17 @@ func gemmInt8AVXVNNI(kg int, a *uint8, lda int, b *int8, c *float32, ldc int, ro
 //go:noescape
 func toBF16AVX512(dst *uint16, x *float32, n int)
 
+//go:noescape
+func toBF16PanelAVX512(dst *uint16, ldd int, x *float32, rows int)
+
+// toBF16Panel writes ToBF16 of rows rows of 32 values of x (contiguous) to
+// dst, rows ldd bytes apart, in AVX-512.
+func toBF16Panel(dst []uint8, ldd int, x []float32, rows int) {
+	_ = dst[(rows-1)*ldd+2*lowNR-1]
+	_ = x[rows*lowNR-1]
+	toBF16PanelAVX512((*uint16)(unsafe.Pointer(&dst[0])), ldd, &x[0], rows)
+}
+
 // haveQuantizeAVX512 reports whether the activations' quantisation can run
 // its AVX-512 loops: with any assembly kernel (the AVX2 int8 kernel's too,
 // on a CPU that has AVX-512); selecting the Go kernel runs Go throughout.
@@ -49,10 +60,10 @@ func toBF16Row(dst []uint16, x []float32, asm bool) {
 }
 
 var (
-	vnniKernel       = lowKernel{name: "avx512vnni", mr: lowMR, levels: 255}
-	avxVNNIKernel    = lowKernel{name: "avxvnni", mr: 3, levels: 255}
-	avx2Int8Kernel   = lowKernel{name: "avx2", mr: 3, levels: 127}
-	avx512BF16Kernel = lowKernel{name: "avx512bf16", mr: lowMR}
+	vnniKernel       = lowKernel{name: "avx512vnni", mr: lowMR, levels: 255, ref: "go"}
+	avxVNNIKernel    = lowKernel{name: "avxvnni", mr: 3, levels: 255, ref: "go"}
+	avx2Int8Kernel   = lowKernel{name: "avx2", mr: 3, levels: 127, ref: "go"}
+	avx512BF16Kernel = lowKernel{name: "avx512bf16", mr: lowMR, ref: "go"}
 )
 
 func int8Available() []lowKernel {
@@ -73,10 +84,14 @@ func int8Available() []lowKernel {
 }
 
 func bf16Available() []lowKernel {
-	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BF16 {
-		return []lowKernel{avx512BF16Kernel, goBF16Kernel}
+	var ks []lowKernel
+	if haveAMXBF16() {
+		ks = append(ks, amxBF16Kernel)
 	}
-	return []lowKernel{goBF16Kernel}
+	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BF16 {
+		ks = append(ks, avx512BF16Kernel)
+	}
+	return append(ks, goAMXBF16Kernel, goBF16Kernel)
 }
 
 // int8TileAsm and bf16TileAsm call the assembly; int8Tile and bf16Tile have
@@ -100,6 +115,10 @@ func int8TileAsm(kern lowKernel, groups int, a []uint8, lda int, b []int8, c []f
 		unsafe.SliceData(scale), unsafe.SliceData(zero), unsafe.SliceData(colSum), unsafe.SliceData(colScale), unsafe.SliceData(bias), checkTiles(tiles))
 }
 
-func bf16TileAsm(_ lowKernel, groups int, a []uint8, lda int, b []uint16, c []float32, ldc int, bias []float32, tiles int) {
+func bf16TileAsm(kern lowKernel, groups int, a []uint8, lda int, b []uint16, c []float32, ldc int, bias []float32, tiles int) {
+	if kern.name == amxBF16Kernel.name {
+		amxBF16Tile(groups, a, lda, b, c, ldc, bias, tiles)
+		return
+	}
 	gemmBF16AVX512(groups, (*uint16)(unsafe.Pointer(unsafe.SliceData(a))), lda, unsafe.SliceData(b), unsafe.SliceData(c), ldc, unsafe.SliceData(bias), checkTiles(tiles))
 }

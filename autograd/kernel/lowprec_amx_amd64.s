@@ -86,3 +86,81 @@ rowloop:
 	JNZ rowloop
 	VZEROUPPER
 	RET
+
+// func amxBF16Tiles(cfg *[64]byte, chunks int, a *uint16, lda int, b *uint16, c *float32, ldc int, bias *float32, tiles int)
+// See genBF16AMX in gen_kernels.go.
+TEXT ·amxBF16Tiles(SB), NOSPLIT, $0-72
+	MOVQ cfg+0(FP), AX
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x78; BYTE $0x49; BYTE $0x00 // LDTILECFG (base)
+	MOVQ chunks+8(FP), R11
+	MOVQ a+16(FP), R10
+	MOVQ lda+24(FP), CX
+	MOVQ b+32(FP), R13
+	MOVQ c+40(FP), DI
+	MOVQ ldc+48(FP), AX
+	SHLQ $2, AX
+	MOVQ tiles+64(FP), R9
+	MOVQ $128, DX
+	IMUL3Q $12, CX, R12
+	CMPQ R9, $2
+	JLT single
+pairloop:
+	MOVQ bias+56(FP), BX
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x04; BYTE $0x13 // TILELOADD tmm0, [r3 + r2 + 0]
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x4c; BYTE $0x13; BYTE $0x40 // TILELOADD tmm1, [r3 + r2 + 64]
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x14; BYTE $0x13 // TILELOADD tmm2, [r3 + r2 + 0]
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x5c; BYTE $0x13; BYTE $0x40 // TILELOADD tmm3, [r3 + r2 + 64]
+	MOVQ R10, SI
+	LEAQ (SI)(R12*1), R14
+	MOVQ R13, BX
+	MOVQ R11, R8
+pairk:
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x34; BYTE $0x13 // TILELOADD tmm6, [r3 + r2 + 0]
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x7c; BYTE $0x13; BYTE $0x40 // TILELOADD tmm7, [r3 + r2 + 64]
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x24; BYTE $0x0e // TILELOADD tmm4, [r6 + r1 + 0]
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xc4 // TDPBF16PS tmm0, tmm4, tmm6
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xcc // TDPBF16PS tmm1, tmm4, tmm7
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x2c; BYTE $0x0e // TILELOADD tmm5, [r14 + r1 + 0]
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xd5 // TDPBF16PS tmm2, tmm5, tmm6
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xdd // TDPBF16PS tmm3, tmm5, tmm7
+	ADDQ $64, SI
+	ADDQ $64, R14
+	ADDQ $2048, BX
+	DECQ R8
+	JNZ pairk
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x04; BYTE $0x07 // TILESTORED [r7 + r0 + 0], tmm0
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x4c; BYTE $0x07; BYTE $0x40 // TILESTORED [r7 + r0 + 64], tmm1
+	LEAQ (DI)(AX*8), DI
+	LEAQ (DI)(AX*4), DI
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x14; BYTE $0x07 // TILESTORED [r7 + r0 + 0], tmm2
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x5c; BYTE $0x07; BYTE $0x40 // TILESTORED [r7 + r0 + 64], tmm3
+	LEAQ (DI)(AX*8), DI
+	LEAQ (DI)(AX*4), DI
+	LEAQ (R10)(R12*2), R10
+	SUBQ $2, R9
+	CMPQ R9, $2
+	JGE pairloop
+single:
+	TESTQ R9, R9
+	JZ done
+	MOVQ bias+56(FP), BX
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x04; BYTE $0x13 // TILELOADD tmm0, [r3 + r2 + 0]
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x4c; BYTE $0x13; BYTE $0x40 // TILELOADD tmm1, [r3 + r2 + 64]
+	MOVQ R10, SI
+	MOVQ R13, BX
+	MOVQ R11, R8
+singlek:
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x34; BYTE $0x13 // TILELOADD tmm6, [r3 + r2 + 0]
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x7c; BYTE $0x13; BYTE $0x40 // TILELOADD tmm7, [r3 + r2 + 64]
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x24; BYTE $0x0e // TILELOADD tmm4, [r6 + r1 + 0]
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xc4 // TDPBF16PS tmm0, tmm4, tmm6
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xcc // TDPBF16PS tmm1, tmm4, tmm7
+	ADDQ $64, SI
+	ADDQ $2048, BX
+	DECQ R8
+	JNZ singlek
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x04; BYTE $0x07 // TILESTORED [r7 + r0 + 0], tmm0
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x4c; BYTE $0x07; BYTE $0x40 // TILESTORED [r7 + r0 + 64], tmm1
+done:
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x78; BYTE $0x49; BYTE $0xc0 // TILERELEASE
+	RET

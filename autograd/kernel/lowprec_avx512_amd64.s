@@ -555,3 +555,25 @@ bloop:
 bdone:
 	VZEROUPPER
 	RET
+
+// func toBF16PanelAVX512(dst *uint16, ldd int, x *float32, rows int)
+// For rows rows (≥ 1) of 32 values, 128 bytes apart in x: the row's
+// ToBF16 values to dst, rows ldd bytes apart.
+TEXT ·toBF16PanelAVX512(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ ldd+8(FP), DX
+	MOVQ x+16(FP), SI
+	MOVQ rows+24(FP), CX
+ploop:
+	VMOVUPS (SI), Z1
+	BYTE $0x62; BYTE $0xf2; BYTE $0x7e; BYTE $0x48; BYTE $0x72; BYTE $0xc1 // VCVTNEPS2BF16 Z1, Y0
+	VMOVDQU Y0, (DI)
+	VMOVUPS 64(SI), Z1
+	BYTE $0x62; BYTE $0xf2; BYTE $0x7e; BYTE $0x48; BYTE $0x72; BYTE $0xc1 // VCVTNEPS2BF16 Z1, Y0
+	VMOVDQU Y0, 32(DI)
+	ADDQ $128, SI
+	ADDQ DX, DI
+	DECQ CX
+	JNZ ploop
+	VZEROUPPER
+	RET

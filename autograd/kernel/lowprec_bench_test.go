@@ -18,15 +18,22 @@ func BenchmarkGemmLowPrecision(b *testing.B) {
 			continue
 		}
 		kernels := []string{""}
-		if prec == Int8 {
+		switch prec {
+		case Int8:
 			kernels = slices.DeleteFunc(Int8Kernels(), func(n string) bool { return n == "go" })
+		case BF16:
+			kernels = bf16Asm()
 		}
 		for _, kern := range kernels {
 			for _, s := range vitB32Shapes {
 				b.Run(fmt.Sprintf("%v%s/M%d_K%d_N%d", prec, kernelSuffix(kern), s.m, s.k, s.n), func(b *testing.B) {
 					if kern != "" {
-						prev, _ := SetInt8Kernel(kern)
-						defer SetInt8Kernel(prev)
+						set := SetInt8Kernel
+						if prec == BF16 {
+							set = SetBF16Kernel
+						}
+						prev, _ := set(kern)
+						defer set(prev)
 					}
 					r := rand.New(rand.NewPCG(1, 1))
 					a := randSlice(r, s.m*s.k)

@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -136,8 +137,15 @@ func checkInt8Reference(t *testing.T, m, n, k int, a []float32, lda int, q *Int8
 	}
 }
 
+// bf16Asm lists the bf16 assembly kernels of this CPU.
+func bf16Asm() []string {
+	return slices.DeleteFunc(BF16Kernels(), func(n string) bool { return LowReference(BF16, n) == "" })
+}
+
 // TestGemmBF16KernelsMatchReference: as for int8, with the float64 product
-// of the bf16-rounded operands as the check of the reference.
+// of the bf16-rounded operands as the check of each Go reference ("go":
+// VDPBF16PS's order; "go-amx": TDPBF16PS's), and each assembly kernel bit
+// for bit against its own reference.
 func TestGemmBF16KernelsMatchReference(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for _, s := range lowShapes {
@@ -146,60 +154,102 @@ func TestGemmBF16KernelsMatchReference(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := append([]float32(nil), c...)
-		withKernel(t, SetBF16Kernel, "go", func() { GemmBF16(s.m, a, lda, b, bias, want, ldc) })
-		checkPadding(t, "go", want, s.m, s.n, ldc)
-		for i := 0; i < s.m; i++ {
-			for j := 0; j < s.n; j++ {
-				var sum, abs float64
-				for p := 0; p < s.k; p++ {
-					v := float64(FromBF16(ToBF16(a[i*lda+p]))) * float64(FromBF16(ToBF16(w[j*s.k+p])))
-					sum += v
-					abs += math.Abs(v)
-				}
-				sum += float64(bias[j])
-				tol := float64(s.k+2)*0x1p-24*(abs+math.Abs(float64(bias[j]))) + 1e-30
-				if d := math.Abs(float64(want[i*ldc+j]) - sum); d > tol {
-					t.Fatalf("bf16 %v: C[%d, %d] = %v, product of the rounded operands %v", s, i, j, want[i*ldc+j], sum)
-				}
-			}
+		want := map[string][]float32{}
+		for _, ref := range []string{"go", "go-amx"} {
+			out := append([]float32(nil), c...)
+			withKernel(t, SetBF16Kernel, ref, func() { GemmBF16(s.m, a, lda, b, bias, out, ldc) })
+			checkPadding(t, ref, out, s.m, s.n, ldc)
+			checkBF16Reference(t, ref, s.m, s.n, s.k, a, lda, w, bias, out, ldc)
+			want[ref] = out
 		}
-		for _, name := range BF16Kernels() {
+		for _, name := range bf16Asm() {
 			got := append([]float32(nil), c...)
 			withKernel(t, SetBF16Kernel, name, func() { GemmBF16(s.m, a, lda, b, bias, got, ldc) })
-			sameBits(t, name, got, want)
+			checkPadding(t, name, got, s.m, s.n, ldc)
+			ref := LowReference(BF16, name)
+			sameBits(t, name+" against "+ref, got, want[ref])
 		}
 	}
-	if len(BF16Kernels()) == 1 {
-		t.Log("no bf16 assembly kernel on this CPU (needs AVX512_BF16): only the Go reference was tested")
+	for _, name := range []string{"amx", "avx512bf16"} {
+		if !slices.Contains(BF16Kernels(), name) {
+			t.Logf("bf16 kernel %s: not on this CPU, not tested here", name)
+		}
 	}
 }
 
-// TestGemmBF16RoundingOrder: products of a pair are added to the sum one
-// at a time, each sum rounded (2²⁴ + 1 + 1 stays 2²⁴, where one rounding
-// would give 2²⁴ + 2), and subnormal sums flush to zero; the random shapes
-// above check the order of the two products.
+// checkBF16Reference compares C with the float64 product of the rounded
+// operands plus the bias, within k + 2 roundings of the sum of magnitudes.
+func checkBF16Reference(t *testing.T, what string, m, n, k int, a []float32, lda int, w, bias, c []float32, ldc int) {
+	t.Helper()
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			var sum, abs float64
+			for p := 0; p < k; p++ {
+				v := float64(FromBF16(ToBF16(a[i*lda+p]))) * float64(FromBF16(ToBF16(w[j*k+p])))
+				sum += v
+				abs += math.Abs(v)
+			}
+			sum += float64(bias[j])
+			tol := float64(k+2)*0x1p-24*(abs+math.Abs(float64(bias[j]))) + 1e-30
+			if d := math.Abs(float64(c[i*ldc+j]) - sum); d > tol {
+				t.Fatalf("bf16 %s [%d,%d,%d]: C[%d, %d] = %v, product of the rounded operands %v", what, m, n, k, i, j, c[i*ldc+j], sum)
+			}
+		}
+	}
+}
+
+// TestGemmBF16RoundingOrder pins the order of the float32 additions of
+// each reference on products chosen so that orders differ (2²⁴ + 1 is 2²⁴
+// after rounding, 2²⁴ + 2 is exact). VDPBF16PS ("go") adds the odd product
+// of a pair, then the even one, to one running sum and the bias last;
+// TDPBF16PS ("go-amx") starts from the bias and, per 16 pairs, sums the
+// even and the odd products apart before adding both to C. Each assembly
+// kernel must give its reference's bits. K is 64, two whole chunks of the
+// AMX kernel, so that its tiles compute these.
 func TestGemmBF16RoundingOrder(t *testing.T) {
-	cases := []struct{ a, w [4]float32 }{
-		{[4]float32{0x1p24, 0, 1, 1}, [4]float32{1, 0, 1, 1}},
-		{[4]float32{0x1p24, 0, 1, 1}, [4]float32{1, 0, 1, -3}},
-		{[4]float32{0x1p-63, 0x1p-64, 0, 0}, [4]float32{0x1p-63, 0x1p-63, 0, 0}},
-		{[4]float32{0x1p-60, 0x1p-70, 0x1p-60, 1}, [4]float32{0x1p-60, -0x1p-70, -0x1p-60, 0}},
+	const k = 64
+	type term struct {
+		p    int
+		a, w float32
+	}
+	cases := []struct {
+		name     string
+		terms    []term
+		bias     float32
+		go_, amx float32
+	}{
+		{"2²⁴+1+1, one pair", []term{{0, 0x1p24, 1}, {2, 1, 1}, {3, 1, 1}}, 0, 0x1p24, 0x1p24},
+		{"odd product first", []term{{0, 0x1p24, 1}, {2, 1, 1}, {3, 1, -3}}, 0, 0x1p24 - 2, 0x1p24 - 3},
+		{"even product first", []term{{0, 0x1p24, 1}, {2, 1, -3}, {3, 1, 1}}, 0, 0x1p24 - 3, 0x1p24 - 2},
+		{"odd products apart", []term{{0, 0x1p24, 1}, {1, 1, 1}, {3, 1, 1}}, 0, 0x1p24, 0x1p24 + 2},
+		{"bias first, per instruction", []term{{0, 1, 1}, {32, 1, 1}}, 0x1p24, 0x1p24 + 2, 0x1p24},
+		{"products before the bias", []term{{0, 1, 1}, {1, 1, 1}}, 0x1p24, 0x1p24 + 2, 0x1p24 + 2},
+		{"subnormal sums flushed", []term{{0, 0x1p-63, 0x1p-63}, {1, 0x1p-64, 0x1p-63}}, 0, 0x1p-126, 0x1p-126},
+		{"tiny products", []term{{0, 0x1p-60, 0x1p-60}, {1, 0x1p-70, -0x1p-70}, {2, 0x1p-60, -0x1p-60}}, 0, -1, -1},
 	}
 	for _, tc := range cases {
-		b, err := PackBF16("w", tc.w[:], 1, 4)
+		var a, w [k]float32
+		for _, x := range tc.terms {
+			a[x.p], w[x.p] = x.a, x.w
+		}
+		b, err := PackBF16("w", w[:], 1, k)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := []float32{0}
-		withKernel(t, SetBF16Kernel, "go", func() { GemmBF16(1, tc.a[:], 4, b, nil, want, 1) })
-		if tc.a[0] == 0x1p24 && tc.w[3] == 1 && want[0] != 0x1p24 {
-			t.Errorf("reference: 2²⁴ + 1 + 1 = %v, want 2²⁴ (two roundings)", want[0])
+		bias := []float32{tc.bias}
+		want := map[string]float32{}
+		for _, ref := range []string{"go", "go-amx"} {
+			c := []float32{0}
+			withKernel(t, SetBF16Kernel, ref, func() { GemmBF16(1, a[:], k, b, bias, c, 1) })
+			want[ref] = c[0]
 		}
-		for _, name := range BF16Kernels() {
+		if tc.go_ != -1 && (want["go"] != tc.go_ || want["go-amx"] != tc.amx) {
+			t.Errorf("%s: references give %v (go) and %v (go-amx), want %v and %v", tc.name, want["go"], want["go-amx"], tc.go_, tc.amx)
+		}
+		for _, name := range bf16Asm() {
 			got := []float32{0}
-			withKernel(t, SetBF16Kernel, name, func() { GemmBF16(1, tc.a[:], 4, b, nil, got, 1) })
-			sameBits(t, name, got, want)
+			withKernel(t, SetBF16Kernel, name, func() { GemmBF16(1, a[:], k, b, bias, got, 1) })
+			sameBits(t, tc.name+": "+name, got, []float32{want[LowReference(BF16, name)]})
 		}
 	}
 }
@@ -401,7 +451,7 @@ func TestToBF16(t *testing.T) {
 	}
 	want, got := make([]uint16, len(x)), make([]uint16, len(x))
 	toBF16Row(want, x, false)
-	toBF16Row(got, x, haveQuantizeAVX512 && len(BF16Kernels()) > 1)
+	toBF16Row(got, x, haveQuantizeAVX512 && len(bf16Asm()) > 0)
 	for i := range x {
 		if got[i] != want[i] {
 			t.Fatalf("x = %#08x: VCVTNEPS2BF16 %#04x, ToBF16 %#04x", math.Float32bits(x[i]), got[i], want[i])
@@ -492,5 +542,56 @@ func TestQuantizeInt8Rows(t *testing.T) {
 	}
 	if _, _, err := QuantizeInt8Rows("text.w", []float32{1, float32(math.NaN())}, 1, 2); !errors.Is(err, ErrNonFinite) || !strings.Contains(err.Error(), "text.w[0, 1]") {
 		t.Errorf("NaN: err = %v, want ErrNonFinite naming text.w[0, 1]", err)
+	}
+}
+
+// TestGemmBF16ActMatchesUnfused: GemmBF16Act then GemmBF16Rows give, with
+// every bf16 kernel and both activations, the bits of GemmBF16, the
+// activation over its float32 result, then GemmBF16 again: the fusion
+// changes where values are kept, not what is computed.
+func TestGemmBF16ActMatchesUnfused(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	for _, s := range lowShapes {
+		a, lda, w, bias, _, _ := lowInputs(r, s.m, s.n, s.k)
+		w1, err := PackBF16("w1", w, s.n, s.k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n2 := 37
+		w2, err := PackBF16("w2", randSlice(r, n2*s.n), n2, s.n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bias2 := randSlice(r, n2)
+		for _, name := range BF16Kernels() {
+			for _, act := range []Activation{QuickGELUActivation, GELUActivation} {
+				withKernel(t, SetBF16Kernel, name, func() {
+					hidden := make([]float32, s.m*s.n)
+					GemmBF16(s.m, a, lda, w1, bias, hidden, s.n)
+					if act == GELUActivation {
+						GELU(hidden, hidden)
+					} else {
+						QuickGELU(hidden, hidden)
+					}
+					want := make([]float32, s.m*n2)
+					GemmBF16(s.m, hidden, s.n, w2, bias2, want, n2)
+
+					rows := GemmBF16Act(s.m, a, lda, w1, bias, act)
+					if rows.Rows() != s.m || rows.Cols() != s.n {
+						t.Fatalf("GemmBF16Act: %d×%d rows, want %d×%d", rows.Rows(), rows.Cols(), s.m, s.n)
+					}
+					for i := 0; i < s.m; i++ {
+						for j := 0; j < s.n; j++ {
+							if got, want := rows.At(i, j), FromBF16(ToBF16(hidden[i*s.n+j])); math.Float32bits(got) != math.Float32bits(want) {
+								t.Fatalf("%s %v act %d: rounded activation [%d, %d] = %v, want %v", name, s, act, i, j, got, want)
+							}
+						}
+					}
+					got := make([]float32, s.m*n2)
+					GemmBF16Rows(rows, w2, bias2, got, n2)
+					sameBits(t, fmt.Sprintf("%s %v act %d", name, s, act), got, want)
+				})
+			}
+		}
 	}
 }
