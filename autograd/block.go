@@ -302,7 +302,15 @@ func (op *blockOp[T]) Forward() (smat.Tensor, error) {
 		linearInto(p.Proj, o, act, proj, !keep)
 	}
 	op.emit("mlp_out", proj, w)
-	y := make([]T, o*w)
+	var y []T
+	if keep {
+		y = make([]T, o*w)
+	} else {
+		// A pooled buffer, not zeroed (Add writes every value): the pass is
+		// off the tape, and TransformerBlocks gives it back once the next
+		// block has read it.
+		y = (*getBuf[T](o * w))[:o*w]
+	}
 	kernel.Add(y, *x1, proj) // y = x₁ + c_proj(act)
 
 	if keep {

@@ -274,7 +274,9 @@ func patchEmbedOffTape[T dtype](images smat.Tensor, w *LinearParams, g PatchGeom
 		chunk := newMatrix(x[b0*cols:(b0+n)*cols], n, cols)
 		patches := (*buf)[:n*perImage*rowLen]
 		op := &patchesOp[T]{images: chunk, g: g}
-		op.each(func(dst, src, k int) { copy(patches[dst:dst+k], x[b0*cols+src:b0*cols+src+k]) })
+		parallelFor(n, func(lo, hi int) { // images apart: the copies of 38 MB of pixels per 64 ViT-B/32 images
+			op.eachIn(lo, hi, func(dst, src, k int) { copy(patches[dst:dst+k], x[b0*cols+src:b0*cols+src+k]) })
+		})
 		yc := y[b0*perImage*out : (b0+n)*perImage*out]
 		low := false // the layer's reduced precision, which adds the bias
 		switch {
@@ -304,12 +306,17 @@ func (op *patchesOp[T]) Operands() []smat.Tensor { return []smat.Tensor{op.image
 // the patch matrix, src the image matrix.
 func (op *patchesOp[T]) each(fn func(dst, src, n int)) {
 	batch, _ := dims(op.images)
+	op.eachIn(0, batch, fn)
+}
+
+// eachIn is each for images lo to hi − 1 only (offsets still from image 0).
+func (op *patchesOp[T]) eachIn(lo, hi int, fn func(dst, src, n int)) {
 	g := op.g
 	gr, gc := g.Grid()
 	p := g.Patch
 	imgSize := g.Channels * g.Height * g.Width
 	rowLen := g.Channels * p * p
-	for b := range batch {
+	for b := lo; b < hi; b++ {
 		for py := range gr {
 			for px := range gc {
 				dst := ((b*gr+py)*gc + px) * rowLen

@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"slices"
 
+	"github.com/nlpodyssey/spago/ag"
 	smat "github.com/nlpodyssey/spago/mat"
 
 	"github.com/subtta/subtta/autograd/kernel"
@@ -23,10 +24,34 @@ func TransformerBlocks(x smat.Tensor, blocks []*BlockParams, batch int) smat.Ten
 			return run(op)
 		}
 	}
-	for _, p := range blocks {
-		x = TransformerBlock(x, p, batch, nil)
+	for i, p := range blocks {
+		y := TransformerBlock(x, p, batch, nil)
+		if i > 0 {
+			releaseBetween(x, y)
+		}
+		x = y
 	}
 	return x
+}
+
+// releaseBetween gives x, the output of one block and the input of the
+// next, back to the buffer pool when neither it nor the next block's output
+// y is on the tape: nothing but this loop holds x then.
+func releaseBetween(x, y smat.Tensor) {
+	if _, ok := x.(*ag.Operator); ok {
+		return
+	}
+	if _, ok := y.(*ag.Operator); ok {
+		return
+	}
+	switch x.Value().(type) {
+	case *smat.Dense[float32]:
+		v := values[float32](x)
+		putBuf(&v)
+	case *smat.Dense[float64]:
+		v := values[float64](x)
+		putBuf(&v)
+	}
 }
 
 // stackOp is TransformerBlocks on a device.

@@ -664,11 +664,14 @@ func lowDriver(m, n int, run lowTileRun, c []float32, ldc int, post lowPost) {
 	tiles := (m + lowMR - 1) / lowMR
 	full := m / lowMR
 	panels := (n + lowNR - 1) / lowNR
-	blockTiles := 12 // 96 rows: A block of 96·k bytes stays in L2
+	// Units small enough for every thread to get about eight: with the
+	// AMX kernel a unit takes tens of microseconds, and the last ones to
+	// finish leave the other threads idle.
 	t := Threads()
-	blockTiles = max(1, min(blockTiles, (tiles+2*t-1)/(2*t)))
+	blockTiles := max(1, min(12, (tiles+4*t-1)/(4*t))) // at most 96 rows: an A block of 96·k bytes stays in L2
 	blocks := (tiles + blockTiles - 1) / blockTiles
-	perRange := max(1, min(panels, 8))
+	want := (8*t + blocks - 1) / blocks // column ranges per block
+	perRange := max(1, min(8, panels/want))
 	ranges := (panels + perRange - 1) / perRange
 	units := blocks * ranges
 	var next atomic.Int64
