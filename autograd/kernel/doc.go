@@ -10,9 +10,11 @@
 //
 // Reduced precision for passes without gradients: GemmInt8 (weights
 // quantised to s8 per output channel by QuantizeInt8, activations to u8 per
-// row with a zero point, int32 sums; AVX512-VNNI) and GemmBF16 (bfloat16
-// operands, float32 sums; AVX512_BF16), each with a Go reference of the
-// same arithmetic that the assembly matches bit for bit. CheckPrecision
+// row with a zero point, int32 sums; AMX, AVX512-VNNI, AVX-VNNI or AVX2)
+// and GemmBF16 (bfloat16 operands, float32 sums; AMX or AVX512_BF16), each
+// kernel with a Go reference of its instruction's arithmetic that it
+// matches bit for bit (LowReference). GemmBF16Act and GemmBF16Rows run an
+// MLP's two layers with the activation fused into the first. CheckPrecision
 // says whether the CPU has a kernel for a Precision.
 //
 // Device is the seam to memory and kernels apart from the CPU's (a GPU's,
