@@ -1152,6 +1152,18 @@ func tdpbf16ps(dst, a, b int) string {
 		0xc4, 0xe2, (^b&15)<<3|ppF3, 0x5c, 0xc0|dst<<3|a)
 }
 
+// amxPrologue writes the start shared by the AMX kernels, whose first four
+// arguments are cfg, chunks, a and lda, then b: the tile configuration
+// loaded, R11 = chunks, R10 = a, CX = lda, R13 = b.
+func amxPrologue(w func(string, ...any)) {
+	w("\tMOVQ cfg+0(FP), AX")
+	w("\t%s", ldtilecfg(regAX))
+	w("\tMOVQ chunks+8(FP), R11")
+	w("\tMOVQ a+16(FP), R10")
+	w("\tMOVQ lda+24(FP), CX")
+	w("\tMOVQ b+32(FP), R13")
+}
+
 // genInt8AMX writes amxInt8Tiles, the integer part of the int8 kernel for
 // CPUs with AMX-INT8: for each of tiles 12-row tiles, the int32 sums of a
 // 12×32 block over chunks·16 groups of 4 k, stored to acc (rows of 32
@@ -1167,12 +1179,7 @@ func genInt8AMX() string {
 	w("// func amxInt8Tiles(cfg *[64]byte, chunks int, a *uint8, lda int, b *int8, acc *int32, tiles int)")
 	w("// See genInt8AMX in gen_kernels.go.")
 	w("TEXT ·amxInt8Tiles(SB), NOSPLIT, $0-56")
-	w("\tMOVQ cfg+0(FP), AX")
-	w("\t%s", ldtilecfg(regAX))
-	w("\tMOVQ chunks+8(FP), R11")
-	w("\tMOVQ a+16(FP), R10")
-	w("\tMOVQ lda+24(FP), CX")
-	w("\tMOVQ b+32(FP), R13")
+	amxPrologue(w)
 	w("\tMOVQ acc+40(FP), DI")
 	w("\tMOVQ tiles+48(FP), R9")
 	w("\tMOVQ $128, DX")
@@ -1269,12 +1276,7 @@ func genBF16AMX() string {
 	w("// func amxBF16Tiles(cfg *[64]byte, chunks int, a *uint16, lda int, b *uint16, c *float32, ldc int, bias *float32, tiles int)")
 	w("// See genBF16AMX in gen_kernels.go.")
 	w("TEXT ·amxBF16Tiles(SB), NOSPLIT, $0-72")
-	w("\tMOVQ cfg+0(FP), AX")
-	w("\t%s", ldtilecfg(regAX))
-	w("\tMOVQ chunks+8(FP), R11")
-	w("\tMOVQ a+16(FP), R10")
-	w("\tMOVQ lda+24(FP), CX")
-	w("\tMOVQ b+32(FP), R13")
+	amxPrologue(w)
 	w("\tMOVQ c+40(FP), DI")
 	w("\tMOVQ ldc+48(FP), AX")
 	w("\tSHLQ $2, AX") // ldc in bytes
