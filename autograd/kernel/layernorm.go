@@ -34,7 +34,7 @@ func LayerNorm[T Float](y, x []T, rows, cols int, gamma, beta []T, eps float64, 
 			mean[r], rstd[r] = m, q
 			g, b := gamma[:cols], beta[:cols]
 			for j, v := range xr {
-				yr[j] = (v-m)*q*g[j] + b[j]
+				yr[j] = T((v-m)*q*g[j]) + b[j] // T(…) rounds the product: no fused multiply-add (GOAMD64=v3), as the assembly
 			}
 		}
 	})
@@ -66,14 +66,14 @@ func sumSqDev64[T Float](x []T, mu float64) float64 {
 	for ; i+4 <= len(x); i += 4 {
 		q := x[i : i+4 : i+4]
 		d0, d1, d2, d3 := float64(q[0])-mu, float64(q[1])-mu, float64(q[2])-mu, float64(q[3])-mu
-		s0 += d0 * d0
-		s1 += d1 * d1
-		s2 += d2 * d2
-		s3 += d3 * d3
+		s0 += float64(d0 * d0) // float64(…) rounds: no fused multiply-add, as in the assembly
+		s1 += float64(d1 * d1)
+		s2 += float64(d2 * d2)
+		s3 += float64(d3 * d3)
 	}
 	for _, v := range x[i:] {
 		d := float64(v) - mu
-		s0 += d * d
+		s0 += float64(d * d)
 	}
 	return (s0 + s1) + (s2 + s3)
 }
@@ -129,7 +129,7 @@ func LayerNormBackward[T Float](dx, dgamma, dbeta, dy, x []T, rows, cols int, ga
 			}
 			if pg != nil {
 				for j, v := range xr {
-					pg[j] += dyr[j] * ((v - m) * q) // as layerNormBackwardRow
+					pg[j] += T(dyr[j] * ((v - m) * q)) // as layerNormBackwardRow
 					pb[j] += dyr[j]
 				}
 			}
@@ -144,18 +144,18 @@ func LayerNormBackward[T Float](dx, dgamma, dbeta, dy, x []T, rows, cols int, ga
 				g0, g1 := float64(dv[0]*gv[0]), float64(dv[1]*gv[1])
 				sg0 += g0
 				sg1 += g1
-				sgx0 += g0 * float64((xv[0]-m)*q)
-				sgx1 += g1 * float64((xv[1]-m)*q)
+				sgx0 += float64(g0 * float64((xv[0]-m)*q))
+				sgx1 += float64(g1 * float64((xv[1]-m)*q))
 			}
 			for ; j < cols; j++ {
 				gj := float64(dyr[j] * g[j])
 				sg0 += gj
-				sgx0 += gj * float64((xr[j]-m)*q)
+				sgx0 += float64(gj * float64((xr[j]-m)*q))
 			}
 			mg, mgx := T((sg0+sg1)/float64(cols)), T((sgx0+sgx1)/float64(cols))
 			dxr := dx[r*cols : r*cols+cols]
 			for j, v := range xr {
-				dxr[j] = q * (dyr[j]*g[j] - mg - (v-m)*q*mgx)
+				dxr[j] = q * (T(dyr[j]*g[j]) - mg - T((v-m)*q*mgx))
 			}
 		}
 	})
@@ -201,26 +201,26 @@ func layerNormBackwardRow[T Float](dxr, pg, pb, dyr, xr, g []T, m, q T) {
 	for ; j+2 <= n; j += 2 {
 		h0, h1 := (xr[j]-m)*q, (xr[j+1]-m)*q
 		d0, d1 := dyr[j], dyr[j+1]
-		pg[j] += d0 * h0
-		pg[j+1] += d1 * h1
+		pg[j] += T(d0 * h0) // T(…) and float64(…) round: no fused multiply-adds
+		pg[j+1] += T(d1 * h1)
 		pb[j] += d0
 		pb[j+1] += d1
 		g0, g1 := float64(d0*g[j]), float64(d1*g[j+1])
 		sg0 += g0
 		sg1 += g1
-		sgx0 += g0 * float64(h0)
-		sgx1 += g1 * float64(h1)
+		sgx0 += float64(g0 * float64(h0))
+		sgx1 += float64(g1 * float64(h1))
 	}
 	for ; j < n; j++ {
 		h, d := (xr[j]-m)*q, dyr[j]
-		pg[j] += d * h
+		pg[j] += T(d * h)
 		pb[j] += d
 		gj := float64(d * g[j])
 		sg0 += gj
-		sgx0 += gj * float64(h)
+		sgx0 += float64(gj * float64(h))
 	}
 	mg, mgx := T((sg0+sg1)/float64(n)), T((sgx0+sgx1)/float64(n))
 	for j, v := range xr {
-		dxr[j] = q * (dyr[j]*g[j] - mg - (v-m)*q*mgx)
+		dxr[j] = q * (T(dyr[j]*g[j]) - mg - T((v-m)*q*mgx))
 	}
 }

@@ -134,7 +134,9 @@ func frost(img *Image, p FrostParams, e *env) (*Image, error) {
 		for x := range s {
 			for c := range 3 {
 				i := (y*s+x)*3 + c
-				v := p.Image*float64(img.Pix[i]) + p.Frost*float64(f.Pix[((top+y)*f.W+left+x)*3+c])
+				// Each product rounded, as NumPy's: float64(…) keeps a
+				// GOAMD64=v3 build from fusing them into a multiply-add.
+				v := float64(p.Image*float64(img.Pix[i])) + float64(p.Frost*float64(f.Pix[((top+y)*f.W+left+x)*3+c]))
 				out.Pix[i] = truncate(min(max(v, 0), 255))
 			}
 		}
