@@ -748,6 +748,20 @@ func genLowPrec(s lowSpec) string {
 	for i := 1; i*3 < s.mr; i++ {
 		w("\tLEAQ (%s)(AX*1), %s", aBases[i-1], aBases[i])
 	}
+	// Prefetch the tile's rows of C, which the epilogue writes after the
+	// whole k loop: without it each row's first store waits for its line
+	// from memory (C of a ViT layer is megabytes, far out of cache).
+	w("\tLEAQ (R9)(R9*2), AX")
+	w("\tMOVQ DI, DX")
+	for r := 0; r < s.mr; r += 3 {
+		for _, idx := range []string{"", "(R9*1)", "(R9*2)"} {
+			w("\tPREFETCHT0 (DX)%s", idx)
+			w("\tPREFETCHT0 64(DX)%s", idx)
+		}
+		if r+3 < s.mr {
+			w("\tADDQ AX, DX")
+		}
+	}
 	w("\tMOVQ b+24(FP), DX")
 	for r := 0; r < s.mr; r++ {
 		for v := 0; v < 2; v++ {
