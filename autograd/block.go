@@ -289,13 +289,13 @@ func (op *blockOp[T]) Forward() (smat.Tensor, error) {
 		// activation, unless c_proj's weight gradient needs act itself: then
 		// keep the slope in its place, and backward skips an exponential per
 		// value.
-		if slope && !p.GELU {
+		switch {
+		case slope && p.GELU:
+			kernel.GELUAndSlope(act, *hidden, *hidden)
+		case slope:
 			kernel.QuickGELUSlope(act, *hidden, *hidden)
-		} else {
+		default:
 			op.activation(act, *hidden)
-			if slope {
-				kernel.GELUSlope(*hidden, *hidden)
-			}
 		}
 		op.emit("mlp_hidden", act, m)
 

@@ -56,6 +56,21 @@ func GELUSlope[T Float](slope, x []T) {
 	})
 }
 
+// GELUAndSlope computes y = GELU(x) and slope = GELUSlope(x) in one pass,
+// with their bits: what a forward pass that keeps the slope for backward
+// needs, from one evaluation of Φ and φ per value instead of two. slope may
+// alias x (y must not).
+func GELUAndSlope[T Float](y, slope, x []T) {
+	y, slope = y[:len(x)], slope[:len(x)]
+	if x32, ok := any(x).([]float32); ok {
+		y32, s32 := any(y).([]float32), any(slope).([]float32)
+		forRows(len(x), 1, func(_, lo, hi int) { geluAndSlope32(y32[lo:hi], s32[lo:hi], x32[lo:hi]) })
+		return
+	}
+	GELU(y, x)
+	GELUSlope(slope, x)
+}
+
 // The float32 GELU.
 //
 // For a = |x| the lower tail of the normal distribution is written
@@ -163,6 +178,27 @@ func geluSlope32Go(slope, x []float32) {
 		geluNormal32(cdf[:], e[:], xs)
 		for i, v := range xs {
 			_, c := geluClamp32(v)
+			ss[i] = cdf[i] + float32(c*float32(e[i]*invSqrt2Pi))
+		}
+	}
+}
+
+func geluAndSlope32(y, slope, x []float32) {
+	done := geluAndSlopeVector(y, slope, x)
+	geluAndSlope32Go(y[done:], slope[done:], x[done:])
+}
+
+// geluAndSlope32Go is geluAndSlope32 one value at a time (after the vector
+// prefix): gelu32Go's and geluSlope32Go's operations on one Φ and φ.
+func geluAndSlope32Go(y, slope, x []float32) {
+	var cdf, e [expBlock]float32
+	for i0 := 0; i0 < len(x); i0 += expBlock {
+		xs := x[i0:min(i0+expBlock, len(x))]
+		ys, ss := y[i0:i0+len(xs)], slope[i0:i0+len(xs)]
+		geluNormal32(cdf[:], e[:], xs)
+		for i, v := range xs {
+			lo, c := geluClamp32(v)
+			ys[i] = lo * cdf[i]
 			ss[i] = cdf[i] + float32(c*float32(e[i]*invSqrt2Pi))
 		}
 	}

@@ -210,6 +210,18 @@ func TestGELUVector(t *testing.T) {
 			geluSlope32(inPlace, inPlace) // slope may alias x
 			same("geluSlope32 in place", n, inPlace, want)
 
+			// Value and slope in one pass: both bits, slope in x's place.
+			wantY, wantS := make([]float32, n), make([]float32, n)
+			gelu32Go(wantY, xs)
+			geluSlope32Go(wantS, xs)
+			y2, s2 := make([]float32, n), append([]float32(nil), xs...)
+			geluAndSlope32(y2, s2, s2)
+			same("geluAndSlope32 value", n, y2, wantY)
+			same("geluAndSlope32 slope in place", n, s2, wantS)
+			geluAndSlope32Go(y2, s2, xs)
+			same("geluAndSlope32Go value", n, y2, wantY)
+			same("geluAndSlope32Go slope", n, s2, wantS)
+
 			dx := append([]float32(nil), dys...)
 			geluBackward32(dx, dx, xs) // dx may alias dy
 			geluBackward32Go(want, dys, xs)

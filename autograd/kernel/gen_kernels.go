@@ -304,6 +304,11 @@ func genRowwise() string {
 		[]string{"slope", "x"}, append(slope, "VMOVUPS Y5, (DI)"))
 	erf("geluBackwardAVX2", "dx, dy, x *float32, n int", "geluBackward32 on n values, n a multiple of 8.",
 		[]string{"dx", "dy", "x"}, append(slope, "VMULPS (R8), Y5, Y5", "VMOVUPS Y5, (DI)"))
+	erf("geluAndSlopeAVX2", "y, slope, x *float32, n int", "geluAndSlope32 on n values, n a multiple of 8.",
+		[]string{"y", "slope", "x"}, append([]string{
+			"VMULPS Y5, Y10, Y6", // y = lo·Φ, as geluAVX2
+			"VMOVUPS Y6, (DI)",
+		}, append(slope, "VMOVUPS Y5, (R8)")...))
 
 	// softmaxRowAVX2: three passes over the row (max; exp, store and sum;
 	// scale). The last n mod 8 values go through masked loads and stores

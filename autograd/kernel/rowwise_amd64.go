@@ -26,6 +26,9 @@ func geluSlopeAVX2(slope, x *float32, n int)
 func geluBackwardAVX2(dx, dy, x *float32, n int)
 
 //go:noescape
+func geluAndSlopeAVX2(y, slope, x *float32, n int)
+
+//go:noescape
 func softmaxRowAVX2(y, x *float32, n int, scale float32)
 
 var haveAVX2 = cpu.X86.HasAVX2
@@ -95,6 +98,17 @@ func geluSlopeVector(slope, x []float32) int {
 	}
 	_, _ = slope[n-1], x[n-1]
 	geluSlopeAVX2(&slope[0], &x[0], n)
+	return n
+}
+
+// geluAndSlopeVector is geluVector for geluAndSlope32.
+func geluAndSlopeVector(y, slope, x []float32) int {
+	n := len(x) &^ 7
+	if !haveAVX2 || n == 0 {
+		return 0
+	}
+	_, _, _ = y[n-1], slope[n-1], x[n-1]
+	geluAndSlopeAVX2(&y[0], &slope[0], &x[0], n)
 	return n
 }
 

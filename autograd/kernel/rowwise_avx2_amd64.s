@@ -626,6 +626,98 @@ done:
 	VZEROUPPER
 	RET
 
+// func geluAndSlopeAVX2(y, slope, x *float32, n int)
+// geluAndSlope32 on n values, n a multiple of 8.
+TEXT ·geluAndSlopeAVX2(SB), NOSPLIT, $0-32
+	MOVQ y+0(FP), DI
+	MOVQ slope+8(FP), R8
+	MOVQ x+16(FP), SI
+	MOVQ n+24(FP), CX
+	SHRQ $3, CX
+	JZ done
+	VMOVUPS rowc<>+544(SB), Y15
+	VMOVUPS rowc<>+576(SB), Y14
+	VMOVUPS rowc<>+192(SB), Y13
+	VXORPS Y12, Y12, Y12
+loop:
+	VMOVUPS (SI), Y7
+	VMAXPS Y7, Y14, Y10
+	VMINPS Y10, Y15, Y8
+	VANDPS rowc<>+608(SB), Y8, Y11
+	VMULPS Y11, Y11, Y0
+	VMULPS rowc<>+640(SB), Y0, Y0
+	VMINPS rowc<>+0(SB), Y0, Y0
+	VMAXPS rowc<>+32(SB), Y0, Y0
+	VMULPS rowc<>+64(SB), Y0, Y1
+	VADDPS rowc<>+96(SB), Y1, Y1
+	VSUBPS rowc<>+96(SB), Y1, Y2
+	VMULPS rowc<>+128(SB), Y2, Y3
+	VSUBPS Y3, Y0, Y0
+	VMULPS rowc<>+160(SB), Y2, Y3
+	VSUBPS Y3, Y0, Y0
+	VMULPS Y0, Y0, Y2
+	VMULPS Y2, Y2, Y3
+	VADDPS rowc<>+192(SB), Y0, Y4
+	VMULPS rowc<>+256(SB), Y0, Y5
+	VADDPS rowc<>+224(SB), Y5, Y5
+	VMULPS Y5, Y2, Y5
+	VADDPS Y5, Y4, Y4
+	VMULPS rowc<>+320(SB), Y0, Y5
+	VADDPS rowc<>+288(SB), Y5, Y5
+	VMULPS rowc<>+384(SB), Y0, Y6
+	VADDPS rowc<>+352(SB), Y6, Y6
+	VMULPS Y6, Y2, Y6
+	VADDPS Y6, Y5, Y5
+	VMULPS Y5, Y3, Y5
+	VADDPS Y5, Y4, Y4
+	VPSUBD rowc<>+416(SB), Y1, Y1
+	VPSLLD $23, Y1, Y1
+	VMULPS Y1, Y4, Y4
+	VCMPPS $1, Y15, Y11, Y9
+	VANDPS Y9, Y4, Y4
+	VMULPS rowc<>+672(SB), Y11, Y1
+	VADDPS Y13, Y1, Y1
+	VDIVPS Y1, Y13, Y1
+	VMULPS rowc<>+1056(SB), Y1, Y2
+	VADDPS rowc<>+1024(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+992(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+960(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+928(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+896(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+864(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+832(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+800(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+768(SB), Y2, Y2
+	VMULPS Y1, Y2, Y2
+	VADDPS rowc<>+736(SB), Y2, Y2
+	VMULPS Y1, Y4, Y3
+	VMULPS Y2, Y3, Y3
+	VSUBPS Y3, Y13, Y5
+	VCMPPS $1, Y12, Y8, Y6
+	VBLENDVPS Y6, Y3, Y5, Y5
+	VMULPS Y5, Y10, Y6
+	VMOVUPS Y6, (DI)
+	VMULPS rowc<>+704(SB), Y4, Y4
+	VMULPS Y4, Y8, Y4
+	VADDPS Y4, Y5, Y5
+	VMOVUPS Y5, (R8)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	ADDQ $32, R8
+	DECQ CX
+	JNZ loop
+done:
+	VZEROUPPER
+	RET
+
 // func softmaxRowAVX2(y, x *float32, n int, scale float32)
 // y[:n] = softmax(scale·x[:n]), n ≥ 1, as Softmax computes a row: the
 // exponentials are expInPlace32's, summed in float64.

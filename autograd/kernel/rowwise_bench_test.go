@@ -142,3 +142,16 @@ func BenchmarkGELUBackward(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkGELUAndSlope: the value and the slope in one pass, against
+// BenchmarkGELU plus BenchmarkGELUSlope, the two passes it replaces.
+func BenchmarkGELUAndSlope(b *testing.B) {
+	x := geluHidden()
+	y, slope := make([]float32, len(x)), make([]float32, len(x))
+	forEachPath(b, func(b *testing.B) {
+		b.SetBytes(int64(4 * len(x)))
+		for b.Loop() {
+			GELUAndSlope(y, slope, x)
+		}
+	})
+}

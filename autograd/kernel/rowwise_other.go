@@ -8,6 +8,7 @@ func quickGELUSlopeVector(y, slope, x []float32) int  { return 0 }
 func quickGELUBackwardVector(dx, dy, x []float32) int { return 0 }
 func geluVector(y, x []float32) int                   { return 0 }
 func geluSlopeVector(slope, x []float32) int          { return 0 }
+func geluAndSlopeVector(y, slope, x []float32) int    { return 0 }
 func geluBackwardVector(dx, dy, x []float32) int      { return 0 }
 func softmaxRow32(y, x []float32, scale float32) bool { return false }
 
