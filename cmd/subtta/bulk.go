@@ -18,6 +18,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/subtta/subtta/builtin"
 	"github.com/subtta/subtta/clip"
@@ -473,18 +474,12 @@ func bulkEmbed(bf *bulkFlags, b *clip.Bundle, model string, normalize bool, stdo
 			return err
 		}
 		// The rows already written must be of these images.
-		for i, r := range recs {
-			img, err := set.read(i)
-			if err != nil {
-				return fmt.Errorf("%s: %w", set.ids[i], err)
+		if err := checkWritten(set, recs, f, stderr); err != nil {
+			if npy != nil {
+				npy.Close()
+				jsonl.Close()
 			}
-			if d := pixelDigest(img); d != r.SHA256 || r.Path != set.ids[i] {
-				if npy != nil {
-					npy.Close()
-					jsonl.Close()
-				}
-				return fmt.Errorf("%s: row %d was %s (sha256 %s), now %s (sha256 %s): give another --out, or remove it", f.path(".jsonl"), i, r.Path, r.SHA256, set.ids[i], d)
-			}
+			return err
 		}
 		if npy != nil {
 			if err := embedImages(set, b, f, done, npy, jsonl, normalize, stderr); err != nil {
@@ -528,6 +523,71 @@ func bulkEmbed(bf *bulkFlags, b *clip.Bundle, model string, normalize bool, stdo
 			}
 		}
 		fmt.Fprintf(stdout, "%s (%d × %d float32), %s\n", f.path(".npy"), f.rows, dim, f.path(".jsonl"))
+	}
+	return nil
+}
+
+// checkWritten verifies that the rows a resumed run finds written (recs)
+// are of the images set holds now: the same path and the same pixels (their
+// digest). The images are decoded on every core, with progress, since a
+// run stopped late has most of them behind it; the first row that differs
+// (the lowest) is the error.
+func checkWritten(set *imageSet, recs []record, f *featureFile, stderr io.Writer) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	bar := newProgress(stderr, "checking the rows already written", len(recs))
+	defer bar.Done()
+	var next atomic.Int64
+	var firstBad atomic.Int64 // the lowest row found to differ, len(recs) if none
+	firstBad.Store(int64(len(recs)))
+	errs := make(map[int]error)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(recs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(recs) || int64(i) > firstBad.Load() {
+					return
+				}
+				err := checkRow(set, recs[i], i, f)
+				bar.Add(1)
+				if err == nil {
+					continue
+				}
+				mu.Lock()
+				errs[i] = err
+				mu.Unlock()
+				for {
+					cur := firstBad.Load()
+					if int64(i) >= cur || firstBad.CompareAndSwap(cur, int64(i)) {
+						break
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if i := int(firstBad.Load()); i < len(recs) {
+		return errs[i]
+	}
+	return nil
+}
+
+// checkRow reports whether record r, row i, is of image i of set.
+func checkRow(set *imageSet, r record, i int, f *featureFile) error {
+	if r.Path != set.ids[i] {
+		return fmt.Errorf("%s: row %d was %s, now %s: give another --out, or remove it", f.path(".jsonl"), i, r.Path, set.ids[i])
+	}
+	img, err := set.read(i)
+	if err != nil {
+		return fmt.Errorf("%s: %w", set.ids[i], err)
+	}
+	if d := pixelDigest(img); d != r.SHA256 {
+		return fmt.Errorf("%s: row %d was %s (sha256 %s), now %s (sha256 %s): give another --out, or remove it", f.path(".jsonl"), i, r.Path, r.SHA256, set.ids[i], d)
 	}
 	return nil
 }

@@ -294,6 +294,17 @@ func TestBulkEmbedResumes(t *testing.T) {
 	if st, msg := embed(full, "--batch-size", "5"); st != 1 || !strings.Contains(msg, "was made otherwise") {
 		t.Errorf("other batch size: status %d, %q", st, msg)
 	}
+	// An image changed in place (same path, other pixels): refused, naming
+	// the lowest such row.
+	rows := strings.Split(list.String(), "\n")
+	for _, k := range []int{12, 5} {
+		p := filepath.Join(dir, filepath.FromSlash(strings.Split(rows[k], "\t")[0]))
+		other, _ := os.ReadFile(filepath.Join(dir, "test", "ship", firstFile(t, dir, "ship", 10+k)))
+		os.WriteFile(p, other, 0o644)
+	}
+	if st, msg := embed(full); st != 1 || !strings.Contains(msg, "row 5 was ") || !strings.Contains(msg, "sha256") {
+		t.Errorf("an image changed in place: status %d, %q", st, msg)
+	}
 	first := strings.Split(list.String(), "\t")[0]
 	os.WriteFile(listFile, []byte(strings.Replace(list.String(), first, "test/ship/"+firstFile(t, dir, "ship", 10), 1)), 0o644)
 	if st, msg := embed(full); st != 1 || !strings.Contains(msg, "row 0 was "+first) {
