@@ -521,6 +521,15 @@ const (
 	GELUActivation
 )
 
+// apply computes the activation of v in place, in float32 (one goroutine).
+func (a Activation) apply(v []float32) {
+	if a == GELUActivation {
+		gelu32(v, v)
+	} else {
+		quickGELU32(v, v)
+	}
+}
+
 // BF16Rows is rows of activations already rounded to bf16, in the layout
 // the bf16 kernels read: GemmBF16Act's result, GemmBF16Rows's input.
 type BF16Rows struct {
@@ -564,11 +573,7 @@ func GemmBF16Act(m int, a []float32, lda int, w *BF16Weight, bias []float32, act
 	gemmBF16Packed(pa, w, bias, nil, 0, func(t0, t1, panel int, buf []float32) {
 		r0, r1 := t0*lowMR, min(t1*lowMR, m)
 		vals := buf[:(r1-r0)*lowNR]
-		if act == GELUActivation {
-			gelu32(vals, vals)
-		} else {
-			quickGELU32(vals, vals)
-		}
+		act.apply(vals)
 		j0 := panel * lowNR
 		cols := min(lowNR, w.N-j0)
 		if asm && cols == lowNR {
