@@ -681,7 +681,11 @@ func lowDriver(m, n int, run lowTileRun, c []float32, ldc int, post lowPost) {
 	units := blocks * ranges
 	var next atomic.Int64
 	work := func(_, _, _ int) {
-		tmp := getScratch(blockTiles * lowMR * lowNR)
+		size := lowMR * lowNR // a partial tile
+		if post != nil {
+			size *= blockTiles // a whole block of tiles
+		}
+		tmp := getScratch(size)
 		defer putScratch(tmp)
 		for {
 			u := int(next.Add(1)) - 1
