@@ -103,7 +103,9 @@ func getZeroBuf[T dtype](n int) *[]T {
 	return b
 }
 
-// putBuf returns a buffer from getBuf to its pool.
+// putBuf returns a buffer from getBuf to its pool. A short buffer whose
+// capacity is not one of getBuf's sizes is dropped instead, so that a
+// slice made elsewhere never comes back from getBuf too small.
 func putBuf[T dtype](b *[]T) {
 	n := cap(*b)
 	if n > exactMin {
@@ -122,6 +124,9 @@ func putBuf[T dtype](b *[]T) {
 		return
 	}
 	c := bits.Len(uint(n - 1))
+	if n == 0 || n != 1<<c {
+		return // not of getBuf's sizes (a slice made elsewhere): left to the collector
+	}
 	if isF32[T]() {
 		pool32[c].Put(b)
 	} else {

@@ -44,3 +44,18 @@ func TestBigBuffersSurviveCollections(t *testing.T) {
 		t.Fatal("the buffer released just now was not reused")
 	}
 }
+
+// TestPutBufDropsOtherSizes: a short slice whose capacity is not one of
+// getBuf's power-of-two sizes is not pooled, so getBuf never returns it for
+// a longer length; one of getBuf's own is.
+func TestPutBufDropsOtherSizes(t *testing.T) {
+	for range 4 {
+		odd := make([]float32, 1000) // capacity 1000: class 1024
+		putBuf(&odd)
+		b := getBuf[float32](1024)
+		if len(*b) != 1024 || cap(*b) < 1024 {
+			t.Fatalf("getBuf(1024) gave len %d, cap %d", len(*b), cap(*b))
+		}
+		putBuf(b)
+	}
+}
