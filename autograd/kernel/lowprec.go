@@ -131,6 +131,30 @@ func LowReference(prec Precision, name string) string {
 	return ""
 }
 
+// LowArithmetic says how the arithmetic of the kernel that runs prec now
+// differs from that of the AVX512-VNNI and AVX512_BF16 kernels, or "" when
+// it does not: "7-bit activations" for the AVX2 int8 kernel, "TDPBF16PS
+// sums" for the AMX bf16 kernel (LowReference). Results then differ in
+// their last bits, or more, so records of results (eval's model identity,
+// embed's settings) name it; "" keeps the records made before it existed.
+func LowArithmetic(prec Precision) string {
+	switch prec {
+	case Int8:
+		if int8Active.levels != 255 {
+			return "7-bit activations"
+		}
+	case BF16:
+		ref := bf16Active.ref
+		if ref == "" { // a Go kernel: its own reference
+			ref = bf16Active.name
+		}
+		if ref == goAMXBF16Kernel.name {
+			return "TDPBF16PS sums"
+		}
+	}
+	return ""
+}
+
 // LowKernel names the kernel that runs prec (Int8 or BF16) now, "" for
 // FP32.
 func LowKernel(prec Precision) string {

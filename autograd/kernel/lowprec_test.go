@@ -595,3 +595,35 @@ func TestGemmBF16ActMatchesUnfused(t *testing.T) {
 		}
 	}
 }
+
+// TestLowArithmetic: records of results name the kernels whose arithmetic
+// differs from the AVX-512 kernels' (the AVX2 int8 kernel's 7-bit
+// activations, TDPBF16PS's sums), and only those.
+func TestLowArithmetic(t *testing.T) {
+	cases := []struct {
+		prec       Precision
+		kern, want string
+	}{
+		{Int8, "go", ""}, {Int8, "avx512vnni", ""}, {Int8, "amx", ""}, {Int8, "avxvnni", ""}, {Int8, "avx2", "7-bit activations"},
+		{BF16, "go", ""}, {BF16, "avx512bf16", ""}, {BF16, "go-amx", "TDPBF16PS sums"}, {BF16, "amx", "TDPBF16PS sums"},
+	}
+	for _, c := range cases {
+		set := SetInt8Kernel
+		if c.prec == BF16 {
+			set = SetBF16Kernel
+		}
+		prev, err := set(c.kern)
+		if err != nil {
+			t.Logf("%v kernel %s: not on this CPU", c.prec, c.kern)
+			continue
+		}
+		got := LowArithmetic(c.prec)
+		set(prev)
+		if got != c.want {
+			t.Errorf("%v on %s: LowArithmetic %q, want %q", c.prec, c.kern, got, c.want)
+		}
+	}
+	if got := LowArithmetic(FP32); got != "" {
+		t.Errorf("fp32: %q", got)
+	}
+}

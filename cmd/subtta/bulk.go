@@ -20,6 +20,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/builtin"
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/data"
@@ -301,6 +302,7 @@ type featureFile struct {
 // refused, not mixed.
 type bulkSettings struct {
 	Model     string `json:"model"`
+	Precision string `json:"precision,omitempty"` // precisionID: "" for fp32, as before it was recorded
 	Normalize bool   `json:"normalize"`
 	BatchSize int    `json:"batch_size"`
 	Rows      int    `json:"rows"`
@@ -454,7 +456,7 @@ func (f *featureFile) finish(npy, jsonl *os.File) error {
 }
 
 // bulkEmbed writes the features of --images and --texts into --out.
-func bulkEmbed(bf *bulkFlags, b *clip.Bundle, model string, normalize bool, stdout, stderr io.Writer) error {
+func bulkEmbed(bf *bulkFlags, b *clip.Bundle, model string, prec kernel.Precision, normalize bool, stdout, stderr io.Writer) error {
 	id, err := modelIdentity(model)
 	if err != nil {
 		return err
@@ -468,7 +470,7 @@ func bulkEmbed(bf *bulkFlags, b *clip.Bundle, model string, normalize bool, stdo
 		}
 		defer set.close()
 		f := &featureFile{dir: *bf.out, name: "images", rows: len(set.ids), dim: dim,
-			settings: bulkSettings{Model: id, Normalize: normalize, BatchSize: *bf.batch, Rows: len(set.ids), Dim: dim}}
+			settings: bulkSettings{Model: id, Precision: precisionID(prec), Normalize: normalize, BatchSize: *bf.batch, Rows: len(set.ids), Dim: dim}}
 		done, recs, npy, jsonl, err := f.open()
 		if err != nil {
 			return err
@@ -503,7 +505,7 @@ func bulkEmbed(bf *bulkFlags, b *clip.Bundle, model string, normalize bool, stdo
 			return usagef("--texts %s: no text", *bf.texts)
 		}
 		f := &featureFile{dir: *bf.out, name: "texts", rows: len(texts), dim: dim,
-			settings: bulkSettings{Model: id, Normalize: normalize, BatchSize: *bf.batch, Rows: len(texts), Dim: dim}}
+			settings: bulkSettings{Model: id, Precision: precisionID(prec), Normalize: normalize, BatchSize: *bf.batch, Rows: len(texts), Dim: dim}}
 		done, recs, npy, jsonl, err := f.open()
 		if err != nil {
 			return err

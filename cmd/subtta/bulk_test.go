@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/builtin"
 )
 
@@ -293,6 +294,12 @@ func TestBulkEmbedResumes(t *testing.T) {
 	// Other settings, or other images, are refused.
 	if st, msg := embed(full, "--batch-size", "5"); st != 1 || !strings.Contains(msg, "was made otherwise") {
 		t.Errorf("other batch size: status %d, %q", st, msg)
+	}
+	// Another precision is another model: int8 rows never join fp32 ones.
+	if kernel.CheckPrecision(kernel.Int8) == nil {
+		if st, msg := embed(full, "--precision", "int8"); st != 1 || !strings.Contains(msg, "images.json was made otherwise") || !strings.Contains(msg, `"precision":"int8`) {
+			t.Errorf("other precision: status %d, %q", st, msg)
+		}
 	}
 	// An image changed in place (same path, other pixels): refused, naming
 	// the lowest such row.

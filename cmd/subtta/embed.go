@@ -81,7 +81,7 @@ func runEmbed(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if bulk.given() {
-		return bulkEmbed(bulk, b, *model, *normalize, stdout, stderr)
+		return bulkEmbed(bulk, b, *model, prec, *normalize, stdout, stderr)
 	}
 	type feature struct {
 		Image    string    `json:"image,omitempty"`

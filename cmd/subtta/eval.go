@@ -78,7 +78,7 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	if prec != kernel.FP32 {
 		// Another precision is another model: a folder of fp32 results is
 		// not resumed in int8, nor the other way round.
-		opt.ModelID += ", linear layers in " + prec.String()
+		opt.ModelID += ", linear layers in " + precisionID(prec)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

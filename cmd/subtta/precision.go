@@ -10,7 +10,7 @@ import (
 )
 
 // precisionHelp is the help of --precision.
-const precisionHelp = "arithmetic of the linear layers in passes without gradients: fp32, bf16 (AVX512_BF16) or int8 (AVX512-VNNI; weights per output channel, activations per row); adaptation's passes stay fp32"
+const precisionHelp = "arithmetic of the linear layers in passes without gradients: fp32, bf16 (AVX512_BF16 or AMX-BF16) or int8 (AVX2 or better: AVX-VNNI, AVX512-VNNI, AMX; weights per output channel, activations per row); adaptation's passes stay fp32"
 
 // precisionFlag adds --precision to fs.
 func precisionFlag(fs *flag.FlagSet) *string { return fs.String("precision", "fp32", precisionHelp) }
@@ -32,6 +32,20 @@ func parsePrecision(name string, device deviceFlags) (kernel.Precision, error) {
 		return p, usagef("--precision %s: %v", p, errors.Unwrap(err))
 	}
 	return p, nil
+}
+
+// precisionID names prec in records of results, "" for fp32: its name,
+// and how this CPU's kernel computes it where that differs from the
+// AVX-512 kernels (kernel.LowArithmetic), whose results differ in their
+// last bits.
+func precisionID(prec kernel.Precision) string {
+	if prec == kernel.FP32 {
+		return ""
+	}
+	if a := kernel.LowArithmetic(prec); a != "" {
+		return prec.String() + " (" + a + ")"
+	}
+	return prec.String()
 }
 
 // setPrecision converts m's linear layers to p (nothing for fp32).
