@@ -485,10 +485,15 @@ func quantizeA(m, k int, x []float32, lda int) *packedA {
 	return pa
 }
 
+// bf16RoundAsm reports whether activations are rounded to bf16 in
+// AVX-512: with an assembly bf16 kernel; the Go references run Go
+// throughout.
+func bf16RoundAsm() bool { return haveQuantizeAVX512 && bf16Active.ref != "" }
+
 // roundA rounds the m rows of x to bf16 for the bf16 kernels.
 func roundA(m, k int, x []float32, lda int) *packedA {
 	pa := getPackedA(m, (k+1)/2)
-	asm := haveQuantizeAVX512 && bf16Active.ref != ""
+	asm := bf16RoundAsm()
 	packRows(pa, m, func(i int, row []uint8) {
 		clear(row[2*k:])
 		// The bytes of a row are its bf16 values, little-endian.
@@ -581,7 +586,8 @@ func (r *BF16Rows) At(i, j int) float32 {
 // then QuickGELU or GELU, then GemmBF16's rounding of its input, bit for
 // bit. m ≥ 1.
 func GemmBF16Act(m int, a []float32, lda int, w *BF16Weight, bias []float32, act Activation) *BF16Rows {
-	checkLowA("GemmBF16Act", m, w.K, a, lda, bias, w.N)
+	checkLowA("GemmBF16Act", m, w.K, a, lda)
+	checkBias("GemmBF16Act", bias, w.N)
 	pa := roundA(m, w.K, a, lda)
 	out := getPackedA(m, (w.N+1)/2)
 	// Rows past m, and the pad column of an odd width, are zeros, as
@@ -593,7 +599,7 @@ func GemmBF16Act(m int, a []float32, lda int, w *BF16Weight, bias []float32, act
 			out.data[i*ld+2*w.N], out.data[i*ld+2*w.N+1] = 0, 0
 		}
 	}
-	asm := haveQuantizeAVX512 && bf16Active.ref != ""
+	asm := bf16RoundAsm()
 	gemmBF16Packed(pa, w, bias, nil, 0, func(t0, t1, panel int, buf []float32) {
 		r0, r1 := t0*lowMR, min(t1*lowMR, m)
 		vals := buf[:(r1-r0)*lowNR]
@@ -622,7 +628,7 @@ func GemmBF16Rows(in *BF16Rows, w *BF16Weight, bias, c []float32, ldc int) {
 	if in.k != w.K {
 		panic(fmt.Sprintf("kernel: GemmBF16Rows: input of %d columns for a weight [%d, %d]", in.k, w.N, w.K))
 	}
-	checkLowA("GemmBF16Rows", 1, 0, nil, 0, bias, w.N)
+	checkBias("GemmBF16Rows", bias, w.N)
 	checkLowC("GemmBF16Rows", in.m, w.N, c, ldc)
 	gemmBF16Packed(in.pa, w, bias, c, ldc, nil)
 	packedAPool.Put(in.pa)
@@ -644,15 +650,19 @@ func gemmBF16Packed(pa *packedA, w *BF16Weight, bias, c []float32, ldc int, post
 }
 
 func checkLow(name string, m, n, k int, a []float32, lda int, bias, c []float32, ldc int) {
-	checkLowA(name, m, k, a, lda, bias, n)
+	checkLowA(name, m, k, a, lda)
+	checkBias(name, bias, n)
 	checkLowC(name, m, n, c, ldc)
 }
 
-func checkLowA(name string, m, k int, a []float32, lda int, bias []float32, n int) {
-	switch {
-	case lda < k || len(a) < (m-1)*lda+k:
+func checkLowA(name string, m, k int, a []float32, lda int) {
+	if lda < k || len(a) < (m-1)*lda+k {
 		panic(fmt.Sprintf("kernel: %s: A has %d values, leading dimension %d, for [%d, %d]", name, len(a), lda, m, k))
-	case bias != nil && len(bias) < n:
+	}
+}
+
+func checkBias(name string, bias []float32, n int) {
+	if bias != nil && len(bias) < n {
 		panic(fmt.Sprintf("kernel: %s: bias has %d values, want %d", name, len(bias), n))
 	}
 }

@@ -33,38 +33,25 @@ var (
 	amxBF16Kernel = lowKernel{name: "amx", mr: lowMR, ref: "go-amx"}
 )
 
-// amxInt8Config is the tile configuration of amxInt8Tiles (palette 1):
-// tmm0 and tmm1 12 rows × 64 bytes (C, int32), tmm2 12 × 64 (A, u8),
-// tmm3 and tmm4 16 × 64 (B, s8 in groups of 4).
-var amxInt8Config = func() (cfg [64]byte) {
+// amxConfig returns a tile configuration (palette 1) whose tile t has
+// rows[t] rows of 64 bytes.
+func amxConfig(rows ...int) (cfg [64]byte) {
 	cfg[0] = 1 // palette
-	shape := func(t, rows, colsb int) {
-		cfg[16+2*t], cfg[16+2*t+1] = byte(colsb), byte(colsb>>8)
-		cfg[48+t] = byte(rows)
+	for t, r := range rows {
+		cfg[16+2*t] = 64 // bytes per row (little-endian uint16)
+		cfg[48+t] = byte(r)
 	}
-	shape(0, lowMR, 64)
-	shape(1, lowMR, 64)
-	shape(2, lowMR, 64)
-	shape(3, 16, 64)
-	shape(4, 16, 64)
 	return cfg
-}()
+}
 
-// amxBF16Config is the tile configuration of amxBF16Tiles (palette 1):
-// tmm0–tmm3 12 rows × 64 bytes (C, float32), tmm4 and tmm5 12 × 64 (A,
-// bf16 pairs), tmm6 and tmm7 16 × 64 (B, bf16 pairs).
-var amxBF16Config = func() (cfg [64]byte) {
-	cfg[0] = 1 // palette
-	for t := 0; t < 8; t++ {
-		rows := lowMR
-		if t >= 6 {
-			rows = 16
-		}
-		cfg[16+2*t] = 64
-		cfg[48+t] = byte(rows)
-	}
-	return cfg
-}()
+var (
+	// amxInt8Config: tmm0 and tmm1 12 rows (C, int32), tmm2 12 (A, u8),
+	// tmm3 and tmm4 16 (B, s8 in groups of 4).
+	amxInt8Config = amxConfig(lowMR, lowMR, lowMR, 16, 16)
+	// amxBF16Config: tmm0–tmm3 12 rows (C, float32), tmm4 and tmm5 12 (A,
+	// bf16 pairs), tmm6 and tmm7 16 (B, bf16 pairs).
+	amxBF16Config = amxConfig(lowMR, lowMR, lowMR, lowMR, lowMR, lowMR, 16, 16)
+)
 
 // haveAMXInt8 reports whether the CPU has AMX-INT8 (with the AVX-512 the
 // epilogue needs) and the operating system lets this process use the
