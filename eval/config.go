@@ -169,7 +169,7 @@ func writtenConfig(b []byte) ([]byte, bool) {
 		return nil, false
 	}
 	run := []string{"identity", "config"}
-	results := []string{"config", "started", "finished", "seconds", "methods", "records", "diagnostics", "environment", "builds"}
+	results := []string{"config", "command", "started", "finished", "seconds", "methods", "records", "diagnostics", "environment", "builds"}
 	for k := range top {
 		if !slices.Contains(run, k) && !slices.Contains(results, k) {
 			return nil, false
@@ -348,3 +348,11 @@ func perDomain(p online.Protocol) bool { return p == online.ResetEachDomain || p
 // isVariant reports whether dataset is an ImageNet variant without
 // corruptions (data.ImageNetVariants).
 func isVariant(dataset string) bool { return slices.Contains(data.ImageNetVariants, dataset) }
+
+// IsWrittenConfig reports whether b, a config file's contents, is a file
+// eval writes (run.json, results.json), whose "config" member ReadConfig
+// reads, rather than a Config.
+func IsWrittenConfig(b []byte) bool {
+	_, ok := writtenConfig(b)
+	return ok
+}

@@ -63,6 +63,9 @@ type Options struct {
 	// DefaultCheckpointEvery, a negative value none. A run being cancelled
 	// checkpoints at once. Only the reset protocol is checkpointed.
 	CheckpointEvery time.Duration
+	// Command, if given, is the command line and config file the run was
+	// started with, stated in results.json.
+	Command *report.Command
 
 	// runID is the identity of the run, set by Run once the results folder
 	// is checked, that its records carry (identity.digest).
@@ -121,6 +124,8 @@ type Summary struct {
 	Continued         int
 	Files             []string // the tables and plots written
 	Started, Finished time.Time
+
+	command *report.Command // Options.Command, for results.json
 }
 
 // batchLine is one line of batches.jsonl.
@@ -145,7 +150,7 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &evaluation{ctx: ctx, cfg: cfg, opt: opt, sum: &Summary{Config: cfg, Started: time.Now()}}
+	e := &evaluation{ctx: ctx, cfg: cfg, opt: opt, sum: &Summary{Config: cfg, Started: time.Now(), command: opt.Command}}
 	// The model and the data are checked before anything is written.
 	if err := e.openInputs(); err != nil {
 		return nil, err

@@ -41,6 +41,7 @@ func writeTables(cfg Config, recs []report.Record, sum *Summary) ([]string, erro
 	}
 	s := report.NewSummary(cfg, recs)
 	s.Started, s.Finished = sum.Started, sum.Finished
+	s.Command = sum.command
 	env := report.CurrentEnvironment()
 	s.Environment = &env
 	if err := write(JSONFile, func(b *bytes.Buffer) error { return report.WriteJSON(b, s) }); err != nil {

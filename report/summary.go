@@ -13,6 +13,10 @@ type Summary struct {
 	// Config is the run's full configuration as the caller gives it; it
 	// must marshal to JSON.
 	Config any `json:"config"`
+	// Command is the command line and the config file the run was
+	// started with, when the caller gives them (the latest start of a
+	// resumed run).
+	Command *Command `json:"command,omitempty"`
 
 	// Started and Finished span the records: the earliest start
 	// (Finished − Seconds) and the latest finish. For a resumed run the
@@ -37,6 +41,18 @@ type Summary struct {
 	// records that do not say).
 	Environment *Environment   `json:"environment,omitempty"`
 	Builds      map[string]int `json:"builds,omitempty"`
+}
+
+// Command is how a run was started: its command line and the config
+// file that line named.
+type Command struct {
+	// Args is the command line, the program's name first ("subtta",
+	// "eval", "--config", "run.yaml", ...).
+	Args []string `json:"args"`
+	// ConfigFile is the path of the config file, ConfigText its contents
+	// as the run read them; empty without one.
+	ConfigFile string `json:"config_file,omitempty"`
+	ConfigText string `json:"config_text,omitempty"`
 }
 
 // MethodSummary is the accuracy and the cost of one method over a run.

@@ -42,6 +42,7 @@ func preprocessImages(pre *data.Preprocessor, paths []string) ([]float32, error)
 
 func runEmbed(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("embed", "", stderr)
+	configFlags(fs, "embed", stdout)
 	bulk := addBulkFlags(fs, true, "with --images or --texts: the folder for images.npy (float32, one row per image), images.jsonl (its path, label and content digest), texts.npy and texts.jsonl; an interrupted run resumes there")
 	model := fs.String("model", "", modelFlagHelp)
 	modelConfig := fs.String("model-config", "", modelConfigHelp)
@@ -149,6 +150,7 @@ func rows(v []float64, n int, normalize bool) [][]float64 {
 
 func runClassify(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("classify", "IMAGE...", stderr)
+	configFlags(fs, "classify", stdout)
 	bulk := addBulkFlags(fs, false, "with --images: the .csv (path, label, prediction, probability, a column per class) or .jsonl file to write")
 	model := fs.String("model", "", modelFlagHelp)
 	modelConfig := fs.String("model-config", "", modelConfigHelp)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -39,6 +40,9 @@ func limitGiven(fs *flag.FlagSet) bool {
 func runEval(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("eval", "\n\nWith no flags: the built-in model on the embedded CIFAR-10 test images, corrupted on the fly,\nfor "+strings.Join(builtinMethods, ", ")+" on "+strconv.Itoa(builtinLimit)+" images per corruption (about four minutes on two cores).\n", stderr)
 	f := newEvalFlags(fs)
+	f.cf = configFlags(fs, "eval", stdout)
+	f.cf.opt.Aliases = map[string]string{"method-options": "set"} // results.json's name
+	f.cf.own = eval.IsWrittenConfig
 	precision := fs.String("precision", "fp32", precisionHelp+" (Source, TDA, the views of multi-view methods that train nothing on them)")
 	device := deviceFlag(fs)
 	release, err := parseOnDevice(fs, device, args, stderr)
@@ -63,6 +67,10 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	seeds, err := f.seedList(cfg)
+	if err != nil {
+		return err
+	}
 	if cfg.Data == "" {
 		if err := useBuiltinData(&cfg, limitGiven(fs)); err != nil {
 			return err
@@ -80,21 +88,13 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 		// not resumed in int8, nor the other way round.
 		opt.ModelID += ", linear layers in " + precisionID(prec)
 	}
+	opt.Command = f.cf.command("eval", args)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	var bar *progressBar
-	opt.Log = lineWriter{stderr, &bar}
-	if !*f.quiet {
-		opt.Progress = progressTo(stderr, &bar)
+	if seeds != nil {
+		return evalSeeds(ctx, cfg, opt, seeds, *f.quiet, stdout, stderr)
 	}
-	sum, err := eval.Run(ctx, cfg, opt)
-	if bar != nil {
-		bar.Done()
-	}
-	if errors.Is(err, context.Canceled) {
-		fmt.Fprintf(stderr, "subtta eval: %v\n", err)
-		return errInterrupted // exit status 130
-	}
+	sum, err := evalOnce(ctx, cfg, opt, *f.quiet, stderr)
 	if err != nil {
 		return err
 	}
@@ -103,18 +103,97 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	stdout.Write(md)
+	fmt.Fprintln(stderr, computed(sum))
+	return nil
+}
+
+// evalOnce runs cfg with a progress bar on stderr (none when quiet).
+func evalOnce(ctx context.Context, cfg eval.Config, opt eval.Options, quiet bool, stderr io.Writer) (*eval.Summary, error) {
+	var bar *progressBar
+	opt.Log = lineWriter{stderr, &bar}
+	if !quiet {
+		opt.Progress = progressTo(stderr, &bar)
+	}
+	sum, err := eval.Run(ctx, cfg, opt)
+	if bar != nil {
+		bar.Done()
+	}
+	if errors.Is(err, context.Canceled) {
+		fmt.Fprintf(stderr, "subtta eval: %v\n", err)
+		return nil, errInterrupted // exit status 130
+	}
+	return sum, err
+}
+
+// computed says what a run computed and where its results are.
+func computed(sum *eval.Summary) string {
 	cont := ""
 	if sum.Continued > 0 {
 		cont = fmt.Sprintf(" (%d batches of them from checkpoints)", sum.Continued)
 	}
-	fmt.Fprintf(stderr, "%d domains computed%s, %d taken from earlier runs; results in %s\n", sum.Computed, cont, sum.Resumed, sum.Config.Out)
-	return nil
+	return fmt.Sprintf("%d domains computed%s, %d taken from earlier runs; results in %s", sum.Computed, cont, sum.Resumed, sum.Config.Out)
+}
+
+// seedDir is the folder of seed s of an eval --seeds run into out.
+func seedDir(out string, s uint64) string {
+	return filepath.Join(out, "seed-"+strconv.FormatUint(s, 10))
+}
+
+// evalSeeds runs cfg once per seed, each into its folder (seedDir) of
+// cfg.Out, and then writes and prints their report (subtta report) in
+// cfg.Out.
+func evalSeeds(ctx context.Context, cfg eval.Config, opt eval.Options, seeds []uint64, quiet bool, stdout, stderr io.Writer) error {
+	out := cmp.Or(cfg.Out, "subtta-results")
+	var dirs []string
+	for _, s := range seeds {
+		c := cfg
+		c.Seed, c.Out = s, seedDir(out, s)
+		sum, err := evalOnce(ctx, c, opt, quiet, stderr)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "seed %d: %s\n", s, computed(sum))
+		dirs = append(dirs, c.Out)
+	}
+	return writeReport(out, dirs, cfg.Plot, stdout, stderr)
+}
+
+// seedList is the seeds of --seeds, nil without it; cfg is the run's
+// configuration, which must give no other seed nor shard.
+func (f *evalFlags) seedList(cfg eval.Config) ([]uint64, error) {
+	given := map[string]bool{}
+	f.fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	if !given["seeds"] {
+		return nil, nil
+	}
+	switch {
+	case given["seed"] || (f.cf != nil && f.cf.isOwn):
+		return nil, usagef("--seeds gives the seeds: leave out --seed (and a results folder's --config, which names one)")
+	case cfg.Shard != nil:
+		return nil, usagef("--seeds runs every seed here: shard the run of one seed (--seed N --shard I/N) instead")
+	}
+	var seeds []uint64
+	for _, x := range splitList(*f.seeds) {
+		s, err := strconv.ParseUint(x, 10, 64)
+		if err != nil {
+			return nil, usagef("--seeds %q: %q is not a seed (a non-negative integer)", *f.seeds, x)
+		}
+		if slices.Contains(seeds, s) {
+			return nil, usagef("--seeds %q: seed %d given twice", *f.seeds, s)
+		}
+		seeds = append(seeds, s)
+	}
+	if len(seeds) == 0 {
+		return nil, usagef("--seeds %q: no seed", *f.seeds)
+	}
+	return seeds, nil
 }
 
 // evalFlags are eval's flags; config turns those given into an eval.Config.
 type evalFlags struct {
 	fs                                                *flag.FlagSet
-	configFile, model, modelConfig, arch, vocab       *string
+	cf                                                *configFile // --config and --print-config; nil without
+	model, modelConfig, arch, vocab, seeds            *string
 	dataset, data, labels, subset                     *string
 	methods, corruptions, severities, protocol, frost *string
 	out, shard                                        *string
@@ -127,7 +206,6 @@ type evalFlags struct {
 func newEvalFlags(fs *flag.FlagSet) *evalFlags {
 	return &evalFlags{
 		fs:           fs,
-		configFile:   fs.String("config", "", "config file, JSON or YAML (.yaml, .yml), keys as in results.json's config, or the run.json or results.json of an earlier run; flags given override it"),
 		model:        fs.String("model", "", modelFlagHelp),
 		modelConfig:  fs.String("model-config", "", modelConfigHelp),
 		arch:         fs.String("arch", "", archHelp),
@@ -145,6 +223,7 @@ func newEvalFlags(fs *flag.FlagSet) *evalFlags {
 		protocol:     fs.String("protocol", "", "reset (default; reset before every corruption), continual, mixed, episodic (batch size 1, the weights reset before every image) or gradual (each corruption at severities 1…5…1, no reset)"),
 		noShuffle:    fs.Bool("no-shuffle", false, "stream every domain in file order instead of the official seeded shuffle"),
 		seed:         fs.Uint64("seed", 1, "shuffle seed (Python's random.seed; the official protocol uses 1)"),
+		seeds:        fs.String("seeds", "", "run each of these comma-separated shuffle seeds into OUT/seed-N, then write their table of mean ± std\n(subtta report) into OUT; each seed's folder resumes as a run does"),
 		corruptSeed:  fs.Uint64("corrupt-seed", 1, "seed of on-the-fly corruptions"),
 		frost:        fs.String("frost", "", "folder with frost1.png … frost5.jpg (default: $SUBTTA_FROST, else downloaded into the cache)"),
 		out:          fs.String("out", "", "results folder (default subtta-results); an interrupted run resumes there"),
@@ -158,12 +237,14 @@ func newEvalFlags(fs *flag.FlagSet) *evalFlags {
 	}
 }
 
-// config is the --config file (if any) with the flags given on top, and
-// the defaults that depend on no file: the built-in model, cifar10-c.
+// config is the flags given, on top of the results folder's file that
+// --config named, if it did (run.json, results.json: eval.ReadConfig; a
+// file of flags is read into the flags by parse), and the defaults that
+// depend on no file: the built-in model, cifar10-c.
 func (f *evalFlags) config() (eval.Config, error) {
 	var cfg eval.Config
-	if *f.configFile != "" {
-		c, err := eval.ReadConfig(*f.configFile)
+	if f.cf != nil && f.cf.isOwn {
+		c, err := eval.ReadConfig(f.cf.path)
 		if err != nil {
 			return cfg, err
 		}

@@ -8,13 +8,14 @@ import (
 
 	"github.com/subtta/subtta/data"
 	"github.com/subtta/subtta/eval"
+	"github.com/subtta/subtta/internal/flagfile"
 	"github.com/subtta/subtta/tta"
 )
 
 // studyFlags are eval's flags for the paper's studies: method options,
 // prompt templates and class subsets.
 type studyFlags struct {
-	set        stringList
+	set        flagfile.KeyValues
 	templates  stringList
 	classes    *int
 	classSeed  *uint64

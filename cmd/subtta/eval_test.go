@@ -82,7 +82,7 @@ func TestEvalBadInput(t *testing.T) {
 		{evalArgs(t, dir, "--severities", "x"), 2, `"x" is not an integer`},
 		{evalArgs(t, dir, "--corruptions", "rain"), 1, `"rain"`},
 		{evalArgs(t, dir, "--data", filepath.Join(dir, "missing")), 1, "no such file or folder"},
-		{evalArgs(t, dir, "--config", badCfg), 1, `unknown field "methodz"`},
+		{evalArgs(t, dir, "--config", badCfg), 2, "unknown key methodz; did you mean methods?"},
 		{evalArgs(t, dir, "stray"), 2, `unexpected argument "stray"`},
 		{evalArgs(t, dir, "--limit", "-5"), 2, "--limit -5: must not be negative"},
 		{evalArgs(t, dir, "--severities", "5,5"), 1, "severity 5 given twice"},

@@ -12,6 +12,7 @@
 //	convert    rewrite a checkpoint as OpenAI-named safetensors (fp16/bf16/int8, zstd)
 //	pull       download a Hugging Face checkpoint into the cache
 //	eval       test-time adaptation over a corrupted benchmark: the paper's table, CSV, JSON, plots
+//	report     the seeds of one eval run compared: mean ± std per cell, difference to source
 //	bench      images/s of the ViT-B/32 vision tower, forward and forward+backward
 //	corrupt    write CIFAR-10/100-C or ImageNet-C from a clean dataset
 //	train      train a small CLIP from scratch on CIFAR-10 (checkpoints, resume, log)
@@ -49,6 +50,7 @@ var commands = map[string]command{
 	"pull":       {"download a Hugging Face checkpoint into the cache", runPull},
 	"eval":       {"test-time adaptation over a corrupted benchmark: the paper's table, CSV, JSON, plots", runEval},
 	"eval merge": {"join the results folders of a run's shards (eval --shard) into one", runEvalMerge},
+	"report":     {"the seeds of one eval run compared: mean ± std per cell, difference to source", runReport},
 	"bench":      {"images/s of the ViT-B/32 vision tower, forward and forward+backward", runBench},
 	"corrupt":    {"write CIFAR-10/100-C or ImageNet-C from a clean dataset", runCorrupt},
 	"train":      {"train a small CLIP from scratch on CIFAR-10 (checkpoints, resume, log)", runTrain},

@@ -204,6 +204,8 @@ func finish(cmd *cobra.Command, path string, err error, stderr io.Writer) error 
 	case errors.Is(err, flag.ErrHelp):
 		cmd.Help()
 		return nil
+	case errors.Is(err, errConfigPrinted):
+		return nil
 	case errors.Is(err, errInterrupted):
 		return exitStatus{130} // as a shell reports a process ended by SIGINT
 	}
@@ -265,6 +267,8 @@ func goFlagsAsPflags(fs *flag.FlagSet) *pflag.FlagSet {
 // DST --dtype f16`), "--" ending the flags. The single-dash -name of the
 // standard flag package is read as --name. A flag error is a usage error,
 // naming the flags of similar spelling; -h or --help returns flag.ErrHelp.
+// A command with --config (configFlags) then reads its file, and with
+// --print-config prints and returns errConfigPrinted.
 func parse(fs *flag.FlagSet, args []string) error {
 	if len(args) == 1 && args[0] == describeArg {
 		return described{fs}
@@ -284,7 +288,10 @@ func parse(fs *flag.FlagSet, args []string) error {
 		return usageError{err.Error() + suggestFlag(fs, err)}
 	}
 	// What follows the flags is fs.Args().
-	return fs.Parse(append([]string{"--"}, p.Args()...))
+	if err := fs.Parse(append([]string{"--"}, p.Args()...)); err != nil {
+		return err
+	}
+	return readConfigFile(fs)
 }
 
 // doubleDash rewrites the standard flag package's -name (and -name=value)

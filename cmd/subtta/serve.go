@@ -31,7 +31,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		<-ctx.Done()
 		stop() // a second signal ends the process at once
 	}()
-	return serveMain(ctx, args, stderr, nil)
+	return serveMain(ctx, args, stdout, stderr, nil)
 }
 
 // apiKeyEnv names the environment variable loadtest takes its key from
@@ -46,8 +46,9 @@ var datasetAliases = map[string]string{"cifar10": "cifar10-c", "cifar100": "cifa
 // serveMain runs the server until ctx ends, then drains it: the batches
 // waiting are stepped, the requests in flight answered, every stream saved.
 // ready, when not nil, is called with the address listened on.
-func serveMain(ctx context.Context, args []string, stderr io.Writer, ready func(addr string)) error {
+func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer, ready func(addr string)) error {
 	fs := newFlags("serve", "", stderr)
+	configFlags(fs, "serve", stdout)
 	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on")
 	model := fs.String("model", "", modelFlagHelp)
 	modelConfig := fs.String("model-config", "", modelConfigHelp)

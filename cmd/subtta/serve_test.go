@@ -39,7 +39,7 @@ func startServe(t *testing.T, args ...string) (addr string, stop func() error, l
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- serveMain(ctx, append([]string{"--addr", "127.0.0.1:0"}, args...), log, func(a string) { ready <- a })
+		done <- serveMain(ctx, append([]string{"--addr", "127.0.0.1:0"}, args...), new(bytes.Buffer), log, func(a string) { ready <- a })
 	}()
 	select {
 	case addr = <-ready:

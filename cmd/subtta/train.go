@@ -19,6 +19,7 @@ import (
 
 func runTrain(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("train", "", stderr)
+	configFlags(fs, "train", stdout)
 	def := pretrain.DefaultConfig(data.CIFAR10Classes, data.CIFAR10Templates)
 	trainPath := fs.String("data", "", "CIFAR-10 training set: the official binaries (.tar.gz or folder), or an image folder (folder, .tar, .tar.gz) with one folder per class")
 	testPath := fs.String("test", "", "CIFAR-10 test set in the same forms, classified zero-shot after every epoch (optional)")

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/subtta/subtta/internal/flagfile"
+	"github.com/subtta/subtta/report"
+)
+
+// A command with --config reads its flags from a file whose keys are its
+// long flag names (internal/flagfile), and --print-config writes the
+// flags it would run with in that form: file, command line and defaults.
+// configFlags adds both flags; parse reads the file, and prints.
+
+// errConfigPrinted is what parse returns once --print-config has printed
+// the configuration: the command stops there, successfully.
+var errConfigPrinted = errors.New("configuration printed")
+
+// configFile is the value of a --config flag, and what parse needs to
+// read the file and print the configuration.
+type configFile struct {
+	path   string
+	print  *bool
+	stdout io.Writer
+	opt    flagfile.Options
+	// own, if not nil, reports whether the command reads a file itself
+	// (eval's run.json): parse then leaves it alone.
+	own func(contents []byte) bool
+
+	text  []byte // the file's contents, once read
+	isOwn bool   // whether own claimed it
+}
+
+func (c *configFile) String() string {
+	if c == nil {
+		return ""
+	}
+	return c.path
+}
+
+func (c *configFile) Set(v string) error { c.path = v; return nil }
+
+// configFlags adds --config and --print-config to fs, the flag set of the
+// command name, whose configuration --print-config prints to stdout.
+func configFlags(fs *flag.FlagSet, name string, stdout io.Writer) *configFile {
+	c := &configFile{stdout: stdout, opt: flagfile.Options{Skip: []string{"config", "print-config"}}}
+	fs.Var(c, "config", "YAML (or JSON) file of flags: keys are the long flag names (- or _), values as on the command line,\n"+
+		"lists for comma-separated or repeated flags, nested blocks for --set; flags given on the command line win")
+	c.print = fs.Bool("print-config", false, "print the configuration (--config, flags and defaults) as a --config file, and exit")
+	return c
+}
+
+// read applies the --config file (if any) to fs, then with --print-config
+// prints fs's configuration and returns errConfigPrinted.
+func (c *configFile) read(fs *flag.FlagSet) error {
+	if c.path != "" {
+		b, err := os.ReadFile(c.path)
+		if err != nil {
+			return usagef("--config: %v", err)
+		}
+		c.text = b
+		if c.own != nil && c.own(b) {
+			c.isOwn = true
+		} else {
+			values, err := flagfile.Parse(b)
+			if err == nil {
+				err = flagfile.Apply(fs, values, c.opt)
+			}
+			if err != nil {
+				return usagef("config %s: %v", c.path, err)
+			}
+		}
+	}
+	if !*c.print {
+		return nil
+	}
+	if c.isOwn {
+		return usagef("--print-config: %s is a results folder's file, which only eval reads; give a file of flags", c.path)
+	}
+	header := fmt.Sprintf("subtta %s: the flags it runs with (--config, command line, defaults); run it with\n"+
+		"subtta %s --config FILE. A key left out, or set to its flag's default, keeps the default.", fs.Name(), fs.Name())
+	if err := flagfile.Write(c.stdout, fs, header, c.opt); err != nil {
+		return fmt.Errorf("--print-config: %w", err)
+	}
+	return errConfigPrinted
+}
+
+// command is the command line and config file a command ran with, for
+// its results: name is the command's ("eval").
+func (c *configFile) command(name string, args []string) *report.Command {
+	cmd := &report.Command{Args: append(append([]string{"subtta"}, strings.Fields(name)...), args...)}
+	if c.path != "" {
+		cmd.ConfigFile, cmd.ConfigText = c.path, string(c.text)
+	}
+	return cmd
+}
+
+// readConfigFile is parse's last step: the --config file of fs, if the
+// command has that flag (configFlags).
+func readConfigFile(fs *flag.FlagSet) error {
+	f := fs.Lookup("config")
+	if f == nil {
+		return nil
+	}
+	c, ok := f.Value.(*configFile)
+	if !ok {
+		return nil
+	}
+	return c.read(fs)
+}
+
+// Get returns the values, as flag.Getter: a config file gives a
+// repeatable flag a list (internal/flagfile).
+func (s *stringList) Get() any { return []string(*s) }

@@ -1,0 +1,410 @@
+package flagfile
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Errors Apply returns, wrapped with the key and the file.
+var (
+	// ErrUnknownKey: a key that names no flag.
+	ErrUnknownKey = errors.New("unknown key")
+	// ErrBadValue: a value the flag does not take, or of the wrong shape
+	// (a block for a flag that takes one value).
+	ErrBadValue = errors.New("bad value")
+	// ErrTwice: one flag given twice in a file ("batch-size" and "batch_size").
+	ErrTwice = errors.New("key given twice")
+	// ErrNotMapping: the file is not a mapping of keys to values.
+	ErrNotMapping = errors.New("not a mapping of flag names to values")
+)
+
+// Options adjust how a flag set meets a file.
+type Options struct {
+	// Skip names flags that a file neither sets nor lists: the flag that
+	// names the file, and --print-config.
+	Skip []string
+	// Aliases maps other keys to flag names: a key of an older file
+	// format ("method_options" for "set"). Keys are compared after
+	// normalisation (Key).
+	Aliases map[string]string
+}
+
+// Key is the normal form of a file's key: "_" read as "-".
+func Key(k string) string { return strings.ReplaceAll(k, "_", "-") }
+
+// KeyValues is a repeatable flag of KEY=VALUE entries, KEY a dotted path
+// (--set subtta-m.rank=8): a file gives its entries as nested blocks
+// (set: {subtta-m: {rank: 8}}) or as a list of entries, and Write writes
+// them as blocks.
+type KeyValues []string
+
+func (kv *KeyValues) String() string {
+	if kv == nil {
+		return ""
+	}
+	return strings.Join(*kv, ",")
+}
+
+// Set adds an entry; it must have a key before its "=".
+func (kv *KeyValues) Set(v string) error {
+	if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
+		return fmt.Errorf("%q: want KEY=VALUE", v)
+	}
+	*kv = append(*kv, v)
+	return nil
+}
+
+// Get returns the entries, as flag.Getter.
+func (kv *KeyValues) Get() any { return []string(*kv) }
+
+// Type names the flag's values in help as pflag names a repeatable
+// string flag's.
+func (kv *KeyValues) Type() string { return "stringArray" }
+
+// Read reads the file at path into a mapping from keys to values (JSON
+// types: string, json.Number, bool, nil, []any, map[string]any).
+func Read(path string) (map[string]any, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(b)
+}
+
+// Parse reads a file's contents as Read does.
+func Parse(b []byte) (map[string]any, error) {
+	j, err := yaml.YAMLToJSON(b)
+	if err != nil {
+		return nil, err
+	}
+	if t := bytes.TrimSpace(j); len(t) == 0 || string(t) == "null" {
+		return map[string]any{}, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(j))
+	dec.UseNumber() // seeds beyond 2^53 stay exact
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, ErrNotMapping
+	}
+	return m, nil
+}
+
+// Apply sets from values (as Read returns them) every flag of fs that is
+// not set yet, that is, not given on the command line. A value equal to
+// the flag's default, or null, leaves the flag unset. A list sets a
+// repeatable flag (one whose flag.Getter returns a []string) once per
+// element, and any other flag once to its elements joined with commas; a
+// block sets a KeyValues flag once per leaf. Errors wrap ErrUnknownKey,
+// ErrBadValue or ErrTwice and name the key.
+func Apply(fs *flag.FlagSet, values map[string]any, opt Options) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	seen := map[string]string{} // flag name → key that set it
+	for _, key := range slices.Sorted(maps.Keys(values)) {
+		f, err := lookup(fs, key, opt)
+		if err != nil {
+			return err
+		}
+		if k, ok := seen[f.Name]; ok {
+			return fmt.Errorf("%w: %s and %s both name --%s", ErrTwice, k, key, f.Name)
+		}
+		seen[f.Name] = key
+		if given[f.Name] {
+			continue // the command line wins
+		}
+		args, err := flagArgs(f, values[key])
+		if err != nil {
+			return fmt.Errorf("%s: %w", key, err)
+		}
+		if len(args) == 1 && !repeatable(f) && isDefault(f, args[0]) {
+			continue
+		}
+		for _, a := range args {
+			if err := fs.Set(f.Name, a); err != nil {
+				return fmt.Errorf("%s: %w: %q: %v", key, ErrBadValue, a, err)
+			}
+		}
+	}
+	return nil
+}
+
+// lookup returns the flag key names.
+func lookup(fs *flag.FlagSet, key string, opt Options) (*flag.Flag, error) {
+	name := Key(key)
+	for a, n := range opt.Aliases {
+		if Key(a) == name {
+			name = n
+		}
+	}
+	f := fs.Lookup(name)
+	if f != nil && !slices.Contains(opt.Skip, f.Name) {
+		return f, nil
+	}
+	if f != nil {
+		return nil, fmt.Errorf("%w %s: --%s is not read from a file", ErrUnknownKey, key, f.Name)
+	}
+	if near := nearest(fs, name, opt); near != "" {
+		return nil, fmt.Errorf("%w %s; did you mean %s?", ErrUnknownKey, key, near)
+	}
+	return nil, fmt.Errorf("%w %s (not a flag of %s)", ErrUnknownKey, key, fs.Name())
+}
+
+// nearest is the name of the flag of fs spelt most like name, if one is
+// near enough to be meant: within two edits or a third of its length, or
+// a prefix of it or (three letters or more) it of the flag's.
+func nearest(fs *flag.FlagSet, name string, opt Options) string {
+	best, bestD := "", 0
+	fs.VisitAll(func(f *flag.Flag) {
+		if slices.Contains(opt.Skip, f.Name) {
+			return
+		}
+		d := editDistance(name, f.Name)
+		prefix := len(name) >= 3 && (strings.HasPrefix(name, f.Name) || strings.HasPrefix(f.Name, name))
+		if d > max(2, len(name)/3) && !prefix {
+			return
+		}
+		if best == "" || d < bestD {
+			best, bestD = f.Name, d
+		}
+	})
+	return best
+}
+
+// repeatable reports whether f takes one value per Set, each added to the
+// others (its flag.Getter returns a []string).
+func repeatable(f *flag.Flag) bool {
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return false
+	}
+	_, ok = g.Get().([]string)
+	return ok
+}
+
+// flagArgs turns a file's value into the arguments of f's Sets.
+func flagArgs(f *flag.Flag, v any) ([]string, error) {
+	switch v := v.(type) {
+	case nil:
+		return nil, nil
+	case []any:
+		var out []string
+		for _, e := range v {
+			s, err := scalar(e)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, s)
+		}
+		if repeatable(f) {
+			return out, nil
+		}
+		return []string{strings.Join(out, ",")}, nil
+	case map[string]any:
+		if _, ok := f.Value.(*KeyValues); !ok {
+			return nil, fmt.Errorf("%w: a block, but --%s takes a value", ErrBadValue, f.Name)
+		}
+		var out []string
+		var walk func(prefix string, m map[string]any) error
+		walk = func(prefix string, m map[string]any) error {
+			for _, k := range slices.Sorted(maps.Keys(m)) {
+				switch e := m[k].(type) {
+				case map[string]any:
+					if err := walk(prefix+k+".", e); err != nil {
+						return err
+					}
+				default:
+					s, err := scalar(e)
+					if err != nil {
+						return fmt.Errorf("%s%s: %w", prefix, k, err)
+					}
+					out = append(out, prefix+k+"="+s)
+				}
+			}
+			return nil
+		}
+		return out, walk("", v)
+	}
+	s, err := scalar(v)
+	if err != nil {
+		return nil, err
+	}
+	return []string{s}, nil
+}
+
+// scalar is a file's string, number or boolean as a flag argument.
+func scalar(v any) (string, error) {
+	switch v := v.(type) {
+	case string:
+		return v, nil
+	case json.Number:
+		return v.String(), nil
+	case bool:
+		return strconv.FormatBool(v), nil
+	case nil:
+		return "", fmt.Errorf("%w: null in a list or block", ErrBadValue)
+	}
+	return "", fmt.Errorf("%w: a list or block where a string, number or boolean goes", ErrBadValue)
+}
+
+// isDefault reports whether s, as f would read it, is f's default.
+func isDefault(f *flag.Flag, s string) bool {
+	if s == f.DefValue {
+		return true
+	}
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return false
+	}
+	switch g.Get().(type) {
+	case bool:
+		a, e1 := strconv.ParseBool(s)
+		b, e2 := strconv.ParseBool(f.DefValue)
+		return e1 == nil && e2 == nil && a == b
+	case int, int64, uint, uint64:
+		a, e1 := strconv.ParseInt(s, 0, 64)
+		b, e2 := strconv.ParseInt(f.DefValue, 0, 64)
+		if e1 == nil && e2 == nil {
+			return a == b
+		}
+		c, e1 := strconv.ParseUint(s, 0, 64)
+		d, e2 := strconv.ParseUint(f.DefValue, 0, 64)
+		return e1 == nil && e2 == nil && c == d
+	case float64:
+		a, e1 := strconv.ParseFloat(s, 64)
+		b, e2 := strconv.ParseFloat(f.DefValue, 64)
+		return e1 == nil && e2 == nil && a == b
+	case time.Duration:
+		a, e1 := time.ParseDuration(s)
+		b, e2 := time.ParseDuration(f.DefValue)
+		return e1 == nil && e2 == nil && a == b
+	}
+	return false
+}
+
+// Write writes the current value of every flag of fs (but those of
+// opt.Skip) as a file Apply reads back into the same values, in the order
+// of fs.VisitAll, each key under its flag's help as a comment; header, if
+// not empty, is written first as a comment.
+func Write(w io.Writer, fs *flag.FlagSet, header string, opt Options) error {
+	var b bytes.Buffer
+	comment := func(text string) {
+		for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
+			b.WriteString(strings.TrimRight("# "+line, " ") + "\n")
+		}
+	}
+	if header != "" {
+		comment(header)
+	}
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if err != nil || slices.Contains(opt.Skip, f.Name) {
+			return
+		}
+		var y []byte
+		if y, err = yaml.Marshal(map[string]any{f.Name: fileValue(f)}); err != nil {
+			err = fmt.Errorf("--%s: %w", f.Name, err)
+			return
+		}
+		b.WriteString("\n")
+		comment(f.Usage)
+		b.Write(y)
+	})
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b.Bytes())
+	return err
+}
+
+// fileValue is f's current value as Write writes it: typed where f's
+// flag.Getter gives a type YAML has, a block for a KeyValues flag whose
+// keys nest, else the flag's string.
+func fileValue(f *flag.Flag) any {
+	if kv, ok := f.Value.(*KeyValues); ok {
+		if m, ok := nest(*kv); ok {
+			return m
+		}
+		return []string(*kv)
+	}
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return f.Value.String()
+	}
+	switch v := g.Get().(type) {
+	case bool, int, int64, uint, uint64, string, []string:
+		return v
+	case float64:
+		return json.Number(strconv.FormatFloat(v, 'g', -1, 64))
+	}
+	return f.Value.String()
+}
+
+// nest arranges KEY=VALUE entries as nested blocks by the dots of their
+// keys, or reports false when that loses an entry: a key given twice, or
+// one key a prefix of another.
+func nest(entries []string) (map[string]any, bool) {
+	if len(entries) == 0 {
+		return nil, false
+	}
+	root := map[string]any{}
+	for _, e := range entries {
+		k, v, _ := strings.Cut(e, "=")
+		parts := strings.Split(k, ".")
+		m := root
+		for _, p := range parts[:len(parts)-1] {
+			switch sub := m[p].(type) {
+			case nil:
+				next := map[string]any{}
+				m[p] = next
+				m = next
+			case map[string]any:
+				m = sub
+			default:
+				return nil, false
+			}
+		}
+		last := parts[len(parts)-1]
+		if _, ok := m[last]; ok || slices.Contains(parts, "") {
+			return nil, false
+		}
+		m[last] = v
+	}
+	return root, true
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

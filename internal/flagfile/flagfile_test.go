@@ -1,0 +1,186 @@
+package flagfile
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// testFlags is a flag set with a flag of every kind Write and Apply treat
+// apart.
+type testFlags struct {
+	fs        *flag.FlagSet
+	model     *string
+	limit     *int
+	seed      *uint64
+	lr        *float64
+	wait      *time.Duration
+	plot      *bool
+	set       KeyValues
+	templates list
+}
+
+// list is a repeatable flag as commands define them.
+type list []string
+
+func (l *list) String() string     { return strings.Join(*l, ",") }
+func (l *list) Set(v string) error { *l = append(*l, v); return nil }
+func (l *list) Get() any           { return []string(*l) }
+
+func newTestFlags() *testFlags {
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	f := &testFlags{fs: fs}
+	fs.String("config", "", "config file")
+	f.model = fs.String("model", "", "checkpoint")
+	f.limit = fs.Int("limit", 0, "images per domain")
+	f.seed = fs.Uint64("seed", 1, "shuffle seed")
+	f.lr = fs.Float64("lr", 1e-3, "learning rate")
+	f.wait = fs.Duration("max-wait", 2*time.Second, "longest wait")
+	f.plot = fs.Bool("plot", false, "write plots")
+	fs.Var(&f.set, "set", "METHOD.KEY=VALUE")
+	fs.Var(&f.templates, "templates", "prompt templates,\nrepeated")
+	return f
+}
+
+var opt = Options{Skip: []string{"config"}, Aliases: map[string]string{"method_options": "set"}}
+
+func apply(t *testing.T, f *testFlags, file string, args ...string) error {
+	t.Helper()
+	if err := f.fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	v, err := Parse([]byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Apply(f.fs, v, opt)
+}
+
+func TestApply(t *testing.T) {
+	f := newTestFlags()
+	err := apply(t, f, `
+model: m.safetensors
+limit: 50
+seed: 18446744073709551615
+lr: 5e-4
+max_wait: 3s
+plot: true
+method_options: {subtta: {rank: 4, align: false}, tent: {lr: 0.0005}}
+templates: ["a photo of a {}.", "a {}, drawn"]
+`, "--limit", "7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *f.model != "m.safetensors" || *f.limit != 7 || *f.seed != 1<<64-1 || *f.lr != 5e-4 || *f.wait != 3*time.Second || !*f.plot {
+		t.Errorf("model %q limit %d seed %d lr %g wait %v plot %v", *f.model, *f.limit, *f.seed, *f.lr, *f.wait, *f.plot)
+	}
+	if want := []string{"subtta.align=false", "subtta.rank=4", "tent.lr=0.0005"}; !slices.Equal(f.set, want) {
+		t.Errorf("set %q, want %q", f.set, want)
+	}
+	if want := []string{"a photo of a {}.", "a {}, drawn"}; !slices.Equal(f.templates, want) {
+		t.Errorf("templates %q, want %q", f.templates, want)
+	}
+}
+
+// A list given to a flag of one value is joined with commas; a value
+// equal to the default leaves the flag unset.
+func TestApplyListAndDefault(t *testing.T) {
+	f := newTestFlags()
+	if err := apply(t, f, "model: [a, b]\nseed: 1\nmax-wait: 2000ms\nlimit: null\n"); err != nil {
+		t.Fatal(err)
+	}
+	if *f.model != "a,b" {
+		t.Errorf("model %q", *f.model)
+	}
+	var set []string
+	f.fs.Visit(func(fl *flag.Flag) { set = append(set, fl.Name) })
+	if !slices.Equal(set, []string{"model"}) {
+		t.Errorf("flags set: %q, want only model", set)
+	}
+}
+
+func TestApplyErrors(t *testing.T) {
+	for _, tc := range []struct {
+		file string
+		err  error
+		msg  string
+	}{
+		{"frost_di: x\n", ErrUnknownKey, "unknown key frost_di (not a flag of test)"},
+		{"modle: x\n", ErrUnknownKey, "unknown key modle; did you mean model?"},
+		{"limits: 3\n", ErrUnknownKey, "unknown key limits; did you mean limit?"},
+		{"config: other.yaml\n", ErrUnknownKey, "unknown key config: --config is not read from a file"},
+		{"limit: x\n", ErrBadValue, `limit: bad value: "x"`},
+		{"limit: {a: 1}\n", ErrBadValue, "limit: bad value: a block, but --limit takes a value"},
+		{"max_wait: 1s\nmax-wait: 2s\n", ErrTwice, "max-wait and max_wait both name --max-wait"},
+		{"set: [norank]\n", ErrBadValue, `set: bad value: "norank"`},
+		{"templates: [[a]]\n", ErrBadValue, "templates: bad value: a list or block"},
+	} {
+		err := apply(t, newTestFlags(), tc.file)
+		if !errors.Is(err, tc.err) || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("%q: error %v, want %v containing %q", tc.file, err, tc.err, tc.msg)
+		}
+	}
+	if _, err := Parse([]byte("- a\n- b\n")); !errors.Is(err, ErrNotMapping) {
+		t.Errorf("a list: error %v, want %v", err, ErrNotMapping)
+	}
+}
+
+// Write writes every flag; Apply reads it back into the same values,
+// whatever the strings hold.
+func TestWriteRoundTrip(t *testing.T) {
+	f := newTestFlags()
+	args := []string{"--model", "yes", "--limit", "0", "--seed", "18446744073709551615", "--lr", "0.1",
+		"--max-wait", "90s", "--plot", "--set", "subtta-m.rank=8", "--set", "tent.lr=1e-4",
+		"--templates", "a: {}, # not a comment", "--templates", "5"}
+	if err := f.fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := Write(&b, f.fs, "test: every flag", opt); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"# test: every flag\n", "# prompt templates,\n# repeated\ntemplates:\n", "set:\n  subtta-m:\n    rank: \"8\"\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("Write lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "config") {
+		t.Errorf("Write lists a skipped flag:\n%s", out)
+	}
+	g := newTestFlags()
+	if err := apply(t, g, out); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var again bytes.Buffer
+	Write(&again, g.fs, "test: every flag", opt)
+	if again.String() != out {
+		t.Errorf("read back and written again:\n%s\nwant\n%s", again.String(), out)
+	}
+	g.fs.VisitAll(func(fl *flag.Flag) {
+		if want := f.fs.Lookup(fl.Name).Value.String(); fl.Value.String() != want {
+			t.Errorf("--%s = %q, want %q", fl.Name, fl.Value.String(), want)
+		}
+	})
+}
+
+// Entries whose keys do not nest are written as a list.
+func TestWriteEntriesAsList(t *testing.T) {
+	f := newTestFlags()
+	f.fs.Parse([]string{"--set", "a.b=1", "--set", "a=2"})
+	var b bytes.Buffer
+	Write(&b, f.fs, "", opt)
+	if !strings.Contains(b.String(), "set:\n- a.b=1\n- a=2\n") {
+		t.Errorf("got\n%s", b.String())
+	}
+	g := newTestFlags()
+	if err := apply(t, g, b.String()); err != nil || !slices.Equal(g.set, f.set) {
+		t.Errorf("read back: %q, %v; want %q", g.set, err, f.set)
+	}
+}
