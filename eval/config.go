@@ -349,10 +349,7 @@ func perDomain(p online.Protocol) bool { return p == online.ResetEachDomain || p
 // corruptions (data.ImageNetVariants).
 func isVariant(dataset string) bool { return slices.Contains(data.ImageNetVariants, dataset) }
 
-// IsWrittenConfig reports whether b, a config file's contents, is a file
-// eval writes (run.json, results.json), whose "config" member ReadConfig
-// reads, rather than a Config.
-func IsWrittenConfig(b []byte) bool {
-	_, ok := writtenConfig(b)
-	return ok
-}
+// WrittenConfig returns the "config" member of b, a config file's
+// contents, when b is a file eval writes (run.json, results.json), which
+// ReadConfig reads by that member, rather than a Config.
+func WrittenConfig(b []byte) (config []byte, ok bool) { return writtenConfig(b) }

@@ -50,7 +50,8 @@ type Command struct {
 	// "eval", "--config", "run.yaml", ...).
 	Args []string `json:"args"`
 	// ConfigFile is the path of the config file, ConfigText its contents
-	// as the run read them; empty without one.
+	// as the run read them (of a results folder's run.json or
+	// results.json, its "config" member); empty without one.
 	ConfigFile string `json:"config_file,omitempty"`
 	ConfigText string `json:"config_text,omitempty"`
 }

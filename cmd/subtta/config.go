@@ -29,10 +29,11 @@ type configFile struct {
 	stdout io.Writer
 	opt    flagfile.Options
 	// own, if not nil, reports whether the command reads a file itself
-	// (eval's run.json): parse then leaves it alone.
-	own func(contents []byte) bool
+	// (eval's run.json), and the part of it that it reads: parse then
+	// leaves it alone.
+	own func(contents []byte) (part []byte, ok bool)
 
-	text  []byte // the file's contents, once read
+	text  []byte // the file's contents (of an own file, the part read), once read
 	isOwn bool   // whether own claimed it
 }
 
@@ -48,7 +49,8 @@ func (c *configFile) Set(v string) error { c.path = v; return nil }
 // configFlags adds --config and --print-config to fs, the flag set of the
 // command name, whose configuration --print-config prints to stdout.
 func configFlags(fs *flag.FlagSet, name string, stdout io.Writer) *configFile {
-	c := &configFile{stdout: stdout, opt: flagfile.Options{Skip: []string{"config", "print-config"}}}
+	c := &configFile{stdout: stdout, opt: flagfile.Options{Skip: []string{"config", "print-config"}},
+		own: func([]byte) ([]byte, bool) { return nil, false }}
 	fs.Var(c, "config", "YAML (or JSON) file of flags: keys are the long flag names (- or _), values as on the command line,\n"+
 		"lists for comma-separated or repeated flags, nested blocks for --set; flags given on the command line win")
 	c.print = fs.Bool("print-config", false, "print the configuration (--config, flags and defaults) as a --config file, and exit")
@@ -64,8 +66,10 @@ func (c *configFile) read(fs *flag.FlagSet) error {
 			return usagef("--config: %v", err)
 		}
 		c.text = b
-		if c.own != nil && c.own(b) {
-			c.isOwn = true
+		if part, ok := c.own(b); ok {
+			// Not the whole file: a results.json holds the command it ran
+			// from, which would nest in the next one.
+			c.text, c.isOwn = part, true
 		} else {
 			values, err := flagfile.Parse(b)
 			if err == nil {

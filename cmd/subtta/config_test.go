@@ -234,11 +234,14 @@ quiet: true
 		t.Errorf("method_options gave --set %q", got)
 	}
 
-	// The run.json of a results folder is still a config file.
-	stderr.Reset()
-	if st := run([]string{"eval", "--config", filepath.Join(out, eval.RunFile)}, io.Discard, &stderr); st != 0 ||
-		!strings.Contains(stderr.String(), "0 domains computed, 4 taken from earlier runs") {
-		t.Errorf("--config run.json: status %d, %s", st, stderr.String())
+	// The run.json and results.json (which states the command) of a
+	// results folder are still config files.
+	for _, f := range []string{eval.RunFile, eval.JSONFile} {
+		stderr.Reset()
+		if st := run([]string{"eval", "--config", filepath.Join(out, f)}, io.Discard, &stderr); st != 0 ||
+			!strings.Contains(stderr.String(), "0 domains computed, 4 taken from earlier runs") {
+			t.Errorf("--config %s: status %d, %s", f, st, stderr.String())
+		}
 	}
 }
 

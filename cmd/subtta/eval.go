@@ -42,7 +42,7 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	f := newEvalFlags(fs)
 	f.cf = configFlags(fs, "eval", stdout)
 	f.cf.opt.Aliases = map[string]string{"method-options": "set"} // results.json's name
-	f.cf.own = eval.IsWrittenConfig
+	f.cf.own = eval.WrittenConfig
 	precision := fs.String("precision", "fp32", precisionHelp+" (Source, TDA, the views of multi-view methods that train nothing on them)")
 	device := deviceFlag(fs)
 	release, err := parseOnDevice(fs, device, args, stderr)

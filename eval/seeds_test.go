@@ -1,0 +1,83 @@
+package eval
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestCompareSeeds runs one small run at three seeds, and at another
+// limit and corrupt seed: the seeds compare, the others are refused
+// naming what differs; a shard's folder, a folder without run.json and
+// one without results are refused too.
+func TestCompareSeeds(t *testing.T) {
+	root := t.TempDir()
+	dir := func(name string) string { return filepath.Join(root, name) }
+	for _, s := range []uint64{1, 2, 3} {
+		cfg := smallRun(t, dir("seed-"+string(rune('0'+s))), "contrast")
+		cfg.Seed = s
+		mustRun(t, cfg)
+	}
+	cfg := smallRun(t, dir("other"), "contrast")
+	cfg.Seed, cfg.Limit, cfg.CorruptSeed = 4, 8, 2
+	mustRun(t, cfg)
+
+	c, err := CompareSeeds([]string{dir("seed-1"), dir("seed-2"), dir("seed-3")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Seeds) != 3 || c.Seeds[2] != 3 || c.Tables[0].Rows[0].Mean.Seeds != 3 {
+		t.Errorf("%+v", c)
+	}
+
+	_, err = CompareSeeds([]string{dir("seed-1"), dir("other")})
+	if !errors.Is(err, ErrNotSeeds) || !strings.Contains(err.Error(), "corrupt_seed differs (1 in "+dir("seed-1")+", 2 in "+dir("other")+"); limit differs (12 in ") {
+		t.Errorf("another limit: %v", err)
+	}
+	_, err = CompareSeeds([]string{dir("seed-2"), dir("seed-1"), dir("seed-2")})
+	if !errors.Is(err, ErrNotSeeds) || !strings.Contains(err.Error(), "both hold seed 2") {
+		t.Errorf("a seed twice: %v", err)
+	}
+
+	shard := smallRun(t, dir("shard"), "contrast")
+	sh, _ := ParseShard("0/2")
+	shard.Shard = &sh
+	mustRun(t, shard)
+	os.MkdirAll(dir("empty"), 0o755)
+	os.MkdirAll(dir("begun"), 0o755)
+	b, _ := os.ReadFile(filepath.Join(dir("seed-1"), RunFile))
+	os.WriteFile(filepath.Join(dir("begun"), RunFile), b, 0o644)
+	for _, tc := range []struct{ dir, msg string }{
+		{dir("shard"), "holds shard 0/2 of a run: join the shards with subtta eval merge first"},
+		{dir("empty"), "is not a results folder (no run.json)"},
+		{dir("begun"), "holds no results yet"},
+	} {
+		if _, err := CompareSeeds([]string{tc.dir}); err == nil || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("%s: %v, want %q", tc.dir, err, tc.msg)
+		}
+	}
+}
+
+// TestWriteSeedReport writes the report's files.
+func TestWriteSeedReport(t *testing.T) {
+	root := t.TempDir()
+	var dirs []string
+	for _, s := range []uint64{1, 2} {
+		cfg := smallRun(t, filepath.Join(root, "seed-"+string(rune('0'+s))), "contrast")
+		cfg.Seed = s
+		mustRun(t, cfg)
+		dirs = append(dirs, cfg.Out)
+	}
+	out := filepath.Join(root, "report")
+	_, files, err := WriteSeedReport(out, dirs, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, name := range []string{SeedMarkdownFile, SeedCSVFile, SeedJSONFile, SeedPlotFile} {
+		if i >= len(files) || files[i] != filepath.Join(out, name) {
+			t.Errorf("files %q, want %s at %d", files, name, i)
+		}
+	}
+}
