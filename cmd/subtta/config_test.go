@@ -223,15 +223,19 @@ quiet: true
 		t.Errorf("the printed configuration ran another thing: %s", stderr.String())
 	}
 
-	// A method_options block (results.json's name) is --set.
+	// A method_options block (results.json's name) is --set, frost_dir
+	// --frost.
 	opts := filepath.Join(dir, "options.yaml")
-	os.WriteFile(opts, []byte("methods: [tent]\nmethod_options: {tent: {lr: 0.0005}}\n"), 0o644)
+	os.WriteFile(opts, []byte("methods: [tent]\nmethod_options: {tent: {lr: 0.0005}}\nfrost_dir: overlays\n"), 0o644)
 	fs, _ := describe(runEval)
 	if err := parse(fs, []string{"--config", opts}); err != nil {
 		t.Fatal(err)
 	}
 	if got := fs.Lookup("set").Value.String(); got != "tent.lr=0.0005" {
 		t.Errorf("method_options gave --set %q", got)
+	}
+	if got := fs.Lookup("frost").Value.String(); got != "overlays" {
+		t.Errorf("frost_dir gave --frost %q", got)
 	}
 
 	// The run.json and results.json (which states the command) of a
@@ -258,7 +262,7 @@ func TestConfigBadInput(t *testing.T) {
 		stderr string
 	}{
 		{[]string{"eval", "--config", write("typo.yaml", "frost_di: x\n")}, "unknown key frost_di; did you mean frost?"},
-		{[]string{"eval", "--config", write("old.yaml", "frost_dir: x\n")}, "unknown key frost_dir; did you mean frost?"},
+		{[]string{"eval", "--config", write("old.yaml", "frost_dri: x\n")}, "unknown key frost_dri; did you mean frost?"},
 		{[]string{"train", "--config", write("nested.yaml", "config: other.yaml\n")}, "unknown key config: --config is not read from a file"},
 		{[]string{"serve", "--config", write("block.yaml", "addr: {a: 1}\n")}, "addr: bad value: a block, but --addr takes a value"},
 		{[]string{"eval", "--config", write("twice.yaml", "batch_size: 4\nbatch-size: 5\n")}, "key given twice"},

@@ -41,7 +41,8 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("eval", "\n\nWith no flags: the built-in model on the embedded CIFAR-10 test images, corrupted on the fly,\nfor "+strings.Join(builtinMethods, ", ")+" on "+strconv.Itoa(builtinLimit)+" images per corruption (about four minutes on two cores).\n", stderr)
 	f := newEvalFlags(fs)
 	f.cf = configFlags(fs, "eval", stdout)
-	f.cf.opt.Aliases = map[string]string{"method-options": "set"} // results.json's name
+	// results.json's config names, where they are not the flags'.
+	f.cf.opt.Aliases = map[string]string{"method-options": "set", "frost-dir": "frost", "subset-list": "subset"}
 	f.cf.own = eval.WrittenConfig
 	precision := fs.String("precision", "fp32", precisionHelp+" (Source, TDA, the views of multi-view methods that train nothing on them)")
 	device := deviceFlag(fs)
