@@ -46,6 +46,9 @@ func (c *configFile) String() string {
 
 func (c *configFile) Set(v string) error { c.path = v; return nil }
 
+// Type names the flag's value in help.
+func (c *configFile) Type() string { return "string" }
+
 // configFlags adds --config and --print-config to fs, the flag set of the
 // command name, whose configuration --print-config prints to stdout.
 func configFlags(fs *flag.FlagSet, name string, stdout io.Writer) *configFile {
