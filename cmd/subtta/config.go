@@ -76,7 +76,7 @@ func (c *configFile) read(fs *flag.FlagSet) error {
 		} else {
 			values, err := flagfile.Parse(b)
 			if err == nil {
-				err = flagfile.Apply(fs, values, c.opt)
+				err = flagfile.Apply(flagfile.GoFlags(fs), values, c.opt)
 			}
 			if err != nil {
 				return usagef("config %s: %v", c.path, err)
@@ -91,7 +91,7 @@ func (c *configFile) read(fs *flag.FlagSet) error {
 	}
 	header := fmt.Sprintf("subtta %s: the flags it runs with (--config, command line, defaults); run it with\n"+
 		"subtta %s --config FILE. A key left out, or set to its flag's default, keeps the default.", fs.Name(), fs.Name())
-	if err := flagfile.Write(c.stdout, fs, header, c.opt); err != nil {
+	if err := flagfile.Write(c.stdout, flagfile.GoFlags(fs), header, c.opt); err != nil {
 		return fmt.Errorf("--print-config: %w", err)
 	}
 	return errConfigPrinted

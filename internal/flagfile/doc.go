@@ -12,15 +12,17 @@
 //	  subtta-m: {rank: 8}       #   --set subtta-m.rank=8
 //	templates: ["a photo of a {}.", "a {}."]   # a repeatable flag: one value each
 //
-// Apply sets the flags of a flag.FlagSet that the command line did not
-// set, so that flags given on the command line win over the file; a key
-// that names no flag is refused with the nearest flag's name ("unknown key
+// Apply sets the flags of a FlagSet that the command line did not set,
+// so that flags given on the command line win over the file; a key that
+// names no flag is refused with the nearest flag's name ("unknown key
 // frost_di; did you mean frost?"), and a key whose value is its flag's
 // default leaves the flag as if the key were absent (so that a file Write
 // wrote, listing every flag, reads back as the same command). Write
 // writes every flag's current value in that key set, each under its help
 // as a comment.
 //
-// The package knows nothing of any command: it works on a flag set, whose
-// flags are read through flag.Getter where they implement it.
+// The package knows nothing of any command: it works on a FlagSet, the
+// standard library's (GoFlags: each flag's kind read through flag.Getter)
+// or pflag's, cobra's (PFlags: by the flag's Type), so that a command's
+// file follows its flags however the command defines them.
 package flagfile

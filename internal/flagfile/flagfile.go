@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -106,15 +105,13 @@ func Parse(b []byte) (map[string]any, error) {
 }
 
 // Apply sets from values (as Read returns them) every flag of fs that is
-// not set yet, that is, not given on the command line. A value equal to
-// the flag's default, or null, leaves the flag unset. A list sets a
-// repeatable flag (one whose flag.Getter returns a []string) once per
-// element, and any other flag once to its elements joined with commas; a
-// block sets a KeyValues flag once per leaf. Errors wrap ErrUnknownKey,
-// ErrBadValue or ErrTwice and name the key.
-func Apply(fs *flag.FlagSet, values map[string]any, opt Options) error {
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+// not set yet (Changed), that is, not given on the command line. A value
+// equal to the flag's default, or null, leaves the flag unset. A list sets
+// a List flag once per element, and any other flag once to its elements
+// joined with commas; a block sets a Map flag once per leaf, KEY=VALUE
+// with the path of dotted keys. Errors wrap ErrUnknownKey, ErrBadValue or
+// ErrTwice and name the key.
+func Apply(fs FlagSet, values map[string]any, opt Options) error {
 	seen := map[string]string{} // flag name → key that set it
 	for _, key := range slices.Sorted(maps.Keys(values)) {
 		f, err := lookup(fs, key, opt)
@@ -125,14 +122,14 @@ func Apply(fs *flag.FlagSet, values map[string]any, opt Options) error {
 			return fmt.Errorf("%w: %s and %s both name --%s", ErrTwice, k, key, f.Name)
 		}
 		seen[f.Name] = key
-		if given[f.Name] {
+		if fs.Changed(f.Name) {
 			continue // the command line wins
 		}
 		args, err := flagArgs(f, values[key])
 		if err != nil {
 			return fmt.Errorf("%s: %w", key, err)
 		}
-		if len(args) == 1 && !repeatable(f) && isDefault(f, args[0]) {
+		if len(args) == 1 && f.Kind != List && f.Kind != Map && isDefault(f, args[0]) {
 			continue
 		}
 		for _, a := range args {
@@ -145,32 +142,32 @@ func Apply(fs *flag.FlagSet, values map[string]any, opt Options) error {
 }
 
 // lookup returns the flag key names.
-func lookup(fs *flag.FlagSet, key string, opt Options) (*flag.Flag, error) {
+func lookup(fs FlagSet, key string, opt Options) (Flag, error) {
 	name := Key(key)
 	for a, n := range opt.Aliases {
 		if Key(a) == name {
 			name = n
 		}
 	}
-	f := fs.Lookup(name)
-	if f != nil && !slices.Contains(opt.Skip, f.Name) {
+	f, ok := fs.Lookup(name)
+	if ok && !slices.Contains(opt.Skip, f.Name) {
 		return f, nil
 	}
-	if f != nil {
-		return nil, fmt.Errorf("%w %s: --%s is not read from a file", ErrUnknownKey, key, f.Name)
+	if ok {
+		return f, fmt.Errorf("%w %s: --%s is not read from a file", ErrUnknownKey, key, f.Name)
 	}
 	if near := nearest(fs, name, opt); near != "" {
-		return nil, fmt.Errorf("%w %s; did you mean %s?", ErrUnknownKey, key, near)
+		return f, fmt.Errorf("%w %s; did you mean %s?", ErrUnknownKey, key, near)
 	}
-	return nil, fmt.Errorf("%w %s (not a flag of %s)", ErrUnknownKey, key, fs.Name())
+	return f, fmt.Errorf("%w %s (not a flag of %s)", ErrUnknownKey, key, fs.Name())
 }
 
 // nearest is the name of the flag of fs spelt most like name, if one is
 // near enough to be meant: within two edits or a third of its length, or
 // a prefix of it or (three letters or more) it of the flag's.
-func nearest(fs *flag.FlagSet, name string, opt Options) string {
+func nearest(fs FlagSet, name string, opt Options) string {
 	best, bestD := "", 0
-	fs.VisitAll(func(f *flag.Flag) {
+	fs.VisitAll(func(f Flag) {
 		if slices.Contains(opt.Skip, f.Name) {
 			return
 		}
@@ -186,19 +183,8 @@ func nearest(fs *flag.FlagSet, name string, opt Options) string {
 	return best
 }
 
-// repeatable reports whether f takes one value per Set, each added to the
-// others (its flag.Getter returns a []string).
-func repeatable(f *flag.Flag) bool {
-	g, ok := f.Value.(flag.Getter)
-	if !ok {
-		return false
-	}
-	_, ok = g.Get().([]string)
-	return ok
-}
-
 // flagArgs turns a file's value into the arguments of f's Sets.
-func flagArgs(f *flag.Flag, v any) ([]string, error) {
+func flagArgs(f Flag, v any) ([]string, error) {
 	switch v := v.(type) {
 	case nil:
 		return nil, nil
@@ -211,12 +197,12 @@ func flagArgs(f *flag.Flag, v any) ([]string, error) {
 			}
 			out = append(out, s)
 		}
-		if repeatable(f) {
+		if f.Kind == List || f.Kind == Map {
 			return out, nil
 		}
 		return []string{strings.Join(out, ",")}, nil
 	case map[string]any:
-		if _, ok := f.Value.(*KeyValues); !ok {
+		if f.Kind != Map {
 			return nil, fmt.Errorf("%w: a block, but --%s takes a value", ErrBadValue, f.Name)
 		}
 		var out []string
@@ -263,45 +249,38 @@ func scalar(v any) (string, error) {
 }
 
 // isDefault reports whether s, as f would read it, is f's default.
-func isDefault(f *flag.Flag, s string) bool {
+func isDefault(f Flag, s string) bool {
 	if s == f.DefValue {
 		return true
 	}
-	g, ok := f.Value.(flag.Getter)
-	if !ok {
-		return false
+	a, err1 := parseKind(f.Kind, s)
+	b, err2 := parseKind(f.Kind, f.DefValue)
+	return err1 == nil && err2 == nil && f.Kind != String && a == b
+}
+
+// parseKind reads s as a value of kind k: bool, int64, uint64, float64,
+// time.Duration or (String) s itself.
+func parseKind(k Kind, s string) (any, error) {
+	switch k {
+	case Bool:
+		return strconv.ParseBool(s)
+	case Int:
+		return strconv.ParseInt(s, 0, 64)
+	case Uint:
+		return strconv.ParseUint(s, 0, 64)
+	case Float:
+		return strconv.ParseFloat(s, 64)
+	case Duration:
+		return time.ParseDuration(s)
 	}
-	switch g.Get().(type) {
-	case bool:
-		a, e1 := strconv.ParseBool(s)
-		b, e2 := strconv.ParseBool(f.DefValue)
-		return e1 == nil && e2 == nil && a == b
-	case int, int64, uint, uint64:
-		a, e1 := strconv.ParseInt(s, 0, 64)
-		b, e2 := strconv.ParseInt(f.DefValue, 0, 64)
-		if e1 == nil && e2 == nil {
-			return a == b
-		}
-		c, e1 := strconv.ParseUint(s, 0, 64)
-		d, e2 := strconv.ParseUint(f.DefValue, 0, 64)
-		return e1 == nil && e2 == nil && c == d
-	case float64:
-		a, e1 := strconv.ParseFloat(s, 64)
-		b, e2 := strconv.ParseFloat(f.DefValue, 64)
-		return e1 == nil && e2 == nil && a == b
-	case time.Duration:
-		a, e1 := time.ParseDuration(s)
-		b, e2 := time.ParseDuration(f.DefValue)
-		return e1 == nil && e2 == nil && a == b
-	}
-	return false
+	return s, nil
 }
 
 // Write writes the current value of every flag of fs (but those of
 // opt.Skip) as a file Apply reads back into the same values, in the order
 // of fs.VisitAll, each key under its flag's help as a comment; header, if
 // not empty, is written first as a comment.
-func Write(w io.Writer, fs *flag.FlagSet, header string, opt Options) error {
+func Write(w io.Writer, fs FlagSet, header string, opt Options) error {
 	var b bytes.Buffer
 	comment := func(text string) {
 		for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
@@ -312,7 +291,7 @@ func Write(w io.Writer, fs *flag.FlagSet, header string, opt Options) error {
 		comment(header)
 	}
 	var err error
-	fs.VisitAll(func(f *flag.Flag) {
+	fs.VisitAll(func(f Flag) {
 		if err != nil || slices.Contains(opt.Skip, f.Name) {
 			return
 		}
@@ -332,27 +311,22 @@ func Write(w io.Writer, fs *flag.FlagSet, header string, opt Options) error {
 	return err
 }
 
-// fileValue is f's current value as Write writes it: typed where f's
-// flag.Getter gives a type YAML has, a block for a KeyValues flag whose
-// keys nest, else the flag's string.
-func fileValue(f *flag.Flag) any {
-	if kv, ok := f.Value.(*KeyValues); ok {
-		if m, ok := nest(*kv); ok {
-			return m
+// fileValue is f's current value as Write writes it: typed as its Kind
+// (a Duration as its string), a Map's entries as nested blocks when
+// their keys nest.
+func fileValue(f Flag) any {
+	switch v := f.Value.(type) {
+	case []string:
+		if f.Kind == Map {
+			if m, ok := nest(v); ok {
+				return m
+			}
 		}
-		return []string(*kv)
-	}
-	g, ok := f.Value.(flag.Getter)
-	if !ok {
-		return f.Value.String()
-	}
-	switch v := g.Get().(type) {
-	case bool, int, int64, uint, uint64, string, []string:
 		return v
 	case float64:
 		return json.Number(strconv.FormatFloat(v, 'g', -1, 64))
 	}
-	return f.Value.String()
+	return f.Value
 }
 
 // nest arranges KEY=VALUE entries as nested blocks by the dots of their

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/pflag"
 )
 
 // testFlags is a flag set with a flag of every kind Write and Apply treat
@@ -59,7 +61,7 @@ func apply(t *testing.T, f *testFlags, file string, args ...string) error {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Apply(f.fs, v, opt)
+	return Apply(GoFlags(f.fs), v, opt)
 }
 
 func TestApply(t *testing.T) {
@@ -142,7 +144,7 @@ func TestWriteRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	var b bytes.Buffer
-	if err := Write(&b, f.fs, "test: every flag", opt); err != nil {
+	if err := Write(&b, GoFlags(f.fs), "test: every flag", opt); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
@@ -159,7 +161,7 @@ func TestWriteRoundTrip(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	var again bytes.Buffer
-	Write(&again, g.fs, "test: every flag", opt)
+	Write(&again, GoFlags(g.fs), "test: every flag", opt)
 	if again.String() != out {
 		t.Errorf("read back and written again:\n%s\nwant\n%s", again.String(), out)
 	}
@@ -175,12 +177,82 @@ func TestWriteEntriesAsList(t *testing.T) {
 	f := newTestFlags()
 	f.fs.Parse([]string{"--set", "a.b=1", "--set", "a=2"})
 	var b bytes.Buffer
-	Write(&b, f.fs, "", opt)
+	Write(&b, GoFlags(f.fs), "", opt)
 	if !strings.Contains(b.String(), "set:\n- a.b=1\n- a=2\n") {
 		t.Errorf("got\n%s", b.String())
 	}
 	g := newTestFlags()
 	if err := apply(t, g, b.String()); err != nil || !slices.Equal(g.set, f.set) {
 		t.Errorf("read back: %q, %v; want %q", g.set, err, f.set)
+	}
+}
+
+// newPFlags is a pflag set (cobra's) with a flag of every kind.
+func newPFlags() *pflag.FlagSet {
+	fs := pflag.NewFlagSet("ptest", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.String("model", "", "checkpoint")
+	fs.Int("limit", 0, "images per domain")
+	fs.Uint64("seed", 1, "shuffle seed")
+	fs.Float64("lr", 1e-3, "learning rate")
+	fs.Duration("max-wait", 2*time.Second, "longest wait")
+	fs.Bool("plot", false, "write plots")
+	fs.CountP("verbose", "v", "more output")
+	fs.StringArray("templates", nil, "prompt templates")
+	fs.StringSlice("methods", []string{"source"}, "methods")
+	fs.Var(new(KeyValues), "set", "METHOD.KEY=VALUE")
+	return fs
+}
+
+// A pflag set reads a file as the same command line sets it, and Write
+// round-trips.
+func TestPFlags(t *testing.T) {
+	args := newPFlags()
+	err := args.Parse([]string{"--model", "m", "--limit", "5", "--seed", "9", "--lr", "0.5", "--max-wait", "1m",
+		"--plot", "-vv", "--templates", "a {}, b", "--templates", "c {}", "--methods", "tent,sar", "--set", "tent.lr=1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	values, err := Parse([]byte(`
+model: m
+limit: 5
+seed: 9
+lr: 0.5
+max_wait: 1m
+plot: true
+verbose: 2
+templates: ["a {}, b", "c {}"]
+methods: [tent, sar]
+set: {tent: {lr: 1}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := newPFlags()
+	if err := Apply(PFlags(file), values, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := Write(&out, PFlags(file), "", Options{}); err != nil {
+		t.Fatal(err)
+	}
+	again := newPFlags()
+	values, err = Parse(out.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Apply(PFlags(again), values, Options{}); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	args.VisitAll(func(f *pflag.Flag) {
+		for _, fs := range []*pflag.FlagSet{file, again} {
+			g := fs.Lookup(f.Name)
+			if g.Value.String() != f.Value.String() || g.Changed != f.Changed {
+				t.Errorf("--%s = %q (changed %v), want %q (changed %v)\n%s", f.Name, g.Value.String(), g.Changed, f.Value.String(), f.Changed, out.String())
+			}
+		}
+	})
+	if !strings.Contains(out.String(), "verbose: 2\n") || !strings.Contains(out.String(), "seed: 9\n") {
+		t.Errorf("not typed:\n%s", out.String())
 	}
 }
