@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/subtta/subtta/eval"
 )
@@ -30,7 +32,8 @@ func runReport(args []string, stdout, stderr io.Writer) error {
 func writeReport(out string, dirs []string, plot bool, stdout, stderr io.Writer) error {
 	c, files, err := eval.WriteSeedReport(out, dirs, plot)
 	if err != nil {
-		return err
+		// "subtta report: eval: …" says where the code is, not the user.
+		return errors.New(strings.TrimPrefix(err.Error(), "eval: "))
 	}
 	var b bytes.Buffer
 	if err := c.Markdown(&b); err != nil {

@@ -149,7 +149,8 @@ func TestEvalSeedsReport(t *testing.T) {
 	} {
 		stderr.Reset()
 		st := run(append([]string{"report", "--out", t.TempDir()}, tc.dirs...), &stdout, &stderr)
-		if st != 1 || !strings.Contains(stderr.String(), "not seeds of one run") || !strings.Contains(stderr.String(), tc.field) ||
+		if st != 1 || !strings.HasPrefix(stderr.String(), "subtta report: "+tc.dirs[0]+" and ") ||
+			!strings.Contains(stderr.String(), "not seeds of one run") || !strings.Contains(stderr.String(), tc.field) ||
 			strings.Count(stderr.String(), "\n") != 1 {
 			t.Errorf("report %q: status %d, %q; want 1 and one line naming %q", tc.dirs, st, stderr.String(), tc.field)
 		}
