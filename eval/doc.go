@@ -53,4 +53,13 @@
 // records equal one process's but for their timings; shards are balanced
 // by MethodCost. ShardFromEnv reads the shard of a Slurm array task or a
 // Kubernetes Indexed Job pod.
+//
+// # Seeds
+//
+// A result moves with the stream order and the random views, both drawn
+// from Config.Seed. CompareSeeds reads results folders back (ReadFolder)
+// as the seeds of one run, refusing folders whose identity differs in
+// anything else (ErrNotSeeds, naming the fields), and returns their table
+// of mean ± standard deviation (report.CompareSeeds); WriteSeedReport
+// writes it as Markdown, CSV, JSON and a plot.
 package eval

@@ -20,6 +20,11 @@
 // when a domain is rerun, the later record wins everywhere except in CSV,
 // which writes the records as given.
 //
+// CompareSeeds arranges the records of several seeds of one run as the
+// same tables with each cell, each mean and each method's difference to
+// source as mean ± sample standard deviation over the seeds (Comparison:
+// Markdown, CSV, JSON, Plots).
+//
 // TrainingPlot, apart from the evaluation outputs, draws the accuracy per
 // epoch of a training run (`subtta train`).
 package report
