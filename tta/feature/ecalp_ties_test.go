@@ -326,10 +326,27 @@ func TestECALPFixture(t *testing.T) {
 	}
 }
 
-// ecalpDuplicates is the stream of the duplicate-image variant: rows of
-// the public ecalp.features, with copies next to each other and far apart;
-// −1 − i is a near-duplicate of row i (one component one fp32 ulp up).
-var ecalpDuplicates = []int{0, 1, 2, 1, 3, -1 - 3, 4, 5, 5, 6, 2, 7, 8, 9, 9, 10, 11, 11}
+// ecalpDuplicates is the stream of the duplicate-image variant made from
+// the n rows of the shared ecalp.features: every row in order, rows 1, 5,
+// 9, … twice in a row, row 1 once more halfway and the last row twice at
+// the end; −1 − i stands for a near-duplicate of row i (one component one
+// fp32 ulp up), after row n/3.
+func ecalpDuplicates(n int) []int {
+	var s []int
+	for i := range n {
+		s = append(s, i)
+		if i%4 == 1 || i == n-1 {
+			s = append(s, i)
+		}
+		if i == n/3 {
+			s = append(s, -1-i)
+		}
+		if i == n/2 && n > 2 {
+			s = append(s, 1)
+		}
+	}
+	return s
+}
 
 // setECALPDuplicateVariant makes a fixture set (fixture.SetVariant) with
 // renamed folders, other head counts, and tta2's ECALP run replaced by a
@@ -341,7 +358,8 @@ var ecalpDuplicates = []int{0, 1, 2, 1, 3, -1 - 3, 4, 5, 5, 6, 2, 7, 8, 9, 9, 10
 func setECALPDuplicateVariant(t *testing.T, refOrder ecalpOrder) {
 	t.Helper()
 	_, _, cfg, feats, text := ecalpFixture(t)
-	_, d := feats.Dims()
+	rows, d := feats.Dims()
+	stream := ecalpDuplicates(rows)
 	c, _ := text.Dims()
 	g, err := NewECALPGraph(text, cfg)
 	if err != nil {
@@ -367,15 +385,15 @@ func setECALPDuplicateVariant(t *testing.T, refOrder ecalpOrder) {
 		r, cc := m.Dims()
 		f32(name, []int{r, cc}, mat.DenseCopyOf(m).RawMatrix().Data)
 	}
-	var stream, preds []int
+	var images, preds []int
 	var features, probs []float64
 	var perStep []map[string]any
-	for i, src := range ecalpDuplicates {
+	for i, src := range stream {
 		f := slices.Clone(feats.RawRowView(max(src, -1-src)))
 		if src < 0 {
 			f[0] = float64(math.Nextafter32(float32(f[0]), float32(math.Inf(1))))
 		}
-		stream = append(stream, max(src, -1-src))
+		images = append(images, max(src, -1-src))
 		features = append(features, f...)
 		var tr ecalpTrace
 		res, err := g.step(f, &tr)
@@ -412,7 +430,7 @@ func setECALPDuplicateVariant(t *testing.T, refOrder ecalpOrder) {
 		}
 		perStep = append(perStep, map[string]any{"step": i, "nodes": rows, "pred": res.Pred, "rows": len(tr.images), "rows_differing": differing})
 	}
-	n := len(ecalpDuplicates)
+	n := len(stream)
 	f32("ecalp.features", []int{n, d}, features)
 	i64("ecalp.pred", []int{n}, preds)
 	f32("ecalp.pred_prob", []int{n, c}, probs)
@@ -452,8 +470,8 @@ func setECALPDuplicateVariant(t *testing.T, refOrder ecalpOrder) {
 				if conf == nil {
 					return fmt.Errorf("no ecalp.config")
 				}
-				conf["images"] = stream
-				conf["stream"] = fmt.Sprintf("public ecalp.features rows %v (−1−i: row i, one component one fp32 ulp up), reference by the Go port in %s order at ties", ecalpDuplicates, refOrder.name)
+				conf["images"] = images
+				conf["stream"] = fmt.Sprintf("shared ecalp.features rows %v (−1−i: row i, one component one fp32 ulp up), reference by the Go port in %s order at ties", stream, refOrder.name)
 				e["per_step"] = perStep
 				if b, err = json.Marshal(js); err != nil {
 					return err
@@ -514,8 +532,11 @@ func TestECALPListOrderFree(t *testing.T) {
 		slices.Reverse(l.Sim)
 		return l
 	}
-	for i, src := range ecalpDuplicates {
-		f := feats.RawRowView(max(src, -1-src))
+	for i, src := range ecalpDuplicates(feats.RawMatrix().Rows) {
+		f := slices.Clone(feats.RawRowView(max(src, -1-src)))
+		if src < 0 {
+			f[0] = float64(math.Nextafter32(float32(f[0]), float32(math.Inf(1))))
+		}
 		ra, err := a.Step(f)
 		if err != nil {
 			t.Fatal(err)
