@@ -92,8 +92,9 @@ func (l ECALPNeighbours) clone() ECALPNeighbours {
 // order in which they are offered. Where a tie straddles a list's cut (the
 // k-th place of a list, or the last spare kept), the code's graph does
 // depend on the order, and this one keeps the lower index: the older of
-// two copies of an image, and the newest image rather than its duplicate,
-// whose edges are invalidated at the next image while the image's stay.
+// two copies of an image, and the newest image rather than its duplicate
+// (an edge to the duplicate is invalidated at the next image, an edge to
+// the image stays).
 //
 // Cost: every image recomputes every node's lists and labels, as the code
 // does: O(N·d) for the similarities and O(N·(k_image + k_text)·s) for the
