@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"image"
 	"io"
+	"io/fs"
 	"math"
 	"math/rand/v2"
 	"os"
-	"path"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -74,51 +76,112 @@ func fixturePreprocessor(t *testing.T, meta *preprocessMeta, premult bool) *Prep
 	return p
 }
 
-var cifarMembers struct {
+var archiveMembers struct {
 	sync.Mutex
-	m map[string][]byte // "<archive>\x00<member>" → contents
+	m      map[string][]byte // "<archive>\x00<member>" → contents
+	loaded map[string]bool   // archives read
 }
 
 // sourceBytes returns the encoded file a preprocess.json "source" names,
-// from the shared assets: openai_CLIP/ is assets/clip/, skimage_images/ is
-// assets/images/, and cifar10_jpg/<split>/... is a member of
-// assets/cifar10/<split>-jpg.tar.gz.
+// "<folder>/<path>". The folder is the generator's (openai_CLIP,
+// skimage_images, cifar10_jpg on the public set), not necessarily one of
+// the shared folder's, so the file is looked for where the JSON puts it
+// (<shared>/<source>, <shared>/assets/<source>), else under the shared
+// assets by the rest of its path: the one file whose path ends in <path>,
+// else a member <path> of a .tar.gz there (archives whose name starts
+// with <path>'s first folder first: cifar10/test-jpg.tar.gz holds
+// test/airplane/0000.jpg).
 func sourceBytes(t *testing.T, source string) (name string, b []byte) {
 	t.Helper()
-	dir, rest, _ := strings.Cut(source, "/")
-	switch dir {
-	case "openai_CLIP", "skimage_images":
-		sub := map[string]string{"openai_CLIP": "assets/clip", "skimage_images": "assets/images"}[dir]
-		p := fixture.Path(t, path.Join(sub, rest))
-		b, err := os.ReadFile(p)
+	shared := fixture.SharedDir()
+	assets := filepath.Join(shared, "assets")
+	for _, p := range []string{filepath.Join(shared, source), filepath.Join(assets, source)} {
+		if b, err := os.ReadFile(p); err == nil {
+			return p, b
+		}
+	}
+	if _, err := os.Stat(assets); err != nil {
+		fixture.Missing(t, assets)
+	}
+	_, rest, ok := strings.Cut(source, "/")
+	if !ok || rest == "" {
+		t.Fatalf("preprocess.json: source %q names no folder and is not in %s", source, assets)
+	}
+	var files, archives []string
+	err := filepath.WalkDir(assets, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		switch {
+		case strings.HasSuffix(filepath.ToSlash(p), "/"+rest):
+			files = append(files, p)
+		case strings.HasSuffix(p, ".tar.gz"):
+			archives = append(archives, p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch len(files) {
+	case 1:
+		b, err := os.ReadFile(files[0])
 		if err != nil {
 			t.Fatal(err)
 		}
-		return p, b
-	case "cifar10_jpg":
-		split, _, _ := strings.Cut(rest, "/")
-		archive := fixture.Path(t, "assets/cifar10/"+split+"-jpg.tar.gz")
-		b := tarMember(t, archive, rest)
-		return archive + ":" + rest, b
+		return files[0], b
+	case 0:
+	default:
+		t.Fatalf("preprocess.json: source %q: several files under %s end in %q: %v", source, assets, rest, files)
 	}
-	t.Fatalf("preprocess.json: unknown source directory in %q", source)
+	first, _, _ := strings.Cut(rest, "/")
+	slices.SortStableFunc(archives, func(x, y string) int {
+		px, py := strings.HasPrefix(filepath.Base(x), first+"-"), strings.HasPrefix(filepath.Base(y), first+"-")
+		switch {
+		case px && !py:
+			return -1
+		case py && !px:
+			return 1
+		}
+		return 0
+	})
+	for _, archive := range archives {
+		if b, ok := tarMember(t, archive, rest); ok {
+			return archive + ":" + rest, b
+		}
+	}
+	t.Fatalf("preprocess.json: source %q: no file under %s ends in %q, and no .tar.gz there holds it", source, assets, rest)
 	return "", nil
 }
 
-// tarMember returns one member of a .tar.gz, reading the archive once per
-// test binary and keeping all its .jpg members (under 10 MB for the CIFAR-10
-// test set): any of its images may be a fixture row.
-func tarMember(t *testing.T, archive, member string) []byte {
+// tarMember returns one member of a .tar.gz and whether it is there,
+// reading the archive once per test binary and keeping all its .jpg
+// members (under 10 MB for the CIFAR-10 test set): any of its images may
+// be a fixture row.
+func tarMember(t *testing.T, archive, member string) ([]byte, bool) {
 	t.Helper()
-	cifarMembers.Lock()
-	defer cifarMembers.Unlock()
-	if cifarMembers.m == nil {
-		cifarMembers.m = make(map[string][]byte)
+	archiveMembers.Lock()
+	defer archiveMembers.Unlock()
+	if archiveMembers.m == nil {
+		archiveMembers.m = make(map[string][]byte)
+		archiveMembers.loaded = make(map[string]bool)
 	}
 	key := archive + "\x00" + member
-	if b, ok := cifarMembers.m[key]; ok {
-		return b
+	if !archiveMembers.loaded[archive] {
+		readArchive(t, archive)
+		archiveMembers.loaded[archive] = true
 	}
+	b, ok := archiveMembers.m[key]
+	return b, ok
+}
+
+// readArchive keeps the .jpg members of archive in archiveMembers (whose
+// lock the caller holds).
+func readArchive(t *testing.T, archive string) {
+	t.Helper()
 	f, err := os.Open(archive)
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +195,7 @@ func tarMember(t *testing.T, archive, member string) []byte {
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			break
+			return
 		}
 		if err != nil {
 			t.Fatalf("%s: %v", archive, err)
@@ -144,13 +207,8 @@ func tarMember(t *testing.T, archive, member string) []byte {
 		if err != nil {
 			t.Fatalf("%s: %s: %v", archive, h.Name, err)
 		}
-		cifarMembers.m[archive+"\x00"+h.Name] = b
+		archiveMembers.m[archive+"\x00"+h.Name] = b
 	}
-	b, ok := cifarMembers.m[key]
-	if !ok {
-		t.Fatalf("%s: no member %s", archive, member)
-	}
-	return b
 }
 
 // fixtureRGB reads a uint8 HWC tensor from the fixture.
@@ -328,7 +386,42 @@ func TestTransformBatchMatchesPillow(t *testing.T) {
 // TestJPEGDecodeDifference measures how far Go's JPEG decoder is from the
 // libjpeg decoding Pillow used (source_u8), in pixels and in the final
 // model input. The two decoders are not expected to agree exactly.
+//
+// It runs on the shared set and on a variant of it whose asset folders and
+// source folders have other names (and whose models state other head
+// counts), where the images are found by the rest of their paths
+// (sourceBytes).
 func TestJPEGDecodeDifference(t *testing.T) {
+	t.Run("public", jpegDecodeRun)
+	t.Run("variant", func(t *testing.T) {
+		setRenamedVariant(t)
+		meta, _ := loadPreprocessFixture(t)
+		for _, im := range meta.Images {
+			if dir, _, _ := strings.Cut(im.Source, "/"); !strings.HasPrefix(dir, fixture.RenamedSource("")) {
+				t.Fatalf("variant: source %q keeps its folder's name", im.Source)
+			}
+		}
+		jpegDecodeRun(t)
+	})
+}
+
+// setRenamedVariant points the tests at a variant of the fixture set
+// (fixture.SetVariant) with renamed asset and source folders and head
+// counts other than the shared models'.
+func setRenamedVariant(t *testing.T) {
+	t.Helper()
+	c, err := weights.ReadConfig(fixture.ModelConfig(t, "fixtures/clip-tiny.openai-fp16.pt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixture.SetVariant(t, fixture.Variant{
+		VisionHeads:   fixture.OtherHeads(c.Vision.Width),
+		TextHeads:     fixture.OtherHeads(c.Text.Width),
+		RenameFolders: true,
+	})
+}
+
+func jpegDecodeRun(t *testing.T) {
 	meta, f := loadPreprocessFixture(t)
 	p := fixturePreprocessor(t, meta, false)
 	want := fixtureRows(t, f, "pixel_values", p)

@@ -17,6 +17,15 @@
 // MLP's two layers with the activation fused into the first. CheckPrecision
 // says whether the CPU has a kernel for a Precision.
 //
+// To run an AVX-512 CPU's tests and benchmarks on the AVX2 paths (as on Zen
+// 2/3 or Haswell), start the program with
+// GODEBUG=cpu.avx512f=off,cpu.avxvnni=off: golang.org/x/sys/cpu, which
+// this package consults once at start-up, then reports neither feature, and
+// every choice (GEMM micro-kernel, int8 kernel, the activations'
+// quantisation loops; Kernels and CheckPrecision say which) is the one an
+// AVX2 CPU without VNNI gets. The runtime's own parser warns that it does
+// not know avxvnni; the setting takes effect all the same.
+//
 // Device is the seam to memory and kernels apart from the CPU's (a GPU's,
 // in package gpu); Host implements it with this package's functions.
 //

@@ -45,7 +45,7 @@ func main() {
 		os.Exit(1)
 	}
 	lp := header + genLowPrec(lowSpec{"gemmInt8VNNI", 12, true}) + "\n" + genLowPrec(lowSpec{"gemmBF16AVX512", 12, false}) + "\n" + genQuantize()
-	if err := os.WriteFile("lowprec_avx2_amd64.s", []byte(header+genInt8AVX2(false)+"\n"+genInt8AVX2(true)), 0o644); err != nil {
+	if err := os.WriteFile("lowprec_avx2_amd64.s", []byte(header+genInt8AVX2(false)+"\n"+genInt8AVX2(true)+"\n"+genQuantizeAVX2()), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -838,6 +838,84 @@ func genLowPrec(s lowSpec) string {
 	w("\tADDQ AX, DI")
 	w("\tDECQ BX")
 	w("\tJNZ tileloop")
+	w("\tVZEROUPPER")
+	w("\tRET")
+	return b.String()
+}
+
+// genQuantizeAVX2 writes genQuantize's two loops in AVX2, over n values
+// (a multiple of 8), for CPUs without AVX-512: rowRangeAVX2 and
+// quantizeU8AVX2. The codes, clamped to [0, levels] in int32, are narrowed
+// to bytes by two saturating packs (exact within [0, 255]). The results are
+// the Go loop's bit for bit, for the reasons genQuantize gives.
+func genQuantizeAVX2() string {
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
+	w("// func rowRangeAVX2(x *float32, n int) (lo, hi, bad float32)")
+	w("TEXT ·rowRangeAVX2(SB), NOSPLIT, $0-28")
+	w("\tMOVQ x+0(FP), SI")
+	w("\tMOVQ n+8(FP), CX")
+	w("\tSHRQ $3, CX")
+	w("\tVXORPS Y0, Y0, Y0")
+	w("\tVXORPS Y1, Y1, Y1")
+	w("\tVXORPS Y2, Y2, Y2")
+	w("\tTESTQ CX, CX")
+	w("\tJZ reduce")
+	w("rangeloop:")
+	w("\tVMOVUPS (SI), Y3")
+	w("\tVMINPS Y3, Y0, Y0")
+	w("\tVMAXPS Y3, Y1, Y1")
+	w("\tVSUBPS Y3, Y3, Y4")
+	w("\tVADDPS Y4, Y2, Y2")
+	w("\tADDQ $32, SI")
+	w("\tDECQ CX")
+	w("\tJNZ rangeloop")
+	w("reduce:")
+	// Halve the width three times: 8 → 1 lanes.
+	for _, r := range []struct{ op, reg string }{{"VMINPS", "0"}, {"VMAXPS", "1"}, {"VADDPS", "2"}} {
+		w("\tVEXTRACTF128 $1, Y%s, X5", r.reg)
+		w("\t%s X5, X%s, X%s", r.op, r.reg, r.reg)
+		w("\tVPERMILPS $0x4e, X%s, X5", r.reg)
+		w("\t%s X5, X%s, X%s", r.op, r.reg, r.reg)
+		w("\tVPERMILPS $0xb1, X%s, X5", r.reg)
+		w("\t%s X5, X%s, X%s", r.op, r.reg, r.reg)
+	}
+	w("\tVMOVSS X0, lo+16(FP)")
+	w("\tVMOVSS X1, hi+20(FP)")
+	w("\tVMOVSS X2, bad+24(FP)")
+	w("\tVZEROUPPER")
+	w("\tRET")
+	w("")
+	w("// func quantizeU8AVX2(dst *uint8, x *float32, n int, inv float32, zero, levels int32)")
+	w("TEXT ·quantizeU8AVX2(SB), NOSPLIT, $0-36")
+	w("\tMOVQ dst+0(FP), DI")
+	w("\tMOVQ x+8(FP), SI")
+	w("\tMOVQ n+16(FP), CX")
+	w("\tSHRQ $3, CX")
+	w("\tJZ qdone")
+	w("\tVBROADCASTSS inv+24(FP), Y0")
+	w("\tMOVL zero+28(FP), AX")
+	w("\tVMOVD AX, X1")
+	w("\tVPBROADCASTD X1, Y1")
+	w("\tMOVL levels+32(FP), AX")
+	w("\tVMOVD AX, X4")
+	w("\tVPBROADCASTD X4, Y4")
+	w("\tVPXOR Y2, Y2, Y2")
+	w("qloop:")
+	w("\tVMULPS (SI), Y0, Y3")
+	w("\tVCVTPS2DQ Y3, Y3")
+	w("\tVPADDD Y1, Y3, Y3")
+	w("\tVPMAXSD Y2, Y3, Y3")
+	w("\tVPMINSD Y4, Y3, Y3")
+	w("\tVEXTRACTI128 $1, Y3, X5")
+	w("\tVPACKSSDW X5, X3, X3")
+	w("\tVPACKUSWB X3, X3, X3")
+	w("\tVMOVQ X3, (DI)")
+	w("\tADDQ $32, SI")
+	w("\tADDQ $8, DI")
+	w("\tDECQ CX")
+	w("\tJNZ qloop")
+	w("qdone:")
 	w("\tVZEROUPPER")
 	w("\tRET")
 	return b.String()

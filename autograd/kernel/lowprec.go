@@ -368,20 +368,28 @@ const magicRound = 0x1.8p23
 // quantizeRowU8 quantises a row of activations x to unsigned 8 bits over
 // the range [min(x, 0), max(x, 0)]: x ≈ scale·(q − zero), q written to dst.
 // A row of zeros gets scale 0; a row holding NaN or ±Inf gets scale NaN, so
-// that its outputs are NaN as in float32. With asm set, the loops over
-// whole groups of 16 values run in AVX-512 (the same results, bit for bit).
+// that its outputs are NaN as in float32. vec selects the loops over whole
+// groups of values: AVX-512 (16), AVX2 (8) or none (the same results, bit
+// for bit).
 //
 // levels is the largest code: 255, or 127 for the AVX2 kernel, whose
 // VPMADDUBSW adds two u8·s8 products in int16 with saturation: with 7-bit
 // activations the pair stays within 2·127·127 = 32258, so no sum saturates.
-func quantizeRowU8(dst []uint8, x []float32, asm bool, levels int32) (scale float32, zero int32) {
+func quantizeRowU8(dst []uint8, x []float32, vec quantVec, levels int32) (scale float32, zero int32) {
 	dst = dst[:len(x)]
 	var lo, hi, bad float32
-	n16 := 0
-	if asm {
+	n16 := 0 // values the vector loops take
+	switch vec {
+	case quantAVX512:
 		n16 = len(x) &^ 15
-		if n16 > 0 {
+	case quantAVX2:
+		n16 = len(x) &^ 7
+	}
+	if n16 > 0 {
+		if vec == quantAVX512 {
 			lo, hi, bad = rowRangeAVX512(&x[0], n16)
+		} else {
+			lo, hi, bad = rowRangeAVX2(&x[0], n16)
 		}
 	}
 	for _, v := range x[n16:] {
@@ -406,7 +414,11 @@ func quantizeRowU8(dst []uint8, x []float32, asm bool, levels int32) (scale floa
 	zf := float32(-lo*inv) + magicRound
 	zero = max(0, min(levels, int32(math.Float32bits(zf))-0x4b400000))
 	if n16 > 0 {
-		quantizeU8AVX512(&dst[0], &x[0], n16, inv, zero, levels)
+		if vec == quantAVX512 {
+			quantizeU8AVX512(&dst[0], &x[0], n16, inv, zero, levels)
+		} else {
+			quantizeU8AVX2(&dst[0], &x[0], n16, inv, zero, levels)
+		}
 	}
 	for p := n16; p < len(x); p++ {
 		r := float32(x[p]*inv) + magicRound
@@ -414,6 +426,29 @@ func quantizeRowU8(dst []uint8, x []float32, asm bool, levels int32) (scale floa
 		dst[p] = uint8(max(0, min(levels, q)))
 	}
 	return scale, zero
+}
+
+// quantVec names the vector loops of quantizeRowU8.
+type quantVec uint8
+
+const (
+	quantGo     quantVec = iota // none
+	quantAVX2                   // groups of 8 values
+	quantAVX512                 // groups of 16 values
+)
+
+// quantVecs returns the loops this CPU runs, best last: with an assembly
+// int8 kernel selected (any, the AVX2 kernel's too) the activations are
+// quantised with the best; selecting the Go kernel runs Go throughout.
+func quantVecs() []quantVec {
+	v := []quantVec{quantGo}
+	if haveQuantizeAVX2 {
+		v = append(v, quantAVX2)
+	}
+	if haveQuantizeAVX512 {
+		v = append(v, quantAVX512)
+	}
+	return v
 }
 
 // packedA is activations quantised (int8) or rounded (bf16), row-major,
@@ -474,13 +509,16 @@ func packRows(pa *packedA, m int, fill func(i int, row []uint8)) {
 // for the int8 kernels.
 func quantizeA(m, k int, x []float32, lda int) *packedA {
 	pa := getPackedA(m, (k+3)/4)
-	asm := haveQuantizeAVX512 && int8Active.ref != ""
+	vec := quantGo
+	if int8Active.ref != "" {
+		vec = quantVecs()[len(quantVecs())-1]
+	}
 	levels := int8Active.levels
 	clear(pa.scale[m:])
 	clear(pa.zero[m:])
 	packRows(pa, m, func(i int, row []uint8) {
 		clear(row[k:])
-		pa.scale[i], pa.zero[i] = quantizeRowU8(row, x[i*lda:i*lda+k], asm, levels)
+		pa.scale[i], pa.zero[i] = quantizeRowU8(row, x[i*lda:i*lda+k], vec, levels)
 	})
 	return pa
 }

@@ -22,6 +22,12 @@ func quantizeU8AVX512(dst *uint8, x *float32, n int, inv float32, zero, levels i
 func gemmInt8AVX2(kg int, a *uint8, lda int, b *int8, c *float32, ldc int, rowScale *float32, rowZero *int32, colSum *int32, colScale *float32, bias *float32, tiles int)
 
 //go:noescape
+func rowRangeAVX2(x *float32, n int) (lo, hi, bad float32)
+
+//go:noescape
+func quantizeU8AVX2(dst *uint8, x *float32, n int, inv float32, zero, levels int32)
+
+//go:noescape
 func gemmInt8AVXVNNI(kg int, a *uint8, lda int, b *int8, c *float32, ldc int, rowScale *float32, rowZero *int32, colSum *int32, colScale *float32, bias *float32, tiles int)
 
 //go:noescape
@@ -38,10 +44,12 @@ func toBF16Panel(dst []uint8, ldd int, x []float32, rows int) {
 	toBF16PanelAVX512((*uint16)(unsafe.Pointer(&dst[0])), ldd, &x[0], rows)
 }
 
-// haveQuantizeAVX512 reports whether the activations' quantisation can run
-// its AVX-512 loops: with any assembly kernel (the AVX2 int8 kernel's too,
-// on a CPU that has AVX-512); selecting the Go kernel runs Go throughout.
-var haveQuantizeAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW
+// haveQuantizeAVX512 and haveQuantizeAVX2 report whether the activations'
+// quantisation can run its AVX-512 or AVX2 loops (quantVecs).
+var (
+	haveQuantizeAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW
+	haveQuantizeAVX2   = cpu.X86.HasAVX2
+)
 
 // toBF16Row writes ToBF16(x[i]) to dst[i], with VCVTNEPS2BF16 for whole
 // groups of 16 values when asm is set.

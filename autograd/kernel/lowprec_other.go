@@ -5,10 +5,15 @@ package kernel
 func int8Available() []lowKernel { return []lowKernel{goInt8Kernel} }
 func bf16Available() []lowKernel { return []lowKernel{goAMXBF16Kernel, goBF16Kernel} }
 
-const haveQuantizeAVX512 = false
+const (
+	haveQuantizeAVX512 = false
+	haveQuantizeAVX2   = false
+)
 
 func rowRangeAVX512(*float32, int) (lo, hi, bad float32)            { panic("kernel: no AVX-512") }
 func quantizeU8AVX512(*uint8, *float32, int, float32, int32, int32) { panic("kernel: no AVX-512") }
+func rowRangeAVX2(*float32, int) (lo, hi, bad float32)              { panic("kernel: no AVX2") }
+func quantizeU8AVX2(*uint8, *float32, int, float32, int32, int32)   { panic("kernel: no AVX2") }
 
 func toBF16Panel([]uint8, int, []float32, int) { panic("kernel: no AVX-512") }
 

@@ -120,7 +120,7 @@ func checkInt8Reference(t *testing.T, m, n, k int, a []float32, lda int, q *Int8
 	wq := q.Dequantize()
 	xq := make([]uint8, k)
 	for i := 0; i < m; i++ {
-		scale, zero := quantizeRowU8(xq, a[i*lda:i*lda+k], false, levels)
+		scale, zero := quantizeRowU8(xq, a[i*lda:i*lda+k], quantGo, levels)
 		for j := 0; j < n; j++ {
 			var s, abs float64
 			for p := 0; p < k; p++ {
@@ -325,12 +325,12 @@ func TestQuantizeRowU8(t *testing.T) {
 		if trial%2 == 1 {
 			levels = 127
 		}
-		scale, zero := quantizeRowU8(q, x, false, levels)
-		if haveQuantizeAVX512 {
+		scale, zero := quantizeRowU8(q, x, quantGo, levels)
+		for _, vec := range quantVecs()[1:] {
 			q2 := make([]uint8, k)
-			scale2, zero2 := quantizeRowU8(q2, x, true, levels)
+			scale2, zero2 := quantizeRowU8(q2, x, vec, levels)
 			if math.Float32bits(scale2) != math.Float32bits(scale) || zero2 != zero || string(q2) != string(q[:k]) {
-				t.Fatalf("trial %d: AVX-512 quantisation differs from Go's", trial)
+				t.Fatalf("trial %d: quantisation with vector loops %d differs from Go's", trial, vec)
 			}
 		}
 		if math.IsNaN(float64(scale)) || math.IsInf(float64(scale), 0) || zero < 0 || zero > levels {
@@ -350,11 +350,11 @@ func TestQuantizeRowU8(t *testing.T) {
 		for i := range x {
 			x[i] = float32(i)
 		}
-		for _, at := range []int{1, 37} { // in the AVX-512 part, and in the tail
+		for _, at := range []int{1, 37} { // in the vector loops' part, and in the tail
 			x[at] = bad
-			for _, asm := range []bool{false, haveQuantizeAVX512} {
-				if scale, _ := quantizeRowU8(q, x, asm, 255); !math.IsNaN(float64(scale)) {
-					t.Errorf("row with %v at %d: scale %v, want NaN", bad, at, scale)
+			for _, vec := range quantVecs() {
+				if scale, _ := quantizeRowU8(q, x, vec, 255); !math.IsNaN(float64(scale)) {
+					t.Errorf("row with %v at %d, vector loops %d: scale %v, want NaN", bad, at, vec, scale)
 				}
 			}
 			x[at] = 1
@@ -480,12 +480,12 @@ func FuzzQuantizeRowU8(f *testing.F) {
 		if len(raw)%2 == 1 {
 			levels = 127
 		}
-		scale, zero := quantizeRowU8(q, x, false, levels)
-		if haveQuantizeAVX512 {
+		scale, zero := quantizeRowU8(q, x, quantGo, levels)
+		for _, vec := range quantVecs()[1:] {
 			q2 := make([]uint8, len(x))
-			scale2, zero2 := quantizeRowU8(q2, x, true, levels)
+			scale2, zero2 := quantizeRowU8(q2, x, vec, levels)
 			if math.Float32bits(scale2) != math.Float32bits(scale) || zero2 != zero || string(q2) != string(q) {
-				t.Fatalf("AVX-512 quantisation differs from Go's: %v %d vs %v %d", scale2, zero2, scale, zero)
+				t.Fatalf("quantisation with vector loops %d differs from Go's: %v %d vs %v %d", vec, scale2, zero2, scale, zero)
 			}
 		}
 		if !finite {

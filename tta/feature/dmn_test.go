@@ -20,7 +20,19 @@ import (
 // relative (README tolerances, fp32 against our float64 on the same fp32
 // features); selections, pseudo-labels, counts, the memory action and the
 // prediction exactly.
+//
+// It runs on the shared set and on the variant of
+// setECALPDuplicateVariant (other head counts, renamed folders, another
+// ECALP stream).
 func TestDMNMemoryTTA2(t *testing.T) {
+	t.Run("public", dmnMemoryRun)
+	t.Run("variant", func(t *testing.T) {
+		setECALPDuplicateVariant(t, ecalpOrders[1])
+		dmnMemoryRun(t)
+	})
+}
+
+func dmnMemoryRun(t *testing.T) {
 	x, cfg := readTTA2(t)
 	dc := cfg.Config.DMN
 	head := x.Dense("dmn.T")
@@ -71,24 +83,115 @@ func TestDMNMemoryTTA2(t *testing.T) {
 		t.Logf("%s: %v class %d slot %d (json: %q)", what, r.Action.Kind, r.Action.Class, r.Action.Slot, pi.MemoryAction)
 
 		cmp("p_mem", r.PMem)
-		// p_mem is nearly one-hot here (the other classes near 1e-36,
-		// normal fp32 numbers), so 1e-5 of its max says nothing of the
-		// attention; log p_mem (the logit differences) does, at 1e-5 of
-		// its largest magnitude, the same fp32 logit rounding scaled up.
+		// p_mem is nearly one-hot (the other classes near 1e-36 here, and
+		// fp32 subnormals on other sets), so 1e-5 of its max says nothing
+		// of the attention; log p_mem (the logit differences) does
+		// (logProbErr).
 		want, _ := slice(x, "dmn.p_mem", k)
-		fxt.Compare(t, what+" log p_mem", logs(r.PMem), logs(want), 1e-5, fxt.Rel)
+		if err := logProbErr(r.PMem, want, 1e-5); err != nil {
+			t.Errorf("%s log p_mem: %v", what, err)
+		}
 		cmp("final", r.Final)
 		fxt.CompareInts(t, what+" pred", []int{r.Pred}, sliceInts(x, "dmn.pred", k))
 		fxt.CompareInts(t, what+" json", []int{r.PseudoLabel, r.Pred}, []int{pi.PseudoLabel, pi.Pred})
 	}
 }
 
-func logs(p []float64) []float64 {
-	out := make([]float64, len(p))
-	for i, v := range p {
-		out[i] = math.Log(v)
+// Smallest positive fp32 numbers: the normal 2⁻¹²⁶ and the subnormal
+// 2⁻¹⁴⁹ (the spacing of the subnormals).
+var (
+	minNormal32    = math.Ldexp(1, -126)
+	minSubnormal32 = math.Ldexp(1, -149)
+)
+
+// logProbErr compares probabilities got (float64) with an fp32
+// reference want through their logarithms: where want is a normal fp32
+// number, |log got − log want| must be within tol of the largest such
+// |log want| (the reference's logits rounded in fp32, scaled up by the
+// exponent). Below that, fp32 holds want on the subnormal grid, whose
+// absolute spacing 2⁻¹⁴⁹ makes its log meaningless (1e-42 keeps three
+// significant bits): there got must be within the same log error of
+// want, relatively, plus one spacing (and at most one spacing where want
+// underflowed to 0).
+func logProbErr(got, want []float64, tol float64) error {
+	if len(got) != len(want) {
+		return fmt.Errorf("%d values, want %d", len(got), len(want))
 	}
-	return out
+	var scale float64
+	for _, w := range want {
+		if w >= minNormal32 {
+			scale = math.Max(scale, math.Abs(math.Log(w)))
+		}
+	}
+	bound := tol * scale // on |Δ log p|
+	var worst float64
+	for i, w := range want {
+		g := got[i]
+		if !(g >= 0) || math.IsInf(g, 0) {
+			return fmt.Errorf("value %d is %g", i, g)
+		}
+		if w >= minNormal32 {
+			if g == 0 {
+				return fmt.Errorf("value %d: 0, want %g", i, w)
+			}
+			d := math.Abs(math.Log(g) - math.Log(w))
+			worst = math.Max(worst, d)
+			if d > bound {
+				return fmt.Errorf("value %d: log %.9g, want %.9g (|diff| %.3g > %.3g = %g of the largest |log|)", i, math.Log(g), math.Log(w), d, bound, tol)
+			}
+			continue
+		}
+		if lim := w*math.Expm1(bound) + minSubnormal32; math.Abs(g-w) > lim {
+			return fmt.Errorf("value %d: %g, want %g below fp32's normal range (|diff| %.3g > %.3g)", i, g, w, math.Abs(g-w), lim)
+		}
+	}
+	if scale == 0 && len(want) > 0 {
+		return fmt.Errorf("no reference value in fp32's normal range")
+	}
+	return nil
+}
+
+// TestLogProbErr checks logProbErr on probabilities down to fp32's
+// subnormals, as a reference stores them: the fp32 rounding of ours
+// passes (a plain comparison of logs fails on it, 1e-42 has three
+// significant bits), while a wrong value, normal or subnormal, fails.
+func TestLogProbErr(t *testing.T) {
+	logits := []float64{0, -20, -50, -80, -90, -95, -97.5, -99, -101.3, -103.2, -110}
+	p := slices.Clone(logits)
+	softmaxInPlace(p)
+	ref := make([]float64, len(p))
+	for i, v := range p {
+		ref[i] = float64(float32(v))
+	}
+	if ref[len(ref)-2] == 0 || ref[len(ref)-2] >= minNormal32 || ref[len(ref)-1] != 0 {
+		t.Fatalf("the case needs subnormal and underflowed references: %v", ref)
+	}
+	if err := logProbErr(p, ref, 1e-5); err != nil {
+		t.Errorf("ours against its fp32 rounding: %v", err)
+	}
+	// What the test compared before: every log, relative to the largest.
+	var worst, scale float64
+	for i := range p {
+		if ref[i] > 0 {
+			worst = math.Max(worst, math.Abs(math.Log(p[i])-math.Log(ref[i])))
+			scale = math.Max(scale, math.Abs(math.Log(ref[i])))
+		}
+	}
+	if worst/scale <= 1e-5 {
+		t.Errorf("logs of the subnormals agree to %.3g: the case does not show the problem", worst/scale)
+	}
+	for _, i := range []int{1, 3, len(p) - 3, len(p) - 2} {
+		bad := slices.Clone(p)
+		bad[i] *= 2
+		if err := logProbErr(bad, ref, 1e-5); err == nil {
+			t.Errorf("value %d doubled (%g): accepted", i, bad[i])
+		}
+	}
+	bad := slices.Clone(p)
+	bad[len(p)-1] = 1e-40
+	if err := logProbErr(bad, ref, 1e-5); err == nil {
+		t.Errorf("1e-40 where the reference underflowed: accepted")
+	}
 }
 
 // dmnDense lays the memory out as the fixtures store it: features

@@ -79,11 +79,22 @@ func (l ECALPNeighbours) clone() ECALPNeighbours {
 //     rather than removed;
 //   - the new image and its duplicate get the same list, computed once.
 //
-// The new image and its duplicate are always equally similar to every
-// node, and which of the two a list keeps, or lists first, changes the
-// edges and every later list; ties are therefore broken in the order
-// torch's CPU top-k returns them (topk.go), which the fixture's lists
-// follow at every step.
+// Ties. The newest image and its duplicate are equally similar to every
+// node, and so are two copies of one image in the stream. The code takes
+// lists with torch's top-k, whose order among equal values is no part of
+// the method: it differs between CPU and GPU and between torch versions.
+// Here the rule is documented instead: the larger similarity first and,
+// at equal similarities, the lower node index first (class index for the
+// class lists). The edges depend on which nodes a list holds, not on their
+// order in it (W = K + Kᵀ sums them), so wherever the code's graph is
+// independent of the order at ties this one is too; and the rule is a
+// total order, so the lists depend on the candidates alone, not on the
+// order in which they are offered. Where a tie straddles a list's cut (the
+// k-th place of a list, or the last spare kept), the code's graph does
+// depend on the order, and this one keeps the lower index: the older of
+// two copies of an image, and the newest image rather than its duplicate
+// (an edge to the duplicate is invalidated at the next image, an edge to
+// the image stays).
 //
 // Cost: every image recomputes every node's lists and labels, as the code
 // does: O(N·d) for the similarities and O(N·(k_image + k_text)·s) for the
@@ -109,6 +120,10 @@ type ECALPGraph struct {
 	// largest entry of the final labels, divided by 5), duplicate included.
 	priorClass []int
 	priorValue []float64
+
+	// topk selects a list's first k candidates in order (indexTopK; the
+	// tests substitute other orders at ties).
+	topk func(q []rankItem, k int) []rankItem
 }
 
 // NewECALPGraph returns an empty graph over the class embeddings text
@@ -121,7 +136,7 @@ func NewECALPGraph(text mat.Matrix, cfg ECALPConfig) (*ECALPGraph, error) {
 	if c < 2 || d < 1 {
 		return nil, fmt.Errorf("feature: ecalp: text features %d×%d, want at least 2 classes", c, d)
 	}
-	g := &ECALPGraph{cfg: cfg, text: mat.DenseCopyOf(text), w: ECALPVarianceWeights(text)}
+	g := &ECALPGraph{cfg: cfg, text: mat.DenseCopyOf(text), w: ECALPVarianceWeights(text), topk: indexTopK}
 	return g, nil
 }
 
@@ -237,7 +252,7 @@ func (g *ECALPGraph) expand() {
 	for k := range c {
 		ts[k] = dot(g.feat[newest], g.text.RawRowView(k))
 	}
-	txt := topK(ts, nil, min(g.cfg.KText, c))
+	txt := g.topK(ts, nil, min(g.cfg.KText, c))
 	if n > 2 {
 		g.texts = g.texts[:n-2]
 	} else {
@@ -255,7 +270,7 @@ func (g *ECALPGraph) expand() {
 				_, ux := g.node(x)
 				sims[x] = dot(wq, ux)
 			}
-			g.images = append(g.images, topK(sims, nil, kIm))
+			g.images = append(g.images, g.topK(sims, nil, kIm))
 		}
 		g.used = append(g.used[:0], g.images...)
 		return
@@ -289,9 +304,9 @@ func (g *ECALPGraph) expand() {
 				sim[j] = -1 // invalidated, as the code does, not removed
 			}
 		}
-		rows[r] = topK(sim, idx, kNew)
+		rows[r] = g.topK(sim, idx, kNew)
 	}
-	fresh := topK(s, nil, kNew)
+	fresh := g.topK(s, nil, kNew)
 	g.images = append(rows, fresh, fresh.clone())
 	// The lists used are every stored list's first k, except the newest
 	// image's and its duplicate's, which the code selects again with k.
@@ -299,13 +314,13 @@ func (g *ECALPGraph) expand() {
 	for _, l := range rows {
 		g.used = append(g.used, ECALPNeighbours{Index: l.Index[:kIm], Sim: l.Sim[:kIm]})
 	}
-	used := topK(s, nil, kIm)
+	used := g.topK(s, nil, kIm)
 	g.used = append(g.used, used, used.clone())
 }
 
 // topK returns the k largest of sims, best first, with their indices
-// idx (nil: the positions themselves), in torch's order (topk.go).
-func topK(sims []float64, idx []int, k int) ECALPNeighbours {
+// idx (nil: the positions themselves), ties in the graph's order (topk.go).
+func (g *ECALPGraph) topK(sims []float64, idx []int, k int) ECALPNeighbours {
 	q := make([]rankItem, len(sims))
 	for i, v := range sims {
 		q[i] = rankItem{v: v, idx: i}
@@ -313,7 +328,7 @@ func topK(sims []float64, idx []int, k int) ECALPNeighbours {
 			q[i].idx = idx[i]
 		}
 	}
-	top := torchTopK(q, k)
+	top := g.topk(q, k)
 	out := ECALPNeighbours{Index: make([]int, len(top)), Sim: make([]float64, len(top))}
 	for i, it := range top {
 		out.Index[i], out.Sim[i] = it.idx, it.v

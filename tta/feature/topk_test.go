@@ -86,3 +86,65 @@ func TestTorchTopKTies(t *testing.T) {
 		}
 	}
 }
+
+// TestIndexTopKOrderFree checks ECALPGraph's rule at ties: the list is
+// the k largest, best first, the lower index first among equal values,
+// whatever the order in which the candidates are offered.
+func TestIndexTopKOrderFree(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, tc := range []struct{ n, k, levels int }{{1, 1, 1}, {5, 2, 2}, {12, 4, 3}, {30, 8, 4}, {200, 3, 5}} {
+		q := make([]rankItem, tc.n)
+		for i := range q {
+			q[i] = rankItem{v: float64(rng.IntN(tc.levels)), idx: i}
+		}
+		want := slices.Clone(q)
+		slices.SortStableFunc(want, func(x, y rankItem) int { return cmpFloat(y.v, x.v) })
+		want = want[:tc.k]
+		for range 10 {
+			p := slices.Clone(q)
+			rng.Shuffle(len(p), func(i, j int) { p[i], p[j] = p[j], p[i] })
+			if got := indexTopK(p, tc.k); !slices.Equal(got, want) {
+				t.Fatalf("n %d k %d: %v, want %v", tc.n, tc.k, got, want)
+			}
+		}
+	}
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// TestTieMatch checks the fixture tests' list comparison: a different
+// choice or order within a group of equal similarities passes, a
+// different member above the cut or a similarity the features do not give
+// fails.
+func TestTieMatch(t *testing.T) {
+	yes := func(int, float64) bool { return true }
+	sim := []float64{0.9, 0.8, 0.8, 0.5}
+	for _, tc := range []struct {
+		name      string
+		ours, ref []int
+		refSim    []float64
+		plausible func(int, float64) bool
+		ok        bool
+	}{
+		{"same", []int{1, 2, 3, 4}, []int{1, 2, 3, 4}, sim, yes, true},
+		{"order within a tie", []int{1, 2, 3, 4}, []int{1, 3, 2, 4}, sim, yes, true},
+		{"tie at the cut", []int{1, 2, 3, 4}, []int{1, 2, 3, 5}, []float64{0.9, 0.8, 0.8, 0.5}, yes, true},
+		{"other member above the cut", []int{1, 2, 3, 4}, []int{1, 6, 3, 4}, sim, yes, false},
+		{"other similarity", []int{1, 2, 3, 4}, []int{1, 2, 3, 4}, []float64{0.9, 0.8, 0.7, 0.5}, yes, false},
+		{"implausible", []int{1, 2, 3, 4}, []int{1, 2, 3, 5}, sim, func(q int, _ float64) bool { return q != 5 }, false},
+		{"length", []int{1, 2, 3}, []int{1, 2, 3, 4}, sim, yes, false},
+	} {
+		err := tieMatch(tc.ours, sim[:len(tc.ours)], tc.ref, tc.refSim, 1e-6, tc.plausible)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: error %v, want ok %v", tc.name, err, tc.ok)
+		}
+	}
+}
