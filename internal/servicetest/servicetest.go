@@ -155,16 +155,34 @@ func (p *Process) WaitTCP(tb testing.TB, addr string, timeout time.Duration) {
 // nothing on disk, and returns its URL, redis://127.0.0.1:PORT/0.
 func Redis(tb testing.TB) (url string, p *Process) {
 	tb.Helper()
-	prog := Program(tb, "redis-server", "redis-server")
 	addr := FreeAddr(tb)
-	_, port, _ := net.SplitHostPort(addr)
-	p = Start(tb, "redis-server", prog, []string{"--port", port, "--bind", "127.0.0.1", "--save", "",
-		"--appendonly", "no", "--dir", tb.TempDir(), "--loglevel", "warning"}, nil)
+	p = RedisAt(tb, addr, tb.TempDir(), false)
+	return "redis://" + addr + "/0", p
+}
+
+// RedisAt starts Debian's redis-server on addr (a loopback address) with
+// its files in dir: with persist, it keeps its data there as the serving
+// docs ask (an append-only file, synced every second), so that a server
+// started again on dir has it back; without, it keeps nothing.
+func RedisAt(tb testing.TB, addr, dir string, persist bool) *Process {
+	tb.Helper()
+	prog := Program(tb, "redis-server", "redis-server")
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	args := []string{"--port", port, "--bind", host, "--dir", dir, "--loglevel", "warning", "--save", ""}
+	if persist {
+		args = append(args, "--appendonly", "yes", "--appendfsync", "everysec")
+	} else {
+		args = append(args, "--appendonly", "no")
+	}
+	p := Start(tb, "redis-server", prog, args, nil)
 	p.WaitTCP(tb, addr, 30*time.Second)
 	if err := ping(addr); err != nil {
 		tb.Fatalf("redis-server on %s: %v\n%s", addr, err, p.Log())
 	}
-	return "redis://" + addr + "/0", p
+	return p
 }
 
 // ping sends Redis's PING and wants +PONG.
