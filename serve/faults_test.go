@@ -5,6 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"image"
+	"image/color"
+	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -377,5 +381,64 @@ func redisIn(t *testing.T, dir string) (url, addr string, p *servicetest.Process
 // redisAt starts a redis-server on addr keeping its data in dir.
 func redisAt(t *testing.T, dir, addr string) *servicetest.Process {
 	t.Helper()
-	return servicetest.RedisAt(t, addr, dir, true)
+	return servicetest.RedisAt(t, addr, dir, "everysec")
+}
+
+// fakeFormat is an image format other packages could register (as
+// golang.org/x/image registers TIFF, BMP and WebP): it decodes.
+func init() {
+	image.RegisterFormat("fakefmt", "FAKEFMT", func(r io.Reader) (image.Image, error) {
+		return image.NewRGBA(image.Rect(0, 0, 8, 8)), nil
+	}, func(r io.Reader) (image.Config, error) {
+		return image.Config{ColorModel: color.RGBAModel, Width: 8, Height: 8}, nil
+	})
+}
+
+// The formats accepted are those documented (PNG, JPEG, GIF): an image of
+// another registered format is refused with 415, naming it.
+func TestOnlyDocumentedFormats(t *testing.T) {
+	_, ts := startServer(t, testConfig(t))
+	r := do(t, http.MethodPost, ts.URL+"/v1/classify", "image/tiff", []byte("FAKEFMT and some bytes"))
+	if r.status != http.StatusUnsupportedMediaType || !strings.Contains(string(r.body), "fakefmt") {
+		t.Fatalf("an image of another format: %d %s; want 415 naming it", r.status, r.body)
+	}
+}
+
+// A failed TLS handshake, which anyone who reaches the port can cause, is
+// logged at DEBUG and counted; another net/http error at WARN.
+func TestTLSHandshakeErrorsQuiet(t *testing.T) {
+	var buf lockedBuffer
+	cfg := testConfig(t)
+	cfg.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	s, ts := startServer(t, cfg)
+	l := s.ErrorLog()
+	l.Print("http: TLS handshake error from 192.0.2.1:5555: EOF")
+	l.Print("http: Accept error: too many open files")
+	out := buf.String()
+	if !strings.Contains(out, "level=DEBUG msg=\"serve: http: TLS handshake error") || !strings.Contains(out, "level=WARN msg=\"serve: http: Accept error") {
+		t.Errorf("log:\n%s\nwant the handshake at DEBUG, the other at WARN", out)
+	}
+	if v := scrape(t, ts.URL, "subtta_tls_handshake_errors_total"); v != "1" {
+		t.Errorf("subtta_tls_handshake_errors_total %q; want 1", v)
+	}
+}
+
+// A tombstone saved where a store lost the state (a DELETE of a lost
+// stream) lets a new stream be saved over it, in every store.
+func TestTombstoneSavedThenNewStream(t *testing.T) {
+	for _, tc := range stores {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			s := tc.open(t)
+			if err := s.Save(ctx, tombstone("cam", stamp{Birth: 4, Generation: 7}, ""), nil); err != nil {
+				t.Fatal(err)
+			}
+			if h, err := s.Head(ctx, "cam"); err != nil || h == nil || !h.Deleted {
+				t.Fatalf("Head: %+v, %v; want the tombstone", h, err)
+			}
+			if err := s.Save(ctx, saved("cam", stamp{Birth: 9, Generation: 1}, 1), nil); err != nil {
+				t.Fatalf("a new stream over the tombstone: %v", err)
+			}
+		})
+	}
 }

@@ -195,8 +195,12 @@ func (r *redisStore) Save(ctx context.Context, sv *savedStream, prev *stamp) err
 		if !sameStamp(cur, prev) {
 			return errStale
 		}
+		st := formatStamp(sv.Stamp)
+		if sv.Deleted {
+			st = tombstoneStamp
+		}
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.HSet(ctx, key, "stamp", formatStamp(sv.Stamp), "head", b[:headEnd], "state", b)
+			p.HSet(ctx, key, "stamp", st, "head", b[:headEnd], "state", b)
 			return nil
 		})
 		return err

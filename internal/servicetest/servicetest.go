@@ -156,15 +156,16 @@ func (p *Process) WaitTCP(tb testing.TB, addr string, timeout time.Duration) {
 func Redis(tb testing.TB) (url string, p *Process) {
 	tb.Helper()
 	addr := FreeAddr(tb)
-	p = RedisAt(tb, addr, tb.TempDir(), false)
+	p = RedisAt(tb, addr, tb.TempDir(), "")
 	return "redis://" + addr + "/0", p
 }
 
 // RedisAt starts Debian's redis-server on addr (a loopback address) with
-// its files in dir: with persist, it keeps its data there as the serving
-// docs ask (an append-only file, synced every second), so that a server
-// started again on dir has it back; without, it keeps nothing.
-func RedisAt(tb testing.TB, addr, dir string, persist bool) *Process {
+// its files in dir. With fsync "everysec" (as the serving docs ask) or
+// "always", it keeps its data there in an append-only file synced that
+// often, so that a server started again on dir has it back; with "", it
+// keeps nothing.
+func RedisAt(tb testing.TB, addr, dir, fsync string) *Process {
 	tb.Helper()
 	prog := Program(tb, "redis-server", "redis-server")
 	host, port, err := net.SplitHostPort(addr)
@@ -172,17 +173,23 @@ func RedisAt(tb testing.TB, addr, dir string, persist bool) *Process {
 		tb.Fatal(err)
 	}
 	args := []string{"--port", port, "--bind", host, "--dir", dir, "--loglevel", "warning", "--save", ""}
-	if persist {
-		args = append(args, "--appendonly", "yes", "--appendfsync", "everysec")
+	if fsync != "" {
+		args = append(args, "--appendonly", "yes", "--appendfsync", fsync)
 	} else {
 		args = append(args, "--appendonly", "no")
 	}
 	p := Start(tb, "redis-server", prog, args, nil)
 	p.WaitTCP(tb, addr, 30*time.Second)
-	if err := ping(addr); err != nil {
-		tb.Fatalf("redis-server on %s: %v\n%s", addr, err, p.Log())
+	// A server reading its data back answers -LOADING for a while.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		err := ping(addr)
+		if err == nil {
+			return p
+		}
+		if !strings.Contains(err.Error(), "LOADING") || time.Now().After(deadline) {
+			tb.Fatalf("redis-server on %s: %v\n%s", addr, err, p.Log())
+		}
 	}
-	return p
 }
 
 // ping sends Redis's PING and wants +PONG.
