@@ -321,8 +321,9 @@ func (s *Server) handleStreamDelete(w http.ResponseWriter, r *http.Request) erro
 		s.mu.Unlock()
 		return errNoStream(id) // another key's
 	}
+	var failed *stream // a stream whose loading failed, on its way out
 	if ok && isClosed(st.ready) && st.loadErr != nil {
-		ok = false // on its way out: its state, if any, is looked at below
+		ok, failed = false, st // its state, if any, is looked at below
 	}
 	if !ok {
 		// Not in memory: its state goes now, under the lock, so that no
@@ -343,6 +344,15 @@ func (s *Server) handleStreamDelete(w http.ResponseWriter, r *http.Request) erro
 			return s.storeError(id, err)
 		case !deleted:
 			return errNoStream(id)
+		}
+		if failed != nil {
+			// Gone before the answer, so that no later request gets its
+			// loading error.
+			select {
+			case <-failed.exited:
+			case <-r.Context().Done():
+				return r.Context().Err()
+			}
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"deleted": id})
 		return nil

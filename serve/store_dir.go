@@ -192,6 +192,9 @@ func (d *dirStore) Delete(ctx context.Context, id string, allow func(*streamHead
 			if !allow(h) {
 				return nil
 			}
+			if err := d.writeTombstone(id, h); err != nil {
+				return err
+			}
 			deleted = true
 			return os.Remove(d.asidePath(id))
 		case err != nil: // the state file is damaged
@@ -199,20 +202,31 @@ func (d *dirStore) Delete(ctx context.Context, id string, allow func(*streamHead
 				return nil
 			}
 			deleted = true
-			return os.Remove(d.path(id))
+			return d.writeTombstone(id, nil)
 		case h == nil || h.Deleted:
 			return nil
 		case !allow(h):
 			return nil
 		}
-		b, _, err := encodeState(tombstone(id, h.Stamp, h.Owner))
-		if err != nil {
-			return err
-		}
 		deleted = true
-		return atomicfile.Write(d.path(id), b)
+		return d.writeTombstone(id, h)
 	})
 	return deleted, err
+}
+
+// writeTombstone writes the tombstone of the state whose head is h (nil:
+// unknown, damaged) over the stream's file.
+func (d *dirStore) writeTombstone(id string, h *streamHead) error {
+	var was stamp
+	owner := ""
+	if h != nil {
+		was, owner = h.Stamp, h.Owner
+	}
+	b, _, err := encodeState(tombstone(id, was, owner))
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(d.path(id), b)
 }
 
 // asideHead reads the head of the damaged file set aside.

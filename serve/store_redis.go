@@ -231,6 +231,24 @@ func (r *redisStore) Delete(ctx context.Context, id string, allow func(*streamHe
 			}
 			var be *badStateError
 			var write func(p redis.Pipeliner)
+			// tomb writes the tombstone of the state whose head is h (nil:
+			// unknown, damaged) and removes a state set aside.
+			tomb := func(h *streamHead) error {
+				var was stamp
+				owner := ""
+				if h != nil {
+					was, owner = h.Stamp, h.Owner
+				}
+				b, headEnd, err := encodeState(tombstone(id, was, owner))
+				if err != nil {
+					return err
+				}
+				write = func(p redis.Pipeliner) {
+					p.HSet(ctx, key, "stamp", tombstoneStamp, "head", b[:headEnd], "state", b)
+					p.Del(ctx, aside)
+				}
+				return nil
+			}
 			switch {
 			case errors.As(err, &be) && be.aside != "":
 				// Only a damaged state set aside remains: its head may
@@ -242,22 +260,21 @@ func (r *redisStore) Delete(ctx context.Context, id string, allow func(*streamHe
 				if !allow(h) {
 					return nil
 				}
-				write = func(p redis.Pipeliner) { p.Del(ctx, aside) }
+				if err := tomb(h); err != nil {
+					return err
+				}
 			case err != nil: // the state is damaged
 				if !allow(nil) {
 					return nil
 				}
-				write = func(p redis.Pipeliner) { p.Del(ctx, key) }
+				if err := tomb(nil); err != nil {
+					return err
+				}
 			case h == nil || h.Deleted || !allow(h):
 				return nil
 			default:
-				b, headEnd, err := encodeState(tombstone(id, h.Stamp, h.Owner))
-				if err != nil {
+				if err := tomb(h); err != nil {
 					return err
-				}
-				write = func(p redis.Pipeliner) {
-					p.HSet(ctx, key, "stamp", tombstoneStamp, "head", b[:headEnd], "state", b)
-					p.Del(ctx, aside)
 				}
 			}
 			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
