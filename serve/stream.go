@@ -340,6 +340,12 @@ func (st *stream) finish() {
 	case deleted && st.deleteErr == nil:
 		delete(s.known, st.id)
 	case !deleted && onDisk && st.loadErr == nil:
+		if len(s.known) >= maxKnown {
+			for id := range s.known { // any one: the map bounds memory only
+				delete(s.known, id)
+				break
+			}
+		}
 		s.known[st.id] = last
 	}
 	delete(s.unsaved, st)
@@ -348,6 +354,11 @@ func (st *stream) finish() {
 	s.mu.Unlock()
 	close(st.exited)
 }
+
+// maxKnown bounds Server.known: 100,000 streams that left memory, about
+// 10 MB; beyond it one is forgotten for each that leaves (its lost state
+// would then be taken for a new stream).
+const maxKnown = 100_000
 
 // setUnsaved records whether the stream's last save failed.
 func (s *Server) setUnsaved(st *stream, unsaved bool) {
