@@ -366,3 +366,40 @@ func TestHashCache(t *testing.T) {
 		t.Errorf("a new modification time: %q, want the contents hashed again", got)
 	}
 }
+
+// TestRecordCountsChecked: a record whose correct disagrees with its own
+// accuracy, or with its domain's batches, is refused on resume, naming it.
+func TestRecordCountsChecked(t *testing.T) {
+	cfg := smallRun(t, t.TempDir(), "contrast")
+	mustRun(t, cfg)
+	path := filepath.Join(cfg.Out, ResultsFile)
+	orig, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, edit := range map[string]func(*report.Record){
+		"correct against accuracy": func(r *report.Record) { r.Correct = (r.Correct + 1) % (r.Samples + 1) },
+		"correct and accuracy against the batches": func(r *report.Record) {
+			r.Correct = (r.Correct + 1) % (r.Samples + 1)
+			r.Accuracy = 100 * float64(r.Correct) / float64(r.Samples)
+		},
+		"correct beyond samples": func(r *report.Record) {
+			r.Correct, r.Accuracy = r.Samples+1, 100*float64(r.Samples+1)/float64(r.Samples)
+		},
+	} {
+		if err := os.WriteFile(path, orig, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		rewriteRecords(t, cfg.Out, edit)
+		_, err := Run(context.Background(), cfg, Options{})
+		if err == nil || !strings.Contains(err.Error(), "source on contrast/5") || !strings.Contains(err.Error(), "does not add up") {
+			t.Errorf("%s: %v; want a refusal naming the record", name, err)
+		}
+	}
+	if err := os.WriteFile(path, orig, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if sum := mustRun(t, cfg); sum.Resumed != 1 {
+		t.Errorf("the record as written: resumed %d; want 1", sum.Resumed)
+	}
+}

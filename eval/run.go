@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -333,6 +334,9 @@ func (e *evaluation) readResults() error {
 	if err := checkRecords(e.resultsPath, e.prior, id, vouched); err != nil {
 		return err
 	}
+	if err := checkCounts(e.resultsPath, filepath.Join(e.cfg.Out, BatchesFile), e.prior); err != nil {
+		return err
+	}
 	if err := writeRunFile(e.cfg, id); err != nil {
 		return err
 	}
@@ -647,6 +651,51 @@ func checkRecords(path string, recs []report.Record, id identity, vouched bool) 
 	if unnamed > 0 && !vouched {
 		return fmt.Errorf("eval: %s: %d records carry no run identity (written by an earlier build) and %s is missing, so nothing shows they belong to this configuration: restore %s, delete %s to compute them again, or use another --out",
 			path, unnamed, RunFile, RunFile, path)
+	}
+	return nil
+}
+
+// checkCounts refuses a record whose counts disagree (a line edited by
+// hand, or damaged in a way JSON does not show): correct must lie within
+// samples, accuracy must be 100·correct/samples (to 1e-9 percent: both are
+// written from the same integers), and where batches.jsonl holds the
+// domain's batches for the method exactly once (their sizes adding up to
+// samples), their correct counts must add up to correct.
+func checkCounts(path, batchesPath string, recs []report.Record) error {
+	type key struct{ method, stream string }
+	var sums map[key][2]int // size, correct
+	for _, r := range recs {
+		bad := ""
+		switch {
+		case r.Samples < 0 || r.Correct < 0 || r.Correct > r.Samples:
+			bad = fmt.Sprintf("correct %d of %d samples", r.Correct, r.Samples)
+		case r.Samples > 0 && math.Abs(r.Accuracy-100*float64(r.Correct)/float64(r.Samples)) > 1e-9:
+			bad = fmt.Sprintf("accuracy %v, but correct %d of %d samples is %v", r.Accuracy, r.Correct, r.Samples, 100*float64(r.Correct)/float64(r.Samples))
+		}
+		if bad == "" {
+			if sums == nil {
+				sums = map[key][2]int{}
+				if f, err := os.Open(batchesPath); err == nil {
+					dec := json.NewDecoder(f)
+					for {
+						var b batchLine
+						if dec.Decode(&b) != nil {
+							break
+						}
+						k := key{b.Method, b.Stream}
+						sums[k] = [2]int{sums[k][0] + b.Size, sums[k][1] + b.Correct}
+					}
+					f.Close()
+				}
+			}
+			if c, ok := sums[key{r.Method, r.Domain}]; ok && c[0] == r.Samples && c[1] != r.Correct {
+				bad = fmt.Sprintf("correct %d, but its batches in %s add up to %d", r.Correct, filepath.Base(batchesPath), c[1])
+			}
+		}
+		if bad != "" {
+			return fmt.Errorf("eval: %s: the record of %s on %s does not add up (%s): delete its line to compute it again, or use another --out",
+				path, r.Method, r.Domain, bad)
+		}
 	}
 	return nil
 }

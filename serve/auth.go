@@ -148,6 +148,7 @@ func (kr *keyring) match(key string) (keyEntry, bool) { return kr.keys.Load().ma
 type client struct {
 	owner string
 	name  string
+	admin bool // a key of Config.AdminKeysFile: any stream's GET and DELETE
 }
 
 type clientKey struct{}
@@ -221,6 +222,11 @@ func (s *Server) authenticate(r *http.Request, endpoint string) (client, *httpEr
 			}
 			return c, nil
 		}
+		if s.adminKeys != nil && endpoint == "streams" {
+			if e, ok := s.adminKeys.match(tok); ok {
+				return client{name: e.name, admin: true}, nil
+			}
+		}
 	}
 	s.m.authFailures.Inc()
 	e := errorf(http.StatusUnauthorized, "this endpoint needs an API key: send the header Authorization: Bearer KEY")
@@ -240,7 +246,7 @@ func (s *Server) authenticate(r *http.Request, endpoint string) (client, *httpEr
 // with.
 func (s *Server) Reload() error {
 	var errs []error
-	for _, kr := range []*keyring{s.clientKeys, s.metricsKeys} {
+	for _, kr := range []*keyring{s.clientKeys, s.metricsKeys, s.adminKeys} {
 		if kr == nil {
 			continue
 		}

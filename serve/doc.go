@@ -74,6 +74,15 @@
 // its step, between its save and its answer, or after answering) has the
 // stream adapt on its image exactly once.
 //
+// A stream steps only on its latest saved state, confirmed by the stamp in
+// the store before the step: when the store cannot be read, the stream does
+// not step (Config.Degraded: 503, or the frozen answer marked adapted:
+// false). A save that fails after a step is tried again in the background;
+// the stream is not evicted meanwhile, and Shutdown tries until its context
+// ends (ErrUnsaved). A saved state carries CRC-32C checksums: a damaged one
+// is refused and set aside. DELETE leaves a tombstone, so that a state
+// missing without one is known lost (refused unless Config.AllowLostState).
+//
 // Stream ids are folded to lower case: CAM1 and cam1 are one stream.
 //
 // The state is the stream's counters and its Method's whole state

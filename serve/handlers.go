@@ -38,6 +38,11 @@ type StreamAnswer struct {
 	// request's Idempotency-Key already: this is that answer, and the
 	// stream did not step on the image again.
 	Replayed bool `json:"replayed,omitempty"`
+	// Adapted says that the stream adapted on the image (or did, for a
+	// replayed answer). False: the server could not confirm it holds the
+	// stream's latest state (its state store unreachable), and answered
+	// with the frozen model (Config.Degraded), without adapting.
+	Adapted bool `json:"adapted"`
 }
 
 // EmbedResponse is the answer of POST /v1/embed: one feature vector per
@@ -70,6 +75,10 @@ type StreamStatus struct {
 	// Restored says whether the stream was read back from the state
 	// directory (where it continued exactly as saved).
 	Restored bool `json:"restored"`
+	// Unsaved says that the stream's last save failed: its answered
+	// adaptations are in this server's memory only until a save, tried
+	// again in the background, succeeds.
+	Unsaved bool `json:"unsaved,omitempty"`
 	// Guard is the collapse guard's record of the stream, when the guard
 	// is on.
 	Guard *GuardStatus `json:"guard,omitempty"`
@@ -145,7 +154,7 @@ func (s *Server) handleClassify(w http.ResponseWriter, r *http.Request) error {
 			return errorf(http.StatusServiceUnavailable, "stream %s keeps closing; retry", in.stream)
 		}
 		logits, pred = a.logits, a.pred
-		resp.Stream = &StreamAnswer{ID: in.stream, Method: s.preset.Method, Batch: a.batch, BatchSize: a.size, Position: a.position, Steps: a.steps, Replayed: a.replayed}
+		resp.Stream = &StreamAnswer{ID: in.stream, Method: s.preset.Method, Batch: a.batch, BatchSize: a.size, Position: a.position, Steps: a.steps, Replayed: a.replayed, Adapted: !a.frozen}
 	}
 	resp.Logits, resp.Probs, resp.Label = logits, clip.SoftmaxRow(logits), resp.Labels[pred]
 	if err := r.Context().Err(); err != nil && !errors.Is(context.Cause(r.Context()), errTimeout) {
@@ -235,29 +244,30 @@ func (s *Server) handleStreamGet(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	owner := clientOf(r.Context()).owner
+	c := clientOf(r.Context())
+	owner := c.owner
 	s.mu.Lock()
 	st, ok := s.streams[id]
 	s.mu.Unlock()
-	// Another key's stream is not found; a stream whose loading failed
-	// is on its way out.
-	ok = ok && st.owner == owner && !(isClosed(st.ready) && st.loadErr != nil)
+	// Another key's stream is not found (but by an admin); a stream whose
+	// loading failed is on its way out.
+	ok = ok && (st.owner == owner || c.admin) && !(isClosed(st.ready) && st.loadErr != nil)
 	sv, err := s.readHead(id) // the head alone: counters, owner, stamp
-	if sv != nil && sv.Owner != owner {
+	if sv != nil && sv.Owner != owner && !c.admin {
 		sv = nil
 	}
 	if ok && isClosed(st.ready) && st.loadErr == nil {
 		if err != nil {
-			// The file cannot be read: the stream's next save will
+			// The state cannot be read: the stream's next save will
 			// say so; its copy in memory is what there is.
 			s.log.Error("serve: reading stream state", "stream", id, "err", err)
 			sv = nil
 		}
 		st.mu.Lock()
 		status := StreamStatus{ID: id, Method: s.preset.Method, Labels: st.labels, Templates: st.templates, InMemory: true,
-			Pending: len(st.pending)}
+			Pending: len(st.pending), Unsaved: st.unsaved}
 		stats := st.stats
-		if sv != nil && (!st.onDisk || sv.Stamp != st.stamp) {
+		if sv != nil && (!st.onDisk || sv.Stamp != st.stamp) && !st.unsaved {
 			// Another server has saved the stream since this one read
 			// it: its counters are the stream's.
 			stats = sv.Stats
@@ -268,7 +278,7 @@ func (s *Server) handleStreamGet(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	if err != nil {
-		return err
+		return s.storeError(id, err)
 	}
 	if sv == nil {
 		if ok {
@@ -303,32 +313,54 @@ func (s *Server) handleStreamDelete(w http.ResponseWriter, r *http.Request) erro
 	if err != nil {
 		return err
 	}
-	owner := clientOf(r.Context()).owner
+	c := clientOf(r.Context())
+	owner := c.owner
 	s.mu.Lock()
 	st, ok := s.streams[id]
-	if ok && st.owner != owner {
+	if ok && st.owner != owner && !c.admin {
 		s.mu.Unlock()
 		return errNoStream(id) // another key's
 	}
+	var failed *stream // a stream whose loading failed, on its way out
 	if ok && isClosed(st.ready) && st.loadErr != nil {
-		ok = false // on its way out: its file, if any, is looked at below
+		ok, failed = false, st // its state, if any, is looked at below
 	}
 	if !ok {
-		// Not in memory: its files go now, under the lock, so that no
-		// request reads them back meanwhile.
-		// A corrupt state file is deleted too.
-		if sv, err := s.readHead(id); err == nil && (sv == nil || sv.Owner != owner) {
-			s.mu.Unlock()
+		// Not in memory: its state goes now, under the lock, so that no
+		// request reads it back meanwhile.
+		var was *stamp
+		if k, known := s.known[id]; known {
+			was = &k
+		}
+		deleted, err := s.removeState(id, owner, c.admin, was)
+		if err == nil {
+			delete(s.known, id)
+		}
+		s.mu.Unlock()
+		switch {
+		case errors.Is(err, errOwnerUnknown):
+			return errorf(http.StatusConflict, "stream %s: its saved state is damaged, and whose it is cannot be read: only an admin key (subtta serve --admin-keys) may delete it", id)
+		case err != nil:
+			return s.storeError(id, err)
+		case !deleted:
 			return errNoStream(id)
 		}
-		s.removeState(id, owner)
-		s.mu.Unlock()
+		if failed != nil {
+			// Gone before the answer, so that no later request gets its
+			// loading error.
+			select {
+			case <-failed.exited:
+			case <-r.Context().Done():
+				return r.Context().Err()
+			}
+		}
 		writeJSON(w, http.StatusOK, map[string]string{"deleted": id})
 		return nil
 	}
 	s.mu.Unlock()
 	st.mu.Lock()
 	st.deleted, st.closing = true, true
+	st.deletedBy = c
 	st.mu.Unlock()
 	st.wake()
 	select {
@@ -337,7 +369,10 @@ func (s *Server) handleStreamDelete(w http.ResponseWriter, r *http.Request) erro
 		return r.Context().Err()
 	}
 	if he := (*httpError)(nil); errors.As(st.loadErr, &he) && he.status == http.StatusNotFound {
-		return he // the state file is another key's: it stays
+		return he // the state is another key's: it stays
+	}
+	if st.deleteErr != nil {
+		return s.storeError(id, st.deleteErr)
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"deleted": id})
 	return nil

@@ -34,6 +34,12 @@ type metrics struct {
 	authFailures   prometheus.Counter
 	keyLimited     *prometheus.CounterVec
 	guardResets    *prometheus.CounterVec
+	unsaved        prometheus.Gauge
+	damaged        prometheus.Counter
+	storeErrors    prometheus.Counter
+	lostStates     prometheus.Counter
+	degraded       *prometheus.CounterVec
+	tlsFailures    prometheus.Counter
 }
 
 func newMetrics(s *Server) *metrics {
@@ -74,6 +80,21 @@ func newMetrics(s *Server) *metrics {
 		Help: "Requests refused with 429 beyond their key's limit: in_flight (requests at once) or rate (images per second)."}, []string{"limit"})
 	m.guardResets = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "subtta_stream_guard_resets_total",
 		Help: "Streams reset to the source weights by the collapse guard, by reason (loss, entropy, class_share)."}, []string{"reason"})
+	m.unsaved = prometheus.NewGauge(prometheus.GaugeOpts{Name: "subtta_streams_unsaved",
+		Help: "Streams whose last save failed: their answered adaptations are in memory only, saved again in the background."})
+	m.damaged = prometheus.NewCounter(prometheus.CounterOpts{Name: "subtta_state_damaged_total",
+		Help: "Reads of a saved state found damaged (a checksum that fails, a number not finite); the state is set aside and the stream refused."})
+	m.storeErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "subtta_state_read_errors_total",
+		Help: "Failures to read the state store (unreachable, I/O errors): the request got 503."})
+	m.lostStates = prometheus.NewCounter(prometheus.CounterOpts{Name: "subtta_state_lost_total",
+		Help: "Streams saved before, not deleted through the API, whose state the store no longer holds."})
+	m.degraded = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "subtta_stream_unconfirmed_total",
+		Help: "Stream requests not adapted on because the server could not confirm it holds the stream's latest state, by answer: refused (503) or frozen (the frozen model's answer, adapted false)."}, []string{"answer"})
+	m.tlsFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "subtta_tls_handshake_errors_total",
+		Help: "TLS handshakes that failed (logged at DEBUG)."})
+	for _, c := range []prometheus.Collector{m.unsaved, m.damaged, m.storeErrors, m.lostStates, m.degraded, m.tlsFailures} {
+		f(c)
+	}
 	for _, c := range []prometheus.Collector{m.requests, m.latency, m.inflight, m.rejected, m.batchSize, m.stepSeconds,
 		m.batches, m.optimizerSteps, m.streams, m.evictions, m.restores, m.saveErrors, m.saveConflicts, m.replays,
 		m.authFailures, m.keyLimited, m.guardResets} {

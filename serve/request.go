@@ -191,6 +191,10 @@ func readError(err error) error {
 	return errorf(http.StatusBadRequest, "reading the request body: %v", err)
 }
 
+// acceptedFormats are the image formats a request may send (image's
+// names): those docs/serving.md documents.
+var acceptedFormats = map[string]bool{"png": true, "jpeg": true, "gif": true}
+
 // decode checks an encoded image's dimensions from its header, then decodes
 // and preprocesses it as subtta eval does (data.DecodeRGB, the CLIP
 // preprocessor).
@@ -204,6 +208,11 @@ func (s *Server) decode(b []byte) ([]float32, error) {
 			return nil, errorf(http.StatusBadRequest, "not a PNG, JPEG or GIF image")
 		}
 		return nil, errorf(http.StatusBadRequest, "corrupt image header: %v", err)
+	}
+	if !acceptedFormats[format] {
+		// Decoders other packages register (TIFF, BMP, WebP) stay out:
+		// the formats accepted are the formats documented.
+		return nil, errorf(http.StatusUnsupportedMediaType, "a %s image: send a PNG, JPEG or GIF image", quote(format, maxEcho))
 	}
 	if cfg.Width <= 0 || cfg.Height <= 0 {
 		return nil, errorf(http.StatusBadRequest, "%s image has no pixels (%d×%d)", format, cfg.Width, cfg.Height)

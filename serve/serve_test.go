@@ -339,9 +339,13 @@ func TestEvictionAndDelete(t *testing.T) {
 	if _, code := streamStatus(t, ts, "b"); code != http.StatusNotFound {
 		t.Errorf("GET after DELETE: %d", code)
 	}
-	// Only the empty lock file of its saves stays (internal/filelock).
-	if files, _ := filepath.Glob(filepath.Join(dir, "*b.*")); !slices.Equal(files, []string{filepath.Join(dir, ".b.stream.lock")}) {
-		t.Errorf("files left after DELETE: %v; want the lock file alone", files)
+	// The empty lock file of its saves stays (internal/filelock), and its
+	// state is a tombstone: the stream was deleted, not lost.
+	if files, _ := filepath.Glob(filepath.Join(dir, "*b.*")); !slices.Equal(files, []string{filepath.Join(dir, ".b.stream.lock"), filepath.Join(dir, "b.stream")}) {
+		t.Errorf("files left after DELETE: %v; want the lock file and the tombstone", files)
+	}
+	if sv, ok := readSaved(t, dir, "b"); !ok || !sv.Deleted {
+		t.Errorf("b.stream after DELETE: %+v; want a tombstone", sv)
 	}
 	if got, _ := classify(t, ts, "?stream=b", imgs[5]); got.Stream == nil || got.Stream.Batch != 0 {
 		t.Errorf("b after DELETE does not start afresh: %+v", got.Stream)

@@ -113,7 +113,34 @@ type Config struct {
 	KeyBurst           int
 	// Guard resets a stream whose adaptation degenerates (off by default).
 	Guard GuardConfig
+
+	// AdminKeysFile, when set, is a file of keys (as AuthKeysFile) that
+	// may GET and DELETE any stream, whoever owns it, and the only ones
+	// that may DELETE a stream whose saved state is damaged so that its
+	// owner cannot be read (others get 409). Reload reads it again.
+	AdminKeysFile string
+	// AllowLostState starts afresh a stream that was saved and whose
+	// state the store no longer holds, without a tombstone of a DELETE
+	// (a Redis restarted without persistence, a file removed by hand):
+	// logged and counted. Without it, such a stream is refused (500)
+	// until it is deleted or its state restored.
+	AllowLostState bool
+	// Degraded is what a stream request gets when the server cannot
+	// confirm it holds the stream's latest state (the store unreachable):
+	// DegradedRefuse (the default), 503 with Retry-After; or
+	// DegradedFrozen, the frozen model's answer, marked adapted: false.
+	// Either way the stream does not adapt on the image.
+	Degraded string
+	// SaveRetry is the first wait before a failed save is tried again,
+	// doubled at each failure up to SaveRetryMax (defaults 250ms, 10s).
+	SaveRetry, SaveRetryMax time.Duration
 }
+
+// Config.Degraded's values.
+const (
+	DegradedRefuse = "refuse"
+	DegradedFrozen = "frozen"
+)
 
 // Defaults of Config.
 const (
@@ -126,6 +153,8 @@ const (
 	DefaultMaxLabelBytes = 256
 	DefaultMaxConcurrent = 256
 	DefaultTimeout       = 60 * time.Second
+	DefaultSaveRetry     = 250 * time.Millisecond
+	DefaultSaveRetryMax  = 10 * time.Second
 )
 
 func (c *Config) defaults() error {
@@ -166,6 +195,22 @@ func (c *Config) defaults() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	switch c.Degraded {
+	case "":
+		c.Degraded = DegradedRefuse
+	case DegradedRefuse, DegradedFrozen:
+	default:
+		return fmt.Errorf("serve: Config.Degraded %s: want %q or %q", quote(c.Degraded, maxEcho), DegradedRefuse, DegradedFrozen)
+	}
+	if c.SaveRetry == 0 {
+		c.SaveRetry = DefaultSaveRetry
+	}
+	if c.SaveRetryMax == 0 {
+		c.SaveRetryMax = DefaultSaveRetryMax
+	}
+	if c.SaveRetry < 0 || c.SaveRetryMax < c.SaveRetry {
+		return fmt.Errorf("serve: Config.SaveRetry %v, SaveRetryMax %v: want 0 < SaveRetry <= SaveRetryMax", c.SaveRetry, c.SaveRetryMax)
 	}
 	for _, l := range []struct {
 		name     string
@@ -235,16 +280,23 @@ type Server struct {
 
 	// clientKeys and metricsKeys are the key files (nil: none), cert the
 	// TLS certificate (nil: none), limits the per-key limits (nil: none).
-	clientKeys, metricsKeys *keyring
-	cert                    *certificate
-	limits                  *keyLimits
+	clientKeys, metricsKeys, adminKeys *keyring
+	cert                               *certificate
+	limits                             *keyLimits
 
 	mu       sync.Mutex
 	streams  map[string]*stream
 	clock    int64 // bumped on every use of a stream, for LRU order
 	draining bool
 	drain    chan struct{} // closed by Shutdown: batches go without waiting
+	abandon  chan struct{} // closed when Shutdown's time is up: unsaved streams stop retrying
 	workers  sync.WaitGroup
+	// known are the stamps of the streams this server has saved or read
+	// and no longer holds in memory: a stream among them whose state is
+	// missing from the store, without a tombstone, was lost, not deleted.
+	known map[string]stamp
+	// unsaved are the streams whose last save failed.
+	unsaved map[*stream]bool
 }
 
 // New returns a server for cfg.
@@ -308,6 +360,9 @@ func New(cfg Config) (*Server, error) {
 		decoding: make(chan struct{}, runtime.GOMAXPROCS(0)),
 		streams:  map[string]*stream{},
 		drain:    make(chan struct{}),
+		abandon:  make(chan struct{}),
+		known:    map[string]stamp{},
+		unsaved:  map[*stream]bool{},
 	}
 	if cfg.AuthKeysFile != "" {
 		if s.clientKeys, err = newKeyring(cfg.AuthKeysFile); err != nil {
@@ -316,6 +371,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MetricsKeysFile != "" {
 		if s.metricsKeys, err = newKeyring(cfg.MetricsKeysFile); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.AdminKeysFile != "" {
+		if s.adminKeys, err = newKeyring(cfg.AdminKeysFile); err != nil {
 			return nil, err
 		}
 	}
@@ -561,11 +621,18 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// ErrUnsaved is (errors.Is) Shutdown's error when streams whose saves
+// failed could not be saved before its context ended: their answered
+// adaptations are lost. The message names them.
+var ErrUnsaved = errors.New("serve: streams left unsaved")
+
 // Shutdown stops taking stream requests (they get 503), steps the batches
 // waiting without waiting for them to fill, waits for every stream's worker
-// to finish (or ctx), and saves every stream. Call it after
-// http.Server.Shutdown has answered the requests in flight, or before, to
-// hurry their batches along.
+// to finish (or ctx), and saves every stream: a stream whose save failed
+// is tried again, with backoff, until it is saved or ctx ends; then
+// Shutdown returns ErrUnsaved naming the streams left unsaved. Call it
+// after http.Server.Shutdown has answered the requests in flight, or
+// before, to hurry their batches along.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.draining {
@@ -581,6 +648,23 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for _, st := range all {
 		if err := st.stop(ctx); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		// Time is up: the unsaved streams stop trying, and are named.
+		s.mu.Lock()
+		if !isClosed(s.abandon) {
+			close(s.abandon)
+		}
+		var ids []string
+		for st := range s.unsaved {
+			ids = append(ids, st.id)
+		}
+		s.mu.Unlock()
+		if len(ids) > 0 {
+			slices.Sort(ids)
+			s.log.Error("serve: shutting down with unsaved streams: their answered adaptations since their last save are lost", "streams", strings.Join(ids, ","))
+			return fmt.Errorf("%w: %d (%s): their answered adaptations since their last save are lost", ErrUnsaved, len(ids), strings.Join(ids, ", "))
 		}
 	}
 	if len(errs) == 0 && s.store != nil {

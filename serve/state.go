@@ -47,6 +47,10 @@ type streamHead struct {
 	// Owner is the hex SHA-256 digest of the API key that created the
 	// stream ("": created without keys). Only that key finds the stream.
 	Owner string
+	// Deleted marks a tombstone: the stream, whose last state carried
+	// Stamp, was deleted through the API (stateStore.Delete). A store
+	// that holds one for a stream tells a deleted stream from a lost one.
+	Deleted bool
 }
 
 // savedStream is what the store holds for a stream: its head, the
@@ -115,7 +119,8 @@ func (s *Server) persist(st *stream) error {
 }
 
 // readState reads a stream's saved state, or returns nil when there is
-// none.
+// none; a tombstone is returned as it is (Deleted). Errors are the
+// store's: storeError turns them into a client's.
 func (s *Server) readState(id string) (*savedStream, error) {
 	if s.store == nil {
 		return nil, nil
@@ -124,12 +129,58 @@ func (s *Server) readState(id string) (*savedStream, error) {
 }
 
 // readHead reads the head of a stream's saved state, or returns nil when
-// there is none.
+// there is none or a tombstone.
 func (s *Server) readHead(id string) (*streamHead, error) {
 	if s.store == nil {
 		return nil, nil
 	}
-	return s.store.Head(context.Background(), id)
+	h, err := s.store.Head(context.Background(), id)
+	if h != nil && h.Deleted {
+		h = nil
+	}
+	return h, err
+}
+
+// storeError is what a client is told of a store's error about stream
+// id: a damaged state is a 500 naming the stream and why (never where it
+// is kept: the log says that), a store that cannot be read a 503 with
+// Retry-After. It is logged in full.
+func (s *Server) storeError(id string, err error) error {
+	var he *httpError
+	if err == nil || errors.As(err, &he) {
+		return err
+	}
+	var be *badStateError
+	if errors.As(err, &be) {
+		s.m.damaged.Inc()
+		s.log.Error("serve: damaged stream state", "stream", id, "err", err)
+		msg := fmt.Sprintf("stream %s: its saved state is damaged (%s)", id, be.reason())
+		if be.aside != "" && be.err != errSetAside {
+			msg += "; it was set aside for the operator, and the stream is refused until it is deleted (DELETE /v1/streams/" + id + ")"
+		}
+		return errorf(http.StatusInternalServerError, "%s", msg)
+	}
+	s.m.storeErrors.Inc()
+	s.log.Error("serve: state store", "stream", id, "err", err)
+	return &httpError{status: http.StatusServiceUnavailable, header: map[string]string{"Retry-After": "2"},
+		msg: fmt.Sprintf("stream %s: the state store cannot be read now; retry later", id)}
+}
+
+// lost is the error for stream id, saved before (last with the stamp
+// was) and not deleted through the API, whose state the store no longer
+// has: the store lost it (a Redis restarted without persistence, a file
+// removed by hand). With Config.AllowLostState the stream starts afresh
+// instead (nil), logged.
+func (s *Server) lost(id string, was stamp) error {
+	s.m.lostStates.Inc()
+	if s.cfg.AllowLostState {
+		s.log.Warn("serve: stream's saved state is missing from the store, and it was not deleted through the API: starting it afresh (AllowLostState)",
+			"stream", id, "where", s.store.Where(id), "last_saved_generation", was.Generation)
+		return nil
+	}
+	s.log.Error("serve: stream's saved state is missing from the store, and it was not deleted through the API: refusing the stream (restore the state, or DELETE the stream to start it afresh)",
+		"stream", id, "where", s.store.Where(id), "last_saved_generation", was.Generation)
+	return errorf(http.StatusInternalServerError, "stream %s: its saved state (generation %d) is missing from the state store, and the stream was not deleted: the operator may restore it; DELETE the stream to start it afresh", id, was.Generation)
 }
 
 // compatible refuses a state saved by another model, method or preset.
@@ -141,17 +192,48 @@ func (s *Server) compatible(sv *streamHead) error {
 	return nil
 }
 
-// removeState deletes a stream's saved state, unless it belongs to another
-// owner than owner (that state stays). A server still holding the stream
-// finds it gone at its next save (errStale) and starts the stream afresh.
-func (s *Server) removeState(id, owner string) {
+// errOwnerUnknown is removeState's error for a state proven damaged whose
+// owner cannot be read, for a client that is not an admin.
+var errOwnerUnknown = errors.New("the saved state is damaged and its owner cannot be read")
+
+// removeState deletes a stream's saved state (leaving a tombstone), if it
+// is owner's, or if admin. A state proven damaged, whose owner cannot be
+// read, goes only for an admin, or when the server has no client keys
+// (errOwnerUnknown otherwise). A stream without a state that this server
+// knows was saved (was, when not nil) gets a tombstone all the same, so
+// that the servers holding it find it deleted, not lost. deleted says
+// whether something went; an error deletes nothing.
+func (s *Server) removeState(id, owner string, admin bool, was *stamp) (deleted bool, err error) {
 	if s.store == nil {
-		return
+		return false, nil
 	}
-	ours := func(h *streamHead) bool { return h.Owner == owner }
-	if err := s.store.Delete(context.Background(), id, ours); err != nil {
-		s.log.Error("serve: removing stream state", "stream", id, "err", err)
+	unknown := false
+	allow := func(h *streamHead) bool {
+		switch {
+		case admin:
+			return true
+		case h == nil:
+			unknown = s.clientKeys != nil
+			return !unknown
+		}
+		return h.Owner == owner
 	}
+	ctx := context.Background()
+	deleted, err = s.store.Delete(ctx, id, allow)
+	switch {
+	case err != nil:
+		return false, err
+	case unknown:
+		return false, errOwnerUnknown
+	case !deleted && was != nil:
+		// Nothing in the store (it lost the state): a tombstone, where
+		// there is still nothing.
+		if err := s.store.Save(ctx, tombstone(id, *was, owner), nil); err != nil && !errors.Is(err, errStale) {
+			return false, err
+		}
+		deleted = true
+	}
+	return deleted, nil
 }
 
 // load builds the stream's Method, and restores its saved state if there
@@ -160,7 +242,22 @@ func (st *stream) load() error {
 	s := st.srv
 	sv, err := s.readState(st.id)
 	if err != nil {
-		return err
+		return s.storeError(st.id, err)
+	}
+	if sv != nil && sv.Deleted {
+		sv = nil // deleted through the API: a new stream
+	} else if sv == nil {
+		s.mu.Lock()
+		was, known := s.known[st.id]
+		s.mu.Unlock()
+		if known {
+			if err := s.lost(st.id, was); err != nil {
+				return err
+			}
+			s.mu.Lock()
+			delete(s.known, st.id)
+			s.mu.Unlock()
+		}
 	}
 	if sv != nil {
 		if sv.Owner != st.owner {
@@ -181,15 +278,28 @@ func (st *stream) load() error {
 }
 
 // reload drops the stream's Method and counters for those saved (or for a
-// fresh start when the file is gone: another server deleted the stream),
-// after a save found the file saved by another server. A stream saved with
-// other labels or templates cannot be reloaded in place: the error says so
-// (409), and the worker ends so that the stream is loaded anew.
+// fresh start when a tombstone says another server deleted the stream),
+// after a save found the state saved by another server. A stream saved
+// before whose state is missing, without a tombstone, is lost (lost). A
+// stream saved with other labels or templates cannot be reloaded in
+// place: the error says so (409), and the worker ends so that the stream
+// is loaded anew.
 func (st *stream) reload() error {
 	s := st.srv
 	sv, err := s.readState(st.id)
 	if err != nil {
-		return err
+		return s.storeError(st.id, err)
+	}
+	st.mu.Lock()
+	onDisk, was := st.onDisk, st.stamp
+	st.mu.Unlock()
+	switch {
+	case sv != nil && sv.Deleted:
+		sv = nil
+	case sv == nil && onDisk:
+		if err := s.lost(st.id, was); err != nil {
+			return err
+		}
 	}
 	if sv != nil {
 		if sv.Owner != st.owner {
@@ -208,7 +318,8 @@ func (st *stream) reload() error {
 }
 
 // install gives the stream a new Method over its heads, with the saved
-// state sv, or the source state when sv is nil.
+// state sv, or the source state when sv is nil. A state whose LayerNorm
+// values are not all finite is refused as damaged.
 func (st *stream) install(sv *savedStream) error {
 	s := st.srv
 	m, err := s.newMethod(st.heads)
@@ -223,7 +334,14 @@ func (st *stream) install(sv *savedStream) error {
 	fresh := stamp{Birth: rand.Uint64()}
 	if sv != nil {
 		if err := s.restore(st, sv.State); err != nil {
-			return fmt.Errorf("serve: stream %s: %s: %w", st.id, s.store.Where(st.id), err)
+			s.log.Error("serve: restoring stream", "stream", st.id, "where", s.store.Where(st.id), "err", err)
+			return errorf(http.StatusInternalServerError, "stream %s: its saved state does not fit %s (the server log says why)", st.id, s.preset.Method)
+		}
+		s.model.Lock()
+		bad := slices.IndexFunc(st.params, func(v float64) bool { return !isFinite(v) })
+		s.model.Unlock()
+		if bad >= 0 {
+			return s.storeError(st.id, &badStateError{where: s.store.Where(st.id), err: fmt.Errorf("LayerNorm value %d is not finite", bad)})
 		}
 		stats = sv.Stats
 		stats.Restored = true

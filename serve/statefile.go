@@ -6,39 +6,63 @@ import (
 	"encoding/gob"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
+	"math"
 	"time"
 )
 
 // A saved stream's bytes, the same in every store (a folder's ID.stream, a
 // Redis hash's state field), are in this order:
 //
-//	stateMagic                  "subtta-serve-stream-v3\n"
+//	stateMagic                  "subtta-serve-stream-v4\n"
 //	the head's length           4 bytes, big-endian
+//	the head's checksum         4 bytes, big-endian: CRC-32C of the head
 //	the head                    streamHead, gob-encoded
 //	the body                    stateBody, gob-encoded
+//	the checksum                4 bytes, big-endian: CRC-32C of every byte before it
 //
 // The head is what GET /v1/streams/{id}, DELETE's owner check and a save's
 // compare-and-swap need: it is read alone, without reading or decoding the
 // body (the Method's state and the saved answers, megabytes on a large
-// model). Bytes that do not start with stateMagic are of the earlier format,
-// legacyFormat (one gob-encoded legacyStream): read whole, and written in
-// this format at the stream's next save.
+// model), and checked by its own checksum; reading the whole checks the
+// last checksum too, so that no byte of a damaged state is adapted on. A
+// state whose checksum fails, or whose numbers are not finite, is damaged
+// (errDamaged).
+//
+// Bytes that start with v3Magic are of the format before checksums (no
+// checksum fields: magic, length, head, body): read, and written in the
+// current format at the stream's next save. Bytes that start with neither
+// are of the format before that, legacyFormat (one gob-encoded
+// legacyStream): read whole, and written in the current format likewise.
 
 // stateFormat names the format; stateMagic starts its bytes.
-const stateFormat = "subtta-serve-stream-v3"
+const stateFormat = "subtta-serve-stream-v4"
 
 const stateMagic = stateFormat + "\n"
 
-// legacyFormat is the earlier format's name, in its Format field.
+// v3Magic starts the bytes of the format before checksums.
+const v3Magic = "subtta-serve-stream-v3\n"
+
+// legacyFormat is the earliest format's name, in its Format field.
 const legacyFormat = "subtta-serve-stream-v2"
 
 // maxHeadLen bounds the head's length as written at the start of a state,
 // so that damaged bytes are refused rather than read as a huge length.
 const maxHeadLen = 1 << 26
 
-// prefixLen is the length of stateMagic and the head's length.
-const prefixLen = len(stateMagic) + 4
+// prefixLen is the length of stateMagic, the head's length and its
+// checksum; v3PrefixLen that of v3Magic and the head's length.
+const (
+	prefixLen   = len(stateMagic) + 8
+	v3PrefixLen = len(v3Magic) + 4
+)
+
+// crcLen is the length of a checksum.
+const crcLen = 4
+
+// castagnoli is CRC-32C's table (hardware-accelerated on amd64 and arm64).
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // stateBody is what follows a saved stream's head.
 type stateBody struct {
@@ -69,7 +93,7 @@ type legacyStream struct {
 func encodeState(sv *savedStream) (b []byte, headEnd int, err error) {
 	var buf bytes.Buffer
 	buf.WriteString(stateMagic)
-	buf.Write(make([]byte, 4)) // the head's length, set below
+	buf.Write(make([]byte, 8)) // the head's length and checksum, set below
 	if err := gob.NewEncoder(&buf).Encode(&sv.streamHead); err != nil {
 		return nil, 0, err
 	}
@@ -80,8 +104,12 @@ func encodeState(sv *savedStream) (b []byte, headEnd int, err error) {
 	if err := gob.NewEncoder(&buf).Encode(stateBody{State: sv.State, Answers: sv.Answers}); err != nil {
 		return nil, 0, err
 	}
+	buf.Write(make([]byte, crcLen))
 	b = buf.Bytes()
-	binary.BigEndian.PutUint32(b[len(stateMagic):prefixLen], uint32(headEnd-prefixLen))
+	binary.BigEndian.PutUint32(b[len(stateMagic):], uint32(headEnd-prefixLen))
+	binary.BigEndian.PutUint32(b[len(stateMagic)+4:], crc32.Checksum(b[prefixLen:headEnd], castagnoli))
+	end := len(b) - crcLen
+	binary.BigEndian.PutUint32(b[end:], crc32.Checksum(b[:end], castagnoli))
 	return b, headEnd, nil
 }
 
@@ -119,18 +147,30 @@ func decodeFrom(r io.Reader, id, where string, body bool) (*savedStream, error) 
 }
 
 // errBadState is (errors.Is) the error of bytes that are not a saved
-// stream of this version, or not of the stream expected.
+// stream of id: damaged (a checksum that fails, bytes cut short or
+// changed, a number that is not finite), or not of the stream expected.
+// Such bytes are proven unusable; an I/O error proves nothing.
 var errBadState = errors.New("not a saved stream")
 
 // badStateError says why bytes are not a saved stream, and where they are.
 type badStateError struct {
 	where string
+	aside string // where the bytes were set aside, if they were
 	err   error
 }
 
 func (e *badStateError) Error() string {
+	if e.aside != "" {
+		return fmt.Sprintf("serve: %s is not a saved stream of this version (%v); set aside as %s", e.where, e.err, e.aside)
+	}
 	return fmt.Sprintf("serve: %s is not a saved stream of this version (%v)", e.where, e.err)
 }
+
+// errSetAside is why a stream whose damaged state was set aside has none.
+var errSetAside = errors.New("its state was found damaged and set aside; DELETE the stream to start it afresh")
+
+// reason is why, without where: what a client may be told.
+func (e *badStateError) reason() string { return e.err.Error() }
 
 func (e *badStateError) Is(target error) bool { return target == errBadState }
 
@@ -145,11 +185,13 @@ var errTruncated = errors.New("the head ends beyond the bytes")
 // readStateBytes is decodeFrom: its errors are the reader's, or bad.
 func readStateBytes(r io.Reader, id string, body bool) (*savedStream, error) {
 	prefix := make([]byte, prefixLen)
-	n, err := io.ReadFull(r, prefix)
+	n, err := io.ReadFull(r, prefix[:v3PrefixLen])
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 		return nil, err
 	}
-	if n < prefixLen || string(prefix[:len(stateMagic)]) != stateMagic {
+	magic := string(prefix[:min(n, len(stateMagic))])
+	v4 := magic == stateMagic
+	if n < v3PrefixLen || !v4 && magic != v3Magic {
 		rest, err := io.ReadAll(r)
 		if err != nil {
 			return nil, err
@@ -158,7 +200,18 @@ func readStateBytes(r io.Reader, id string, body bool) (*savedStream, error) {
 		if err != nil {
 			return nil, bad(err)
 		}
-		return sv, nil
+		return sv, checkFinite(sv)
+	}
+	var headSum uint32
+	if v4 {
+		if _, err := io.ReadFull(r, prefix[v3PrefixLen:]); errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			return nil, bad(errTruncated)
+		} else if err != nil {
+			return nil, err
+		}
+		headSum = binary.BigEndian.Uint32(prefix[v3PrefixLen:])
+	} else {
+		prefix = prefix[:v3PrefixLen]
 	}
 	size := binary.BigEndian.Uint32(prefix[len(stateMagic):])
 	if size > maxHeadLen {
@@ -170,6 +223,9 @@ func readStateBytes(r io.Reader, id string, body bool) (*savedStream, error) {
 	} else if err != nil {
 		return nil, err
 	}
+	if v4 && crc32.Checksum(head, castagnoli) != headSum {
+		return nil, bad(errors.New("the head's checksum does not match: the head is damaged"))
+	}
 	var sv savedStream
 	if err := gob.NewDecoder(bytes.NewReader(head)).Decode(&sv.streamHead); err != nil {
 		return nil, bad(fmt.Errorf("head: %w", err))
@@ -178,14 +234,55 @@ func readStateBytes(r io.Reader, id string, body bool) (*savedStream, error) {
 		return nil, bad(fmt.Errorf("stream %q", sv.ID))
 	}
 	if body {
+		rest, err := io.ReadAll(r)
+		if err != nil {
+			return nil, err
+		}
+		if v4 {
+			if len(rest) < crcLen {
+				return nil, bad(errors.New("the bytes end before the checksum"))
+			}
+			sum := crc32.Update(crc32.Update(0, castagnoli, prefix), castagnoli, head)
+			end := len(rest) - crcLen
+			if crc32.Update(sum, castagnoli, rest[:end]) != binary.BigEndian.Uint32(rest[end:]) {
+				return nil, bad(errors.New("the checksum does not match: the state is damaged"))
+			}
+			rest = rest[:end]
+		}
 		var b stateBody
-		if err := gob.NewDecoder(r).Decode(&b); err != nil {
+		if err := gob.NewDecoder(bytes.NewReader(rest)).Decode(&b); err != nil {
 			return nil, bad(fmt.Errorf("body: %w", err))
 		}
 		sv.State, sv.Answers = b.State, b.Answers
 	}
-	return &sv, nil
+	return &sv, checkFinite(&sv)
 }
+
+// checkFinite refuses a saved stream holding a number that is not finite
+// in its counters or saved answers (the Method's own numbers are checked
+// once restored: see install).
+func checkFinite(sv *savedStream) error {
+	for name, v := range sv.Stats.LastLoss {
+		if !isFinite(v) {
+			return bad(fmt.Errorf("the last loss %s is %v", name, v))
+		}
+	}
+	for i, v := range sv.Stats.Cosines {
+		if !isFinite(v) {
+			return bad(fmt.Errorf("principal-angle cosine %d is %v", i, v))
+		}
+	}
+	for i, a := range sv.Answers {
+		for k, v := range a.Logits {
+			if !isFinite(v) {
+				return bad(fmt.Errorf("saved answer %d: logit %d is %v", i, k, v))
+			}
+		}
+	}
+	return nil
+}
+
+func isFinite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 
 // decodeLegacy decodes a saved stream of the earlier format.
 func decodeLegacy(b []byte, id string) (*savedStream, error) {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -132,15 +133,12 @@ func TestStoreHeadWithoutBody(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if _, err := s.Load(ctx, "cam"); !errors.Is(err, errBadState) {
-				t.Fatalf("Load of a state cut after its head: %v; want errBadState", err)
-			}
 			h, err := s.Head(ctx, "cam")
 			if err != nil || h == nil || h.Stamp != g1 || h.Stats.Images != 4 || h.Owner != "digest" {
 				t.Fatalf("Head: %+v, %v; want generation 1 with 4 images", h, err)
 			}
-			if err := s.Delete(ctx, "cam", func(h *streamHead) bool { return h.Owner == "someone else" }); err != nil {
-				t.Fatal(err)
+			if deleted, err := s.Delete(ctx, "cam", func(h *streamHead) bool { return h != nil && h.Owner == "someone else" }); err != nil || deleted {
+				t.Fatal(deleted, err)
 			}
 			if h, err := s.Head(ctx, "cam"); h == nil || err != nil {
 				t.Fatalf("after a Delete of another owner's stream: %v, %v; want it kept", h, err)
@@ -155,6 +153,25 @@ func TestStoreHeadWithoutBody(t *testing.T) {
 			}
 			if sv, err := s.Load(ctx, "cam"); err != nil || sv.Stamp != g2 || sv.Stats.Images != 6 || len(sv.State) != 1<<20 {
 				t.Fatalf("after the save: %v", err)
+			}
+			// Load refuses the state cut after its head, and sets it aside:
+			// then Head too says it is damaged.
+			cut2 := mustEncode(t, bigSaved("cam", g2, 6, 1<<20))
+			cut2 = cut2[:len(cut2)-100]
+			switch s := s.(type) {
+			case *dirStore:
+				err = os.WriteFile(s.path("cam"), cut2, 0o644)
+			case *redisStore:
+				err = s.c.HSet(ctx, s.key("cam"), "state", cut2).Err()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Load(ctx, "cam"); !errors.Is(err, errBadState) {
+				t.Fatalf("Load of a state cut within its body: %v; want errBadState", err)
+			}
+			if h, err := s.Head(ctx, "cam"); !errors.Is(err, errBadState) {
+				t.Fatalf("Head after Load set the state aside: %+v, %v; want errBadState", h, err)
 			}
 		})
 	}
@@ -263,7 +280,7 @@ func TestStoreReadsEarlierFormat(t *testing.T) {
 func TestRedisHeadBehindStamp(t *testing.T) {
 	url, _ := servicetest.Redis(t)
 	ctx := context.Background()
-	s, err := openRedisStore(ctx, url)
+	s, err := openRedisStore(ctx, url, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +351,9 @@ func TestStreamStateHeadOnly(t *testing.T) {
 	if code != http.StatusOK || st.InMemory || st.Images != size || st.Batches != 1 || st.Method != a.preset.Method || !slices.Equal(st.Labels, h.Labels) {
 		t.Fatalf("GET from a server without the stream: status %d, %+v; want its 2 images in 1 batch", code, st)
 	}
-	if _, err := a.readState("cam"); !errors.Is(err, errBadState) {
+	if cut, err := os.ReadFile(path); err != nil {
+		t.Fatal(err)
+	} else if _, err := decodeState(cut, "cam", path); !errors.Is(err, errBadState) {
 		t.Fatalf("reading the cut file whole: %v; want errBadState", err)
 	}
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // A stateStore keeps the saved states of streams, shared by every server
@@ -11,23 +12,40 @@ import (
 // database (redisStore). A save is a compare-and-swap on the stream's stamp,
 // so that two servers never silently overwrite each other's saves.
 type stateStore interface {
-	// Load returns the stream's saved state, or nil when there is none.
+	// Load returns the stream's saved state, or nil when there is none;
+	// a tombstone (streamHead.Deleted: the stream was deleted through the
+	// API) is returned as it is. A state that is damaged (errBadState) is
+	// set aside first, where no request reads it again, and the error
+	// says so; where only such a state remains, Load says so too.
 	Load(ctx context.Context, id string) (*savedStream, error)
 	// Head returns the head of the stream's saved state (all but the
 	// Method's state and the saved answers), or nil when there is none,
-	// without reading the rest where the state is of the current format.
+	// without reading the rest where the state is of the current format;
+	// as Load, it returns a tombstone as it is, and errBadState where
+	// only a damaged state set aside remains.
 	Head(ctx context.Context, id string) (*streamHead, error)
 	// Save stores sv as the stream sv.ID's state if the stored state
-	// still carries the stamp prev (when prev is nil: if there is none),
-	// and returns errStale otherwise, storing nothing.
+	// still carries the stamp prev (when prev is nil: if there is none, or
+	// a tombstone), and returns errStale otherwise, storing nothing.
 	Save(ctx context.Context, sv *savedStream, prev *stamp) error
-	// Delete removes the stream's state if only, when not nil, says so of
-	// it, checked and removed at once; a stream without one is no error.
-	Delete(ctx context.Context, id string, only func(*streamHead) bool) error
+	// Delete replaces the stream's state by a tombstone carrying its
+	// stamp, and removes a damaged state set aside, if allow says so of
+	// its head, checked and replaced at once: allow is given nil for a
+	// state proven damaged, whose owner cannot be read. An error reading
+	// the state (not proven damaged) deletes nothing. deleted says
+	// whether there was something, and it went.
+	Delete(ctx context.Context, id string, allow func(*streamHead) bool) (deleted bool, err error)
 	// Where names the state of stream id in messages: a file, or a key.
 	Where(id string) string
 	// Close releases the store's connections.
 	Close() error
+}
+
+// tombstone is the state a Delete leaves of a stream whose state carried
+// the stamp was, owned by owner: a server that still holds the stream
+// finds it deleted through the API, not lost.
+func tombstone(id string, was stamp, owner string) *savedStream {
+	return &savedStream{streamHead: streamHead{ID: id, Stamp: was, Owner: owner, Deleted: true, Saved: time.Now().UTC()}}
 }
 
 // A streamLocker is a store that can keep every other server from saving a
@@ -60,7 +78,7 @@ func openStore(ctx context.Context, c *Config) (stateStore, error) {
 	case where == "":
 		return nil, nil
 	case strings.HasPrefix(where, "redis://") || strings.HasPrefix(where, "rediss://"):
-		return openRedisStore(ctx, where)
+		return openRedisStore(ctx, where, c.Logger)
 	case strings.Contains(where, "://"):
 		return nil, fmt.Errorf("serve: state store %s: want a folder, or redis://host:port/db", quote(where, maxEcho))
 	}

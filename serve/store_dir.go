@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -45,15 +46,55 @@ func (d *dirStore) Where(id string) string { return d.path(id) }
 
 func (d *dirStore) Close() error { return nil }
 
+// asidePath is where a damaged state file is set aside.
+func (d *dirStore) asidePath(id string) string { return d.path(id) + ".damaged" }
+
 func (d *dirStore) Load(_ context.Context, id string) (*savedStream, error) {
 	b, err := os.ReadFile(d.path(id))
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+		return nil, d.asideErr(id)
 	}
 	if err != nil {
 		return nil, err
 	}
-	return decodeState(b, id, d.path(id))
+	sv, err := decodeState(b, id, d.path(id))
+	if errors.Is(err, errBadState) {
+		return nil, d.setAside(id, b, err)
+	}
+	return sv, err
+}
+
+// setAside renames the state file, found damaged as b (err says why), to
+// asidePath, under the stream's lock, if it still holds b: a state saved
+// meanwhile stays.
+func (d *dirStore) setAside(id string, b []byte, err error) error {
+	var be *badStateError
+	errors.As(err, &be)
+	lerr := d.locked(id, func() error {
+		now, err := os.ReadFile(d.path(id))
+		if err != nil || !bytes.Equal(now, b) {
+			return err
+		}
+		return os.Rename(d.path(id), d.asidePath(id))
+	})
+	if lerr != nil {
+		return errors.Join(err, fmt.Errorf("serve: setting %s aside: %w", d.path(id), lerr))
+	}
+	be.aside = d.asidePath(id)
+	return be
+}
+
+// asideErr is Load's and Head's error for a stream without a state file:
+// errBadState when a damaged one was set aside, else nil.
+func (d *dirStore) asideErr(id string) error {
+	_, err := os.Stat(d.asidePath(id))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	}
+	return &badStateError{where: d.path(id), aside: d.asidePath(id), err: errSetAside}
 }
 
 // Head reads the file's head only (the whole of a file of the earlier
@@ -61,7 +102,7 @@ func (d *dirStore) Load(_ context.Context, id string) (*savedStream, error) {
 func (d *dirStore) Head(_ context.Context, id string) (*streamHead, error) {
 	f, err := os.Open(d.path(id))
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+		return nil, d.asideErr(id)
 	}
 	if err != nil {
 		return nil, err
@@ -118,7 +159,7 @@ func (d *dirStore) Save(ctx context.Context, sv *savedStream, prev *stamp) error
 			return err
 		}
 		var st *stamp
-		if cur != nil {
+		if cur != nil && !cur.Deleted {
 			st = &cur.Stamp
 		}
 		if !sameStamp(st, prev) {
@@ -128,22 +169,74 @@ func (d *dirStore) Save(ctx context.Context, sv *savedStream, prev *stamp) error
 	})
 }
 
-// Delete removes the stream's file under its lock, so that no save of
-// another server lands between its check and its rename. Its empty lock
-// file stays (filelock).
-func (d *dirStore) Delete(ctx context.Context, id string, only func(*streamHead) bool) error {
-	return d.locked(id, func() error {
-		if only != nil {
-			// A file that cannot be read is removed all the same.
-			if h, err := d.Head(ctx, id); err == nil && h != nil && !only(h) {
-				return nil
-			}
-		}
-		if err := os.Remove(d.path(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+// Delete writes the stream's tombstone over its file (and removes a
+// damaged file set aside) under its lock, so that no save of another
+// server lands between its check and its write. Its lock file stays
+// (filelock).
+func (d *dirStore) Delete(ctx context.Context, id string, allow func(*streamHead) bool) (deleted bool, err error) {
+	err = d.locked(id, func() error {
+		h, err := d.Head(ctx, id)
+		if err != nil && !errors.Is(err, errBadState) {
 			return err
 		}
-		return nil
+		var be *badStateError
+		switch {
+		case errors.As(err, &be) && be.aside != "":
+			// Only a damaged file set aside remains: its head may
+			// still say whose it is.
+			if ah, aerr := d.asideHead(id); aerr == nil {
+				h = ah
+			} else if !errors.Is(aerr, errBadState) {
+				return aerr
+			}
+			if !allow(h) {
+				return nil
+			}
+			if err := d.writeTombstone(id, h); err != nil {
+				return err
+			}
+			deleted = true
+			return os.Remove(d.asidePath(id))
+		case err != nil: // the state file is damaged
+			if !allow(nil) {
+				return nil
+			}
+			deleted = true
+			return d.writeTombstone(id, nil)
+		case h == nil || h.Deleted:
+			return nil
+		case !allow(h):
+			return nil
+		}
+		deleted = true
+		return d.writeTombstone(id, h)
 	})
+	return deleted, err
+}
+
+// writeTombstone writes the tombstone of the state whose head is h (nil:
+// unknown, damaged) over the stream's file.
+func (d *dirStore) writeTombstone(id string, h *streamHead) error {
+	var was stamp
+	owner := ""
+	if h != nil {
+		was, owner = h.Stamp, h.Owner
+	}
+	b, _, err := encodeState(tombstone(id, was, owner))
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(d.path(id), b)
+}
+
+// asideHead reads the head of the damaged file set aside.
+func (d *dirStore) asideHead(id string) (*streamHead, error) {
+	f, err := os.Open(d.asidePath(id))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return readHead(f, id, d.asidePath(id))
 }
 
 // checkFoldedNames refuses a state directory that holds the file of a

@@ -1,9 +1,11 @@
 package serve
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strconv"
 	"strings"
@@ -34,7 +36,7 @@ const redisTimeout = 10 * time.Second
 
 // openRedisStore connects to redis://[user:password@]host:port/db (or
 // rediss:// for TLS) and checks that the server answers.
-func openRedisStore(ctx context.Context, rawURL string) (*redisStore, error) {
+func openRedisStore(ctx context.Context, rawURL string, logger *slog.Logger) (*redisStore, error) {
 	shown := rawURL
 	if u, err := url.Parse(rawURL); err == nil {
 		shown = u.Redacted()
@@ -44,6 +46,9 @@ func openRedisStore(ctx context.Context, rawURL string) (*redisStore, error) {
 		return nil, fmt.Errorf("serve: state store %s: %w", quote(shown, maxEcho), err)
 	}
 	opt.DisableIdentity = true // CLIENT SETINFO, unknown before Redis 7.2
+	// go-redis's logger is one for the process: the last server opened
+	// gets its lines.
+	redis.SetLogger(redisLogger{log: logger})
 	c := redis.NewClient(opt)
 	pctx, cancel := context.WithTimeout(ctx, redisTimeout)
 	defer cancel()
@@ -60,17 +65,68 @@ func (r *redisStore) Where(id string) string { return r.url + " key " + r.key(id
 
 func (r *redisStore) Close() error { return r.c.Close() }
 
+// asideKey is where a damaged state is set aside.
+func (r *redisStore) asideKey(id string) string { return redisAsidePrefix + id }
+
+// redisAsidePrefix begins the keys of damaged states set aside.
+const redisAsidePrefix = "subtta:damaged:"
+
+// tombstoneStamp is the stamp field of a tombstone: no save's stamp, so
+// that a server of the earlier version refuses to read it as one.
+const tombstoneStamp = "deleted"
+
 func (r *redisStore) Load(ctx context.Context, id string) (*savedStream, error) {
 	ctx, cancel := context.WithTimeout(ctx, redisTimeout)
 	defer cancel()
 	b, err := r.c.HGet(ctx, r.key(id), "state").Bytes()
 	if errors.Is(err, redis.Nil) {
-		return nil, nil
+		return nil, r.asideErr(ctx, r.c, id)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("serve: loading %s: %w", r.Where(id), err)
 	}
-	return decodeState(b, id, r.Where(id))
+	sv, err := decodeState(b, id, r.Where(id))
+	if errors.Is(err, errBadState) {
+		return nil, r.setAside(ctx, id, b, err)
+	}
+	return sv, err
+}
+
+// setAside renames the stream's key, whose state was found damaged as b
+// (err says why), to asideKey, if it still holds b.
+func (r *redisStore) setAside(ctx context.Context, id string, b []byte, err error) error {
+	var be *badStateError
+	errors.As(err, &be)
+	key := r.key(id)
+	werr := r.c.Watch(ctx, func(tx *redis.Tx) error {
+		now, err := tx.HGet(ctx, key, "state").Bytes()
+		if err != nil || !bytes.Equal(now, b) {
+			return err
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Rename(ctx, key, r.asideKey(id))
+			return nil
+		})
+		return err
+	}, key)
+	if werr != nil && !errors.Is(werr, redis.Nil) {
+		return errors.Join(err, fmt.Errorf("serve: setting %s aside: %w", r.Where(id), werr))
+	}
+	be.aside = r.url + " key " + r.asideKey(id)
+	return be
+}
+
+// asideErr is Load's and Head's error for a stream without a key:
+// errBadState when a damaged state was set aside, else nil.
+func (r *redisStore) asideErr(ctx context.Context, c redis.Cmdable, id string) error {
+	n, err := c.Exists(ctx, r.asideKey(id)).Result()
+	switch {
+	case err != nil:
+		return fmt.Errorf("serve: loading %s: %w", r.Where(id), err)
+	case n == 0:
+		return nil
+	}
+	return &badStateError{where: r.Where(id), aside: r.url + " key " + r.asideKey(id), err: errSetAside}
 }
 
 // Head reads the stamp and head fields, and decodes the head. Where the
@@ -96,13 +152,13 @@ func (r *redisStore) head(ctx context.Context, c redis.Cmdable, id string) (*str
 		if err != nil {
 			return nil, err
 		}
-		if formatStamp(h.Stamp) == st {
+		if formatStamp(h.Stamp) == st || h.Deleted && st == tombstoneStamp {
 			return h, nil
 		}
 	}
 	b, err := c.HGet(ctx, key, "state").Bytes()
 	if errors.Is(err, redis.Nil) {
-		return nil, nil
+		return nil, r.asideErr(ctx, c, id)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("serve: loading %s: %w", r.Where(id), err)
@@ -126,7 +182,7 @@ func (r *redisStore) Save(ctx context.Context, sv *savedStream, prev *stamp) err
 		var cur *stamp
 		s, err := tx.HGet(ctx, key, "stamp").Result()
 		switch {
-		case errors.Is(err, redis.Nil):
+		case errors.Is(err, redis.Nil), err == nil && s == tombstoneStamp:
 		case err != nil:
 			return err
 		default:
@@ -139,8 +195,12 @@ func (r *redisStore) Save(ctx context.Context, sv *savedStream, prev *stamp) err
 		if !sameStamp(cur, prev) {
 			return errStale
 		}
+		st := formatStamp(sv.Stamp)
+		if sv.Deleted {
+			st = tombstoneStamp
+		}
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.HSet(ctx, key, "stamp", formatStamp(sv.Stamp), "head", b[:headEnd], "state", b)
+			p.HSet(ctx, key, "stamp", st, "head", b[:headEnd], "state", b)
 			return nil
 		})
 		return err
@@ -154,41 +214,83 @@ func (r *redisStore) Save(ctx context.Context, sv *savedStream, prev *stamp) err
 	return err
 }
 
-// Delete removes the stream's key; with only, in an optimistic transaction
-// on the head read and checked (tried again while other clients change
-// the key in between).
-func (r *redisStore) Delete(ctx context.Context, id string, only func(*streamHead) bool) error {
+// Delete writes the stream's tombstone over its key (and removes a
+// damaged state set aside) in an optimistic transaction on the head read
+// and checked (tried again while other clients change the key in
+// between).
+func (r *redisStore) Delete(ctx context.Context, id string, allow func(*streamHead) bool) (deleted bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, redisTimeout)
 	defer cancel()
-	key := r.key(id)
+	key, aside := r.key(id), r.asideKey(id)
 	for {
+		deleted = false
 		err := r.c.Watch(ctx, func(tx *redis.Tx) error {
-			if only != nil {
-				h, err := r.head(ctx, tx, id)
-				switch {
-				case err == nil && h == nil:
-					return nil
-				case err != nil && !errors.Is(err, errBadState):
+			h, err := r.head(ctx, tx, id)
+			if err != nil && !errors.Is(err, errBadState) {
+				return err
+			}
+			var be *badStateError
+			var write func(p redis.Pipeliner)
+			// tomb writes the tombstone of the state whose head is h (nil:
+			// unknown, damaged) and removes a state set aside.
+			tomb := func(h *streamHead) error {
+				var was stamp
+				owner := ""
+				if h != nil {
+					was, owner = h.Stamp, h.Owner
+				}
+				b, headEnd, err := encodeState(tombstone(id, was, owner))
+				if err != nil {
 					return err
 				}
-				// A state that cannot be read is removed all the same.
-				if err == nil && !only(h) {
+				write = func(p redis.Pipeliner) {
+					p.HSet(ctx, key, "stamp", tombstoneStamp, "head", b[:headEnd], "state", b)
+					p.Del(ctx, aside)
+				}
+				return nil
+			}
+			switch {
+			case errors.As(err, &be) && be.aside != "":
+				// Only a damaged state set aside remains: its head may
+				// still say whose it is.
+				h = nil
+				if b, err := tx.HGet(ctx, aside, "head").Bytes(); err == nil {
+					h, _ = readHead(bytes.NewReader(b), id, aside)
+				}
+				if !allow(h) {
 					return nil
 				}
+				if err := tomb(h); err != nil {
+					return err
+				}
+			case err != nil: // the state is damaged
+				if !allow(nil) {
+					return nil
+				}
+				if err := tomb(nil); err != nil {
+					return err
+				}
+			case h == nil || h.Deleted || !allow(h):
+				return nil
+			default:
+				if err := tomb(h); err != nil {
+					return err
+				}
 			}
-			_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-				p.Del(ctx, key)
+			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				write(p)
 				return nil
 			})
+			deleted = err == nil
 			return err
-		}, key)
+		}, key, aside)
 		if errors.Is(err, redis.TxFailedErr) && ctx.Err() == nil {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("serve: deleting %s: %w", r.Where(id), err)
+			return false, fmt.Errorf("serve: deleting %s: %w", r.Where(id), err)
 		}
-		return nil
+		return deleted, nil
 	}
 }
 

@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -26,7 +27,7 @@ var stores = []struct {
 	}},
 	{"redis", func(t *testing.T) stateStore {
 		url, _ := servicetest.Redis(t)
-		s, err := openRedisStore(context.Background(), url)
+		s, err := openRedisStore(context.Background(), url, slog.Default())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,23 +77,28 @@ func TestStoreCompareAndSwap(t *testing.T) {
 				t.Fatalf("after the saves: %+v, %v; want generation 2 with 4 images", sv, err)
 			}
 			notOurs := func(h *streamHead) bool { return h.Owner == "someone else" }
-			if err := s.Delete(ctx, "cam", notOurs); err != nil {
-				t.Fatal(err)
+			if deleted, err := s.Delete(ctx, "cam", notOurs); err != nil || deleted {
+				t.Fatalf("a Delete of another owner's stream: %v, %v", deleted, err)
 			}
 			if sv, err := s.Load(ctx, "cam"); sv == nil || err != nil {
 				t.Fatalf("after a Delete of another owner's stream: %v, %v; want it kept", sv, err)
 			}
-			if err := s.Delete(ctx, "cam", nil); err != nil {
-				t.Fatal(err)
+			if deleted, err := s.Delete(ctx, "cam", func(*streamHead) bool { return true }); err != nil || !deleted {
+				t.Fatalf("Delete: %v, %v", deleted, err)
 			}
-			if err := s.Delete(ctx, "cam", notOurs); err != nil {
-				t.Errorf("deleting a deleted stream: %v", err)
+			if deleted, err := s.Delete(ctx, "cam", notOurs); err != nil || deleted {
+				t.Errorf("deleting a deleted stream: %v, %v", deleted, err)
 			}
 			if err := s.Save(ctx, saved("cam", g2, 1), &g1); !errors.Is(err, errStale) {
 				t.Errorf("a save over a deleted stream: %v; want errStale", err)
 			}
-			if sv, err := s.Load(ctx, "cam"); sv != nil || err != nil {
-				t.Errorf("after Delete: %v, %v", sv, err)
+			// A tombstone, with the stamp of the state it deleted; a new
+			// stream may be saved over it.
+			if sv, err := s.Load(ctx, "cam"); err != nil || sv == nil || !sv.Deleted || sv.Stamp != g2 {
+				t.Errorf("after Delete: %+v, %v; want a tombstone of generation 2", sv, err)
+			}
+			if err := s.Save(ctx, saved("cam", stamp{Birth: 9, Generation: 1}, 1), nil); err != nil {
+				t.Errorf("a new stream's save over a tombstone: %v", err)
 			}
 		})
 	}

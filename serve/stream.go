@@ -50,16 +50,20 @@ type stream struct {
 	kick    chan struct{} // wakes the worker (capacity 1)
 	used    int64         // Server.clock at the last use; guarded by srv.mu
 
-	mu      sync.Mutex
-	pending []*job
-	busy    bool // a batch is being stepped and saved
-	closing bool // takes no more requests; set by stop, delete or eviction
-	deleted bool // the stream is being deleted: waiting requests fail
-	unsaved bool // the last save failed: evicting would lose adaptation
-	stats   streamStats
-	onDisk  bool          // the stream has a saved state, read or written by this server
-	stamp   stamp         // that state's stamp, or the Birth its first save will carry
-	answers []savedAnswer // answers to its recent requests with an Idempotency-Key, oldest first
+	mu        sync.Mutex
+	pending   []*job
+	busy      bool          // a batch is being stepped and saved
+	closing   bool          // takes no more requests; set by stop, delete or eviction
+	deleted   bool          // the stream is being deleted: waiting requests fail
+	unsaved   bool          // the last save failed: evicting would lose adaptation
+	retry     time.Duration // the wait before the next try of a failed save
+	retries   int           // failed tries since the last save
+	deletedBy client        // who deleted the stream
+	deleteErr error         // why its state could not be deleted
+	stats     streamStats
+	onDisk    bool          // the stream has a saved state, read or written by this server
+	stamp     stamp         // that state's stamp, or the Birth its first save will carry
+	answers   []savedAnswer // answers to its recent requests with an Idempotency-Key, oldest first
 }
 
 // streamStats are a stream's counters, saved with its state.
@@ -95,6 +99,7 @@ type answer struct {
 	position int   // the job's row in the batch
 	steps    int   // optimizer steps the batch took
 	replayed bool  // the saved answer of an earlier request with the job's key
+	frozen   bool  // the frozen model's answer: the stream did not adapt (Config.Degraded)
 	err      error
 }
 
@@ -300,13 +305,15 @@ func (st *stream) run() {
 }
 
 // finish removes the stream from the server and fails what still waits.
+// A deleted stream's state goes (a tombstone); another's stamp is kept in
+// Server.known, to tell its state lost from deleted when it comes back.
 func (st *stream) finish() {
 	s := st.srv
 	st.mu.Lock()
 	st.closing = true
 	rest := st.pending
 	st.pending = nil
-	deleted := st.deleted
+	deleted, onDisk, last, by := st.deleted, st.onDisk, st.stamp, st.deletedBy
 	st.mu.Unlock()
 	for _, j := range rest {
 		err := error(errorf(http.StatusGone, "stream %s was deleted", st.id))
@@ -316,15 +323,101 @@ func (st *stream) finish() {
 		j.done <- answer{err: err}
 	}
 	if deleted {
-		s.removeState(st.id, st.owner)
+		var was *stamp
+		if onDisk {
+			was = &last
+		}
+		if _, err := s.removeState(st.id, st.owner, by.admin, was); err != nil {
+			s.log.Error("serve: removing stream state", "stream", st.id, "err", err)
+			st.deleteErr = err
+		}
 	}
 	s.mu.Lock()
 	if s.streams[st.id] == st {
 		delete(s.streams, st.id)
 	}
+	switch {
+	case deleted && st.deleteErr == nil:
+		delete(s.known, st.id)
+	case !deleted && onDisk && st.loadErr == nil:
+		if len(s.known) >= maxKnown {
+			for id := range s.known { // any one: the map bounds memory only
+				delete(s.known, id)
+				break
+			}
+		}
+		s.known[st.id] = last
+	}
+	delete(s.unsaved, st)
+	s.m.unsaved.Set(float64(len(s.unsaved)))
 	s.m.streams.Set(float64(len(s.streams)))
 	s.mu.Unlock()
 	close(st.exited)
+}
+
+// maxKnown bounds Server.known: 100,000 streams that left memory, about
+// 10 MB; beyond it one is forgotten for each that leaves (its lost state
+// would then be taken for a new stream).
+const maxKnown = 100_000
+
+// setUnsaved records whether the stream's last save failed.
+func (s *Server) setUnsaved(st *stream, unsaved bool) {
+	st.mu.Lock()
+	st.unsaved = unsaved
+	if unsaved {
+		if st.retry == 0 {
+			st.retry = s.cfg.SaveRetry
+		}
+		st.retries++
+	} else {
+		st.retry, st.retries = 0, 0
+	}
+	st.mu.Unlock()
+	s.mu.Lock()
+	if unsaved {
+		s.unsaved[st] = true
+	} else {
+		delete(s.unsaved, st)
+	}
+	s.m.unsaved.Set(float64(len(s.unsaved)))
+	s.mu.Unlock()
+}
+
+// saveAgain tries again the failed save of an unsaved stream, and waits
+// longer before the next try if it fails again. It returns false when the
+// worker must end: the stream was saved by another server meanwhile, and
+// could not be reloaded.
+func (s *Server) saveAgain(st *stream) bool {
+	err := s.persist(st)
+	st.mu.Lock()
+	tries := st.retries
+	st.mu.Unlock()
+	switch {
+	case err == nil:
+		s.setUnsaved(st, false)
+		s.log.Info("serve: stream saved after failed saves", "stream", st.id, "failed", tries)
+		return true
+	case errors.Is(err, errStale):
+		// Another server stepped the stream since this one's last save:
+		// this one's unsaved steps cannot be saved over it.
+		s.m.saveConflicts.Inc()
+		s.log.Error("serve: an unsaved stream was saved by another server meanwhile: its steps since its last save here are dropped; reloading it",
+			"stream", st.id, "failed", tries)
+		s.setUnsaved(st, false)
+		if err := st.reload(); err != nil {
+			s.log.Error("serve: reloading stream", "stream", st.id, "err", err)
+			return false
+		}
+		return true
+	}
+	s.m.saveErrors.Inc()
+	st.mu.Lock()
+	st.retry = min(2*st.retry, s.cfg.SaveRetryMax)
+	wait := st.retry
+	st.retries++
+	st.mu.Unlock()
+	s.log.Warn("serve: stream still unsaved: its answered adaptations are in memory only", "stream", st.id, "failed", tries+1, "next_try", wait, "err", err)
+	return true
 }
 
 // next waits for the next batch: up to the batch size of waiting requests,
@@ -344,7 +437,8 @@ func (st *stream) next() (batch []*job, ok bool) {
 		st.mu.Lock()
 		st.pending = slices.DeleteFunc(st.pending, func(j *job) bool { return j.ctx.Err() != nil })
 		n := len(st.pending)
-		if st.deleted || st.closing && n == 0 {
+		unsaved := st.unsaved && !st.deleted && !isClosed(s.abandon)
+		if st.deleted || st.closing && n == 0 && !unsaved {
 			st.mu.Unlock()
 			return nil, false
 		}
@@ -376,10 +470,37 @@ func (st *stream) next() (batch []*job, ok bool) {
 		if n > 0 {
 			drain = s.drain
 		}
+		var retry <-chan time.Time
+		var abandon <-chan struct{}
+		var rt *time.Timer
+		if unsaved && n == 0 {
+			st.mu.Lock()
+			wait := st.retry
+			st.mu.Unlock()
+			if isClosed(s.drain) {
+				// Shutting down: try at least every second.
+				wait = min(wait, time.Second)
+			} else {
+				drain = s.drain // to try at once when the shutdown begins
+			}
+			rt = time.NewTimer(wait)
+			retry, abandon = rt.C, s.abandon
+		}
 		select {
 		case <-st.kick:
 		case <-deadline:
 		case <-drain:
+			if unsaved && n == 0 && !s.saveAgain(st) {
+				return nil, false
+			}
+		case <-abandon:
+		case <-retry:
+			if !s.saveAgain(st) {
+				return nil, false
+			}
+		}
+		if rt != nil {
+			rt.Stop()
 		}
 	}
 }
@@ -399,7 +520,21 @@ func (s *Server) step(st *stream, batch []*job) (keep bool) {
 	todo := st.replay(batch, got, dups)
 	keep = true
 	var err error
-	if len(todo) > 0 {
+	stale := false
+	if len(todo) > 0 && s.store != nil {
+		// A step only on the latest state: confirmed by its stamp in the
+		// store, or reloaded first.
+		if stale, err = s.confirm(st); err != nil {
+			s.unconfirmed(st, todo, got, err)
+			todo = nil
+		}
+	}
+	switch {
+	case stale:
+		s.m.saveConflicts.Inc()
+		s.log.Info("serve: stream saved by another server since this one read it: reloading it before stepping the batch", "stream", st.id)
+		keep, err = s.restep(st, todo, got)
+	case len(todo) > 0:
 		err = s.stepOnce(st, todo, got)
 		if errors.Is(err, errStale) {
 			s.m.saveConflicts.Inc()
@@ -434,6 +569,65 @@ func (s *Server) step(st *stream, batch []*job) (keep bool) {
 		j.done <- a
 	}
 	return keep
+}
+
+// confirm says whether the stream's state in the store is no longer the
+// one this server read or last wrote (stale: another server saved it
+// since, or deleted it); an error when the store cannot say.
+func (s *Server) confirm(st *stream) (stale bool, err error) {
+	h, err := s.store.Head(context.Background(), st.id)
+	if err != nil {
+		return false, err
+	}
+	var cur *stamp
+	if h != nil && !h.Deleted {
+		cur = &h.Stamp
+	}
+	st.mu.Lock()
+	var mine *stamp
+	if st.onDisk {
+		m := st.stamp
+		mine = &m
+	}
+	st.mu.Unlock()
+	return !sameStamp(cur, mine), nil
+}
+
+// unconfirmed answers, in got, jobs that the stream cannot step because
+// its latest state is unknown (err: the store's): 503 with Retry-After,
+// or with Config.Degraded frozen the frozen model's answer, marked so.
+// The stream does not adapt, and nothing is saved.
+func (s *Server) unconfirmed(st *stream, jobs []*job, got map[*job]answer, err error) {
+	mode := s.cfg.Degraded
+	if errors.Is(err, errBadState) {
+		e := s.storeError(st.id, err)
+		for _, j := range jobs {
+			got[j] = answer{err: e}
+		}
+		return
+	}
+	s.m.storeErrors.Inc()
+	s.log.Warn("serve: the state store cannot confirm the stream's latest state: not adapting", "stream", st.id, "answer", mode, "err", err)
+	s.m.degraded.WithLabelValues(mode).Add(float64(len(jobs)))
+	refuse := &httpError{status: http.StatusServiceUnavailable, header: map[string]string{"Retry-After": "2"},
+		msg: fmt.Sprintf("stream %s: the state store cannot be reached to confirm the stream's latest state; it did not adapt on the image: retry later", st.id)}
+	if mode != DegradedFrozen {
+		for _, j := range jobs {
+			got[j] = answer{err: refuse}
+		}
+		return
+	}
+	h, herr := s.heads.get(st.labels, st.templates, false)
+	for _, j := range jobs {
+		a := answer{err: refuse}
+		if herr == nil {
+			if f, ferr := s.frozenFeatures(context.Background(), j.pixels, 1); ferr == nil {
+				logits, pred := h.frozenLogits(f, s.cfg.Model.LogitScale)
+				a = answer{logits: slices.Clone(logits), pred: pred, batch: -1, frozen: true}
+			}
+		}
+		got[j] = a
+	}
 }
 
 // replay answers, in got, the jobs whose Idempotency-Key the stream has
@@ -569,13 +763,16 @@ func (s *Server) stepOnce(st *stream, jobs []*job, got map[*job]answer) error {
 	}
 	if perr != nil {
 		s.m.saveErrors.Inc()
-		s.log.Error("serve: saving stream state", "stream", st.id, "err", perr)
+		s.log.Warn("serve: saving stream state failed: its answered adaptations are in memory only until a save, tried again in the background, succeeds", "stream", st.id, "err", perr)
 	} else if s.afterSave != nil {
 		s.afterSave()
 	}
 	st.mu.Lock()
-	st.unsaved = perr != nil
+	was := st.unsaved
 	st.mu.Unlock()
+	if perr != nil || was {
+		s.setUnsaved(st, perr != nil)
+	}
 	for i, j := range jobs {
 		got[j] = answers[i]
 	}

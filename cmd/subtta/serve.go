@@ -39,6 +39,11 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 // user of the machine, in ps).
 const apiKeyEnv = "SUBTTA_API_KEY"
 
+// stateStoreEnv names the environment variable serve takes its state store
+// from when neither --state-store nor --state-store-file is given: a Redis
+// URL may hold a password, which ps shows on the command line.
+const stateStoreEnv = "SUBTTA_STATE_STORE"
+
 // datasetAliases let --dataset name the clean set the -C benchmark is made
 // from.
 var datasetAliases = map[string]string{"cifar10": "cifar10-c", "cifar100": "cifar100-c", "imagenet": "imagenet-c"}
@@ -63,7 +68,12 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer, rea
 	maxWait := fs.Duration("max-wait", serve.DefaultMaxWait, "how long a stream's oldest request waits for its batch to fill")
 	maxStreams := fs.Int("max-streams", serve.DefaultMaxStreams, "streams kept in memory; beyond, the least recently used is evicted to --state-dir")
 	stateDir := fs.String("state-dir", "", "folder where streams are saved after every step and read back after an eviction or restart (none: streams live in memory only)")
-	stateStore := fs.String("state-store", "", "where streams are saved, instead of --state-dir: a folder, or a Redis database redis://[user:password@]host:port/db that several servers share")
+	stateStore := fs.String("state-store", "", "where streams are saved, instead of --state-dir: a folder, or a Redis database redis://[user:password@]host:port/db that several servers share (a password here is visible in ps: use --state-store-file or $"+stateStoreEnv+")")
+	stateStoreFile := fs.String("state-store-file", "", "file holding --state-store's value on its first line (keep a Redis password out of ps)")
+	adminKeys := fs.String("admin-keys", "", "file of the keys (as --auth-keys) that may GET and DELETE any stream, and the only ones that may DELETE a stream whose saved state is damaged so that its owner cannot be read; reloaded on SIGHUP")
+	allowLost := fs.Bool("allow-lost-state", false, "start afresh a stream that was saved and whose state the store no longer holds without a DELETE (a Redis restarted without persistence); without it such a stream gets 500 until it is deleted")
+	degraded := fs.String("degraded", serve.DegradedRefuse, "what a stream request gets when the server cannot confirm it holds the stream's latest state (the store unreachable): refuse (503 with Retry-After) or frozen (the frozen model's answer, marked \"adapted\": false); the stream does not adapt either way")
+	shutdownTimeout := fs.Duration("shutdown-timeout", 0, "on SIGTERM, how long to answer the requests in flight and save every stream, retrying failed saves; the process then exits non-zero naming the streams left unsaved (0: --timeout + --max-wait + 10s)")
 	recent := fs.Int("recent-answers", 0, fmt.Sprintf("answers to a stream's latest requests with an Idempotency-Key kept in its saved state, to answer such a request sent again without adapting twice (0: %d, or twice the batch size if more)", serve.DefaultRecentAnswers))
 	maxBody := fs.Int64("max-body", serve.DefaultMaxBodyBytes, "largest request body, bytes")
 	maxPixels := fs.Int("max-pixels", serve.DefaultMaxPixels, "largest image, width×height")
@@ -130,8 +140,29 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer, rea
 			return usagef("%s %d: want %d or more", l.flag, l.v, l.least)
 		}
 	}
+	if *stateStore != "" && *stateStoreFile != "" {
+		return usagef("--state-store and --state-store-file: give one")
+	}
+	if *stateStoreFile != "" {
+		b, err := os.ReadFile(*stateStoreFile)
+		if err != nil {
+			return usagef("--state-store-file: %v", err)
+		}
+		line, _, _ := strings.Cut(string(b), "\n")
+		if *stateStore = strings.TrimSpace(line); *stateStore == "" {
+			return usagef("--state-store-file %s: its first line is empty; want a folder or redis://…", *stateStoreFile)
+		}
+	} else if *stateStore == "" && *stateDir == "" {
+		*stateStore = os.Getenv(stateStoreEnv)
+	}
 	if *stateDir != "" && *stateStore != "" {
-		return usagef("--state-dir %s and --state-store %s: give one", *stateDir, *stateStore)
+		return usagef("--state-dir %s and --state-store (or --state-store-file): give one", *stateDir)
+	}
+	if *degraded != serve.DegradedRefuse && *degraded != serve.DegradedFrozen {
+		return usagef("--degraded %s: want %s or %s", *degraded, serve.DegradedRefuse, serve.DegradedFrozen)
+	}
+	if *shutdownTimeout < 0 {
+		return usagef("--shutdown-timeout %v: want 0 (the default) or a positive duration", *shutdownTimeout)
 	}
 	for _, f := range []struct {
 		flag    string
@@ -195,6 +226,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer, rea
 		Timeout: *timeout, Logger: logger, FrozenPrecision: prec,
 		AuthKeysFile: *authKeys, MetricsKeysFile: *metricsKey, TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey,
 		KeyMaxInFlight: *keyInFlight, KeyImagesPerSecond: *keyRate, KeyBurst: *keyBurst, Guard: guard,
+		AdminKeysFile: *adminKeys, AllowLostState: *allowLost, Degraded: *degraded,
 	})
 	if err != nil {
 		return err
@@ -215,7 +247,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer, rea
 		ReadTimeout:       *timeout,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		ErrorLog:          s.ErrorLog(),
 	}
 	scheme, access := "http", "no API keys: anyone who reaches the address may use every stream"
 	if hs.TLSConfig != nil {
@@ -246,7 +278,11 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer, rea
 	case <-ctx.Done():
 	}
 	fmt.Fprintln(stderr, "subtta serve: draining: stepping the waiting batches and saving every stream")
-	dctx, cancel := context.WithTimeout(context.Background(), *timeout+*maxWait+10*time.Second)
+	wait := *shutdownTimeout
+	if wait == 0 {
+		wait = *timeout + *maxWait + 10*time.Second
+	}
+	dctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	var wg sync.WaitGroup
 	var serr error

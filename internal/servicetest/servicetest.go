@@ -155,16 +155,41 @@ func (p *Process) WaitTCP(tb testing.TB, addr string, timeout time.Duration) {
 // nothing on disk, and returns its URL, redis://127.0.0.1:PORT/0.
 func Redis(tb testing.TB) (url string, p *Process) {
 	tb.Helper()
-	prog := Program(tb, "redis-server", "redis-server")
 	addr := FreeAddr(tb)
-	_, port, _ := net.SplitHostPort(addr)
-	p = Start(tb, "redis-server", prog, []string{"--port", port, "--bind", "127.0.0.1", "--save", "",
-		"--appendonly", "no", "--dir", tb.TempDir(), "--loglevel", "warning"}, nil)
-	p.WaitTCP(tb, addr, 30*time.Second)
-	if err := ping(addr); err != nil {
-		tb.Fatalf("redis-server on %s: %v\n%s", addr, err, p.Log())
-	}
+	p = RedisAt(tb, addr, tb.TempDir(), "")
 	return "redis://" + addr + "/0", p
+}
+
+// RedisAt starts Debian's redis-server on addr (a loopback address) with
+// its files in dir. With fsync "everysec" (as the serving docs ask) or
+// "always", it keeps its data there in an append-only file synced that
+// often, so that a server started again on dir has it back; with "", it
+// keeps nothing.
+func RedisAt(tb testing.TB, addr, dir, fsync string) *Process {
+	tb.Helper()
+	prog := Program(tb, "redis-server", "redis-server")
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	args := []string{"--port", port, "--bind", host, "--dir", dir, "--loglevel", "warning", "--save", ""}
+	if fsync != "" {
+		args = append(args, "--appendonly", "yes", "--appendfsync", fsync)
+	} else {
+		args = append(args, "--appendonly", "no")
+	}
+	p := Start(tb, "redis-server", prog, args, nil)
+	p.WaitTCP(tb, addr, 30*time.Second)
+	// A server reading its data back answers -LOADING for a while.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		err := ping(addr)
+		if err == nil {
+			return p
+		}
+		if !strings.Contains(err.Error(), "LOADING") || time.Now().After(deadline) {
+			tb.Fatalf("redis-server on %s: %v\n%s", addr, err, p.Log())
+		}
+	}
 }
 
 // ping sends Redis's PING and wants +PONG.
