@@ -12,9 +12,9 @@ import (
 	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/textenc"
-	"github.com/subtta/subtta/tta/feature"
 	"github.com/subtta/subtta/vit"
 	"github.com/subtta/subtta/weights"
+	"github.com/subtta/subtta/zeroshot"
 )
 
 // Model is a CLIP model: both towers and the learned logit scale.
@@ -344,11 +344,11 @@ func (m *Model) Classify(head *ZeroShot, imageFeatures smat.Tensor) smat.Tensor 
 // divided by max(‖row‖, 1e-12) as torch.nn.functional.normalize does, and
 // weights taken as given (a head's unit rows, [classes, embed]). It is the
 // one scorer of zero-shot logits: Classify (subtta classify, training's
-// accuracy) and serve's frozen answers run it, in float64 and in this order
-// of operations, which is the source method's (feature.Head, which it calls), so all of them
-// give the same bits for the same features and head.
+// accuracy) and serve's frozen answers run it, in float64: it is
+// zeroshot.Classify, which every adaptation method predicts with, so all of
+// them give the same bits for the same features and head.
 func ZeroShotLogits(features, weights mat.Matrix, scale float64) *mat.Dense {
-	logits, _ := feature.Classify(features, weights, scale)
+	logits, _ := zeroshot.Classify(features, weights, scale)
 	return logits
 }
 
