@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/data"
 	"github.com/subtta/subtta/internal/atomicfile"
@@ -227,6 +228,11 @@ func (e *evaluation) openInputs() error {
 			return fmt.Errorf("eval: %w", err)
 		}
 		e.model = b.Model
+	}
+	if e.model.Precision() != cfg.Precision {
+		if err := e.model.SetPrecision(cfg.Precision); err != nil {
+			return fmt.Errorf("eval: Config.Precision %v: %w", cfg.Precision, err)
+		}
 	}
 	if e.pre, err = e.model.Preprocessor(); err != nil {
 		return fmt.Errorf("eval: %w", err)
@@ -651,7 +657,11 @@ func checkRecords(path string, recs []report.Record, id identity, vouched bool) 
 func runIdentity(cfg Config, opt Options, tok textenc.Tokenizer, src *source, cache *hashCache) (identity, error) {
 	id := identity{Dataset: cfg.Dataset, Limit: cfg.Limit, BatchSize: cfg.BatchSize, Views: cfg.Views, Protocol: cfg.Protocol,
 		NoShuffle: cfg.NoShuffle, Seed: cfg.Seed, CorruptSeed: cfg.CorruptSeed}
-	var err error
+	choice, err := kernel.Select(cfg.Precision)
+	if err != nil {
+		return id, fmt.Errorf("eval: Config.Precision: %w", err)
+	}
+	id.Precision = choice.ID()
 	switch {
 	case opt.ModelID != "":
 		id.Model = opt.ModelID
@@ -714,10 +724,23 @@ func identityDiff(a, b identity) string {
 	var ma, mb map[string]any
 	json.Unmarshal(ja, &ma)
 	json.Unmarshal(jb, &mb)
+	// Every key of either: a field left out when empty (omitempty) may be
+	// set in one only.
+	show := func(m map[string]any, k string) string {
+		if v, ok := m[k]; ok {
+			return fmt.Sprint(v)
+		}
+		return "none"
+	}
 	var diffs []string
-	for k, v := range ma {
-		if fmt.Sprint(v) != fmt.Sprint(mb[k]) {
-			diffs = append(diffs, fmt.Sprintf("%s was %v, now %v", k, v, mb[k]))
+	for k := range ma {
+		if show(ma, k) != show(mb, k) {
+			diffs = append(diffs, fmt.Sprintf("%s was %v, now %v", k, show(ma, k), show(mb, k)))
+		}
+	}
+	for k := range mb {
+		if _, ok := ma[k]; !ok {
+			diffs = append(diffs, fmt.Sprintf("%s was none, now %v", k, show(mb, k)))
 		}
 	}
 	slices.Sort(diffs)

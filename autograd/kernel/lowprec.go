@@ -54,6 +54,61 @@ func ParsePrecision(s string) (Precision, error) {
 	return FP32, fmt.Errorf("%w %q (want fp32, bf16 or int8)", ErrPrecision, s)
 }
 
+// MarshalText writes the precision's name, so that configurations and
+// records hold "int8", not a number.
+func (p Precision) MarshalText() ([]byte, error) {
+	if p < FP32 || p > Int8 {
+		return nil, fmt.Errorf("%w %d", ErrPrecision, int(p))
+	}
+	return []byte(p.String()), nil
+}
+
+// UnmarshalText reads a precision's name (ParsePrecision).
+func (p *Precision) UnmarshalText(b []byte) error {
+	v, err := ParsePrecision(string(b))
+	if err != nil {
+		return err
+	}
+	*p = v
+	return nil
+}
+
+// Choice is the kernel that runs a precision on this CPU, as Select
+// decides it once for a run.
+type Choice struct {
+	Precision Precision
+	// Kernel names the kernel (Int8Kernels, BF16Kernels), "" for FP32.
+	Kernel string
+	// Arithmetic says how its arithmetic differs from that of the AVX-512
+	// kernels (LowArithmetic), "" when it does not.
+	Arithmetic string
+}
+
+// Select decides how p runs here: the kernel and its arithmetic. It
+// returns an error wrapping ErrPrecision for an unknown precision and
+// ErrPrecisionUnsupported, naming the instructions missing, when this CPU
+// has no assembly kernel for it: there is no fallback to fp32.
+func Select(p Precision) (Choice, error) {
+	if err := CheckPrecision(p); err != nil {
+		return Choice{Precision: p}, err
+	}
+	return Choice{Precision: p, Kernel: LowKernel(p), Arithmetic: LowArithmetic(p)}, nil
+}
+
+// ID names the choice in records of results (eval's identity, embed's
+// settings): "" for FP32, the precision's name, and the arithmetic in
+// parentheses where it differs from the AVX-512 kernels' ("int8 (7-bit
+// activations)"), whose results differ in their last bits.
+func (c Choice) ID() string {
+	switch {
+	case c.Precision == FP32:
+		return ""
+	case c.Arithmetic != "":
+		return c.Precision.String() + " (" + c.Arithmetic + ")"
+	}
+	return c.Precision.String()
+}
+
 // CheckPrecision returns nil when this CPU has an assembly kernel for p
 // (fp32 always), else an error wrapping ErrPrecisionUnsupported that names
 // the instructions missing. The portable Go kernels of the same arithmetic

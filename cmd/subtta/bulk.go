@@ -289,7 +289,7 @@ func modelIdentity(model string) (string, error) {
 }
 
 // bulkEmbed writes the features of --images and --texts into --out.
-func bulkEmbed(bf *bulkFlags, b *clip.Bundle, model string, prec kernel.Precision, normalize bool, stdout, stderr io.Writer) error {
+func bulkEmbed(bf *bulkFlags, b *clip.Bundle, model string, prec kernel.Choice, normalize bool, stdout, stderr io.Writer) error {
 	id, err := modelIdentity(model)
 	if err != nil {
 		return err
@@ -302,7 +302,7 @@ func bulkEmbed(bf *bulkFlags, b *clip.Bundle, model string, prec kernel.Precisio
 			return err
 		}
 		defer set.close()
-		f, err := embedfile.Open(*bf.out, "images", embedfile.Settings{Model: id, Precision: precisionID(prec), Normalize: normalize, BatchSize: *bf.batch, Rows: len(set.ids), Dim: dim})
+		f, err := embedfile.Open(*bf.out, "images", embedfile.Settings{Model: id, Precision: prec.ID(), Normalize: normalize, BatchSize: *bf.batch, Rows: len(set.ids), Dim: dim})
 		if err != nil {
 			return err
 		}
@@ -332,7 +332,7 @@ func bulkEmbed(bf *bulkFlags, b *clip.Bundle, model string, prec kernel.Precisio
 		if len(texts) == 0 {
 			return usagef("--texts %s: no text", *bf.texts)
 		}
-		f, err := embedfile.Open(*bf.out, "texts", embedfile.Settings{Model: id, Precision: precisionID(prec), Normalize: normalize, BatchSize: *bf.batch, Rows: len(texts), Dim: dim})
+		f, err := embedfile.Open(*bf.out, "texts", embedfile.Settings{Model: id, Precision: prec.ID(), Normalize: normalize, BatchSize: *bf.batch, Rows: len(texts), Dim: dim})
 		if err != nil {
 			return err
 		}

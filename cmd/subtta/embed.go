@@ -51,7 +51,7 @@ func runEmbed(args []string, stdout, stderr io.Writer) error {
 	var images, texts stringList
 	fs.Var(&images, "image", "image file (repeatable)")
 	fs.Var(&texts, "text", "text (repeatable)")
-	precision := precisionFlag(fs)
+	precision := addPrecisionFlag(fs)
 	device := deviceFlag(fs)
 	release, err := parseOnDevice(fs, device, args, stderr)
 	if err != nil {
@@ -68,18 +68,15 @@ func runEmbed(args []string, stdout, stderr io.Writer) error {
 	} else if len(images)+len(texts) == 0 || fs.NArg() > 0 {
 		return usagef("give --image FILE and/or --text TEXT (repeatable), or --images and/or --texts with --out")
 	}
-	prec, err := parsePrecision(*precision, device)
+	prec, err := precision.choose(*device.name)
 	if err != nil {
 		return err
 	}
-	b, err := openModel(*model, *modelConfig, *arch, *vocab, stderr)
+	b, err := openModel(*model, *modelConfig, *arch, *vocab, prec.Precision, stderr)
 	if err != nil {
 		return err
 	}
 	m := b.Model
-	if err := setPrecision(m, prec); err != nil {
-		return err
-	}
 	if bulk.given() {
 		return bulkEmbed(bulk, b, *model, prec, *normalize, stdout, stderr)
 	}
@@ -157,7 +154,7 @@ func runClassify(args []string, stdout, stderr io.Writer) error {
 	labels := fs.String("labels", "", `comma-separated labels, e.g. "a diagram,a dog,a cat" (default: those the model records, as train's models do; with the built-in model CIFAR-10's classes)`)
 	template := fs.String("template", "", `prompt template; {} is replaced by each label (e.g. "a photo of a {}."; default "{}", or with the built-in model the 18 CIFAR-10 templates, averaged)`)
 	jsonOut := fs.Bool("json", false, "print JSON instead of a table")
-	precision := precisionFlag(fs)
+	precision := addPrecisionFlag(fs)
 	device := deviceFlag(fs)
 	release, err := parseOnDevice(fs, device, args, stderr)
 	if err != nil {
@@ -174,7 +171,7 @@ func runClassify(args []string, stdout, stderr io.Writer) error {
 	} else if fs.NArg() == 0 {
 		return usagef("give at least one image")
 	}
-	prec, err := parsePrecision(*precision, device)
+	prec, err := precision.choose(*device.name)
 	if err != nil {
 		return err
 	}
@@ -192,14 +189,11 @@ func runClassify(args []string, stdout, stderr io.Writer) error {
 	if labelsGiven && len(classes) == 0 {
 		return usagef("--labels %q: no label (leave the flag out for the model's own classes)", *labels)
 	}
-	b, err := openModel(*model, *modelConfig, *arch, *vocab, stderr)
+	b, err := openModel(*model, *modelConfig, *arch, *vocab, prec.Precision, stderr)
 	if err != nil {
 		return err
 	}
 	m := b.Model
-	if err := setPrecision(m, prec); err != nil {
-		return err
-	}
 	classes, templates, err := defaultLabels(m, *model, classes, []string{*template})
 	if err != nil {
 		return err

@@ -39,7 +39,7 @@ func limitGiven(fs *flag.FlagSet) bool {
 func runEval(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("eval", "\n\nWith no flags: the built-in model on the embedded CIFAR-10 test images, corrupted on the fly,\nfor "+strings.Join(builtinMethods, ", ")+" on "+strconv.Itoa(builtinLimit)+" images per corruption (about four minutes on two cores).\n", stderr)
 	f := newEvalFlags(fs)
-	precision := fs.String("precision", "fp32", precisionHelp+" (Source, TDA, the views of multi-view methods that train nothing on them)")
+	precision := addPrecisionFlag(fs)
 	device := deviceFlag(fs)
 	release, err := parseOnDevice(fs, device, args, stderr)
 	if err != nil {
@@ -55,13 +55,16 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	if *f.studies.list != "" {
 		return printOptions(stdout, cmp.Or(*f.dataset, "cifar10-c"), *f.studies.list)
 	}
-	prec, err := parsePrecision(*precision, device)
+	prec, err := precision.choose(*device.name)
 	if err != nil {
 		return err
 	}
 	cfg, err := f.config()
 	if err != nil {
 		return err
+	}
+	if precision.given(fs) || cfg.Precision == kernel.FP32 {
+		cfg.Precision = prec.Precision // a config file's, unless --precision is given
 	}
 	if cfg.Data == "" {
 		if err := useBuiltinData(&cfg, limitGiven(fs)); err != nil {
@@ -71,14 +74,6 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	opt, err := evalOptions(cfg, stderr)
 	if err != nil {
 		return err
-	}
-	if err := setPrecision(opt.Model, prec); err != nil {
-		return err
-	}
-	if prec != kernel.FP32 {
-		// Another precision is another model: a folder of fp32 results is
-		// not resumed in int8, nor the other way round.
-		opt.ModelID += ", linear layers in " + precisionID(prec)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -308,7 +303,7 @@ func useBuiltinData(cfg *eval.Config, limitGiven bool) error {
 
 // evalOptions loads cfg's model and tokenizer for eval.Run.
 func evalOptions(cfg eval.Config, stderr io.Writer) (eval.Options, error) {
-	b, err := openModel(cfg.Model, cfg.ModelConfig, cfg.Arch, cfg.Vocab, stderr)
+	b, err := openModel(cfg.Model, cfg.ModelConfig, cfg.Arch, cfg.Vocab, cfg.Precision, stderr)
 	if err != nil {
 		return eval.Options{}, err
 	}
