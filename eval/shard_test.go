@@ -276,6 +276,28 @@ func runShards(t *testing.T, cfg Config, opt Options, dir string, n int) []strin
 	return folders
 }
 
+// singleAndMerged runs cfg in one process (into cfg.Out) and in three
+// shards under dir, merges the shards into merged, and returns the
+// records of both and the merge's summary.
+func singleAndMerged(t *testing.T, cfg Config, opt Options, dir, merged string) (single, fromShards []report.Record, sum *Summary) {
+	t.Helper()
+	if _, err := Run(context.Background(), cfg, opt); err != nil {
+		t.Fatal(err)
+	}
+	folders := runShards(t, cfg, opt, dir, 3)
+	sum, err := Merge(merged, folders, MergeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if single, err = report.ReadRecordsFile(filepath.Join(cfg.Out, ResultsFile)); err != nil {
+		t.Fatal(err)
+	}
+	if fromShards, err = report.ReadRecordsFile(filepath.Join(merged, ResultsFile)); err != nil {
+		t.Fatal(err)
+	}
+	return single, fromShards, sum
+}
+
 // TestShardedRunEqualsSingle runs a configuration in one process and in
 // three shards, merges the shards, and checks that the merged
 // results.jsonl holds the single run's records in its order, the same bits
@@ -284,23 +306,8 @@ func runShards(t *testing.T, cfg Config, opt Options, dir string, n int) []strin
 func TestShardedRunEqualsSingle(t *testing.T) {
 	dir := t.TempDir()
 	cfg, opt := builtinRun(t, filepath.Join(dir, "single"))
-	if _, err := Run(context.Background(), cfg, opt); err != nil {
-		t.Fatal(err)
-	}
-	folders := runShards(t, cfg, opt, dir, 3)
 	merged := filepath.Join(dir, "merged")
-	sum, err := Merge(merged, folders, MergeOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := report.ReadRecordsFile(filepath.Join(cfg.Out, ResultsFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := report.ReadRecordsFile(filepath.Join(merged, ResultsFile))
-	if err != nil {
-		t.Fatal(err)
-	}
+	want, got, sum := singleAndMerged(t, cfg, opt, dir, merged)
 	if len(got) != len(want) || len(sum.Records) != len(want) {
 		t.Fatalf("merged %d records (summary %d), the single run %d", len(got), len(sum.Records), len(want))
 	}

@@ -1,7 +1,6 @@
 package eval
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"path/filepath"
@@ -9,7 +8,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/subtta/subtta/report"
 	"github.com/subtta/subtta/tta"
 )
 
@@ -100,22 +98,7 @@ func TestShardsRegisteredToy(t *testing.T) {
 	if want := float64(domains) * (tta.CostForward + toyCost + tta.CostForwardBackward); total < want-1e-9 || total > want+1e-9 {
 		t.Errorf("total cost %.2f, want %.2f from the registrations' costs", total, want)
 	}
-	if _, err := Run(context.Background(), cfg, opt); err != nil {
-		t.Fatal(err)
-	}
-	folders := runShards(t, cfg, opt, dir, 3)
-	merged := filepath.Join(dir, "merged")
-	if _, err := Merge(merged, folders, MergeOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	want, err := report.ReadRecordsFile(filepath.Join(cfg.Out, ResultsFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := report.ReadRecordsFile(filepath.Join(merged, ResultsFile))
-	if err != nil {
-		t.Fatal(err)
-	}
+	want, got, _ := singleAndMerged(t, cfg, opt, dir, filepath.Join(dir, "merged"))
 	if len(got) != len(want) || len(want) != 3*domains {
 		t.Fatalf("merged %d records, the single run %d, want %d", len(got), len(want), 3*domains)
 	}
