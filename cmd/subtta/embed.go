@@ -259,30 +259,22 @@ func runClassify(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// defaultLabels returns the class names and templates to classify with:
-// those given (classes, and templates unless the one given is ""), else
-// those the model records (train's export), else for the built-in model
-// CIFAR-10's, else no class names is a usage error and the template "{}".
+// defaultLabels returns the class names and templates to classify with
+// (clip.Model.ChooseLabels): those given (classes, and templates unless
+// the one given is ""), else those the model records (train's export),
+// else for the built-in model CIFAR-10's; no class names is then a usage
+// error, and no template "{}".
 func defaultLabels(m *clip.Model, model string, classes, templates []string) ([]string, []string, error) {
-	if len(classes) == 0 {
-		switch {
-		case len(m.Classes) > 0:
-			classes = m.Classes
-		case isBuiltin(model):
-			classes = data.CIFAR10Classes
-		default:
-			return nil, nil, usagef("give --labels (the model records no class names; the built-in model and train's models have their own)")
-		}
+	if len(templates) == 1 && templates[0] == "" {
+		templates = nil
 	}
-	if len(templates) == 0 || (len(templates) == 1 && templates[0] == "") {
-		switch {
-		case len(m.Templates) > 0:
-			templates = m.Templates
-		case isBuiltin(model):
-			templates = data.CIFAR10Templates
-		default:
-			templates = []string{"{}"}
-		}
+	fallback := clip.Labels{Templates: []string{"{}"}}
+	if isBuiltin(model) {
+		fallback = clip.Labels{Classes: data.CIFAR10Classes, Templates: data.CIFAR10Templates}
 	}
-	return classes, templates, nil
+	l := m.ChooseLabels(clip.Labels{Classes: classes, Templates: templates}, fallback)
+	if len(l.Classes) == 0 {
+		return nil, nil, usagef("give --labels (the model records no class names; the built-in model and train's models have their own)")
+	}
+	return l.Classes, l.Templates, nil
 }

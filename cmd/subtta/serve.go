@@ -20,6 +20,7 @@ import (
 
 	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/builtin"
+	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/data"
 	"github.com/subtta/subtta/serve"
 	"github.com/subtta/subtta/tta"
@@ -164,19 +165,17 @@ func serveMain(ctx context.Context, args []string, stderr io.Writer, ready func(
 	if err != nil {
 		return err
 	}
-	if len(classes) == 0 {
-		switch {
-		case len(b.Model.Classes) > 0:
-			classes = b.Model.Classes
-		case !isBuiltin(*model) && ds != "cifar10-c":
-			return usagef("give --labels (CIFAR-10's classes are the default only with the built-in model or --dataset cifar10; a model of train has its own)")
-		default:
-			classes = data.CIFAR10Classes
-		}
+	// Given, else the model's, else CIFAR-10's classes (with the built-in
+	// model or --dataset cifar10); no templates leaves serve the preset's.
+	var fallback clip.Labels
+	if isBuiltin(*model) || ds == "cifar10-c" {
+		fallback.Classes = data.CIFAR10Classes
 	}
-	if len(templates) == 0 && len(b.Model.Templates) > 0 {
-		templates = b.Model.Templates
+	chosen := b.Model.ChooseLabels(clip.Labels{Classes: classes, Templates: templates}, fallback)
+	if len(chosen.Classes) == 0 {
+		return usagef("give --labels (CIFAR-10's classes are the default only with the built-in model or --dataset cifar10; a model of train has its own)")
 	}
+	classes, templates = chosen.Classes, chosen.Templates
 	version, err := modelIdentity(*model) // as eval names it
 	if err != nil {
 		return err
