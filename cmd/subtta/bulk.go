@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/csv"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -494,12 +495,9 @@ func bulkClassify(bf *bulkFlags, b *clip.Bundle, head *clip.ZeroShot, classes []
 	defer set.close()
 	var buf bytes.Buffer
 	w := bufio.NewWriter(&buf)
+	cw := csv.NewWriter(w)
 	if csvOut {
-		fmt.Fprint(w, "path,label,prediction,probability")
-		for _, c := range classes {
-			fmt.Fprint(w, ",", csvField(c))
-		}
-		fmt.Fprintln(w)
+		cw.Write(append([]string{"path", "label", "prediction", "probability"}, classes...))
 	}
 	type labelProb struct {
 		Label string  `json:"label"`
@@ -527,11 +525,11 @@ func bulkClassify(bf *bulkFlags, b *clip.Bundle, head *clip.ZeroShot, classes []
 				}
 			}
 			if csvOut {
-				fmt.Fprintf(w, "%s,%s,%s,%.6g", csvField(set.ids[i]), csvField(set.labels[i]), csvField(classes[best]), p[best])
+				row := []string{set.ids[i], set.labels[i], classes[best], fmt.Sprintf("%.6g", p[best])}
 				for _, x := range p {
-					fmt.Fprintf(w, ",%.6g", x)
+					row = append(row, fmt.Sprintf("%.6g", x))
 				}
-				fmt.Fprintln(w)
+				cw.Write(row)
 				continue
 			}
 			r := struct {
@@ -550,7 +548,8 @@ func bulkClassify(bf *bulkFlags, b *clip.Bundle, head *clip.ZeroShot, classes []
 		bar.Add(batch.hi - batch.lo)
 	}
 	bar.Done()
-	if err := w.Flush(); err != nil {
+	cw.Flush()
+	if err := errors.Join(cw.Error(), w.Flush()); err != nil {
 		return err
 	}
 	if dir := filepath.Dir(out); dir != "." {
@@ -563,12 +562,4 @@ func bulkClassify(bf *bulkFlags, b *clip.Bundle, head *clip.ZeroShot, classes []
 	}
 	fmt.Fprintf(stderr, "%d images classified into %s\n", len(set.ids), out)
 	return nil
-}
-
-// csvField quotes s for CSV when it needs it.
-func csvField(s string) string {
-	if !strings.ContainsAny(s, ",\"\n\r") {
-		return s
-	}
-	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
 }
