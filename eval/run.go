@@ -321,14 +321,17 @@ func (e *evaluation) readResults() error {
 	if err != nil {
 		return err
 	}
-	runPath := filepath.Join(e.cfg.Out, RunFile)
-	_, statErr := os.Stat(runPath)
-	vouched := statErr == nil // run.json vouches for what the folder holds, once checked
-	states, _ := os.ReadDir(filepath.Join(e.cfg.Out, stateDir))
-	if id, err = compareRunFile(e.cfg, id, len(e.prior) > 0 || len(states) > 0, e.logf); err != nil {
+	old, err := readRunFile(e.cfg.Out)
+	if err != nil {
 		return err
 	}
-	if err := checkShardFolder(e.cfg, len(e.prior) > 0 || len(states) > 0); err != nil {
+	vouched := old.exists // run.json vouches for what the folder holds, once checked
+	states, _ := os.ReadDir(filepath.Join(e.cfg.Out, stateDir))
+	haveResults := len(e.prior) > 0 || len(states) > 0
+	if id, err = compareRunFile(e.cfg, id, old, haveResults, e.logf); err != nil {
+		return err
+	}
+	if err := checkShardFolder(e.cfg, old, haveResults); err != nil {
 		return err
 	}
 	if err := checkRecords(e.resultsPath, e.prior, id, vouched); err != nil {
@@ -586,19 +589,15 @@ func (e *evaluation) writeReports() error {
 // when those still match and nothing else differs (logf says so): the
 // folder then records the data by content. It is the one case where a
 // change of contents before this run could go unseen.
-func compareRunFile(cfg Config, id identity, haveResults bool, logf func(string, ...any)) (identity, error) {
+func compareRunFile(cfg Config, id identity, stored storedRunFile, haveResults bool, logf func(string, ...any)) (identity, error) {
 	path := filepath.Join(cfg.Out, RunFile)
-	b, err := os.ReadFile(path)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return id, fmt.Errorf("eval: %w", err)
-	}
-	if err != nil || !haveResults {
+	if !stored.exists || !haveResults {
 		return id, nil
 	}
-	var old runFile
-	if err := json.Unmarshal(b, &old); err != nil {
-		return id, fmt.Errorf("eval: %s: %w", path, err)
+	if stored.parseErr != nil {
+		return id, fmt.Errorf("eval: %s: %w", path, stored.parseErr)
 	}
+	old := stored.runFile
 	merged, diff := id.merge(old.Identity)
 	if diff != "" && old.Identity.Data != id.Data {
 		if legacy, err := legacyDataFingerprint(cfg.Data); err == nil && legacy == old.Identity.Data {
@@ -618,6 +617,30 @@ func compareRunFile(cfg Config, id identity, haveResults bool, logf func(string,
 			cfg.Out, diff)
 	}
 	return merged, nil
+}
+
+// storedRunFile is a results folder's run.json as readRunFile found it.
+type storedRunFile struct {
+	exists   bool
+	runFile  runFile
+	parseErr error // what is wrong with a run.json that does not parse
+}
+
+// readRunFile reads the folder's run.json once for the checks of a
+// resumed run (compareRunFile, checkShardFolder). A missing file is no
+// error; one that does not parse is an error only where the folder's
+// results depend on it (compareRunFile).
+func readRunFile(out string) (storedRunFile, error) {
+	b, err := os.ReadFile(filepath.Join(out, RunFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return storedRunFile{}, nil
+	}
+	if err != nil {
+		return storedRunFile{}, fmt.Errorf("eval: %w", err)
+	}
+	st := storedRunFile{exists: true}
+	st.parseErr = json.Unmarshal(b, &st.runFile)
+	return st, nil
 }
 
 // writeRunFile records the run's identity and configuration in run.json.

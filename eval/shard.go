@@ -2,11 +2,8 @@ package eval
 
 import (
 	"cmp"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -202,16 +199,12 @@ func shardUnits(cfg Config) (map[Unit]bool, error) {
 // shard of the run: its run.json names a shard, and not this one. A folder
 // of a whole run can be sharded into, and a shard's folder completed by a
 // run of the whole.
-func checkShardFolder(cfg Config, haveResults bool) error {
-	if cfg.Shard == nil || !haveResults {
-		return nil
+func checkShardFolder(cfg Config, stored storedRunFile, haveResults bool) error {
+	if cfg.Shard == nil || !haveResults || !stored.exists || stored.parseErr != nil {
+		return nil // compareRunFile says what is wrong with a run.json
 	}
-	b, err := os.ReadFile(filepath.Join(cfg.Out, RunFile))
-	if err != nil {
-		return nil // compareRunFile says what is wrong with it
-	}
-	var old runFile
-	if json.Unmarshal(b, &old) != nil || old.Config.Shard == nil {
+	old := stored.runFile
+	if old.Config.Shard == nil {
 		return nil
 	}
 	if *old.Config.Shard != *cfg.Shard {
