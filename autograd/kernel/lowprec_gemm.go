@@ -18,15 +18,31 @@ func GemmInt8(m int, a []float32, lda int, q *Int8Weight, bias, c []float32, ldc
 	checkLow("GemmInt8", m, q.N, q.K, a, lda, bias, c, ldc)
 	pa := quantizeA(m, q.K, a, lda)
 	kern := int8Active
-	b := padBias(bias, q.N)
-	lowDriver(m, q.N, func(t0, tiles, panel int, c []float32, ldc int) {
-		at := pa.data[t0*pa.panelBytes() : (t0+tiles)*pa.panelBytes()]
+	lowGemm(pa, q.N, bias, c, ldc, nil, func(at []uint8, t0, tiles, panel int, c []float32, ldc int, bias []float32) {
 		bp := q.data[panel*q.groups*lowNR*4 : (panel+1)*q.groups*lowNR*4]
 		j0 := panel * lowNR
-		int8Tile(kern, q.groups, at, pa.lda(), bp, c, ldc, pa.scale[t0*lowMR:], pa.zero[t0*lowMR:], q.colSum[j0:j0+lowNR], q.scale[j0:j0+lowNR], (*b)[j0:j0+lowNR], tiles)
-	}, c, ldc, nil)
-	putPad(b)
+		int8Tile(kern, q.groups, at, pa.lda(), bp, c, ldc, pa.scale[t0*lowMR:], pa.zero[t0*lowMR:], q.colSum[j0:j0+lowNR], q.scale[j0:j0+lowNR], bias, tiles)
+	})
 	packedAPool.Put(pa)
+}
+
+// lowTile computes tiles row tiles of C from tile t0 down, for column
+// panel panel, into c (leading dimension ldc, lowNR columns wide), from
+// the packed rows at of those tiles and the panel's bias (lowNR values).
+type lowTile func(at []uint8, t0, tiles, panel int, c []float32, ldc int, bias []float32)
+
+// lowGemm is the driver both reduced precisions share: the bias padded to
+// whole panels, and tile run over the m×n product of the packed rows pa
+// (lowDriver; post as there). The precision is in tile: which kernel, and
+// how it reads its packed weight.
+func lowGemm(pa *packedA, n int, bias, c []float32, ldc int, post lowPost, tile lowTile) {
+	b := padBias(bias, n)
+	lowDriver(pa.m, n, func(t0, tiles, panel int, c []float32, ldc int) {
+		at := pa.data[t0*pa.panelBytes() : (t0+tiles)*pa.panelBytes()]
+		j0 := panel * lowNR
+		tile(at, t0, tiles, panel, c, ldc, (*b)[j0:j0+lowNR])
+	}, c, ldc, post)
+	putPad(b)
 }
 
 // GemmBF16 computes C = bf16(A)·Wᵀ + 1·biasᵀ for A [m, w.K] (leading
@@ -141,14 +157,10 @@ func GemmBF16Rows(in *BF16Rows, w *BF16Weight, bias, c []float32, ldc int) {
 // post set, into scratch handed to post block by block (see lowDriver).
 func gemmBF16Packed(pa *packedA, w *BF16Weight, bias, c []float32, ldc int, post lowPost) {
 	kern := bf16Active
-	b := padBias(bias, w.N)
-	lowDriver(pa.m, w.N, func(t0, tiles, panel int, c []float32, ldc int) {
-		at := pa.data[t0*pa.panelBytes() : (t0+tiles)*pa.panelBytes()]
+	lowGemm(pa, w.N, bias, c, ldc, post, func(at []uint8, _, tiles, panel int, c []float32, ldc int, bias []float32) {
 		bp := w.data[panel*w.groups*lowNR*2 : (panel+1)*w.groups*lowNR*2]
-		j0 := panel * lowNR
-		bf16Tile(kern, w.groups, at, pa.lda(), bp, c, ldc, (*b)[j0:j0+lowNR], tiles)
-	}, c, ldc, post)
-	putPad(b)
+		bf16Tile(kern, w.groups, at, pa.lda(), bp, c, ldc, bias, tiles)
+	})
 }
 
 func checkLow(name string, m, n, k int, a []float32, lda int, bias, c []float32, ldc int) {
