@@ -85,7 +85,10 @@ func linearLow(p *LinearParams, rows int, x []float32, ld int, y []float32) bool
 
 // lowNow returns the layer's reduced-precision weight and its bias when a
 // pass without gradient would use it now, else nil: none set, the weight
-// trainable or replaced since, or a device set.
+// trainable (adaptation's and training's passes are fp32 by design) or
+// replaced since, or a device set. The last is not a way for a model to
+// run in fp32 unawares: clip.Model refuses to set a reduced precision, and
+// to run a pass in one, while a device is set (clip.ErrPrecisionOnDevice).
 func (p *LinearParams) lowNow() (*lowWeight, []float32) {
 	l := p.low
 	if l == nil || p.Weight.RequiresGrad() || CurrentDevice() != nil {

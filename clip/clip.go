@@ -2,6 +2,7 @@ package clip
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -12,9 +13,9 @@ import (
 	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/textenc"
-	"github.com/subtta/subtta/tta/feature"
 	"github.com/subtta/subtta/vit"
 	"github.com/subtta/subtta/weights"
+	"github.com/subtta/subtta/zeroshot"
 )
 
 // Model is a CLIP model: both towers and the learned logit scale.
@@ -108,9 +109,18 @@ func VisionOnly(cfg *weights.CLIPConfig, v *vit.Model) *Model {
 // kernel.BF16, or kernel.FP32 to restore float32) in passes that record no
 // gradient: encoding images and prompts, frozen answers; adaptation's and
 // training's passes stay float32 (vit.Model.SetPrecision says what else
-// does). The error names the tensor that cannot be converted, or wraps
-// kernel.ErrPrecisionUnsupported when the CPU has no kernel for prec.
+// does). The error names the tensor that cannot be converted, wraps
+// kernel.ErrPrecisionUnsupported when the CPU has no kernel for prec
+// (kernel.Select decides it here, once for both towers), or wraps
+// ErrPrecisionOnDevice when a device is set: reduced precision has CPU
+// kernels only, and a model does not fall back to fp32 without a word.
 func (m *Model) SetPrecision(prec kernel.Precision) error {
+	if _, err := kernel.Select(prec); err != nil {
+		return err
+	}
+	if prec != kernel.FP32 && autograd.CurrentDevice() != nil {
+		return fmt.Errorf("%w: %v", ErrPrecisionOnDevice, prec)
+	}
 	if err := m.Vision.SetPrecision(prec); err != nil {
 		return err
 	}
@@ -119,6 +129,36 @@ func (m *Model) SetPrecision(prec kernel.Precision) error {
 		return err
 	}
 	return nil
+}
+
+// ErrPrecisionOnDevice: the linear layers are in a reduced precision,
+// which runs on the CPU only, and a device is set (autograd.SetDevice).
+var ErrPrecisionOnDevice = errors.New("clip: reduced precision runs on the CPU only, and a device is set")
+
+// checkDevice refuses a pass of a model in reduced precision while a
+// device is set, where its layers would run in fp32 instead.
+func (m *Model) checkDevice() error {
+	if autograd.CurrentDevice() == nil {
+		return nil
+	}
+	if p := m.Precision(); p != kernel.FP32 {
+		return fmt.Errorf("%w: the linear layers are in %v: set the precision to fp32, or leave out the device", ErrPrecisionOnDevice, p)
+	}
+	return nil
+}
+
+// Precision is the arithmetic of the linear layers in passes without
+// gradients (SetPrecision).
+func (m *Model) Precision() kernel.Precision {
+	if m.Vision != nil {
+		if p := m.Vision.Precision(); p != kernel.FP32 {
+			return p
+		}
+	}
+	if m.Text != nil {
+		return m.Text.Precision()
+	}
+	return kernel.FP32
 }
 
 // ImageFeatures runs the vision tower on images [n, 3·H·W] (Images) and
@@ -162,6 +202,9 @@ func (m *Model) Float64() bool {
 // features [prompts, embed], recorded on the tape so that their gradient
 // reaches ctx. The text tower's own weights stay frozen.
 func (m *Model) PromptFeatures(tokens [][]int, ctx smat.Tensor) (smat.Tensor, error) {
+	if err := m.checkDevice(); err != nil {
+		return nil, err
+	}
 	return m.Text.ForwardContext(tokens, ctx)
 }
 
@@ -212,6 +255,9 @@ func (m *Model) Images(pixels []float32, n int) (smat.Matrix, error) {
 	if n <= 0 || len(pixels) != n*size {
 		return nil, fmt.Errorf("clip: %d pixel values for %d images of %d×%d: want %d", len(pixels), n, m.Config.Vision.ImageSize, m.Config.Vision.ImageSize, n*size)
 	}
+	if err := m.checkDevice(); err != nil {
+		return nil, err
+	}
 	if m.Float64() {
 		d := make([]float64, len(pixels))
 		for i, v := range pixels {
@@ -234,6 +280,9 @@ func (m *Model) EncodeImage(pixels []float32, n int) (smat.Tensor, error) {
 
 // EncodeText returns the unnormalised text features [len(tokens), embed].
 func (m *Model) EncodeText(tokens [][]int) (smat.Tensor, error) {
+	if err := m.checkDevice(); err != nil {
+		return nil, err
+	}
 	return m.Text.Forward(tokens, nil)
 }
 
@@ -277,7 +326,7 @@ func (m *Model) ZeroShotHead(tok textenc.Tokenizer, classes, templates []string)
 				return nil, fmt.Errorf("clip: ZeroShotHead: %w", err)
 			}
 		}
-		f, err := m.Text.Forward(ids, nil)
+		f, err := m.EncodeText(ids)
 		if err != nil {
 			return nil, err
 		}
@@ -344,11 +393,11 @@ func (m *Model) Classify(head *ZeroShot, imageFeatures smat.Tensor) smat.Tensor 
 // divided by max(‖row‖, 1e-12) as torch.nn.functional.normalize does, and
 // weights taken as given (a head's unit rows, [classes, embed]). It is the
 // one scorer of zero-shot logits: Classify (subtta classify, training's
-// accuracy) and serve's frozen answers run it, in float64 and in this order
-// of operations, which is the source method's (feature.Head, which it calls), so all of them
-// give the same bits for the same features and head.
+// accuracy) and serve's frozen answers run it, in float64: it is
+// zeroshot.Classify, which every adaptation method predicts with, so all of
+// them give the same bits for the same features and head.
 func ZeroShotLogits(features, weights mat.Matrix, scale float64) *mat.Dense {
-	logits, _ := feature.Classify(features, weights, scale)
+	logits, _ := zeroshot.Classify(features, weights, scale)
 	return logits
 }
 

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/data"
 	"github.com/subtta/subtta/textenc"
 	"github.com/subtta/subtta/weights"
@@ -30,7 +31,8 @@ var (
 )
 
 // SpecError is an error of one field of a Spec (Field is its Go name,
-// "Arch" or "ModelConfig"): the value names nothing usable.
+// "Arch", "ModelConfig" or "Precision"): the value names nothing usable,
+// or the model cannot take it.
 type SpecError struct {
 	Field string
 	Err   error
@@ -63,6 +65,10 @@ type Spec struct {
 	FindVocab func() (string, error)
 	// Float64 builds both towers in float64 (reference runs).
 	Float64 bool
+	// Precision is the arithmetic of both towers' linear layers in passes
+	// without gradients (Model.SetPrecision); the zero value is
+	// kernel.FP32. Create refuses a precision this CPU has no kernel for.
+	Precision kernel.Precision
 }
 
 // Architecture returns the architecture s gives (Arch or ModelConfig), or
@@ -142,6 +148,11 @@ func Create(s Spec) (*Bundle, error) {
 	pre, err := m.Preprocessor()
 	if err != nil {
 		return nil, fmt.Errorf("clip: %s: %w", s.Model, err)
+	}
+	if s.Precision != kernel.FP32 {
+		if err := m.SetPrecision(s.Precision); err != nil {
+			return nil, &SpecError{"Precision", err}
+		}
 	}
 	return &Bundle{
 		Model:        m,

@@ -1,9 +1,11 @@
 package clip
 
 import (
+	"errors"
 	"math"
 	"testing"
 
+	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/internal/fixture"
 	"github.com/subtta/subtta/weights"
@@ -159,4 +161,37 @@ func same(a, b []float32) bool {
 		}
 	}
 	return true
+}
+
+// TestPrecisionRefusedOnDevice: reduced precision has CPU kernels only; a
+// model does not fall back to fp32 without a word when a device is set,
+// whether the device comes before the precision or after it.
+func TestPrecisionRefusedOnDevice(t *testing.T) {
+	m := tiny(t)
+	prec := kernel.Int8
+	if err := kernel.CheckPrecision(prec); err != nil {
+		prec = kernel.BF16
+		if err := kernel.CheckPrecision(prec); err != nil {
+			t.Skip("no reduced-precision kernel on this CPU")
+		}
+	}
+	autograd.SetDevice(kernel.Host)
+	err := m.SetPrecision(prec)
+	autograd.SetDevice(nil)
+	if !errors.Is(err, ErrPrecisionOnDevice) || m.Precision() != kernel.FP32 {
+		t.Fatalf("SetPrecision(%v) with a device set: err = %v, precision %v; want ErrPrecisionOnDevice and fp32", prec, err, m.Precision())
+	}
+	if err := m.SetPrecision(prec); err != nil {
+		t.Fatal(err)
+	}
+	defer m.SetPrecision(kernel.FP32)
+	autograd.SetDevice(kernel.Host)
+	defer autograd.SetDevice(nil)
+	size := m.Config.Vision.ImageSize
+	if _, err := m.EncodeImage(make([]float32, 3*size*size), 1); !errors.Is(err, ErrPrecisionOnDevice) {
+		t.Errorf("EncodeImage in %v with a device set: err = %v, want ErrPrecisionOnDevice", prec, err)
+	}
+	if _, err := m.EncodeText([][]int{{1, 2}}); !errors.Is(err, ErrPrecisionOnDevice) {
+		t.Errorf("EncodeText in %v with a device set: err = %v, want ErrPrecisionOnDevice", prec, err)
+	}
 }

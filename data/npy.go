@@ -320,41 +320,52 @@ func WriteNPY(w io.Writer, dtype string, shape []int, raw []byte) error {
 	if !ok {
 		return fmt.Errorf("data: WriteNPY: unsupported dtype %q", dtype)
 	}
+	header, err := NPYHeader(dtype, shape)
+	if err != nil {
+		return fmt.Errorf("data: WriteNPY: %w", err)
+	}
 	n := 1
-	dims := make([]string, len(shape))
-	for i, d := range shape {
-		if d < 0 {
-			return fmt.Errorf("data: WriteNPY: negative dimension in shape %v", shape)
-		}
+	for _, d := range shape {
 		n *= d
-		dims[i] = strconv.Itoa(d)
 	}
 	if n*size != len(raw) {
 		return fmt.Errorf("data: WriteNPY: shape %v of %s needs %d bytes, have %d", shape, dtype, n*size, len(raw))
+	}
+	if _, err := w.Write(header); err != nil {
+		return err
+	}
+	_, err = w.Write(raw)
+	return err
+}
+
+// NPYHeader returns the version 1.0 .npy header of a C-order array of the
+// given dtype (a NumPy descr such as '<f4', written as given) and shape:
+// the magic, the version, the header's length and the dict, padded with
+// spaces and a newline so that the data starts at a multiple of 64 bytes,
+// as NumPy does. A writer that appends rows (a file of features written in
+// batches) writes it first and the data after it.
+func NPYHeader(dtype string, shape []int) ([]byte, error) {
+	dims := make([]string, len(shape))
+	for i, d := range shape {
+		if d < 0 {
+			return nil, fmt.Errorf("negative dimension in shape %v", shape)
+		}
+		dims[i] = strconv.Itoa(d)
 	}
 	tuple := strings.Join(dims, ", ")
 	if len(shape) == 1 {
 		tuple += ","
 	}
 	dict := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': (%s), }", dtype, tuple)
-	// Pad with spaces and a newline so that the data starts at a multiple
-	// of 64 bytes, as NumPy does.
 	total := 10 + len(dict) + 1
 	pad := (64 - total%64) % 64
 	header := dict + strings.Repeat(" ", pad) + "\n"
 	if len(header) > math.MaxUint16 {
-		return fmt.Errorf("data: WriteNPY: header too long for shape %v", shape)
+		return nil, fmt.Errorf("header too long for shape %v", shape)
 	}
-	var pre [10]byte
-	copy(pre[:], npyMagic)
-	pre[6], pre[7] = 1, 0
-	binary.LittleEndian.PutUint16(pre[8:], uint16(len(header)))
-	if _, err := w.Write(pre[:]); err != nil {
-		return err
-	}
-	if _, err := io.WriteString(w, header); err != nil {
-		return err
-	}
-	_, err := w.Write(raw)
-	return err
+	out := make([]byte, 10, 10+len(header))
+	copy(out, npyMagic)
+	out[6], out[7] = 1, 0
+	binary.LittleEndian.PutUint16(out[8:], uint16(len(header)))
+	return append(out, header...), nil
 }

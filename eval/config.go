@@ -11,6 +11,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/data"
 	"github.com/subtta/subtta/data/corrupt"
@@ -119,6 +120,14 @@ type Config struct {
 	// Workers decode and preprocess images in parallel (default GOMAXPROCS).
 	Workers int `json:"workers,omitempty"`
 
+	// Precision is the arithmetic of the model's linear layers in passes
+	// without gradients (clip.Spec.Precision: Source, TDA, the views of
+	// multi-view methods that train nothing on them); adaptation's passes
+	// stay fp32. Run sets it on the model, and it is part of the run's
+	// identity: a folder of fp32 results is not resumed in int8. The zero
+	// value is fp32.
+	Precision kernel.Precision `json:"precision,omitempty"`
+
 	// Shard, when set, computes only this shard's units of the run
 	// (SplitShards), into a folder of its own; Merge joins the shards.
 	Shard *Shard `json:"shard,omitempty"`
@@ -180,7 +189,7 @@ func writtenConfig(b []byte) ([]byte, bool) {
 
 // spec is the model c names, for clip.Create.
 func (c Config) spec() clip.Spec {
-	return clip.Spec{Model: c.Model, Arch: c.Arch, ModelConfig: c.ModelConfig, Vocab: c.Vocab}
+	return clip.Spec{Model: c.Model, Arch: c.Arch, ModelConfig: c.ModelConfig, Vocab: c.Vocab, Precision: c.Precision}
 }
 
 // architecture returns the model architecture c gives (ModelConfig or

@@ -48,10 +48,10 @@
 // Config.Shard, Run computes only the units SplitShards gives that shard,
 // into a folder of its own, and Merge joins the shards' folders into the
 // folder one process would have written. A method whose state carries
-// from one domain to the next (CarriesState, and every method of the
-// continual and mixed protocols) stays whole in one shard, so the merged
-// records equal one process's but for their timings; shards are balanced
-// by MethodCost. ShardFromEnv reads the shard of a Slurm array task or a
+// from one domain to the next (its tta.Registration's Carries, and every
+// method of the continual and mixed protocols) stays whole in one shard,
+// so the merged records equal one process's but for their timings; shards
+// are balanced by each registration's Cost. ShardFromEnv reads the shard of a Slurm array task or a
 // Kubernetes Indexed Job pod.
 //
 // # Seeds

@@ -149,7 +149,11 @@ func jsonOf(t *testing.T, r report.Record) string {
 // configuration (compareRunFile), and records this run's configuration
 // (writeRunFile), as a run does. It returns the identity recorded.
 func checkRunFile(cfg Config, id identity, haveResults bool) (identity, error) {
-	id, err := compareRunFile(cfg, id, haveResults, nil)
+	stored, err := readRunFile(cfg.Out)
+	if err != nil {
+		return id, err
+	}
+	id, err = compareRunFile(cfg, id, stored, haveResults, nil)
 	if err != nil {
 		return id, err
 	}

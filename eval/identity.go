@@ -24,6 +24,10 @@ import (
 type identity struct {
 	Model       string `json:"model"` // fingerprint of the checkpoint (see Options.ModelID)
 	ModelConfig string `json:"model_config"`
+	// Precision names the linear layers' arithmetic and the kernel's where
+	// it differs (kernel.Choice.ID); "" for fp32, so that the records of
+	// earlier builds keep their digests.
+	Precision   string `json:"precision,omitempty"`
 	Tokenizer   string `json:"tokenizer"` // fingerprint of the vocabulary, or the tokenizer's kind
 	Dataset     string `json:"dataset"`
 	Data        string `json:"data"`   // fingerprint of the data's files, contents included
@@ -55,6 +59,11 @@ type identity struct {
 // frost, and keeps old's overlays on record for a later run that makes
 // frost again.
 func (id identity) merge(old identity) (identity, string) {
+	// A folder written before the precision had a field of its own named it
+	// in the model's: it is the same run, and keeps its records' digests.
+	if old.Precision == "" && id.Precision != "" && old.Model == id.Model+legacyPrecision+id.Precision {
+		id.Model, id.Precision = old.Model, ""
+	}
 	if id.Frost == "" {
 		id.Frost = old.Frost
 	} else if old.Frost == "" {
@@ -65,6 +74,10 @@ func (id identity) merge(old identity) (identity, string) {
 	}
 	return id, identityDiff(old, id)
 }
+
+// legacyPrecision joined the model's fingerprint and the precision in the
+// identity of earlier builds.
+const legacyPrecision = ", linear layers in "
 
 // digest identifies the run as far as a record of the given corruption
 // depends on it (report.Record.Run): the frost overlays count only for

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/data"
 	"github.com/subtta/subtta/internal/atomicfile"
@@ -234,6 +235,11 @@ func (e *evaluation) openInputs() error {
 		}
 		e.model = b.Model
 	}
+	if e.model.Precision() != cfg.Precision {
+		if err := e.model.SetPrecision(cfg.Precision); err != nil {
+			return fmt.Errorf("eval: Config.Precision %v: %w", cfg.Precision, err)
+		}
+	}
 	if e.pre, err = e.model.Preprocessor(); err != nil {
 		return fmt.Errorf("eval: %w", err)
 	}
@@ -321,14 +327,17 @@ func (e *evaluation) readResults() error {
 	if err != nil {
 		return err
 	}
-	runPath := filepath.Join(e.cfg.Out, RunFile)
-	_, statErr := os.Stat(runPath)
-	vouched := statErr == nil // run.json vouches for what the folder holds, once checked
-	states, _ := os.ReadDir(filepath.Join(e.cfg.Out, stateDir))
-	if id, err = compareRunFile(e.cfg, id, len(e.prior) > 0 || len(states) > 0, e.logf); err != nil {
+	old, err := readRunFile(e.cfg.Out)
+	if err != nil {
 		return err
 	}
-	if err := checkShardFolder(e.cfg, len(e.prior) > 0 || len(states) > 0); err != nil {
+	vouched := old.exists // run.json vouches for what the folder holds, once checked
+	states, _ := os.ReadDir(filepath.Join(e.cfg.Out, stateDir))
+	haveResults := len(e.prior) > 0 || len(states) > 0
+	if id, err = compareRunFile(e.cfg, id, old, haveResults, e.logf); err != nil {
+		return err
+	}
+	if err := checkShardFolder(e.cfg, old, haveResults); err != nil {
 		return err
 	}
 	if err := checkRecords(e.resultsPath, e.prior, id, vouched); err != nil {
@@ -589,19 +598,15 @@ func (e *evaluation) writeReports() error {
 // when those still match and nothing else differs (logf says so): the
 // folder then records the data by content. It is the one case where a
 // change of contents before this run could go unseen.
-func compareRunFile(cfg Config, id identity, haveResults bool, logf func(string, ...any)) (identity, error) {
+func compareRunFile(cfg Config, id identity, stored storedRunFile, haveResults bool, logf func(string, ...any)) (identity, error) {
 	path := filepath.Join(cfg.Out, RunFile)
-	b, err := os.ReadFile(path)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return id, fmt.Errorf("eval: %w", err)
-	}
-	if err != nil || !haveResults {
+	if !stored.exists || !haveResults {
 		return id, nil
 	}
-	var old runFile
-	if err := json.Unmarshal(b, &old); err != nil {
-		return id, fmt.Errorf("eval: %s: %w", path, err)
+	if stored.parseErr != nil {
+		return id, fmt.Errorf("eval: %s: %w", path, stored.parseErr)
 	}
+	old := stored.runFile
 	merged, diff := id.merge(old.Identity)
 	if diff != "" && old.Identity.Data != id.Data {
 		if legacy, err := legacyDataFingerprint(cfg.Data); err == nil && legacy == old.Identity.Data {
@@ -621,6 +626,30 @@ func compareRunFile(cfg Config, id identity, haveResults bool, logf func(string,
 			cfg.Out, diff)
 	}
 	return merged, nil
+}
+
+// storedRunFile is a results folder's run.json as readRunFile found it.
+type storedRunFile struct {
+	exists   bool
+	runFile  runFile
+	parseErr error // what is wrong with a run.json that does not parse
+}
+
+// readRunFile reads the folder's run.json once for the checks of a
+// resumed run (compareRunFile, checkShardFolder). A missing file is no
+// error; one that does not parse is an error only where the folder's
+// results depend on it (compareRunFile).
+func readRunFile(out string) (storedRunFile, error) {
+	b, err := os.ReadFile(filepath.Join(out, RunFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return storedRunFile{}, nil
+	}
+	if err != nil {
+		return storedRunFile{}, fmt.Errorf("eval: %w", err)
+	}
+	st := storedRunFile{exists: true}
+	st.parseErr = json.Unmarshal(b, &st.runFile)
+	return st, nil
 }
 
 // writeRunFile records the run's identity and configuration in run.json.
@@ -705,7 +734,11 @@ func checkCounts(path, batchesPath string, recs []report.Record) error {
 func runIdentity(cfg Config, opt Options, tok textenc.Tokenizer, src *source, cache *hashCache) (identity, error) {
 	id := identity{Dataset: cfg.Dataset, Limit: cfg.Limit, BatchSize: cfg.BatchSize, Views: cfg.Views, Protocol: cfg.Protocol,
 		NoShuffle: cfg.NoShuffle, Seed: cfg.Seed, CorruptSeed: cfg.CorruptSeed}
-	var err error
+	choice, err := kernel.Select(cfg.Precision)
+	if err != nil {
+		return id, fmt.Errorf("eval: Config.Precision: %w", err)
+	}
+	id.Precision = choice.ID()
 	switch {
 	case opt.ModelID != "":
 		id.Model = opt.ModelID
@@ -768,10 +801,23 @@ func identityDiff(a, b identity) string {
 	var ma, mb map[string]any
 	json.Unmarshal(ja, &ma)
 	json.Unmarshal(jb, &mb)
+	// Every key of either: a field left out when empty (omitempty) may be
+	// set in one only.
+	show := func(m map[string]any, k string) string {
+		if v, ok := m[k]; ok {
+			return fmt.Sprint(v)
+		}
+		return "none"
+	}
 	var diffs []string
-	for k, v := range ma {
-		if fmt.Sprint(v) != fmt.Sprint(mb[k]) {
-			diffs = append(diffs, fmt.Sprintf("%s was %v, now %v", k, v, mb[k]))
+	for k := range ma {
+		if show(ma, k) != show(mb, k) {
+			diffs = append(diffs, fmt.Sprintf("%s was %v, now %v", k, show(ma, k), show(mb, k)))
+		}
+	}
+	for k := range mb {
+		if _, ok := ma[k]; !ok {
+			diffs = append(diffs, fmt.Sprintf("%s was none, now %v", k, show(mb, k)))
 		}
 	}
 	slices.Sort(diffs)

@@ -2,11 +2,8 @@ package eval
 
 import (
 	"cmp"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -59,14 +56,14 @@ type Unit struct {
 func (u Unit) String() string { return u.Method + " on " + u.Domain }
 
 // A ShardPart is what one shard of a run computes: its units, in the order
-// one process computes them, and their expected cost (see MethodCost).
+// one process computes them, and their expected cost (tta.Preset.Cost).
 type ShardPart struct {
 	Units []Unit
 	// Chains counts the groups of units that run together: a method whose
 	// state carries from one domain to the next is one chain of all its
 	// domains, any other unit a chain of its own.
 	Chains int
-	// Cost is the sum of the units' MethodCost, in forward passes of the
+	// Cost is the sum of the units' tta.Preset.Cost, in forward passes of the
 	// vision tower per image of a domain.
 	Cost float64
 }
@@ -80,7 +77,7 @@ type chain struct {
 }
 
 // SplitShards splits the (method, domain) units of cfg over n shards. A
-// method whose state carries from one domain to the next (CarriesState)
+// method whose state carries from one domain to the next (Config.carries)
 // stays whole in one shard, so that every shard's numbers are those of one
 // process running the whole configuration. The split depends only on the
 // methods, corruptions, severities, protocol, dataset and views of cfg, not
@@ -103,7 +100,7 @@ func SplitShards(cfg Config, n int) ([]ShardPart, error) {
 		if err != nil {
 			return nil, err
 		}
-		w := MethodCost(p)
+		w := p.Cost()
 		if cfg.carries(p) {
 			c := chain{method: mi}
 			for _, d := range domains {
@@ -172,69 +169,13 @@ func runUnits(cfg Config) []Unit {
 
 // carries reports whether a method with preset p carries state from one
 // domain to the next under c's protocol: always in the continual and mixed
-// streams, and under the reset and episodic protocols when
-// CarriesState(p).
+// streams, and under the reset and episodic protocols when its
+// registration says it does (tta.Preset.Carries).
 func (c Config) carries(p tta.Preset) bool {
 	if proto, _ := protocol(c.Protocol); !perDomain(proto) {
 		return true
 	}
-	return CarriesState(p)
-}
-
-// CarriesState reports whether a method built from preset p keeps state
-// through Reset (tta.Method.MarshalCarried returns non-nil): SubTTA's EMA
-// covariance, unless alignment is off or ResetCovariance is set, and
-// RoTTA's random source, which makes the strong augmentations of one
-// domain follow from the draws of the domains before it (as the official
-// code's global random generator does). Run checks it against the method
-// it builds when it runs a shard.
-func CarriesState(p tta.Preset) bool {
-	switch c := p.Config.(type) {
-	case tta.SubTTAConfig:
-		return !c.NoAlign && c.Alpha != 0 && !c.ResetCovariance
-	case tta.RoTTAConfig:
-		return true
-	}
-	return false
-}
-
-// MethodCost is the expected cost per image of a method with preset p, in
-// forward passes of the vision tower, for balancing shards. It counts the
-// passes each method makes per image and weights a pass with a tape and a
-// backward pass by 2.03, the ratio of forward to forward+backward images/s
-// of ViT-B/32 measured by `subtta bench` (18.88 and 9.31 images/s,
-// docs/performance.md, Ice Lake); one SubTTA step (two forward+backward
-// passes and one forward) is 4.94, the measured ratio to its 3.82 images/s.
-// A multi-view method runs every view through the tower: VTE's 64 views
-// measured 66.8 forward passes (24.72 against 0.37 images/s, Zen 4,
-// docs/performance.md); views are counted as one pass each, and twice for
-// MEMO, which also back-propagates them. A method this table does not
-// know costs one forward+backward pass per image.
-func MethodCost(p tta.Preset) float64 {
-	const fwd, fwdBwd, subtta = 1, 2.03, 4.94
-	views := float64(max(p.Views, 1))
-	switch p.Method {
-	case "source", "tda", "ecalp":
-		return fwd
-	case "tent", "batclip":
-		return fwdBwd
-	case "mint", "mint-official":
-		return fwdBwd + fwd // a pass to adapt, one to predict
-	case "subtta-s", "subtta-t", "subtta-b", "subtta-m":
-		return subtta
-	case "rotta":
-		return fwd + fwdBwd // the teacher predicts, the student adapts
-	case "watt-s", "watt-lite":
-		if c, ok := p.Config.(tta.WATTConfig); ok {
-			// Steps passes per template, Rounds times, and a last forward.
-			return float64(c.Steps*c.Rounds*max(len(p.Templates), 1))*fwdBwd + fwd
-		}
-	case "vte", "zero", "dmn", "tpt", "sts":
-		return views * fwd
-	case "memo":
-		return views * fwdBwd
-	}
-	return fwdBwd
+	return p.Carries()
 }
 
 // shardUnits returns the units the configuration's shard computes, or nil
@@ -258,16 +199,12 @@ func shardUnits(cfg Config) (map[Unit]bool, error) {
 // shard of the run: its run.json names a shard, and not this one. A folder
 // of a whole run can be sharded into, and a shard's folder completed by a
 // run of the whole.
-func checkShardFolder(cfg Config, haveResults bool) error {
-	if cfg.Shard == nil || !haveResults {
-		return nil
+func checkShardFolder(cfg Config, stored storedRunFile, haveResults bool) error {
+	if cfg.Shard == nil || !haveResults || !stored.exists || stored.parseErr != nil {
+		return nil // compareRunFile says what is wrong with a run.json
 	}
-	b, err := os.ReadFile(filepath.Join(cfg.Out, RunFile))
-	if err != nil {
-		return nil // compareRunFile says what is wrong with it
-	}
-	var old runFile
-	if json.Unmarshal(b, &old) != nil || old.Config.Shard == nil {
+	old := stored.runFile
+	if old.Config.Shard == nil {
 		return nil
 	}
 	if *old.Config.Shard != *cfg.Shard {
@@ -288,7 +225,7 @@ func checkCarried(cfg Config, p tta.Preset, m tta.Method) error {
 		return fmt.Errorf("eval: %s: %w", p.Method, err)
 	}
 	if got, want := v != nil, cfg.carries(p); got && !want {
-		return fmt.Errorf("eval: %s carries state from one domain to the next, but the shard split takes it for independent domains (eval.CarriesState is wrong for it): run it without --shard", p.Method)
+		return fmt.Errorf("eval: %s carries state from one domain to the next, but the shard split takes it for independent domains (its tta.Registration.Carries is wrong): run it without --shard", p.Method)
 	}
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -15,9 +14,6 @@ import (
 	"github.com/subtta/subtta/builtin"
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/report"
-	"github.com/subtta/subtta/tta"
-	"github.com/subtta/subtta/tta/feature"
-	"gonum.org/v1/gonum/mat"
 )
 
 // splitConfigs are configurations of several kinds for the split's tests:
@@ -75,7 +71,7 @@ func TestSplitShards(t *testing.T) {
 				var maxChain float64
 				for _, m := range full.Methods {
 					p, _ := full.preset(m)
-					per := MethodCost(p)
+					per := p.Cost()
 					if !full.carries(p) {
 						maxChain = max(maxChain, per)
 						continue
@@ -204,72 +200,6 @@ func TestShardFromEnv(t *testing.T) {
 	}
 }
 
-// TestCarriesStateMatchesMethods builds every registered method from
-// every preset (and its episodic form) on the built-in model and checks
-// that CarriesState, which the split goes by, says what the method's
-// MarshalCarried does.
-func TestCarriesStateMatchesMethods(t *testing.T) {
-	m, err := builtin.Model(clip.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	for _, dataset := range []string{"cifar10-c", "cifar100-c"} {
-		classes := map[string]int{"cifar10-c": 10, "cifar100-c": 100}[dataset]
-		for _, name := range tta.Methods() {
-			for _, episodic := range []bool{false, true} {
-				p, err := tta.Lookup(dataset, name)
-				if errors.Is(err, tta.ErrUnknownDataset) {
-					continue
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				if episodic {
-					if p, err = p.ForEpisodic(); err != nil {
-						t.Fatal(err)
-					}
-				}
-				h := randomHeads(rng, p, classes, m.Config.EmbedDim)
-				h.Tokenizer = builtin.Tokenizer()
-				for i := range classes {
-					h.Classes = append(h.Classes, fmt.Sprintf("class %d", i))
-				}
-				meth, err := p.New(m, h)
-				if err != nil {
-					t.Fatalf("%s %s: %v", dataset, name, err)
-				}
-				v, err := meth.MarshalCarried()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got := CarriesState(p); got != (v != nil) {
-					t.Errorf("%s %s (episodic %v): CarriesState %v, MarshalCarried gives %d bytes", dataset, name, episodic, got, len(v))
-				}
-				meth.Reset()
-			}
-		}
-	}
-}
-
-func randomHeads(rng *rand.Rand, p tta.Preset, classes, dim int) tta.Heads {
-	unit := func() *mat.Dense {
-		v := make([]float64, classes*dim)
-		for i := range v {
-			v[i] = rng.NormFloat64()
-		}
-		d, _ := feature.NormalizeRows(mat.NewDense(classes, dim, v))
-		return d
-	}
-	h := tta.Heads{Head: unit()}
-	if p.PerTemplateHeads {
-		for range p.Templates {
-			h.PerTemplate = append(h.PerTemplate, unit())
-		}
-	}
-	return h
-}
-
 // builtinRun is a small run on the built-in model and images, with its
 // options: carried-state methods (SubTTA-M, RoTTA updating every few
 // images) next to reset baselines.
@@ -346,6 +276,28 @@ func runShards(t *testing.T, cfg Config, opt Options, dir string, n int) []strin
 	return folders
 }
 
+// singleAndMerged runs cfg in one process (into cfg.Out) and in three
+// shards under dir, merges the shards into merged, and returns the
+// records of both and the merge's summary.
+func singleAndMerged(t *testing.T, cfg Config, opt Options, dir, merged string) (single, fromShards []report.Record, sum *Summary) {
+	t.Helper()
+	if _, err := Run(context.Background(), cfg, opt); err != nil {
+		t.Fatal(err)
+	}
+	folders := runShards(t, cfg, opt, dir, 3)
+	sum, err := Merge(merged, folders, MergeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if single, err = report.ReadRecordsFile(filepath.Join(cfg.Out, ResultsFile)); err != nil {
+		t.Fatal(err)
+	}
+	if fromShards, err = report.ReadRecordsFile(filepath.Join(merged, ResultsFile)); err != nil {
+		t.Fatal(err)
+	}
+	return single, fromShards, sum
+}
+
 // TestShardedRunEqualsSingle runs a configuration in one process and in
 // three shards, merges the shards, and checks that the merged
 // results.jsonl holds the single run's records in its order, the same bits
@@ -354,23 +306,8 @@ func runShards(t *testing.T, cfg Config, opt Options, dir string, n int) []strin
 func TestShardedRunEqualsSingle(t *testing.T) {
 	dir := t.TempDir()
 	cfg, opt := builtinRun(t, filepath.Join(dir, "single"))
-	if _, err := Run(context.Background(), cfg, opt); err != nil {
-		t.Fatal(err)
-	}
-	folders := runShards(t, cfg, opt, dir, 3)
 	merged := filepath.Join(dir, "merged")
-	sum, err := Merge(merged, folders, MergeOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := report.ReadRecordsFile(filepath.Join(cfg.Out, ResultsFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := report.ReadRecordsFile(filepath.Join(merged, ResultsFile))
-	if err != nil {
-		t.Fatal(err)
-	}
+	want, got, sum := singleAndMerged(t, cfg, opt, dir, merged)
 	if len(got) != len(want) || len(sum.Records) != len(want) {
 		t.Fatalf("merged %d records (summary %d), the single run %d", len(got), len(sum.Records), len(want))
 	}

@@ -15,6 +15,7 @@ import (
 var batclipMethod = Registration{
 	Name:  "batclip",
 	About: "entropy, image-to-text and inter-class-mean terms (BATCLIP, text frozen)",
+	Cost:  fixedCost(CostForwardBackward),
 	Preset: func(p *Preset) error {
 		p.Optimizer = map[string]optim.Config{
 			"imagenet-c": optim.AdamW(5e-4, 0.01), "cifar10-c": optim.AdamW(1e-3, 0.01), "cifar100-c": optim.AdamL2(5e-4, 0.01),

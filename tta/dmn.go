@@ -19,6 +19,7 @@ import (
 var dmnMethod = Registration{
 	Name:  "dmn",
 	About: "training-free dual memory of the domain's confident images (DMN, zero-shot)",
+	Cost:  viewsCost(CostForward),
 	Preset: func(p *Preset) error {
 		cfg := feature.DefaultDMNConfig()
 		multiViewPreset(p, 32, cfg.SelectionP)

@@ -21,6 +21,7 @@ import (
 var ecalpMethod = Registration{
 	Name:  "ecalp",
 	About: "training-free label propagation over a growing graph of the domain's images and the classes (ECALP)",
+	Cost:  fixedCost(CostForward),
 	Preset: func(p *Preset) error {
 		p.BatchSize, p.Config = 1, feature.DefaultECALPConfig()
 		return nil

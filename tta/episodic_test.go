@@ -30,6 +30,7 @@ func TestResetSampleKeepsMemory(t *testing.T) {
 		t.Fatalf("episodic preset: batch %d, bank %d; want 1 and a bank", p.BatchSize, cfg.BankSize)
 	}
 	cfg.Subspace.Rank = 3
+	cfg.Optimizer = p.Optimizer
 	s, err := NewSubTTA(m, head, cfg)
 	if err != nil {
 		t.Fatal(err)

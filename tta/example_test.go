@@ -37,13 +37,14 @@ func (z *zeroShot) Step(pixels []float32, n int) (*tta.Result, error) {
 	return &tta.Result{Logits: logits, Preds: preds, Features: f}, nil
 }
 
-// A new method is a type and a Registration; once registered, Lookup, Heads
+// A new method is a type and a Registration (with its cost per image); once registered, Lookup, Heads
 // and New build it like any other (subtta eval --methods takes its name).
 func Example_register() {
 	err := tta.Register(tta.Registration{
 		Name:   "zero-shot-demo",
 		About:  "zero-shot CLIP, the smallest method",
 		Preset: func(p *tta.Preset) error { p.BatchSize = 4; return nil },
+		Cost:   func(tta.Preset) float64 { return tta.CostForward },
 		New: func(m tta.Model, _ tta.Preset, h tta.Heads) (tta.Method, error) {
 			return &zeroShot{model: m, head: h.Head}, nil
 		},

@@ -12,7 +12,8 @@ import (
 
 // MEMOConfig configures MEMO.
 type MEMOConfig struct {
-	// Optimizer steps the visual LayerNorms.
+	// Optimizer steps the visual LayerNorms; a preset leaves it zero and
+	// Preset.New sets it from Preset.Optimizer.
 	Optimizer optim.Config
 }
 
@@ -26,6 +27,8 @@ type MEMOConfig struct {
 var memoMethod = Registration{
 	Name:  "memo",
 	About: "marginal entropy over AugMix views, one step per image (MEMO)",
+	// MEMO back-propagates every view.
+	Cost: viewsCost(CostForwardBackward),
 	Preset: func(p *Preset) error {
 		views, lr := 32, 5e-3
 		if p.Dataset == "imagenet-c" {
@@ -33,7 +36,7 @@ var memoMethod = Registration{
 		}
 		multiViewPreset(p, views+1, 0)
 		p.Optimizer = optim.Config{SGD: &optim.SGDConfig{LR: lr, Momentum: 0.9, Nesterov: true}}
-		p.Config = MEMOConfig{Optimizer: p.Optimizer}
+		p.Config = MEMOConfig{}
 		return nil
 	},
 	Options: withOptimizer(viewsOption),
@@ -42,6 +45,7 @@ var memoMethod = Registration{
 		if err != nil {
 			return nil, err
 		}
+		cfg.Optimizer = p.Optimizer
 		return NewMEMO(m, h.Head, p.Views, cfg)
 	},
 }

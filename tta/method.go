@@ -331,12 +331,29 @@ func newBase(name string, m Model, head mat.Matrix, opt optim.Config) (base, err
 	if d != m.EmbedDim() || c < 1 {
 		return base{}, fmt.Errorf("tta: head is %d×%d, model embeds in %d dims", c, d, m.EmbedDim())
 	}
+	if err := checkOptimizer(name, opt); err != nil {
+		return base{}, err
+	}
 	f64 := m.Float64()
 	tr, err := newTrainer(m, f64, opt)
 	if err != nil {
 		return base{}, err
 	}
 	return base{name: name, model: m, text: mat.DenseCopyOf(head), scale: m.InverseTemperature(), f64: f64, tr: tr}, nil
+}
+
+// ErrNoOptimizer: a method that trains was given the zero optim.Config,
+// as a preset's Config carries it (Preset.New fills it in from
+// Preset.Optimizer).
+var ErrNoOptimizer = errors.New("tta: no optimizer")
+
+// checkOptimizer refuses the zero optim.Config, which would train with a
+// learning rate of 0 without a word.
+func checkOptimizer(method string, c optim.Config) error {
+	if c == (optim.Config{}) {
+		return fmt.Errorf("%w for %s: its config's Optimizer is zero (a preset's config leaves it to Preset.New, which sets it from Preset.Optimizer)", ErrNoOptimizer, method)
+	}
+	return nil
 }
 
 // Name returns the method's name.

@@ -14,6 +14,8 @@ import (
 
 // MINTConfig configures MINT.
 type MINTConfig struct {
+	// Optimizer trains the method; a preset leaves it zero and Preset.New
+	// sets it from Preset.Optimizer.
 	Optimizer optim.Config
 	// Scale multiplies the cosine logits: a literal 100 in both codes.
 	Scale float64
@@ -28,9 +30,11 @@ type MINTConfig struct {
 var mintMethod = Registration{
 	Name:  "mint",
 	About: "MINT as in the SubTTA repo: one template, Adam(1e-2, L2 0.01)",
+	// A pass to adapt, one to predict.
+	Cost: fixedCost(CostForwardBackward + CostForward),
 	Preset: func(p *Preset) error {
 		p.Optimizer = optim.AdamL2(1e-2, 0.01)
-		p.Config = MINTConfig{Optimizer: p.Optimizer, Scale: 100, PriorN: 10000}
+		p.Config = MINTConfig{Scale: 100, PriorN: 10000}
 		return nil
 	},
 	Options: mintOptions,
@@ -44,6 +48,8 @@ var mintMethod = Registration{
 var mintOfficialMethod = Registration{
 	Name:  "mint-official",
 	About: "MINT as in its official code: seven templates, batch 20",
+	// A pass to adapt, one to predict.
+	Cost: fixedCost(CostForwardBackward + CostForward),
 	Preset: func(p *Preset) error {
 		lr := map[string]float64{"imagenet-c": 0.015, "cifar100-c": 0.007}[p.Dataset]
 		if lr == 0 {
@@ -51,7 +57,7 @@ var mintOfficialMethod = Registration{
 		}
 		p.Optimizer, p.BatchSize = optim.AdamL2(lr, 0), 20
 		p.Templates, p.SpacedClassNames = MINTTemplates, true
-		p.Config = MINTConfig{Optimizer: p.Optimizer, Scale: 100, PriorN: 10000, Name: p.Method}
+		p.Config = MINTConfig{Scale: 100, PriorN: 10000, Name: p.Method}
 		return nil
 	},
 	Options: mintOptions,
@@ -63,6 +69,7 @@ func newMINTFromPreset(m Model, p Preset, h Heads) (Method, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg.Optimizer = p.Optimizer
 	return NewMINT(m, h.Head, cfg)
 }
 

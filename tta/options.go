@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -48,7 +47,7 @@ func (o Option) Value(p Preset) string { return o.get(p) }
 // Options lists the options of the preset's method: the method's own
 // (Registration.Options), then the batch size; sorted by key.
 func (p Preset) Options() []Option {
-	r, err := registered(p.Method)
+	r, err := p.registration()
 	if err != nil {
 		return nil
 	}
@@ -70,8 +69,11 @@ func (p *Preset) Set(key, value string) error {
 	opts := p.Options()
 	i := slices.IndexFunc(opts, func(o Option) bool { return o.Key == key })
 	if i < 0 {
-		r, _ := registered(p.Method)
-		for _, o := range r.Options {
+		var own []Option
+		if r, err := p.registration(); err == nil {
+			own = r.Options
+		}
+		for _, o := range own {
 			if o.Key == key {
 				return fmt.Errorf("%w: %s.%s applies only %s", ErrUnknownOption, p.Method, key, o.needs)
 			}
@@ -253,16 +255,15 @@ var batchSizeOption = intOption("batch_size", "images per step", 1, math.MaxInt,
 // optimizerOptions are the options of a method that trains with
 // Preset.Optimizer: its kind, learning rate and weight decay; Adam's betas
 // and ε when it is Adam or AdamW, SGD's momentum and Nesterov switch when
-// it is SGD (set optimizer=sgd first). A change also reaches the method's
-// config when it keeps a copy (a field Optimizer of type optim.Config), so
-// that the method trains with what the preset says.
+// it is SGD (set optimizer=sgd first). Preset.Optimizer is the one place
+// the optimizer is kept: New hands it to the method.
 func optimizerOptions() []Option {
 	isSGD := func(p Preset) bool { return p.Optimizer.SGD != nil }
 	isAdam := func(p Preset) bool { return p.Optimizer.SGD == nil }
 	adam := func(f func(c *optim.AdamConfig) *float64) field[float64] {
 		return field[float64]{
 			get: func(p Preset) float64 { return *f(&p.Optimizer.Adam) },
-			set: func(p *Preset, v float64) { *f(&p.Optimizer.Adam) = v; syncOptimizer(p) },
+			set: func(p *Preset, v float64) { *f(&p.Optimizer.Adam) = v },
 		}
 	}
 	sgd := func(f func(c *optim.SGDConfig) *float64) field[float64] {
@@ -272,7 +273,6 @@ func optimizerOptions() []Option {
 				c := *p.Optimizer.SGD
 				*f(&c) = v
 				p.Optimizer.SGD = &c
-				syncOptimizer(p)
 			},
 		}
 	}
@@ -320,7 +320,6 @@ func optimizerOptions() []Option {
 			default:
 				p.Optimizer = optim.AdamL2(rate, decay)
 			}
-			syncOptimizer(p)
 		},
 	}
 	onlyAdam := func(o Option) Option { o.applies, o.needs = isAdam, "to Adam and AdamW"; return o }
@@ -341,29 +340,9 @@ func optimizerOptions() []Option {
 				c := *p.Optimizer.SGD
 				c.Nesterov = v
 				p.Optimizer.SGD = &c
-				syncOptimizer(p)
 			},
 		})),
 	}
-}
-
-// syncOptimizer copies p.Optimizer into the method's config when the
-// config keeps its own copy (a field Optimizer of type optim.Config).
-func syncOptimizer(p *Preset) {
-	if p.Config == nil {
-		return
-	}
-	v := reflect.New(reflect.TypeOf(p.Config)).Elem()
-	v.Set(reflect.ValueOf(p.Config))
-	if v.Kind() != reflect.Struct {
-		return
-	}
-	f := v.FieldByName("Optimizer")
-	if !f.IsValid() || f.Type() != reflect.TypeOf(optim.Config{}) {
-		return
-	}
-	f.Set(reflect.ValueOf(p.Optimizer))
-	p.Config = v.Interface()
 }
 
 // withOptimizer returns the method's own options followed by the

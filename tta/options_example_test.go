@@ -20,7 +20,7 @@ func ExamplePreset_Set() {
 		}
 	}
 	cfg := p.Config.(tta.SubTTAConfig)
-	fmt.Println(cfg.Subspace.Rank, cfg.NoEMA, cfg.Optimizer)
+	fmt.Println(cfg.Subspace.Rank, cfg.NoEMA, p.Optimizer)
 	fmt.Println(p.Set("alpha", "2"))
 	// Output:
 	// 4 true AdamW(lr=0.0005, wd=0.01)

@@ -9,6 +9,7 @@ import (
 
 	"gonum.org/v1/gonum/mat"
 
+	"github.com/subtta/subtta/optim"
 	"github.com/subtta/subtta/tta/feature"
 	"github.com/subtta/subtta/tta/internal/fxt"
 	"github.com/subtta/subtta/tta/internal/fxtmodel"
@@ -90,7 +91,7 @@ func TestOptionErrors(t *testing.T) {
 
 // TestOptionsReachMethod: options change what New builds. A changed rank
 // changes the shape of SubTTA's subspace; the optimizer's options reach
-// the config's copy of the optimizer; the switches reach SubTTAConfig.
+// the preset's optimizer; the switches reach SubTTAConfig.
 func TestOptionsReachMethod(t *testing.T) {
 	m := fxtmodel.TinyModel(t, false)
 	rng := rand.New(rand.NewPCG(5, 6))
@@ -122,8 +123,13 @@ func TestOptionsReachMethod(t *testing.T) {
 		t.Errorf("rank: %d rows before, %d after rank=5", before, after)
 	}
 	c := p.Config.(SubTTAConfig)
-	if c.Optimizer != p.Optimizer || c.Optimizer.String() != "AdamW(lr=0.02, wd=0.5)" {
+	// The optimizer is kept in the preset alone; New hands it over, and a
+	// constructor given the preset's config without it refuses.
+	if c.Optimizer != (optim.Config{}) || p.Optimizer.String() != "AdamW(lr=0.02, wd=0.5)" {
 		t.Errorf("optimizer: preset %s, config %s", p.Optimizer, c.Optimizer)
+	}
+	if _, err := NewSubTTA(m, head, c); !errors.Is(err, ErrNoOptimizer) {
+		t.Errorf("NewSubTTA with a preset's config: err = %v, want ErrNoOptimizer", err)
 	}
 	if !c.NoAlign || !c.NoProjection || !c.NoEMA || c.Soft != 0.25 || c.Prediction != PredictProjected || c.BankSize != 7 ||
 		!c.ResetCovariance || c.Alpha != 0.3 || p.BatchSize != 17 {

@@ -41,8 +41,43 @@ type Preset struct {
 	Optimizer optim.Config
 	// Config is the method's own configuration (SubTTAConfig, MINTConfig,
 	// WATTConfig, TDAConfig), nil for methods that have none beyond
-	// Optimizer.
+	// Optimizer. A config's own Optimizer field is left zero: New fills
+	// it in from Optimizer, the one place a preset keeps it.
 	Config any
+
+	// reg is the registration Lookup found for Method.
+	reg *Registration
+}
+
+// registration returns the registration of the preset's method: the one
+// Lookup found, or, for a preset written by hand or whose Method was
+// changed, the registry's entry of that name.
+func (p Preset) registration() (*Registration, error) {
+	if p.reg != nil && p.reg.Name == p.Method {
+		return p.reg, nil
+	}
+	return registered(p.Method)
+}
+
+// Cost is the expected cost per image of the preset's method, in forward
+// passes of the vision tower (Registration.Cost); 0 for an unknown method.
+func (p Preset) Cost() float64 {
+	r, err := p.registration()
+	if err != nil {
+		return 0
+	}
+	return r.Cost(p)
+}
+
+// Carries reports whether the preset's method keeps state through Reset,
+// so that its domains depend on the domains before them
+// (Registration.Carries).
+func (p Preset) Carries() bool {
+	r, err := p.registration()
+	if err != nil || r.Carries == nil {
+		return false
+	}
+	return r.Carries(p)
 }
 
 // Heads are what a preset's method classifies and trains with, built from
@@ -61,7 +96,7 @@ type Heads struct {
 
 // New builds the preset's Method on a model with its heads.
 func (p Preset) New(m Model, h Heads) (Method, error) {
-	r, err := registered(p.Method)
+	r, err := p.registration()
 	if err != nil {
 		return nil, err
 	}
@@ -78,7 +113,7 @@ func (p Preset) New(m Model, h Heads) (Method, error) {
 // (online.Episodic): batch size 1, and whatever else the method changes
 // there (Registration.Episodic).
 func (p Preset) ForEpisodic() (Preset, error) {
-	r, err := registered(p.Method)
+	r, err := p.registration()
 	if err != nil {
 		return Preset{}, err
 	}
@@ -92,7 +127,7 @@ func (p Preset) ForEpisodic() (Preset, error) {
 // MinClasses is the fewest classes (labels) the preset's method adapts
 // with, and why when more than 2 (Registration.MinClasses).
 func (p Preset) MinClasses() (int, string) {
-	r, err := registered(p.Method)
+	r, err := p.registration()
 	if err != nil || r.MinClasses == nil {
 		return 2, ""
 	}

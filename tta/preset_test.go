@@ -56,7 +56,7 @@ func TestPresetTable(t *testing.T) {
 				t.Fatal(err)
 			}
 			w := p.Config.(WATTConfig)
-			if w.Steps != tc.steps || w.Rounds != tc.round || w.Optimizer != p.Optimizer || w.Name != tc.method ||
+			if w.Steps != tc.steps || w.Rounds != tc.round || w.Optimizer != (optim.Config{}) || w.Name != tc.method ||
 				!p.PerTemplateHeads || len(p.Templates) != 8 || p.Templates[0] != "a photo of a {}" {
 				t.Errorf("%s/%s: %+v, templates %q", d, tc.method, w, p.Templates)
 			}

@@ -3,7 +3,6 @@ package tta
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"sync"
 
@@ -44,6 +43,40 @@ type Registration struct {
 	// protocol beyond its batch size of 1 (SubTTA turns its feature bank
 	// on); see Preset.ForEpisodic.
 	Episodic func(p *Preset)
+	// Cost is the expected cost per image of the method under a filled-in
+	// preset, in forward passes of the vision tower (CostForward,
+	// CostForwardBackward): what a sharded evaluation balances its shards
+	// by (Preset.Cost). Every registration states it.
+	Cost func(p Preset) float64
+	// Carries, when set, reports whether the method built from a
+	// filled-in preset keeps state through Reset: whether its
+	// MarshalCarried returns non-nil (SubTTA's EMA covariance). A method
+	// that carries state runs its domains in order, in one process, even
+	// when an evaluation is sharded (Preset.Carries). Nil means it never
+	// does.
+	Carries func(p Preset) bool
+}
+
+// Costs of the vision tower per image, in forward passes, for
+// Registration.Cost. A pass with a tape and a backward pass weighs
+// CostForwardBackward, 2.03, the ratio of forward to forward+backward
+// images/s of ViT-B/32 measured by `subtta bench` (18.88 and 9.31
+// images/s, docs/performance.md, Ice Lake). A multi-view method runs
+// every view through the tower: VTE's 64 views measured 66.8 forward
+// passes (24.72 against 0.37 images/s, Zen 4, docs/performance.md), so a
+// view counts as one pass.
+const (
+	CostForward         = 1.0
+	CostForwardBackward = 2.03
+)
+
+// fixedCost is the Cost of a method that costs c whatever its preset.
+func fixedCost(c float64) func(Preset) float64 { return func(Preset) float64 { return c } }
+
+// viewsCost is the Cost of a multi-view method that runs each of its
+// views through the tower at cost c.
+func viewsCost(c float64) func(Preset) float64 {
+	return func(p Preset) float64 { return float64(max(p.Views, 1)) * c }
 }
 
 // builtinMethods are the methods of this package, in the order help texts
@@ -62,16 +95,23 @@ var builtinMethods = []Registration{
 	rottaMethod, stsMethod,
 }
 
+// registry holds each registration once: a Preset points at its entry.
 var registry = struct {
 	sync.RWMutex
-	list []Registration
-}{list: slices.Clone(builtinMethods)}
+	list []*Registration
+}{list: func() []*Registration {
+	out := make([]*Registration, len(builtinMethods))
+	for i := range builtinMethods {
+		out[i] = &builtinMethods[i]
+	}
+	return out
+}()}
 
 // Register adds a method to the registry. It refuses an empty name, a name
-// already registered, and a registration without Preset or New.
+// already registered, and a registration without Preset, New or Cost.
 func Register(r Registration) error {
-	if r.Name == "" || r.Preset == nil || r.New == nil {
-		return fmt.Errorf("tta: register %q: a method needs a name, Preset and New", r.Name)
+	if r.Name == "" || r.Preset == nil || r.New == nil || r.Cost == nil {
+		return fmt.Errorf("tta: register %q: a method needs a name, Preset, New and Cost", r.Name)
 	}
 	registry.Lock()
 	defer registry.Unlock()
@@ -80,7 +120,7 @@ func Register(r Registration) error {
 			return fmt.Errorf("tta: register: method %q is already registered", r.Name)
 		}
 	}
-	registry.list = append(registry.list, r)
+	registry.list = append(registry.list, &r)
 	return nil
 }
 
@@ -95,7 +135,7 @@ func Methods() []string {
 	return out
 }
 
-func registered(name string) (Registration, error) {
+func registered(name string) (*Registration, error) {
 	registry.RLock()
 	defer registry.RUnlock()
 	for _, r := range registry.list {
@@ -103,7 +143,7 @@ func registered(name string) (Registration, error) {
 			return r, nil
 		}
 	}
-	return Registration{}, fmt.Errorf("%w %q (want one of %v)", ErrUnknownMethod, name, methodsLocked())
+	return nil, fmt.Errorf("%w %q (want one of %v)", ErrUnknownMethod, name, methodsLocked())
 }
 
 func methodsLocked() []string {
@@ -162,7 +202,7 @@ func Lookup(dataset, method string) (Preset, error) {
 	if err != nil {
 		return Preset{}, err
 	}
-	p.Method = method
+	p.Method, p.reg = method, r
 	if err := r.Preset(&p); err != nil {
 		return Preset{}, err
 	}

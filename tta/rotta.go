@@ -23,7 +23,9 @@ type RoTTAConfig struct {
 	// (UPDATE_FREQUENCY: 64).
 	UpdateEvery int
 	// Nu is the teacher's EMA rate: teacher ← (1−ν)·teacher + ν·student.
-	Nu        float64
+	Nu float64
+	// Optimizer trains the method; a preset leaves it zero and Preset.New
+	// sets it from Preset.Optimizer.
 	Optimizer optim.Config
 }
 
@@ -34,9 +36,15 @@ type RoTTAConfig struct {
 var rottaMethod = Registration{
 	Name:  "rotta",
 	About: "a teacher's predictions, a category-balanced memory and a student trained on its strong augmentations (RoTTA)",
+	// The teacher predicts, the student adapts.
+	Cost: fixedCost(CostForward + CostForwardBackward),
+	// Its random source: the strong augmentations of one domain follow
+	// from the draws of the domains before it, as the official code's
+	// global random generator does.
+	Carries: func(Preset) bool { return true },
 	Preset: func(p *Preset) error {
 		p.Optimizer = optim.AdamL2(1e-3, 0)
-		p.Config = RoTTAConfig{Memory: feature.DefaultRoTTAMemoryConfig(0), UpdateEvery: 64, Nu: 1e-3, Optimizer: p.Optimizer}
+		p.Config = RoTTAConfig{Memory: feature.DefaultRoTTAMemoryConfig(0), UpdateEvery: 64, Nu: 1e-3}
 		return nil
 	},
 	Options: withOptimizer(
@@ -51,6 +59,7 @@ var rottaMethod = Registration{
 		if err != nil {
 			return nil, err
 		}
+		cfg.Optimizer = p.Optimizer
 		return NewRoTTA(m, h.Head, cfg)
 	},
 }

@@ -12,6 +12,7 @@ import (
 var sourceMethod = Registration{
 	Name:   "source",
 	About:  "zero-shot CLIP, no adaptation",
+	Cost:   fixedCost(CostForward),
 	Preset: func(*Preset) error { return nil },
 	New: func(m Model, _ Preset, h Heads) (Method, error) {
 		return NewSource(m, h.Head)

@@ -17,7 +17,9 @@ type STSConfig struct {
 	// shift lives in.
 	Directions int
 	// Rho is the share of views the loss averages over (TPT's selection).
-	Rho       float64
+	Rho float64
+	// Optimizer trains the method; a preset leaves it zero and Preset.New
+	// sets it from Preset.Optimizer.
 	Optimizer optim.Config
 	// Steps is the number of optimizer steps per image.
 	Steps int
@@ -32,10 +34,11 @@ type STSConfig struct {
 var stsMethod = Registration{
 	Name:  "sts",
 	About: "spectrum-aware steering of the text prototypes per image from the confident views' marginal entropy (STS, reading of the paper)",
+	Cost:  viewsCost(CostForward),
 	Preset: func(p *Preset) error {
 		multiViewPreset(p, 64, 0.1)
 		p.Optimizer = optim.AdamW(5e-3, 0)
-		p.Config = STSConfig{Directions: 16, Rho: 0.1, Optimizer: p.Optimizer, Steps: 1}
+		p.Config = STSConfig{Directions: 16, Rho: 0.1, Steps: 1}
 		return nil
 	},
 	Options: withOptimizer(viewsOption,
@@ -48,6 +51,7 @@ var stsMethod = Registration{
 		if err != nil {
 			return nil, err
 		}
+		cfg.Optimizer = p.Optimizer
 		return NewSTS(m, h.Head, p.Views, cfg)
 	},
 }
@@ -80,6 +84,9 @@ func NewSTS(m Model, head mat.Matrix, v int, cfg STSConfig) (*STS, error) {
 	}
 	if cfg.Steps < 1 {
 		return nil, fmt.Errorf("tta: sts: %d steps per image, want at least 1", cfg.Steps)
+	}
+	if err := checkOptimizer("sts", cfg.Optimizer); err != nil {
+		return nil, err
 	}
 	b, err := newBase("sts", m, head, optim.Config{Adam: optim.DefaultAdamConfig(0)})
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 var tdaMethod = Registration{
 	Name:  "tda",
 	About: "training-free positive and negative caches (TDA)",
+	Cost:  fixedCost(CostForward),
 	Preset: func(p *Preset) error {
 		p.BatchSize, p.Config = 1, feature.DefaultTDAConfig()
 		return nil

@@ -14,6 +14,7 @@ import (
 var tentMethod = Registration{
 	Name:  "tent",
 	About: "entropy minimisation of the zero-shot softmax (TENT)",
+	Cost:  fixedCost(CostForwardBackward),
 	Preset: func(p *Preset) error {
 		p.Optimizer = optim.AdamL2(1e-3, 0)
 		if p.Dataset == "imagenet-c" {

@@ -42,7 +42,9 @@ type TPTConfig struct {
 	// Template is the class prompt; the words before "{}" are the
 	// context that the learned vectors start from and replace ("a photo
 	// of a {}.": four vectors with CLIP's BPE).
-	Template  string
+	Template string
+	// Optimizer trains the method; a preset leaves it zero and Preset.New
+	// sets it from Preset.Optimizer.
 	Optimizer optim.Config
 	// Steps is the number of optimizer steps per image.
 	Steps int
@@ -57,10 +59,11 @@ type TPTConfig struct {
 var tptMethod = Registration{
 	Name:  "tpt",
 	About: "test-time prompt tuning: context vectors learned per image from the confident views' marginal entropy (TPT)",
+	Cost:  viewsCost(CostForward),
 	Preset: func(p *Preset) error {
 		multiViewPreset(p, 64, 0.1)
 		p.Optimizer = optim.AdamW(5e-3, 0.01)
-		p.Config = TPTConfig{Rho: 0.1, Template: "a photo of a {}.", Optimizer: p.Optimizer, Steps: 1}
+		p.Config = TPTConfig{Rho: 0.1, Template: "a photo of a {}.", Steps: 1}
 		return nil
 	},
 	Options: withOptimizer(viewsOption,
@@ -72,6 +75,7 @@ var tptMethod = Registration{
 		if err != nil {
 			return nil, err
 		}
+		cfg.Optimizer = p.Optimizer
 		tm, ok := m.(TextModel)
 		if !ok {
 			return nil, fmt.Errorf("tta: tpt: the model (%T) has no text tower to learn a prompt on", m)
@@ -142,6 +146,9 @@ func NewTPT(m TextModel, h Heads, v int, cfg TPTConfig) (*TPT, error) {
 	}
 	t.ctx = t.init.Clone()
 	t.ctx.SetRequiresGrad(true)
+	if err := checkOptimizer("tpt", cfg.Optimizer); err != nil {
+		return nil, err
+	}
 	if t.opt, err = newContextOptimizer(t.ctx, cfg.Optimizer); err != nil {
 		return nil, fmt.Errorf("tta: tpt: %w", err)
 	}

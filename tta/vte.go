@@ -36,6 +36,7 @@ type VTEConfig struct {
 var vteMethod = Registration{
 	Name:  "vte",
 	About: "training-free ensemble of the most confident of 64 views (VTE)",
+	Cost:  viewsCost(CostForward),
 	Preset: func(p *Preset) error {
 		multiViewPreset(p, 64, 0.1)
 		p.Templates, p.Config = CIFARTemplates, VTEConfig{Rho: 0.1}

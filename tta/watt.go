@@ -25,7 +25,9 @@ var WATTTemplates = []string{
 // WATTConfig configures WATT.
 type WATTConfig struct {
 	// Optimizer is Adam with lr 1e-3 in the README and the bash scripts
-	// (main.py's default is 1e-4), betas (0.9, 0.999), no weight decay.
+	// (main.py's default is 1e-4), betas (0.9, 0.999), no weight decay;
+	// a preset leaves it zero and Preset.New sets it from
+	// Preset.Optimizer.
 	Optimizer optim.Config
 	// Steps (L) is the number of optimizer steps per template, Rounds (M)
 	// the number of weight-averaging rounds: 2 and 5 for WATT-S.
@@ -46,10 +48,18 @@ func wattMethod(name string, steps, rounds int) Registration {
 	return Registration{
 		Name:  name,
 		About: fmt.Sprintf("WATT-S, weight averaging over 8 templates, %d steps × %d rounds", steps, rounds),
+		// Steps passes per template, Rounds times, and a last forward.
+		Cost: func(p Preset) float64 {
+			c, ok := p.Config.(WATTConfig)
+			if !ok {
+				return CostForwardBackward
+			}
+			return float64(c.Steps*c.Rounds*max(len(p.Templates), 1))*CostForwardBackward + CostForward
+		},
 		Preset: func(p *Preset) error {
 			p.Optimizer, p.BatchSize = optim.AdamL2(1e-3, 0), 128
 			p.Templates, p.PerTemplateHeads = WATTTemplates, true
-			p.Config = WATTConfig{Optimizer: p.Optimizer, Steps: steps, Rounds: rounds, Name: name}
+			p.Config = WATTConfig{Steps: steps, Rounds: rounds, Name: name}
 			return nil
 		},
 		Options: withOptimizer(
@@ -62,6 +72,7 @@ func wattMethod(name string, steps, rounds int) Registration {
 			if err != nil {
 				return nil, err
 			}
+			cfg.Optimizer = p.Optimizer
 			return NewWATT(m, h.Head, h.PerTemplate, cfg)
 		},
 	}

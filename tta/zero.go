@@ -25,6 +25,7 @@ type ZeroConfig struct {
 var zeroMethod = Registration{
 	Name:  "zero",
 	About: "training-free vote of the most confident of 64 views (ZERO)",
+	Cost:  viewsCost(CostForward),
 	Preset: func(p *Preset) error {
 		multiViewPreset(p, 64, 0.3)
 		p.Config = ZeroConfig{Gamma: 0.3, Fallback: feature.ZeroFallbackAsCoded}

@@ -14,8 +14,12 @@
 // and GemmBF16 (bfloat16 operands, float32 sums; AMX or AVX512_BF16), each
 // kernel with a Go reference of its instruction's arithmetic that it
 // matches bit for bit (LowReference). GemmBF16Act and GemmBF16Rows run an
-// MLP's two layers with the activation fused into the first. CheckPrecision
-// says whether the CPU has a kernel for a Precision.
+// MLP's two layers with the activation fused into the first. Select
+// decides how a Precision runs on this CPU, once: its kernel and its
+// arithmetic (Choice), or an error when the CPU has none (no fallback to
+// fp32). The files follow the fp32 path's split: lowprec.go (precisions
+// and the choice of kernel), lowprec_pack.go, lowprec_gemm.go,
+// lowprec_driver.go and lowprec_ref.go (the Go references).
 //
 // To run an AVX-512 CPU's tests and benchmarks on the AVX2 paths (as on Zen
 // 2/3 or Haswell), start the program with

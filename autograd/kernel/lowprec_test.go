@@ -627,3 +627,43 @@ func TestLowArithmetic(t *testing.T) {
 		t.Errorf("fp32: %q", got)
 	}
 }
+
+// TestSelect: Select decides a precision once, naming its kernel and
+// arithmetic; an unknown precision is refused, and precisions read and
+// write their names as text.
+func TestSelect(t *testing.T) {
+	c, err := Select(FP32)
+	if err != nil || c.ID() != "" || c.Kernel != "" {
+		t.Errorf("Select(FP32) = %+v, %v; want no kernel and ID \"\"", c, err)
+	}
+	if _, err := Select(Precision(7)); !errors.Is(err, ErrPrecision) {
+		t.Errorf("Select(7): err = %v, want ErrPrecision", err)
+	}
+	for _, p := range []Precision{Int8, BF16} {
+		c, err := Select(p)
+		if CheckPrecision(p) != nil {
+			if !errors.Is(err, ErrPrecisionUnsupported) {
+				t.Errorf("Select(%v) on a CPU without its kernel: err = %v", p, err)
+			}
+			continue
+		}
+		want := p.String()
+		if a := LowArithmetic(p); a != "" {
+			want += " (" + a + ")"
+		}
+		if err != nil || c.Kernel != LowKernel(p) || c.ID() != want {
+			t.Errorf("Select(%v) = %+v (ID %q), %v; want kernel %s, ID %q", p, c, c.ID(), err, LowKernel(p), want)
+		}
+	}
+	for _, p := range []Precision{FP32, BF16, Int8} {
+		b, err := p.MarshalText()
+		var q Precision
+		if err != nil || q.UnmarshalText(b) != nil || q != p || string(b) != p.String() {
+			t.Errorf("%v: text %q (%v), read back %v", p, b, err, q)
+		}
+	}
+	var q Precision
+	if err := q.UnmarshalText([]byte("fp16")); !errors.Is(err, ErrPrecision) {
+		t.Errorf("fp16: err = %v, want ErrPrecision", err)
+	}
+}

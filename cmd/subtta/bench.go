@@ -34,7 +34,7 @@ var benchNames = []string{"forward", "backward", "subtta"}
 var benchViewMethods = []string{"vte", "zero", "dmn", "sts"}
 
 func runBench(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench", "", stderr)
+	fs := newFlags("bench", "\n\nWith --precision bf16 or int8, the forward pass is timed in it too, beside fp32 in the same run (the ratio is printed).\n", stderr)
 	batch := fs.Int("batch-size", 64, "images per batch")
 	fs.IntVar(batch, "batch", 64, "same as --batch-size")
 	reps := fs.Int("reps", 5, "timed repetitions of each measurement (the median is reported)")
@@ -45,17 +45,18 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	modelPath := fs.String("model", "", "the vision tower to time: default (the built-in model) or a checkpoint; without it ViT-B/32 with random weights")
 	modelConfig := fs.String("model-config", "", modelConfigHelp)
 	arch := fs.String("arch", "", archHelp)
-	precision := fs.String("precision", "fp32", "also time the forward pass with the linear layers in bf16 or int8, beside fp32 in the same run (the ratio is printed)")
+	precision := addPrecisionFlag(fs)
 	device := deviceFlag(fs)
 	release, err := parseOnDevice(fs, device, args, stderr)
 	if err != nil {
 		return err
 	}
 	defer release()
-	prec, err := parsePrecision(*precision, device)
+	choice, err := precision.choose(*device.name)
 	if err != nil {
 		return err
 	}
+	prec := choice.Precision
 	for _, f := range []struct {
 		name string
 		v    int
@@ -192,7 +193,7 @@ func benchModel(path, configPath, arch string, stderr io.Writer) (string, *weigh
 		m, err := vit.Random(cfg, 1, vit.Options{})
 		return "ViT-B/32 vision tower, random weights", cfg, m, err
 	}
-	b, err := openModel(path, configPath, arch, "", stderr)
+	b, err := openModel(path, configPath, arch, "", kernel.FP32, stderr)
 	if err != nil {
 		return "", nil, nil, err
 	}

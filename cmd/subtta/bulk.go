@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/csv"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -12,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -24,6 +24,7 @@ import (
 	"github.com/subtta/subtta/builtin"
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/data"
+	"github.com/subtta/subtta/data/embedfile"
 	"github.com/subtta/subtta/eval"
 	"github.com/subtta/subtta/internal/atomicfile"
 )
@@ -288,175 +289,8 @@ func modelIdentity(model string) (string, error) {
 	return filepath.Base(filepath.Clean(model)) + " " + fp, nil
 }
 
-// featureFile is one output of bulk embedding: OUT/<name>.npy (float32,
-// rows × dim), OUT/<name>.jsonl (a record per row) and OUT/<name>.json
-// (how they were made). Until complete they are <name>.npy.part and
-// <name>.jsonl.part, which a rerun with the same inputs resumes.
-type featureFile struct {
-	dir, name string
-	rows, dim int
-	settings  bulkSettings
-}
-
-// bulkSettings is what OUT/<name>.json records: a folder made otherwise is
-// refused, not mixed.
-type bulkSettings struct {
-	Model     string `json:"model"`
-	Precision string `json:"precision,omitempty"` // precisionID: "" for fp32, as before it was recorded
-	Normalize bool   `json:"normalize"`
-	BatchSize int    `json:"batch_size"`
-	Rows      int    `json:"rows"`
-	Dim       int    `json:"dim"`
-}
-
-func (f *featureFile) path(ext string) string { return filepath.Join(f.dir, f.name+ext) }
-
-// npyHeader is the .npy version 1.0 header of a C-order float32 array of
-// rows × dim, padded to 64 bytes as NumPy pads it.
-func npyHeader(rows, dim int) []byte {
-	dict := fmt.Sprintf("{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }", rows, dim)
-	pad := (64 - (10+len(dict)+1)%64) % 64
-	h := dict + strings.Repeat(" ", pad) + "\n"
-	out := append([]byte("\x93NUMPY\x01\x00"), byte(len(h)), byte(len(h)>>8))
-	return append(out, h...)
-}
-
-// record is a line of OUT/<name>.jsonl.
-type record struct {
-	Index  int    `json:"index"`
-	Path   string `json:"path,omitempty"`
-	Label  string `json:"label,omitempty"`
-	Text   string `json:"text,omitempty"`
-	SHA256 string `json:"sha256"` // of the decoded pixels or the text, first 16 bytes
-}
-
-// open prepares the output: it returns the rows already done (those of an
-// earlier run with the same settings, whole batches), their records, and
-// the two files positioned after them. A finished output is done: all rows.
-func (f *featureFile) open() (done int, recs []record, npy, jsonl *os.File, err error) {
-	if err := os.MkdirAll(f.dir, 0o755); err != nil {
-		return 0, nil, nil, nil, err
-	}
-	want, _ := json.Marshal(f.settings)
-	if old, err := os.ReadFile(f.path(".json")); err == nil {
-		var s bulkSettings
-		if json.Unmarshal(old, &s) != nil || s != f.settings {
-			return 0, nil, nil, nil, fmt.Errorf("%s was made otherwise (%s; now %s): give another --out, or remove it", f.path(".json"), bytes.TrimSpace(old), want)
-		}
-	} else if err := atomicfile.Write(f.path(".json"), append(want, '\n')); err != nil {
-		return 0, nil, nil, nil, err
-	}
-	if _, err := os.Stat(f.path(".npy")); err == nil {
-		recs, err := readRecords(f.path(".jsonl"))
-		if err != nil || len(recs) != f.rows {
-			return 0, nil, nil, nil, fmt.Errorf("%s: %d records for %d rows (%v): remove the folder", f.path(".jsonl"), len(recs), f.rows, err)
-		}
-		return f.rows, recs, nil, nil, nil
-	}
-	hdr := npyHeader(f.rows, f.dim)
-	rowBytes := int64(4 * f.dim)
-	npy, err = os.OpenFile(f.path(".npy.part"), os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return 0, nil, nil, nil, err
-	}
-	st, _ := npy.Stat()
-	npyRows := 0
-	if st.Size() >= int64(len(hdr)) {
-		npyRows = int((st.Size() - int64(len(hdr))) / rowBytes)
-	}
-	recs, _ = readRecords(f.path(".jsonl.part"))
-	done = min(npyRows, len(recs))
-	done -= done % f.settings.BatchSize // the same batches as without the interruption
-	recs = recs[:done]
-	if err := npy.Truncate(int64(len(hdr)) + int64(done)*rowBytes); err == nil {
-		_, err = npy.WriteAt(hdr, 0)
-	}
-	if err == nil {
-		_, err = npy.Seek(0, io.SeekEnd)
-	}
-	if err != nil {
-		npy.Close()
-		return 0, nil, nil, nil, err
-	}
-	var buf bytes.Buffer
-	for _, r := range recs {
-		b, _ := json.Marshal(r)
-		buf.Write(append(b, '\n'))
-	}
-	if err := os.WriteFile(f.path(".jsonl.part"), buf.Bytes(), 0o644); err != nil {
-		npy.Close()
-		return 0, nil, nil, nil, err
-	}
-	jsonl, err = os.OpenFile(f.path(".jsonl.part"), os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		npy.Close()
-		return 0, nil, nil, nil, err
-	}
-	return done, recs, npy, jsonl, nil
-}
-
-// readRecords reads the whole lines of a JSONL file of records.
-func readRecords(p string) ([]record, error) {
-	b, err := os.ReadFile(p)
-	if err != nil {
-		return nil, err
-	}
-	var recs []record
-	for len(b) > 0 {
-		line, rest, ok := bytes.Cut(b, []byte{'\n'})
-		if !ok {
-			break // a line cut short
-		}
-		var r record
-		if err := json.Unmarshal(line, &r); err != nil || r.Index != len(recs) {
-			break
-		}
-		recs = append(recs, r)
-		b = rest
-	}
-	return recs, nil
-}
-
-// append writes rows of features (float64 from the model, stored as
-// float32) and their records, and syncs both files.
-func appendRows(npy, jsonl *os.File, feats []float64, dim int, normalize bool, recs []record) error {
-	rows := rows(feats, len(recs), normalize)
-	buf := make([]byte, 0, 4*dim*len(recs))
-	for _, r := range rows {
-		for _, x := range r {
-			buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(float32(x)))
-		}
-	}
-	if _, err := npy.Write(buf); err != nil {
-		return err
-	}
-	var jb bytes.Buffer
-	for _, r := range recs {
-		b, _ := json.Marshal(r)
-		jb.Write(append(b, '\n'))
-	}
-	if _, err := jsonl.Write(jb.Bytes()); err != nil {
-		return err
-	}
-	if err := npy.Sync(); err != nil {
-		return err
-	}
-	return jsonl.Sync()
-}
-
-// finish renames the complete .part files into place.
-func (f *featureFile) finish(npy, jsonl *os.File) error {
-	if err := errors.Join(npy.Close(), jsonl.Close()); err != nil {
-		return err
-	}
-	if err := os.Rename(f.path(".jsonl.part"), f.path(".jsonl")); err != nil {
-		return err
-	}
-	return os.Rename(f.path(".npy.part"), f.path(".npy"))
-}
-
 // bulkEmbed writes the features of --images and --texts into --out.
-func bulkEmbed(bf *bulkFlags, b *clip.Bundle, model string, prec kernel.Precision, normalize bool, stdout, stderr io.Writer) error {
+func bulkEmbed(bf *bulkFlags, b *clip.Bundle, model string, prec kernel.Choice, normalize bool, stdout, stderr io.Writer) error {
 	id, err := modelIdentity(model)
 	if err != nil {
 		return err
@@ -469,26 +303,21 @@ func bulkEmbed(bf *bulkFlags, b *clip.Bundle, model string, prec kernel.Precisio
 			return err
 		}
 		defer set.close()
-		f := &featureFile{dir: *bf.out, name: "images", rows: len(set.ids), dim: dim,
-			settings: bulkSettings{Model: id, Precision: precisionID(prec), Normalize: normalize, BatchSize: *bf.batch, Rows: len(set.ids), Dim: dim}}
-		done, recs, npy, jsonl, err := f.open()
+		f, err := embedfile.Open(*bf.out, "images", embedfile.Settings{Model: id, Precision: prec.ID(), Normalize: normalize, BatchSize: *bf.batch, Rows: len(set.ids), Dim: dim})
 		if err != nil {
 			return err
 		}
 		// The rows already written must be of these images.
-		if err := checkWritten(set, recs, f, stderr); err != nil {
-			if npy != nil {
-				npy.Close()
-				jsonl.Close()
-			}
+		if err := checkWritten(set, f, stderr); err != nil {
+			f.Close()
 			return err
 		}
-		if npy != nil {
-			if err := embedImages(set, b, f, done, npy, jsonl, normalize, stderr); err != nil {
+		if !f.Complete() {
+			if err := embedImages(set, b, f, normalize, stderr); err != nil {
 				return err
 			}
 		}
-		fmt.Fprintf(stdout, "%s (%d × %d float32), %s\n", f.path(".npy"), f.rows, dim, f.path(".jsonl"))
+		fmt.Fprintf(stdout, "%s (%d × %d float32), %s\n", f.Path(".npy"), len(set.ids), dim, f.Path(".jsonl"))
 	}
 	if *bf.texts != "" {
 		raw, err := os.ReadFile(*bf.texts)
@@ -504,27 +333,22 @@ func bulkEmbed(bf *bulkFlags, b *clip.Bundle, model string, prec kernel.Precisio
 		if len(texts) == 0 {
 			return usagef("--texts %s: no text", *bf.texts)
 		}
-		f := &featureFile{dir: *bf.out, name: "texts", rows: len(texts), dim: dim,
-			settings: bulkSettings{Model: id, Precision: precisionID(prec), Normalize: normalize, BatchSize: *bf.batch, Rows: len(texts), Dim: dim}}
-		done, recs, npy, jsonl, err := f.open()
+		f, err := embedfile.Open(*bf.out, "texts", embedfile.Settings{Model: id, Precision: prec.ID(), Normalize: normalize, BatchSize: *bf.batch, Rows: len(texts), Dim: dim})
 		if err != nil {
 			return err
 		}
-		for i, r := range recs {
+		for i, r := range f.Written() {
 			if r.Text != texts[i] {
-				if npy != nil {
-					npy.Close()
-					jsonl.Close()
-				}
-				return fmt.Errorf("%s: row %d was %q, now %q: give another --out, or remove it", f.path(".jsonl"), i, r.Text, texts[i])
+				f.Close()
+				return fmt.Errorf("%s: row %d was %q, now %q: give another --out, or remove it", f.Path(".jsonl"), i, r.Text, texts[i])
 			}
 		}
-		if npy != nil {
-			if err := embedTexts(texts, b, f, done, npy, jsonl, normalize, stderr); err != nil {
+		if !f.Complete() {
+			if err := embedTexts(texts, b, f, normalize, stderr); err != nil {
 				return err
 			}
 		}
-		fmt.Fprintf(stdout, "%s (%d × %d float32), %s\n", f.path(".npy"), f.rows, dim, f.path(".jsonl"))
+		fmt.Fprintf(stdout, "%s (%d × %d float32), %s\n", f.Path(".npy"), len(texts), dim, f.Path(".jsonl"))
 	}
 	return nil
 }
@@ -534,7 +358,8 @@ func bulkEmbed(bf *bulkFlags, b *clip.Bundle, model string, prec kernel.Precisio
 // digest). The images are decoded on every core, with progress, since a
 // run stopped late has most of them behind it; the first row that differs
 // (the lowest) is the error.
-func checkWritten(set *imageSet, recs []record, f *featureFile, stderr io.Writer) error {
+func checkWritten(set *imageSet, f *embedfile.File, stderr io.Writer) error {
+	recs := f.Written()
 	if len(recs) == 0 {
 		return nil
 	}
@@ -580,31 +405,26 @@ func checkWritten(set *imageSet, recs []record, f *featureFile, stderr io.Writer
 }
 
 // checkRow reports whether record r, row i, is of image i of set.
-func checkRow(set *imageSet, r record, i int, f *featureFile) error {
+func checkRow(set *imageSet, r embedfile.Record, i int, f *embedfile.File) error {
 	if r.Path != set.ids[i] {
-		return fmt.Errorf("%s: row %d was %s, now %s: give another --out, or remove it", f.path(".jsonl"), i, r.Path, set.ids[i])
+		return fmt.Errorf("%s: row %d was %s, now %s: give another --out, or remove it", f.Path(".jsonl"), i, r.Path, set.ids[i])
 	}
 	img, err := set.read(i)
 	if err != nil {
 		return fmt.Errorf("%s: %w", set.ids[i], err)
 	}
 	if d := pixelDigest(img); d != r.SHA256 {
-		return fmt.Errorf("%s: row %d was %s (sha256 %s), now %s (sha256 %s): give another --out, or remove it", f.path(".jsonl"), i, r.Path, r.SHA256, set.ids[i], d)
+		return fmt.Errorf("%s: row %d was %s (sha256 %s), now %s (sha256 %s): give another --out, or remove it", f.Path(".jsonl"), i, r.Path, r.SHA256, set.ids[i], d)
 	}
 	return nil
 }
 
-func embedImages(set *imageSet, b *clip.Bundle, f *featureFile, done int, npy, jsonl *os.File, normalize bool, stderr io.Writer) error {
-	finished := false
-	defer func() {
-		if !finished { // the .part files stay, for the next run to resume
-			npy.Close()
-			jsonl.Close()
-		}
-	}()
-	bar := newProgress(stderr, "embedding images", f.rows-done)
+func embedImages(set *imageSet, b *clip.Bundle, f *embedfile.File, normalize bool, stderr io.Writer) error {
+	defer f.Close() // after Finish, nothing; else the .part files stay, for the next run to resume
+	n := f.Settings().Rows
+	bar := newProgress(stderr, "embedding images", n-f.Done())
 	defer bar.Done()
-	batches, stop := prefetch(set, b.Preprocessor, done, f.rows, f.settings.BatchSize)
+	batches, stop := prefetch(set, b.Preprocessor, f.Done(), n, f.Settings().BatchSize)
 	defer stop()
 	for batch := range batches {
 		if batch.err != nil {
@@ -615,55 +435,48 @@ func embedImages(set *imageSet, b *clip.Bundle, f *featureFile, done int, npy, j
 		if err != nil {
 			return err
 		}
-		recs := make([]record, n)
+		recs := make([]embedfile.Record, n)
 		for k := range recs {
 			i := batch.lo + k
-			recs[k] = record{Index: i, Path: set.ids[i], Label: set.labels[i], SHA256: batch.digests[k]}
+			recs[k] = embedfile.Record{Index: i, Path: set.ids[i], Label: set.labels[i], SHA256: batch.digests[k]}
 		}
-		if err := appendRows(npy, jsonl, feat.Value().Data().F64(), f.dim, normalize, recs); err != nil {
+		if err := f.Append(rows(feat.Value().Data().F64(), n, normalize), recs); err != nil {
 			return err
 		}
 		bar.Add(n)
 	}
-	finished = true
-	return f.finish(npy, jsonl)
+	return f.Finish()
 }
 
-func embedTexts(texts []string, b *clip.Bundle, f *featureFile, done int, npy, jsonl *os.File, normalize bool, stderr io.Writer) error {
-	finished := false
-	defer func() {
-		if !finished {
-			npy.Close()
-			jsonl.Close()
-		}
-	}()
+func embedTexts(texts []string, b *clip.Bundle, f *embedfile.File, normalize bool, stderr io.Writer) error {
+	defer f.Close() // after Finish, nothing; else the .part files stay, for the next run to resume
 	tok, err := b.Tokenizer()
 	if err != nil {
 		return err
 	}
-	bar := newProgress(stderr, "embedding texts", f.rows-done)
+	n, batch := f.Settings().Rows, f.Settings().BatchSize
+	bar := newProgress(stderr, "embedding texts", n-f.Done())
 	defer bar.Done()
-	for lo := done; lo < f.rows; lo += f.settings.BatchSize {
-		hi := min(lo+f.settings.BatchSize, f.rows)
+	for lo := f.Done(); lo < n; lo += batch {
+		hi := min(lo+batch, n)
 		ids := make([][]int, hi-lo)
-		recs := make([]record, hi-lo)
+		recs := make([]embedfile.Record, hi-lo)
 		for k := range ids {
 			if ids[k], err = tok.Tokenize(texts[lo+k], b.Model.Config.Text.ContextLength, true); err != nil {
 				return err
 			}
-			recs[k] = record{Index: lo + k, Text: texts[lo+k], SHA256: textDigest(texts[lo+k])}
+			recs[k] = embedfile.Record{Index: lo + k, Text: texts[lo+k], SHA256: textDigest(texts[lo+k])}
 		}
 		feat, err := b.Model.EncodeText(ids)
 		if err != nil {
 			return err
 		}
-		if err := appendRows(npy, jsonl, feat.Value().Data().F64(), f.dim, normalize, recs); err != nil {
+		if err := f.Append(rows(feat.Value().Data().F64(), hi-lo, normalize), recs); err != nil {
 			return err
 		}
 		bar.Add(hi - lo)
 	}
-	finished = true
-	return f.finish(npy, jsonl)
+	return f.Finish()
 }
 
 // bulkClassify classifies every image of --images into --out: CSV (path,
@@ -682,12 +495,9 @@ func bulkClassify(bf *bulkFlags, b *clip.Bundle, head *clip.ZeroShot, classes []
 	defer set.close()
 	var buf bytes.Buffer
 	w := bufio.NewWriter(&buf)
+	cw := csv.NewWriter(w)
 	if csvOut {
-		fmt.Fprint(w, "path,label,prediction,probability")
-		for _, c := range classes {
-			fmt.Fprint(w, ",", csvField(c))
-		}
-		fmt.Fprintln(w)
+		cw.Write(append([]string{"path", "label", "prediction", "probability"}, classes...))
 	}
 	type labelProb struct {
 		Label string  `json:"label"`
@@ -715,11 +525,11 @@ func bulkClassify(bf *bulkFlags, b *clip.Bundle, head *clip.ZeroShot, classes []
 				}
 			}
 			if csvOut {
-				fmt.Fprintf(w, "%s,%s,%s,%.6g", csvField(set.ids[i]), csvField(set.labels[i]), csvField(classes[best]), p[best])
+				row := []string{set.ids[i], set.labels[i], classes[best], fmt.Sprintf("%.6g", p[best])}
 				for _, x := range p {
-					fmt.Fprintf(w, ",%.6g", x)
+					row = append(row, fmt.Sprintf("%.6g", x))
 				}
-				fmt.Fprintln(w)
+				cw.Write(row)
 				continue
 			}
 			r := struct {
@@ -738,7 +548,8 @@ func bulkClassify(bf *bulkFlags, b *clip.Bundle, head *clip.ZeroShot, classes []
 		bar.Add(batch.hi - batch.lo)
 	}
 	bar.Done()
-	if err := w.Flush(); err != nil {
+	cw.Flush()
+	if err := errors.Join(cw.Error(), w.Flush()); err != nil {
 		return err
 	}
 	if dir := filepath.Dir(out); dir != "." {
@@ -751,12 +562,4 @@ func bulkClassify(bf *bulkFlags, b *clip.Bundle, head *clip.ZeroShot, classes []
 	}
 	fmt.Fprintf(stderr, "%d images classified into %s\n", len(set.ids), out)
 	return nil
-}
-
-// csvField quotes s for CSV when it needs it.
-func csvField(s string) string {
-	if !strings.ContainsAny(s, ",\"\n\r") {
-		return s
-	}
-	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
 }

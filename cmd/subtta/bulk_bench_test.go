@@ -80,7 +80,7 @@ func BenchmarkBulkEmbedViTB32(b *testing.B) {
 			bf := &bulkFlags{images: &listFile, texts: new(string), out: &out, batch: new(int)}
 			*bf.batch = batch
 			start := time.Now()
-			if err := bulkEmbed(bf, bundle, "", kernel.FP32, false, io.Discard, io.Discard); err != nil {
+			if err := bulkEmbed(bf, bundle, "", kernel.Choice{}, false, io.Discard, io.Discard); err != nil {
 				b.Fatal(err)
 			}
 			bulk += time.Since(start)

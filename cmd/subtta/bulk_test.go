@@ -17,6 +17,8 @@ import (
 
 	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/builtin"
+	"github.com/subtta/subtta/data"
+	"github.com/subtta/subtta/data/embedfile"
 )
 
 // extractBuiltin writes the built-in images as files under dir
@@ -91,9 +93,9 @@ func atoi(t *testing.T, s string) int {
 	return n
 }
 
-func readJSONL(t *testing.T, p string) []record {
+func readJSONL(t *testing.T, p string) []embedfile.Record {
 	t.Helper()
-	recs, err := readRecords(p)
+	recs, err := embedfile.ReadRecords(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +277,8 @@ func TestBulkEmbedResumes(t *testing.T) {
 		os.WriteFile(filepath.Join(cut, name), b, 0o644)
 	}
 	npy, _ := os.ReadFile(filepath.Join(full, "images.npy"))
-	hdr := len(npyHeader(21, dim))
+	h, _ := data.NPYHeader("<f4", []int{21, dim})
+	hdr := len(h)
 	os.WriteFile(filepath.Join(cut, "images.npy.part"), npy[:hdr+10*4*dim+7], 0o644)
 	jl, _ := os.ReadFile(filepath.Join(full, "images.jsonl"))
 	lines := strings.SplitAfter(string(jl), "\n")

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/builtin"
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/textenc"
@@ -81,13 +82,17 @@ const modelFlagHelp = "checkpoint: .safetensors, .pt or Hugging Face directory (
 // given, is the architecture. A warning goes to stderr when the head
 // counts were inferred from the tensor shapes. The bundle's tokenizer
 // reads vocab, else the byte-level one for byte-level models, the model
-// folder's vocabulary, or findVocab's.
-func openModel(path, configPath, arch, vocab string, stderr io.Writer) (*clip.Bundle, error) {
+// folder's vocabulary, or findVocab's. The linear layers run in prec
+// (clip.Spec.Precision).
+func openModel(path, configPath, arch, vocab string, prec kernel.Precision, stderr io.Writer) (*clip.Bundle, error) {
 	if isBuiltin(path) {
 		path = builtin.ModelName
 	}
-	b, err := clip.Create(clip.Spec{Model: path, Arch: arch, ModelConfig: configPath, Vocab: vocab,
+	b, err := clip.Create(clip.Spec{Model: path, Arch: arch, ModelConfig: configPath, Vocab: vocab, Precision: prec,
 		FindVocab: func() (string, error) { return findVocab(stderr) }})
+	if field := (*clip.SpecError)(nil); errors.As(err, &field) && field.Field == "Precision" {
+		return nil, fmt.Errorf("--precision %s: %w", prec, field.Err)
+	}
 	if err != nil {
 		return nil, specUsage(err)
 	}

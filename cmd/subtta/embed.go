@@ -52,7 +52,7 @@ func runEmbed(args []string, stdout, stderr io.Writer) error {
 	var images, texts stringList
 	fs.Var(&images, "image", "image file (repeatable)")
 	fs.Var(&texts, "text", "text (repeatable)")
-	precision := precisionFlag(fs)
+	precision := addPrecisionFlag(fs)
 	device := deviceFlag(fs)
 	release, err := parseOnDevice(fs, device, args, stderr)
 	if err != nil {
@@ -69,18 +69,15 @@ func runEmbed(args []string, stdout, stderr io.Writer) error {
 	} else if len(images)+len(texts) == 0 || fs.NArg() > 0 {
 		return usagef("give --image FILE and/or --text TEXT (repeatable), or --images and/or --texts with --out")
 	}
-	prec, err := parsePrecision(*precision, device)
+	prec, err := precision.choose(*device.name)
 	if err != nil {
 		return err
 	}
-	b, err := openModel(*model, *modelConfig, *arch, *vocab, stderr)
+	b, err := openModel(*model, *modelConfig, *arch, *vocab, prec.Precision, stderr)
 	if err != nil {
 		return err
 	}
 	m := b.Model
-	if err := setPrecision(m, prec); err != nil {
-		return err
-	}
 	if bulk.given() {
 		return bulkEmbed(bulk, b, *model, prec, *normalize, stdout, stderr)
 	}
@@ -159,7 +156,7 @@ func runClassify(args []string, stdout, stderr io.Writer) error {
 	labels := fs.String("labels", "", `comma-separated labels, e.g. "a diagram,a dog,a cat" (default: those the model records, as train's models do; with the built-in model CIFAR-10's classes)`)
 	template := fs.String("template", "", `prompt template; {} is replaced by each label (e.g. "a photo of a {}."; default "{}", or with the built-in model the 18 CIFAR-10 templates, averaged)`)
 	jsonOut := fs.Bool("json", false, "print JSON instead of a table")
-	precision := precisionFlag(fs)
+	precision := addPrecisionFlag(fs)
 	device := deviceFlag(fs)
 	release, err := parseOnDevice(fs, device, args, stderr)
 	if err != nil {
@@ -176,7 +173,7 @@ func runClassify(args []string, stdout, stderr io.Writer) error {
 	} else if fs.NArg() == 0 {
 		return usagef("give at least one image")
 	}
-	prec, err := parsePrecision(*precision, device)
+	prec, err := precision.choose(*device.name)
 	if err != nil {
 		return err
 	}
@@ -194,14 +191,11 @@ func runClassify(args []string, stdout, stderr io.Writer) error {
 	if labelsGiven && len(classes) == 0 {
 		return usagef("--labels %q: no label (leave the flag out for the model's own classes)", *labels)
 	}
-	b, err := openModel(*model, *modelConfig, *arch, *vocab, stderr)
+	b, err := openModel(*model, *modelConfig, *arch, *vocab, prec.Precision, stderr)
 	if err != nil {
 		return err
 	}
 	m := b.Model
-	if err := setPrecision(m, prec); err != nil {
-		return err
-	}
 	classes, templates, err := defaultLabels(m, *model, classes, []string{*template})
 	if err != nil {
 		return err
@@ -267,30 +261,22 @@ func runClassify(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// defaultLabels returns the class names and templates to classify with:
-// those given (classes, and templates unless the one given is ""), else
-// those the model records (train's export), else for the built-in model
-// CIFAR-10's, else no class names is a usage error and the template "{}".
+// defaultLabels returns the class names and templates to classify with
+// (clip.Model.ChooseLabels): those given (classes, and templates unless
+// the one given is ""), else those the model records (train's export),
+// else for the built-in model CIFAR-10's; no class names is then a usage
+// error, and no template "{}".
 func defaultLabels(m *clip.Model, model string, classes, templates []string) ([]string, []string, error) {
-	if len(classes) == 0 {
-		switch {
-		case len(m.Classes) > 0:
-			classes = m.Classes
-		case isBuiltin(model):
-			classes = data.CIFAR10Classes
-		default:
-			return nil, nil, usagef("give --labels (the model records no class names; the built-in model and train's models have their own)")
-		}
+	if len(templates) == 1 && templates[0] == "" {
+		templates = nil
 	}
-	if len(templates) == 0 || (len(templates) == 1 && templates[0] == "") {
-		switch {
-		case len(m.Templates) > 0:
-			templates = m.Templates
-		case isBuiltin(model):
-			templates = data.CIFAR10Templates
-		default:
-			templates = []string{"{}"}
-		}
+	fallback := clip.Labels{Templates: []string{"{}"}}
+	if isBuiltin(model) {
+		fallback = clip.Labels{Classes: data.CIFAR10Classes, Templates: data.CIFAR10Templates}
 	}
-	return classes, templates, nil
+	l := m.ChooseLabels(clip.Labels{Classes: classes, Templates: templates}, fallback)
+	if len(l.Classes) == 0 {
+		return nil, nil, usagef("give --labels (the model records no class names; the built-in model and train's models have their own)")
+	}
+	return l.Classes, l.Templates, nil
 }

@@ -44,7 +44,7 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	// results.json's config names, where they are not the flags'.
 	f.cf.opt.Aliases = map[string]string{"method-options": "set", "frost-dir": "frost", "subset-list": "subset"}
 	f.cf.own = eval.WrittenConfig
-	precision := fs.String("precision", "fp32", precisionHelp+" (Source, TDA, the views of multi-view methods that train nothing on them)")
+	precision := addPrecisionFlag(fs)
 	device := deviceFlag(fs)
 	release, err := parseOnDevice(fs, device, args, stderr)
 	if err != nil {
@@ -60,7 +60,7 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	if *f.studies.list != "" {
 		return printOptions(stdout, cmp.Or(*f.dataset, "cifar10-c"), *f.studies.list)
 	}
-	prec, err := parsePrecision(*precision, device)
+	prec, err := precision.choose(*device.name)
 	if err != nil {
 		return err
 	}
@@ -72,6 +72,9 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if precision.given(fs) || cfg.Precision == kernel.FP32 {
+		cfg.Precision = prec.Precision // a config file's, unless --precision is given
+	}
 	if cfg.Data == "" {
 		if err := useBuiltinData(&cfg, limitGiven(fs)); err != nil {
 			return err
@@ -80,14 +83,6 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	opt, err := evalOptions(cfg, stderr)
 	if err != nil {
 		return err
-	}
-	if err := setPrecision(opt.Model, prec); err != nil {
-		return err
-	}
-	if prec != kernel.FP32 {
-		// Another precision is another model: a folder of fp32 results is
-		// not resumed in int8, nor the other way round.
-		opt.ModelID += ", linear layers in " + precisionID(prec)
 	}
 	opt.Command = f.cf.command("eval", args)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -390,7 +385,7 @@ func useBuiltinData(cfg *eval.Config, limitGiven bool) error {
 
 // evalOptions loads cfg's model and tokenizer for eval.Run.
 func evalOptions(cfg eval.Config, stderr io.Writer) (eval.Options, error) {
-	b, err := openModel(cfg.Model, cfg.ModelConfig, cfg.Arch, cfg.Vocab, stderr)
+	b, err := openModel(cfg.Model, cfg.ModelConfig, cfg.Arch, cfg.Vocab, cfg.Precision, stderr)
 	if err != nil {
 		return eval.Options{}, err
 	}

@@ -3,58 +3,44 @@ package main
 import (
 	"errors"
 	"flag"
-	"fmt"
 
 	"github.com/subtta/subtta/autograd/kernel"
-	"github.com/subtta/subtta/clip"
 )
 
-// precisionHelp is the help of --precision.
+// precisionHelp is the help of --precision, the same in every command that
+// takes it (embed, classify, eval, serve, bench).
 const precisionHelp = "arithmetic of the linear layers in passes without gradients: fp32, bf16 (AVX512_BF16 or AMX-BF16) or int8 (AVX2 or better: AVX-VNNI, AVX512-VNNI, AMX; weights per output channel, activations per row); adaptation's passes stay fp32"
 
-// precisionFlag adds --precision to fs.
-func precisionFlag(fs *flag.FlagSet) *string { return fs.String("precision", "fp32", precisionHelp) }
+// precisionFlag is the value of --precision.
+type precisionFlag struct{ name *string }
 
-// parsePrecision checks the value of --precision: a known name, a CPU with
-// a kernel for it, and no device (whose products are float32).
-func parsePrecision(name string, device deviceFlags) (kernel.Precision, error) {
-	p, err := kernel.ParsePrecision(name)
+// addPrecisionFlag adds --precision to fs: the one definition of the flag.
+func addPrecisionFlag(fs *flag.FlagSet) precisionFlag {
+	return precisionFlag{fs.String("precision", "fp32", precisionHelp)}
+}
+
+// given reports whether --precision was on the command line of fs.
+func (p precisionFlag) given(fs *flag.FlagSet) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "precision" })
+	return given
+}
+
+// choose decides the precision once for the command: a known name, a CPU
+// with a kernel for it (kernel.Select), and device, where the model runs
+// ("cpu" for a command that runs nowhere else), the CPU: a device's
+// products are float32, and there is no silent fallback to them.
+func (p precisionFlag) choose(device string) (kernel.Choice, error) {
+	prec, err := kernel.ParsePrecision(*p.name)
 	if err != nil {
-		return p, usagef("--precision %q: want fp32, bf16 or int8", name)
+		return kernel.Choice{}, usagef("--precision %q: want fp32, bf16 or int8", *p.name)
 	}
-	if p == kernel.FP32 {
-		return p, nil
+	if prec != kernel.FP32 && device != "cpu" {
+		return kernel.Choice{}, usagef("--precision %s runs on the CPU only: leave out --device %s", prec, device)
 	}
-	if *device.name != "cpu" {
-		return p, usagef("--precision %s runs on the CPU only: leave out --device %s", p, *device.name)
+	c, err := kernel.Select(prec)
+	if err != nil {
+		return c, usagef("--precision %s: %v", prec, errors.Unwrap(err))
 	}
-	if err := kernel.CheckPrecision(p); err != nil {
-		return p, usagef("--precision %s: %v", p, errors.Unwrap(err))
-	}
-	return p, nil
-}
-
-// precisionID names prec in records of results, "" for fp32: its name,
-// and how this CPU's kernel computes it where that differs from the
-// AVX-512 kernels (kernel.LowArithmetic), whose results differ in their
-// last bits.
-func precisionID(prec kernel.Precision) string {
-	if prec == kernel.FP32 {
-		return ""
-	}
-	if a := kernel.LowArithmetic(prec); a != "" {
-		return prec.String() + " (" + a + ")"
-	}
-	return prec.String()
-}
-
-// setPrecision converts m's linear layers to p (nothing for fp32).
-func setPrecision(m *clip.Model, p kernel.Precision) error {
-	if p == kernel.FP32 {
-		return nil
-	}
-	if err := m.SetPrecision(p); err != nil {
-		return fmt.Errorf("--precision %s: %w", p, err)
-	}
-	return nil
+	return c, nil
 }

@@ -18,7 +18,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/builtin"
+	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/data"
 	"github.com/subtta/subtta/serve"
 	"github.com/subtta/subtta/tta"
@@ -80,7 +82,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer, rea
 	maxLabels := fs.Int("max-labels", serve.DefaultMaxLabels, "most labels (or texts) in one request")
 	maxConc := fs.Int("max-concurrent", serve.DefaultMaxConcurrent, "requests served at once; beyond, 429 with Retry-After (a stream's batch fills only with its requests waiting at once)")
 	timeout := fs.Duration("timeout", serve.DefaultTimeout, "longest time a request may wait for its batch (504 beyond); a request whose batch is being stepped gets its answer")
-	precision := fs.String("precision", "fp32", precisionHelp+" (frozen requests; streams adapt in fp32)")
+	precision := addPrecisionFlag(fs) // of frozen requests; streams adapt in fp32
 	authKeys := fs.String("auth-keys", "", "file of the API keys that may use the server, one a line: KEY [NAME], or sha256:HEX [NAME] (the key's SHA-256 digest); requests then need Authorization: Bearer KEY, and a stream answers only the key that created it; reloaded on SIGHUP")
 	metricsKey := fs.String("metrics-key", "", "file of the keys (as --auth-keys) that may read /metrics, and the only ones (default: a key of --auth-keys, or none without it); reloaded on SIGHUP")
 	tlsCert := fs.String("tls-cert", "", "PEM certificate (chain) to serve HTTPS with (TLS 1.2 or later), with --tls-key; both reloaded on SIGHUP")
@@ -101,8 +103,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer, rea
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q (all inputs are flags)", fs.Arg(0))
 	}
-	cpuOnly := "cpu"
-	prec, err := parsePrecision(*precision, deviceFlags{name: &cpuOnly})
+	prec, err := precision.choose("cpu") // serve runs on the CPU
 	if err != nil {
 		return err
 	}
@@ -192,23 +193,21 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer, rea
 			*maxConc, batchFrom, batchSize, batchSize)
 	}
 	classes := splitList(*labels)
-	b, err := openModel(*model, *modelConfig, *arch, *vocab, stderr)
+	b, err := openModel(*model, *modelConfig, *arch, *vocab, kernel.FP32, stderr)
 	if err != nil {
 		return err
 	}
-	if len(classes) == 0 {
-		switch {
-		case len(b.Model.Classes) > 0:
-			classes = b.Model.Classes
-		case !isBuiltin(*model) && ds != "cifar10-c":
-			return usagef("give --labels (CIFAR-10's classes are the default only with the built-in model or --dataset cifar10; a model of train has its own)")
-		default:
-			classes = data.CIFAR10Classes
-		}
+	// Given, else the model's, else CIFAR-10's classes (with the built-in
+	// model or --dataset cifar10); no templates leaves serve the preset's.
+	var fallback clip.Labels
+	if isBuiltin(*model) || ds == "cifar10-c" {
+		fallback.Classes = data.CIFAR10Classes
 	}
-	if len(templates) == 0 && len(b.Model.Templates) > 0 {
-		templates = b.Model.Templates
+	chosen := b.Model.ChooseLabels(clip.Labels{Classes: classes, Templates: templates}, fallback)
+	if len(chosen.Classes) == 0 {
+		return usagef("give --labels (CIFAR-10's classes are the default only with the built-in model or --dataset cifar10; a model of train has its own)")
 	}
+	classes, templates = chosen.Classes, chosen.Templates
 	version, err := modelIdentity(*model) // as eval names it
 	if err != nil {
 		return err
@@ -223,7 +222,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer, rea
 		Dataset: ds, Method: *method, BatchSize: *batch, Labels: classes, Templates: templates,
 		MaxWait: *maxWait, MaxStreams: *maxStreams, StateDir: *stateDir, StateStore: *stateStore, RecentAnswers: *recent,
 		MaxBodyBytes: *maxBody, MaxPixels: *maxPixels, MaxLabels: *maxLabels, MaxConcurrent: *maxConc,
-		Timeout: *timeout, Logger: logger, FrozenPrecision: prec,
+		Timeout: *timeout, Logger: logger, FrozenPrecision: prec.Precision,
 		AuthKeysFile: *authKeys, MetricsKeysFile: *metricsKey, TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey,
 		KeyMaxInFlight: *keyInFlight, KeyImagesPerSecond: *keyRate, KeyBurst: *keyBurst, Guard: guard,
 		AdminKeysFile: *adminKeys, AllowLostState: *allowLost, Degraded: *degraded,

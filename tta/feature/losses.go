@@ -5,6 +5,8 @@ import (
 	"math"
 
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/subtta/subtta/zeroshot"
 )
 
 // Projected holds Z = normalize(F·Pᵀ + λ·F) and what its backward needs.
@@ -49,21 +51,14 @@ func (pr *Projected) Backward(dz mat.Matrix) *mat.Dense {
 }
 
 // Logits returns scale·z·wᵀ (B×C) for features z (B×d) and class weights w
-// (C×d). Neither side is normalised here.
-func Logits(z, w mat.Matrix, scale float64) *mat.Dense {
-	var out mat.Dense
-	out.Mul(z, w.T())
-	out.Scale(scale, &out)
-	return &out
-}
+// (C×d). Neither side is normalised here (zeroshot.Logits).
+func Logits(z, w mat.Matrix, scale float64) *mat.Dense { return zeroshot.Logits(z, w, scale) }
 
 // Classify is CLIP's zero-shot classification, the prediction of every
-// method: logits = scale·normalize(f)·tᵀ for the head t, and their argmax. t is used as given
-// (already normalised text features); scale is exp(logit_scale).
+// method: logits = scale·normalize(f)·tᵀ for the head t, and their argmax
+// (zeroshot.Classify, the project's one scorer).
 func Classify(f, t mat.Matrix, scale float64) (*mat.Dense, []int) {
-	fn, _ := NormalizeRows(f)
-	logits := Logits(fn, t, scale)
-	return logits, Argmax(logits)
+	return zeroshot.Classify(f, t, scale)
 }
 
 // BetweenClassScatterLoss is SubTTA's "mint" loss (LossMint), the SubTTA

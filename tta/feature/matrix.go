@@ -6,10 +6,12 @@ import (
 	"slices"
 
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/subtta/subtta/zeroshot"
 )
 
 // normEps is the floor of torch.nn.functional.normalize's denominator.
-const normEps = 1e-12
+const normEps = zeroshot.NormEps
 
 // DenseFromFloat32 returns a rows×cols float64 matrix holding the row-major
 // float32 data (features as the model produces them).
@@ -37,20 +39,9 @@ func Float32s(m mat.Matrix) []float32 {
 }
 
 // NormalizeRows returns each row of m divided by max(‖row‖, 1e-12), as
-// torch.nn.functional.normalize, and the row norms.
-func NormalizeRows(m mat.Matrix) (*mat.Dense, []float64) {
-	r, c := m.Dims()
-	out := mat.NewDense(r, c, nil)
-	out.Copy(m)
-	norms := make([]float64, r)
-	for i := range r {
-		row := out.RawRowView(i)
-		n := math.Sqrt(dot(row, row))
-		norms[i] = n
-		scale(row, 1/math.Max(n, normEps))
-	}
-	return out, norms
-}
+// torch.nn.functional.normalize, and the row norms (zeroshot.NormalizeRows,
+// the scorer's own).
+func NormalizeRows(m mat.Matrix) (*mat.Dense, []float64) { return zeroshot.NormalizeRows(m) }
 
 // normalizeRowsBackward maps the gradient dz w.r.t. z = y/‖y‖ (per row) to the
 // gradient w.r.t. y: (dz − z·(z·dz))/‖y‖.
@@ -77,20 +68,8 @@ func normalizeRowsBackward(z *mat.Dense, norms []float64, dz mat.Matrix) *mat.De
 }
 
 // Argmax returns the index of the largest entry of every row (the first one
-// on ties, like torch.argmax on CPU).
-func Argmax(m mat.Matrix) []int {
-	r, c := m.Dims()
-	out := make([]int, r)
-	for i := range r {
-		best := math.Inf(-1)
-		for j := range c {
-			if v := m.At(i, j); v > best {
-				best, out[i] = v, j
-			}
-		}
-	}
-	return out
-}
+// on ties, like torch.argmax on CPU): zeroshot.Argmax.
+func Argmax(m mat.Matrix) []int { return zeroshot.Argmax(m) }
 
 // CenterRows returns m minus its column means, and the means.
 func CenterRows(m mat.Matrix) (*mat.Dense, []float64) {
