@@ -308,38 +308,39 @@ func (r *devRun) layerNormBackward(dx, dy, x kernel.Buf, rows, cols int, ln *Lay
 	}
 }
 
-// attendBackward is attendBackward on the device into a separate dqkv:
-// per head, for every sequence at once, the probabilities recomputed from
-// q and k, dP = dO·Vᵀ, dV = Pᵀ·dO, dS from the softmax's backward, dK =
-// s·dSᵀ·Q and dQ = s·dS·K.
+// attendBackward is attendBackward on the device into a separate dqkv,
+// every head of every sequence in one launch per step (as attend): q|k|v
+// and dO split into heads, the probabilities recomputed from q and k, dP =
+// dO·Vᵀ, dV = Pᵀ·dO, dS from the softmax's backward, dK = s·dSᵀ·Q and dQ =
+// s·dS·K, each a strided-batched product over batch×heads, and dQ|dK|dV
+// merged into dqkv.
 func (r *devRun) attendBackward(a attention, qkv, dout, dqkv kernel.Buf) {
-	n, w, dh, heads, b := a.tokens, a.width, a.headDim(), a.heads, a.batch
+	defer r.freeFrom(len(r.bufs))
+	n, w, dh, bh := a.tokens, a.width, a.headDim(), a.batch*a.heads
 	scale := float32(1 / math.Sqrt(float64(dh)))
-	p := r.alloc(b * n * n)
-	dp := r.alloc(b * n * n)
-	for hd := range heads {
-		if r.err != nil {
-			return
-		}
-		q, k, v := qkv.Slice(hd*dh, qkv.Len()), qkv.Slice(w+hd*dh, qkv.Len()), qkv.Slice(2*w+hd*dh, qkv.Len())
-		dq, dk, dv := dqkv.Slice(hd*dh, dqkv.Len()), dqkv.Slice(w+hd*dh, dqkv.Len()), dqkv.Slice(2*w+hd*dh, dqkv.Len())
-		do := dout.Slice(hd*dh, dout.Len())
-		r.do(func() error {
-			return r.d.GemmBatched(false, true, b, n, n, dh, scale, q, 3*w, n*3*w, k, 3*w, n*3*w, 0, p, n, n*n)
-		})
-		r.do(func() error { return r.d.Softmax(p, p, b*n, n, 1, a.causal) })
-		r.do(func() error {
-			return r.d.GemmBatched(false, true, b, n, n, dh, 1, do, w, n*w, v, 3*w, n*3*w, 0, dp, n, n*n)
-		})
-		r.do(func() error {
-			return r.d.GemmBatched(true, false, b, n, dh, n, 1, p, n, n*n, do, w, n*w, 0, dv, 3*w, n*3*w)
-		})
-		r.do(func() error { return r.d.SoftmaxBackward(dp, dp, p, b*n, n, 1) })
-		r.do(func() error {
-			return r.d.GemmBatched(true, false, b, n, dh, n, scale, dp, n, n*n, q, 3*w, n*3*w, 0, dk, 3*w, n*3*w)
-		})
-		r.do(func() error {
-			return r.d.GemmBatched(false, false, b, n, dh, n, scale, dp, n, n*n, k, 3*w, n*3*w, 0, dq, 3*w, n*3*w)
-		})
-	}
+	nw := a.batch * n * w
+	hq, dhq, do := r.alloc(3*nw), r.alloc(3*nw), r.alloc(nw)
+	r.do(func() error { return r.d.SplitHeads(hq, qkv, a.batch, n, 3, a.heads, dh) })
+	r.do(func() error { return r.d.SplitHeads(do, dout, a.batch, n, 1, a.heads, dh) })
+	q, k, v := slice(hq, 0, nw), slice(hq, nw, 2*nw), slice(hq, 2*nw, 3*nw)
+	dq, dk, dv := slice(dhq, 0, nw), slice(dhq, nw, 2*nw), slice(dhq, 2*nw, 3*nw)
+	p, dp := r.alloc(bh*n*n), r.alloc(bh*n*n)
+	r.do(func() error {
+		return r.d.GemmBatched(false, true, bh, n, n, dh, scale, q, dh, n*dh, k, dh, n*dh, 0, p, n, n*n)
+	})
+	r.do(func() error { return r.d.Softmax(p, p, bh*n, n, 1, a.causal) })
+	r.do(func() error {
+		return r.d.GemmBatched(false, true, bh, n, n, dh, 1, do, dh, n*dh, v, dh, n*dh, 0, dp, n, n*n)
+	})
+	r.do(func() error {
+		return r.d.GemmBatched(true, false, bh, n, dh, n, 1, p, n, n*n, do, dh, n*dh, 0, dv, dh, n*dh)
+	})
+	r.do(func() error { return r.d.SoftmaxBackward(dp, dp, p, bh*n, n, 1) })
+	r.do(func() error {
+		return r.d.GemmBatched(true, false, bh, n, dh, n, scale, dp, n, n*n, q, dh, n*dh, 0, dk, dh, n*dh)
+	})
+	r.do(func() error {
+		return r.d.GemmBatched(false, false, bh, n, dh, n, scale, dp, n, n*n, k, dh, n*dh, 0, dq, dh, n*dh)
+	})
+	r.do(func() error { return r.d.MergeHeads(dqkv, dhq, a.batch, n, 3, a.heads, dh) })
 }

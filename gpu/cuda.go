@@ -892,3 +892,114 @@ func (d *device) FillRows(y kernel.Buf, rows, cols int, v kernel.Buf) error {
 	a.ptr(q[0])
 	return d.launch("fill_rows", elementGrid(rows*cols), a)
 }
+
+func (d *device) Patches(y, x kernel.Buf, batch, channels, height, width, patch int) error {
+	if batch < 0 || channels <= 0 || patch <= 0 || height < patch || width < patch {
+		return fmt.Errorf("gpu: Patches: %d images of %d×%d×%d in patches of %d", batch, channels, height, width, patch)
+	}
+	nx, ny := batch*channels*height*width, batch*(height/patch)*(width/patch)*channels*patch*patch
+	py, err := d.ptrs("Patches", ny, y)
+	if err != nil {
+		return err
+	}
+	px, err := d.ptrs("Patches", nx, x)
+	if err != nil || ny == 0 {
+		return err
+	}
+	var a args
+	a.ptr(py[0])
+	a.ptr(px[0])
+	for _, v := range []int{batch, channels, height, width, patch} {
+		a.i32(v)
+	}
+	return d.launch("patches", elementGrid(ny), a)
+}
+
+func (d *device) TokenEmbed(y, patches, class, pos kernel.Buf, batch, grid, width int) error {
+	if batch < 0 || grid < 0 || width < 0 {
+		return fmt.Errorf("gpu: TokenEmbed: %d images of %d patches of %d values", batch, grid, width)
+	}
+	n := batch * (grid + 1) * width
+	py, err := d.ptrs("TokenEmbed", n, y)
+	if err != nil {
+		return err
+	}
+	pp, err := d.ptrs("TokenEmbed", batch*grid*width, patches)
+	if err != nil {
+		return err
+	}
+	pc, err := d.ptrs("TokenEmbed", width, class)
+	if err != nil {
+		return err
+	}
+	ppos, err := d.ptrs("TokenEmbed", (grid+1)*width, pos)
+	if err != nil || n == 0 {
+		return err
+	}
+	var a args
+	a.ptr(py[0])
+	a.ptr(pp[0])
+	a.ptr(pc[0])
+	a.ptr(ppos[0])
+	a.i32(batch)
+	a.i32(grid)
+	a.i32(width)
+	return d.launch("token_embed", elementGrid(n), a)
+}
+
+func (d *device) StrideRows(y, x kernel.Buf, n, cols, step int) error {
+	if n < 0 || cols < 0 || step < 1 {
+		return fmt.Errorf("gpu: StrideRows: %d rows of %d values, %d apart", n, cols, step)
+	}
+	if n == 0 || cols == 0 {
+		return nil
+	}
+	py, err := d.ptrs("StrideRows", n*cols, y)
+	if err != nil {
+		return err
+	}
+	px, err := d.ptrs("StrideRows", (n-1)*step*cols+cols, x)
+	if err != nil {
+		return err
+	}
+	var a args
+	a.ptr(py[0])
+	a.ptr(px[0])
+	a.i32(n)
+	a.i32(cols)
+	a.i32(step)
+	return d.launch("stride_rows", elementGrid(n*cols), a)
+}
+
+func (d *device) SplitHeads(y, x kernel.Buf, batch, tokens, groups, heads, headDim int) error {
+	return d.heads("SplitHeads", y, x, batch, tokens, groups, heads, headDim, false)
+}
+
+func (d *device) MergeHeads(x, y kernel.Buf, batch, tokens, groups, heads, headDim int) error {
+	return d.heads("MergeHeads", y, x, batch, tokens, groups, heads, headDim, true)
+}
+
+// heads runs split_heads between s (the split layout) and m (the merged
+// one), into m when merge.
+func (d *device) heads(what string, s, m kernel.Buf, batch, tokens, groups, heads, headDim int, merge bool) error {
+	if batch < 0 || tokens < 0 || groups < 0 || heads < 0 || headDim < 0 {
+		return fmt.Errorf("gpu: %s: [%d, %d, %d·%d·%d]", what, batch, tokens, groups, heads, headDim)
+	}
+	n := batch * tokens * groups * heads * headDim
+	p, err := d.ptrs(what, n, s, m)
+	if err != nil || n == 0 {
+		return err
+	}
+	var a args
+	a.ptr(p[0])
+	a.ptr(p[1])
+	for _, v := range []int{batch, tokens, groups, heads, headDim} {
+		a.i32(v)
+	}
+	if merge {
+		a.i32(1)
+	} else {
+		a.i32(0)
+	}
+	return d.launch("split_heads", elementGrid(n), a)
+}

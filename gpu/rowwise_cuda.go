@@ -8,7 +8,8 @@ const rowwiseBlock = 256
 
 // rowwiseKernels are the functions of rowwiseSource.
 var rowwiseKernels = []string{"layer_norm", "layer_norm_backward", "layer_norm_param_grads", "softmax",
-	"softmax_backward", "quick_gelu", "quick_gelu_slope", "gelu", "gelu_slope", "add", "mul", "fill_rows"}
+	"softmax_backward", "quick_gelu", "quick_gelu_slope", "gelu", "gelu_slope", "add", "mul", "fill_rows",
+	"patches", "token_embed", "stride_rows", "split_heads"}
 
 // paramGradCols is the number of columns a block of layer_norm_param_grads
 // sums (COLS in rowwiseSource).
@@ -207,6 +208,57 @@ extern "C" __global__ void mul(float *y, const float *a, const float *b, int n) 
 // y = a + b.
 extern "C" __global__ void add(float *y, const float *a, const float *b, int n) {
 	for (long long i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += (long long)gridDim.x * BLOCK) y[i] = a[i] + b[i];
+}
+
+// y = the patches of batch images (rows of channels·height·width, NCHW),
+// [batch·gr·gc, channels·patch·patch], as kernel.Patches orders them.
+extern "C" __global__ void patches(float *y, const float *x, int batch, int channels, int height, int width, int patch) {
+	int gr = height / patch, gc = width / patch, pp = patch * patch, len = channels * pp;
+	long long n = (long long)batch * gr * gc * len;
+	for (long long i = (long long)blockIdx.x * BLOCK + threadIdx.x; i < n; i += (long long)gridDim.x * BLOCK) {
+		long long row = i / len;
+		int e = (int)(i % len), c = e / pp, p = e % pp / patch, q = e % patch;
+		long long b = row / (gr * gc);
+		int g = (int)(row % (gr * gc)), gi = g / gc, gj = g % gc;
+		y[i] = x[((b * channels + c) * height + gi * patch + p) * width + gj * patch + q];
+	}
+}
+
+// y [batch·(grid+1), width]: per image the class token plus pos[0], then
+// its patch rows plus pos[1…grid], as kernel.TokenEmbed.
+extern "C" __global__ void token_embed(float *y, const float *p, const float *cls, const float *pos, int batch, int grid, int width) {
+	int t = grid + 1;
+	long long n = (long long)batch * t * width;
+	for (long long i = (long long)blockIdx.x * BLOCK + threadIdx.x; i < n; i += (long long)gridDim.x * BLOCK) {
+		long long r = i / width, b = r / t;
+		int j = (int)(i % width), k = (int)(r % t);
+		y[i] = k == 0 ? cls[j] + pos[j] : p[(b * grid + k - 1) * width + j] + pos[(long long)k * width + j];
+	}
+}
+
+// y [n, cols] = rows 0, step, 2·step, … of x.
+extern "C" __global__ void stride_rows(float *y, const float *x, int n, int cols, int step) {
+	long long total = (long long)n * cols;
+	for (long long i = (long long)blockIdx.x * BLOCK + threadIdx.x; i < total; i += (long long)gridDim.x * BLOCK)
+		y[i] = x[i / cols * step * cols + i % cols];
+}
+
+// The layouts of kernel.SplitHeads: s [groups, batch, heads, tokens, hd]
+// and m [batch, tokens, groups·heads·hd]; merge copies s into m, else m
+// into s. One thread per value of s.
+extern "C" __global__ void split_heads(float *s, float *m, int batch, int tokens, int groups, int heads, int hd, int merge) {
+	long long n = (long long)groups * batch * heads * tokens * hd;
+	for (long long i = (long long)blockIdx.x * BLOCK + threadIdx.x; i < n; i += (long long)gridDim.x * BLOCK) {
+		long long r = i / hd;
+		int e = (int)(i % hd), t = (int)(r % tokens);
+		r /= tokens;
+		int h = (int)(r % heads);
+		r /= heads;
+		int b = (int)(r % batch), g = (int)(r / batch);
+		long long j = (((long long)b * tokens + t) * groups * heads + (long long)g * heads + h) * hd + e;
+		if (merge) m[j] = s[i];
+		else s[i] = m[j];
+	}
 }
 
 // Every row of y (rows×cols) = v.
