@@ -744,12 +744,18 @@ func (d *device) LayerNorm(y, x kernel.Buf, rows, cols int, gamma, beta kernel.B
 	var a args
 	a.ptr(p[0])
 	a.ptr(p[1])
+	if cols <= shortRow {
+		a.i32(rows)
+	}
 	a.i32(cols)
 	a.ptr(g[0])
 	a.ptr(g[1])
 	a.f64(eps)
 	a.ptr(st[0])
 	a.ptr(st[1])
+	if cols <= shortRow {
+		return d.launch("layer_norm_rows", (rows+rowGroups-1)/rowGroups, a)
+	}
 	return d.launch("layer_norm", rows, a)
 }
 
@@ -822,12 +828,18 @@ func (d *device) Softmax(y, x kernel.Buf, rows, cols int, scale float32, causal 
 	var a args
 	a.ptr(p[0])
 	a.ptr(p[1])
+	if cols <= shortRow {
+		a.i32(rows)
+	}
 	a.i32(cols)
 	a.f32(scale)
 	if causal {
 		a.i32(1)
 	} else {
 		a.i32(0)
+	}
+	if cols <= shortRow {
+		return d.launch("softmax_rows", (rows+rowGroups-1)/rowGroups, a)
 	}
 	return d.launch("softmax", rows, a)
 }
@@ -844,8 +856,14 @@ func (d *device) SoftmaxBackward(dx, dy, y kernel.Buf, rows, cols int, scale flo
 	a.ptr(p[0])
 	a.ptr(p[1])
 	a.ptr(p[2])
+	if cols <= shortRow {
+		a.i32(rows)
+	}
 	a.i32(cols)
 	a.f32(scale)
+	if cols <= shortRow {
+		return d.launch("softmax_backward_rows", (rows+rowGroups-1)/rowGroups, a)
+	}
 	return d.launch("softmax_backward", rows, a)
 }
 

@@ -160,7 +160,7 @@ func TestGemmBatchedMatchesCPU(t *testing.T) {
 func TestRowwiseMatchesCPU(t *testing.T) {
 	d := openOrSkip(t, Options{})
 	rng := rand.New(rand.NewPCG(7, 8))
-	for _, s := range []struct{ rows, cols int }{{1, 1}, {3, 7}, {50, 50}, {10, 768}, {4, 3000}} {
+	for _, s := range []struct{ rows, cols int }{{1, 1}, {3, 7}, {50, 50}, {10, 768}, {13, 1024}, {2, 1025}, {4, 3000}} {
 		n := s.rows * s.cols
 		x, g, b := randSlice(rng, n), randSlice(rng, s.cols), randSlice(rng, s.cols)
 		for i := range x {
@@ -309,5 +309,80 @@ func TestTF32Option(t *testing.T) {
 		t.Errorf("TF32 product: relative error %.2e", e)
 	} else {
 		t.Logf("TF32 product: relative error %.2e", e)
+	}
+}
+
+// TestTowerOpsMatchCPU compares the vision tower's data-movement kernels
+// (patches, token embedding, strided rows, attention heads split and
+// merged) with kernel.Host's: they copy or add, so they agree exactly.
+func TestTowerOpsMatchCPU(t *testing.T) {
+	d := openOrSkip(t, Options{})
+	rng := rand.New(rand.NewPCG(11, 12))
+	exact := func(name string, got, want []float32) {
+		t.Helper()
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("%s: value %d is %g, want %g", name, i, got[i], want[i])
+			}
+		}
+	}
+	// 3 images of 3×37×35 in 8-pixel patches: 4×4 patches, the last pixels dropped.
+	batch, c, h, w, p := 3, 3, 37, 35, 8
+	x := randSlice(rng, batch*c*h*w)
+	ny := batch * (h / p) * (w / p) * c * p * p
+	want := make(kernel.HostBuf, ny)
+	if err := kernel.Host.Patches(want, kernel.HostBuf(x), batch, c, h, w, p); err != nil {
+		t.Fatal(err)
+	}
+	yd := upload(t, d, make([]float32, ny))
+	if err := d.Patches(yd, upload(t, d, x), batch, c, h, w, p); err != nil {
+		t.Fatal(err)
+	}
+	exact("Patches", download(t, d, yd, ny), want)
+	if err := d.Patches(yd, upload(t, d, x[:len(x)-1]), batch, c, h, w, p); err == nil {
+		t.Error("Patches from too few pixels: no error")
+	}
+
+	grid, width := 16, 24
+	pt, cls, pos := randSlice(rng, batch*grid*width), randSlice(rng, width), randSlice(rng, (grid+1)*width)
+	n := batch * (grid + 1) * width
+	wantT := make(kernel.HostBuf, n)
+	if err := kernel.Host.TokenEmbed(wantT, kernel.HostBuf(pt), kernel.HostBuf(cls), kernel.HostBuf(pos), batch, grid, width); err != nil {
+		t.Fatal(err)
+	}
+	td := upload(t, d, make([]float32, n))
+	if err := d.TokenEmbed(td, upload(t, d, pt), upload(t, d, cls), upload(t, d, pos), batch, grid, width); err != nil {
+		t.Fatal(err)
+	}
+	exact("TokenEmbed", download(t, d, td, n), wantT)
+
+	wantR := make(kernel.HostBuf, batch*width)
+	if err := kernel.Host.StrideRows(wantR, wantT, batch, width, grid+1); err != nil {
+		t.Fatal(err)
+	}
+	rd := upload(t, d, make([]float32, batch*width))
+	if err := d.StrideRows(rd, td, batch, width, grid+1); err != nil {
+		t.Fatal(err)
+	}
+	exact("StrideRows", download(t, d, rd, batch*width), wantR)
+
+	tokens, heads, dh := 7, 3, 5
+	for _, groups := range []int{1, 3} {
+		n := batch * tokens * groups * heads * dh
+		m := randSlice(rng, n)
+		wantS := make(kernel.HostBuf, n)
+		if err := kernel.Host.SplitHeads(wantS, kernel.HostBuf(m), batch, tokens, groups, heads, dh); err != nil {
+			t.Fatal(err)
+		}
+		sd, md := upload(t, d, make([]float32, n)), upload(t, d, m)
+		if err := d.SplitHeads(sd, md, batch, tokens, groups, heads, dh); err != nil {
+			t.Fatal(err)
+		}
+		exact(fmt.Sprintf("SplitHeads, %d groups", groups), download(t, d, sd, n), wantS)
+		back := upload(t, d, make([]float32, n))
+		if err := d.MergeHeads(back, sd, batch, tokens, groups, heads, dh); err != nil {
+			t.Fatal(err)
+		}
+		exact(fmt.Sprintf("MergeHeads, %d groups", groups), download(t, d, back, n), m)
 	}
 }

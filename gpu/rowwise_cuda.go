@@ -9,7 +9,17 @@ const rowwiseBlock = 256
 // rowwiseKernels are the functions of rowwiseSource.
 var rowwiseKernels = []string{"layer_norm", "layer_norm_backward", "layer_norm_param_grads", "softmax",
 	"softmax_backward", "quick_gelu", "quick_gelu_slope", "gelu", "gelu_slope", "add", "mul", "fill_rows",
-	"patches", "token_embed", "stride_rows", "split_heads"}
+	"patches", "token_embed", "stride_rows", "split_heads", "softmax_rows", "softmax_backward_rows", "layer_norm_rows"}
+
+// shortRow is the longest row that softmax and LayerNorm give LANES threads
+// (a group of a block, several rows per block) rather than a whole block:
+// attention's rows (50 for ViT-B/32, 197 for B/16, 77 for the text tower)
+// and the towers' widths up to 1,024 values.
+const shortRow = 1024
+
+// rowGroups is the number of rows a block of the short-row kernels takes
+// (GROUPS in rowwiseSource).
+const rowGroups = rowwiseBlock / 32
 
 // paramGradCols is the number of columns a block of layer_norm_param_grads
 // sums (COLS in rowwiseSource).
@@ -48,6 +58,106 @@ __device__ float block_max(float v, float *s) {
 	float r = s[0];
 	__syncthreads();
 	return r;
+}
+
+#define LANES 32
+#define GROUPS (BLOCK / LANES)
+
+// group_sum returns the sum of v over the LANES threads of the caller's
+// group (threads LANES·g … LANES·g + LANES - 1). Every thread of the block
+// must call it.
+__device__ double group_sum(double v, double *s) {
+	s[threadIdx.x] = v;
+	__syncthreads();
+	for (int k = LANES / 2; k > 0; k >>= 1) {
+		if (threadIdx.x % LANES < k) s[threadIdx.x] += s[threadIdx.x + k];
+		__syncthreads();
+	}
+	double r = s[threadIdx.x - threadIdx.x % LANES];
+	__syncthreads();
+	return r;
+}
+
+// group_max is group_sum's maximum.
+__device__ float group_max(float v, float *s) {
+	s[threadIdx.x] = v;
+	__syncthreads();
+	for (int k = LANES / 2; k > 0; k >>= 1) {
+		if (threadIdx.x % LANES < k) s[threadIdx.x] = fmaxf(s[threadIdx.x], s[threadIdx.x + k]);
+		__syncthreads();
+	}
+	float r = s[threadIdx.x - threadIdx.x % LANES];
+	__syncthreads();
+	return r;
+}
+
+// The row of this thread's group in the short-row kernels, and whether it
+// is one of the rows rows (the last block's groups may have none).
+#define GROUP_ROW(rows) \
+	long long row = (long long)blockIdx.x * GROUPS + threadIdx.x / LANES; \
+	bool has = row < (rows); \
+	int lane = threadIdx.x % LANES; \
+	if (!has) row = 0;
+
+// layer_norm for rows of at most a few LANES·32 values: GROUPS rows a block.
+extern "C" __global__ void layer_norm_rows(float *y, const float *x, int rows, int cols,
+		const float *gamma, const float *beta, double eps, float *mean, float *rstd) {
+	__shared__ double s[BLOCK];
+	GROUP_ROW(rows)
+	int n = has ? cols : 0;
+	const float *xr = x + row * cols;
+	float *yr = y + row * cols;
+	double sum = 0;
+	for (int j = lane; j < n; j += LANES) sum += xr[j];
+	double mu = group_sum(sum, s) / cols;
+	double sq = 0;
+	for (int j = lane; j < n; j += LANES) {
+		double d = xr[j] - mu;
+		sq += d * d;
+	}
+	double rs = 1.0 / sqrt(group_sum(sq, s) / cols + eps);
+	float m = (float)mu, q = (float)rs;
+	if (has && lane == 0 && mean) {
+		mean[row] = m;
+		rstd[row] = q;
+	}
+	for (int j = lane; j < n; j += LANES) yr[j] = (xr[j] - m) * q * gamma[j] + beta[j];
+}
+
+// softmax for short rows: GROUPS rows a block.
+extern "C" __global__ void softmax_rows(float *y, const float *x, int rows, int cols, float scale, int causal) {
+	__shared__ double s[BLOCK];
+	__shared__ float f[BLOCK];
+	GROUP_ROW(rows)
+	int n = !has ? 0 : causal ? (int)(row % cols) + 1 : cols;
+	const float *xr = x + row * cols;
+	float *yr = y + row * cols;
+	float mx = __int_as_float(0xff800000); // -inf
+	for (int j = lane; j < n; j += LANES) mx = fmaxf(mx, xr[j] * scale);
+	mx = group_max(mx, f);
+	double sum = 0;
+	for (int j = lane; j < n; j += LANES) {
+		float e = expf(xr[j] * scale - mx);
+		yr[j] = e;
+		sum += e;
+	}
+	float inv = (float)(1.0 / group_sum(sum, s));
+	for (int j = lane; j < n; j += LANES) yr[j] *= inv;
+	if (has)
+		for (int j = n + lane; j < cols; j += LANES) yr[j] = 0;
+}
+
+// softmax_backward for short rows: GROUPS rows a block.
+extern "C" __global__ void softmax_backward_rows(float *dx, const float *dy, const float *y, int rows, int cols, float scale) {
+	__shared__ double s[BLOCK];
+	GROUP_ROW(rows)
+	int n = has ? cols : 0;
+	const float *yr = y + row * cols, *dyr = dy + row * cols;
+	float *dxr = dx + row * cols;
+	double dot = 0;
+	for (int j = lane; j < n; j += LANES) dot += yr[j] * dyr[j];
+	float d = (float)group_sum(dot, s);
+	for (int j = lane; j < n; j += LANES) dxr[j] = scale * yr[j] * (dyr[j] - d);
 }
 
 // y = (x - mean)·rstd·gamma + beta per row of cols values, rstd =
