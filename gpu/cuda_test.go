@@ -386,3 +386,91 @@ func TestTowerOpsMatchCPU(t *testing.T) {
 		exact(fmt.Sprintf("MergeHeads, %d groups", groups), download(t, d, back, n), m)
 	}
 }
+
+// TestUploadRing makes the pinned ring that uploads go through hold only
+// two uploads at a time, and queues many with no device work between them:
+// each region is written again only after the copy that read it ran (on
+// the stand-in CUDA the copies run late, when something waits for them,
+// so one written too early would give wrong values).
+func TestUploadRing(t *testing.T) {
+	defer func(n int) { stageMin = n }(stageMin)
+	stageMin = 1024
+	d := openOrSkip(t, Options{})
+	rng := rand.New(rand.NewPCG(13, 14))
+	var vs [][]float32
+	for i := range 9 {
+		vs = append(vs, randSlice(rng, 100+i)) // 512 bytes of the ring each
+	}
+	vs = append(vs, randSlice(rng, 1000)) // larger than the ring: a new one
+	// Allocated first: cudaMalloc waits for the queued copies.
+	var bs []kernel.Buf
+	for _, v := range vs {
+		b, err := d.Alloc(len(v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Free(b)
+		bs = append(bs, b)
+	}
+	for i, v := range vs {
+		if err := d.Upload(bs[i], v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, v := range vs {
+		got := download(t, d, bs[i], len(v))
+		for j := range v {
+			if got[j] != v[j] {
+				t.Fatalf("upload %d, value %d: %g on the device, %g uploaded", i, j, got[j], v[j])
+			}
+		}
+	}
+}
+
+// TestPrecisionMatchesCPU runs products and clip-tiny's features with the
+// operands rounded to BF16, FP16 and TF32, against the CPU's float32. The
+// bounds are relative to the largest value: a product of K terms with
+// both operands rounded to p bits of mantissa errs by about 2^-p per term,
+// in random directions; bf16 (8 bits) 1e-2, fp16 and tf32 (11 bits)
+// 2e-3. The features pass through twelve such products and the
+// normalisations between: 2e-2 for bf16, 5e-3 for the others (the
+// stand-in CUDA, which rounds the operands alike and sums in double, gives
+// 3.4e-3 and 4.6e-4).
+func TestPrecisionMatchesCPU(t *testing.T) {
+	for _, c := range []struct {
+		prec       Precision
+		gemm, feat float64
+	}{{BF16, 1e-2, 2e-2}, {FP16, 2e-3, 5e-3}, {TF32, 2e-3, 5e-3}} {
+		t.Run(c.prec.String(), func(t *testing.T) {
+			d := openOrSkip(t, Options{Precision: c.prec})
+			rng := rand.New(rand.NewPCG(15, 16))
+			m, n, k := 64, 48, 256
+			a, b := randSlice(rng, m*k), randSlice(rng, k*n)
+			want := make([]float32, m*n)
+			kernel.Gemm(false, true, m, n, k, 1, a, k, b, k, 0, want, n)
+			cd := upload(t, d, make([]float32, m*n))
+			if err := d.Gemm(false, true, m, n, k, 1, upload(t, d, a), k, upload(t, d, b), k, 0, cd, n); err != nil {
+				t.Fatal(err)
+			}
+			e := fixture.RelErr(download(t, d, cd, m*n), want)
+			t.Logf("%v product: relative error %.2e (bound %.0e)", c.prec, e, c.gemm)
+			if e > c.gemm || e == 0 || math.IsNaN(e) {
+				t.Errorf("%v product: relative error %.2e, want in (0, %.0e]", c.prec, e, c.gemm)
+			}
+			// The batched product, as attention runs it.
+			if err := d.GemmBatched(false, true, 2, m/2, n, k, 1, upload(t, d, a), k, m/2*k, upload(t, d, b), k, 0, 0, cd, n, m/2*n); err != nil {
+				t.Fatal(err)
+			}
+			e = fixture.RelErr(download(t, d, cd, m*n), want)
+			if e > c.gemm || e == 0 || math.IsNaN(e) {
+				t.Errorf("%v batched product: relative error %.2e, want in (0, %.0e]", c.prec, e, c.gemm)
+			}
+			img, wantImg := tinyImageFeatures(t, d)
+			e = fixture.RelErr(img, wantImg)
+			t.Logf("%v clip-tiny image features: relative error %.2e (bound %.0e)", c.prec, e, c.feat)
+			if e > c.feat || math.IsNaN(e) {
+				t.Errorf("%v clip-tiny image features: relative error %.2e, more than %.0e", c.prec, e, c.feat)
+			}
+		})
+	}
+}

@@ -277,3 +277,33 @@ func TestCLIPTinyMatchesCPU(t *testing.T) {
 		check(t, "LayerNorm gradient", got[i], want[i])
 	}
 }
+
+// tinyImageFeatures returns clip-tiny's image features of the fixture's
+// images on d and on the CPU.
+func tinyImageFeatures(t *testing.T, d kernel.Device) (got, want []float32) {
+	t.Helper()
+	const rel = "fixtures/clip-tiny.openai.safetensors"
+	m, err := clip.Load(fixture.Path(t, rel), clip.Options{Config: fixturefile.Config(t, rel)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pre, err := weights.Open(fixture.Path(t, "fixtures/preprocess.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pre.Close()
+	px, shape, err := pre.Float32("pixel_values")
+	if err != nil {
+		t.Fatal(err)
+	}
+	encode := func() []float32 {
+		i, err := m.EncodeImage(px, shape[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.Clone(i.Value().Data().F32())
+	}
+	want = encode()
+	onDevice(d, func() { got = encode() })
+	return got, want
+}
