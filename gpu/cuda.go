@@ -381,8 +381,9 @@ type device struct {
 	solver  unsafe.Pointer            // the cuSOLVER handle, made by the first SymEig
 	fn      map[string]unsafe.Pointer // the row-wise kernels by name
 	free    map[int][]uintptr         // freed buffers by length, for reuse
-	up      stage                     // pinned memory for uploads
-	down    unsafe.Pointer            // pinned memory for downloads, downBytes of it
+	prec    Precision
+	up      stage          // pinned memory for uploads
+	down    unsafe.Pointer // pinned memory for downloads, downBytes of it
 	downN   int
 	closed  bool
 }
@@ -487,6 +488,7 @@ func open(o Options) (*device, error) {
 	if err := d.compile(int(major)*10 + int(minor)); err != nil {
 		return fail(err)
 	}
+	d.prec = prec
 	d.name = fmt.Sprintf("cuda:%d %s (sm_%d%d, CUDA runtime %d.%d, TF32 %s)", o.Ordinal, C.GoString(&cname[0]),
 		major, minor, version/1000, version%1000/10, tf32)
 	if prec == BF16 || prec == FP16 {
@@ -562,6 +564,8 @@ func (d *device) exec(f func() error) error {
 }
 
 func (d *device) Name() string { return d.name }
+
+func (d *device) precision() Precision { return d.prec }
 
 // Close frees the memory kept for reuse and the cuBLAS handle; buffers not
 // freed stay allocated until the process ends.

@@ -66,3 +66,12 @@ func (o Options) precision() (Precision, error) {
 	}
 	return p, nil
 }
+
+// PrecisionOf returns the Precision of the products of d, a device from
+// Open; FP32 for any other device, and for nil.
+func PrecisionOf(d any) Precision {
+	if p, ok := d.(interface{ precision() Precision }); ok {
+		return p.precision()
+	}
+	return FP32
+}

@@ -7,20 +7,33 @@ import (
 
 	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/clip"
+	"github.com/subtta/subtta/gpu"
 )
 
 // precisionHelp is the help of --precision.
-const precisionHelp = "arithmetic of the linear layers in passes without gradients: fp32, bf16 (AVX512_BF16 or AMX-BF16) or int8 (AVX2 or better: AVX-VNNI, AVX512-VNNI, AMX; weights per output channel, activations per row); adaptation's passes stay fp32"
+const precisionHelp = "arithmetic of the linear layers in passes without gradients: fp32, bf16 (AVX512_BF16 or AMX-BF16) or int8 (AVX2 or better: AVX-VNNI, AVX512-VNNI, AMX; weights per output channel, activations per row); adaptation's passes stay fp32. With --device cuda: tf32, bf16 or fp16, every product of the GPU on tensor cores with float32 sums (docs/gpu.md)"
 
 // precisionFlag adds --precision to fs.
 func precisionFlag(fs *flag.FlagSet) *string { return fs.String("precision", "fp32", precisionHelp) }
 
 // parsePrecision checks the value of --precision: a known name, a CPU with
 // a kernel for it, and no device (whose products are float32).
+//
+// With --device cuda, tf32, bf16 and fp16 are the arithmetic of the GPU's
+// products (gpu.Options.Precision, set by parseOnDevice): the model stays
+// float32 here.
 func parsePrecision(name string, device deviceFlags) (kernel.Precision, error) {
+	if g, err := gpu.ParsePrecision(name); err == nil && g != gpu.FP32 {
+		if *device.name == "cuda" {
+			return kernel.FP32, nil
+		}
+		if g != gpu.BF16 {
+			return kernel.FP32, usagef("--precision %s needs --device cuda", name)
+		}
+	}
 	p, err := kernel.ParsePrecision(name)
 	if err != nil {
-		return p, usagef("--precision %q: want fp32, bf16 or int8", name)
+		return p, usagef("--precision %q: want fp32, bf16 or int8 (on the CPU), or tf32, bf16 or fp16 with --device cuda", name)
 	}
 	if p == kernel.FP32 {
 		return p, nil
