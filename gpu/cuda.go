@@ -1233,27 +1233,37 @@ func (d *device) TokenEmbed(y, patches, class, pos kernel.Buf, batch, grid, widt
 }
 
 func (d *device) StrideRows(y, x kernel.Buf, n, cols, step int) error {
+	return d.strided("StrideRows", "stride_rows", y, x, x, y, n, cols, step)
+}
+
+func (d *device) SpreadRows(y, x kernel.Buf, n, cols, step int) error {
+	return d.strided("SpreadRows", "spread_rows", y, x, y, x, n, cols, step)
+}
+
+// strided launches fn (stride_rows or spread_rows) on y and x, where
+// wide holds the rows step apart and dense the n rows.
+func (d *device) strided(what, fn string, y, x, wide, dense kernel.Buf, n, cols, step int) error {
 	if n < 0 || cols < 0 || step < 1 {
-		return fmt.Errorf("gpu: StrideRows: %d rows of %d values, %d apart", n, cols, step)
+		return fmt.Errorf("gpu: %s: %d rows of %d values, %d apart", what, n, cols, step)
 	}
 	if n == 0 || cols == 0 {
 		return nil
 	}
-	py, err := d.ptrs("StrideRows", n*cols, y)
-	if err != nil {
+	if _, err := d.ptrs(what, (n-1)*step*cols+cols, wide); err != nil {
 		return err
 	}
-	px, err := d.ptrs("StrideRows", (n-1)*step*cols+cols, x)
-	if err != nil {
+	if _, err := d.ptrs(what, n*cols, dense); err != nil {
 		return err
 	}
+	py, _ := d.ptr(what, y, 0)
+	px, _ := d.ptr(what, x, 0)
 	var a args
-	a.ptr(py[0])
-	a.ptr(px[0])
+	a.ptr(py)
+	a.ptr(px)
 	a.i32(n)
 	a.i32(cols)
 	a.i32(step)
-	return d.launch("stride_rows", elementGrid(n*cols), a)
+	return d.launch(fn, elementGrid(n*cols), a)
 }
 
 func (d *device) SplitHeads(y, x kernel.Buf, batch, tokens, groups, heads, headDim int) error {

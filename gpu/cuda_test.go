@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -313,8 +314,8 @@ func TestTF32Option(t *testing.T) {
 }
 
 // TestTowerOpsMatchCPU compares the vision tower's data-movement kernels
-// (patches, token embedding, strided rows, attention heads split and
-// merged) with kernel.Host's: they copy or add, so they agree exactly.
+// (patches, token embedding, strided rows and their inverse, attention
+// heads split and merged) with kernel.Host's: they copy or add, so they agree exactly.
 func TestTowerOpsMatchCPU(t *testing.T) {
 	d := openOrSkip(t, Options{})
 	rng := rand.New(rand.NewPCG(11, 12))
@@ -365,6 +366,16 @@ func TestTowerOpsMatchCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	exact("StrideRows", download(t, d, rd, batch*width), wantR)
+	wide := randSlice(rng, n)
+	wantW := kernel.HostBuf(slices.Clone(wide))
+	if err := kernel.Host.SpreadRows(wantW, wantR, batch, width, grid+1); err != nil {
+		t.Fatal(err)
+	}
+	wd := upload(t, d, wide)
+	if err := d.SpreadRows(wd, rd, batch, width, grid+1); err != nil {
+		t.Fatal(err)
+	}
+	exact("SpreadRows", download(t, d, wd, n), wantW)
 
 	tokens, heads, dh := 7, 3, 5
 	for _, groups := range []int{1, 3} {

@@ -9,7 +9,7 @@ const rowwiseBlock = 256
 // rowwiseKernels are the functions of rowwiseSource.
 var rowwiseKernels = []string{"layer_norm", "layer_norm_backward", "layer_norm_param_grads", "softmax",
 	"softmax_backward", "quick_gelu", "quick_gelu_slope", "gelu", "gelu_slope", "add", "mul", "fill_rows",
-	"patches", "token_embed", "stride_rows", "split_heads", "softmax_rows", "softmax_backward_rows", "layer_norm_rows"}
+	"patches", "token_embed", "stride_rows", "spread_rows", "split_heads", "softmax_rows", "softmax_backward_rows", "layer_norm_rows"}
 
 // shortRow is the longest row that softmax and LayerNorm give LANES threads
 // (a group of a block, several rows per block) rather than a whole block:
@@ -351,6 +351,13 @@ extern "C" __global__ void stride_rows(float *y, const float *x, int n, int cols
 	long long total = (long long)n * cols;
 	for (long long i = (long long)blockIdx.x * BLOCK + threadIdx.x; i < total; i += (long long)gridDim.x * BLOCK)
 		y[i] = x[i / cols * step * cols + i % cols];
+}
+
+// Rows 0, step, 2·step, … of y = x [n, cols].
+extern "C" __global__ void spread_rows(float *y, const float *x, int n, int cols, int step) {
+	long long total = (long long)n * cols;
+	for (long long i = (long long)blockIdx.x * BLOCK + threadIdx.x; i < total; i += (long long)gridDim.x * BLOCK)
+		y[i / cols * step * cols + i % cols] = x[i];
 }
 
 // The layouts of kernel.SplitHeads: s [groups, batch, heads, tokens, hd]

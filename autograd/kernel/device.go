@@ -80,6 +80,9 @@ type Device interface {
 	// StrideRows copies rows 0, step, 2·step, … of x (n rows of cols
 	// values) into y [n, cols]: each image's class token.
 	StrideRows(y, x Buf, n, cols, step int) error
+	// SpreadRows is StrideRows' inverse: x's n rows go to rows 0, step,
+	// 2·step, … of y; y's other rows are left alone.
+	SpreadRows(y, x Buf, n, cols, step int) error
 	// SplitHeads reorders x [batch, tokens, groups·heads·headDim] (attention's
 	// q|k|v with groups = 3, or its output with groups = 1) into y [groups,
 	// batch, heads, tokens, headDim], where each head of each sequence is a
@@ -304,6 +307,17 @@ func (host) StrideRows(y, x Buf, n, cols, step int) error {
 	ys, xs := hb(y), hb(x)
 	for i := range n {
 		copy(ys[i*cols:(i+1)*cols], xs[i*step*cols:])
+	}
+	return nil
+}
+
+func (host) SpreadRows(y, x Buf, n, cols, step int) error {
+	if n < 0 || cols < 0 || step < 1 || x.Len() < n*cols || (n > 0 && y.Len() < (n-1)*step*cols+cols) {
+		return fmt.Errorf("kernel: SpreadRows: %d rows of %d values, %d apart, do not fit the buffers", n, cols, step)
+	}
+	ys, xs := hb(y), hb(x)
+	for i := range n {
+		copy(ys[i*step*cols:], xs[i*cols:(i+1)*cols])
 	}
 	return nil
 }
