@@ -3,7 +3,9 @@
 // tests through its real cgo code: the dlopen and symbol binding, the
 // context and launch calls, the row-major to column-major operand swap and
 // the packing of kernel parameters. "Device memory" is host memory;
-// cublasSgemm is the column-major BLAS product; NVRTC compiles the CUDA C
+// cublasSgemm is the column-major BLAS product (cublasGemmEx too, its
+// operands rounded as the compute type allows); asynchronous copies run late
+// (see the stream below); NVRTC compiles the CUDA C
 // it is given with g++ (fakecuda_emu.h supplies CUDA's keywords), and a
 // launch runs that code, block after block, each block's threads as fibers
 // meeting at every __syncthreads. It checks what it is given (kinds, block
