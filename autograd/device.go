@@ -53,6 +53,13 @@ type devRun struct {
 	kept []kernel.Buf // outlive the run unless it fails (allocKept)
 	keep []any        // values to keep alive until close (resident weights)
 	ones kernel.Buf   // onesColumn's, freed by close
+
+	// Gradients queued by gradFor for flushGrads, in arena chunks or
+	// buffers of their own, freed by close.
+	grads     []pendingGrad
+	arena     []kernel.Buf
+	arenaUsed int
+	gradBufs  []kernel.Buf
 }
 
 // do runs f unless an earlier call failed.
@@ -103,13 +110,18 @@ func (r *devRun) freeFrom(mark int) {
 	r.bufs = r.bufs[:mark]
 }
 
-// close frees the run's buffers and panics with its error, if any.
+// close adds the queued gradients to their tensors (flushGrads), frees the
+// run's buffers and panics with its error, if any.
 func (r *devRun) close() {
+	r.flushGrads()
 	for _, b := range r.bufs {
 		r.d.Free(b)
 	}
 	if r.ones != nil {
 		r.d.Free(r.ones)
+	}
+	for _, b := range append(r.arena, r.gradBufs...) {
+		r.d.Free(b)
 	}
 	runtime.KeepAlive(r.keep)
 	if r.err != nil {

@@ -44,7 +44,8 @@ func (c *transferCounter) Download(dst []float32, src kernel.Buf) error {
 // the projection on the device) and compares it with the CPU path bit for
 // bit; it counts that the images go up once and only the features come
 // back; likewise a pass recording for backward with the LayerNorms
-// trainable, and its backward pass.
+// trainable, and its backward pass, which downloads the LayerNorms'
+// gradients in one call (one wait for the device).
 func TestTowerOnDevice(t *testing.T) {
 	cfg := &weights.CLIPConfig{
 		EmbedDim:     24,
@@ -142,8 +143,9 @@ func TestTowerOnDevice(t *testing.T) {
 			t.Errorf("LayerNorm gradient %d: %.2e from the CPU's, largest value %.2e", i, worst, scale)
 		}
 	}
-	if dev.down != len(wantF)+lnValues {
-		t.Errorf("recording pass and backward: %d values downloaded, want the %d features and %d LayerNorm gradients", dev.down, len(wantF), lnValues)
+	if dev.down != len(wantF)+lnValues || dev.calls != 2 {
+		t.Errorf("recording pass and backward: %d values downloaded in %d calls, want the %d features and the %d LayerNorm gradients in one call each",
+			dev.down, dev.calls, len(wantF), lnValues)
 	}
 
 	// A trainable class token: the ops run one by one.
