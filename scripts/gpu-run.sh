@@ -14,8 +14,8 @@
 #                          autocast bf16 and fp16 (.txt: what it printed)
 #   OUT/bench-matrix.txt   subtta bench --device cuda --only forward at batch 64
 #                          and 256 with --precision fp32, tf32, bf16 and fp16
-#   OUT/ncu.txt            with NCU=1 only: ncu's duration of 60 kernels of one
-#                          forward pass at batch 64 (after the first passes)
+#   OUT/ncu.txt            with NCU=1 only: ncu's duration of 60 kernels of a
+#                          forward pass at batch 64 (after the warm-up pass)
 #
 # It expects, in the repository root: cuda-bin/ (scripts/build-cuda.sh),
 # SHARED (default ../shared: at least fixtures/ and assets/clip/), and CLIPSRC
@@ -70,11 +70,12 @@ if [ "$what" = all ] || [ "$what" = matrix ]; then
   done
 fi
 if [ "${NCU:-}" = 1 ] && command -v ncu >/dev/null; then
-  # One forward pass's kernels after the warm-up passes (bench runs two
-  # before timing): their durations say where the GPU's time goes.
+  # 60 kernels of the second of four forward passes (a pass is about 220
+  # launches, cuBLAS's included; the first is bench's warm-up): their
+  # durations say where the GPU's time goes.
   step "ncu"
-  timeout "$limit" ncu --launch-skip 400 --launch-count 60 --section SpeedOfLight \
-    cuda-bin/subtta bench --device cuda --only forward --reps 1 --batch-size 64 >"$out/ncu.txt" 2>&1 || status=1
+  timeout "$limit" ncu --launch-skip 300 --launch-count 60 --section SpeedOfLight \
+    cuda-bin/subtta bench --device cuda --only forward --reps 3 --batch-size 64 >"$out/ncu.txt" 2>&1 || status=1
 fi
 step "done"
 exit $status

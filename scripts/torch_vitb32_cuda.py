@@ -22,7 +22,8 @@ The work is the CPU anchor's, on the device: CLIP ViT-B/32 with random weights i
                     `subtta bench --device cuda` times its forward pass          -> images/s
   forward matrix    with --matrix-batches: the forward pass at each of those batch sizes in each
                     of --matrix-precisions: fp32 (TF32 off), tf32 (TF32 allowed), bf16 and fp16
-                    (torch.autocast), what `subtta bench --device cuda --precision P` compares with
+                    (torch.autocast), what `subtta bench --device cuda --precision P` compares with;
+                    each also with the images copied from the host first (key suffix _upload)
                                                                                -> images/s
 Times are medians over --reps after --warmup runs, each ended by torch.cuda.synchronize(). TF32
 is off unless --tf32 (subtta's default: cuBLAS without TF32), except in the matrix's tf32 rows.
@@ -134,21 +135,24 @@ def main():
     if a.matrix_batches:
         out["forward_matrix"] = {}
         for batch in [int(b) for b in a.matrix_batches.split(",")]:
-            xb = torch.randn(batch, 3, 224, 224, generator=torch.Generator().manual_seed(0)).to(dev)
+            xb_host = torch.randn(batch, 3, 224, 224, generator=torch.Generator().manual_seed(0))
+            xb = xb_host.to(dev)
             for prec in a.matrix_precisions.split(","):
                 torch.backends.cuda.matmul.allow_tf32 = prec == "tf32"
                 torch.backends.cudnn.allow_tf32 = prec == "tf32"
                 cast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(prec)
 
-                def fwd():
+                def fwd(images):
                     ctx = torch.autocast(dev.type, dtype=cast) if cast else contextlib.nullcontext()
                     with torch.no_grad(), ctx:
-                        model.encode_image(xb)
+                        model.encode_image(images.to(dev))
 
-                med, times = median_seconds(fwd)
-                out["forward_matrix"][f"{prec}_batch{batch}"] = {"median_s": med, "times_s": times, "images_per_s": batch / med}
-                print(f"forward {prec:4s}      batch {batch}: {med * 1e3:8.2f} ms  {batch / med:9.1f} images/s", flush=True)
-            del xb
+                for key, images in [("", xb), ("_upload", xb_host)]:
+                    med, times = median_seconds(lambda: fwd(images))
+                    out["forward_matrix"][f"{prec}_batch{batch}{key}"] = {"median_s": med, "times_s": times, "images_per_s": batch / med}
+                    what = "forward" + ("+upload" if key else "")
+                    print(f"{what:14s} {prec:4s} batch {batch}: {med * 1e3:8.2f} ms  {batch / med:9.1f} images/s", flush=True)
+            del xb, xb_host
         torch.backends.cuda.matmul.allow_tf32 = a.tf32
         torch.backends.cudnn.allow_tf32 = a.tf32
     if dev.type == "cuda":
