@@ -689,13 +689,31 @@ func (d *device) Upload(dst kernel.Buf, src []float32) error {
 	return d.exec(func() error { return d.upload(p, src) })
 }
 
-// stageMin is the least pinned memory the upload ring holds (bytes); a
-// variable for the tests, which make the ring wrap.
-var stageMin = 32 << 20
+// stageMin is the least pinned memory the upload ring holds (bytes), and
+// stagePart the most values one region of it takes: a longer upload goes
+// in parts, so that the host copies a part into the ring while the device
+// copies the one before (the images of a batch: 38 MB for 64 ViT-B/32
+// images). Variables for the tests, which make the ring wrap.
+var (
+	stageMin  = 32 << 20
+	stagePart = 2 << 20
+)
 
-// upload copies src into the next region of the ring and queues its copy
-// to dst. Called in exec.
+// upload queues the copy of src to dst through the ring, in parts of at
+// most stagePart values. Called in exec.
 func (d *device) upload(dst C.uintptr_t, src []float32) error {
+	for off := 0; off < len(src); off += stagePart {
+		part := src[off:min(off+stagePart, len(src))]
+		if err := d.uploadPart(dst+C.uintptr_t(4*off), part); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// uploadPart copies src into the next region of the ring and queues its
+// copy to dst.
+func (d *device) uploadPart(dst C.uintptr_t, src []float32) error {
 	st := &d.up
 	n := (4*len(src) + 255) &^ 255
 	if n > st.size {
@@ -773,9 +791,9 @@ func (d *device) sync() error {
 }
 
 // hostCopy is copy(dst, src), on several threads when long: the images of
-// a batch (38 MB for 64 ViT-B/32 images) go through pinned memory.
+// a batch go through pinned memory.
 func hostCopy(dst, src []float32) {
-	const part = 1 << 20 // values
+	const part = 1 << 18 // values
 	n := min(runtime.GOMAXPROCS(0), len(src)/part)
 	if n < 2 {
 		copy(dst, src)

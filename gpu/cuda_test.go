@@ -399,20 +399,22 @@ func TestTowerOpsMatchCPU(t *testing.T) {
 }
 
 // TestUploadRing makes the pinned ring that uploads go through hold only
-// two uploads at a time, and queues many with no device work between them:
+// two uploads at a time, and queues many with no device work between them,
+// the last larger than the ring, in parts:
 // each region is written again only after the copy that read it ran (on
 // the stand-in CUDA the copies run late, when something waits for them,
 // so one written too early would give wrong values).
 func TestUploadRing(t *testing.T) {
-	defer func(n int) { stageMin = n }(stageMin)
-	stageMin = 1024
+	defer func(n, p int) { stageMin, stagePart = n, p }(stageMin, stagePart)
+	// The last upload goes in four parts, the first of which grows the ring.
+	stageMin, stagePart = 1024, 300
 	d := openOrSkip(t, Options{})
 	rng := rand.New(rand.NewPCG(13, 14))
 	var vs [][]float32
 	for i := range 9 {
 		vs = append(vs, randSlice(rng, 100+i)) // 512 bytes of the ring each
 	}
-	vs = append(vs, randSlice(rng, 1000)) // larger than the ring: a new one
+	vs = append(vs, randSlice(rng, 1000)) // larger than the ring: in parts
 	// Allocated first: cudaMalloc waits for the queued copies.
 	var bs []kernel.Buf
 	for _, v := range vs {
