@@ -470,7 +470,7 @@ func bulkEmbed(bf *bulkFlags, b *clip.Bundle, model string, prec kernel.Precisio
 		}
 		defer set.close()
 		f := &featureFile{dir: *bf.out, name: "images", rows: len(set.ids), dim: dim,
-			settings: bulkSettings{Model: id, Precision: precisionID(prec), Normalize: normalize, BatchSize: *bf.batch, Rows: len(set.ids), Dim: dim}}
+			settings: bulkSettings{Model: id, Precision: withDevicePrecision(prec), Normalize: normalize, BatchSize: *bf.batch, Rows: len(set.ids), Dim: dim}}
 		done, recs, npy, jsonl, err := f.open()
 		if err != nil {
 			return err
@@ -505,7 +505,7 @@ func bulkEmbed(bf *bulkFlags, b *clip.Bundle, model string, prec kernel.Precisio
 			return usagef("--texts %s: no text", *bf.texts)
 		}
 		f := &featureFile{dir: *bf.out, name: "texts", rows: len(texts), dim: dim,
-			settings: bulkSettings{Model: id, Precision: precisionID(prec), Normalize: normalize, BatchSize: *bf.batch, Rows: len(texts), Dim: dim}}
+			settings: bulkSettings{Model: id, Precision: withDevicePrecision(prec), Normalize: normalize, BatchSize: *bf.batch, Rows: len(texts), Dim: dim}}
 		done, recs, npy, jsonl, err := f.open()
 		if err != nil {
 			return err

@@ -16,11 +16,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/builtin"
 	"github.com/subtta/subtta/data/corrupt"
 	"github.com/subtta/subtta/eval"
-	"github.com/subtta/subtta/gpu"
 	"github.com/subtta/subtta/tta"
 )
 
@@ -82,8 +80,8 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 		// not resumed in int8, nor the other way round.
 		opt.ModelID += ", linear layers in " + precisionID(prec)
 	}
-	if g := gpu.PrecisionOf(autograd.CurrentDevice()); g != gpu.FP32 {
-		opt.ModelID += ", GPU products in " + g.String() // as another precision is another model
+	if id := devicePrecisionID(); id != "" {
+		opt.ModelID += ", " + id
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

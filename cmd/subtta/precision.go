@@ -4,7 +4,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
+	"strings"
 
+	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/gpu"
@@ -59,6 +62,22 @@ func precisionID(prec kernel.Precision) string {
 		return prec.String() + " (" + a + ")"
 	}
 	return prec.String()
+}
+
+// devicePrecisionID names the GPU's products in records of results when
+// they are not float32 (--precision tf32, bf16 or fp16 with --device cuda,
+// or --tf32), "" otherwise: another precision is another model.
+func devicePrecisionID() string {
+	if g := gpu.PrecisionOf(autograd.CurrentDevice()); g != gpu.FP32 {
+		return "GPU products in " + g.String()
+	}
+	return ""
+}
+
+// withDevicePrecision is precisionID(prec) followed by devicePrecisionID.
+func withDevicePrecision(prec kernel.Precision) string {
+	ids := []string{precisionID(prec), devicePrecisionID()}
+	return strings.Join(slices.DeleteFunc(ids, func(s string) bool { return s == "" }), ", ")
 }
 
 // setPrecision converts m's linear layers to p (nothing for fp32).
