@@ -46,6 +46,7 @@ func TestRunExitCodes(t *testing.T) {
 		{[]string{"bench", "--only", "forwar"}, 2, `unknown measurement "forwar"`},
 		{[]string{"bench", "--precision", "fp16"}, 2, `--precision fp16 needs --device cuda`},
 		{[]string{"bench", "--precision", "fp8"}, 2, `--precision "fp8": want fp32, bf16 or int8`},
+		{[]string{"eval", "--precision", "tf32"}, 2, `--precision tf32 needs --device cuda`},
 		{[]string{"classify", "--precision", "int4", "x.png"}, 2, `--precision "int4"`},
 		{[]string{"embed", "--precision", "", "--text", "a"}, 2, `--precision ""`},
 		{[]string{"eval", "--precision", "f32"}, 2, `--precision "f32"`},
