@@ -362,17 +362,17 @@ extern "C" __global__ void spread_rows(float *y, const float *x, int n, int cols
 
 // The layouts of kernel.SplitHeads: s [groups, batch, heads, tokens, hd]
 // and m [batch, tokens, groups·heads·hd]; merge copies s into m, else m
-// into s. One thread per value of s.
+// into s. One thread per value of s. The caller checks that the values fit
+// an int, so the index arithmetic is 32-bit (64-bit division is slow).
 extern "C" __global__ void split_heads(float *s, float *m, int batch, int tokens, int groups, int heads, int hd, int merge) {
-	long long n = (long long)groups * batch * heads * tokens * hd;
-	for (long long i = (long long)blockIdx.x * BLOCK + threadIdx.x; i < n; i += (long long)gridDim.x * BLOCK) {
-		long long r = i / hd;
-		int e = (int)(i % hd), t = (int)(r % tokens);
+	unsigned n = (unsigned)groups * batch * heads * tokens * hd;
+	for (unsigned i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += gridDim.x * BLOCK) {
+		unsigned r = i / hd, e = i % hd, t = r % tokens;
 		r /= tokens;
-		int h = (int)(r % heads);
+		unsigned h = r % heads;
 		r /= heads;
-		int b = (int)(r % batch), g = (int)(r / batch);
-		long long j = (((long long)b * tokens + t) * groups * heads + (long long)g * heads + h) * hd + e;
+		unsigned b = r % batch, g = r / batch;
+		unsigned j = ((b * tokens + t) * groups * heads + g * heads + h) * hd + e;
 		if (merge) m[j] = s[i];
 		else s[i] = m[j];
 	}
