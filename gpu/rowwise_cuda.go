@@ -322,27 +322,26 @@ extern "C" __global__ void add(float *y, const float *a, const float *b, int n) 
 
 // y = the patches of batch images (rows of channels·height·width, NCHW),
 // [batch·gr·gc, channels·patch·patch], as kernel.Patches orders them.
+// The caller checks that x's and y's values fit an int: the index
+// arithmetic is 32-bit (64-bit division is slow).
 extern "C" __global__ void patches(float *y, const float *x, int batch, int channels, int height, int width, int patch) {
-	int gr = height / patch, gc = width / patch, pp = patch * patch, len = channels * pp;
-	long long n = (long long)batch * gr * gc * len;
-	for (long long i = (long long)blockIdx.x * BLOCK + threadIdx.x; i < n; i += (long long)gridDim.x * BLOCK) {
-		long long row = i / len;
-		int e = (int)(i % len), c = e / pp, p = e % pp / patch, q = e % patch;
-		long long b = row / (gr * gc);
-		int g = (int)(row % (gr * gc)), gi = g / gc, gj = g % gc;
+	unsigned gr = height / patch, gc = width / patch, pp = patch * patch, len = channels * pp;
+	unsigned n = batch * gr * gc * len;
+	for (unsigned i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += gridDim.x * BLOCK) {
+		unsigned row = i / len, e = i % len, c = e / pp, p = e % pp / patch, q = e % patch;
+		unsigned b = row / (gr * gc), g = row % (gr * gc), gi = g / gc, gj = g % gc;
 		y[i] = x[((b * channels + c) * height + gi * patch + p) * width + gj * patch + q];
 	}
 }
 
 // y [batch·(grid+1), width]: per image the class token plus pos[0], then
 // its patch rows plus pos[1…grid], as kernel.TokenEmbed.
+// Indices in 32 bits, as patches'.
 extern "C" __global__ void token_embed(float *y, const float *p, const float *cls, const float *pos, int batch, int grid, int width) {
-	int t = grid + 1;
-	long long n = (long long)batch * t * width;
-	for (long long i = (long long)blockIdx.x * BLOCK + threadIdx.x; i < n; i += (long long)gridDim.x * BLOCK) {
-		long long r = i / width, b = r / t;
-		int j = (int)(i % width), k = (int)(r % t);
-		y[i] = k == 0 ? cls[j] + pos[j] : p[(b * grid + k - 1) * width + j] + pos[(long long)k * width + j];
+	unsigned t = grid + 1, n = batch * t * width;
+	for (unsigned i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += gridDim.x * BLOCK) {
+		unsigned r = i / width, b = r / t, j = i % width, k = r % t;
+		y[i] = k == 0 ? cls[j] + pos[j] : p[(b * grid + k - 1) * width + j] + pos[k * width + j];
 	}
 }
 
