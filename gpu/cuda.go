@@ -1044,9 +1044,10 @@ func (d *device) LayerNorm(y, x kernel.Buf, rows, cols int, gamma, beta kernel.B
 	return d.launch("layer_norm", rows, a)
 }
 
-// LayerNormBackward runs layer_norm_backward (one block per row) for dx and
-// layer_norm_param_grads (one block per paramGradCols columns) for dgamma
-// and dbeta.
+// LayerNormBackward runs layer_norm_backward (one block per row, or
+// layer_norm_backward_rows, a group of 32 threads per row, for rows of up
+// to shortRow values) for dx and layer_norm_param_grads (one block per
+// paramGradCols columns) for dgamma and dbeta.
 func (d *device) LayerNormBackward(dx, dgamma, dbeta, dy, x kernel.Buf, rows, cols int, gamma, mean, rstd kernel.Buf) error {
 	if !fits32(rows, cols, rows*cols) {
 		return fmt.Errorf("gpu: LayerNormBackward: %d×%d", rows, cols)
@@ -1079,11 +1080,18 @@ func (d *device) LayerNormBackward(dx, dgamma, dbeta, dy, x kernel.Buf, rows, co
 		a.ptr(dp[0])
 		a.ptr(p[0])
 		a.ptr(p[1])
+		if cols <= shortRow {
+			a.i32(rows)
+		}
 		a.i32(cols)
 		a.ptr(g[0])
 		a.ptr(st[0])
 		a.ptr(st[1])
-		if err := d.launch("layer_norm_backward", rows, a); err != nil {
+		name, grid := "layer_norm_backward", rows
+		if cols <= shortRow {
+			name, grid = "layer_norm_backward_rows", (rows+rowGroups-1)/rowGroups
+		}
+		if err := d.launch(name, grid, a); err != nil {
 			return err
 		}
 	}

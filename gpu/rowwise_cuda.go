@@ -9,7 +9,7 @@ const rowwiseBlock = 256
 // rowwiseKernels are the functions of rowwiseSource.
 var rowwiseKernels = []string{"layer_norm", "layer_norm_backward", "layer_norm_param_grads", "softmax",
 	"softmax_backward", "quick_gelu", "quick_gelu_slope", "gelu", "gelu_slope", "add", "mul", "fill_rows",
-	"patches", "token_embed", "stride_rows", "spread_rows", "split_heads", "softmax_rows", "softmax_backward_rows", "layer_norm_rows"}
+	"patches", "token_embed", "stride_rows", "spread_rows", "split_heads", "softmax_rows", "softmax_backward_rows", "layer_norm_rows", "layer_norm_backward_rows"}
 
 // shortRow is the longest row that softmax and LayerNorm give LANES threads
 // (a group of a block, several rows per block) rather than a whole block:
@@ -207,6 +207,28 @@ extern "C" __global__ void layer_norm_backward(float *dx, const float *dy, const
 	for (int j = threadIdx.x; j < cols; j += BLOCK) dxr[j] = q * (dyr[j] * gamma[j] - mg - (xr[j] - m) * q * mgh);
 }
 
+// layer_norm_backward for rows of at most a few LANES·32 values: GROUPS
+// rows a block.
+extern "C" __global__ void layer_norm_backward_rows(float *dx, const float *dy, const float *x, int rows, int cols,
+		const float *gamma, const float *mean, const float *rstd) {
+	__shared__ double s[BLOCK];
+	GROUP_ROW(rows)
+	int n = has ? cols : 0;
+	unsigned long long off = (unsigned long long)row * cols;
+	const float *xr = x + off, *dyr = dy + off;
+	float *dxr = dx + off;
+	float m = mean[row], q = rstd[row];
+	double sg = 0, sgh = 0;
+	for (int j = lane; j < n; j += LANES) {
+		float g = dyr[j] * gamma[j];
+		sg += g;
+		sgh += (double)g * ((xr[j] - m) * q);
+	}
+	float mg = (float)(group_sum(sg, s) / cols);
+	float mgh = (float)(group_sum(sgh, s) / cols);
+	for (int j = lane; j < n; j += LANES) dxr[j] = q * (dyr[j] * gamma[j] - mg - (xr[j] - m) * q * mgh);
+}
+
 // dgamma = Σ_rows dy·h and dbeta = Σ_rows dy (overwritten): a block sums
 // COLS columns, its threads in BLOCK/COLS lanes of rows, in double.
 #define COLS 32
@@ -378,8 +400,10 @@ extern "C" __global__ void split_heads(float *s, float *m, int batch, int tokens
 }
 
 // Every row of y (rows×cols) = v.
+// rows·cols fits an int (the caller checks): 32-bit indices, as a 64-bit
+// remainder per value is slow.
 extern "C" __global__ void fill_rows(float *y, int rows, int cols, const float *v) {
-	int n = rows * cols;
-	for (long long i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += (long long)gridDim.x * BLOCK) y[i] = v[i % cols];
+	unsigned n = (unsigned)rows * cols;
+	for (unsigned i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += gridDim.x * BLOCK) y[i] = v[i % (unsigned)cols];
 }
 `
