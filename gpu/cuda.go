@@ -1047,7 +1047,9 @@ func (d *device) LayerNorm(y, x kernel.Buf, rows, cols int, gamma, beta kernel.B
 // LayerNormBackward runs layer_norm_backward (one block per row, or
 // layer_norm_backward_rows, a group of 32 threads per row, for rows of up
 // to shortRow values) for dx and layer_norm_param_grads (one block per
-// paramGradCols columns) for dgamma and dbeta.
+// paramGradCols columns) for dgamma and dbeta, or over many rows
+// layer_norm_param_partials (a block per paramGradCols columns and chunk of
+// about paramGradRows rows) and layer_norm_param_sum.
 func (d *device) LayerNormBackward(dx, dgamma, dbeta, dy, x kernel.Buf, rows, cols int, gamma, mean, rstd kernel.Buf) error {
 	if !fits32(rows, cols, rows*cols) {
 		return fmt.Errorf("gpu: LayerNormBackward: %d×%d", rows, cols)
@@ -1098,16 +1100,46 @@ func (d *device) LayerNormBackward(dx, dgamma, dbeta, dy, x kernel.Buf, rows, co
 	if dgamma == nil {
 		return nil
 	}
+	colBlocks := (cols + paramGradCols - 1) / paramGradCols
+	chunks := min(rows/paramGradRows, 64)
+	if chunks < 2 || !fits32(colBlocks*chunks, 4*chunks*cols) {
+		var a args
+		a.ptr(pg[0])
+		a.ptr(pg[1])
+		a.ptr(p[0])
+		a.ptr(p[1])
+		a.i32(rows)
+		a.i32(cols)
+		a.ptr(st[0])
+		a.ptr(st[1])
+		return d.launch("layer_norm_param_grads", colBlocks, a)
+	}
+	// The chunks' sums in double: 2·chunks·cols doubles as float32 values.
+	part, err := d.Alloc(4 * chunks * cols)
+	if err != nil {
+		return err
+	}
+	defer d.Free(part) // its next use is queued after these kernels
+	pp, _ := d.ptr("LayerNormBackward", part, 0)
 	var a args
-	a.ptr(pg[0])
-	a.ptr(pg[1])
+	a.ptr(pp)
 	a.ptr(p[0])
 	a.ptr(p[1])
 	a.i32(rows)
 	a.i32(cols)
+	a.i32(chunks)
 	a.ptr(st[0])
 	a.ptr(st[1])
-	return d.launch("layer_norm_param_grads", (cols+paramGradCols-1)/paramGradCols, a)
+	if err := d.launch("layer_norm_param_partials", colBlocks*chunks, a); err != nil {
+		return err
+	}
+	var b args
+	b.ptr(pg[0])
+	b.ptr(pg[1])
+	b.ptr(pp)
+	b.i32(cols)
+	b.i32(chunks)
+	return d.launch("layer_norm_param_sum", elementGrid(cols), b)
 }
 
 func (d *device) Softmax(y, x kernel.Buf, rows, cols int, scale float32, causal bool) error {

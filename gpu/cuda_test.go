@@ -161,7 +161,7 @@ func TestGemmBatchedMatchesCPU(t *testing.T) {
 func TestRowwiseMatchesCPU(t *testing.T) {
 	d := openOrSkip(t, Options{})
 	rng := rand.New(rand.NewPCG(7, 8))
-	for _, s := range []struct{ rows, cols int }{{1, 1}, {3, 7}, {50, 50}, {10, 768}, {13, 1024}, {2, 1025}, {4, 3000}} {
+	for _, s := range []struct{ rows, cols int }{{1, 1}, {3, 7}, {50, 50}, {10, 768}, {13, 1024}, {2, 1025}, {4, 3000}, {1300, 96}} {
 		n := s.rows * s.cols
 		x, g, b := randSlice(rng, n), randSlice(rng, s.cols), randSlice(rng, s.cols)
 		for i := range x {

@@ -9,7 +9,8 @@ const rowwiseBlock = 256
 // rowwiseKernels are the functions of rowwiseSource.
 var rowwiseKernels = []string{"layer_norm", "layer_norm_backward", "layer_norm_param_grads", "softmax",
 	"softmax_backward", "quick_gelu", "quick_gelu_slope", "gelu", "gelu_slope", "add", "mul", "fill_rows",
-	"patches", "token_embed", "stride_rows", "spread_rows", "split_heads", "softmax_rows", "softmax_backward_rows", "layer_norm_rows", "layer_norm_backward_rows"}
+	"patches", "token_embed", "stride_rows", "spread_rows", "split_heads", "softmax_rows", "softmax_backward_rows", "layer_norm_rows", "layer_norm_backward_rows",
+	"layer_norm_param_partials", "layer_norm_param_sum"}
 
 // shortRow is the longest row that softmax and LayerNorm give LANES threads
 // (a group of a block, several rows per block) rather than a whole block:
@@ -24,6 +25,12 @@ const rowGroups = rowwiseBlock / 32
 // paramGradCols is the number of columns a block of layer_norm_param_grads
 // sums (COLS in rowwiseSource).
 const paramGradCols = 32
+
+// paramGradRows is about the number of rows a block of
+// layer_norm_param_partials sums: LayerNorm's parameter gradients over more
+// rows than twice this are summed in chunks (3,200 rows, batch 64 of
+// ViT-B/32: 12 chunks, 288 blocks where one pass had 24).
+const paramGradRows = 256
 
 // rowwiseSource is the CUDA C of the row-wise kernels, compiled by NVRTC
 // when a device is opened. Each mirrors the function of package kernel of
@@ -253,6 +260,53 @@ extern "C" __global__ void layer_norm_param_grads(float *dgamma, float *dbeta, c
 		for (int k = 1; k < BLOCK / COLS; k++) {
 			g += sg[threadIdx.x + k * COLS];
 			b += sb[threadIdx.x + k * COLS];
+		}
+		dgamma[j] = (float)g;
+		dbeta[j] = (float)b;
+	}
+}
+
+// layer_norm_param_grads for many rows, in two steps, so that more than
+// cols/COLS blocks share the work: block (k, chunk) sums rows
+// chunk·per … chunk·per + per - 1 of COLS columns as layer_norm_param_grads
+// does, into part [chunks, 2, cols] in double (dgamma's, then dbeta's);
+// layer_norm_param_sum adds the chunks in order.
+extern "C" __global__ void layer_norm_param_partials(double *part, const float *dy, const float *x,
+		int rows, int cols, int chunks, const float *mean, const float *rstd) {
+	__shared__ double sg[BLOCK], sb[BLOCK];
+	int colBlocks = (cols + COLS - 1) / COLS;
+	int chunk = blockIdx.x / colBlocks, per = (rows + chunks - 1) / chunks;
+	int r0 = chunk * per, r1 = r0 + per < rows ? r0 + per : rows;
+	int c = threadIdx.x % COLS, lane = threadIdx.x / COLS;
+	int j = blockIdx.x % colBlocks * COLS + c;
+	double g = 0, b = 0;
+	if (j < cols) {
+		for (int r = r0 + lane; r < r1; r += BLOCK / COLS) {
+			unsigned long long i = (unsigned long long)r * cols + j;
+			float d = dy[i];
+			g += d * ((x[i] - mean[r]) * rstd[r]);
+			b += d;
+		}
+	}
+	sg[threadIdx.x] = g;
+	sb[threadIdx.x] = b;
+	__syncthreads();
+	if (lane == 0 && j < cols) {
+		for (int k = 1; k < BLOCK / COLS; k++) {
+			g += sg[threadIdx.x + k * COLS];
+			b += sb[threadIdx.x + k * COLS];
+		}
+		part[(long long)chunk * 2 * cols + j] = g;
+		part[(long long)chunk * 2 * cols + cols + j] = b;
+	}
+}
+
+extern "C" __global__ void layer_norm_param_sum(float *dgamma, float *dbeta, const double *part, int cols, int chunks) {
+	for (int j = blockIdx.x * BLOCK + threadIdx.x; j < cols; j += gridDim.x * BLOCK) {
+		double g = 0, b = 0;
+		for (int k = 0; k < chunks; k++) {
+			g += part[(long long)k * 2 * cols + j];
+			b += part[(long long)k * 2 * cols + cols + j];
 		}
 		dgamma[j] = (float)g;
 		dbeta[j] = (float)b;
