@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every GPU check of docs/gpu.md on a machine with an NVIDIA GPU and no
-# Go, in one go (about 5 minutes on an H200), and writes the logs to OUT:
+# Go, in one go (about 6 minutes on an H200, estimated), and writes the logs to OUT:
 #
 #   OUT/gpu.txt            nvidia-smi's name, driver and memory of the GPU
 #   OUT/gpu-test.txt       the gpu package's tests (cuda-bin/gpu.test -test.v):
@@ -14,6 +14,10 @@
 #                          autocast bf16 and fp16 (.txt: what it printed)
 #   OUT/bench-matrix.txt   subtta bench --device cuda --only forward at batch 64
 #                          and 256 with --precision fp32, tf32, bf16 and fp16
+#   OUT/eval-P.txt         the README's run (subtta eval --device cuda, the
+#                          built-in model and images) with --precision P, for P
+#                          fp32 (the CPU's table: 54.01 / 54.04 / 55.10), bf16
+#                          and fp16 (within 0.3 points of fp32 is the aim)
 #   OUT/ncu.txt            with NCU=1 only: ncu's duration of 60 kernels of a
 #                          forward pass at batch 64 (after the warm-up pass)
 #
@@ -24,9 +28,9 @@
 # has a time limit (LIMIT seconds, default 240), so one that hangs costs no
 # more.
 #
-# Usage: [OUT=DIR] [SHARED=DIR] [CLIPSRC=DIR] [NCU=1] scripts/gpu-run.sh [test|bench|matrix]
-# (all three by default; `test` needs cuda-bin/gpu.test and SHARED, `bench`
-# and `matrix` cuda-bin/subtta and, for PyTorch, CLIPSRC).
+# Usage: [OUT=DIR] [SHARED=DIR] [CLIPSRC=DIR] [NCU=1] scripts/gpu-run.sh [test|bench|matrix|eval]
+# (all four by default; `test` needs cuda-bin/gpu.test and SHARED, the others
+# cuda-bin/subtta and, for PyTorch, CLIPSRC).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-results}
@@ -67,6 +71,14 @@ if [ "$what" = all ] || [ "$what" = matrix ]; then
       timeout "$limit" cuda-bin/subtta bench --device cuda --only forward --reps 5 --batch-size "$batch" \
         --precision "$prec" 2>&1 | tee -a "$out/bench-matrix.txt" || status=1
     done
+  done
+fi
+if [ "$what" = all ] || [ "$what" = eval ]; then
+  for prec in fp32 bf16 fp16; do
+    step "subtta eval --device cuda --precision $prec"
+    rm -rf "$out/eval-$prec"
+    timeout "$limit" cuda-bin/subtta eval --device cuda --precision "$prec" --quiet --out "$out/eval-$prec" 2>&1 |
+      tee "$out/eval-$prec.txt" || status=1
   done
 fi
 if [ "${NCU:-}" = 1 ] && command -v ncu >/dev/null; then
