@@ -35,6 +35,9 @@ func parseOnDevice(fs *flag.FlagSet, device deviceFlags, args []string, stderr i
 		if p, err := gpu.ParsePrecision(f.Value.String()); err == nil {
 			opt.Precision = p
 		}
+		if opt.TF32 && opt.Precision != gpu.FP32 && opt.Precision != gpu.TF32 {
+			return nil, usagef("--tf32 with --precision %s: give one of them", opt.Precision)
+		}
 	}
 	return useDevice(*device.name, opt, stderr)
 }
