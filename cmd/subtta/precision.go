@@ -19,12 +19,11 @@ const precisionHelp = "arithmetic of the linear layers in passes without gradien
 // precisionFlag adds --precision to fs.
 func precisionFlag(fs *flag.FlagSet) *string { return fs.String("precision", "fp32", precisionHelp) }
 
-// parsePrecision checks the value of --precision: a known name, a CPU with
-// a kernel for it, and no device (whose products are float32).
-//
-// With --device cuda, tf32, bf16 and fp16 are the arithmetic of the GPU's
+// parsePrecision checks the value of --precision: a known name and, for
+// the CPU's bf16 and int8, a CPU with a kernel for it and no device. With
+// --device cuda, tf32, bf16 and fp16 are the arithmetic of the GPU's
 // products (gpu.Options.Precision, set by parseOnDevice): the model stays
-// float32 here.
+// float32 here, and the result is kernel.FP32.
 func parsePrecision(name string, device deviceFlags) (kernel.Precision, error) {
 	if g, err := gpu.ParsePrecision(name); err == nil && g != gpu.FP32 {
 		if *device.name == "cuda" {
