@@ -144,7 +144,7 @@ func blockBackwardOnDevice(op *blockOp[float32], dy []float32) {
 
 // blockBackward runs the block's backward pass on the device from the
 // output gradient dyd, with what blockRecord kept in k: the gradients of
-// the block's trainable parameters are downloaded and accumulated, and
+// the block's trainable parameters are queued for flushGrads, and
 // with wantDx the input gradient is returned in one of k's buffers (nil
 // otherwise, or on an error). It follows the CPU's Backward step for step;
 // like it, it recomputes ln_1(x) and ln_2(x₁) for the weight gradients of
@@ -220,15 +220,13 @@ func (r *devRun) blockBackward(op *blockOp[float32], k *devBlock, dyd kernel.Buf
 func (r *devRun) paramGrads(p *LinearParams, rows int, dy, x kernel.Buf) {
 	in, out := p.In(), p.Out()
 	if p.Weight.RequiresGrad() {
-		dw := r.alloc(out * in)
+		dw := r.gradFor(p.Weight, out*in)
 		r.do(func() error { return r.d.Gemm(true, false, out, in, rows, 1, dy, out, x, in, 0, dw, in) })
-		r.accGrad(p.Weight, dw, out*in)
 	}
 	if p.Bias != nil && p.Bias.RequiresGrad() {
 		ones := r.onesColumn(rows)
-		db := r.alloc(out)
+		db := r.gradFor(p.Bias, out)
 		r.do(func() error { return r.d.Gemm(true, false, out, 1, rows, 1, dy, out, ones, 1, 0, db, 1) })
-		r.accGrad(p.Bias, db, out)
 	}
 }
 
@@ -257,13 +255,108 @@ func (r *devRun) onesColumn(n int) kernel.Buf {
 	return b
 }
 
-// accGrad downloads the n values of g and adds them to t's gradient.
+// gradArena is the number of values of a chunk of device memory that
+// allocGrad hands out small gradients from: a backward pass's LayerNorm
+// gradients (52 × 768 values for ViT-B/32) come back in one download.
+const gradArena = 1 << 18
+
+// pendingGrad is a gradient on the device that flushGrads adds to t's:
+// n values at g, or at off in arena chunk chunk when g is nil.
+type pendingGrad struct {
+	t          smat.Tensor
+	g          kernel.Buf
+	chunk, off int
+	n          int
+}
+
+// gradFor returns a buffer of n values for a gradient, which lives until
+// the run closes (past the scratch of the block that computes it): a slice
+// of the run's arena when small, else a buffer of its own. With t set, what
+// the buffer holds at flushGrads is added to t's gradient then, so that a
+// backward pass waits for the device once rather than once per parameter.
+func (r *devRun) gradFor(t smat.Tensor, n int) kernel.Buf {
+	if r.err != nil {
+		return nil
+	}
+	if n > gradArena/4 {
+		b, err := r.d.Alloc(n)
+		if err != nil {
+			r.err = err
+			return nil
+		}
+		r.gradBufs = append(r.gradBufs, b)
+		if t != nil {
+			r.grads = append(r.grads, pendingGrad{t: t, g: b, chunk: -1, n: n})
+		}
+		return b
+	}
+	if len(r.arena) == 0 || r.arenaUsed+n > gradArena {
+		b, err := r.d.Alloc(gradArena)
+		if err != nil {
+			r.err = err
+			return nil
+		}
+		r.arena = append(r.arena, b)
+		r.arenaUsed = 0
+	}
+	off := r.arenaUsed
+	r.arenaUsed += n
+	if t != nil {
+		r.grads = append(r.grads, pendingGrad{t: t, chunk: len(r.arena) - 1, off: off, n: n})
+	}
+	return slice(r.arena[len(r.arena)-1], off, off+n)
+}
+
+// accGrad downloads the n values of g now and adds them to t's gradient.
 func (r *devRun) accGrad(t smat.Tensor, g kernel.Buf, n int) {
 	buf := getBuf[float32](n)
 	defer putBuf(buf)
 	r.do(func() error { return r.d.Download(*buf, g) })
 	if r.err == nil {
 		accGrad(t, *buf)
+	}
+}
+
+// flushGrads downloads the queued gradients, each arena chunk once, and
+// adds them to their tensors in the order queued. close calls it.
+func (r *devRun) flushGrads() {
+	gs := r.grads
+	r.grads = nil
+	chunks := make([]*[]float32, len(r.arena))
+	defer func() {
+		for _, c := range chunks {
+			if c != nil {
+				putBuf(c)
+			}
+		}
+	}()
+	for _, p := range gs {
+		if r.err != nil {
+			return
+		}
+		if p.g == nil {
+			c := chunks[p.chunk]
+			if c == nil {
+				c = getBuf[float32](gradArena)
+				chunks[p.chunk] = c
+				n := gradArena
+				if p.chunk == len(r.arena)-1 {
+					n = r.arenaUsed
+				}
+				r.do(func() error { return r.d.Download((*c)[:n], r.arena[p.chunk]) })
+				if r.err != nil {
+					return
+				}
+			}
+			accGrad(p.t, (*c)[p.off:p.off+p.n])
+			continue
+		}
+		buf := getBuf[float32](p.n)
+		r.do(func() error { return r.d.Download(*buf, p.g) })
+		if r.err == nil {
+			accGrad(p.t, *buf)
+		}
+		putBuf(buf)
 	}
 }
 
@@ -277,7 +370,7 @@ func (r *devRun) inputGrad(p *LinearParams, rows int, dy, dx kernel.Buf) {
 
 // layerNormBackward is blockOp.layerNormBackward on the device: dx
 // (skipped when nil) is overwritten, and the gradients of ln's parameters
-// that require them are downloaded and accumulated.
+// that require them are queued for flushGrads.
 func (r *devRun) layerNormBackward(dx, dy, x kernel.Buf, rows, cols int, ln *LayerNormParams, mean, rstd kernel.Buf) {
 	trainG, trainB := ln.Gamma.RequiresGrad(), ln.Beta.RequiresGrad()
 	if dx == nil && !trainG && !trainB {
@@ -286,60 +379,51 @@ func (r *devRun) layerNormBackward(dx, dy, x kernel.Buf, rows, cols int, ln *Lay
 	g := r.upload(values[float32](ln.Gamma))
 	var dg, db kernel.Buf
 	if trainG || trainB {
-		dp := r.alloc(2 * cols)
-		dg, db = slice(dp, 0, cols), slice(dp, cols, 2*cols)
+		var tg, tb smat.Tensor // nil: computed with the other, not wanted
+		if trainG {
+			tg = ln.Gamma
+		}
+		if trainB {
+			tb = ln.Beta
+		}
+		dg, db = r.gradFor(tg, cols), r.gradFor(tb, cols)
 	}
 	r.do(func() error { return r.d.LayerNormBackward(dx, dg, db, dy, x, rows, cols, g, mean, rstd) })
-	if dg == nil {
-		return
-	}
-	buf := getBuf[float32](2 * cols)
-	defer putBuf(buf)
-	r.do(func() error { return r.d.Download((*buf)[:cols], dg) })
-	r.do(func() error { return r.d.Download((*buf)[cols:], db) })
-	if r.err != nil {
-		return
-	}
-	if trainG {
-		accGrad(ln.Gamma, (*buf)[:cols])
-	}
-	if trainB {
-		accGrad(ln.Beta, (*buf)[cols:])
-	}
 }
 
-// attendBackward is attendBackward on the device into a separate dqkv:
-// per head, for every sequence at once, the probabilities recomputed from
-// q and k, dP = dO·Vᵀ, dV = Pᵀ·dO, dS from the softmax's backward, dK =
-// s·dSᵀ·Q and dQ = s·dS·K.
+// attendBackward is attendBackward on the device into a separate dqkv,
+// every head of every sequence in one launch per step (as attend): q|k|v
+// and dO split into heads, the probabilities recomputed from q and k, dP =
+// dO·Vᵀ, dV = Pᵀ·dO, dS from the softmax's backward, dK = s·dSᵀ·Q and dQ =
+// s·dS·K, each a strided-batched product over batch×heads, and dQ|dK|dV
+// merged into dqkv.
 func (r *devRun) attendBackward(a attention, qkv, dout, dqkv kernel.Buf) {
-	n, w, dh, heads, b := a.tokens, a.width, a.headDim(), a.heads, a.batch
+	defer r.freeFrom(len(r.bufs))
+	n, w, dh, bh := a.tokens, a.width, a.headDim(), a.batch*a.heads
 	scale := float32(1 / math.Sqrt(float64(dh)))
-	p := r.alloc(b * n * n)
-	dp := r.alloc(b * n * n)
-	for hd := range heads {
-		if r.err != nil {
-			return
-		}
-		q, k, v := qkv.Slice(hd*dh, qkv.Len()), qkv.Slice(w+hd*dh, qkv.Len()), qkv.Slice(2*w+hd*dh, qkv.Len())
-		dq, dk, dv := dqkv.Slice(hd*dh, dqkv.Len()), dqkv.Slice(w+hd*dh, dqkv.Len()), dqkv.Slice(2*w+hd*dh, dqkv.Len())
-		do := dout.Slice(hd*dh, dout.Len())
-		r.do(func() error {
-			return r.d.GemmBatched(false, true, b, n, n, dh, scale, q, 3*w, n*3*w, k, 3*w, n*3*w, 0, p, n, n*n)
-		})
-		r.do(func() error { return r.d.Softmax(p, p, b*n, n, 1, a.causal) })
-		r.do(func() error {
-			return r.d.GemmBatched(false, true, b, n, n, dh, 1, do, w, n*w, v, 3*w, n*3*w, 0, dp, n, n*n)
-		})
-		r.do(func() error {
-			return r.d.GemmBatched(true, false, b, n, dh, n, 1, p, n, n*n, do, w, n*w, 0, dv, 3*w, n*3*w)
-		})
-		r.do(func() error { return r.d.SoftmaxBackward(dp, dp, p, b*n, n, 1) })
-		r.do(func() error {
-			return r.d.GemmBatched(true, false, b, n, dh, n, scale, dp, n, n*n, q, 3*w, n*3*w, 0, dk, 3*w, n*3*w)
-		})
-		r.do(func() error {
-			return r.d.GemmBatched(false, false, b, n, dh, n, scale, dp, n, n*n, k, 3*w, n*3*w, 0, dq, 3*w, n*3*w)
-		})
-	}
+	nw := a.batch * n * w
+	hq, dhq, do := r.alloc(3*nw), r.alloc(3*nw), r.alloc(nw)
+	r.do(func() error { return r.d.SplitHeads(hq, qkv, a.batch, n, 3, a.heads, dh) })
+	r.do(func() error { return r.d.SplitHeads(do, dout, a.batch, n, 1, a.heads, dh) })
+	q, k, v := slice(hq, 0, nw), slice(hq, nw, 2*nw), slice(hq, 2*nw, 3*nw)
+	dq, dk, dv := slice(dhq, 0, nw), slice(dhq, nw, 2*nw), slice(dhq, 2*nw, 3*nw)
+	p, dp := r.alloc(bh*n*n), r.alloc(bh*n*n)
+	r.do(func() error {
+		return r.d.GemmBatched(false, true, bh, n, n, dh, scale, q, dh, n*dh, k, dh, n*dh, 0, p, n, n*n)
+	})
+	r.do(func() error { return r.d.Softmax(p, p, bh*n, n, 1, a.causal) })
+	r.do(func() error {
+		return r.d.GemmBatched(false, true, bh, n, n, dh, 1, do, dh, n*dh, v, dh, n*dh, 0, dp, n, n*n)
+	})
+	r.do(func() error {
+		return r.d.GemmBatched(true, false, bh, n, dh, n, 1, p, n, n*n, do, dh, n*dh, 0, dv, dh, n*dh)
+	})
+	r.do(func() error { return r.d.SoftmaxBackward(dp, dp, p, bh*n, n, 1) })
+	r.do(func() error {
+		return r.d.GemmBatched(true, false, bh, n, dh, n, scale, dp, n, n*n, q, dh, n*dh, 0, dk, dh, n*dh)
+	})
+	r.do(func() error {
+		return r.d.GemmBatched(false, false, bh, n, dh, n, scale, dp, n, n*n, k, dh, n*dh, 0, dq, dh, n*dh)
+	})
+	r.do(func() error { return r.d.MergeHeads(dqkv, dhq, a.batch, n, 3, a.heads, dh) })
 }

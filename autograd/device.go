@@ -53,6 +53,13 @@ type devRun struct {
 	kept []kernel.Buf // outlive the run unless it fails (allocKept)
 	keep []any        // values to keep alive until close (resident weights)
 	ones kernel.Buf   // onesColumn's, freed by close
+
+	// Gradients queued by gradFor for flushGrads, in arena chunks or
+	// buffers of their own, freed by close.
+	grads     []pendingGrad
+	arena     []kernel.Buf
+	arenaUsed int
+	gradBufs  []kernel.Buf
 }
 
 // do runs f unless an earlier call failed.
@@ -103,13 +110,18 @@ func (r *devRun) freeFrom(mark int) {
 	r.bufs = r.bufs[:mark]
 }
 
-// close frees the run's buffers and panics with its error, if any.
+// close adds the queued gradients to their tensors (flushGrads), frees the
+// run's buffers and panics with its error, if any.
 func (r *devRun) close() {
+	r.flushGrads()
 	for _, b := range r.bufs {
 		r.d.Free(b)
 	}
 	if r.ones != nil {
 		r.d.Free(r.ones)
+	}
+	for _, b := range append(r.arena, r.gradBufs...) {
+		r.d.Free(b)
 	}
 	runtime.KeepAlive(r.keep)
 	if r.err != nil {
@@ -318,27 +330,27 @@ func (r *devRun) layerNorm(y, x kernel.Buf, rows, cols int, ln *LayerNormParams,
 	r.do(func() error { return r.d.LayerNorm(y, x, rows, cols, g, b, ln.Eps, mean, rstd) })
 }
 
-// attend is attend on the device: per head, S = s·Q·Kᵀ for every sequence
-// in one batched product, the softmax of its rows, and P·V into the head's
-// columns of out.
+// attend is attend on the device, every head of every sequence in one
+// launch per step: q|k|v split into heads ([3, batch, heads, tokens, dh],
+// kernel.Device.SplitHeads), S = s·Q·Kᵀ as one strided-batched product over
+// batch×heads, the softmax of all its rows, P·V likewise, and the heads
+// merged back into out's columns.
 func (r *devRun) attend(a attention, qkv, out kernel.Buf) {
-	n, w, dh, heads := a.tokens, a.width, a.headDim(), a.heads
+	defer r.freeFrom(len(r.bufs))
+	n, w, dh, bh := a.tokens, a.width, a.headDim(), a.batch*a.heads
 	scale := float32(1 / math.Sqrt(float64(dh)))
-	s := r.alloc(a.batch * n * n)
-	for hd := range heads {
-		if r.err != nil {
-			return
-		}
-		q := qkv.Slice(hd*dh, qkv.Len())
-		k := qkv.Slice(w+hd*dh, qkv.Len())
-		v := qkv.Slice(2*w+hd*dh, qkv.Len())
-		o := out.Slice(hd*dh, out.Len())
-		r.do(func() error {
-			return r.d.GemmBatched(false, true, a.batch, n, n, dh, scale, q, 3*w, n*3*w, k, 3*w, n*3*w, 0, s, n, n*n)
-		})
-		r.do(func() error { return r.d.Softmax(s, s, a.batch*n, n, 1, a.causal) })
-		r.do(func() error {
-			return r.d.GemmBatched(false, false, a.batch, n, dh, n, 1, s, n, n*n, v, 3*w, n*3*w, 0, o, w, n*w)
-		})
-	}
+	nw := a.batch * n * w
+	hq := r.alloc(3 * nw)
+	r.do(func() error { return r.d.SplitHeads(hq, qkv, a.batch, n, 3, a.heads, dh) })
+	q, k, v := slice(hq, 0, nw), slice(hq, nw, 2*nw), slice(hq, 2*nw, 3*nw)
+	s := r.alloc(bh * n * n)
+	r.do(func() error {
+		return r.d.GemmBatched(false, true, bh, n, n, dh, scale, q, dh, n*dh, k, dh, n*dh, 0, s, n, n*n)
+	})
+	r.do(func() error { return r.d.Softmax(s, s, bh*n, n, 1, a.causal) })
+	o := q // Q is read: the heads' outputs go there
+	r.do(func() error {
+		return r.d.GemmBatched(false, false, bh, n, dh, n, 1, s, n, n*n, v, dh, n*dh, 0, o, dh, n*dh)
+	})
+	r.do(func() error { return r.d.MergeHeads(out, o, a.batch, n, 1, a.heads, dh) })
 }

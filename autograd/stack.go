@@ -74,11 +74,9 @@ func newStack(d kernel.Device, x smat.Tensor, blocks []*BlockParams, batch int) 
 	rows, w := dims(x)
 	s := &stackOp{d: d, x: x, operands: []smat.Tensor{x}}
 	for _, p := range blocks {
-		checkBlock("TransformerBlocks", rows, w, p, batch)
 		s.operands = append(s.operands, blockOperands(p)...)
-		a := attention{batch: batch, tokens: rows / batch, heads: p.Heads, width: w, causal: p.Causal}
-		s.ops = append(s.ops, &blockOp[float32]{p: *p, a: a, rows: rows, out: rows, mlp: p.FC.Out()})
 	}
+	s.ops = stackOps("TransformerBlocks", rows, w, blocks, batch)
 	if !sameType("TransformerBlocks", s.operands...) {
 		return nil
 	}
@@ -88,6 +86,18 @@ func newStack(d kernel.Device, x smat.Tensor, blocks []*BlockParams, batch int) 
 		below = below || slices.ContainsFunc(blockOperands(&op.p), smat.Tensor.RequiresGrad)
 	}
 	return s
+}
+
+// stackOps returns each block's shapes and parameters for a run on a
+// device, checking that they fit x [rows, w] in batch sequences.
+func stackOps(name string, rows, w int, blocks []*BlockParams, batch int) []*blockOp[float32] {
+	var ops []*blockOp[float32]
+	for _, p := range blocks {
+		checkBlock(name, rows, w, p, batch)
+		a := attention{batch: batch, tokens: rows / batch, heads: p.Heads, width: w, causal: p.Causal}
+		ops = append(ops, &blockOp[float32]{p: *p, a: a, rows: rows, out: rows, mlp: p.FC.Out()})
+	}
+	return ops
 }
 
 func (s *stackOp) Operands() []smat.Tensor { return s.operands }

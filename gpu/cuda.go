@@ -20,7 +20,16 @@ static struct {
 	status (*cudaGetDeviceCount)(int *count);
 	status (*cudaMalloc)(void **p, size_t bytes);
 	status (*cudaFree)(void *p);
-	status (*cudaMemcpy)(void *dst, const void *src, size_t bytes, int kind);
+	status (*cudaMemcpyAsync)(void *dst, const void *src, size_t bytes, int kind, void *stream);
+	status (*cudaMallocHost)(void **p, size_t bytes);
+	status (*cudaFreeHost)(void *p);
+	status (*cudaStreamCreate)(void **stream);
+	status (*cudaStreamDestroy)(void *stream);
+	status (*cudaStreamSynchronize)(void *stream);
+	status (*cudaEventCreateWithFlags)(void **event, unsigned flags);
+	status (*cudaEventDestroy)(void *event);
+	status (*cudaEventRecord)(void *event, void *stream);
+	status (*cudaEventSynchronize)(void *event);
 	status (*cudaRuntimeGetVersion)(int *version);
 	status (*cudaDeviceGetAttribute)(int *value, int attr, int device);
 	const char *(*cudaGetErrorName)(status s);
@@ -28,6 +37,14 @@ static struct {
 	status (*cublasCreate)(void **handle);
 	status (*cublasDestroy)(void *handle);
 	status (*cublasSetMathMode)(void *handle, int mode);
+	status (*cublasSetStream)(void *handle, void *stream);
+	status (*cublasGemmEx)(void *handle, int transa, int transb, int m, int n, int k,
+		const void *alpha, const void *a, int atype, int lda, const void *b, int btype, int ldb,
+		const void *beta, void *c, int ctype, int ldc, int compute, int algo);
+	status (*cublasGemmStridedBatchedEx)(void *handle, int transa, int transb, int m, int n, int k,
+		const void *alpha, const void *a, int atype, int lda, long long strideA,
+		const void *b, int btype, int ldb, long long strideB,
+		const void *beta, void *c, int ctype, int ldc, long long strideC, int batch, int compute, int algo);
 	status (*cublasSgemm)(void *handle, int transa, int transb, int m, int n, int k,
 		const float *alpha, const float *a, int lda, const float *b, int ldb,
 		const float *beta, float *c, int ldc);
@@ -67,13 +84,25 @@ static const char *sub_bind(void *rt, void *blas, void *rtc, void *drv) {
 	BIND(rt, cudaGetDeviceCount, "cudaGetDeviceCount")
 	BIND(rt, cudaMalloc, "cudaMalloc")
 	BIND(rt, cudaFree, "cudaFree")
-	BIND(rt, cudaMemcpy, "cudaMemcpy")
+	BIND(rt, cudaMemcpyAsync, "cudaMemcpyAsync")
+	BIND(rt, cudaMallocHost, "cudaMallocHost")
+	BIND(rt, cudaFreeHost, "cudaFreeHost")
+	BIND(rt, cudaStreamCreate, "cudaStreamCreate")
+	BIND(rt, cudaStreamDestroy, "cudaStreamDestroy")
+	BIND(rt, cudaStreamSynchronize, "cudaStreamSynchronize")
+	BIND(rt, cudaEventCreateWithFlags, "cudaEventCreateWithFlags")
+	BIND(rt, cudaEventDestroy, "cudaEventDestroy")
+	BIND(rt, cudaEventRecord, "cudaEventRecord")
+	BIND(rt, cudaEventSynchronize, "cudaEventSynchronize")
 	BIND(rt, cudaRuntimeGetVersion, "cudaRuntimeGetVersion")
 	BIND(rt, cudaDeviceGetAttribute, "cudaDeviceGetAttribute")
 	BIND(rt, cudaGetErrorName, "cudaGetErrorName")
 	BIND(blas, cublasCreate, "cublasCreate_v2")
 	BIND(blas, cublasDestroy, "cublasDestroy_v2")
 	BIND(blas, cublasSetMathMode, "cublasSetMathMode")
+	BIND(blas, cublasSetStream, "cublasSetStream_v2")
+	BIND(blas, cublasGemmEx, "cublasGemmEx")
+	BIND(blas, cublasGemmStridedBatchedEx, "cublasGemmStridedBatchedEx")
 	BIND(blas, cublasSgemm, "cublasSgemm_v2")
 	BIND(blas, cublasSgemmStridedBatched, "cublasSgemmStridedBatched")
 	BIND(rtc, nvrtcCreateProgram, "nvrtcCreateProgram")
@@ -102,8 +131,24 @@ static void *sub_dlopen(const char *name) { return dlopen(name, RTLD_NOW | RTLD_
 static status w_cudaGetDeviceCount(int *n) { return api.cudaGetDeviceCount(n); }
 static status w_cudaMalloc(uintptr_t *p, size_t bytes) { return api.cudaMalloc((void **)p, bytes); }
 static status w_cudaFree(uintptr_t p) { return api.cudaFree((void *)p); }
-static status w_upload(uintptr_t dst, const void *src, size_t bytes) { return api.cudaMemcpy((void *)dst, src, bytes, 1); }
-static status w_download(void *dst, uintptr_t src, size_t bytes) { return api.cudaMemcpy(dst, (const void *)src, bytes, 2); }
+// Copies on stream from and to pinned host memory (cudaMallocHost), so
+// that they are asynchronous.
+static status w_upload(uintptr_t dst, const void *src, size_t bytes, void *stream) {
+	return api.cudaMemcpyAsync((void *)dst, src, bytes, 1, stream);
+}
+static status w_download(void *dst, uintptr_t src, size_t bytes, void *stream) {
+	return api.cudaMemcpyAsync(dst, (const void *)src, bytes, 2, stream);
+}
+static status w_cudaMallocHost(void **p, size_t bytes) { return api.cudaMallocHost(p, bytes); }
+static status w_cudaFreeHost(void *p) { return api.cudaFreeHost(p); }
+static status w_cudaStreamCreate(void **s) { return api.cudaStreamCreate(s); }
+static status w_cudaStreamDestroy(void *s) { return api.cudaStreamDestroy(s); }
+static status w_cudaStreamSynchronize(void *s) { return api.cudaStreamSynchronize(s); }
+// Events without timing (cudaEventDisableTiming): the cheapest kind.
+static status w_cudaEventCreate(void **e) { return api.cudaEventCreateWithFlags(e, 2); }
+static status w_cudaEventDestroy(void *e) { return api.cudaEventDestroy(e); }
+static status w_cudaEventRecord(void *e, void *s) { return api.cudaEventRecord(e, s); }
+static status w_cudaEventSynchronize(void *e) { return api.cudaEventSynchronize(e); }
 static status w_cudaRuntimeGetVersion(int *v) { return api.cudaRuntimeGetVersion(v); }
 static status w_cudaDeviceGetAttribute(int *v, int attr, int dev) { return api.cudaDeviceGetAttribute(v, attr, dev); }
 static const char *w_cudaGetErrorName(status s) { return api.cudaGetErrorName(s); }
@@ -111,6 +156,20 @@ static const char *w_cudaGetErrorName(status s) { return api.cudaGetErrorName(s)
 static status w_cublasCreate(void **h) { return api.cublasCreate(h); }
 static status w_cublasDestroy(void *h) { return api.cublasDestroy(h); }
 static status w_cublasSetMathMode(void *h, int mode) { return api.cublasSetMathMode(h, mode); }
+static status w_cublasSetStream(void *h, void *s) { return api.cublasSetStream(h, s); }
+// The products with a compute type (cublasComputeType_t) on float32
+// operands (CUDA_R_32F = 0), the default algorithm (-1).
+static status w_gemmEx(void *h, int ta, int tb, int m, int n, int k, float alpha,
+		uintptr_t a, int lda, uintptr_t b, int ldb, float beta, uintptr_t c, int ldc, int compute) {
+	return api.cublasGemmEx(h, ta, tb, m, n, k, &alpha, (const void *)a, 0, lda, (const void *)b, 0, ldb,
+		&beta, (void *)c, 0, ldc, compute, -1);
+}
+static status w_gemmStridedBatchedEx(void *h, int ta, int tb, int m, int n, int k, float alpha,
+		uintptr_t a, int lda, long long sa, uintptr_t b, int ldb, long long sb,
+		float beta, uintptr_t c, int ldc, long long sc, int batch, int compute) {
+	return api.cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, &alpha, (const void *)a, 0, lda, sa,
+		(const void *)b, 0, ldb, sb, &beta, (void *)c, 0, ldc, sc, batch, compute, -1);
+}
 static status w_sgemm(void *h, int ta, int tb, int m, int n, int k, float alpha,
 		uintptr_t a, int lda, uintptr_t b, int ldb, float beta, uintptr_t c, int ldc) {
 	return api.cublasSgemm(h, ta, tb, m, n, k, &alpha, (const float *)a, lda,
@@ -150,21 +209,22 @@ static const char *w_cuGetErrorName(status s) {
 	return name;
 }
 
-// w_launch starts fn on grid blocks of block threads (1-D) on the default
-// stream. args holds nargs parameters in 8-byte slots, each as the kernel
+// w_launch starts fn on grid blocks of block threads (1-D) on stream.
+// args holds nargs parameters in 8-byte slots, each as the kernel
 // declares it (a pointer, or a 4-byte int or float in the low bytes);
 // cuLaunchKernel copies them before returning.
-static status w_launch(void *fn, unsigned grid, unsigned block, void *args, int nargs) {
+static status w_launch(void *fn, unsigned grid, unsigned block, void *args, int nargs, void *stream) {
 	void *params[16];
 	if (nargs > 16) return 1; // CUDA_ERROR_INVALID_VALUE
 	for (int i = 0; i < nargs; i++) params[i] = (char *)args + 8 * i;
-	return api.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, NULL, params, NULL);
+	return api.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, stream, params, NULL);
 }
 */
 import "C"
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"runtime"
@@ -289,29 +349,61 @@ func blasErr(call string, s C.status) error {
 
 // cuBLAS enums (cublas_api.h) and runtime attributes (driver_types.h).
 const (
-	cublasOpN              = 0
-	cublasOpT              = 1
-	cublasDefaultMath      = 0
-	cublasTF32TensorOpMath = 3
-	attrCCMajor            = 75 // cudaDevAttrComputeCapabilityMajor
-	attrCCMinor            = 76 // cudaDevAttrComputeCapabilityMinor
+	cublasOpN                = 0
+	cublasOpT                = 1
+	cublasDefaultMath        = 0
+	cublasTF32TensorOpMath   = 3
+	cublasCompute32F         = 68 // cublasComputeType_t
+	cublasCompute32FFast16F  = 74
+	cublasCompute32FFast16BF = 75
+	attrCCMajor              = 75 // cudaDevAttrComputeCapabilityMajor
+	attrCCMinor              = 76 // cudaDevAttrComputeCapabilityMinor
 )
 
 // device is a CUDA GPU as a kernel.Device: memory from cudaMalloc, products
 // from cuBLAS, row-wise kernels compiled by NVRTC when opened. Every call
 // takes the mutex and runs on a locked OS thread with the device's primary
 // context made current, since a goroutine may change threads between calls
-// and the driver API's context is per thread. Work goes to the default
-// stream, in call order; Download (a synchronous cudaMemcpy) waits for it.
+// and the driver API's context is per thread.
+//
+// Work goes to one stream of the device's own, in call order, and the host
+// does not wait for it: an upload copies its values into pinned memory
+// (stage) and queues the copy; only Download waits, for everything queued
+// before it. The stream is a blocking one (cudaStreamCreate), so work on
+// CUDA's legacy default stream is ordered with it too.
 type device struct {
-	mu     sync.Mutex
-	name   string
-	ctx    unsafe.Pointer
-	blas   unsafe.Pointer
-	solver unsafe.Pointer            // the cuSOLVER handle, made by the first SymEig
-	fn     map[string]unsafe.Pointer // the row-wise kernels by name
-	free   map[int][]uintptr         // freed buffers by length, for reuse
-	closed bool
+	mu      sync.Mutex
+	name    string
+	ctx     unsafe.Pointer
+	blas    unsafe.Pointer
+	stream  unsafe.Pointer
+	compute C.int                     // the products' cublasComputeType_t; 32F: cublasSgemm
+	solver  unsafe.Pointer            // the cuSOLVER handle, made by the first SymEig
+	fn      map[string]unsafe.Pointer // the row-wise kernels by name
+	free    map[int][]uintptr         // freed buffers by length, for reuse
+	prec    Precision
+	up      stage          // pinned memory for uploads
+	down    unsafe.Pointer // pinned memory for downloads, downBytes of it
+	downN   int
+	closed  bool
+}
+
+// stage is the pinned host memory uploads go through: a ring of size
+// bytes. Each upload takes the next region, copies its values there and
+// queues the copy to the device with an event after it; a region is
+// written again only once the events of the copies that read it have
+// passed. A Download, which waits for the whole stream, retires them all.
+type stage struct {
+	base    unsafe.Pointer
+	size    int
+	head    int
+	pending []pendingCopy    // copies not known to be done, in the order queued
+	spare   []unsafe.Pointer // events for reuse
+}
+
+type pendingCopy struct {
+	start, end int // bytes of the ring the copy reads
+	ev         unsafe.Pointer
 }
 
 // Open initialises CUDA device o.Ordinal: the libraries, its primary
@@ -327,6 +419,10 @@ func Open(o Options) (kernel.Device, error) {
 }
 
 func open(o Options) (*device, error) {
+	prec, err := o.precision()
+	if err != nil {
+		return nil, err
+	}
 	if err := load(); err != nil {
 		return nil, fmt.Errorf("gpu: %w", err)
 	}
@@ -363,20 +459,41 @@ func open(o Options) (*device, error) {
 	if s := C.w_cublasCreate(&d.blas); s != 0 {
 		return nil, blasErr("cublasCreate_v2", s)
 	}
-	mode, tf32 := C.int(cublasDefaultMath), "off"
-	if o.TF32 {
-		mode, tf32 = cublasTF32TensorOpMath, "on"
-	}
-	if s := C.w_cublasSetMathMode(d.blas, mode); s != 0 {
-		C.w_cublasDestroy(d.blas)
-		return nil, blasErr("cublasSetMathMode", s)
-	}
-	if err := d.compile(int(major)*10 + int(minor)); err != nil {
+	fail := func(err error) (*device, error) {
+		if d.stream != nil {
+			C.w_cudaStreamDestroy(d.stream)
+		}
 		C.w_cublasDestroy(d.blas)
 		return nil, err
 	}
+	mode, tf32 := C.int(cublasDefaultMath), "off"
+	d.compute = cublasCompute32F
+	switch prec {
+	case TF32:
+		mode, tf32 = cublasTF32TensorOpMath, "on"
+	case BF16:
+		d.compute = cublasCompute32FFast16BF
+	case FP16:
+		d.compute = cublasCompute32FFast16F
+	}
+	if s := C.w_cublasSetMathMode(d.blas, mode); s != 0 {
+		return fail(blasErr("cublasSetMathMode", s))
+	}
+	if s := C.w_cudaStreamCreate(&d.stream); s != 0 {
+		return fail(rtErr("cudaStreamCreate", s))
+	}
+	if s := C.w_cublasSetStream(d.blas, d.stream); s != 0 {
+		return fail(blasErr("cublasSetStream_v2", s))
+	}
+	if err := d.compile(int(major)*10 + int(minor)); err != nil {
+		return fail(err)
+	}
+	d.prec = prec
 	d.name = fmt.Sprintf("cuda:%d %s (sm_%d%d, CUDA runtime %d.%d, TF32 %s)", o.Ordinal, C.GoString(&cname[0]),
 		major, minor, version/1000, version%1000/10, tf32)
+	if prec == BF16 || prec == FP16 {
+		d.name = strings.TrimSuffix(d.name, ")") + ", " + prec.String() + " products, float32 sums)"
+	}
 	return d, nil
 }
 
@@ -448,10 +565,16 @@ func (d *device) exec(f func() error) error {
 
 func (d *device) Name() string { return d.name }
 
+func (d *device) precision() Precision { return d.prec }
+
 // Close frees the memory kept for reuse and the cuBLAS handle; buffers not
 // freed stay allocated until the process ends.
 func (d *device) Close() error {
 	return d.exec(func() error {
+		var errs []error
+		if s := C.w_cudaStreamSynchronize(d.stream); s != 0 {
+			errs = append(errs, rtErr("cudaStreamSynchronize", s))
+		}
 		for _, ps := range d.free {
 			for _, p := range ps {
 				C.w_cudaFree(C.uintptr_t(p))
@@ -459,11 +582,24 @@ func (d *device) Close() error {
 		}
 		d.free = nil
 		d.closed = true
-		serr := d.closeSolver()
-		if s := C.w_cublasDestroy(d.blas); s != 0 {
-			return blasErr("cublasDestroy_v2", s)
+		d.up.retire()
+		for _, e := range d.up.spare {
+			C.w_cudaEventDestroy(e)
 		}
-		return serr
+		for _, p := range []unsafe.Pointer{d.up.base, d.down} {
+			if p != nil {
+				C.w_cudaFreeHost(p)
+			}
+		}
+		d.up, d.down = stage{}, nil
+		errs = append(errs, d.closeSolver())
+		if s := C.w_cublasDestroy(d.blas); s != 0 {
+			errs = append(errs, blasErr("cublasDestroy_v2", s))
+		}
+		if s := C.w_cudaStreamDestroy(d.stream); s != 0 {
+			errs = append(errs, rtErr("cudaStreamDestroy", s))
+		}
+		return errors.Join(errs...)
 	})
 }
 
@@ -550,12 +686,125 @@ func (d *device) Upload(dst kernel.Buf, src []float32) error {
 	if err != nil || len(src) == 0 {
 		return err
 	}
-	return d.exec(func() error {
-		if s := C.w_upload(p, unsafe.Pointer(&src[0]), C.size_t(4*len(src))); s != 0 {
-			return rtErr("cudaMemcpy (upload)", s)
+	return d.exec(func() error { return d.upload(p, src) })
+}
+
+// stageMin is the least pinned memory the upload ring holds (bytes), and
+// stagePart the most values one region of it takes: a longer upload goes
+// in parts, so that the host copies a part into the ring while the device
+// copies the one before (the images of a batch: 38 MB for 64 ViT-B/32
+// images). Variables for the tests, which make the ring wrap.
+var (
+	stageMin  = 32 << 20
+	stagePart = 2 << 20
+)
+
+// upload queues the copy of src to dst through the ring, in parts of at
+// most stagePart values. Called in exec.
+func (d *device) upload(dst C.uintptr_t, src []float32) error {
+	for off := 0; off < len(src); off += stagePart {
+		part := src[off:min(off+stagePart, len(src))]
+		if err := d.uploadPart(dst+C.uintptr_t(4*off), part); err != nil {
+			return err
 		}
-		return nil
-	})
+	}
+	return nil
+}
+
+// uploadPart copies src into the next region of the ring and queues its
+// copy to dst.
+func (d *device) uploadPart(dst C.uintptr_t, src []float32) error {
+	st := &d.up
+	n := (4*len(src) + 255) &^ 255
+	if n > st.size {
+		// A larger ring: the old one's copies must be done before it goes.
+		if err := d.sync(); err != nil {
+			return err
+		}
+		if st.base != nil {
+			C.w_cudaFreeHost(st.base)
+			st.base, st.size = nil, 0
+		}
+		size := max(stageMin, 2*n)
+		if s := C.w_cudaMallocHost(&st.base, C.size_t(size)); s != 0 {
+			return rtErr("cudaMallocHost", s)
+		}
+		st.size, st.head = size, 0
+	}
+	if st.head+n > st.size {
+		st.head = 0
+	}
+	start, end := st.head, st.head+n
+	last := -1
+	for i, p := range st.pending {
+		if p.start < end && start < p.end {
+			last = i
+		}
+	}
+	if last >= 0 {
+		// The copies complete in order: this one's event passing means
+		// those before it are done too.
+		if s := C.w_cudaEventSynchronize(st.pending[last].ev); s != 0 {
+			return rtErr("cudaEventSynchronize", s)
+		}
+		for _, p := range st.pending[:last+1] {
+			st.spare = append(st.spare, p.ev)
+		}
+		st.pending = append(st.pending[:0], st.pending[last+1:]...)
+	}
+	at := unsafe.Add(st.base, start)
+	hostCopy(unsafe.Slice((*float32)(at), len(src)), src)
+	if s := C.w_upload(dst, at, C.size_t(4*len(src)), d.stream); s != 0 {
+		return rtErr("cudaMemcpyAsync (upload)", s)
+	}
+	var ev unsafe.Pointer
+	if k := len(st.spare); k > 0 {
+		ev, st.spare = st.spare[k-1], st.spare[:k-1]
+	} else if s := C.w_cudaEventCreate(&ev); s != 0 {
+		return rtErr("cudaEventCreateWithFlags", s)
+	}
+	if s := C.w_cudaEventRecord(ev, d.stream); s != 0 {
+		st.spare = append(st.spare, ev)
+		return rtErr("cudaEventRecord", s)
+	}
+	st.pending = append(st.pending, pendingCopy{start, end, ev})
+	st.head = end
+	return nil
+}
+
+// retire marks every queued copy done: the stream was synchronised.
+func (st *stage) retire() {
+	for _, p := range st.pending {
+		st.spare = append(st.spare, p.ev)
+	}
+	st.pending = st.pending[:0]
+	st.head = 0
+}
+
+// sync waits for everything queued on the stream. Called in exec.
+func (d *device) sync() error {
+	if s := C.w_cudaStreamSynchronize(d.stream); s != 0 {
+		return rtErr("cudaStreamSynchronize", s)
+	}
+	d.up.retire()
+	return nil
+}
+
+// hostCopy is copy(dst, src), on several threads when long: the images of
+// a batch go through pinned memory.
+func hostCopy(dst, src []float32) {
+	const part = 1 << 18 // values
+	n := min(runtime.GOMAXPROCS(0), len(src)/part)
+	if n < 2 {
+		copy(dst, src)
+		return
+	}
+	var wg sync.WaitGroup
+	for i := range n {
+		lo, hi := i*len(src)/n, (i+1)*len(src)/n
+		wg.Go(func() { copy(dst[lo:hi], src[lo:hi]) })
+	}
+	wg.Wait()
 }
 
 func (d *device) Download(dst []float32, src kernel.Buf) error {
@@ -564,9 +813,25 @@ func (d *device) Download(dst []float32, src kernel.Buf) error {
 		return err
 	}
 	return d.exec(func() error {
-		if s := C.w_download(unsafe.Pointer(&dst[0]), p, C.size_t(4*len(dst))); s != 0 {
-			return rtErr("cudaMemcpy (download)", s)
+		n := 4 * len(dst)
+		if n > d.downN {
+			if d.down != nil {
+				C.w_cudaFreeHost(d.down)
+				d.down, d.downN = nil, 0
+			}
+			size := max(1<<20, n)
+			if s := C.w_cudaMallocHost(&d.down, C.size_t(size)); s != 0 {
+				return rtErr("cudaMallocHost", s)
+			}
+			d.downN = size
 		}
+		if s := C.w_download(d.down, p, C.size_t(n), d.stream); s != 0 {
+			return rtErr("cudaMemcpyAsync (download)", s)
+		}
+		if err := d.sync(); err != nil {
+			return err
+		}
+		hostCopy(dst, unsafe.Slice((*float32)(d.down), len(dst)))
 		return nil
 	})
 }
@@ -649,6 +914,9 @@ func (d *device) GemmBatched(transA, transB bool, batch, m, n, k int, alpha floa
 		return fmt.Errorf("gpu: Gemm with k = 0")
 	}
 	return d.exec(func() error {
+		if d.compute != cublasCompute32F {
+			return d.gemmEx(transA, transB, batch, m, n, k, alpha, pa, lda, strideA, pb, ldb, strideB, beta, pc, ldc, strideC)
+		}
 		if batch == 1 {
 			if s := C.w_sgemm(d.blas, cublasOp(transB), cublasOp(transA), C.int(n), C.int(m), C.int(k), C.float(alpha),
 				pb, C.int(ldb), pa, C.int(lda), C.float(beta), pc, C.int(ldc)); s != 0 {
@@ -665,6 +933,23 @@ func (d *device) GemmBatched(transA, transB bool, batch, m, n, k int, alpha floa
 	})
 }
 
+// gemmEx is GemmBatched's product in d.compute, row-major as there.
+func (d *device) gemmEx(transA, transB bool, batch, m, n, k int, alpha float32, pa C.uintptr_t, lda, strideA int, pb C.uintptr_t, ldb, strideB int, beta float32, pc C.uintptr_t, ldc, strideC int) error {
+	if batch == 1 {
+		if s := C.w_gemmEx(d.blas, cublasOp(transB), cublasOp(transA), C.int(n), C.int(m), C.int(k), C.float(alpha),
+			pb, C.int(ldb), pa, C.int(lda), C.float(beta), pc, C.int(ldc), d.compute); s != 0 {
+			return blasErr("cublasGemmEx", s)
+		}
+		return nil
+	}
+	if s := C.w_gemmStridedBatchedEx(d.blas, cublasOp(transB), cublasOp(transA), C.int(n), C.int(m), C.int(k), C.float(alpha),
+		pb, C.int(ldb), C.longlong(strideB), pa, C.int(lda), C.longlong(strideA),
+		C.float(beta), pc, C.int(ldc), C.longlong(strideC), C.int(batch), d.compute); s != 0 {
+		return blasErr("cublasGemmStridedBatchedEx", s)
+	}
+	return nil
+}
+
 // args packs kernel parameters in 8-byte slots (w_launch).
 type args []byte
 
@@ -679,7 +964,7 @@ func (d *device) launch(name string, grid int, a args) error {
 		return nil
 	}
 	return d.exec(func() error {
-		if s := C.w_launch(d.fn[name], C.uint(grid), rowwiseBlock, unsafe.Pointer(&a[0]), C.int(len(a)/8)); s != 0 {
+		if s := C.w_launch(d.fn[name], C.uint(grid), rowwiseBlock, unsafe.Pointer(&a[0]), C.int(len(a)/8), d.stream); s != 0 {
 			return drvErr("cuLaunchKernel("+name+")", s)
 		}
 		return nil
@@ -744,18 +1029,27 @@ func (d *device) LayerNorm(y, x kernel.Buf, rows, cols int, gamma, beta kernel.B
 	var a args
 	a.ptr(p[0])
 	a.ptr(p[1])
+	if cols <= shortRow {
+		a.i32(rows)
+	}
 	a.i32(cols)
 	a.ptr(g[0])
 	a.ptr(g[1])
 	a.f64(eps)
 	a.ptr(st[0])
 	a.ptr(st[1])
+	if cols <= shortRow {
+		return d.launch("layer_norm_rows", (rows+rowGroups-1)/rowGroups, a)
+	}
 	return d.launch("layer_norm", rows, a)
 }
 
-// LayerNormBackward runs layer_norm_backward (one block per row) for dx and
-// layer_norm_param_grads (one block per paramGradCols columns) for dgamma
-// and dbeta.
+// LayerNormBackward runs layer_norm_backward (one block per row, or
+// layer_norm_backward_rows, a group of 32 threads per row, for rows of up
+// to shortRow values) for dx and layer_norm_param_grads (one block per
+// paramGradCols columns) for dgamma and dbeta, or over many rows
+// layer_norm_param_partials (a block per paramGradCols columns and chunk of
+// about paramGradRows rows) and layer_norm_param_sum.
 func (d *device) LayerNormBackward(dx, dgamma, dbeta, dy, x kernel.Buf, rows, cols int, gamma, mean, rstd kernel.Buf) error {
 	if !fits32(rows, cols, rows*cols) {
 		return fmt.Errorf("gpu: LayerNormBackward: %d×%d", rows, cols)
@@ -788,27 +1082,64 @@ func (d *device) LayerNormBackward(dx, dgamma, dbeta, dy, x kernel.Buf, rows, co
 		a.ptr(dp[0])
 		a.ptr(p[0])
 		a.ptr(p[1])
+		if cols <= shortRow {
+			a.i32(rows)
+		}
 		a.i32(cols)
 		a.ptr(g[0])
 		a.ptr(st[0])
 		a.ptr(st[1])
-		if err := d.launch("layer_norm_backward", rows, a); err != nil {
+		name, grid := "layer_norm_backward", rows
+		if cols <= shortRow {
+			name, grid = "layer_norm_backward_rows", (rows+rowGroups-1)/rowGroups
+		}
+		if err := d.launch(name, grid, a); err != nil {
 			return err
 		}
 	}
 	if dgamma == nil {
 		return nil
 	}
+	colBlocks := (cols + paramGradCols - 1) / paramGradCols
+	chunks := min(rows/paramGradRows, 64)
+	if chunks < 2 || !fits32(colBlocks*chunks, 4*chunks*cols) {
+		var a args
+		a.ptr(pg[0])
+		a.ptr(pg[1])
+		a.ptr(p[0])
+		a.ptr(p[1])
+		a.i32(rows)
+		a.i32(cols)
+		a.ptr(st[0])
+		a.ptr(st[1])
+		return d.launch("layer_norm_param_grads", colBlocks, a)
+	}
+	// The chunks' sums in double: 2·chunks·cols doubles as float32 values.
+	part, err := d.Alloc(4 * chunks * cols)
+	if err != nil {
+		return err
+	}
+	defer d.Free(part) // its next use is queued after these kernels
+	pp, _ := d.ptr("LayerNormBackward", part, 0)
 	var a args
-	a.ptr(pg[0])
-	a.ptr(pg[1])
+	a.ptr(pp)
 	a.ptr(p[0])
 	a.ptr(p[1])
 	a.i32(rows)
 	a.i32(cols)
+	a.i32(chunks)
 	a.ptr(st[0])
 	a.ptr(st[1])
-	return d.launch("layer_norm_param_grads", (cols+paramGradCols-1)/paramGradCols, a)
+	if err := d.launch("layer_norm_param_partials", colBlocks*chunks, a); err != nil {
+		return err
+	}
+	var b args
+	b.ptr(pg[0])
+	b.ptr(pg[1])
+	b.ptr(pp)
+	b.i32(cols)
+	b.i32(chunks)
+	return d.launch("layer_norm_param_sum", elementGrid(cols), b)
 }
 
 func (d *device) Softmax(y, x kernel.Buf, rows, cols int, scale float32, causal bool) error {
@@ -822,12 +1153,18 @@ func (d *device) Softmax(y, x kernel.Buf, rows, cols int, scale float32, causal 
 	var a args
 	a.ptr(p[0])
 	a.ptr(p[1])
+	if cols <= shortRow {
+		a.i32(rows)
+	}
 	a.i32(cols)
 	a.f32(scale)
 	if causal {
 		a.i32(1)
 	} else {
 		a.i32(0)
+	}
+	if cols <= shortRow {
+		return d.launch("softmax_rows", (rows+rowGroups-1)/rowGroups, a)
 	}
 	return d.launch("softmax", rows, a)
 }
@@ -844,8 +1181,14 @@ func (d *device) SoftmaxBackward(dx, dy, y kernel.Buf, rows, cols int, scale flo
 	a.ptr(p[0])
 	a.ptr(p[1])
 	a.ptr(p[2])
+	if cols <= shortRow {
+		a.i32(rows)
+	}
 	a.i32(cols)
 	a.f32(scale)
+	if cols <= shortRow {
+		return d.launch("softmax_backward_rows", (rows+rowGroups-1)/rowGroups, a)
+	}
 	return d.launch("softmax_backward", rows, a)
 }
 
@@ -891,4 +1234,125 @@ func (d *device) FillRows(y kernel.Buf, rows, cols int, v kernel.Buf) error {
 	a.i32(cols)
 	a.ptr(q[0])
 	return d.launch("fill_rows", elementGrid(rows*cols), a)
+}
+
+func (d *device) Patches(y, x kernel.Buf, batch, channels, height, width, patch int) error {
+	if batch < 0 || channels <= 0 || patch <= 0 || height < patch || width < patch {
+		return fmt.Errorf("gpu: Patches: %d images of %d×%d×%d in patches of %d", batch, channels, height, width, patch)
+	}
+	nx, ny := batch*channels*height*width, batch*(height/patch)*(width/patch)*channels*patch*patch
+	py, err := d.ptrs("Patches", ny, y)
+	if err != nil {
+		return err
+	}
+	px, err := d.ptrs("Patches", nx, x)
+	if err != nil || ny == 0 {
+		return err
+	}
+	var a args
+	a.ptr(py[0])
+	a.ptr(px[0])
+	for _, v := range []int{batch, channels, height, width, patch} {
+		a.i32(v)
+	}
+	return d.launch("patches", elementGrid(ny), a)
+}
+
+func (d *device) TokenEmbed(y, patches, class, pos kernel.Buf, batch, grid, width int) error {
+	if batch < 0 || grid < 0 || width < 0 {
+		return fmt.Errorf("gpu: TokenEmbed: %d images of %d patches of %d values", batch, grid, width)
+	}
+	n := batch * (grid + 1) * width
+	py, err := d.ptrs("TokenEmbed", n, y)
+	if err != nil {
+		return err
+	}
+	pp, err := d.ptrs("TokenEmbed", batch*grid*width, patches)
+	if err != nil {
+		return err
+	}
+	pc, err := d.ptrs("TokenEmbed", width, class)
+	if err != nil {
+		return err
+	}
+	ppos, err := d.ptrs("TokenEmbed", (grid+1)*width, pos)
+	if err != nil || n == 0 {
+		return err
+	}
+	var a args
+	a.ptr(py[0])
+	a.ptr(pp[0])
+	a.ptr(pc[0])
+	a.ptr(ppos[0])
+	a.i32(batch)
+	a.i32(grid)
+	a.i32(width)
+	return d.launch("token_embed", elementGrid(n), a)
+}
+
+func (d *device) StrideRows(y, x kernel.Buf, n, cols, step int) error {
+	return d.strided("StrideRows", "stride_rows", y, x, x, y, n, cols, step)
+}
+
+func (d *device) SpreadRows(y, x kernel.Buf, n, cols, step int) error {
+	return d.strided("SpreadRows", "spread_rows", y, x, y, x, n, cols, step)
+}
+
+// strided launches fn (stride_rows or spread_rows) on y and x, where
+// wide holds the rows step apart and dense the n rows.
+func (d *device) strided(what, fn string, y, x, wide, dense kernel.Buf, n, cols, step int) error {
+	if n < 0 || cols < 0 || step < 1 {
+		return fmt.Errorf("gpu: %s: %d rows of %d values, %d apart", what, n, cols, step)
+	}
+	if n == 0 || cols == 0 {
+		return nil
+	}
+	if _, err := d.ptrs(what, (n-1)*step*cols+cols, wide); err != nil {
+		return err
+	}
+	if _, err := d.ptrs(what, n*cols, dense); err != nil {
+		return err
+	}
+	py, _ := d.ptr(what, y, 0)
+	px, _ := d.ptr(what, x, 0)
+	var a args
+	a.ptr(py)
+	a.ptr(px)
+	a.i32(n)
+	a.i32(cols)
+	a.i32(step)
+	return d.launch(fn, elementGrid(n*cols), a)
+}
+
+func (d *device) SplitHeads(y, x kernel.Buf, batch, tokens, groups, heads, headDim int) error {
+	return d.heads("SplitHeads", y, x, batch, tokens, groups, heads, headDim, false)
+}
+
+func (d *device) MergeHeads(x, y kernel.Buf, batch, tokens, groups, heads, headDim int) error {
+	return d.heads("MergeHeads", y, x, batch, tokens, groups, heads, headDim, true)
+}
+
+// heads runs split_heads between s (the split layout) and m (the merged
+// one), into m when merge.
+func (d *device) heads(what string, s, m kernel.Buf, batch, tokens, groups, heads, headDim int, merge bool) error {
+	if batch < 0 || tokens < 0 || groups < 0 || heads < 0 || headDim < 0 {
+		return fmt.Errorf("gpu: %s: [%d, %d, %d·%d·%d]", what, batch, tokens, groups, heads, headDim)
+	}
+	n := batch * tokens * groups * heads * headDim
+	p, err := d.ptrs(what, n, s, m)
+	if err != nil || n == 0 {
+		return err
+	}
+	var a args
+	a.ptr(p[0])
+	a.ptr(p[1])
+	for _, v := range []int{batch, tokens, groups, heads, headDim} {
+		a.i32(v)
+	}
+	if merge {
+		a.i32(1)
+	} else {
+		a.i32(0)
+	}
+	return d.launch("split_heads", elementGrid(n), a)
 }

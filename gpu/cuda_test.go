@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -160,7 +161,7 @@ func TestGemmBatchedMatchesCPU(t *testing.T) {
 func TestRowwiseMatchesCPU(t *testing.T) {
 	d := openOrSkip(t, Options{})
 	rng := rand.New(rand.NewPCG(7, 8))
-	for _, s := range []struct{ rows, cols int }{{1, 1}, {3, 7}, {50, 50}, {10, 768}, {4, 3000}} {
+	for _, s := range []struct{ rows, cols int }{{1, 1}, {3, 7}, {50, 50}, {10, 768}, {13, 1024}, {2, 1025}, {4, 3000}, {1300, 96}} {
 		n := s.rows * s.cols
 		x, g, b := randSlice(rng, n), randSlice(rng, s.cols), randSlice(rng, s.cols)
 		for i := range x {
@@ -309,5 +310,180 @@ func TestTF32Option(t *testing.T) {
 		t.Errorf("TF32 product: relative error %.2e", e)
 	} else {
 		t.Logf("TF32 product: relative error %.2e", e)
+	}
+}
+
+// TestTowerOpsMatchCPU compares the vision tower's data-movement kernels
+// (patches, token embedding, strided rows and their inverse, attention
+// heads split and merged) with kernel.Host's: they copy or add, so they agree exactly.
+func TestTowerOpsMatchCPU(t *testing.T) {
+	d := openOrSkip(t, Options{})
+	rng := rand.New(rand.NewPCG(11, 12))
+	exact := func(name string, got, want []float32) {
+		t.Helper()
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("%s: value %d is %g, want %g", name, i, got[i], want[i])
+			}
+		}
+	}
+	// 3 images of 3×37×35 in 8-pixel patches: 4×4 patches, the last pixels dropped.
+	batch, c, h, w, p := 3, 3, 37, 35, 8
+	x := randSlice(rng, batch*c*h*w)
+	ny := batch * (h / p) * (w / p) * c * p * p
+	want := make(kernel.HostBuf, ny)
+	if err := kernel.Host.Patches(want, kernel.HostBuf(x), batch, c, h, w, p); err != nil {
+		t.Fatal(err)
+	}
+	yd := upload(t, d, make([]float32, ny))
+	if err := d.Patches(yd, upload(t, d, x), batch, c, h, w, p); err != nil {
+		t.Fatal(err)
+	}
+	exact("Patches", download(t, d, yd, ny), want)
+	if err := d.Patches(yd, upload(t, d, x[:len(x)-1]), batch, c, h, w, p); err == nil {
+		t.Error("Patches from too few pixels: no error")
+	}
+
+	grid, width := 16, 24
+	pt, cls, pos := randSlice(rng, batch*grid*width), randSlice(rng, width), randSlice(rng, (grid+1)*width)
+	n := batch * (grid + 1) * width
+	wantT := make(kernel.HostBuf, n)
+	if err := kernel.Host.TokenEmbed(wantT, kernel.HostBuf(pt), kernel.HostBuf(cls), kernel.HostBuf(pos), batch, grid, width); err != nil {
+		t.Fatal(err)
+	}
+	td := upload(t, d, make([]float32, n))
+	if err := d.TokenEmbed(td, upload(t, d, pt), upload(t, d, cls), upload(t, d, pos), batch, grid, width); err != nil {
+		t.Fatal(err)
+	}
+	exact("TokenEmbed", download(t, d, td, n), wantT)
+
+	wantR := make(kernel.HostBuf, batch*width)
+	if err := kernel.Host.StrideRows(wantR, wantT, batch, width, grid+1); err != nil {
+		t.Fatal(err)
+	}
+	rd := upload(t, d, make([]float32, batch*width))
+	if err := d.StrideRows(rd, td, batch, width, grid+1); err != nil {
+		t.Fatal(err)
+	}
+	exact("StrideRows", download(t, d, rd, batch*width), wantR)
+	wide := randSlice(rng, n)
+	wantW := kernel.HostBuf(slices.Clone(wide))
+	if err := kernel.Host.SpreadRows(wantW, wantR, batch, width, grid+1); err != nil {
+		t.Fatal(err)
+	}
+	wd := upload(t, d, wide)
+	if err := d.SpreadRows(wd, rd, batch, width, grid+1); err != nil {
+		t.Fatal(err)
+	}
+	exact("SpreadRows", download(t, d, wd, n), wantW)
+
+	tokens, heads, dh := 7, 3, 5
+	for _, groups := range []int{1, 3} {
+		n := batch * tokens * groups * heads * dh
+		m := randSlice(rng, n)
+		wantS := make(kernel.HostBuf, n)
+		if err := kernel.Host.SplitHeads(wantS, kernel.HostBuf(m), batch, tokens, groups, heads, dh); err != nil {
+			t.Fatal(err)
+		}
+		sd, md := upload(t, d, make([]float32, n)), upload(t, d, m)
+		if err := d.SplitHeads(sd, md, batch, tokens, groups, heads, dh); err != nil {
+			t.Fatal(err)
+		}
+		exact(fmt.Sprintf("SplitHeads, %d groups", groups), download(t, d, sd, n), wantS)
+		back := upload(t, d, make([]float32, n))
+		if err := d.MergeHeads(back, sd, batch, tokens, groups, heads, dh); err != nil {
+			t.Fatal(err)
+		}
+		exact(fmt.Sprintf("MergeHeads, %d groups", groups), download(t, d, back, n), m)
+	}
+}
+
+// TestUploadRing makes the pinned ring that uploads go through hold only
+// two uploads at a time, and queues many with no device work between them,
+// the last larger than the ring, in parts:
+// each region is written again only after the copy that read it ran (on
+// the stand-in CUDA the copies run late, when something waits for them,
+// so one written too early would give wrong values).
+func TestUploadRing(t *testing.T) {
+	defer func(n, p int) { stageMin, stagePart = n, p }(stageMin, stagePart)
+	// The last upload goes in four parts, the first of which grows the ring.
+	stageMin, stagePart = 1024, 300
+	d := openOrSkip(t, Options{})
+	rng := rand.New(rand.NewPCG(13, 14))
+	var vs [][]float32
+	for i := range 9 {
+		vs = append(vs, randSlice(rng, 100+i)) // 512 bytes of the ring each
+	}
+	vs = append(vs, randSlice(rng, 1000)) // larger than the ring: in parts
+	// Allocated first: cudaMalloc waits for the queued copies.
+	var bs []kernel.Buf
+	for _, v := range vs {
+		b, err := d.Alloc(len(v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Free(b)
+		bs = append(bs, b)
+	}
+	for i, v := range vs {
+		if err := d.Upload(bs[i], v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, v := range vs {
+		got := download(t, d, bs[i], len(v))
+		for j := range v {
+			if got[j] != v[j] {
+				t.Fatalf("upload %d, value %d: %g on the device, %g uploaded", i, j, got[j], v[j])
+			}
+		}
+	}
+}
+
+// TestPrecisionMatchesCPU runs products and clip-tiny's features with the
+// operands rounded to BF16, FP16 and TF32, against the CPU's float32. The
+// bounds are relative to the largest value: a product of K terms with
+// both operands rounded to p bits of mantissa errs by about 2^-p per term,
+// in random directions; bf16 (8 bits) 1e-2, fp16 and tf32 (11 bits)
+// 2e-3. The features pass through twelve such products and the
+// normalisations between: 2e-2 for bf16, 5e-3 for the others (the
+// stand-in CUDA, which rounds the operands alike and sums in double, gives
+// 3.4e-3 and 4.6e-4).
+func TestPrecisionMatchesCPU(t *testing.T) {
+	for _, c := range []struct {
+		prec       Precision
+		gemm, feat float64
+	}{{BF16, 1e-2, 2e-2}, {FP16, 2e-3, 5e-3}, {TF32, 2e-3, 5e-3}} {
+		t.Run(c.prec.String(), func(t *testing.T) {
+			d := openOrSkip(t, Options{Precision: c.prec})
+			rng := rand.New(rand.NewPCG(15, 16))
+			m, n, k := 64, 48, 256
+			a, b := randSlice(rng, m*k), randSlice(rng, k*n)
+			want := make([]float32, m*n)
+			kernel.Gemm(false, true, m, n, k, 1, a, k, b, k, 0, want, n)
+			cd := upload(t, d, make([]float32, m*n))
+			if err := d.Gemm(false, true, m, n, k, 1, upload(t, d, a), k, upload(t, d, b), k, 0, cd, n); err != nil {
+				t.Fatal(err)
+			}
+			e := fixture.RelErr(download(t, d, cd, m*n), want)
+			t.Logf("%v product: relative error %.2e (bound %.0e)", c.prec, e, c.gemm)
+			if e > c.gemm || e == 0 || math.IsNaN(e) {
+				t.Errorf("%v product: relative error %.2e, want in (0, %.0e]", c.prec, e, c.gemm)
+			}
+			// The batched product, as attention runs it.
+			if err := d.GemmBatched(false, true, 2, m/2, n, k, 1, upload(t, d, a), k, m/2*k, upload(t, d, b), k, 0, 0, cd, n, m/2*n); err != nil {
+				t.Fatal(err)
+			}
+			e = fixture.RelErr(download(t, d, cd, m*n), want)
+			if e > c.gemm || e == 0 || math.IsNaN(e) {
+				t.Errorf("%v batched product: relative error %.2e, want in (0, %.0e]", c.prec, e, c.gemm)
+			}
+			img, wantImg := tinyImageFeatures(t, d)
+			e = fixture.RelErr(img, wantImg)
+			t.Logf("%v clip-tiny image features: relative error %.2e (bound %.0e)", c.prec, e, c.feat)
+			if e > c.feat || math.IsNaN(e) {
+				t.Errorf("%v clip-tiny image features: relative error %.2e, more than %.0e", c.prec, e, c.feat)
+			}
+		})
 	}
 }

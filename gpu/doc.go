@@ -20,7 +20,10 @@
 //
 // Matrices are row-major, as in package kernel; cuBLAS is column-major, so
 // C = op(A)·op(B) runs as Cᵀ = op(B)ᵀ·op(A)ᵀ with the operands swapped,
-// which copies nothing. TF32 is off unless Options.TF32 is set: products are
-// float32 as on the CPU. Every failed CUDA, cuBLAS, NVRTC or driver call is
+// which copies nothing. Products are float32 as on the CPU unless
+// Options.Precision asks for tf32, bf16 or fp16 tensor cores (sums in
+// float32). Work goes to one CUDA stream of the device's own; uploads go
+// through pinned host memory and do not wait for the GPU, downloads wait
+// for everything queued before them. Every failed CUDA, cuBLAS, NVRTC or driver call is
 // an *Error naming the call and its status.
 package gpu

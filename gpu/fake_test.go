@@ -13,7 +13,8 @@ import (
 // deviceTests are the tests that need a device.
 var deviceTests = []string{"TestUploadDownload", "TestErrorNamesCall", "TestGemmMatchesCPU", "TestGemmBatchedMatchesCPU",
 	"TestRowwiseMatchesCPU", "TestTF32Option", "TestBlockMatchesCPU", "TestTrainingBlocksMatchCPU",
-	"TestCLIPTinyMatchesCPU", "TestSymEigMatchesCPU"}
+	"TestCLIPTinyMatchesCPU", "TestSymEigMatchesCPU", "TestTowerOpsMatchCPU", "TestUploadRing",
+	"TestPrecisionMatchesCPU"}
 
 // TestFakeCUDA runs the device tests on a machine without CUDA against
 // testdata/fakecuda.c, built with gcc as the five libraries: a run of this

@@ -8,11 +8,29 @@ const rowwiseBlock = 256
 
 // rowwiseKernels are the functions of rowwiseSource.
 var rowwiseKernels = []string{"layer_norm", "layer_norm_backward", "layer_norm_param_grads", "softmax",
-	"softmax_backward", "quick_gelu", "quick_gelu_slope", "gelu", "gelu_slope", "add", "mul", "fill_rows"}
+	"softmax_backward", "quick_gelu", "quick_gelu_slope", "gelu", "gelu_slope", "add", "mul", "fill_rows",
+	"patches", "token_embed", "stride_rows", "spread_rows", "split_heads", "softmax_rows", "softmax_backward_rows", "layer_norm_rows", "layer_norm_backward_rows",
+	"layer_norm_param_partials", "layer_norm_param_sum"}
+
+// shortRow is the longest row that softmax and LayerNorm give LANES threads
+// (a group of a block, several rows per block) rather than a whole block:
+// attention's rows (50 for ViT-B/32, 197 for B/16, 77 for the text tower)
+// and the towers' widths up to 1,024 values.
+const shortRow = 1024
+
+// rowGroups is the number of rows a block of the short-row kernels takes
+// (GROUPS in rowwiseSource).
+const rowGroups = rowwiseBlock / 32
 
 // paramGradCols is the number of columns a block of layer_norm_param_grads
 // sums (COLS in rowwiseSource).
 const paramGradCols = 32
+
+// paramGradRows is about the number of rows a block of
+// layer_norm_param_partials sums: LayerNorm's parameter gradients over more
+// rows than twice this are summed in chunks (3,200 rows, batch 64 of
+// ViT-B/32: 12 chunks, 288 blocks where one pass had 24).
+const paramGradRows = 256
 
 // rowwiseSource is the CUDA C of the row-wise kernels, compiled by NVRTC
 // when a device is opened. Each mirrors the function of package kernel of
@@ -47,6 +65,106 @@ __device__ float block_max(float v, float *s) {
 	float r = s[0];
 	__syncthreads();
 	return r;
+}
+
+#define LANES 32
+#define GROUPS (BLOCK / LANES)
+
+// group_sum returns the sum of v over the LANES threads of the caller's
+// group (threads LANES·g … LANES·g + LANES - 1). Every thread of the block
+// must call it.
+__device__ double group_sum(double v, double *s) {
+	s[threadIdx.x] = v;
+	__syncthreads();
+	for (int k = LANES / 2; k > 0; k >>= 1) {
+		if (threadIdx.x % LANES < k) s[threadIdx.x] += s[threadIdx.x + k];
+		__syncthreads();
+	}
+	double r = s[threadIdx.x - threadIdx.x % LANES];
+	__syncthreads();
+	return r;
+}
+
+// group_max is group_sum's maximum.
+__device__ float group_max(float v, float *s) {
+	s[threadIdx.x] = v;
+	__syncthreads();
+	for (int k = LANES / 2; k > 0; k >>= 1) {
+		if (threadIdx.x % LANES < k) s[threadIdx.x] = fmaxf(s[threadIdx.x], s[threadIdx.x + k]);
+		__syncthreads();
+	}
+	float r = s[threadIdx.x - threadIdx.x % LANES];
+	__syncthreads();
+	return r;
+}
+
+// The row of this thread's group in the short-row kernels, and whether it
+// is one of the rows rows (the last block's groups may have none).
+#define GROUP_ROW(rows) \
+	long long row = (long long)blockIdx.x * GROUPS + threadIdx.x / LANES; \
+	bool has = row < (rows); \
+	int lane = threadIdx.x % LANES; \
+	if (!has) row = 0;
+
+// layer_norm for rows of at most a few LANES·32 values: GROUPS rows a block.
+extern "C" __global__ void layer_norm_rows(float *y, const float *x, int rows, int cols,
+		const float *gamma, const float *beta, double eps, float *mean, float *rstd) {
+	__shared__ double s[BLOCK];
+	GROUP_ROW(rows)
+	int n = has ? cols : 0;
+	const float *xr = x + row * cols;
+	float *yr = y + row * cols;
+	double sum = 0;
+	for (int j = lane; j < n; j += LANES) sum += xr[j];
+	double mu = group_sum(sum, s) / cols;
+	double sq = 0;
+	for (int j = lane; j < n; j += LANES) {
+		double d = xr[j] - mu;
+		sq += d * d;
+	}
+	double rs = 1.0 / sqrt(group_sum(sq, s) / cols + eps);
+	float m = (float)mu, q = (float)rs;
+	if (has && lane == 0 && mean) {
+		mean[row] = m;
+		rstd[row] = q;
+	}
+	for (int j = lane; j < n; j += LANES) yr[j] = (xr[j] - m) * q * gamma[j] + beta[j];
+}
+
+// softmax for short rows: GROUPS rows a block.
+extern "C" __global__ void softmax_rows(float *y, const float *x, int rows, int cols, float scale, int causal) {
+	__shared__ double s[BLOCK];
+	__shared__ float f[BLOCK];
+	GROUP_ROW(rows)
+	int n = !has ? 0 : causal ? (int)(row % cols) + 1 : cols;
+	const float *xr = x + row * cols;
+	float *yr = y + row * cols;
+	float mx = __int_as_float(0xff800000); // -inf
+	for (int j = lane; j < n; j += LANES) mx = fmaxf(mx, xr[j] * scale);
+	mx = group_max(mx, f);
+	double sum = 0;
+	for (int j = lane; j < n; j += LANES) {
+		float e = expf(xr[j] * scale - mx);
+		yr[j] = e;
+		sum += e;
+	}
+	float inv = (float)(1.0 / group_sum(sum, s));
+	for (int j = lane; j < n; j += LANES) yr[j] *= inv;
+	if (has)
+		for (int j = n + lane; j < cols; j += LANES) yr[j] = 0;
+}
+
+// softmax_backward for short rows: GROUPS rows a block.
+extern "C" __global__ void softmax_backward_rows(float *dx, const float *dy, const float *y, int rows, int cols, float scale) {
+	__shared__ double s[BLOCK];
+	GROUP_ROW(rows)
+	int n = has ? cols : 0;
+	const float *yr = y + row * cols, *dyr = dy + row * cols;
+	float *dxr = dx + row * cols;
+	double dot = 0;
+	for (int j = lane; j < n; j += LANES) dot += yr[j] * dyr[j];
+	float d = (float)group_sum(dot, s);
+	for (int j = lane; j < n; j += LANES) dxr[j] = scale * yr[j] * (dyr[j] - d);
 }
 
 // y = (x - mean)·rstd·gamma + beta per row of cols values, rstd =
@@ -96,6 +214,28 @@ extern "C" __global__ void layer_norm_backward(float *dx, const float *dy, const
 	for (int j = threadIdx.x; j < cols; j += BLOCK) dxr[j] = q * (dyr[j] * gamma[j] - mg - (xr[j] - m) * q * mgh);
 }
 
+// layer_norm_backward for rows of at most a few LANES·32 values: GROUPS
+// rows a block.
+extern "C" __global__ void layer_norm_backward_rows(float *dx, const float *dy, const float *x, int rows, int cols,
+		const float *gamma, const float *mean, const float *rstd) {
+	__shared__ double s[BLOCK];
+	GROUP_ROW(rows)
+	int n = has ? cols : 0;
+	unsigned long long off = (unsigned long long)row * cols;
+	const float *xr = x + off, *dyr = dy + off;
+	float *dxr = dx + off;
+	float m = mean[row], q = rstd[row];
+	double sg = 0, sgh = 0;
+	for (int j = lane; j < n; j += LANES) {
+		float g = dyr[j] * gamma[j];
+		sg += g;
+		sgh += (double)g * ((xr[j] - m) * q);
+	}
+	float mg = (float)(group_sum(sg, s) / cols);
+	float mgh = (float)(group_sum(sgh, s) / cols);
+	for (int j = lane; j < n; j += LANES) dxr[j] = q * (dyr[j] * gamma[j] - mg - (xr[j] - m) * q * mgh);
+}
+
 // dgamma = Σ_rows dy·h and dbeta = Σ_rows dy (overwritten): a block sums
 // COLS columns, its threads in BLOCK/COLS lanes of rows, in double.
 #define COLS 32
@@ -120,6 +260,53 @@ extern "C" __global__ void layer_norm_param_grads(float *dgamma, float *dbeta, c
 		for (int k = 1; k < BLOCK / COLS; k++) {
 			g += sg[threadIdx.x + k * COLS];
 			b += sb[threadIdx.x + k * COLS];
+		}
+		dgamma[j] = (float)g;
+		dbeta[j] = (float)b;
+	}
+}
+
+// layer_norm_param_grads for many rows, in two steps, so that more than
+// cols/COLS blocks share the work: block (k, chunk) sums rows
+// chunk·per … chunk·per + per - 1 of COLS columns as layer_norm_param_grads
+// does, into part [chunks, 2, cols] in double (dgamma's, then dbeta's);
+// layer_norm_param_sum adds the chunks in order.
+extern "C" __global__ void layer_norm_param_partials(double *part, const float *dy, const float *x,
+		int rows, int cols, int chunks, const float *mean, const float *rstd) {
+	__shared__ double sg[BLOCK], sb[BLOCK];
+	int colBlocks = (cols + COLS - 1) / COLS;
+	int chunk = blockIdx.x / colBlocks, per = (rows + chunks - 1) / chunks;
+	int r0 = chunk * per, r1 = r0 + per < rows ? r0 + per : rows;
+	int c = threadIdx.x % COLS, lane = threadIdx.x / COLS;
+	int j = blockIdx.x % colBlocks * COLS + c;
+	double g = 0, b = 0;
+	if (j < cols) {
+		for (int r = r0 + lane; r < r1; r += BLOCK / COLS) {
+			unsigned long long i = (unsigned long long)r * cols + j;
+			float d = dy[i];
+			g += d * ((x[i] - mean[r]) * rstd[r]);
+			b += d;
+		}
+	}
+	sg[threadIdx.x] = g;
+	sb[threadIdx.x] = b;
+	__syncthreads();
+	if (lane == 0 && j < cols) {
+		for (int k = 1; k < BLOCK / COLS; k++) {
+			g += sg[threadIdx.x + k * COLS];
+			b += sb[threadIdx.x + k * COLS];
+		}
+		part[(long long)chunk * 2 * cols + j] = g;
+		part[(long long)chunk * 2 * cols + cols + j] = b;
+	}
+}
+
+extern "C" __global__ void layer_norm_param_sum(float *dgamma, float *dbeta, const double *part, int cols, int chunks) {
+	for (int j = blockIdx.x * BLOCK + threadIdx.x; j < cols; j += gridDim.x * BLOCK) {
+		double g = 0, b = 0;
+		for (int k = 0; k < chunks; k++) {
+			g += part[(long long)k * 2 * cols + j];
+			b += part[(long long)k * 2 * cols + cols + j];
 		}
 		dgamma[j] = (float)g;
 		dbeta[j] = (float)b;
@@ -209,9 +396,68 @@ extern "C" __global__ void add(float *y, const float *a, const float *b, int n) 
 	for (long long i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += (long long)gridDim.x * BLOCK) y[i] = a[i] + b[i];
 }
 
+// y = the patches of batch images (rows of channels·height·width, NCHW),
+// [batch·gr·gc, channels·patch·patch], as kernel.Patches orders them.
+// The caller checks that x's and y's values fit an int: the index
+// arithmetic is 32-bit (64-bit division is slow).
+extern "C" __global__ void patches(float *y, const float *x, int batch, int channels, int height, int width, int patch) {
+	unsigned gr = height / patch, gc = width / patch, pp = patch * patch, len = channels * pp;
+	unsigned n = batch * gr * gc * len;
+	for (unsigned i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += gridDim.x * BLOCK) {
+		unsigned row = i / len, e = i % len, c = e / pp, p = e % pp / patch, q = e % patch;
+		unsigned b = row / (gr * gc), g = row % (gr * gc), gi = g / gc, gj = g % gc;
+		y[i] = x[((b * channels + c) * height + gi * patch + p) * width + gj * patch + q];
+	}
+}
+
+// y [batch·(grid+1), width]: per image the class token plus pos[0], then
+// its patch rows plus pos[1…grid], as kernel.TokenEmbed.
+// Indices in 32 bits, as patches'.
+extern "C" __global__ void token_embed(float *y, const float *p, const float *cls, const float *pos, int batch, int grid, int width) {
+	unsigned t = grid + 1, n = batch * t * width;
+	for (unsigned i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += gridDim.x * BLOCK) {
+		unsigned r = i / width, b = r / t, j = i % width, k = r % t;
+		y[i] = k == 0 ? cls[j] + pos[j] : p[(b * grid + k - 1) * width + j] + pos[k * width + j];
+	}
+}
+
+// y [n, cols] = rows 0, step, 2·step, … of x.
+extern "C" __global__ void stride_rows(float *y, const float *x, int n, int cols, int step) {
+	long long total = (long long)n * cols;
+	for (long long i = (long long)blockIdx.x * BLOCK + threadIdx.x; i < total; i += (long long)gridDim.x * BLOCK)
+		y[i] = x[i / cols * step * cols + i % cols];
+}
+
+// Rows 0, step, 2·step, … of y = x [n, cols].
+extern "C" __global__ void spread_rows(float *y, const float *x, int n, int cols, int step) {
+	long long total = (long long)n * cols;
+	for (long long i = (long long)blockIdx.x * BLOCK + threadIdx.x; i < total; i += (long long)gridDim.x * BLOCK)
+		y[i / cols * step * cols + i % cols] = x[i];
+}
+
+// The layouts of kernel.SplitHeads: s [groups, batch, heads, tokens, hd]
+// and m [batch, tokens, groups·heads·hd]; merge copies s into m, else m
+// into s. One thread per value of s. The caller checks that the values fit
+// an int, so the index arithmetic is 32-bit (64-bit division is slow).
+extern "C" __global__ void split_heads(float *s, float *m, int batch, int tokens, int groups, int heads, int hd, int merge) {
+	unsigned n = (unsigned)groups * batch * heads * tokens * hd;
+	for (unsigned i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += gridDim.x * BLOCK) {
+		unsigned r = i / hd, e = i % hd, t = r % tokens;
+		r /= tokens;
+		unsigned h = r % heads;
+		r /= heads;
+		unsigned b = r % batch, g = r / batch;
+		unsigned j = ((b * tokens + t) * groups * heads + g * heads + h) * hd + e;
+		if (merge) m[j] = s[i];
+		else s[i] = m[j];
+	}
+}
+
 // Every row of y (rows×cols) = v.
+// rows·cols fits an int (the caller checks): 32-bit indices, as a 64-bit
+// remainder per value is slow.
 extern "C" __global__ void fill_rows(float *y, int rows, int cols, const float *v) {
-	int n = rows * cols;
-	for (long long i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += (long long)gridDim.x * BLOCK) y[i] = v[i % cols];
+	unsigned n = (unsigned)rows * cols;
+	for (unsigned i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += gridDim.x * BLOCK) y[i] = v[i % (unsigned)cols];
 }
 `

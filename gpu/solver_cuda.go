@@ -15,6 +15,7 @@ typedef int solver_status;
 static struct {
 	solver_status (*create)(void **handle);
 	solver_status (*destroy)(void *handle);
+	solver_status (*setStream)(void *handle, void *stream);
 	solver_status (*bufferSize)(void *handle, int jobz, int uplo, int n, const double *a, int lda,
 		const double *w, int *lwork);
 	solver_status (*syevd)(void *handle, int jobz, int uplo, int n, double *a, int lda, double *w,
@@ -26,6 +27,7 @@ static struct {
 static const char *solver_bind(void *lib) {
 	SOLVER_BIND(create, "cusolverDnCreate")
 	SOLVER_BIND(destroy, "cusolverDnDestroy")
+	SOLVER_BIND(setStream, "cusolverDnSetStream")
 	SOLVER_BIND(bufferSize, "cusolverDnDsyevd_bufferSize")
 	SOLVER_BIND(syevd, "cusolverDnDsyevd")
 	return NULL;
@@ -35,6 +37,7 @@ static void *solver_dlopen(const char *name) { return dlopen(name, RTLD_NOW | RT
 
 static solver_status w_solverCreate(void **h) { return solver.create(h); }
 static solver_status w_solverDestroy(void *h) { return solver.destroy(h); }
+static solver_status w_solverSetStream(void *h, void *s) { return solver.setStream(h, s); }
 static solver_status w_syevdBufferSize(void *h, int n, uintptr_t a, uintptr_t w, int *lwork) {
 	return solver.bufferSize(h, 1, 0, n, (const double *)a, n, (const double *)w, lwork);
 }
@@ -138,6 +141,12 @@ func (d *device) SymEig(a []float64, n int) (values, vectors []float64, err erro
 		if d.solver == nil {
 			if s := C.w_solverCreate(&d.solver); s != 0 {
 				return &Error{"cusolverDnCreate", int(s), ""}
+			}
+			// On the device's stream, after the uploads queued there.
+			if s := C.w_solverSetStream(d.solver, d.stream); s != 0 {
+				C.w_solverDestroy(d.solver)
+				d.solver = nil
+				return &Error{"cusolverDnSetStream", int(s), ""}
 			}
 		}
 		if s := C.w_syevdBufferSize(d.solver, C.int(n), ap, wp, &lwork); s != 0 {

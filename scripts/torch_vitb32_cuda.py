@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch eager on a GPU doing what `subtta bench --device cuda` times.
 
-usage: torch_vitb32_cuda.py --clip-src DIR [--device cuda] [--batch 64] [--warmup 2] [--reps 5] [--tf32] [--json OUT]
+usage: torch_vitb32_cuda.py --clip-src DIR [--device cuda] [--batch 64] [--warmup 2] [--reps 5] [--tf32]
+                            [--matrix-batches 64,256] [--matrix-precisions fp32,tf32,bf16,fp16] [--json OUT]
 
   --clip-src  a folder holding OpenAI's `clip` package and an ftfy stub, made by
               ../shared/bench/extract_openai_clip.sh (the model code of the CPU anchor,
@@ -17,9 +18,17 @@ The work is the CPU anchor's, on the device: CLIP ViT-B/32 with random weights i
   eigh              torch.linalg.eigh of a 512×512 float64 covariance on the device, the
                     decomposition a SubTTA step adds (subtta's --device cuda runs it with cuSOLVER),
                     and the estimate with it                                   -> seconds, images/s
+  forward+upload    forward with the images copied from the host's (pageable) memory first, as
+                    `subtta bench --device cuda` times its forward pass          -> images/s
+  forward matrix    with --matrix-batches: the forward pass at each of those batch sizes in each
+                    of --matrix-precisions: fp32 (TF32 off), tf32 (TF32 allowed), bf16 and fp16
+                    (torch.autocast), what `subtta bench --device cuda --precision P` compares with;
+                    each also with the images copied from the host first (key suffix _upload)
+                                                                               -> images/s
 Times are medians over --reps after --warmup runs, each ended by torch.cuda.synchronize(). TF32
-is off unless --tf32 (subtta's default: cuBLAS without TF32).
+is off unless --tf32 (subtta's default: cuBLAS without TF32), except in the matrix's tf32 rows.
 """
+import contextlib
 import argparse
 import json
 import os
@@ -36,6 +45,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--tf32", action="store_true")
+    ap.add_argument("--matrix-batches", default="")
+    ap.add_argument("--matrix-precisions", default="fp32,tf32,bf16,fp16")
     ap.add_argument("--json")
     a = ap.parse_args()
 
@@ -69,6 +80,12 @@ def main():
     def forward():
         with torch.no_grad():
             model.encode_image(x)
+
+    x_host = x.cpu()
+
+    def forward_upload():
+        with torch.no_grad():
+            model.encode_image(x_host.to(dev))
 
     def forward_backward():
         for p in norms:
@@ -105,6 +122,9 @@ def main():
         med, times = median_seconds(fn)
         out[name] = {"median_s": med, "times_s": times, "images_per_s": a.batch / med}
         print(f"{name:17s} batch {a.batch}: {med * 1e3:8.2f} ms  {a.batch / med:9.1f} images/s", flush=True)
+    med, times = median_seconds(forward_upload)
+    out["forward_upload"] = {"median_s": med, "times_s": times, "images_per_s": a.batch / med}
+    print(f"{'forward+upload':17s} batch {a.batch}: {med * 1e3:8.2f} ms  {a.batch / med:9.1f} images/s", flush=True)
     fw, fb = out["forward"]["images_per_s"], out["forward_backward"]["images_per_s"]
     out["subtta_step_estimate_images_per_s"] = 1 / (2 / fb + 1 / fw)
     print(f"SubTTA step estimate (2 forward+backward + 1 forward): {out['subtta_step_estimate_images_per_s']:.1f} images/s")
@@ -112,6 +132,29 @@ def main():
     out["eigh_512_float64"] = {"median_s": med, "times_s": times}
     out["subtta_step_estimate_with_eigh_images_per_s"] = a.batch / (a.batch / out["subtta_step_estimate_images_per_s"] + med)
     print(f"eigh 512×512 float64: {med * 1e3:.2f} ms; SubTTA step estimate with it: {out['subtta_step_estimate_with_eigh_images_per_s']:.1f} images/s")
+    if a.matrix_batches:
+        out["forward_matrix"] = {}
+        for batch in [int(b) for b in a.matrix_batches.split(",")]:
+            xb_host = torch.randn(batch, 3, 224, 224, generator=torch.Generator().manual_seed(0))
+            xb = xb_host.to(dev)
+            for prec in a.matrix_precisions.split(","):
+                torch.backends.cuda.matmul.allow_tf32 = prec == "tf32"
+                torch.backends.cudnn.allow_tf32 = prec == "tf32"
+                cast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(prec)
+
+                def fwd(images):
+                    ctx = torch.autocast(dev.type, dtype=cast) if cast else contextlib.nullcontext()
+                    with torch.no_grad(), ctx:
+                        model.encode_image(images.to(dev))
+
+                for key, images in [("", xb), ("_upload", xb_host)]:
+                    med, times = median_seconds(lambda: fwd(images))
+                    out["forward_matrix"][f"{prec}_batch{batch}{key}"] = {"median_s": med, "times_s": times, "images_per_s": batch / med}
+                    what = "forward" + ("+upload" if key else "")
+                    print(f"{what:14s} {prec:4s} batch {batch}: {med * 1e3:8.2f} ms  {batch / med:9.1f} images/s", flush=True)
+            del xb, xb_host
+        torch.backends.cuda.matmul.allow_tf32 = a.tf32
+        torch.backends.cudnn.allow_tf32 = a.tf32
     if dev.type == "cuda":
         out["max_memory_allocated_MiB"] = torch.cuda.max_memory_allocated(dev) / 2**20
     if a.json:

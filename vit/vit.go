@@ -36,13 +36,24 @@ type Model struct {
 // row) into unnormalised features [batch, embed]: encode_image of CLIP.
 // Without a trace the last block runs past its keys and values for the
 // class tokens only (autograd.TransformerBlockRows), the rows the features
-// are made of, unless a device is set (the blocks then stay there as one
-// op); with a trace, every stage is computed in full.
+// are made of, unless a device is set: then a pass without gradients runs
+// whole there (autograd.VisionTowerOnDevice), and in one that records them
+// the blocks are one op (autograd.TransformerBlocks); with a trace, every
+// stage is computed in full.
 func (m *Model) Forward(images smat.Tensor, trace Trace) smat.Tensor {
 	c := m.Config
 	batch := images.Value().Shape()[0]
 	g := autograd.PatchGeometry{Channels: 3, Height: c.ImageSize, Width: c.ImageSize, Patch: c.PatchSize}
 
+	if trace == nil {
+		// On a device (SetDevice), a pass without gradients runs whole
+		// there: the images go up and the features come back.
+		tower := &autograd.VisionTower{Geometry: g, Patch: m.Patch, Class: m.Class, Pos: m.Pos, LNPre: m.LNPre,
+			Blocks: m.Blocks, LNPost: m.LNPost, Proj: m.Proj}
+		if y, ok := autograd.VisionTowerOnDevice(images, tower); ok {
+			return y
+		}
+	}
 	patch, blocks := m.Patch, m.Blocks
 	if m.low != nil && autograd.Frozen(m.Params, images) {
 		patch, blocks = m.low.patch, m.low.blocks

@@ -64,6 +64,33 @@ type Device interface {
 	// FillRows copies v (cols values) into each row of y (rows×cols): a
 	// bias, to which a Gemm with beta = 1 then adds a product.
 	FillRows(y Buf, rows, cols int, v Buf) error
+
+	// Patches cuts batch images, each a row of channels·height·width
+	// values (NCHW), into patch×patch squares: y is [batch·gridRows·
+	// gridCols, channels·patch·patch], image-major, then the grid
+	// row-major; within a row channel, patch row, patch column (the order
+	// of a flattened convolution weight), as autograd.Patches. Pixels that
+	// fill no whole patch are dropped.
+	Patches(y, x Buf, batch, channels, height, width, patch int) error
+	// TokenEmbed builds a vision transformer's tokens from patches [batch·
+	// grid, width]: for each image its row class + pos[0], then its patch
+	// rows, row i plus pos[1+i], into y [batch·(grid+1), width]; pos is
+	// [grid+1, width]. As autograd.TokenEmbedding.
+	TokenEmbed(y, patches, class, pos Buf, batch, grid, width int) error
+	// StrideRows copies rows 0, step, 2·step, … of x (n rows of cols
+	// values) into y [n, cols]: each image's class token.
+	StrideRows(y, x Buf, n, cols, step int) error
+	// SpreadRows is StrideRows' inverse: x's n rows go to rows 0, step,
+	// 2·step, … of y; y's other rows are left alone.
+	SpreadRows(y, x Buf, n, cols, step int) error
+	// SplitHeads reorders x [batch, tokens, groups·heads·headDim] (attention's
+	// q|k|v with groups = 3, or its output with groups = 1) into y [groups,
+	// batch, heads, tokens, headDim], where each head of each sequence is a
+	// contiguous tokens×headDim matrix, the same stride from the next: what
+	// a strided-batched product over batch×heads needs. MergeHeads is its
+	// inverse, x from y.
+	SplitHeads(y, x Buf, batch, tokens, groups, heads, headDim int) error
+	MergeHeads(x, y Buf, batch, tokens, groups, heads, headDim int) error
 }
 
 // SymmetricEigen is a Device that can also decompose a symmetric float64
@@ -216,6 +243,128 @@ func (host) FillRows(y Buf, rows, cols int, v Buf) error {
 		copy(ys[r*cols:(r+1)*cols], vs)
 	}
 	return nil
+}
+
+func (host) Patches(y, x Buf, batch, channels, height, width, patch int) error {
+	if err := checkPatches(y.Len(), x.Len(), batch, channels, height, width, patch); err != nil {
+		return err
+	}
+	Patches(hb(y), hb(x), batch, channels, height, width, patch)
+	return nil
+}
+
+// checkPatches checks Patches' shapes against buffers of ny and nx values.
+func checkPatches(ny, nx, batch, channels, height, width, patch int) error {
+	if batch < 0 || channels <= 0 || patch <= 0 || height < patch || width < patch {
+		return fmt.Errorf("kernel: Patches: %d images of %d×%d×%d in patches of %d", batch, channels, height, width, patch)
+	}
+	gr, gc := height/patch, width/patch
+	if nx < batch*channels*height*width || ny < batch*gr*gc*channels*patch*patch {
+		return fmt.Errorf("kernel: Patches: buffers of %d and %d values for %d images of %d×%d×%d", nx, ny, batch, channels, height, width)
+	}
+	return nil
+}
+
+// Patches is Device.Patches on slices.
+func Patches(y, x []float32, batch, channels, height, width, patch int) {
+	gr, gc := height/patch, width/patch
+	rowLen := channels * patch * patch
+	for b := range batch {
+		img := x[b*channels*height*width:]
+		for i := range gr {
+			for j := range gc {
+				dst := y[((b*gr+i)*gc+j)*rowLen:]
+				for c := range channels {
+					for p := range patch {
+						src := img[c*height*width+(i*patch+p)*width+j*patch:]
+						copy(dst[(c*patch+p)*patch:(c*patch+p+1)*patch], src[:patch])
+					}
+				}
+			}
+		}
+	}
+}
+
+func (host) TokenEmbed(y, patches, class, pos Buf, batch, grid, width int) error {
+	t := grid + 1
+	if batch < 0 || grid < 0 || width < 0 || y.Len() < batch*t*width || patches.Len() < batch*grid*width ||
+		class.Len() < width || pos.Len() < t*width {
+		return fmt.Errorf("kernel: TokenEmbed: %d images of %d patches of %d values do not fit the buffers", batch, grid, width)
+	}
+	ys, ps, cls, ps0 := hb(y), hb(patches), hb(class), hb(pos)
+	for b := range batch {
+		yb := ys[b*t*width : (b+1)*t*width]
+		Add(yb[:width], cls[:width], ps0[:width])
+		Add(yb[width:], ps[b*grid*width:(b+1)*grid*width], ps0[width:t*width])
+	}
+	return nil
+}
+
+func (host) StrideRows(y, x Buf, n, cols, step int) error {
+	if n < 0 || cols < 0 || step < 1 || y.Len() < n*cols || (n > 0 && x.Len() < (n-1)*step*cols+cols) {
+		return fmt.Errorf("kernel: StrideRows: %d rows of %d values, %d apart, do not fit the buffers", n, cols, step)
+	}
+	ys, xs := hb(y), hb(x)
+	for i := range n {
+		copy(ys[i*cols:(i+1)*cols], xs[i*step*cols:])
+	}
+	return nil
+}
+
+func (host) SpreadRows(y, x Buf, n, cols, step int) error {
+	if n < 0 || cols < 0 || step < 1 || x.Len() < n*cols || (n > 0 && y.Len() < (n-1)*step*cols+cols) {
+		return fmt.Errorf("kernel: SpreadRows: %d rows of %d values, %d apart, do not fit the buffers", n, cols, step)
+	}
+	ys, xs := hb(y), hb(x)
+	for i := range n {
+		copy(ys[i*step*cols:], xs[i*cols:(i+1)*cols])
+	}
+	return nil
+}
+
+func (host) SplitHeads(y, x Buf, batch, tokens, groups, heads, headDim int) error {
+	if err := checkHeads("SplitHeads", y.Len(), x.Len(), batch, tokens, groups, heads, headDim); err != nil {
+		return err
+	}
+	eachHeadRow(batch, tokens, groups, heads, headDim, func(split, merged int) {
+		copy(hb(y)[split:split+headDim], hb(x)[merged:merged+headDim])
+	})
+	return nil
+}
+
+func (host) MergeHeads(x, y Buf, batch, tokens, groups, heads, headDim int) error {
+	if err := checkHeads("MergeHeads", y.Len(), x.Len(), batch, tokens, groups, heads, headDim); err != nil {
+		return err
+	}
+	eachHeadRow(batch, tokens, groups, heads, headDim, func(split, merged int) {
+		copy(hb(x)[merged:merged+headDim], hb(y)[split:split+headDim])
+	})
+	return nil
+}
+
+// checkHeads checks SplitHeads' and MergeHeads' shapes.
+func checkHeads(what string, ny, nx, batch, tokens, groups, heads, headDim int) error {
+	n := batch * tokens * groups * heads * headDim
+	if batch < 0 || tokens < 0 || groups < 0 || heads < 0 || headDim < 0 || ny < n || nx < n {
+		return fmt.Errorf("kernel: %s: [%d, %d, %d·%d·%d] does not fit buffers of %d and %d values", what, batch, tokens, groups, heads, headDim, nx, ny)
+	}
+	return nil
+}
+
+// eachHeadRow calls f with the offsets of each run of headDim values in
+// SplitHeads' layout and in the merged one.
+func eachHeadRow(batch, tokens, groups, heads, headDim int, f func(split, merged int)) {
+	for g := range groups {
+		for b := range batch {
+			for h := range heads {
+				for t := range tokens {
+					split := (((g*batch+b)*heads+h)*tokens + t) * headDim
+					merged := ((b*tokens+t)*groups*heads + g*heads + h) * headDim
+					f(split, merged)
+				}
+			}
+		}
+	}
 }
 
 // hbOrNil is hb, with nil for a nil buffer (an output not wanted).

@@ -303,7 +303,7 @@ func bulkEmbed(bf *bulkFlags, b *clip.Bundle, model string, prec kernel.Choice, 
 			return err
 		}
 		defer set.close()
-		f, err := embedfile.Open(*bf.out, "images", embedfile.Settings{Model: id, Precision: prec.ID(), Normalize: normalize, BatchSize: *bf.batch, Rows: len(set.ids), Dim: dim})
+		f, err := embedfile.Open(*bf.out, "images", embedfile.Settings{Model: id, Precision: withDevicePrecision(prec), Normalize: normalize, BatchSize: *bf.batch, Rows: len(set.ids), Dim: dim})
 		if err != nil {
 			return err
 		}
@@ -333,7 +333,7 @@ func bulkEmbed(bf *bulkFlags, b *clip.Bundle, model string, prec kernel.Choice, 
 		if len(texts) == 0 {
 			return usagef("--texts %s: no text", *bf.texts)
 		}
-		f, err := embedfile.Open(*bf.out, "texts", embedfile.Settings{Model: id, Precision: prec.ID(), Normalize: normalize, BatchSize: *bf.batch, Rows: len(texts), Dim: dim})
+		f, err := embedfile.Open(*bf.out, "texts", embedfile.Settings{Model: id, Precision: withDevicePrecision(prec), Normalize: normalize, BatchSize: *bf.batch, Rows: len(texts), Dim: dim})
 		if err != nil {
 			return err
 		}

@@ -29,7 +29,17 @@ func parseOnDevice(fs *flag.FlagSet, device deviceFlags, args []string, stderr i
 	if err := parse(fs, args); err != nil {
 		return nil, err
 	}
-	return useDevice(*device.name, gpu.Options{TF32: *device.tf32}, stderr)
+	opt := gpu.Options{TF32: *device.tf32}
+	if f := fs.Lookup("precision"); f != nil && *device.name == "cuda" {
+		// tf32, bf16 and fp16 are the GPU's products (parsePrecision).
+		if p, err := gpu.ParsePrecision(f.Value.String()); err == nil {
+			opt.Precision = p
+		}
+		if opt.TF32 && opt.Precision != gpu.FP32 && opt.Precision != gpu.TF32 {
+			return nil, usagef("--tf32 with --precision %s: give one of them", opt.Precision)
+		}
+	}
+	return useDevice(*device.name, opt, stderr)
 }
 
 // useDevice puts the model on the --device value: nothing to do for cpu;

@@ -85,6 +85,10 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	opt.Command = f.cf.command("eval", args)
+	if id := devicePrecisionID(); id != "" {
+		// The GPU's products in another precision are another model.
+		opt.ModelID += ", " + id
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if seeds != nil {

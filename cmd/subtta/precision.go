@@ -3,13 +3,17 @@ package main
 import (
 	"errors"
 	"flag"
+	"slices"
+	"strings"
 
+	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/autograd/kernel"
+	"github.com/subtta/subtta/gpu"
 )
 
 // precisionHelp is the help of --precision, the same in every command that
 // takes it (embed, classify, eval, serve, bench).
-const precisionHelp = "arithmetic of the linear layers in passes without gradients: fp32, bf16 (AVX512_BF16 or AMX-BF16) or int8 (AVX2 or better: AVX-VNNI, AVX512-VNNI, AMX; weights per output channel, activations per row); adaptation's passes stay fp32"
+const precisionHelp = "arithmetic of the linear layers in passes without gradients: fp32, bf16 (AVX512_BF16 or AMX-BF16) or int8 (AVX2 or better: AVX-VNNI, AVX512-VNNI, AMX; weights per output channel, activations per row); adaptation's passes stay fp32. With --device cuda: tf32, bf16 or fp16, every product of the GPU on tensor cores with float32 sums (docs/gpu.md)"
 
 // precisionFlag is the value of --precision.
 type precisionFlag struct{ name *string }
@@ -26,14 +30,25 @@ func (p precisionFlag) given(fs *flag.FlagSet) bool {
 	return given
 }
 
-// choose decides the precision once for the command: a known name, a CPU
-// with a kernel for it (kernel.Select), and device, where the model runs
-// ("cpu" for a command that runs nowhere else), the CPU: a device's
-// products are float32, and there is no silent fallback to them.
+// choose decides the precision once for the command: a known name and,
+// for the CPU's bf16 and int8, a CPU with a kernel for it (kernel.Select)
+// with the model on the CPU (device "cpu"; "cpu" too for a command that
+// runs nowhere else): there is no silent fallback to float32. With device
+// "cuda", tf32, bf16 and fp16 are the arithmetic of the GPU's products
+// (gpu.Options.Precision, set by parseOnDevice) and the model stays
+// float32 here: the choice is kernel.FP32's.
 func (p precisionFlag) choose(device string) (kernel.Choice, error) {
+	if g, err := gpu.ParsePrecision(*p.name); err == nil && g != gpu.FP32 {
+		if device == "cuda" {
+			return kernel.Select(kernel.FP32)
+		}
+		if g != gpu.BF16 {
+			return kernel.Choice{}, usagef("--precision %s needs --device cuda", *p.name)
+		}
+	}
 	prec, err := kernel.ParsePrecision(*p.name)
 	if err != nil {
-		return kernel.Choice{}, usagef("--precision %q: want fp32, bf16 or int8", *p.name)
+		return kernel.Choice{}, usagef("--precision %q: want fp32, bf16 or int8 (on the CPU), or tf32, bf16 or fp16 with --device cuda", *p.name)
 	}
 	if prec != kernel.FP32 && device != "cpu" {
 		return kernel.Choice{}, usagef("--precision %s runs on the CPU only: leave out --device %s", prec, device)
@@ -43,4 +58,21 @@ func (p precisionFlag) choose(device string) (kernel.Choice, error) {
 		return c, usagef("--precision %s: %v", prec, errors.Unwrap(err))
 	}
 	return c, nil
+}
+
+// devicePrecisionID names the GPU's products in records of results when
+// they are not float32 (--precision tf32, bf16 or fp16 with --device cuda,
+// or --tf32), "" otherwise: another precision is another model.
+func devicePrecisionID() string {
+	if g := gpu.PrecisionOf(autograd.CurrentDevice()); g != gpu.FP32 {
+		return "GPU products in " + g.String()
+	}
+	return ""
+}
+
+// withDevicePrecision is c.ID() followed by devicePrecisionID: the
+// precision a bulk embedding's settings record.
+func withDevicePrecision(c kernel.Choice) string {
+	ids := []string{c.ID(), devicePrecisionID()}
+	return strings.Join(slices.DeleteFunc(ids, func(s string) bool { return s == "" }), ", ")
 }

@@ -3,7 +3,9 @@
 // tests through its real cgo code: the dlopen and symbol binding, the
 // context and launch calls, the row-major to column-major operand swap and
 // the packing of kernel parameters. "Device memory" is host memory;
-// cublasSgemm is the column-major BLAS product; NVRTC compiles the CUDA C
+// cublasSgemm is the column-major BLAS product (cublasGemmEx too, its
+// operands rounded as the compute type allows); asynchronous copies run late
+// (see the stream below); NVRTC compiles the CUDA C
 // it is given with g++ (fakecuda_emu.h supplies CUDA's keywords), and a
 // launch runs that code, block after block, each block's threads as fibers
 // meeting at every __syncthreads. It checks what it is given (kinds, block
@@ -19,15 +21,124 @@
 
 typedef int status;
 
+// The stream. Copies queued on it (cudaMemcpyAsync) run only when something
+// needs them done: a kernel or a product (which run at once, so after
+// every copy queued before them), a synchronisation, or an event passed
+// to cudaEventSynchronize (the copies queued before its record). So a
+// staging buffer written again before its copy ran, or a download read
+// before the stream was synchronised, gives wrong values, as it may on a
+// GPU. Only host memory from cudaMallocHost may take part in a copy: the
+// package's copies are to be asynchronous.
+
+// The stream handle: one value in every library (each is its own copy of
+// this file, with its own state).
+#define STREAM ((void *)(uintptr_t)0x57ea3)
+typedef struct { void *dst; const void *src; size_t bytes; long seq; } queued_copy;
+static queued_copy queue[4096];
+static int queued;
+static long copies_queued; // the last copy's sequence number
+
+// run_copies runs the queued copies up to sequence number seq.
+static void run_copies(long seq) {
+	int i = 0;
+	for (; i < queued && queue[i].seq <= seq; i++) {
+		memcpy(queue[i].dst, queue[i].src, queue[i].bytes);
+	}
+	memmove(queue, queue + i, (queued - i) * sizeof queue[0]);
+	queued -= i;
+}
+static void run_own_copies(void) { run_copies(copies_queued); }
+
+// fake_run_all_copies runs the copies queued in this library's state.
+void fake_run_all_copies(void) { run_own_copies(); }
+
+// run_all_copies runs the copies queued on the stream: those of the runtime
+// library's state, wherever it is called from.
+static void run_all_copies(void) {
+	static void (*f)(void);
+	if (!f) {
+		void *h = dlopen("libcudart.so.13", RTLD_NOW | RTLD_NOLOAD);
+		if (h) *(void **)&f = dlsym(h, "fake_run_all_copies");
+		if (!f) {
+			fprintf(stderr, "fake cuda: libcudart.so.13 is not loaded\n");
+			abort();
+		}
+	}
+	f();
+}
+
+typedef struct { char *p; size_t bytes; } pinned_region;
+static pinned_region pinned[256];
+static int npinned;
+
+static int is_pinned(const void *p, size_t bytes) {
+	for (int i = 0; i < npinned; i++)
+		if ((const char *)p >= pinned[i].p && (const char *)p + bytes <= pinned[i].p + pinned[i].bytes) return 1;
+	return 0;
+}
+
 // libcudart
 
 status cudaGetDeviceCount(int *n) { *n = 1; return 0; }
 status cudaMalloc(void **p, size_t bytes) {
+	run_all_copies();
 	if (bytes > ((size_t)1 << 36)) return 2; // cudaErrorMemoryAllocation
 	*p = malloc(bytes ? bytes : 1);
 	return *p ? 0 : 2;
 }
-status cudaFree(void *p) { free(p); return 0; }
+status cudaFree(void *p) { run_all_copies(); free(p); return 0; }
+status cudaMallocHost(void **p, size_t bytes) {
+	if (npinned == 256 || bytes > ((size_t)1 << 36)) return 2;
+	*p = malloc(bytes ? bytes : 1);
+	if (!*p) return 2;
+	pinned[npinned++] = (pinned_region){*p, bytes};
+	return 0;
+}
+status cudaFreeHost(void *p) {
+	for (int i = 0; i < npinned; i++)
+		if (pinned[i].p == p) {
+			run_all_copies(); // CUDA waits for the device before freeing
+			free(p);
+			pinned[i] = pinned[--npinned];
+			return 0;
+		}
+	return 1; // cudaErrorInvalidValue
+}
+status cudaStreamCreate(void **s) { *s = STREAM; return 0; }
+status cudaStreamDestroy(void *s) { return s == STREAM ? 0 : 400; }
+status cudaStreamSynchronize(void *s) {
+	if (s != STREAM) return 400; // cudaErrorInvalidResourceHandle
+	run_all_copies();
+	return 0;
+}
+status cudaMemcpyAsync(void *dst, const void *src, size_t bytes, int kind, void *stream) {
+	if (stream != STREAM) return 400;
+	if (kind != 1 && kind != 2) return 21;
+	if (!is_pinned(kind == 1 ? src : dst, bytes)) {
+		fprintf(stderr, "fake cuda: cudaMemcpyAsync with pageable host memory\n");
+		return 1;
+	}
+	if (queued == 4096) run_all_copies();
+	queue[queued++] = (queued_copy){dst, src, bytes, ++copies_queued};
+	return 0;
+}
+typedef struct { long seq; int recorded; } event;
+status cudaEventCreateWithFlags(void **e, unsigned flags) {
+	if (flags != 2) return 1; // the package's events take no timing
+	*e = calloc(1, sizeof(event));
+	return 0;
+}
+status cudaEventDestroy(void *e) { free(e); return 0; }
+status cudaEventRecord(void *e, void *stream) {
+	if (stream != STREAM) return 400;
+	((event *)e)->seq = copies_queued;
+	((event *)e)->recorded = 1;
+	return 0;
+}
+status cudaEventSynchronize(void *e) {
+	run_copies(((event *)e)->seq);
+	return 0;
+}
 status cudaMemcpy(void *dst, const void *src, size_t bytes, int kind) {
 	if (kind != 1 && kind != 2) return 21; // cudaErrorInvalidMemcpyDirection
 	memcpy(dst, src, bytes);
@@ -50,28 +161,70 @@ const char *cudaGetErrorName(status s) {
 
 // libcublas
 
-static int handle_token;
-status cublasCreate_v2(void **h) { *h = &handle_token; return 0; }
+static int handle_token, math_mode;
+static void *blas_stream;
+status cublasCreate_v2(void **h) { *h = &handle_token; blas_stream = NULL; math_mode = 0; return 0; }
 status cublasDestroy_v2(void *h) { return h == &handle_token ? 0 : 1; }
-status cublasSetMathMode(void *h, int mode) { return (mode == 0 || mode == 3) ? 0 : 7; }
+status cublasSetMathMode(void *h, int mode) {
+	if (mode != 0 && mode != 3) return 7;
+	math_mode = mode;
+	return 0;
+}
+status cublasSetStream_v2(void *h, void *s) {
+	if (h != &handle_token || s != STREAM) return 7;
+	blas_stream = s;
+	return 0;
+}
+
+// The operands' rounding of a compute type (cublasComputeType_t): 68
+// none, 74 IEEE half, 75 bfloat16, 77 TF32 (also CUBLAS_TF32_TENSOR_OP_MATH
+// with 68); the products and sums then in double, as sgemm1's.
+static int operand_rounding;
+
+static float round_mantissa(float x, int drop) {
+	uint32_t b;
+	memcpy(&b, &x, 4);
+	if ((b & 0x7f800000) == 0x7f800000) return x; // inf, NaN
+	b += ((uint32_t)1 << (drop - 1)) - 1 + ((b >> drop) & 1); // to nearest, ties to even
+	b &= ~(((uint32_t)1 << drop) - 1);
+	memcpy(&x, &b, 4);
+	return x;
+}
+
+static double rounded(float x) {
+	switch (operand_rounding) {
+	case 74: return (double)(float)(_Float16)x;
+	case 75: return round_mantissa(x, 16);
+	case 77: return round_mantissa(x, 13);
+	}
+	return x;
+}
 
 static void sgemm1(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
 		const float *b, int ldb, float beta, float *c, int ldc) {
+	// op(A) by rows and op(B) by columns, each operand rounded once.
+	double *ar = malloc(sizeof(double) * ((size_t)m * k + 1)), *bc = malloc(sizeof(double) * ((size_t)n * k + 1));
+	for (int i = 0; i < m; i++)
+		for (int p = 0; p < k; p++) ar[(long)i * k + p] = rounded(ta ? a[p + (long)i * lda] : a[i + (long)p * lda]);
+	for (int j = 0; j < n; j++)
+		for (int p = 0; p < k; p++) bc[(long)j * k + p] = rounded(tb ? b[j + (long)p * ldb] : b[p + (long)j * ldb]);
 	for (int j = 0; j < n; j++) {
 		for (int i = 0; i < m; i++) {
 			double s = 0;
-			for (int p = 0; p < k; p++) {
-				double av = ta ? a[p + (long)i * lda] : a[i + (long)p * lda];
-				double bv = tb ? b[j + (long)p * ldb] : b[p + (long)j * ldb];
-				s += av * bv;
-			}
+			const double *x = ar + (long)i * k, *y = bc + (long)j * k;
+			for (int p = 0; p < k; p++) s += x[p] * y[p];
 			float *cv = &c[i + (long)j * ldc];
 			*cv = beta == 0 ? (float)(alpha * s) : (float)(alpha * s + beta * *cv);
 		}
 	}
+	free(ar);
+	free(bc);
 }
 
 static status check_gemm(int ta, int tb, int m, int n, int k, int lda, int ldb, int ldc) {
+	if (blas_stream != STREAM) return 7; // the package's products go to its stream
+	run_all_copies();
+	operand_rounding = math_mode == 3 ? 77 : 68;
 	if (ta < 0 || ta > 1 || tb < 0 || tb > 1 || m < 0 || n < 0 || k < 0) return 7; // INVALID_VALUE
 	if (lda < (ta ? k : m) || ldb < (tb ? n : k) || ldc < m) return 7;
 	return 0;
@@ -95,12 +248,46 @@ status cublasSgemmStridedBatched(void *h, int ta, int tb, int m, int n, int k, c
 	return 0;
 }
 
+static int check_ex(int atype, int btype, int ctype, int compute, int algo) {
+	if (atype != 0 || btype != 0 || ctype != 0 || algo != -1) return 7; // CUDA_R_32F, CUBLAS_GEMM_DEFAULT
+	if (compute != 68 && compute != 74 && compute != 75 && compute != 77) return 7;
+	return 0;
+}
+
+status cublasGemmEx(void *h, int ta, int tb, int m, int n, int k, const void *alpha,
+		const void *a, int atype, int lda, const void *b, int btype, int ldb,
+		const void *beta, void *c, int ctype, int ldc, int compute, int algo) {
+	status s = check_gemm(ta, tb, m, n, k, lda, ldb, ldc);
+	if (s || (s = check_ex(atype, btype, ctype, compute, algo))) return s;
+	if (compute != 68) operand_rounding = compute;
+	sgemm1(ta, tb, m, n, k, *(const float *)alpha, a, lda, b, ldb, *(const float *)beta, c, ldc);
+	return 0;
+}
+
+status cublasGemmStridedBatchedEx(void *h, int ta, int tb, int m, int n, int k, const void *alpha,
+		const void *a, int atype, int lda, long long sa, const void *b, int btype, int ldb, long long sb,
+		const void *beta, void *c, int ctype, int ldc, long long sc, int batch, int compute, int algo) {
+	status s = check_gemm(ta, tb, m, n, k, lda, ldb, ldc);
+	if (s || (s = check_ex(atype, btype, ctype, compute, algo))) return s;
+	if (compute != 68) operand_rounding = compute;
+	for (int i = 0; i < batch; i++)
+		sgemm1(ta, tb, m, n, k, *(const float *)alpha, (const float *)a + i * sa, lda, (const float *)b + i * sb, ldb,
+			*(const float *)beta, (float *)c + i * sc, ldc);
+	return 0;
+}
+
 // libcusolver: the symmetric eigensolver by cyclic Jacobi rotations in
 // double, on the column-major matrix (the eigenvectors end in its columns).
 
 static int solver_token;
 status cusolverDnCreate(void **h) { *h = &solver_token; return 0; }
-status cusolverDnDestroy(void *h) { return h == &solver_token ? 0 : 1; }
+static void *solver_stream;
+status cusolverDnDestroy(void *h) { solver_stream = NULL; return h == &solver_token ? 0 : 1; }
+status cusolverDnSetStream(void *h, void *s) {
+	if (h != &solver_token || s != STREAM) return 3;
+	solver_stream = s;
+	return 0;
+}
 status cusolverDnDsyevd_bufferSize(void *h, int jobz, int uplo, int n, const double *a, int lda, const double *w, int *lwork) {
 	if (h != &solver_token || jobz != 1 || (uplo != 0 && uplo != 1) || n < 1 || lda < n) return 3; // INVALID_VALUE
 	*lwork = n * n;
@@ -109,6 +296,8 @@ status cusolverDnDsyevd_bufferSize(void *h, int jobz, int uplo, int n, const dou
 
 status cusolverDnDsyevd(void *h, int jobz, int uplo, int n, double *a, int lda, double *w, double *work, int lwork, int *info) {
 	if (h != &solver_token || jobz != 1 || (uplo != 0 && uplo != 1) || n < 1 || lda < n || lwork < n * n) return 3;
+	if (solver_stream != STREAM) return 3; // on the package's stream
+	run_all_copies();
 	double *v = work; // the rotations, accumulated
 #define A(i, j) a[(long)(j) * lda + (i)]
 #define V(i, j) v[(long)(j) * n + (i)]
@@ -315,6 +504,8 @@ status cuModuleGetFunction(void **f, void *m, const char *name) {
 status cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
 		unsigned shared, void *stream, void **params, void **extra) {
 	if (gx == 0 || gy != 1 || gz != 1 || bx == 0 || bx > 1024 || by != 1 || bz != 1 || extra != NULL) return 1;
+	if (stream != STREAM) return 400; // the package's kernels go to its stream
+	run_all_copies();
 	function *fn = f;
 	char err[256];
 	if (fn->run(fn->launch, params, gx, bx, err, sizeof err) != 0) {

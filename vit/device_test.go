@@ -1,0 +1,158 @@
+package vit
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/nlpodyssey/spago/ag"
+	smat "github.com/nlpodyssey/spago/mat"
+	"github.com/subtta/subtta/autograd"
+	"github.com/subtta/subtta/autograd/kernel"
+	"github.com/subtta/subtta/weights"
+)
+
+// transferCounter is kernel.Host counting the values copied each way.
+type transferCounter struct {
+	kernel.Device
+	mu             sync.Mutex
+	up, down       int
+	uploads, calls int
+}
+
+func (c *transferCounter) Upload(dst kernel.Buf, src []float32) error {
+	c.mu.Lock()
+	c.up += len(src)
+	c.uploads++
+	c.mu.Unlock()
+	return c.Device.Upload(dst, src)
+}
+
+func (c *transferCounter) Download(dst []float32, src kernel.Buf) error {
+	c.mu.Lock()
+	c.down += len(dst)
+	c.calls++
+	c.mu.Unlock()
+	return c.Device.Download(dst, src)
+}
+
+// TestTowerOnDevice runs a forward pass without gradients through the
+// device seam on kernel.Host (autograd.VisionTowerOnDevice: patches, their
+// embedding, the tokens, ln_pre, the blocks, the class tokens, ln_post and
+// the projection on the device) and compares it with the CPU path bit for
+// bit; it counts that the images go up once and only the features come
+// back; likewise a pass recording for backward with the LayerNorms
+// trainable, and its backward pass, which downloads the LayerNorms'
+// gradients in one call (one wait for the device).
+func TestTowerOnDevice(t *testing.T) {
+	cfg := &weights.CLIPConfig{
+		EmbedDim:     24,
+		Vision:       weights.VisionConfig{Width: 40, Layers: 3, Heads: 4, MLPWidth: 96, PatchSize: 8, ImageSize: 36},
+		LayerNormEps: weights.DefaultLayerNormEps,
+		Activation:   "quick_gelu",
+	}
+	m, err := Random(cfg, 7, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, size := 3, cfg.Vision.ImageSize
+	rng := rand.New(rand.NewPCG(3, 4))
+	px := make([]float32, batch*3*size*size)
+	for i := range px {
+		px[i] = float32(rng.NormFloat64())
+	}
+	images := smat.NewDense[float32](smat.WithShape(batch, 3*size*size), smat.WithBacking(px))
+	want := m.Forward(images, nil).Value().Data().F32()
+
+	dev := &transferCounter{Device: kernel.Host}
+	autograd.SetDevice(dev)
+	defer autograd.SetDevice(nil)
+	got := m.Forward(images, nil).Value().Data().F32()
+	if len(got) != len(want) || len(want) != batch*cfg.EmbedDim {
+		t.Fatalf("%d features through the seam, %d on the CPU", len(got), len(want))
+	}
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("feature %d: %g through the seam, %g on the CPU", i, got[i], want[i])
+		}
+	}
+	if dev.calls != 1 || dev.down != len(want) {
+		t.Errorf("%d downloads of %d values, want one of the %d features", dev.calls, dev.down, len(want))
+	}
+	// Up: the images once; the weights of the patch embedding and the blocks'
+	// linear layers once, on the first pass (they are kept); the LayerNorm
+	// parameters, the embeddings and the projection at each pass.
+	perPass := len(px) + 2*(2+2*cfg.Vision.Layers)*cfg.Vision.Width + m.Class.Size() + m.Pos.Size() + m.Proj.Size()
+	up := dev.up
+	dev.up = 0
+	m.Forward(images, nil)
+	if dev.up != perPass {
+		t.Errorf("second pass: %d values uploaded, want %d (the images, LayerNorm parameters, embeddings and projection)", dev.up, perPass)
+	}
+	if up <= perPass {
+		t.Errorf("first pass: %d values uploaded, no more than a later pass's %d: the weights were not uploaded once", up, perPass)
+	}
+
+	// Recording for backward (the LayerNorms trainable): one op too, whose
+	// backward pass downloads only the LayerNorms' gradients; they agree
+	// with the CPU's within 1e-6 of the largest (on the device the last
+	// block runs for every token, so its sums take more rows in another
+	// order).
+	grads := func() (feat []float32, gs [][]float32) {
+		m.SetTrainable(true)
+		defer m.SetTrainable(false)
+		f := m.Forward(images, nil)
+		feat = slices.Clone(f.Value().Data().F32())
+		seed := make([]float32, len(feat))
+		for i := range seed {
+			seed[i] = float32(i%7) - 3
+		}
+		f.AccGrad(smat.NewDense[float32](smat.WithShape(batch, cfg.EmbedDim), smat.WithBacking(seed)))
+		if err := ag.Backward(f); err != nil {
+			t.Fatal(err)
+		}
+		for _, ln := range m.LayerNorms() {
+			for _, p := range ln.Parameters() {
+				gs = append(gs, slices.Clone(p.Grad().Data().F32()))
+				p.ZeroGrad()
+			}
+		}
+		return feat, gs
+	}
+	autograd.SetDevice(nil)
+	wantF, wantG := grads()
+	autograd.SetDevice(dev)
+	dev.down, dev.calls = 0, 0
+	gotF, gotG := grads()
+	for i := range wantF {
+		if math.Float32bits(gotF[i]) != math.Float32bits(wantF[i]) {
+			t.Fatalf("recording pass, feature %d: %g through the seam, %g on the CPU", i, gotF[i], wantF[i])
+		}
+	}
+	lnValues := 0
+	for i := range wantG {
+		lnValues += len(wantG[i])
+		scale, worst := 0.0, 0.0
+		for k, w := range wantG[i] {
+			scale = max(scale, math.Abs(float64(w)))
+			worst = max(worst, math.Abs(float64(gotG[i][k]-w)))
+		}
+		if worst > 1e-6*scale || scale == 0 {
+			t.Errorf("LayerNorm gradient %d: %.2e from the CPU's, largest value %.2e", i, worst, scale)
+		}
+	}
+	if dev.down != len(wantF)+lnValues || dev.calls != 2 {
+		t.Errorf("recording pass and backward: %d values downloaded in %d calls, want the %d features and the %d LayerNorm gradients in one call each",
+			dev.down, dev.calls, len(wantF), lnValues)
+	}
+
+	// A trainable class token: the ops run one by one.
+	m.Class.SetRequiresGrad(true)
+	defer m.Class.SetRequiresGrad(false)
+	if _, ok := autograd.VisionTowerOnDevice(images, &autograd.VisionTower{Geometry: autograd.PatchGeometry{Channels: 3, Height: size, Width: size, Patch: cfg.Vision.PatchSize},
+		Patch: m.Patch, Class: m.Class, Pos: m.Pos, LNPre: m.LNPre, Blocks: m.Blocks, LNPost: m.LNPost, Proj: m.Proj}); ok {
+		t.Error("with a trainable class token the tower ran as one op")
+	}
+}
