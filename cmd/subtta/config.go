@@ -8,6 +8,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/spf13/pflag"
+
 	"github.com/subtta/subtta/internal/flagfile"
 	"github.com/subtta/subtta/report"
 )
@@ -62,7 +64,7 @@ func configFlags(fs *flag.FlagSet, name string, stdout io.Writer) *configFile {
 
 // read applies the --config file (if any) to fs, then with --print-config
 // prints fs's configuration and returns errConfigPrinted.
-func (c *configFile) read(fs *flag.FlagSet) error {
+func (c *configFile) read(fs flagfile.FlagSet) error {
 	if c.path != "" {
 		b, err := os.ReadFile(c.path)
 		if err != nil {
@@ -76,7 +78,7 @@ func (c *configFile) read(fs *flag.FlagSet) error {
 		} else {
 			values, err := flagfile.Parse(b)
 			if err == nil {
-				err = flagfile.Apply(flagfile.GoFlags(fs), values, c.opt)
+				err = flagfile.Apply(fs, values, c.opt)
 			}
 			if err != nil {
 				return usagef("config %s: %v", c.path, err)
@@ -91,7 +93,7 @@ func (c *configFile) read(fs *flag.FlagSet) error {
 	}
 	header := fmt.Sprintf("subtta %s: the flags it runs with (--config, command line, defaults); run it with\n"+
 		"subtta %s --config FILE. A key left out, or set to its flag's default, keeps the default.", fs.Name(), fs.Name())
-	if err := flagfile.Write(c.stdout, flagfile.GoFlags(fs), header, c.opt); err != nil {
+	if err := flagfile.Write(c.stdout, fs, header, c.opt); err != nil {
 		return fmt.Errorf("--print-config: %w", err)
 	}
 	return errConfigPrinted
@@ -110,15 +112,28 @@ func (c *configFile) command(name string, args []string) *report.Command {
 // readConfigFile is parse's last step: the --config file of fs, if the
 // command has that flag (configFlags).
 func readConfigFile(fs *flag.FlagSet) error {
-	f := fs.Lookup("config")
-	if f == nil {
-		return nil
+	if f := fs.Lookup("config"); f != nil {
+		return readConfig(f.Value, flagfile.GoFlags(fs))
 	}
-	c, ok := f.Value.(*configFile)
-	if !ok {
-		return nil
+	return nil
+}
+
+// readPConfigFile is readConfigFile for a command built by its
+// constructor, whose flags are pflags.
+func readPConfigFile(fs *pflag.FlagSet) error {
+	if f := fs.Lookup("config"); f != nil {
+		return readConfig(f.Value, flagfile.PFlags(fs))
 	}
-	return c.read(fs)
+	return nil
+}
+
+// readConfig reads the file of v, the value of a --config flag of fs, if
+// configFlags made it.
+func readConfig(v any, fs flagfile.FlagSet) error {
+	if c, ok := v.(*configFile); ok {
+		return c.read(fs)
+	}
+	return nil
 }
 
 // Get returns the values, as flag.Getter: a config file gives a

@@ -31,9 +31,12 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+
+	"github.com/spf13/cobra"
 )
 
-// command is one subtta command. run parses its flags with parse (or
+// command is one subtta command not yet built by a constructor
+// (cobraCommands). run parses its flags with parse (or
 // parseOnDevice) before anything else: the command tree calls it with
 // describeArg to learn its flags. A name with a space ("eval merge") is a
 // subcommand of the command the words before the last name.
@@ -56,7 +59,13 @@ var commands = map[string]command{
 	"train":      {"train a small CLIP from scratch on CIFAR-10 (checkpoints, resume, log)", runTrain},
 	"serve":      {"HTTP classifier that adapts to each client's image stream (subtta-m)", runServe},
 	"loadtest":   {"requests/s and latency of a subtta serve on this machine", runLoadtest},
-	"version":    {"the build, the CPU and whether CUDA is available", runVersion},
+}
+
+// cobraCommands are the commands built by their own constructor: the
+// command's flags bound to its options in the constructor, RunE running
+// them. A name with a space is a subcommand, as in commands.
+var cobraCommands = map[string]func(stdout, stderr io.Writer) *cobra.Command{
+	"version": newVersionCmd,
 }
 
 func main() {

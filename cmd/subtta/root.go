@@ -18,15 +18,21 @@ import (
 	"github.com/subtta/subtta/autograd"
 )
 
-// The command line is a cobra command tree built from the commands table.
-// Each command keeps its standard-library flag.FlagSet, defined in its run
-// function: the tree learns a command's flags by calling run in describe
-// mode (parse then returns the flag set instead of parsing), adds them to
-// the cobra command for help and shell completion, and leaves the parsing
-// itself to parse, which reads the line with pflag (GNU style: --name,
-// flags anywhere, "--" ends them) into the flag set. A flag added to a
-// run function's flag set is thus on the command line, in the help and
-// in the completions, with nothing else to change.
+// The command line is a cobra command tree. A command is built by its own
+// constructor (cobraCommands: newConvertCmd and the like), which binds its
+// flags to the fields of an options struct and whose RunE calls the
+// options' run; the tree adds what every command shares: the exit status
+// and "subtta CMD: message" of an error (finish), a panic reported as an
+// error, the --config file, usage errors naming the flags of similar
+// spelling, and the standard flag package's -name read as --name.
+//
+// The commands not yet written that way (commands) keep a standard-library
+// flag.FlagSet, defined in their run function: the tree learns their flags
+// by calling run in describe mode (parse then returns the flag set instead
+// of parsing), adds them to the cobra command for help and shell
+// completion, and leaves the parsing itself to parse, which reads the line
+// with pflag (GNU style: --name, flags anywhere, "--" ends them) into the
+// flag set.
 
 // describeArg is the single argument with which a run function is called
 // to describe its flags: parse returns a described error holding the flag
@@ -80,7 +86,8 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	version := root.Flags().Bool("version", false, "print the build, the CPU and whether CUDA is available")
 	root.RunE = func(cmd *cobra.Command, args []string) error {
 		if *version {
-			return finish(cmd, "version", runVersion(nil, stdout, stderr), stderr)
+			printVersion(stdout)
+			return nil
 		}
 		root.SetOut(stderr)
 		root.Help()
@@ -116,10 +123,21 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	})
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err.Error()} })
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		if _, ok := cobraCommands[commandPath(c)]; !ok || !c.HasParent() {
+			return usageError{err.Error()} // run reports it
+		}
+		return finish(c, commandPath(c), flagError(c.Flags(), err), stderr)
+	})
 
-	names := make([]string, 0, len(commands))
+	names := make([]string, 0, len(commands)+len(cobraCommands))
 	for n := range commands {
+		names = append(names, n)
+	}
+	for n := range cobraCommands {
+		if _, ok := commands[n]; ok {
+			panic(fmt.Sprintf("subtta: command %q defined twice", n))
+		}
 		names = append(names, n)
 	}
 	// Parents before their subcommands.
@@ -140,7 +158,12 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		if !ok {
 			panic(fmt.Sprintf("subtta: command %q has no parent command %q", name, parentName))
 		}
-		c := newCommand(name, leaf, commands[name], stdout, stderr)
+		var c *cobra.Command
+		if newCmd, ok := cobraCommands[name]; ok {
+			c = wrapCommand(name, newCmd(stdout, stderr), stderr)
+		} else {
+			c = newCommand(name, leaf, commands[name], stdout, stderr)
+		}
 		parent.AddCommand(c)
 		byName[name] = c
 	}
@@ -171,6 +194,43 @@ func newCommand(path, leaf string, spec command, stdout, stderr io.Writer) *cobr
 		return finish(cmd, path, callRun(path, spec.run, args, stdout, stderr), stderr)
 	}
 	return c
+}
+
+// wrapCommand gives c, the command named path built by its constructor,
+// what every command shares: its --config file read (configFlags) before
+// it runs, a panic reported as an error rather than a crash, and its
+// outcome reported by finish.
+func wrapCommand(path string, c *cobra.Command, stderr io.Writer) *cobra.Command {
+	runE := c.RunE
+	if runE == nil {
+		panic(fmt.Sprintf("subtta: command %q has no RunE", path))
+	}
+	c.SilenceErrors, c.SilenceUsage = true, true
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		err := readPConfigFile(cmd.Flags())
+		if err == nil {
+			err = callRun(path, func([]string, io.Writer, io.Writer) error { return runE(cmd, args) }, args, nil, stderr)
+		}
+		return finish(cmd, path, err, stderr)
+	}
+	return c
+}
+
+// commandPath is the name of c as the commands table spells it: its path
+// without "subtta ".
+func commandPath(c *cobra.Command) string {
+	return strings.TrimPrefix(c.CommandPath(), c.Root().Name()+" ")
+}
+
+// flagError is the usage error of err, pflag's error parsing the flags
+// fs: the wording parse gives (an invalid value, an unknown flag with the
+// flags of similar spelling).
+func flagError(fs *pflag.FlagSet, err error) error {
+	var iv *pflag.InvalidValueError
+	if errors.As(err, &iv) {
+		return usagef("invalid value %q for --%s: %v", iv.GetValue(), iv.GetFlag().Name, iv.Unwrap())
+	}
+	return usageError{err.Error() + suggest(err, fs.VisitAll)}
 }
 
 // callRun runs a command; a panic inside it is reported as an error
@@ -225,6 +285,9 @@ func finish(cmd *cobra.Command, path string, err error, stderr io.Writer) error 
 // success, 1 on an error, 2 on bad usage, 130 when interrupted.
 func run(args []string, stdout, stderr io.Writer) int {
 	root := newRoot(stdout, stderr)
+	if c, _, err := root.Find(args); err == nil && c.HasParent() && !c.DisableFlagParsing {
+		args = doubleDash(pflagKind(c.Flags()), args)
+	}
 	root.SetArgs(args)
 	err := root.Execute()
 	var st exitStatus
@@ -275,7 +338,7 @@ func parse(fs *flag.FlagSet, args []string) error {
 	}
 	usageArgs.Delete(fs)
 	p := goFlagsAsPflags(fs)
-	err := p.ParseAll(doubleDash(fs, args), func(f *pflag.Flag, value string) error {
+	err := p.ParseAll(doubleDash(goFlagKind(fs), args), func(f *pflag.Flag, value string) error {
 		if err := fs.Set(f.Name, value); err != nil {
 			return fmt.Errorf("invalid value %q for --%s: %v", value, f.Name, err)
 		}
@@ -285,7 +348,7 @@ func parse(fs *flag.FlagSet, args []string) error {
 	case errors.Is(err, pflag.ErrHelp):
 		return flag.ErrHelp
 	case err != nil:
-		return usageError{err.Error() + suggestFlag(fs, err)}
+		return usageError{err.Error() + suggest(err, func(fn func(*flag.Flag)) { fs.VisitAll(fn) })}
 	}
 	// What follows the flags is fs.Args().
 	if err := fs.Parse(append([]string{"--"}, p.Args()...)); err != nil {
@@ -294,10 +357,37 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return readConfigFile(fs)
 }
 
+// flagKind reports whether a flag of the name is defined and whether it
+// is a boolean, which takes no value.
+type flagKind func(name string) (defined, isBool bool)
+
+// goFlagKind is the flagKind of a standard-library flag set.
+func goFlagKind(fs *flag.FlagSet) flagKind {
+	return func(name string) (bool, bool) {
+		f := fs.Lookup(name)
+		if f == nil {
+			return false, false
+		}
+		b, ok := f.Value.(interface{ IsBoolFlag() bool })
+		return true, ok && b.IsBoolFlag()
+	}
+}
+
+// pflagKind is the flagKind of a pflag set (a cobra command's flags).
+func pflagKind(fs *pflag.FlagSet) flagKind {
+	return func(name string) (bool, bool) {
+		f := fs.Lookup(name)
+		if f == nil {
+			return false, false
+		}
+		return true, f.NoOptDefVal != ""
+	}
+}
+
 // doubleDash rewrites the standard flag package's -name (and -name=value)
-// as --name for the flags of fs whose names are longer than a letter, up
-// to "--", leaving alone the values of flags.
-func doubleDash(fs *flag.FlagSet, args []string) []string {
+// as --name for the flags kind defines whose names are longer than a
+// letter, up to "--", leaving alone the values of flags.
+func doubleDash(kind flagKind, args []string) []string {
 	out := slices.Clone(args)
 	for i := 0; i < len(out); i++ {
 		a := out[i]
@@ -309,23 +399,23 @@ func doubleDash(fs *flag.FlagSet, args []string) []string {
 		}
 		name := strings.TrimLeft(a, "-")
 		name, _, hasValue := strings.Cut(name, "=")
-		f := fs.Lookup(name)
-		if f == nil {
+		defined, isBool := kind(name)
+		if !defined {
 			continue
 		}
 		if a[1] != '-' && len(name) > 1 {
 			out[i] = "-" + a
 		}
-		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !hasValue && !(ok && b.IsBoolFlag()) {
+		if !hasValue && !isBool {
 			i++ // the flag's value, whatever it looks like
 		}
 	}
 	return out
 }
 
-// suggestFlag names the flags of fs spelled like the unknown one that
-// err reports, as " (did you mean --x?)", or "".
-func suggestFlag(fs *flag.FlagSet, err error) string {
+// suggest names the flags (visited by visitAll) spelled like the unknown
+// one that err reports, as " (did you mean --x?)", or "".
+func suggest[F interface{ *flag.Flag | *pflag.Flag }](err error, visitAll func(func(F))) string {
 	msg := err.Error()
 	const prefix = "unknown flag: --"
 	if !strings.HasPrefix(msg, prefix) {
@@ -333,15 +423,27 @@ func suggestFlag(fs *flag.FlagSet, err error) string {
 	}
 	typed := msg[len(prefix):]
 	var near []string
-	fs.VisitAll(func(f *flag.Flag) {
-		if d := editDistance(typed, f.Name); d <= 2 || (len(typed) >= 3 && strings.HasPrefix(f.Name, typed)) {
-			near = append(near, "--"+f.Name)
+	visitAll(func(f F) {
+		name := flagName(f)
+		if d := editDistance(typed, name); d <= 2 || (len(typed) >= 3 && strings.HasPrefix(name, typed)) {
+			near = append(near, "--"+name)
 		}
 	})
 	if len(near) == 0 {
 		return ""
 	}
 	return " (did you mean " + strings.Join(near, " or ") + "?)"
+}
+
+// flagName is the name of a flag of either package.
+func flagName[F interface{ *flag.Flag | *pflag.Flag }](f F) string {
+	switch f := any(f).(type) {
+	case *flag.Flag:
+		return f.Name
+	case *pflag.Flag:
+		return f.Name
+	}
+	return ""
 }
 
 // editDistance is the Levenshtein distance between a and b.
