@@ -46,14 +46,10 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"tokenize":   {"CLIP BPE token ids of texts (JSON)", runTokenize},
 	"embed":      {"image and text features of a model (JSON)", runEmbed},
 	"classify":   {"zero-shot classification of images against labels", runClassify},
-	"convert":    {"rewrite a checkpoint as OpenAI-named safetensors (fp16/bf16/int8, zstd)", runConvert},
-	"pull":       {"download a Hugging Face checkpoint into the cache", runPull},
 	"eval":       {"test-time adaptation over a corrupted benchmark: the paper's table, CSV, JSON, plots", runEval},
 	"eval merge": {"join the results folders of a run's shards (eval --shard) into one", runEvalMerge},
-	"report":     {"the seeds of one eval run compared: mean ± std per cell, difference to source", runReport},
 	"bench":      {"images/s of the ViT-B/32 vision tower, forward and forward+backward", runBench},
 	"corrupt":    {"write CIFAR-10/100-C or ImageNet-C from a clean dataset", runCorrupt},
 	"train":      {"train a small CLIP from scratch on CIFAR-10 (checkpoints, resume, log)", runTrain},
@@ -65,7 +61,11 @@ var commands = map[string]command{
 // command's flags bound to its options in the constructor, RunE running
 // them. A name with a space is a subcommand, as in commands.
 var cobraCommands = map[string]func(stdout, stderr io.Writer) *cobra.Command{
-	"version": newVersionCmd,
+	"convert":  newConvertCmd,
+	"pull":     newPullCmd,
+	"report":   newReportCmd,
+	"tokenize": newTokenizeCmd,
+	"version":  newVersionCmd,
 }
 
 func main() {

@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -228,7 +229,12 @@ func commandPath(c *cobra.Command) string {
 func flagError(fs *pflag.FlagSet, err error) error {
 	var iv *pflag.InvalidValueError
 	if errors.As(err, &iv) {
-		return usagef("invalid value %q for --%s: %v", iv.GetValue(), iv.GetFlag().Name, iv.Unwrap())
+		cause := iv.Unwrap()
+		var num *strconv.NumError
+		if errors.As(cause, &num) {
+			cause = num.Err // "invalid syntax", not strconv's function
+		}
+		return usagef("invalid value %q for --%s: %v", iv.GetValue(), iv.GetFlag().Name, cause)
 	}
 	return usageError{err.Error() + suggest(err, fs.VisitAll)}
 }
