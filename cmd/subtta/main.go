@@ -51,7 +51,6 @@ var commands = map[string]command{
 	"eval":       {"test-time adaptation over a corrupted benchmark: the paper's table, CSV, JSON, plots", runEval},
 	"eval merge": {"join the results folders of a run's shards (eval --shard) into one", runEvalMerge},
 	"bench":      {"images/s of the ViT-B/32 vision tower, forward and forward+backward", runBench},
-	"corrupt":    {"write CIFAR-10/100-C or ImageNet-C from a clean dataset", runCorrupt},
 	"train":      {"train a small CLIP from scratch on CIFAR-10 (checkpoints, resume, log)", runTrain},
 	"serve":      {"HTTP classifier that adapts to each client's image stream (subtta-m)", runServe},
 	"loadtest":   {"requests/s and latency of a subtta serve on this machine", runLoadtest},
@@ -62,6 +61,7 @@ var commands = map[string]command{
 // them. A name with a space is a subcommand, as in commands.
 var cobraCommands = map[string]func(stdout, stderr io.Writer) *cobra.Command{
 	"convert":  newConvertCmd,
+	"corrupt":  newCorruptCmd,
 	"pull":     newPullCmd,
 	"report":   newReportCmd,
 	"tokenize": newTokenizeCmd,
