@@ -18,10 +18,16 @@ type deviceFlags struct {
 // deviceFlag adds --device and --tf32 to fs.
 func deviceFlag(fs *flag.FlagSet) deviceFlags {
 	return deviceFlags{
-		name: fs.String("device", "cpu", "where the model runs: cpu, or cuda (an NVIDIA GPU, in a binary built with -tags cuda; docs/gpu.md)"),
-		tf32: fs.Bool("tf32", false, "with --device cuda: let cuBLAS use TF32 tensor cores (faster, about 1e-3 relative instead of float32's 1e-7)"),
+		name: fs.String("device", "cpu", deviceHelp),
+		tf32: fs.Bool("tf32", false, tf32Help),
 	}
 }
+
+// deviceHelp and tf32Help are the help of every --device and --tf32 flag.
+const (
+	deviceHelp = "where the model runs: cpu, or cuda (an NVIDIA GPU, in a binary built with -tags cuda; docs/gpu.md)"
+	tf32Help   = "with --device cuda: let cuBLAS use TF32 tensor cores (faster, about 1e-3 relative instead of float32's 1e-7)"
+)
 
 // parseOnDevice parses args and opens the device that fs's --device flag
 // (device) names; release gives it back.

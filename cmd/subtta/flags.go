@@ -1,12 +1,17 @@
 package main
 
 import (
+	"io"
 	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
+	"github.com/subtta/subtta/autograd/kernel"
+	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/data/corrupt"
+	"github.com/subtta/subtta/gpu"
 )
 
 // The shared flags of the commands built by their own constructor, and the
@@ -48,3 +53,47 @@ func splitLast(s string) (done, word string) {
 
 // completeCorruptions completes --corruptions: the benchmark's corruptions, or all.
 var completeCorruptions = completeList(corrupt.Names, "all")
+
+// modelOptions are the values of --model, --model-config, --arch and
+// --vocab (addModelFlags).
+type modelOptions struct {
+	model, modelConfig, arch, vocab string
+}
+
+// addModelFlags adds --model (with modelHelp, or modelFlagHelp if it is
+// empty), --model-config and --arch to f, and --vocab if withVocab.
+func addModelFlags(f *pflag.FlagSet, o *modelOptions, modelHelp string, withVocab bool) {
+	if modelHelp == "" {
+		modelHelp = modelFlagHelp
+	}
+	f.StringVar(&o.model, "model", "", modelHelp)
+	f.StringVar(&o.modelConfig, "model-config", "", modelConfigHelp)
+	f.StringVar(&o.arch, "arch", "", archHelp)
+	if withVocab {
+		f.StringVar(&o.vocab, "vocab", "", "CLIP vocabulary (see subtta tokenize -h)")
+	}
+}
+
+// open builds the model the flags name (openModel), its linear layers in
+// prec.
+func (o *modelOptions) open(prec kernel.Precision, stderr io.Writer) (*clip.Bundle, error) {
+	return openModel(o.model, o.modelConfig, o.arch, o.vocab, prec, stderr)
+}
+
+// deviceOptions are the values of --device and --tf32 (addDeviceFlags).
+type deviceOptions struct {
+	name string
+	tf32 bool
+}
+
+// addDeviceFlags adds --device and --tf32 to f, as deviceFlag does to a
+// standard-library flag set.
+func addDeviceFlags(f *pflag.FlagSet, o *deviceOptions) {
+	f.StringVar(&o.name, "device", "cpu", deviceHelp)
+	f.BoolVar(&o.tf32, "tf32", false, tf32Help)
+}
+
+// use opens the device the flags name (useDevice); release gives it back.
+func (o *deviceOptions) use(stderr io.Writer) (release func(), err error) {
+	return useDevice(o.name, gpu.Options{TF32: o.tf32}, stderr)
+}

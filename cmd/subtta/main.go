@@ -50,7 +50,6 @@ var commands = map[string]command{
 	"classify":   {"zero-shot classification of images against labels", runClassify},
 	"eval":       {"test-time adaptation over a corrupted benchmark: the paper's table, CSV, JSON, plots", runEval},
 	"eval merge": {"join the results folders of a run's shards (eval --shard) into one", runEvalMerge},
-	"bench":      {"images/s of the ViT-B/32 vision tower, forward and forward+backward", runBench},
 	"train":      {"train a small CLIP from scratch on CIFAR-10 (checkpoints, resume, log)", runTrain},
 	"serve":      {"HTTP classifier that adapts to each client's image stream (subtta-m)", runServe},
 	"loadtest":   {"requests/s and latency of a subtta serve on this machine", runLoadtest},
@@ -60,6 +59,7 @@ var commands = map[string]command{
 // command's flags bound to its options in the constructor, RunE running
 // them. A name with a space is a subcommand, as in commands.
 var cobraCommands = map[string]func(stdout, stderr io.Writer) *cobra.Command{
+	"bench":    newBenchCmd,
 	"convert":  newConvertCmd,
 	"corrupt":  newCorruptCmd,
 	"pull":     newPullCmd,

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"flag"
 
+	"github.com/spf13/pflag"
+
 	"github.com/subtta/subtta/autograd/kernel"
 )
 
@@ -17,6 +19,12 @@ type precisionFlag struct{ name *string }
 // addPrecisionFlag adds --precision to fs: the one definition of the flag.
 func addPrecisionFlag(fs *flag.FlagSet) precisionFlag {
 	return precisionFlag{fs.String("precision", "fp32", precisionHelp)}
+}
+
+// addPrecisionPFlag is addPrecisionFlag for a command built by its
+// constructor, whose flags are pflags.
+func addPrecisionPFlag(f *pflag.FlagSet) precisionFlag {
+	return precisionFlag{f.String("precision", "fp32", precisionHelp)}
 }
 
 // given reports whether --precision was on the command line of fs.
