@@ -54,13 +54,33 @@ func (c *configFile) Type() string { return "string" }
 // configFlags adds --config and --print-config to fs, the flag set of the
 // command name, whose configuration --print-config prints to stdout.
 func configFlags(fs *flag.FlagSet, name string, stdout io.Writer) *configFile {
-	c := &configFile{stdout: stdout, opt: flagfile.Options{Skip: []string{"config", "print-config"}},
-		own: func([]byte) ([]byte, bool) { return nil, false }}
-	fs.Var(c, "config", "YAML (or JSON) file of flags: keys are the long flag names (- or _), values as on the command line,\n"+
-		"lists for comma-separated or repeated flags, nested blocks for --set; flags given on the command line win")
-	c.print = fs.Bool("print-config", false, "print the configuration (--config, flags and defaults) as a --config file, and exit")
+	c := newConfigFile(stdout)
+	fs.Var(c, "config", configHelp)
+	c.print = fs.Bool("print-config", false, printConfigHelp)
 	return c
 }
+
+// configPFlags is configFlags for a command built by its constructor,
+// whose flags are pflags.
+func configPFlags(f *pflag.FlagSet, stdout io.Writer) *configFile {
+	c := newConfigFile(stdout)
+	f.Var(c, "config", configHelp)
+	c.print = f.Bool("print-config", false, printConfigHelp)
+	return c
+}
+
+// newConfigFile is the value of a --config flag printing to stdout.
+func newConfigFile(stdout io.Writer) *configFile {
+	return &configFile{stdout: stdout, opt: flagfile.Options{Skip: []string{"config", "print-config"}},
+		own: func([]byte) ([]byte, bool) { return nil, false }}
+}
+
+// configHelp and printConfigHelp are the help of --config and --print-config.
+const (
+	configHelp = "YAML (or JSON) file of flags: keys are the long flag names (- or _), values as on the command line,\n" +
+		"lists for comma-separated or repeated flags, nested blocks for --set; flags given on the command line win"
+	printConfigHelp = "print the configuration (--config, flags and defaults) as a --config file, and exit"
+)
 
 // read applies the --config file (if any) to fs, then with --print-config
 // prints fs's configuration and returns errConfigPrinted.

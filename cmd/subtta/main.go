@@ -50,7 +50,6 @@ var commands = map[string]command{
 	"classify":   {"zero-shot classification of images against labels", runClassify},
 	"eval":       {"test-time adaptation over a corrupted benchmark: the paper's table, CSV, JSON, plots", runEval},
 	"eval merge": {"join the results folders of a run's shards (eval --shard) into one", runEvalMerge},
-	"train":      {"train a small CLIP from scratch on CIFAR-10 (checkpoints, resume, log)", runTrain},
 	"serve":      {"HTTP classifier that adapts to each client's image stream (subtta-m)", runServe},
 	"loadtest":   {"requests/s and latency of a subtta serve on this machine", runLoadtest},
 }
@@ -65,6 +64,7 @@ var cobraCommands = map[string]func(stdout, stderr io.Writer) *cobra.Command{
 	"pull":     newPullCmd,
 	"report":   newReportCmd,
 	"tokenize": newTokenizeCmd,
+	"train":    newTrainCmd,
 	"version":  newVersionCmd,
 }
 
