@@ -159,3 +159,11 @@ func readConfig(v any, fs flagfile.FlagSet) error {
 // Get returns the values, as flag.Getter: a config file gives a
 // repeatable flag a list (internal/flagfile).
 func (s *stringList) Get() any { return []string(*s) }
+
+// Append, Replace and GetSlice make a stringList a pflag.SliceValue,
+// which a config file gives a list as well.
+func (s *stringList) Append(v string) error { *s = append(*s, v); return nil }
+
+func (s *stringList) Replace(v []string) error { *s = append((*s)[:0], v...); return nil }
+
+func (s *stringList) GetSlice() []string { return []string(*s) }

@@ -46,8 +46,6 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"embed":      {"image and text features of a model (JSON)", runEmbed},
-	"classify":   {"zero-shot classification of images against labels", runClassify},
 	"eval":       {"test-time adaptation over a corrupted benchmark: the paper's table, CSV, JSON, plots", runEval},
 	"eval merge": {"join the results folders of a run's shards (eval --shard) into one", runEvalMerge},
 	"serve":      {"HTTP classifier that adapts to each client's image stream (subtta-m)", runServe},
@@ -59,8 +57,10 @@ var commands = map[string]command{
 // them. A name with a space is a subcommand, as in commands.
 var cobraCommands = map[string]func(stdout, stderr io.Writer) *cobra.Command{
 	"bench":    newBenchCmd,
+	"classify": newClassifyCmd,
 	"convert":  newConvertCmd,
 	"corrupt":  newCorruptCmd,
+	"embed":    newEmbedCmd,
 	"pull":     newPullCmd,
 	"report":   newReportCmd,
 	"tokenize": newTokenizeCmd,
