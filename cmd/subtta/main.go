@@ -48,7 +48,6 @@ type command struct {
 var commands = map[string]command{
 	"eval":       {"test-time adaptation over a corrupted benchmark: the paper's table, CSV, JSON, plots", runEval},
 	"eval merge": {"join the results folders of a run's shards (eval --shard) into one", runEvalMerge},
-	"serve":      {"HTTP classifier that adapts to each client's image stream (subtta-m)", runServe},
 	"loadtest":   {"requests/s and latency of a subtta serve on this machine", runLoadtest},
 }
 
@@ -63,6 +62,7 @@ var cobraCommands = map[string]func(stdout, stderr io.Writer) *cobra.Command{
 	"embed":    newEmbedCmd,
 	"pull":     newPullCmd,
 	"report":   newReportCmd,
+	"serve":    newServeCmd,
 	"tokenize": newTokenizeCmd,
 	"train":    newTrainCmd,
 	"version":  newVersionCmd,

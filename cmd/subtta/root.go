@@ -217,6 +217,23 @@ func wrapCommand(path string, c *cobra.Command, stderr io.Writer) *cobra.Command
 	return c
 }
 
+// parseCommandLine parses args into the flags of c, built by its
+// constructor, as the command line does (-name read as --name, a flag
+// error a usage error, the --config file read), and returns the
+// positional arguments: for callers that run a command's options without
+// Execute (serveMain).
+func parseCommandLine(c *cobra.Command, args []string) ([]string, error) {
+	fs := c.Flags()
+	err := fs.Parse(doubleDash(pflagKind(fs), args))
+	switch {
+	case errors.Is(err, pflag.ErrHelp):
+		return nil, flag.ErrHelp
+	case err != nil:
+		return nil, flagError(fs, err)
+	}
+	return fs.Args(), readPConfigFile(fs)
+}
+
 // commandPath is the name of c as the commands table spells it: its path
 // without "subtta ".
 func commandPath(c *cobra.Command) string {
