@@ -48,7 +48,6 @@ type command struct {
 var commands = map[string]command{
 	"eval":       {"test-time adaptation over a corrupted benchmark: the paper's table, CSV, JSON, plots", runEval},
 	"eval merge": {"join the results folders of a run's shards (eval --shard) into one", runEvalMerge},
-	"loadtest":   {"requests/s and latency of a subtta serve on this machine", runLoadtest},
 }
 
 // cobraCommands are the commands built by their own constructor: the
@@ -60,6 +59,7 @@ var cobraCommands = map[string]func(stdout, stderr io.Writer) *cobra.Command{
 	"convert":  newConvertCmd,
 	"corrupt":  newCorruptCmd,
 	"embed":    newEmbedCmd,
+	"loadtest": newLoadtestCmd,
 	"pull":     newPullCmd,
 	"report":   newReportCmd,
 	"serve":    newServeCmd,

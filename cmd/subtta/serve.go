@@ -397,75 +397,104 @@ func exposed(addr string) (bool, error) {
 	return false, nil
 }
 
-func runLoadtest(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("loadtest", "", stderr)
-	addr := fs.String("addr", "127.0.0.1:8080", "address of a subtta serve on this machine (loopback only)")
-	streams := fs.Int("streams", 4, "number of streams (with --frozen: of clients)")
-	requests := fs.Int("requests", 50, "requests per stream")
-	conc := fs.Int("concurrency", 8, "requests in flight per stream; a batch fills only up to it")
-	duration := fs.Duration("duration", 2*time.Minute, "time limit: no request is sent after it (those in flight finish)")
-	frozen := fs.Bool("frozen", false, "requests without a stream: the frozen model answers")
-	prefix := fs.String("prefix", "loadtest-", "stream ids are PREFIX0, PREFIX1, ...")
-	shared := fs.Bool("shared", false, "other clients send to the same streams (another loadtest, through another server on the same state store): skip the check that each stream's image count grew by this test's answers, and print the answers by stream for the caller's own check")
-	retries := fs.Int("retries", serve.DefaultLoadTestRetries, "times a request is sent again, with the same Idempotency-Key, after its connection failed or it got 429, 502, 503 or 504 (0: never)")
-	jsonOut := fs.Bool("json", false, "print the report as JSON")
-	key := fs.String("key", "", "API key to send (Authorization: Bearer); default $"+apiKeyEnv)
-	cacert := fs.String("cacert", "", "PEM certificates to trust for an https:// --addr (a server's self-signed certificate)")
-	if err := parse(fs, args); err != nil {
-		return err
+// loadtestOptions are the flags of loadtest.
+type loadtestOptions struct {
+	addr     string
+	streams  int
+	requests int
+	conc     int
+	duration time.Duration
+	frozen   bool
+	prefix   string
+	shared   bool
+	retries  int
+	jsonOut  bool
+	key      string
+	cacert   string
+
+	stdout, stderr io.Writer
+}
+
+// newLoadtestCmd is `subtta loadtest`.
+func newLoadtestCmd(stdout, stderr io.Writer) *cobra.Command {
+	const summary = "requests/s and latency of a subtta serve on this machine"
+	o := &loadtestOptions{stdout: stdout, stderr: stderr}
+	c := &cobra.Command{
+		Use:   "loadtest",
+		Short: summary,
+		Long:  summary,
+		RunE:  func(cmd *cobra.Command, args []string) error { return o.run(args) },
 	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
+	f := c.Flags()
+	f.StringVar(&o.addr, "addr", "127.0.0.1:8080", "address of a subtta serve on this machine (loopback only)")
+	f.IntVar(&o.streams, "streams", 4, "number of streams (with --frozen: of clients)")
+	f.IntVar(&o.requests, "requests", 50, "requests per stream")
+	f.IntVar(&o.conc, "concurrency", 8, "requests in flight per stream; a batch fills only up to it")
+	f.DurationVar(&o.duration, "duration", 2*time.Minute, "time limit: no request is sent after it (those in flight finish)")
+	f.BoolVar(&o.frozen, "frozen", false, "requests without a stream: the frozen model answers")
+	f.StringVar(&o.prefix, "prefix", "loadtest-", "stream ids are PREFIX0, PREFIX1, ...")
+	f.BoolVar(&o.shared, "shared", false, "other clients send to the same streams (another loadtest, through another server on the same state store): skip the check that each stream's image count grew by this test's answers, and print the answers by stream for the caller's own check")
+	f.IntVar(&o.retries, "retries", serve.DefaultLoadTestRetries, "times a request is sent again, with the same Idempotency-Key, after its connection failed or it got 429, 502, 503 or 504 (0: never)")
+	f.BoolVar(&o.jsonOut, "json", false, "print the report as JSON")
+	f.StringVar(&o.key, "key", "", "API key to send (Authorization: Bearer); default $"+apiKeyEnv)
+	f.StringVar(&o.cacert, "cacert", "", "PEM certificates to trust for an https:// --addr (a server's self-signed certificate)")
+	return c
+}
+
+// run runs the command with the positional arguments args.
+func (o *loadtestOptions) run(args []string) error {
+	if len(args) > 0 {
+		return usagef("unexpected argument %q", args[0])
 	}
-	if *retries < 0 {
-		return usagef("--retries %d: want 0 or more", *retries)
+	if o.retries < 0 {
+		return usagef("--retries %d: want 0 or more", o.retries)
 	}
-	if *retries == 0 {
-		*retries = -1 // LoadTest's "never"
+	if o.retries == 0 {
+		o.retries = -1 // LoadTest's "never"
 	}
-	if *streams < 1 || *requests < 1 || *conc < 1 {
+	if o.streams < 1 || o.requests < 1 || o.conc < 1 {
 		return usagef("--streams, --requests and --concurrency must be positive")
 	}
-	imgs, err := builtin.JPEGs(*streams * *requests)
+	imgs, err := builtin.JPEGs(o.streams * o.requests)
 	if err != nil {
 		return err
 	}
-	base := *addr
+	base := o.addr
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
 	}
-	if *key == "" {
-		*key = os.Getenv(apiKeyEnv)
+	if o.key == "" {
+		o.key = os.Getenv(apiKeyEnv)
 	}
 	var tlsConfig *tls.Config
-	if *cacert != "" {
-		pem, err := os.ReadFile(*cacert)
+	if o.cacert != "" {
+		pem, err := os.ReadFile(o.cacert)
 		if err != nil {
 			return err
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("--cacert %s: no PEM certificate in it", *cacert)
+			return fmt.Errorf("--cacert %s: no PEM certificate in it", o.cacert)
 		}
 		tlsConfig = &tls.Config{RootCAs: pool}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rep, err := serve.LoadTest{URL: base, Sources: *streams, Requests: *requests, Concurrency: *conc,
-		Duration: *duration, Frozen: *frozen, StreamPrefix: *prefix, Shared: *shared, Images: imgs, Retries: *retries,
-		Key: *key, TLS: tlsConfig}.Run(ctx)
+	rep, err := serve.LoadTest{URL: base, Sources: o.streams, Requests: o.requests, Concurrency: o.conc,
+		Duration: o.duration, Frozen: o.frozen, StreamPrefix: o.prefix, Shared: o.shared, Images: imgs, Retries: o.retries,
+		Key: o.key, TLS: tlsConfig}.Run(ctx)
 	if err != nil {
 		return err
 	}
-	if *jsonOut {
-		if err := writeJSON(stdout, rep); err != nil {
+	if o.jsonOut {
+		if err := writeJSON(o.stdout, rep); err != nil {
 			return err
 		}
 	} else {
-		rep.Write(stdout)
+		rep.Write(o.stdout)
 	}
 	if rep.ByStatus[http.StatusUnauthorized] > 0 {
-		fmt.Fprintf(stderr, "loadtest: %d requests were refused with 401: give the server's API key with --key or $%s\n", rep.ByStatus[http.StatusUnauthorized], apiKeyEnv)
+		fmt.Fprintf(o.stderr, "loadtest: %d requests were refused with 401: give the server's API key with --key or $%s\n", rep.ByStatus[http.StatusUnauthorized], apiKeyEnv)
 	}
 	if !rep.ExactlyOnce {
 		return errors.New("some requests were not answered exactly once")
