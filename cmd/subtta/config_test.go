@@ -249,8 +249,11 @@ quiet: true
 	// --frost.
 	opts := filepath.Join(dir, "options.yaml")
 	os.WriteFile(opts, []byte("methods: [tent]\nmethod_options: {tent: {lr: 0.0005}}\nfrost_dir: overlays\n"), 0o644)
-	fs, _ := describe(runEval)
-	if err := parse(fs, []string{"--config", opts}); err != nil {
+	fs := newEvalCmd(io.Discard, io.Discard).Flags()
+	if err := fs.Parse([]string{"--config", opts}); err != nil {
+		t.Fatal(err)
+	}
+	if err := readPConfigFile(fs); err != nil {
 		t.Fatal(err)
 	}
 	if got := fs.Lookup("set").Value.String(); got != "tent.lr=0.0005" {

@@ -4,9 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"github.com/subtta/subtta/autograd/kernel"
 	"io"
 	"os"
 	"os/signal"
@@ -17,6 +15,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/builtin"
 	"github.com/subtta/subtta/data/corrupt"
 	"github.com/subtta/subtta/eval"
@@ -30,29 +32,53 @@ var builtinMethods = []string{"source", "tent", "subtta-m"}
 
 const builtinLimit = 1000
 
-// limitGiven reports whether --limit was on the command line.
-func limitGiven(fs *flag.FlagSet) bool {
-	given := false
-	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "limit" })
-	return given
+// evalCmdOptions are the flags of eval.
+type evalCmdOptions struct {
+	flags     *evalFlags
+	precision precisionFlag
+	device    deviceOptions
+
+	stdout, stderr io.Writer
 }
 
-func runEval(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("eval", "\n\nWith no flags: the built-in model on the embedded CIFAR-10 test images, corrupted on the fly,\nfor "+strings.Join(builtinMethods, ", ")+" on "+strconv.Itoa(builtinLimit)+" images per corruption (about four minutes on two cores).\n", stderr)
+// newEvalCmd is `subtta eval`.
+func newEvalCmd(stdout, stderr io.Writer) *cobra.Command {
+	const summary = "test-time adaptation over a corrupted benchmark: the paper's table, CSV, JSON, plots"
+	o := &evalCmdOptions{stdout: stdout, stderr: stderr}
+	c := &cobra.Command{
+		Use:   "eval",
+		Short: summary,
+		Long: summary + "\n\nWith no flags: the built-in model on the embedded CIFAR-10 test images, corrupted on the fly,\nfor " +
+			strings.Join(builtinMethods, ", ") + " on " + strconv.Itoa(builtinLimit) + " images per corruption (about four minutes on two cores).",
+		Args: cobra.ArbitraryArgs, // run refuses them, naming the first
+		RunE: func(cmd *cobra.Command, args []string) error { return o.run(cmd.Context(), args) },
+	}
+	fs := c.Flags()
 	f := newEvalFlags(fs)
-	f.cf = configFlags(fs, "eval", stdout)
+	f.cf = configPFlags(fs, stdout)
 	// results.json's config names, where they are not the flags'.
 	f.cf.opt.Aliases = map[string]string{"method-options": "set", "frost-dir": "frost", "subset-list": "subset"}
 	f.cf.own = eval.WrittenConfig
-	precision := addPrecisionFlag(fs)
-	device := deviceFlag(fs)
-	release, err := parseOnDevice(fs, device, args, stderr)
+	o.flags = f
+	o.precision = addPrecisionPFlag(fs)
+	addDeviceFlags(fs, &o.device)
+	c.RegisterFlagCompletionFunc("methods", completeList(tta.Methods))
+	c.RegisterFlagCompletionFunc("corruptions", completeList(func() []string { return append([]string{"all", "clean"}, corrupt.Names()...) }))
+	c.RegisterFlagCompletionFunc("dataset", completeChoices(append(slices.Clone(tta.PresetDatasets), "imagenet-r", "imagenet-a", "imagenet-k")...))
+	c.RegisterFlagCompletionFunc("protocol", completeChoices("reset", "continual", "mixed", "episodic", "gradual"))
+	return c
+}
+
+// run runs the evaluation; args are the positional arguments (none).
+func (o *evalCmdOptions) run(ctx context.Context, args []string) error {
+	f, fs, stdout, stderr := o.flags, o.flags.fs, o.stdout, o.stderr
+	release, err := o.device.use(stderr)
 	if err != nil {
 		return err
 	}
 	defer release()
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q (all inputs are flags)", fs.Arg(0))
+	if len(args) > 0 {
+		return usagef("unexpected argument %q (all inputs are flags)", args[0])
 	}
 	if *f.studies.wnids {
 		return printWNIDs(stdout, *f.dataset)
@@ -60,7 +86,7 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	if *f.studies.list != "" {
 		return printOptions(stdout, cmp.Or(*f.dataset, "cifar10-c"), *f.studies.list)
 	}
-	prec, err := precision.choose(*device.name)
+	prec, err := o.precision.choose(o.device.name)
 	if err != nil {
 		return err
 	}
@@ -72,11 +98,11 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if precision.given(fs) || cfg.Precision == kernel.FP32 {
+	if fs.Changed("precision") || cfg.Precision == kernel.FP32 {
 		cfg.Precision = prec.Precision // a config file's, unless --precision is given
 	}
 	if cfg.Data == "" {
-		if err := useBuiltinData(&cfg, limitGiven(fs)); err != nil {
+		if err := useBuiltinData(&cfg, fs.Changed("limit")); err != nil {
 			return err
 		}
 	}
@@ -84,8 +110,8 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	opt.Command = f.cf.command("eval", args)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	opt.Command = f.cf.command("eval", commandLine(ctx))
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if seeds != nil {
 		return evalSeeds(ctx, cfg, opt, seeds, *f.quiet, stdout, stderr)
@@ -158,7 +184,7 @@ func evalSeeds(ctx context.Context, cfg eval.Config, opt eval.Options, seeds []u
 // configuration, which must give no other seed nor shard.
 func (f *evalFlags) seedList(cfg eval.Config) ([]uint64, error) {
 	given := map[string]bool{}
-	f.fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	f.fs.Visit(func(fl *pflag.Flag) { given[fl.Name] = true })
 	if !given["seeds"] {
 		return nil, nil
 	}
@@ -187,7 +213,7 @@ func (f *evalFlags) seedList(cfg eval.Config) ([]uint64, error) {
 
 // evalFlags are eval's flags; config turns those given into an eval.Config.
 type evalFlags struct {
-	fs                                                *flag.FlagSet
+	fs                                                *pflag.FlagSet
 	cf                                                *configFile // --config and --print-config; nil without
 	model, modelConfig, arch, vocab, seeds            *string
 	dataset, data, labels, subset                     *string
@@ -199,7 +225,7 @@ type evalFlags struct {
 	studies                                           *studyFlags
 }
 
-func newEvalFlags(fs *flag.FlagSet) *evalFlags {
+func newEvalFlags(fs *pflag.FlagSet) *evalFlags {
 	return &evalFlags{
 		fs:           fs,
 		model:        fs.String("model", "", modelFlagHelp),
@@ -249,7 +275,7 @@ func (f *evalFlags) config() (eval.Config, error) {
 		cfg.Seed, cfg.CorruptSeed = *f.seed, *f.corruptSeed // the defaults
 	}
 	var flagErr error
-	f.fs.Visit(func(fl *flag.Flag) {
+	f.fs.Visit(func(fl *pflag.Flag) {
 		var err error
 		switch fl.Name {
 		case "model":
@@ -470,7 +496,7 @@ func parseInts(s string) ([]int, error) {
 // (eval.ShardFromEnv) with --shard-from-env and no --shard.
 func (f *evalFlags) shardFromEnvironment(cfg *eval.Config, getenv func(string) string) error {
 	given := map[string]bool{}
-	f.fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	f.fs.Visit(func(fl *pflag.Flag) { given[fl.Name] = true })
 	switch {
 	case given["shard"] && (given["shard-from-env"] || given["shard-count"]):
 		return usagef("--shard names the shard: leave out --shard-from-env and --shard-count")

@@ -46,7 +46,6 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"eval":       {"test-time adaptation over a corrupted benchmark: the paper's table, CSV, JSON, plots", runEval},
 	"eval merge": {"join the results folders of a run's shards (eval --shard) into one", runEvalMerge},
 }
 
@@ -59,6 +58,7 @@ var cobraCommands = map[string]func(stdout, stderr io.Writer) *cobra.Command{
 	"convert":  newConvertCmd,
 	"corrupt":  newCorruptCmd,
 	"embed":    newEmbedCmd,
+	"eval":     newEvalCmd,
 	"loadtest": newLoadtestCmd,
 	"pull":     newPullCmd,
 	"report":   newReportCmd,

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -234,6 +235,16 @@ func parseCommandLine(c *cobra.Command, args []string) ([]string, error) {
 	return fs.Args(), readPConfigFile(fs)
 }
 
+// commandLineKey is the context key of the command line after the
+// command's name, as typed: what results record (report.Command).
+type commandLineKey struct{}
+
+// commandLine is the command line after the command's name, as typed.
+func commandLine(ctx context.Context) []string {
+	args, _ := ctx.Value(commandLineKey{}).([]string)
+	return args
+}
+
 // commandPath is the name of c as the commands table spells it: its path
 // without "subtta ".
 func commandPath(c *cobra.Command) string {
@@ -308,11 +319,13 @@ func finish(cmd *cobra.Command, path string, err error, stderr io.Writer) error 
 // success, 1 on an error, 2 on bad usage, 130 when interrupted.
 func run(args []string, stdout, stderr io.Writer) int {
 	root := newRoot(stdout, stderr)
-	if c, _, err := root.Find(args); err == nil && c.HasParent() && !c.DisableFlagParsing {
+	ctx := context.Background()
+	if c, rest, err := root.Find(args); err == nil && c.HasParent() && !c.DisableFlagParsing {
+		ctx = context.WithValue(ctx, commandLineKey{}, rest)
 		args = doubleDash(pflagKind(c.Flags()), args)
 	}
 	root.SetArgs(args)
-	err := root.Execute()
+	err := root.ExecuteContext(ctx)
 	var st exitStatus
 	switch {
 	case err == nil:
