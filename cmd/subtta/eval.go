@@ -514,16 +514,35 @@ func (f *evalFlags) shardFromEnvironment(cfg *eval.Config, getenv func(string) s
 }
 
 // runEvalMerge is `subtta eval merge OUT SHARD...`.
-func runEvalMerge(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("eval merge", "OUT SHARD...\n\nJoins the results folders of the shards of one run (eval --shard I/N) into OUT, as one process would\nhave written it: run.json, results.jsonl, batches.jsonl, the tables and the plots the run asked for.\nRefuses shards of other runs or builds, duplicate units and missing units, naming them.\n", stderr)
-	plot := fs.Bool("plot", false, "write the plots into OUT/plots even if the run did not ask for them")
-	if err := parse(fs, args); err != nil {
-		return err
+// evalMergeOptions are the flags of eval merge.
+type evalMergeOptions struct {
+	plot bool
+
+	stdout, stderr io.Writer
+}
+
+// newEvalMergeCmd is `subtta eval merge OUT SHARD...`.
+func newEvalMergeCmd(stdout, stderr io.Writer) *cobra.Command {
+	const summary = "join the results folders of a run's shards (eval --shard) into one"
+	o := &evalMergeOptions{stdout: stdout, stderr: stderr}
+	c := &cobra.Command{
+		Use:   "merge OUT SHARD...",
+		Short: summary,
+		Long: summary + "\n\nJoins the results folders of the shards of one run (eval --shard I/N) into OUT, as one process would\n" +
+			"have written it: run.json, results.jsonl, batches.jsonl, the tables and the plots the run asked for.\n" +
+			"Refuses shards of other runs or builds, duplicate units and missing units, naming them.",
+		RunE: func(cmd *cobra.Command, args []string) error { return o.run(args) },
 	}
-	if fs.NArg() < 2 {
+	c.Flags().BoolVar(&o.plot, "plot", false, "write the plots into OUT/plots even if the run did not ask for them")
+	return c
+}
+
+// run merges the shard folders args[1:] into args[0].
+func (o *evalMergeOptions) run(args []string) error {
+	if len(args) < 2 {
 		return usagef("want OUT and at least one shard folder")
 	}
-	sum, err := eval.Merge(fs.Arg(0), fs.Args()[1:], eval.MergeOptions{Plot: *plot, Log: lineWriter{stderr, new(*progressBar)}})
+	sum, err := eval.Merge(args[0], args[1:], eval.MergeOptions{Plot: o.plot, Log: lineWriter{o.stderr, new(*progressBar)}})
 	if err != nil {
 		return err
 	}
@@ -531,7 +550,7 @@ func runEvalMerge(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	stdout.Write(md)
-	fmt.Fprintf(stderr, "%d records of %d shards merged into %s\n", len(sum.Records), fs.NArg()-1, sum.Config.Out)
+	o.stdout.Write(md)
+	fmt.Fprintf(o.stderr, "%d records of %d shards merged into %s\n", len(sum.Records), len(args)-1, sum.Config.Out)
 	return nil
 }

@@ -45,27 +45,26 @@ type command struct {
 	run     func(args []string, stdout, stderr io.Writer) error
 }
 
-var commands = map[string]command{
-	"eval merge": {"join the results folders of a run's shards (eval --shard) into one", runEvalMerge},
-}
+var commands = map[string]command{}
 
 // cobraCommands are the commands built by their own constructor: the
 // command's flags bound to its options in the constructor, RunE running
 // them. A name with a space is a subcommand, as in commands.
 var cobraCommands = map[string]func(stdout, stderr io.Writer) *cobra.Command{
-	"bench":    newBenchCmd,
-	"classify": newClassifyCmd,
-	"convert":  newConvertCmd,
-	"corrupt":  newCorruptCmd,
-	"embed":    newEmbedCmd,
-	"eval":     newEvalCmd,
-	"loadtest": newLoadtestCmd,
-	"pull":     newPullCmd,
-	"report":   newReportCmd,
-	"serve":    newServeCmd,
-	"tokenize": newTokenizeCmd,
-	"train":    newTrainCmd,
-	"version":  newVersionCmd,
+	"bench":      newBenchCmd,
+	"classify":   newClassifyCmd,
+	"convert":    newConvertCmd,
+	"corrupt":    newCorruptCmd,
+	"embed":      newEmbedCmd,
+	"eval":       newEvalCmd,
+	"eval merge": newEvalMergeCmd,
+	"loadtest":   newLoadtestCmd,
+	"pull":       newPullCmd,
+	"report":     newReportCmd,
+	"serve":      newServeCmd,
+	"tokenize":   newTokenizeCmd,
+	"train":      newTrainCmd,
+	"version":    newVersionCmd,
 }
 
 func main() {
