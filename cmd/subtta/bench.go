@@ -65,7 +65,7 @@ func newBenchCmd(stdout, stderr io.Writer) *cobra.Command {
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed repetitions to this file (go tool pprof)")
 	f.StringVar(&o.memProfile, "memprofile", "", "write a heap profile (allocations of every measurement) to this file at the end")
 	addModelFlags(f, &o.model, "the vision tower to time: default (the built-in model) or a checkpoint; without it ViT-B/32 with random weights", false)
-	o.precision = addPrecisionPFlag(f)
+	o.precision = addPrecisionFlag(f)
 	addDeviceFlags(f, &o.device)
 	c.RegisterFlagCompletionFunc("only", completeList(func() []string { return append(slices.Clone(benchNames), benchViewMethods...) }))
 	return c

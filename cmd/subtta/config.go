@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -17,13 +16,13 @@ import (
 // A command with --config reads its flags from a file whose keys are its
 // long flag names (internal/flagfile), and --print-config writes the
 // flags it would run with in that form: file, command line and defaults.
-// configFlags adds both flags; parse reads the file, and prints.
+// configFlags adds both flags; readConfigFile reads the file, and prints.
 
-// errConfigPrinted is what parse returns once --print-config has printed
+// errConfigPrinted is what readConfigFile returns once --print-config has printed
 // the configuration: the command stops there, successfully.
 var errConfigPrinted = errors.New("configuration printed")
 
-// configFile is the value of a --config flag, and what parse needs to
+// configFile is the value of a --config flag, and what readConfigFile needs to
 // read the file and print the configuration.
 type configFile struct {
 	path   string
@@ -31,7 +30,7 @@ type configFile struct {
 	stdout io.Writer
 	opt    flagfile.Options
 	// own, if not nil, reports whether the command reads a file itself
-	// (eval's run.json), and the part of it that it reads: parse then
+	// (eval's run.json), and the part of it that it reads: readConfigFile then
 	// leaves it alone.
 	own func(contents []byte) (part []byte, ok bool)
 
@@ -51,18 +50,9 @@ func (c *configFile) Set(v string) error { c.path = v; return nil }
 // Type names the flag's value in help.
 func (c *configFile) Type() string { return "string" }
 
-// configFlags adds --config and --print-config to fs, the flag set of the
-// command name, whose configuration --print-config prints to stdout.
-func configFlags(fs *flag.FlagSet, name string, stdout io.Writer) *configFile {
-	c := newConfigFile(stdout)
-	fs.Var(c, "config", configHelp)
-	c.print = fs.Bool("print-config", false, printConfigHelp)
-	return c
-}
-
-// configPFlags is configFlags for a command built by its constructor,
-// whose flags are pflags.
-func configPFlags(f *pflag.FlagSet, stdout io.Writer) *configFile {
+// configFlags adds --config and --print-config to f, the flags of a
+// command whose configuration --print-config prints to stdout.
+func configFlags(f *pflag.FlagSet, stdout io.Writer) *configFile {
 	c := newConfigFile(stdout)
 	f.Var(c, "config", configHelp)
 	c.print = f.Bool("print-config", false, printConfigHelp)
@@ -129,29 +119,13 @@ func (c *configFile) command(name string, args []string) *report.Command {
 	return cmd
 }
 
-// readConfigFile is parse's last step: the --config file of fs, if the
-// command has that flag (configFlags).
-func readConfigFile(fs *flag.FlagSet) error {
+// readConfigFile reads the --config file of fs, if the command has that
+// flag (configFlags): wrapCommand calls it once the flags are parsed.
+func readConfigFile(fs *pflag.FlagSet) error {
 	if f := fs.Lookup("config"); f != nil {
-		return readConfig(f.Value, flagfile.GoFlags(fs))
-	}
-	return nil
-}
-
-// readPConfigFile is readConfigFile for a command built by its
-// constructor, whose flags are pflags.
-func readPConfigFile(fs *pflag.FlagSet) error {
-	if f := fs.Lookup("config"); f != nil {
-		return readConfig(f.Value, flagfile.PFlags(fs))
-	}
-	return nil
-}
-
-// readConfig reads the file of v, the value of a --config flag of fs, if
-// configFlags made it.
-func readConfig(v any, fs flagfile.FlagSet) error {
-	if c, ok := v.(*configFile); ok {
-		return c.read(fs)
+		if c, ok := f.Value.(*configFile); ok {
+			return c.read(flagfile.PFlags(fs))
+		}
 	}
 	return nil
 }

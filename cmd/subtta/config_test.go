@@ -56,20 +56,17 @@ func otherValue(t *testing.T, f flagfile.Flag) (file any, args []string) {
 // reads a command line into it as the command does, its --config file
 // included.
 func configurable(t *testing.T, name string) (fs flagfile.FlagSet, parseArgs func([]string) error) {
-	if newCmd, ok := cobraCommands[name]; ok {
-		f := newCmd(io.Discard, io.Discard).Flags()
-		return flagfile.PFlags(f), func(args []string) error {
-			if err := f.Parse(args); err != nil {
-				return err
-			}
-			return readPConfigFile(f)
+	newCmd, ok := commands[name]
+	if !ok {
+		t.Fatalf("no command %s", name)
+	}
+	f := newCmd(io.Discard, io.Discard).Flags()
+	return flagfile.PFlags(f), func(args []string) error {
+		if err := f.Parse(args); err != nil {
+			return err
 		}
+		return readConfigFile(f)
 	}
-	f, _ := describe(commands[name].run)
-	if f == nil {
-		t.Fatalf("%s: no flags", name)
-	}
-	return flagfile.GoFlags(f), func(args []string) error { return parse(f, args) }
 }
 
 // flagState is every flag's value, and the names of those set.
@@ -253,7 +250,7 @@ quiet: true
 	if err := fs.Parse([]string{"--config", opts}); err != nil {
 		t.Fatal(err)
 	}
-	if err := readPConfigFile(fs); err != nil {
+	if err := readConfigFile(fs); err != nil {
 		t.Fatal(err)
 	}
 	if got := fs.Lookup("set").Value.String(); got != "tent.lr=0.0005" {

@@ -1,41 +1,36 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
+
+	"github.com/spf13/pflag"
 
 	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/gpu"
 )
 
-// deviceFlags are the values of --device and --tf32.
-type deviceFlags struct {
-	name *string
-	tf32 *bool
+// deviceOptions are the values of --device and --tf32 (addDeviceFlags).
+type deviceOptions struct {
+	name string
+	tf32 bool
 }
 
-// deviceFlag adds --device and --tf32 to fs.
-func deviceFlag(fs *flag.FlagSet) deviceFlags {
-	return deviceFlags{
-		name: fs.String("device", "cpu", deviceHelp),
-		tf32: fs.Bool("tf32", false, tf32Help),
-	}
+// addDeviceFlags adds --device and --tf32 to f.
+func addDeviceFlags(f *pflag.FlagSet, o *deviceOptions) {
+	f.StringVar(&o.name, "device", "cpu", deviceHelp)
+	f.BoolVar(&o.tf32, "tf32", false, tf32Help)
 }
 
-// deviceHelp and tf32Help are the help of every --device and --tf32 flag.
+// deviceHelp and tf32Help are the help of --device and --tf32.
 const (
 	deviceHelp = "where the model runs: cpu, or cuda (an NVIDIA GPU, in a binary built with -tags cuda; docs/gpu.md)"
 	tf32Help   = "with --device cuda: let cuBLAS use TF32 tensor cores (faster, about 1e-3 relative instead of float32's 1e-7)"
 )
 
-// parseOnDevice parses args and opens the device that fs's --device flag
-// (device) names; release gives it back.
-func parseOnDevice(fs *flag.FlagSet, device deviceFlags, args []string, stderr io.Writer) (release func(), err error) {
-	if err := parse(fs, args); err != nil {
-		return nil, err
-	}
-	return useDevice(*device.name, gpu.Options{TF32: *device.tf32}, stderr)
+// use opens the device the flags name (useDevice); release gives it back.
+func (o *deviceOptions) use(stderr io.Writer) (release func(), err error) {
+	return useDevice(o.name, gpu.Options{TF32: o.tf32}, stderr)
 }
 
 // useDevice puts the model on the --device value: nothing to do for cpu;

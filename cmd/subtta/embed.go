@@ -64,13 +64,13 @@ func newEmbedCmd(stdout, stderr io.Writer) *cobra.Command {
 		RunE:  func(cmd *cobra.Command, args []string) error { return o.run(args) },
 	}
 	f := c.Flags()
-	configPFlags(f, stdout)
+	configFlags(f, stdout)
 	o.bulk = addBulkFlags(f, true, "with --images or --texts: the folder for images.npy (float32, one row per image), images.jsonl (its path, label and content digest), texts.npy and texts.jsonl; an interrupted run resumes there")
 	addModelFlags(f, &o.model, "", true)
 	f.BoolVar(&o.normalize, "normalize", false, "L2-normalise the features")
 	f.Var(&o.images, "image", "image file (repeatable)")
 	f.Var(&o.texts, "text", "text (repeatable)")
-	o.precision = addPrecisionPFlag(f)
+	o.precision = addPrecisionFlag(f)
 	addDeviceFlags(f, &o.device)
 	return c
 }
@@ -196,13 +196,13 @@ func newClassifyCmd(stdout, stderr io.Writer) *cobra.Command {
 		},
 	}
 	f := c.Flags()
-	configPFlags(f, stdout)
+	configFlags(f, stdout)
 	o.bulk = addBulkFlags(f, false, "with --images: the .csv (path, label, prediction, probability, a column per class) or .jsonl file to write")
 	addModelFlags(f, &o.model, "", true)
 	f.StringVar(&o.labels, "labels", "", `comma-separated labels, e.g. "a diagram,a dog,a cat" (default: those the model records, as train's models do; with the built-in model CIFAR-10's classes)`)
 	f.StringVar(&o.template, "template", "", `prompt template; {} is replaced by each label (e.g. "a photo of a {}."; default "{}", or with the built-in model the 18 CIFAR-10 templates, averaged)`)
 	f.BoolVar(&o.jsonOut, "json", false, "print JSON instead of a table")
-	o.precision = addPrecisionPFlag(f)
+	o.precision = addPrecisionFlag(f)
 	addDeviceFlags(f, &o.device)
 	return c
 }

@@ -55,12 +55,12 @@ func newEvalCmd(stdout, stderr io.Writer) *cobra.Command {
 	}
 	fs := c.Flags()
 	f := newEvalFlags(fs)
-	f.cf = configPFlags(fs, stdout)
+	f.cf = configFlags(fs, stdout)
 	// results.json's config names, where they are not the flags'.
 	f.cf.opt.Aliases = map[string]string{"method-options": "set", "frost-dir": "frost", "subset-list": "subset"}
 	f.cf.own = eval.WrittenConfig
 	o.flags = f
-	o.precision = addPrecisionPFlag(fs)
+	o.precision = addPrecisionFlag(fs)
 	addDeviceFlags(fs, &o.device)
 	c.RegisterFlagCompletionFunc("methods", completeList(tta.Methods))
 	c.RegisterFlagCompletionFunc("corruptions", completeList(func() []string { return append([]string{"all", "clean"}, corrupt.Names()...) }))

@@ -11,7 +11,6 @@ import (
 	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/data/corrupt"
-	"github.com/subtta/subtta/gpu"
 )
 
 // The shared flags of the commands built by their own constructor, and the
@@ -78,22 +77,4 @@ func addModelFlags(f *pflag.FlagSet, o *modelOptions, modelHelp string, withVoca
 // prec.
 func (o *modelOptions) open(prec kernel.Precision, stderr io.Writer) (*clip.Bundle, error) {
 	return openModel(o.model, o.modelConfig, o.arch, o.vocab, prec, stderr)
-}
-
-// deviceOptions are the values of --device and --tf32 (addDeviceFlags).
-type deviceOptions struct {
-	name string
-	tf32 bool
-}
-
-// addDeviceFlags adds --device and --tf32 to f, as deviceFlag does to a
-// standard-library flag set.
-func addDeviceFlags(f *pflag.FlagSet, o *deviceOptions) {
-	f.StringVar(&o.name, "device", "cpu", deviceHelp)
-	f.BoolVar(&o.tf32, "tf32", false, tf32Help)
-}
-
-// use opens the device the flags name (useDevice); release gives it back.
-func (o *deviceOptions) use(stderr io.Writer) (release func(), err error) {
-	return useDevice(o.name, gpu.Options{TF32: o.tf32}, stderr)
 }

@@ -35,22 +35,11 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// command is one subtta command not yet built by a constructor
-// (cobraCommands). run parses its flags with parse (or
-// parseOnDevice) before anything else: the command tree calls it with
-// describeArg to learn its flags. A name with a space ("eval merge") is a
-// subcommand of the command the words before the last name.
-type command struct {
-	summary string
-	run     func(args []string, stdout, stderr io.Writer) error
-}
-
-var commands = map[string]command{}
-
-// cobraCommands are the commands built by their own constructor: the
-// command's flags bound to its options in the constructor, RunE running
-// them. A name with a space is a subcommand, as in commands.
-var cobraCommands = map[string]func(stdout, stderr io.Writer) *cobra.Command{
+// commands are subtta's commands, each built by its own constructor: the
+// command's flags bound to the fields of its options in the constructor,
+// RunE running them. A name with a space ("eval merge") is a subcommand of
+// the command the words before the last name.
+var commands = map[string]func(stdout, stderr io.Writer) *cobra.Command{
 	"bench":      newBenchCmd,
 	"classify":   newClassifyCmd,
 	"convert":    newConvertCmd,

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 
 	"github.com/spf13/pflag"
 
@@ -17,21 +16,8 @@ const precisionHelp = "arithmetic of the linear layers in passes without gradien
 type precisionFlag struct{ name *string }
 
 // addPrecisionFlag adds --precision to fs: the one definition of the flag.
-func addPrecisionFlag(fs *flag.FlagSet) precisionFlag {
+func addPrecisionFlag(fs *pflag.FlagSet) precisionFlag {
 	return precisionFlag{fs.String("precision", "fp32", precisionHelp)}
-}
-
-// addPrecisionPFlag is addPrecisionFlag for a command built by its
-// constructor, whose flags are pflags.
-func addPrecisionPFlag(f *pflag.FlagSet) precisionFlag {
-	return precisionFlag{f.String("precision", "fp32", precisionHelp)}
-}
-
-// given reports whether --precision was on the command line of fs.
-func (p precisionFlag) given(fs *flag.FlagSet) bool {
-	given := false
-	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "precision" })
-	return given
 }
 
 // choose decides the precision once for the command: a known name, a CPU

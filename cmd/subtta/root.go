@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -12,7 +11,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -20,52 +18,15 @@ import (
 	"github.com/subtta/subtta/autograd"
 )
 
-// The command line is a cobra command tree. A command is built by its own
-// constructor (cobraCommands: newConvertCmd and the like), which binds its
-// flags to the fields of an options struct and whose RunE calls the
-// options' run; the tree adds what every command shares: the exit status
-// and "subtta CMD: message" of an error (finish), a panic reported as an
-// error, the --config file, usage errors naming the flags of similar
-// spelling, and the standard flag package's -name read as --name.
-//
-// The commands not yet written that way (commands) keep a standard-library
-// flag.FlagSet, defined in their run function: the tree learns their flags
-// by calling run in describe mode (parse then returns the flag set instead
-// of parsing), adds them to the cobra command for help and shell
-// completion, and leaves the parsing itself to parse, which reads the line
-// with pflag (GNU style: --name, flags anywhere, "--" ends them) into the
-// flag set.
-
-// describeArg is the single argument with which a run function is called
-// to describe its flags: parse returns a described error holding the flag
-// set, before the command does anything.
-const describeArg = "\x00describe-flags"
-
-// described is the error parse returns in describe mode.
-type described struct{ fs *flag.FlagSet }
-
-func (described) Error() string { return "flags described" }
-
-// usageArgs holds the positional-argument synopsis newFlags was given for
-// each flag set, until parse reads it.
-var usageArgs sync.Map // *flag.FlagSet → string
-
-// describe calls run in describe mode and returns its flag set and
-// synopsis, or nil for a command that does not parse through parse.
-func describe(run func([]string, io.Writer, io.Writer) error) (fs *flag.FlagSet, synopsis string) {
-	defer func() {
-		if recover() != nil {
-			fs, synopsis = nil, ""
-		}
-	}()
-	var d described
-	if err := run([]string{describeArg}, io.Discard, io.Discard); errors.As(err, &d) {
-		s, _ := usageArgs.LoadAndDelete(d.fs)
-		synopsis, _ = s.(string)
-		return d.fs, synopsis
-	}
-	return nil, ""
-}
+// The command line is a cobra command tree built from the commands table.
+// A command is built by its own constructor (newConvertCmd and the like),
+// which binds its flags to the fields of an options struct and whose RunE
+// calls the options' run; cobra parses the flags (GNU style: --name, flags
+// anywhere, "--" ends them). The tree adds what every command shares: the
+// exit status and "subtta CMD: message" of an error (finish), a panic
+// reported as an error, the --config file read before the command runs,
+// usage errors naming the flags of similar spelling, and the standard flag
+// package's -name read as --name.
 
 // exitStatus is returned through cobra by a command that has already
 // reported its outcome; run exits with status.
@@ -126,20 +87,14 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		if _, ok := cobraCommands[commandPath(c)]; !ok || !c.HasParent() {
+		if _, ok := commands[commandPath(c)]; !ok {
 			return usageError{err.Error()} // run reports it
 		}
 		return finish(c, commandPath(c), flagError(c.Flags(), err), stderr)
 	})
 
-	names := make([]string, 0, len(commands)+len(cobraCommands))
+	names := make([]string, 0, len(commands))
 	for n := range commands {
-		names = append(names, n)
-	}
-	for n := range cobraCommands {
-		if _, ok := commands[n]; ok {
-			panic(fmt.Sprintf("subtta: command %q defined twice", n))
-		}
 		names = append(names, n)
 	}
 	// Parents before their subcommands.
@@ -160,42 +115,14 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		if !ok {
 			panic(fmt.Sprintf("subtta: command %q has no parent command %q", name, parentName))
 		}
-		var c *cobra.Command
-		if newCmd, ok := cobraCommands[name]; ok {
-			c = wrapCommand(name, newCmd(stdout, stderr), stderr)
-		} else {
-			c = newCommand(name, leaf, commands[name], stdout, stderr)
+		c := wrapCommand(name, commands[name](stdout, stderr), stderr)
+		if c.Name() != leaf {
+			panic(fmt.Sprintf("subtta: command %q is named %q by its constructor", name, c.Name()))
 		}
 		parent.AddCommand(c)
 		byName[name] = c
 	}
 	return root
-}
-
-// newCommand is the cobra command of the command named path (its last
-// word leaf).
-func newCommand(path, leaf string, spec command, stdout, stderr io.Writer) *cobra.Command {
-	fs, synopsis := describe(spec.run)
-	c := &cobra.Command{
-		Use:                leaf,
-		Short:              spec.summary,
-		Long:               spec.summary,
-		DisableFlagParsing: true, // parse does it, into the command's flag set
-		SilenceErrors:      true,
-		SilenceUsage:       true,
-	}
-	if strings.HasPrefix(synopsis, "\n") {
-		c.Long += "\n\n" + strings.Trim(synopsis, "\n")
-	} else if synopsis != "" {
-		c.Use += " " + synopsis
-	}
-	if fs != nil {
-		c.Flags().AddGoFlagSet(fs)
-	}
-	c.RunE = func(cmd *cobra.Command, args []string) error {
-		return finish(cmd, path, callRun(path, spec.run, args, stdout, stderr), stderr)
-	}
-	return c
 }
 
 // wrapCommand gives c, the command named path built by its constructor,
@@ -209,7 +136,7 @@ func wrapCommand(path string, c *cobra.Command, stderr io.Writer) *cobra.Command
 	}
 	c.SilenceErrors, c.SilenceUsage = true, true
 	c.RunE = func(cmd *cobra.Command, args []string) error {
-		err := readPConfigFile(cmd.Flags())
+		err := readConfigFile(cmd.Flags())
 		if err == nil {
 			err = callRun(path, func([]string, io.Writer, io.Writer) error { return runE(cmd, args) }, args, nil, stderr)
 		}
@@ -225,14 +152,14 @@ func wrapCommand(path string, c *cobra.Command, stderr io.Writer) *cobra.Command
 // Execute (serveMain).
 func parseCommandLine(c *cobra.Command, args []string) ([]string, error) {
 	fs := c.Flags()
-	err := fs.Parse(doubleDash(pflagKind(fs), args))
+	err := fs.Parse(doubleDash(fs, args))
 	switch {
 	case errors.Is(err, pflag.ErrHelp):
-		return nil, flag.ErrHelp
+		return nil, err
 	case err != nil:
 		return nil, flagError(fs, err)
 	}
-	return fs.Args(), readPConfigFile(fs)
+	return fs.Args(), readConfigFile(fs)
 }
 
 // commandLineKey is the context key of the command line after the
@@ -264,7 +191,7 @@ func flagError(fs *pflag.FlagSet, err error) error {
 		}
 		return usagef("invalid value %q for --%s: %v", iv.GetValue(), iv.GetFlag().Name, cause)
 	}
-	return usageError{err.Error() + suggest(err, fs.VisitAll)}
+	return usageError{err.Error() + suggestFlag(fs, err)}
 }
 
 // callRun runs a command; a panic inside it is reported as an error
@@ -295,7 +222,7 @@ func finish(cmd *cobra.Command, path string, err error, stderr io.Writer) error 
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, pflag.ErrHelp):
 		cmd.Help()
 		return nil
 	case errors.Is(err, errConfigPrinted):
@@ -320,9 +247,9 @@ func finish(cmd *cobra.Command, path string, err error, stderr io.Writer) error 
 func run(args []string, stdout, stderr io.Writer) int {
 	root := newRoot(stdout, stderr)
 	ctx := context.Background()
-	if c, rest, err := root.Find(args); err == nil && c.HasParent() && !c.DisableFlagParsing {
+	if c, rest, err := root.Find(args); err == nil && c.HasParent() {
 		ctx = context.WithValue(ctx, commandLineKey{}, rest)
-		args = doubleDash(pflagKind(c.Flags()), args)
+		args = doubleDash(c.Flags(), args)
 	}
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
@@ -339,91 +266,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
-// newFlags returns a flag set that reports errors instead of exiting;
-// args is the synopsis of the positional arguments, or, starting with a
-// newline, more text for the help.
-func newFlags(name, args string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	usageArgs.Store(fs, args)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: subtta %s [flags] %s\n\nFlags:\n", name, strings.TrimSpace(args))
-		fmt.Fprint(stderr, goFlagsAsPflags(fs).FlagUsages())
-	}
-	return fs
-}
-
-// goFlagsAsPflags is fs as a pflag set sharing its values.
-func goFlagsAsPflags(fs *flag.FlagSet) *pflag.FlagSet {
-	p := pflag.NewFlagSet(fs.Name(), pflag.ContinueOnError)
-	p.SetOutput(io.Discard)
-	p.AddGoFlagSet(fs)
-	return p
-}
-
-// parse parses the command line args into fs: --name value, --name=value,
-// flags before, between or after the positional arguments (`convert SRC
-// DST --dtype f16`), "--" ending the flags. The single-dash -name of the
-// standard flag package is read as --name. A flag error is a usage error,
-// naming the flags of similar spelling; -h or --help returns flag.ErrHelp.
-// A command with --config (configFlags) then reads its file, and with
-// --print-config prints and returns errConfigPrinted.
-func parse(fs *flag.FlagSet, args []string) error {
-	if len(args) == 1 && args[0] == describeArg {
-		return described{fs}
-	}
-	usageArgs.Delete(fs)
-	p := goFlagsAsPflags(fs)
-	err := p.ParseAll(doubleDash(goFlagKind(fs), args), func(f *pflag.Flag, value string) error {
-		if err := fs.Set(f.Name, value); err != nil {
-			return fmt.Errorf("invalid value %q for --%s: %v", value, f.Name, err)
-		}
-		return nil
-	})
-	switch {
-	case errors.Is(err, pflag.ErrHelp):
-		return flag.ErrHelp
-	case err != nil:
-		return usageError{err.Error() + suggest(err, func(fn func(*flag.Flag)) { fs.VisitAll(fn) })}
-	}
-	// What follows the flags is fs.Args().
-	if err := fs.Parse(append([]string{"--"}, p.Args()...)); err != nil {
-		return err
-	}
-	return readConfigFile(fs)
-}
-
-// flagKind reports whether a flag of the name is defined and whether it
-// is a boolean, which takes no value.
-type flagKind func(name string) (defined, isBool bool)
-
-// goFlagKind is the flagKind of a standard-library flag set.
-func goFlagKind(fs *flag.FlagSet) flagKind {
-	return func(name string) (bool, bool) {
-		f := fs.Lookup(name)
-		if f == nil {
-			return false, false
-		}
-		b, ok := f.Value.(interface{ IsBoolFlag() bool })
-		return true, ok && b.IsBoolFlag()
-	}
-}
-
-// pflagKind is the flagKind of a pflag set (a cobra command's flags).
-func pflagKind(fs *pflag.FlagSet) flagKind {
-	return func(name string) (bool, bool) {
-		f := fs.Lookup(name)
-		if f == nil {
-			return false, false
-		}
-		return true, f.NoOptDefVal != ""
-	}
-}
-
 // doubleDash rewrites the standard flag package's -name (and -name=value)
-// as --name for the flags kind defines whose names are longer than a
-// letter, up to "--", leaving alone the values of flags.
-func doubleDash(kind flagKind, args []string) []string {
+// as --name for the flags of fs whose names are longer than a letter, up
+// to "--", leaving alone the values of flags.
+func doubleDash(fs *pflag.FlagSet, args []string) []string {
 	out := slices.Clone(args)
 	for i := 0; i < len(out); i++ {
 		a := out[i]
@@ -435,23 +281,23 @@ func doubleDash(kind flagKind, args []string) []string {
 		}
 		name := strings.TrimLeft(a, "-")
 		name, _, hasValue := strings.Cut(name, "=")
-		defined, isBool := kind(name)
-		if !defined {
+		f := fs.Lookup(name)
+		if f == nil {
 			continue
 		}
 		if a[1] != '-' && len(name) > 1 {
 			out[i] = "-" + a
 		}
-		if !hasValue && !isBool {
+		if !hasValue && f.NoOptDefVal == "" {
 			i++ // the flag's value, whatever it looks like
 		}
 	}
 	return out
 }
 
-// suggest names the flags (visited by visitAll) spelled like the unknown
-// one that err reports, as " (did you mean --x?)", or "".
-func suggest[F interface{ *flag.Flag | *pflag.Flag }](err error, visitAll func(func(F))) string {
+// suggestFlag names the flags of fs spelled like the unknown one that
+// err reports, as " (did you mean --x?)", or "".
+func suggestFlag(fs *pflag.FlagSet, err error) string {
 	msg := err.Error()
 	const prefix = "unknown flag: --"
 	if !strings.HasPrefix(msg, prefix) {
@@ -459,27 +305,15 @@ func suggest[F interface{ *flag.Flag | *pflag.Flag }](err error, visitAll func(f
 	}
 	typed := msg[len(prefix):]
 	var near []string
-	visitAll(func(f F) {
-		name := flagName(f)
-		if d := editDistance(typed, name); d <= 2 || (len(typed) >= 3 && strings.HasPrefix(name, typed)) {
-			near = append(near, "--"+name)
+	fs.VisitAll(func(f *pflag.Flag) {
+		if d := editDistance(typed, f.Name); d <= 2 || (len(typed) >= 3 && strings.HasPrefix(f.Name, typed)) {
+			near = append(near, "--"+f.Name)
 		}
 	})
 	if len(near) == 0 {
 		return ""
 	}
 	return " (did you mean " + strings.Join(near, " or ") + "?)"
-}
-
-// flagName is the name of a flag of either package.
-func flagName[F interface{ *flag.Flag | *pflag.Flag }](f F) string {
-	switch f := any(f).(type) {
-	case *flag.Flag:
-		return f.Name
-	case *pflag.Flag:
-		return f.Name
-	}
-	return ""
 }
 
 // editDistance is the Levenshtein distance between a and b.

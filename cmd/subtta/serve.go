@@ -119,7 +119,7 @@ func (o *serveOptions) command() *cobra.Command {
 		Long:  summary,
 	}
 	f := c.Flags()
-	configPFlags(f, o.stdout)
+	configFlags(f, o.stdout)
 	f.StringVar(&o.addr, "addr", "127.0.0.1:8080", "address to listen on")
 	addModelFlags(f, &o.model, "", true)
 	f.StringVar(&o.labels, "labels", "", `comma-separated labels when a request gives none (default: those the model records, as train's models do; else with the built-in model or --dataset cifar10, CIFAR-10's classes)`)
@@ -142,7 +142,7 @@ func (o *serveOptions) command() *cobra.Command {
 	f.IntVar(&o.maxLabels, "max-labels", serve.DefaultMaxLabels, "most labels (or texts) in one request")
 	f.IntVar(&o.maxConc, "max-concurrent", serve.DefaultMaxConcurrent, "requests served at once; beyond, 429 with Retry-After (a stream's batch fills only with its requests waiting at once)")
 	f.DurationVar(&o.timeout, "timeout", serve.DefaultTimeout, "longest time a request may wait for its batch (504 beyond); a request whose batch is being stepped gets its answer")
-	o.precision = addPrecisionPFlag(f) // of frozen requests; streams adapt in fp32
+	o.precision = addPrecisionFlag(f) // of frozen requests; streams adapt in fp32
 	f.StringVar(&o.authKeys, "auth-keys", "", "file of the API keys that may use the server, one a line: KEY [NAME], or sha256:HEX [NAME] (the key's SHA-256 digest); requests then need Authorization: Bearer KEY, and a stream answers only the key that created it; reloaded on SIGHUP")
 	f.StringVar(&o.metricsKey, "metrics-key", "", "file of the keys (as --auth-keys) that may read /metrics, and the only ones (default: a key of --auth-keys, or none without it); reloaded on SIGHUP")
 	f.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate (chain) to serve HTTPS with (TLS 1.2 or later), with --tls-key; both reloaded on SIGHUP")

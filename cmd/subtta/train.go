@@ -56,7 +56,7 @@ func newTrainCmd(stdout, stderr io.Writer) *cobra.Command {
 		RunE:  func(cmd *cobra.Command, args []string) error { return o.run(args) },
 	}
 	f := c.Flags()
-	configPFlags(f, stdout)
+	configFlags(f, stdout)
 	f.StringVar(&o.trainPath, "data", "", "CIFAR-10 training set: the official binaries (.tar.gz or folder), or an image folder (folder, .tar, .tar.gz) with one folder per class")
 	f.StringVar(&o.testPath, "test", "", "CIFAR-10 test set in the same forms, classified zero-shot after every epoch (optional)")
 	f.StringVar(&o.out, "out", "subtta-train", "run folder: checkpoint, model, log.jsonl; an interrupted run resumes there")
