@@ -261,8 +261,9 @@ func newEvalFlags(fs *pflag.FlagSet) *evalFlags {
 
 // config is the flags given, on top of the results folder's file that
 // --config named, if it did (run.json, results.json: eval.ReadConfig; a
-// file of flags is read into the flags by parse), and the defaults that
-// depend on no file: the built-in model, cifar10-c.
+// file of flags is read into the flags before the command runs, by
+// readConfigFile), and the defaults that depend on no file: the built-in
+// model, cifar10-c.
 func (f *evalFlags) config() (eval.Config, error) {
 	var cfg eval.Config
 	if f.cf != nil && f.cf.isOwn {

@@ -179,8 +179,9 @@ func commandPath(c *cobra.Command) string {
 }
 
 // flagError is the usage error of err, pflag's error parsing the flags
-// fs: the wording parse gives (an invalid value, an unknown flag with the
-// flags of similar spelling).
+// fs, in subtta's wording: an invalid value as `invalid value "x" for
+// --reps: invalid syntax`, an unknown flag with the flags of similar
+// spelling.
 func flagError(fs *pflag.FlagSet, err error) error {
 	var iv *pflag.InvalidValueError
 	if errors.As(err, &iv) {
