@@ -62,6 +62,12 @@ func TestCLI(t *testing.T) {
 		{[]string{"completion", "powershell"}, 0, []string{"Register-ArgumentCompleter"}, nil},
 		{[]string{"__complete", "ev"}, 0, []string{"eval\t"}, nil},
 		{[]string{"__complete", "bench", "--ba"}, 0, []string{"--batch\t", "--batch-size\t"}, nil},
+		// Flag values.
+		{[]string{"__complete", "eval", "--methods", ""}, 0, []string{"subtta-m\n", "tent\n"}, nil},
+		{[]string{"__complete", "eval", "--corruptions", "fog,"}, 0, []string{"fog,snow\n"}, nil},
+		{[]string{"__complete", "eval", "--dataset", ""}, 0, []string{"imagenet-c\n", "imagenet-r\n"}, nil},
+		{[]string{"__complete", "corrupt", "--dataset", ""}, 0, []string{"cifar100\n"}, nil},
+		{[]string{"__complete", "serve", "--method", ""}, 0, []string{"subtta-m\n"}, nil},
 		{[]string{"serv"}, 2, nil, []string{`unknown command "serv"`, "Did you mean this?", "serve"}},
 		{[]string{"--versio"}, 2, nil, []string{"unknown flag: --versio"}},
 		// Flags after the arguments; "--" ends them.

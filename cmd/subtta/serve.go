@@ -156,6 +156,9 @@ func (o *serveOptions) command() *cobra.Command {
 	f.IntVar(&o.guard.Patience, "guard-patience", serve.DefaultGuardPatience, "collapse guard: bad batches in a row that reset a stream to the source weights")
 	f.Float64Var(&o.guard.MaxClassShare, "guard-max-class-share", 0, "collapse guard: reset a stream when one label takes more than this share (0 to 1) of its last --guard-window predictions (0: not checked)")
 	f.IntVar(&o.guard.Window, "guard-window", 0, "collapse guard: predictions --guard-max-class-share is taken over (0: five batches)")
+	c.RegisterFlagCompletionFunc("method", completeChoices(tta.Methods()...))
+	c.RegisterFlagCompletionFunc("dataset", completeChoices(append([]string{"cifar10", "cifar100", "imagenet"}, tta.PresetDatasets...)...))
+	c.RegisterFlagCompletionFunc("degraded", completeChoices(serve.DegradedRefuse, serve.DegradedFrozen))
 	return c
 }
 
