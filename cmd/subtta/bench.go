@@ -15,6 +15,7 @@ import (
 
 	"github.com/nlpodyssey/spago/ag"
 	smat "github.com/nlpodyssey/spago/mat"
+	"github.com/spf13/cobra"
 	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/clip"
@@ -33,26 +34,54 @@ var benchNames = []string{"forward", "backward", "subtta"}
 // benchViewMethods are the multi-view methods --only may name.
 var benchViewMethods = []string{"vte", "zero", "dmn", "sts"}
 
-func runBench(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench", "\n\nWith --precision bf16 or int8, the forward pass is timed in it too, beside fp32 in the same run (the ratio is printed).\n", stderr)
-	batch := fs.Int("batch-size", 64, "images per batch")
-	fs.IntVar(batch, "batch", 64, "same as --batch-size")
-	reps := fs.Int("reps", 5, "timed repetitions of each measurement (the median is reported)")
-	classes := fs.Int("classes", 1000, "classes of the random zero-shot head used by the SubTTA step")
-	only := fs.String("only", "", "comma-separated measurements to run, of forward, backward (forward+backward) and subtta (default all), or a multi-view method ("+strings.Join(benchViewMethods, ", ")+"): one image of its views per batch")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed repetitions to this file (go tool pprof)")
-	memProfile := fs.String("memprofile", "", "write a heap profile (allocations of every measurement) to this file at the end")
-	modelPath := fs.String("model", "", "the vision tower to time: default (the built-in model) or a checkpoint; without it ViT-B/32 with random weights")
-	modelConfig := fs.String("model-config", "", modelConfigHelp)
-	arch := fs.String("arch", "", archHelp)
-	precision := addPrecisionFlag(fs)
-	device := deviceFlag(fs)
-	release, err := parseOnDevice(fs, device, args, stderr)
+// benchOptions are the flags of bench.
+type benchOptions struct {
+	batch, reps, classes   int
+	only                   string
+	cpuProfile, memProfile string
+	model                  modelOptions
+	precision              precisionFlag
+	device                 deviceOptions
+
+	stdout, stderr io.Writer
+}
+
+// newBenchCmd is `subtta bench`.
+func newBenchCmd(stdout, stderr io.Writer) *cobra.Command {
+	const summary = "images/s of the ViT-B/32 vision tower, forward and forward+backward"
+	o := &benchOptions{stdout: stdout, stderr: stderr}
+	c := &cobra.Command{
+		Use:   "bench",
+		Short: summary,
+		Long:  summary + "\n\nWith --precision bf16 or int8, the forward pass is timed in it too, beside fp32 in the same run (the ratio is printed).",
+		RunE:  func(cmd *cobra.Command, args []string) error { return o.run(args) },
+	}
+	f := c.Flags()
+	f.IntVar(&o.batch, "batch-size", 64, "images per batch")
+	f.IntVar(&o.batch, "batch", 64, "same as --batch-size")
+	f.IntVar(&o.reps, "reps", 5, "timed repetitions of each measurement (the median is reported)")
+	f.IntVar(&o.classes, "classes", 1000, "classes of the random zero-shot head used by the SubTTA step")
+	f.StringVar(&o.only, "only", "", "comma-separated measurements to run, of forward, backward (forward+backward) and subtta (default all), or a multi-view method ("+strings.Join(benchViewMethods, ", ")+"): one image of its views per batch")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed repetitions to this file (go tool pprof)")
+	f.StringVar(&o.memProfile, "memprofile", "", "write a heap profile (allocations of every measurement) to this file at the end")
+	addModelFlags(f, &o.model, "the vision tower to time: default (the built-in model) or a checkpoint; without it ViT-B/32 with random weights", false)
+	o.precision = addPrecisionFlag(f)
+	addDeviceFlags(f, &o.device)
+	c.RegisterFlagCompletionFunc("only", completeList(func() []string { return append(slices.Clone(benchNames), benchViewMethods...) }))
+	return c
+}
+
+// run times the measurements.
+func (o *benchOptions) run(args []string) error {
+	if len(args) > 0 {
+		return usagef("unexpected argument %q", args[0])
+	}
+	release, err := o.device.use(*o.precision.name, o.stderr)
 	if err != nil {
 		return err
 	}
 	defer release()
-	choice, err := precision.choose(*device.name)
+	choice, err := o.precision.choose(o.device.name)
 	if err != nil {
 		return err
 	}
@@ -60,32 +89,32 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"batch-size", *batch}, {"reps", *reps}, {"classes", *classes}} {
+	}{{"batch-size", o.batch}, {"reps", o.reps}, {"classes", o.classes}} {
 		if f.v < 1 {
 			return usagef("--%s %d: must be positive", f.name, f.v)
 		}
 	}
 	selected := map[string]bool{}
-	for _, name := range splitList(*only) {
+	for _, name := range splitList(o.only) {
 		if !slices.Contains(benchNames, name) && !slices.Contains(benchViewMethods, name) {
 			return usagef("--only: unknown measurement %q (want %s)", name, strings.Join(append(slices.Clone(benchNames), benchViewMethods...), ", "))
 		}
 		selected[name] = true
 	}
-	if *memProfile != "" {
+	if o.memProfile != "" {
 		runtime.MemProfileRate = 64 << 10
 	}
-	name, cfg, m, err := benchModel(*modelPath, *modelConfig, *arch, stderr)
+	name, cfg, m, err := benchModel(o.model.model, o.model.modelConfig, o.model.arch, o.stderr)
 	if err != nil {
 		return err
 	}
-	cases, err := benchCases(cfg, m, *batch, *classes, prec)
+	cases, err := benchCases(cfg, m, o.batch, o.classes, prec)
 	if err != nil {
 		return err
 	}
 	for _, name := range benchViewMethods {
 		if selected[name] {
-			c, err := benchViewCase(name, cfg, m, *classes)
+			c, err := benchViewCase(name, cfg, m, o.classes)
 			if err != nil {
 				return err
 			}
@@ -101,13 +130,13 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	if dev != nil {
 		where = "on " + dev.Name()
 	}
-	fmt.Fprintf(stdout, "%s, batch %d, %s\n", name, *batch, where)
+	fmt.Fprintf(o.stdout, "%s, batch %d, %s\n", name, o.batch, where)
 	profiling := false
 	startProfile := func() error {
-		if *cpuProfile == "" || profiling {
+		if o.cpuProfile == "" || profiling {
 			return nil
 		}
-		f, err := os.Create(*cpuProfile)
+		f, err := os.Create(o.cpuProfile)
 		if err != nil {
 			return err
 		}
@@ -125,7 +154,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		if len(selected) > 0 && !selected[b.key] {
 			continue
 		}
-		images := *batch
+		images := o.batch
 		if b.images > 0 {
 			images = b.images
 		}
@@ -150,7 +179,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		samples := make([][]benchSample, len(group))
-		for range *reps {
+		for range o.reps {
 			for j, c := range group {
 				x, err := c.sample(dev != nil)
 				if err != nil {
@@ -160,19 +189,19 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 			}
 		}
 		for j, c := range group {
-			c.report(stdout, images, samples[j], dev != nil)
+			c.report(o.stdout, images, samples[j], dev != nil)
 		}
 		if twin != nil {
-			ratios := make([]float64, *reps)
+			ratios := make([]float64, o.reps)
 			for r := range ratios {
 				ratios[r] = samples[0][r].seconds / samples[1][r].seconds
 			}
-			fmt.Fprintf(stdout, "%-40s = %.2f× the fp32 forward pass above (median of %d ratios of passes timed back to back; GFLOP/s counts the same products as fp32)\n", "", median(ratios), len(ratios))
+			fmt.Fprintf(o.stdout, "%-40s = %.2f× the fp32 forward pass above (median of %d ratios of passes timed back to back; GFLOP/s counts the same products as fp32)\n", "", median(ratios), len(ratios))
 		}
 	}
-	fmt.Fprintf(stdout, "peak resident memory: %s\n", peakRSS())
-	if *memProfile != "" {
-		f, err := os.Create(*memProfile)
+	fmt.Fprintf(o.stdout, "peak resident memory: %s\n", peakRSS())
+	if o.memProfile != "" {
+		f, err := os.Create(o.memProfile)
 		if err != nil {
 			return err
 		}

@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -19,6 +18,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/spf13/pflag"
 
 	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/builtin"
@@ -42,7 +43,7 @@ type bulkFlags struct {
 
 // addBulkFlags adds --images, --out and --batch-size (and, for embed,
 // --texts) to fs.
-func addBulkFlags(fs *flag.FlagSet, texts bool, outHelp string) *bulkFlags {
+func addBulkFlags(fs *pflag.FlagSet, texts bool, outHelp string) *bulkFlags {
 	b := &bulkFlags{
 		images: fs.String("images", "", "many images at once: a folder (searched recursively; a file's first folder is its label), a .tar or .tar.gz of class folders, or a list file (one image path a line, relative to the list's folder, optionally a tab and a label)"),
 		out:    fs.String("out", "", outHelp),

@@ -2,11 +2,12 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+
+	"github.com/spf13/pflag"
 
 	"github.com/subtta/subtta/internal/flagfile"
 	"github.com/subtta/subtta/report"
@@ -15,13 +16,13 @@ import (
 // A command with --config reads its flags from a file whose keys are its
 // long flag names (internal/flagfile), and --print-config writes the
 // flags it would run with in that form: file, command line and defaults.
-// configFlags adds both flags; parse reads the file, and prints.
+// configFlags adds both flags; readConfigFile reads the file, and prints.
 
-// errConfigPrinted is what parse returns once --print-config has printed
+// errConfigPrinted is what readConfigFile returns once --print-config has printed
 // the configuration: the command stops there, successfully.
 var errConfigPrinted = errors.New("configuration printed")
 
-// configFile is the value of a --config flag, and what parse needs to
+// configFile is the value of a --config flag, and what readConfigFile needs to
 // read the file and print the configuration.
 type configFile struct {
 	path   string
@@ -29,7 +30,7 @@ type configFile struct {
 	stdout io.Writer
 	opt    flagfile.Options
 	// own, if not nil, reports whether the command reads a file itself
-	// (eval's run.json), and the part of it that it reads: parse then
+	// (eval's run.json), and the part of it that it reads: readConfigFile then
 	// leaves it alone.
 	own func(contents []byte) (part []byte, ok bool)
 
@@ -49,20 +50,31 @@ func (c *configFile) Set(v string) error { c.path = v; return nil }
 // Type names the flag's value in help.
 func (c *configFile) Type() string { return "string" }
 
-// configFlags adds --config and --print-config to fs, the flag set of the
-// command name, whose configuration --print-config prints to stdout.
-func configFlags(fs *flag.FlagSet, name string, stdout io.Writer) *configFile {
-	c := &configFile{stdout: stdout, opt: flagfile.Options{Skip: []string{"config", "print-config"}},
-		own: func([]byte) ([]byte, bool) { return nil, false }}
-	fs.Var(c, "config", "YAML (or JSON) file of flags: keys are the long flag names (- or _), values as on the command line,\n"+
-		"lists for comma-separated or repeated flags, nested blocks for --set; flags given on the command line win")
-	c.print = fs.Bool("print-config", false, "print the configuration (--config, flags and defaults) as a --config file, and exit")
+// configFlags adds --config and --print-config to f, the flags of a
+// command whose configuration --print-config prints to stdout.
+func configFlags(f *pflag.FlagSet, stdout io.Writer) *configFile {
+	c := newConfigFile(stdout)
+	f.Var(c, "config", configHelp)
+	c.print = f.Bool("print-config", false, printConfigHelp)
 	return c
 }
 
+// newConfigFile is the value of a --config flag printing to stdout.
+func newConfigFile(stdout io.Writer) *configFile {
+	return &configFile{stdout: stdout, opt: flagfile.Options{Skip: []string{"config", "print-config"}},
+		own: func([]byte) ([]byte, bool) { return nil, false }}
+}
+
+// configHelp and printConfigHelp are the help of --config and --print-config.
+const (
+	configHelp = "YAML (or JSON) file of flags: keys are the long flag names (- or _), values as on the command line,\n" +
+		"lists for comma-separated or repeated flags, nested blocks for --set; flags given on the command line win"
+	printConfigHelp = "print the configuration (--config, flags and defaults) as a --config file, and exit"
+)
+
 // read applies the --config file (if any) to fs, then with --print-config
 // prints fs's configuration and returns errConfigPrinted.
-func (c *configFile) read(fs *flag.FlagSet) error {
+func (c *configFile) read(fs flagfile.FlagSet) error {
 	if c.path != "" {
 		b, err := os.ReadFile(c.path)
 		if err != nil {
@@ -76,7 +88,7 @@ func (c *configFile) read(fs *flag.FlagSet) error {
 		} else {
 			values, err := flagfile.Parse(b)
 			if err == nil {
-				err = flagfile.Apply(flagfile.GoFlags(fs), values, c.opt)
+				err = flagfile.Apply(fs, values, c.opt)
 			}
 			if err != nil {
 				return usagef("config %s: %v", c.path, err)
@@ -91,7 +103,7 @@ func (c *configFile) read(fs *flag.FlagSet) error {
 	}
 	header := fmt.Sprintf("subtta %s: the flags it runs with (--config, command line, defaults); run it with\n"+
 		"subtta %s --config FILE. A key left out, or set to its flag's default, keeps the default.", fs.Name(), fs.Name())
-	if err := flagfile.Write(c.stdout, flagfile.GoFlags(fs), header, c.opt); err != nil {
+	if err := flagfile.Write(c.stdout, fs, header, c.opt); err != nil {
 		return fmt.Errorf("--print-config: %w", err)
 	}
 	return errConfigPrinted
@@ -107,20 +119,25 @@ func (c *configFile) command(name string, args []string) *report.Command {
 	return cmd
 }
 
-// readConfigFile is parse's last step: the --config file of fs, if the
-// command has that flag (configFlags).
-func readConfigFile(fs *flag.FlagSet) error {
-	f := fs.Lookup("config")
-	if f == nil {
-		return nil
+// readConfigFile reads the --config file of fs, if the command has that
+// flag (configFlags): wrapCommand calls it once the flags are parsed.
+func readConfigFile(fs *pflag.FlagSet) error {
+	if f := fs.Lookup("config"); f != nil {
+		if c, ok := f.Value.(*configFile); ok {
+			return c.read(flagfile.PFlags(fs))
+		}
 	}
-	c, ok := f.Value.(*configFile)
-	if !ok {
-		return nil
-	}
-	return c.read(fs)
+	return nil
 }
 
 // Get returns the values, as flag.Getter: a config file gives a
 // repeatable flag a list (internal/flagfile).
 func (s *stringList) Get() any { return []string(*s) }
+
+// Append, Replace and GetSlice make a stringList a pflag.SliceValue,
+// which a config file gives a list as well.
+func (s *stringList) Append(v string) error { *s = append(*s, v); return nil }
+
+func (s *stringList) Replace(v []string) error { *s = append((*s)[:0], v...); return nil }
+
+func (s *stringList) GetSlice() []string { return []string(*s) }

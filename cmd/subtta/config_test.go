@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -11,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"sigs.k8s.io/yaml"
 
@@ -26,45 +24,63 @@ var configCommands = []string{"eval", "serve", "train", "embed", "classify"}
 
 // otherValue is a value of f other than its default, as a config file
 // holds it and as command-line arguments.
-func otherValue(t *testing.T, f *flag.Flag) (file any, args []string) {
+func otherValue(t *testing.T, f flagfile.Flag) (file any, args []string) {
 	flagArg := func(v string) []string { return []string{"--" + f.Name + "=" + v} }
-	if _, ok := f.Value.(*flagfile.KeyValues); ok {
+	switch f.Kind {
+	case flagfile.Map:
 		return map[string]any{"m": map[string]any{"k": "v"}, "n.k2": 3},
 			[]string{"--" + f.Name, "m.k=v", "--" + f.Name, "n.k2=3"}
-	}
-	g, ok := f.Value.(flag.Getter)
-	if !ok {
-		t.Fatalf("--%s: %T is not a flag.Getter", f.Name, f.Value)
-	}
-	switch v := g.Get().(type) {
-	case bool:
-		return !v, flagArg(fmt.Sprint(!v))
-	case int, int64, uint, uint64:
+	case flagfile.Bool:
+		v := !f.Value.(bool)
+		return v, flagArg(fmt.Sprint(v))
+	case flagfile.Int, flagfile.Uint:
 		n := 7
 		if f.DefValue == "7" {
 			n = 8
 		}
 		return n, flagArg(fmt.Sprint(n))
-	case float64:
+	case flagfile.Float:
 		return 0.25, flagArg("0.25")
-	case time.Duration:
+	case flagfile.Duration:
 		return "3s", flagArg("3s")
-	case string:
+	case flagfile.String:
 		return "x-" + f.Name, flagArg("x-" + f.Name)
-	case []string:
+	case flagfile.List:
 		return []any{"a {}", "b, c"}, []string{"--" + f.Name, "a {}", "--" + f.Name, "b, c"}
 	}
-	t.Fatalf("--%s: no test value for %T", f.Name, g.Get())
+	t.Fatalf("--%s: no test value for kind %v", f.Name, f.Kind)
 	return nil, nil
 }
 
+// configurable is a new flag set of the command name, and parse, which
+// reads a command line into it as the command does, its --config file
+// included.
+func configurable(t *testing.T, name string) (fs flagfile.FlagSet, parseArgs func([]string) error) {
+	newCmd, ok := commands[name]
+	if !ok {
+		t.Fatalf("no command %s", name)
+	}
+	f := newCmd(io.Discard, io.Discard).Flags()
+	return flagfile.PFlags(f), func(args []string) error {
+		if err := f.Parse(args); err != nil {
+			return err
+		}
+		return readConfigFile(f)
+	}
+}
+
 // flagState is every flag's value, and the names of those set.
-func flagState(fs *flag.FlagSet) (values map[string]string, set []string) {
+func flagState(fs flagfile.FlagSet) (values map[string]string, set []string) {
 	values = map[string]string{}
-	fs.VisitAll(func(f *flag.Flag) { values[f.Name] = f.Value.String() })
-	fs.Visit(func(f *flag.Flag) { set = append(set, f.Name) })
+	fs.VisitAll(func(f flagfile.Flag) {
+		values[f.Name] = fmt.Sprint(f.Value)
+		if fs.Changed(f.Name) {
+			set = append(set, f.Name)
+		}
+	})
 	delete(values, "config")
 	set = slices.DeleteFunc(set, func(n string) bool { return n == "config" })
+	slices.Sort(set)
 	return values, set
 }
 
@@ -75,15 +91,18 @@ func flagState(fs *flag.FlagSet) (values map[string]string, set []string) {
 func TestConfigEveryFlag(t *testing.T) {
 	for _, name := range configCommands {
 		t.Run(name, func(t *testing.T) {
-			fromFile, _ := describe(commands[name].run)
-			fromArgs, _ := describe(commands[name].run)
-			if fromFile == nil || fromFile.Lookup("config") == nil || fromFile.Lookup("print-config") == nil {
-				t.Fatalf("%s has no --config and --print-config", name)
+			fromFile, parseFile := configurable(t, name)
+			fromArgs, parseArgs := configurable(t, name)
+			if _, ok := fromFile.Lookup("config"); !ok {
+				t.Fatalf("%s has no --config", name)
+			}
+			if _, ok := fromFile.Lookup("print-config"); !ok {
+				t.Fatalf("%s has no --print-config", name)
 			}
 			file := map[string]any{}
 			var args []string
 			i := 0
-			fromFile.VisitAll(func(f *flag.Flag) {
+			fromFile.VisitAll(func(f flagfile.Flag) {
 				if f.Name == "config" || f.Name == "print-config" {
 					return // the file's own flags
 				}
@@ -102,10 +121,10 @@ func TestConfigEveryFlag(t *testing.T) {
 			}
 			path := filepath.Join(t.TempDir(), "every.yaml")
 			os.WriteFile(path, b, 0o644)
-			if err := parse(fromFile, []string{"--config", path}); err != nil {
+			if err := parseFile([]string{"--config", path}); err != nil {
 				t.Fatalf("%v\n%s", err, b)
 			}
-			if err := parse(fromArgs, args); err != nil {
+			if err := parseArgs(args); err != nil {
 				t.Fatalf("%q: %v", args, err)
 			}
 			gotV, gotSet := flagState(fromFile)
@@ -114,7 +133,7 @@ func TestConfigEveryFlag(t *testing.T) {
 				if gotV[n] != want {
 					t.Errorf("--%s from the file %q, from the command line %q", n, gotV[n], want)
 				}
-				if f := fromArgs.Lookup(n); n != "print-config" && want == f.DefValue {
+				if f, _ := fromArgs.Lookup(n); n != "print-config" && want == f.DefValue {
 					t.Errorf("--%s: the test value %q is the default", n, want)
 				}
 			}
@@ -227,8 +246,11 @@ quiet: true
 	// --frost.
 	opts := filepath.Join(dir, "options.yaml")
 	os.WriteFile(opts, []byte("methods: [tent]\nmethod_options: {tent: {lr: 0.0005}}\nfrost_dir: overlays\n"), 0o644)
-	fs, _ := describe(runEval)
-	if err := parse(fs, []string{"--config", opts}); err != nil {
+	fs := newEvalCmd(io.Discard, io.Discard).Flags()
+	if err := fs.Parse([]string{"--config", opts}); err != nil {
+		t.Fatal(err)
+	}
+	if err := readConfigFile(fs); err != nil {
 		t.Fatal(err)
 	}
 	if got := fs.Lookup("set").Value.String(); got != "tent.lr=0.0005" {

@@ -9,23 +9,45 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/subtta/subtta/weights"
 )
 
-func runConvert(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("convert", "SRC DST", stderr)
-	dtype := fs.String("dtype", "f32", "storage type of float tensors: f32, f16, bf16, or int8 (the weights --precision int8 quantises stored as it quantises them, per output channel with float32 scales; every other tensor f32)")
-	zstd := fs.Bool("zstd", false, "compress with zstd (implied by a DST ending in .zst)")
-	modelConfig := fs.String("model-config", "", strings.Replace(modelConfigHelp, "--model", "SRC", 1))
-	arch := fs.String("arch", "", strings.Replace(archHelp, "--model", "SRC", 1))
-	if err := parse(fs, args); err != nil {
-		return err
+// convertOptions are the flags of convert.
+type convertOptions struct {
+	dtype             string
+	zstd              bool
+	modelConfig, arch string
+
+	stdout, stderr io.Writer
+}
+
+// newConvertCmd is `subtta convert SRC DST`.
+func newConvertCmd(stdout, stderr io.Writer) *cobra.Command {
+	o := &convertOptions{stdout: stdout, stderr: stderr}
+	c := &cobra.Command{
+		Use:   "convert SRC DST",
+		Short: "rewrite a checkpoint as OpenAI-named safetensors (fp16/bf16/int8, zstd)",
+		Long:  "rewrite a checkpoint as OpenAI-named safetensors (fp16/bf16/int8, zstd)",
+		RunE:  func(cmd *cobra.Command, args []string) error { return o.run(args) },
 	}
-	if fs.NArg() != 2 {
+	f := c.Flags()
+	f.StringVar(&o.dtype, "dtype", "f32", "storage type of float tensors: f32, f16, bf16, or int8 (the weights --precision int8 quantises stored as it quantises them, per output channel with float32 scales; every other tensor f32)")
+	f.BoolVar(&o.zstd, "zstd", false, "compress with zstd (implied by a DST ending in .zst)")
+	f.StringVar(&o.modelConfig, "model-config", "", strings.Replace(modelConfigHelp, "--model", "SRC", 1))
+	f.StringVar(&o.arch, "arch", "", strings.Replace(archHelp, "--model", "SRC", 1))
+	c.RegisterFlagCompletionFunc("dtype", cobra.FixedCompletions([]string{"f32", "f16", "bf16", "int8"}, cobra.ShellCompDirectiveNoFileComp))
+	return c
+}
+
+// run converts args[0] (SRC) into args[1] (DST).
+func (o *convertOptions) run(args []string) error {
+	if len(args) != 2 {
 		return usagef("want SRC and DST")
 	}
 	var dt weights.DType
-	switch strings.ToLower(*dtype) {
+	switch strings.ToLower(o.dtype) {
 	case "f32", "fp32", "float32":
 		dt = weights.F32
 	case "f16", "fp16", "float16":
@@ -35,40 +57,57 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	case "int8", "i8":
 		dt = weights.I8
 	default:
-		return usagef("--dtype %q: want f32, f16, bf16 or int8", *dtype)
+		return usagef("--dtype %q: want f32, f16, bf16 or int8", o.dtype)
 	}
-	c, err := modelArch(*modelConfig, *arch)
+	c, err := modelArch(o.modelConfig, o.arch)
 	if err != nil {
 		return err
 	}
-	cfg, err := weights.Convert(fs.Arg(0), fs.Arg(1), weights.ConvertOptions{DType: dt, Zstd: *zstd, Config: c})
+	cfg, err := weights.Convert(args[0], args[1], weights.ConvertOptions{DType: dt, Zstd: o.zstd, Config: c})
 	if err != nil {
 		return err
 	}
 	// An inferred configuration is not written (see weights.Convert), so
 	// that the output's readers warn too.
-	warnInferred(stderr, fs.Arg(0), cfg)
+	warnInferred(o.stderr, args[0], cfg)
 	stored := string(dt)
 	if dt == weights.I8 {
 		// Convert stores exactly these in int8.
 		stored = fmt.Sprintf("%d weight tensors quantised to int8 with per-channel scales, the rest F32", len(cfg.Int8Names()))
 	}
-	fmt.Fprintf(stdout, "wrote %s (%s; vision %d×%d, patch %d; text %d×%d; embed %d)\n", fs.Arg(1), stored,
+	fmt.Fprintf(o.stdout, "wrote %s (%s; vision %d×%d, patch %d; text %d×%d; embed %d)\n", args[1], stored,
 		cfg.Vision.Layers, cfg.Vision.Width, cfg.Vision.PatchSize, cfg.Text.Layers, cfg.Text.Width, cfg.EmbedDim)
 	return nil
 }
 
-func runPull(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("pull", "REPO", stderr)
-	files := fs.String("files", "config.json,model.safetensors,vocab.json,merges.txt", "comma-separated files to fetch")
-	cache := fs.String("cache", "", "cache directory (default $SUBTTA_CACHE or the user cache dir); a file already in the Hugging Face cache ($HF_HUB_CACHE, else ~/.cache/huggingface/hub) is used in place. $HF_ENDPOINT names a mirror, $HF_TOKEN the token of a gated repository")
-	if err := parse(fs, args); err != nil {
-		return err
+// pullOptions are the flags of pull.
+type pullOptions struct {
+	files, cache string
+
+	stdout, stderr io.Writer
+}
+
+// newPullCmd is `subtta pull REPO`.
+func newPullCmd(stdout, stderr io.Writer) *cobra.Command {
+	o := &pullOptions{stdout: stdout, stderr: stderr}
+	c := &cobra.Command{
+		Use:   "pull REPO",
+		Short: "download a Hugging Face checkpoint into the cache",
+		Long:  "download a Hugging Face checkpoint into the cache",
+		RunE:  func(cmd *cobra.Command, args []string) error { return o.run(args) },
 	}
-	if fs.NArg() != 1 {
+	f := c.Flags()
+	f.StringVar(&o.files, "files", "config.json,model.safetensors,vocab.json,merges.txt", "comma-separated files to fetch")
+	f.StringVar(&o.cache, "cache", "", "cache directory (default $SUBTTA_CACHE or the user cache dir); a file already in the Hugging Face cache ($HF_HUB_CACHE, else ~/.cache/huggingface/hub) is used in place. $HF_ENDPOINT names a mirror, $HF_TOKEN the token of a gated repository")
+	return c
+}
+
+// run downloads the files of the repository args[0].
+func (o *pullOptions) run(args []string) error {
+	if len(args) != 1 {
 		return usagef("want one repository, e.g. openai/clip-vit-base-patch32")
 	}
-	dir := *cache
+	dir := o.cache
 	if dir == "" {
 		var err error
 		if dir, err = cacheDir(); err != nil {
@@ -78,23 +117,23 @@ func runPull(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	var remote []weights.RemoteFile
-	for _, f := range strings.Split(*files, ",") {
+	for _, f := range strings.Split(o.files, ",") {
 		remote = append(remote, weights.RemoteFile{Name: f})
 	}
 	hub := weights.HubFromEnv()
-	lw := &lastByteWriter{w: stderr}
+	lw := &lastByteWriter{w: o.stderr}
 	hub.OnRetry = func(file string, err error, wait time.Duration) {
 		if lw.last != '\n' && lw.last != 0 {
 			fmt.Fprintln(lw) // end the progress line
 		}
 		fmt.Fprintf(lw, "%s; retrying in %.1f s\n", strings.TrimPrefix(err.Error(), "weights: pull "), wait.Seconds())
 	}
-	paths, err := hub.Pull(ctx, fs.Arg(0), remote, dir, progressPrinter(lw))
+	paths, err := hub.Pull(ctx, args[0], remote, dir, progressPrinter(lw))
 	if err != nil {
 		return err
 	}
 	for _, p := range paths {
-		fmt.Fprintln(stdout, p)
+		fmt.Fprintln(o.stdout, p)
 	}
 	return nil
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -10,86 +9,115 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/subtta/subtta/data"
 	"github.com/subtta/subtta/data/corrupt"
 	"github.com/subtta/subtta/eval"
 )
 
-func runCorrupt(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("corrupt", "", stderr)
-	dataset := fs.String("dataset", "", "clean dataset: cifar10, cifar100 or imagenet")
-	dataPath := fs.String("data", "", "cifar10/100: the binary version (.tar.gz or its folder) or an image folder (<class>/<image>, folder or .tar.gz); imagenet: a validation tree <wnid>/<image> (folder, .tar or .tar.gz)")
-	out := fs.String("out", "", "output folder: CIFAR-C layout (<corruption>.npy, labels.npy) or ImageNet-C layout (<corruption>/<severity>/<wnid>/<image>.JPEG)")
-	corrs := fs.String("corruptions", "all", "comma-separated corruptions, or all (the benchmark's 15)")
-	sevs := fs.String("severities", "1,2,3,4,5", "comma-separated severities (imagenet; a CIFAR-C file holds all five)")
-	seed := fs.Uint64("seed", 1, "random seed: image i of a corruption at a severity is the same for the same seed")
-	frost := fs.String("frost", "", "folder with frost1.png … frost5.jpg (default: $SUBTTA_FROST, else downloaded into the cache)")
-	limit := fs.Int("limit", 0, "write N clean images spread evenly over the dataset, so that every class of a class-ordered folder is kept (0: all)")
-	labels := fs.String("labels", "", "cifar10/100 image folder: the labels folder (cifar10_classes.txt, cifar100_classes.txt) that places its class folders; default: the sorted folder names, which must then be all 10 or 100")
-	subset := fs.String("subset", "", "imagenet: list of <wnid>/<file> to keep, in order (e.g. robustbench's imagenet_test_image_ids.txt)")
-	workers := fs.Int("workers", 0, "images corrupted at once (0: GOMAXPROCS)")
-	if err := parse(fs, args); err != nil {
-		return err
+// corruptOptions are the flags of corrupt.
+type corruptOptions struct {
+	dataset, dataPath, out string
+	corrs, sevs            string
+	seed                   uint64
+	frost                  string
+	limit                  int
+	labels, subset         string
+	workers                int
+
+	sevsGiven      bool // whether --severities was given
+	stdout, stderr io.Writer
+}
+
+// newCorruptCmd is `subtta corrupt`.
+func newCorruptCmd(stdout, stderr io.Writer) *cobra.Command {
+	o := &corruptOptions{stdout: stdout, stderr: stderr}
+	c := &cobra.Command{
+		Use:   "corrupt",
+		Short: "write CIFAR-10/100-C or ImageNet-C from a clean dataset",
+		Long:  "write CIFAR-10/100-C or ImageNet-C from a clean dataset",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.sevsGiven = cmd.Flags().Changed("severities")
+			return o.run(args)
+		},
 	}
+	f := c.Flags()
+	f.StringVar(&o.dataset, "dataset", "", "clean dataset: cifar10, cifar100 or imagenet")
+	f.StringVar(&o.dataPath, "data", "", "cifar10/100: the binary version (.tar.gz or its folder) or an image folder (<class>/<image>, folder or .tar.gz); imagenet: a validation tree <wnid>/<image> (folder, .tar or .tar.gz)")
+	f.StringVar(&o.out, "out", "", "output folder: CIFAR-C layout (<corruption>.npy, labels.npy) or ImageNet-C layout (<corruption>/<severity>/<wnid>/<image>.JPEG)")
+	f.StringVar(&o.corrs, "corruptions", "all", "comma-separated corruptions, or all (the benchmark's 15)")
+	f.StringVar(&o.sevs, "severities", "1,2,3,4,5", "comma-separated severities (imagenet; a CIFAR-C file holds all five)")
+	f.Uint64Var(&o.seed, "seed", 1, "random seed: image i of a corruption at a severity is the same for the same seed")
+	f.StringVar(&o.frost, "frost", "", "folder with frost1.png … frost5.jpg (default: $SUBTTA_FROST, else downloaded into the cache)")
+	f.IntVar(&o.limit, "limit", 0, "write N clean images spread evenly over the dataset, so that every class of a class-ordered folder is kept (0: all)")
+	f.StringVar(&o.labels, "labels", "", "cifar10/100 image folder: the labels folder (cifar10_classes.txt, cifar100_classes.txt) that places its class folders; default: the sorted folder names, which must then be all 10 or 100")
+	f.StringVar(&o.subset, "subset", "", "imagenet: list of <wnid>/<file> to keep, in order (e.g. robustbench's imagenet_test_image_ids.txt)")
+	f.IntVar(&o.workers, "workers", 0, "images corrupted at once (0: GOMAXPROCS)")
+	c.RegisterFlagCompletionFunc("dataset", completeChoices("cifar10", "cifar100", "imagenet"))
+	c.RegisterFlagCompletionFunc("corruptions", completeCorruptions)
+	return c
+}
+
+// run writes the corrupted dataset.
+func (o *corruptOptions) run(args []string) error {
 	switch {
-	case fs.NArg() > 0:
-		return usagef("unexpected argument %q", fs.Arg(0))
-	case *dataset != "cifar10" && *dataset != "cifar100" && *dataset != "imagenet":
-		return usagef("--dataset must be cifar10, cifar100 or imagenet, not %q", *dataset)
-	case *dataPath == "":
-		return usagef("--data is required (the clean %s)", *dataset)
-	case *out == "":
+	case len(args) > 0:
+		return usagef("unexpected argument %q", args[0])
+	case o.dataset != "cifar10" && o.dataset != "cifar100" && o.dataset != "imagenet":
+		return usagef("--dataset must be cifar10, cifar100 or imagenet, not %q", o.dataset)
+	case o.dataPath == "":
+		return usagef("--data is required (the clean %s)", o.dataset)
+	case o.out == "":
 		return usagef("--out is required (the folder to write)")
-	case *limit < 0:
-		return usagef("--limit %d: must be 0 (all) or positive", *limit)
-	case *workers < 0:
-		return usagef("--workers %d: must be 0 (GOMAXPROCS) or positive", *workers)
+	case o.limit < 0:
+		return usagef("--limit %d: must be 0 (all) or positive", o.limit)
+	case o.workers < 0:
+		return usagef("--workers %d: must be 0 (GOMAXPROCS) or positive", o.workers)
 	}
-	names, err := parseCorruptions(*corrs)
+	names, err := parseCorruptions(o.corrs)
 	if err != nil {
 		return err
 	}
-	severities, err := parseSeverities(*sevs)
+	severities, err := parseSeverities(o.sevs)
 	if err != nil {
 		return err
 	}
-	isCIFAR := *dataset != "imagenet"
+	isCIFAR := o.dataset != "imagenet"
 	if isCIFAR {
-		set := false
-		fs.Visit(func(f *flag.Flag) { set = set || f.Name == "severities" })
-		if set && len(severities) != data.Severities {
+		if o.sevsGiven && len(severities) != data.Severities {
 			return usagef("--severities: a CIFAR-C file holds all five severities; leave the flag out")
 		}
-		if *subset != "" {
+		if o.subset != "" {
 			return usagef("--subset applies to imagenet only")
 		}
-	} else if *labels != "" {
+	} else if o.labels != "" {
 		return usagef("--labels applies to CIFAR image folders only")
 	}
 
-	if _, err := os.Stat(*dataPath); err != nil {
+	if _, err := os.Stat(o.dataPath); err != nil {
 		return fmt.Errorf("--data: %w", err)
 	}
 	var clean data.Dataset
 	if isCIFAR {
-		clean, err = openCleanCIFAR(*dataset, *dataPath, *labels)
+		clean, err = openCleanCIFAR(o.dataset, o.dataPath, o.labels)
 	} else {
-		clean, err = data.OpenImageNetFolder(*dataPath, data.ImageNetOptions{SubsetList: *subset})
+		clean, err = data.OpenImageNetFolder(o.dataPath, data.ImageNetOptions{SubsetList: o.subset})
 	}
 	if err != nil {
 		return err
 	}
 	defer clean.Close()
 	name := clean.Name()
-	clean = data.Spread(clean, *limit)
+	clean = data.Spread(clean, o.limit)
 
-	source, err := cleanSource(*dataset, *dataPath, *subset, *labels)
+	source, err := cleanSource(o.dataset, o.dataPath, o.subset, o.labels)
 	if err != nil {
 		return err
 	}
-	opts := data.WriteOptions{Seed: *seed, Workers: *workers, Source: source}
+	opts := data.WriteOptions{Seed: o.seed, Workers: o.workers, Source: source}
 	if slices.Contains(names, "frost") {
-		if opts.FrostDir, err = frostDir(*frost, stderr); err != nil {
+		if opts.FrostDir, err = frostDir(o.frost, o.stderr); err != nil {
 			return err
 		}
 	}
@@ -106,7 +134,7 @@ func runCorrupt(args []string, stdout, stderr io.Writer) error {
 		if toWrite < 0 {
 			toWrite = total
 			if total > 0 {
-				bar = newProgress(stderr, "corrupt "+name, total)
+				bar = newProgress(o.stderr, "corrupt "+name, total)
 			}
 		}
 		if bar != nil && done > last {
@@ -116,9 +144,9 @@ func runCorrupt(args []string, stdout, stderr io.Writer) error {
 	}
 	start := time.Now()
 	if isCIFAR {
-		err = data.WriteCIFARC(*out, clean, names, opts)
+		err = data.WriteCIFARC(o.out, clean, names, opts)
 	} else {
-		err = data.WriteImageNetC(*out, clean, names, severities, opts)
+		err = data.WriteImageNetC(o.out, clean, names, severities, opts)
 	}
 	if bar != nil {
 		bar.Done()
@@ -129,15 +157,15 @@ func runCorrupt(args []string, stdout, stderr io.Writer) error {
 	el := time.Since(start)
 	shape := fmt.Sprintf("%d corruptions × %d severities × %d images", len(names), len(severities), n)
 	if toWrite <= 0 {
-		fmt.Fprintf(stdout, "nothing to write: the %d corrupted images of %s (%s) are already in %s\n", planned, name, shape, *out)
+		fmt.Fprintf(o.stdout, "nothing to write: the %d corrupted images of %s (%s) are already in %s\n", planned, name, shape, o.out)
 		return nil
 	}
 	skipped := ""
 	if planned > toWrite {
 		skipped = fmt.Sprintf("; %d were already there", planned-toWrite)
 	}
-	fmt.Fprintf(stdout, "wrote %d corrupted images of %s (%s%s) to %s in %s, %.1f img/s\n",
-		toWrite, name, shape, skipped, *out, el.Round(time.Millisecond), float64(toWrite)/max(el.Seconds(), 1e-9))
+	fmt.Fprintf(o.stdout, "wrote %d corrupted images of %s (%s%s) to %s in %s, %.1f img/s\n",
+		toWrite, name, shape, skipped, o.out, el.Round(time.Millisecond), float64(toWrite)/max(el.Seconds(), 1e-9))
 	return nil
 }
 

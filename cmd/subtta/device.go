@@ -1,45 +1,48 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
+
+	"github.com/spf13/pflag"
 
 	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/gpu"
 )
 
-// deviceFlags are the values of --device and --tf32.
-type deviceFlags struct {
-	name *string
-	tf32 *bool
+// deviceOptions are the values of --device and --tf32 (addDeviceFlags).
+type deviceOptions struct {
+	name string
+	tf32 bool
 }
 
-// deviceFlag adds --device and --tf32 to fs.
-func deviceFlag(fs *flag.FlagSet) deviceFlags {
-	return deviceFlags{
-		name: fs.String("device", "cpu", "where the model runs: cpu, or cuda (an NVIDIA GPU, in a binary built with -tags cuda; docs/gpu.md)"),
-		tf32: fs.Bool("tf32", false, "with --device cuda: let cuBLAS use TF32 tensor cores (faster, about 1e-3 relative instead of float32's 1e-7)"),
-	}
+// addDeviceFlags adds --device and --tf32 to f.
+func addDeviceFlags(f *pflag.FlagSet, o *deviceOptions) {
+	f.StringVar(&o.name, "device", "cpu", deviceHelp)
+	f.BoolVar(&o.tf32, "tf32", false, tf32Help)
 }
 
-// parseOnDevice parses args and opens the device that fs's --device flag
-// (device) names; release gives it back.
-func parseOnDevice(fs *flag.FlagSet, device deviceFlags, args []string, stderr io.Writer) (release func(), err error) {
-	if err := parse(fs, args); err != nil {
-		return nil, err
-	}
-	opt := gpu.Options{TF32: *device.tf32}
-	if f := fs.Lookup("precision"); f != nil && *device.name == "cuda" {
-		// tf32, bf16 and fp16 are the GPU's products (parsePrecision).
-		if p, err := gpu.ParsePrecision(f.Value.String()); err == nil {
+// deviceHelp and tf32Help are the help of --device and --tf32.
+const (
+	deviceHelp = "where the model runs: cpu, or cuda (an NVIDIA GPU, in a binary built with -tags cuda; docs/gpu.md)"
+	tf32Help   = "with --device cuda: let cuBLAS use TF32 tensor cores (faster, about 1e-3 relative instead of float32's 1e-7)"
+)
+
+// use opens the device the flags name (useDevice); release gives it back.
+// precision is the command's --precision ("fp32" for a command without
+// it): with --device cuda, tf32, bf16 and fp16 are the arithmetic of the
+// GPU's products (precisionFlag.choose keeps the model float32 then).
+func (o *deviceOptions) use(precision string, stderr io.Writer) (release func(), err error) {
+	opt := gpu.Options{TF32: o.tf32}
+	if o.name == "cuda" {
+		if p, err := gpu.ParsePrecision(precision); err == nil {
 			opt.Precision = p
 		}
 		if opt.TF32 && opt.Precision != gpu.FP32 && opt.Precision != gpu.TF32 {
 			return nil, usagef("--tf32 with --precision %s: give one of them", opt.Precision)
 		}
 	}
-	return useDevice(*device.name, opt, stderr)
+	return useDevice(o.name, opt, stderr)
 }
 
 // useDevice puts the model on the --device value: nothing to do for cpu;

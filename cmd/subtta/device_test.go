@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
+
 	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/gpu"
 )
@@ -48,9 +50,11 @@ func TestDeviceFlag(t *testing.T) {
 // arrives as a panic) is reported as that error, without the words of an
 // internal error.
 func TestDeviceErrorIsNotABug(t *testing.T) {
-	commands["failing-device"] = command{"", func([]string, io.Writer, io.Writer) error {
-		panic(&autograd.DeviceError{Device: "GPU 0", Err: errors.New("gpu: cudaMalloc: cudaErrorMemoryAllocation (2)")})
-	}}
+	commands["failing-device"] = func(io.Writer, io.Writer) *cobra.Command {
+		return &cobra.Command{Use: "failing-device", Short: "a device that fails", RunE: func(*cobra.Command, []string) error {
+			panic(&autograd.DeviceError{Device: "GPU 0", Err: errors.New("gpu: cudaMalloc: cudaErrorMemoryAllocation (2)")})
+		}}
+	}
 	defer delete(commands, "failing-device")
 	var out, errb bytes.Buffer
 	st := run([]string{"failing-device"}, &out, &errb)

@@ -1,13 +1,14 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"math"
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/spf13/cobra"
 
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/data"
@@ -40,46 +41,68 @@ func preprocessImages(pre *data.Preprocessor, paths []string) ([]float32, error)
 	return px, nil
 }
 
-func runEmbed(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("embed", "", stderr)
-	configFlags(fs, "embed", stdout)
-	bulk := addBulkFlags(fs, true, "with --images or --texts: the folder for images.npy (float32, one row per image), images.jsonl (its path, label and content digest), texts.npy and texts.jsonl; an interrupted run resumes there")
-	model := fs.String("model", "", modelFlagHelp)
-	modelConfig := fs.String("model-config", "", modelConfigHelp)
-	arch := fs.String("arch", "", archHelp)
-	vocab := fs.String("vocab", "", "CLIP vocabulary (see subtta tokenize -h)")
-	normalize := fs.Bool("normalize", false, "L2-normalise the features")
-	var images, texts stringList
-	fs.Var(&images, "image", "image file (repeatable)")
-	fs.Var(&texts, "text", "text (repeatable)")
-	precision := addPrecisionFlag(fs)
-	device := deviceFlag(fs)
-	release, err := parseOnDevice(fs, device, args, stderr)
+// embedOptions are the flags of embed.
+type embedOptions struct {
+	model         modelOptions
+	normalize     bool
+	images, texts stringList
+	bulk          *bulkFlags
+	precision     precisionFlag
+	device        deviceOptions
+
+	stdout, stderr io.Writer
+}
+
+// newEmbedCmd is `subtta embed`.
+func newEmbedCmd(stdout, stderr io.Writer) *cobra.Command {
+	const summary = "image and text features of a model (JSON)"
+	o := &embedOptions{stdout: stdout, stderr: stderr}
+	c := &cobra.Command{
+		Use:   "embed",
+		Short: summary,
+		Long:  summary,
+		RunE:  func(cmd *cobra.Command, args []string) error { return o.run(args) },
+	}
+	f := c.Flags()
+	configFlags(f, stdout)
+	o.bulk = addBulkFlags(f, true, "with --images or --texts: the folder for images.npy (float32, one row per image), images.jsonl (its path, label and content digest), texts.npy and texts.jsonl; an interrupted run resumes there")
+	addModelFlags(f, &o.model, "", true)
+	f.BoolVar(&o.normalize, "normalize", false, "L2-normalise the features")
+	f.Var(&o.images, "image", "image file (repeatable)")
+	f.Var(&o.texts, "text", "text (repeatable)")
+	o.precision = addPrecisionFlag(f)
+	addDeviceFlags(f, &o.device)
+	return c
+}
+
+// run runs the command with the positional arguments args.
+func (o *embedOptions) run(args []string) error {
+	release, err := o.device.use(*o.precision.name, o.stderr)
 	if err != nil {
 		return err
 	}
 	defer release()
-	if bulk.given() {
-		if err := bulk.check("a folder"); err != nil {
+	if o.bulk.given() {
+		if err := o.bulk.check("a folder"); err != nil {
 			return err
 		}
-		if len(images)+len(texts) > 0 || fs.NArg() > 0 {
+		if len(o.images)+len(o.texts) > 0 || len(args) > 0 {
 			return usagef("give --image/--text or --images/--texts, not both")
 		}
-	} else if len(images)+len(texts) == 0 || fs.NArg() > 0 {
+	} else if len(o.images)+len(o.texts) == 0 || len(args) > 0 {
 		return usagef("give --image FILE and/or --text TEXT (repeatable), or --images and/or --texts with --out")
 	}
-	prec, err := precision.choose(*device.name)
+	prec, err := o.precision.choose(o.device.name)
 	if err != nil {
 		return err
 	}
-	b, err := openModel(*model, *modelConfig, *arch, *vocab, prec.Precision, stderr)
+	b, err := o.model.open(prec.Precision, o.stderr)
 	if err != nil {
 		return err
 	}
 	m := b.Model
-	if bulk.given() {
-		return bulkEmbed(bulk, b, *model, prec, *normalize, stdout, stderr)
+	if o.bulk.given() {
+		return bulkEmbed(o.bulk, b, o.model.model, prec, o.normalize, o.stdout, o.stderr)
 	}
 	type feature struct {
 		Image    string    `json:"image,omitempty"`
@@ -87,26 +110,26 @@ func runEmbed(args []string, stdout, stderr io.Writer) error {
 		Features []float64 `json:"features"`
 	}
 	var out []feature
-	if len(images) > 0 {
-		px, err := preprocessImages(b.Preprocessor, images)
+	if len(o.images) > 0 {
+		px, err := preprocessImages(b.Preprocessor, o.images)
 		if err != nil {
 			return err
 		}
-		f, err := m.EncodeImage(px, len(images))
+		f, err := m.EncodeImage(px, len(o.images))
 		if err != nil {
 			return err
 		}
-		for i, row := range rows(f.Value().Data().F64(), len(images), *normalize) {
-			out = append(out, feature{Image: images[i], Features: row})
+		for i, row := range rows(f.Value().Data().F64(), len(o.images), o.normalize) {
+			out = append(out, feature{Image: o.images[i], Features: row})
 		}
 	}
-	if len(texts) > 0 {
+	if len(o.texts) > 0 {
 		tok, err := b.Tokenizer()
 		if err != nil {
 			return err
 		}
-		ids := make([][]int, len(texts))
-		for i, t := range texts {
+		ids := make([][]int, len(o.texts))
+		for i, t := range o.texts {
 			if ids[i], err = tok.Tokenize(t, m.Config.Text.ContextLength, true); err != nil {
 				return err
 			}
@@ -115,11 +138,11 @@ func runEmbed(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		for i, row := range rows(f.Value().Data().F64(), len(texts), *normalize) {
-			out = append(out, feature{Text: texts[i], Features: row})
+		for i, row := range rows(f.Value().Data().F64(), len(o.texts), o.normalize) {
+			out = append(out, feature{Text: o.texts[i], Features: row})
 		}
 	}
-	return writeJSON(stdout, out)
+	return writeJSON(o.stdout, out)
 }
 
 // rows splits a row-major matrix, optionally L2-normalising each row.
@@ -145,40 +168,68 @@ func rows(v []float64, n int, normalize bool) [][]float64 {
 	return out
 }
 
-func runClassify(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("classify", "IMAGE...", stderr)
-	configFlags(fs, "classify", stdout)
-	bulk := addBulkFlags(fs, false, "with --images: the .csv (path, label, prediction, probability, a column per class) or .jsonl file to write")
-	model := fs.String("model", "", modelFlagHelp)
-	modelConfig := fs.String("model-config", "", modelConfigHelp)
-	arch := fs.String("arch", "", archHelp)
-	vocab := fs.String("vocab", "", "CLIP vocabulary (see subtta tokenize -h)")
-	labels := fs.String("labels", "", `comma-separated labels, e.g. "a diagram,a dog,a cat" (default: those the model records, as train's models do; with the built-in model CIFAR-10's classes)`)
-	template := fs.String("template", "", `prompt template; {} is replaced by each label (e.g. "a photo of a {}."; default "{}", or with the built-in model the 18 CIFAR-10 templates, averaged)`)
-	jsonOut := fs.Bool("json", false, "print JSON instead of a table")
-	precision := addPrecisionFlag(fs)
-	device := deviceFlag(fs)
-	release, err := parseOnDevice(fs, device, args, stderr)
+// classifyOptions are the flags of classify.
+type classifyOptions struct {
+	model       modelOptions
+	labels      string
+	template    string
+	jsonOut     bool
+	bulk        *bulkFlags
+	labelsGiven bool // whether --labels was given
+	precision   precisionFlag
+	device      deviceOptions
+
+	stdout, stderr io.Writer
+}
+
+// newClassifyCmd is `subtta classify IMAGE...`.
+func newClassifyCmd(stdout, stderr io.Writer) *cobra.Command {
+	const summary = "zero-shot classification of images against labels"
+	o := &classifyOptions{stdout: stdout, stderr: stderr}
+	c := &cobra.Command{
+		Use:   "classify IMAGE...",
+		Short: summary,
+		Long:  summary,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.labelsGiven = cmd.Flags().Changed("labels")
+			return o.run(args)
+		},
+	}
+	f := c.Flags()
+	configFlags(f, stdout)
+	o.bulk = addBulkFlags(f, false, "with --images: the .csv (path, label, prediction, probability, a column per class) or .jsonl file to write")
+	addModelFlags(f, &o.model, "", true)
+	f.StringVar(&o.labels, "labels", "", `comma-separated labels, e.g. "a diagram,a dog,a cat" (default: those the model records, as train's models do; with the built-in model CIFAR-10's classes)`)
+	f.StringVar(&o.template, "template", "", `prompt template; {} is replaced by each label (e.g. "a photo of a {}."; default "{}", or with the built-in model the 18 CIFAR-10 templates, averaged)`)
+	f.BoolVar(&o.jsonOut, "json", false, "print JSON instead of a table")
+	o.precision = addPrecisionFlag(f)
+	addDeviceFlags(f, &o.device)
+	return c
+}
+
+// run runs the command with the positional arguments args.
+func (o *classifyOptions) run(args []string) error {
+	release, err := o.device.use(*o.precision.name, o.stderr)
 	if err != nil {
 		return err
 	}
 	defer release()
-	if bulk.given() {
-		if err := bulk.check("a .csv or .jsonl file"); err != nil {
+	if o.bulk.given() {
+		if err := o.bulk.check("a .csv or .jsonl file"); err != nil {
 			return err
 		}
-		if fs.NArg() > 0 {
+		if len(args) > 0 {
 			return usagef("give images as arguments or --images, not both")
 		}
-	} else if fs.NArg() == 0 {
+	} else if len(args) == 0 {
 		return usagef("give at least one image")
 	}
-	prec, err := precision.choose(*device.name)
+	prec, err := o.precision.choose(o.device.name)
 	if err != nil {
 		return err
 	}
 	var classes []string
-	for _, l := range strings.Split(*labels, ",") {
+	for _, l := range strings.Split(o.labels, ",") {
 		if l = strings.TrimSpace(l); l != "" {
 			if slices.Contains(classes, l) {
 				return usagef("--labels: %q is given twice", l)
@@ -186,17 +237,15 @@ func runClassify(args []string, stdout, stderr io.Writer) error {
 			classes = append(classes, l)
 		}
 	}
-	labelsGiven := false
-	fs.Visit(func(f *flag.Flag) { labelsGiven = labelsGiven || f.Name == "labels" })
-	if labelsGiven && len(classes) == 0 {
-		return usagef("--labels %q: no label (leave the flag out for the model's own classes)", *labels)
+	if o.labelsGiven && len(classes) == 0 {
+		return usagef("--labels %q: no label (leave the flag out for the model's own classes)", o.labels)
 	}
-	b, err := openModel(*model, *modelConfig, *arch, *vocab, prec.Precision, stderr)
+	b, err := o.model.open(prec.Precision, o.stderr)
 	if err != nil {
 		return err
 	}
 	m := b.Model
-	classes, templates, err := defaultLabels(m, *model, classes, []string{*template})
+	classes, templates, err := defaultLabels(m, o.model.model, classes, []string{o.template})
 	if err != nil {
 		return err
 	}
@@ -210,24 +259,24 @@ func runClassify(args []string, stdout, stderr io.Writer) error {
 			prompts = append(prompts, strings.ReplaceAll(tmpl, "{}", c))
 		}
 	}
-	warnCut(stderr, tok, prompts, m.Config.Text.ContextLength)
+	warnCut(o.stderr, tok, prompts, m.Config.Text.ContextLength)
 	head, err := m.ZeroShotHead(tok, classes, templates)
 	if err != nil {
 		return err
 	}
-	if bulk.given() {
-		return bulkClassify(bulk, b, head, classes, stderr)
+	if o.bulk.given() {
+		return bulkClassify(o.bulk, b, head, classes, o.stderr)
 	}
-	px, err := preprocessImages(b.Preprocessor, fs.Args())
+	px, err := preprocessImages(b.Preprocessor, args)
 	if err != nil {
 		return err
 	}
-	f, err := m.EncodeImage(px, fs.NArg())
+	f, err := m.EncodeImage(px, len(args))
 	if err != nil {
 		return err
 	}
 	probs := clip.Softmax(m.Classify(head, f))
-	if *jsonOut {
+	if o.jsonOut {
 		// Labels in the order given, as a list.
 		type labelProb struct {
 			Label string  `json:"label"`
@@ -239,23 +288,23 @@ func runClassify(args []string, stdout, stderr io.Writer) error {
 		}
 		var out []result
 		for i, p := range probs {
-			r := result{Image: fs.Arg(i)}
+			r := result{Image: args[i]}
 			for j, c := range classes {
 				r.Probs = append(r.Probs, labelProb{c, p[j]})
 			}
 			out = append(out, r)
 		}
-		return writeJSON(stdout, out)
+		return writeJSON(o.stdout, out)
 	}
 	for i, p := range probs {
-		fmt.Fprintln(stdout, fs.Arg(i))
+		fmt.Fprintln(o.stdout, args[i])
 		order := make([]int, len(p))
 		for j := range order {
 			order[j] = j
 		}
 		sort.SliceStable(order, func(a, b int) bool { return p[order[a]] > p[order[b]] })
 		for _, j := range order {
-			fmt.Fprintf(stdout, "  %-30s %.4f\n", classes[j], p[j])
+			fmt.Fprintf(o.stdout, "  %-30s %.4f\n", classes[j], p[j])
 		}
 	}
 	return nil

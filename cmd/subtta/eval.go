@@ -4,9 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"github.com/subtta/subtta/autograd/kernel"
 	"io"
 	"os"
 	"os/signal"
@@ -17,6 +15,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/builtin"
 	"github.com/subtta/subtta/data/corrupt"
 	"github.com/subtta/subtta/eval"
@@ -30,29 +32,53 @@ var builtinMethods = []string{"source", "tent", "subtta-m"}
 
 const builtinLimit = 1000
 
-// limitGiven reports whether --limit was on the command line.
-func limitGiven(fs *flag.FlagSet) bool {
-	given := false
-	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "limit" })
-	return given
+// evalCmdOptions are the flags of eval.
+type evalCmdOptions struct {
+	flags     *evalFlags
+	precision precisionFlag
+	device    deviceOptions
+
+	stdout, stderr io.Writer
 }
 
-func runEval(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("eval", "\n\nWith no flags: the built-in model on the embedded CIFAR-10 test images, corrupted on the fly,\nfor "+strings.Join(builtinMethods, ", ")+" on "+strconv.Itoa(builtinLimit)+" images per corruption (about four minutes on two cores).\n", stderr)
+// newEvalCmd is `subtta eval`.
+func newEvalCmd(stdout, stderr io.Writer) *cobra.Command {
+	const summary = "test-time adaptation over a corrupted benchmark: the paper's table, CSV, JSON, plots"
+	o := &evalCmdOptions{stdout: stdout, stderr: stderr}
+	c := &cobra.Command{
+		Use:   "eval",
+		Short: summary,
+		Long: summary + "\n\nWith no flags: the built-in model on the embedded CIFAR-10 test images, corrupted on the fly,\nfor " +
+			strings.Join(builtinMethods, ", ") + " on " + strconv.Itoa(builtinLimit) + " images per corruption (about four minutes on two cores).",
+		Args: cobra.ArbitraryArgs, // run refuses them, naming the first
+		RunE: func(cmd *cobra.Command, args []string) error { return o.run(cmd.Context(), args) },
+	}
+	fs := c.Flags()
 	f := newEvalFlags(fs)
-	f.cf = configFlags(fs, "eval", stdout)
+	f.cf = configFlags(fs, stdout)
 	// results.json's config names, where they are not the flags'.
 	f.cf.opt.Aliases = map[string]string{"method-options": "set", "frost-dir": "frost", "subset-list": "subset"}
 	f.cf.own = eval.WrittenConfig
-	precision := addPrecisionFlag(fs)
-	device := deviceFlag(fs)
-	release, err := parseOnDevice(fs, device, args, stderr)
+	o.flags = f
+	o.precision = addPrecisionFlag(fs)
+	addDeviceFlags(fs, &o.device)
+	c.RegisterFlagCompletionFunc("methods", completeList(tta.Methods))
+	c.RegisterFlagCompletionFunc("corruptions", completeList(func() []string { return append([]string{"all", "clean"}, corrupt.Names()...) }))
+	c.RegisterFlagCompletionFunc("dataset", completeChoices(append(slices.Clone(tta.PresetDatasets), "imagenet-r", "imagenet-a", "imagenet-k")...))
+	c.RegisterFlagCompletionFunc("protocol", completeChoices("reset", "continual", "mixed", "episodic", "gradual"))
+	return c
+}
+
+// run runs the evaluation; args are the positional arguments (none).
+func (o *evalCmdOptions) run(ctx context.Context, args []string) error {
+	f, fs, stdout, stderr := o.flags, o.flags.fs, o.stdout, o.stderr
+	release, err := o.device.use(*o.precision.name, stderr)
 	if err != nil {
 		return err
 	}
 	defer release()
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q (all inputs are flags)", fs.Arg(0))
+	if len(args) > 0 {
+		return usagef("unexpected argument %q (all inputs are flags)", args[0])
 	}
 	if *f.studies.wnids {
 		return printWNIDs(stdout, *f.dataset)
@@ -60,7 +86,7 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	if *f.studies.list != "" {
 		return printOptions(stdout, cmp.Or(*f.dataset, "cifar10-c"), *f.studies.list)
 	}
-	prec, err := precision.choose(*device.name)
+	prec, err := o.precision.choose(o.device.name)
 	if err != nil {
 		return err
 	}
@@ -72,11 +98,11 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if precision.given(fs) || cfg.Precision == kernel.FP32 {
+	if fs.Changed("precision") || cfg.Precision == kernel.FP32 {
 		cfg.Precision = prec.Precision // a config file's, unless --precision is given
 	}
 	if cfg.Data == "" {
-		if err := useBuiltinData(&cfg, limitGiven(fs)); err != nil {
+		if err := useBuiltinData(&cfg, fs.Changed("limit")); err != nil {
 			return err
 		}
 	}
@@ -84,12 +110,12 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	opt.Command = f.cf.command("eval", args)
+	opt.Command = f.cf.command("eval", commandLine(ctx))
 	if id := devicePrecisionID(); id != "" {
 		// The GPU's products in another precision are another model.
 		opt.ModelID += ", " + id
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if seeds != nil {
 		return evalSeeds(ctx, cfg, opt, seeds, *f.quiet, stdout, stderr)
@@ -162,7 +188,7 @@ func evalSeeds(ctx context.Context, cfg eval.Config, opt eval.Options, seeds []u
 // configuration, which must give no other seed nor shard.
 func (f *evalFlags) seedList(cfg eval.Config) ([]uint64, error) {
 	given := map[string]bool{}
-	f.fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	f.fs.Visit(func(fl *pflag.Flag) { given[fl.Name] = true })
 	if !given["seeds"] {
 		return nil, nil
 	}
@@ -191,7 +217,7 @@ func (f *evalFlags) seedList(cfg eval.Config) ([]uint64, error) {
 
 // evalFlags are eval's flags; config turns those given into an eval.Config.
 type evalFlags struct {
-	fs                                                *flag.FlagSet
+	fs                                                *pflag.FlagSet
 	cf                                                *configFile // --config and --print-config; nil without
 	model, modelConfig, arch, vocab, seeds            *string
 	dataset, data, labels, subset                     *string
@@ -203,7 +229,7 @@ type evalFlags struct {
 	studies                                           *studyFlags
 }
 
-func newEvalFlags(fs *flag.FlagSet) *evalFlags {
+func newEvalFlags(fs *pflag.FlagSet) *evalFlags {
 	return &evalFlags{
 		fs:           fs,
 		model:        fs.String("model", "", modelFlagHelp),
@@ -239,8 +265,9 @@ func newEvalFlags(fs *flag.FlagSet) *evalFlags {
 
 // config is the flags given, on top of the results folder's file that
 // --config named, if it did (run.json, results.json: eval.ReadConfig; a
-// file of flags is read into the flags by parse), and the defaults that
-// depend on no file: the built-in model, cifar10-c.
+// file of flags is read into the flags before the command runs, by
+// readConfigFile), and the defaults that depend on no file: the built-in
+// model, cifar10-c.
 func (f *evalFlags) config() (eval.Config, error) {
 	var cfg eval.Config
 	if f.cf != nil && f.cf.isOwn {
@@ -253,7 +280,7 @@ func (f *evalFlags) config() (eval.Config, error) {
 		cfg.Seed, cfg.CorruptSeed = *f.seed, *f.corruptSeed // the defaults
 	}
 	var flagErr error
-	f.fs.Visit(func(fl *flag.Flag) {
+	f.fs.Visit(func(fl *pflag.Flag) {
 		var err error
 		switch fl.Name {
 		case "model":
@@ -474,7 +501,7 @@ func parseInts(s string) ([]int, error) {
 // (eval.ShardFromEnv) with --shard-from-env and no --shard.
 func (f *evalFlags) shardFromEnvironment(cfg *eval.Config, getenv func(string) string) error {
 	given := map[string]bool{}
-	f.fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	f.fs.Visit(func(fl *pflag.Flag) { given[fl.Name] = true })
 	switch {
 	case given["shard"] && (given["shard-from-env"] || given["shard-count"]):
 		return usagef("--shard names the shard: leave out --shard-from-env and --shard-count")
@@ -492,16 +519,35 @@ func (f *evalFlags) shardFromEnvironment(cfg *eval.Config, getenv func(string) s
 }
 
 // runEvalMerge is `subtta eval merge OUT SHARD...`.
-func runEvalMerge(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("eval merge", "OUT SHARD...\n\nJoins the results folders of the shards of one run (eval --shard I/N) into OUT, as one process would\nhave written it: run.json, results.jsonl, batches.jsonl, the tables and the plots the run asked for.\nRefuses shards of other runs or builds, duplicate units and missing units, naming them.\n", stderr)
-	plot := fs.Bool("plot", false, "write the plots into OUT/plots even if the run did not ask for them")
-	if err := parse(fs, args); err != nil {
-		return err
+// evalMergeOptions are the flags of eval merge.
+type evalMergeOptions struct {
+	plot bool
+
+	stdout, stderr io.Writer
+}
+
+// newEvalMergeCmd is `subtta eval merge OUT SHARD...`.
+func newEvalMergeCmd(stdout, stderr io.Writer) *cobra.Command {
+	const summary = "join the results folders of a run's shards (eval --shard) into one"
+	o := &evalMergeOptions{stdout: stdout, stderr: stderr}
+	c := &cobra.Command{
+		Use:   "merge OUT SHARD...",
+		Short: summary,
+		Long: summary + "\n\nJoins the results folders of the shards of one run (eval --shard I/N) into OUT, as one process would\n" +
+			"have written it: run.json, results.jsonl, batches.jsonl, the tables and the plots the run asked for.\n" +
+			"Refuses shards of other runs or builds, duplicate units and missing units, naming them.",
+		RunE: func(cmd *cobra.Command, args []string) error { return o.run(args) },
 	}
-	if fs.NArg() < 2 {
+	c.Flags().BoolVar(&o.plot, "plot", false, "write the plots into OUT/plots even if the run did not ask for them")
+	return c
+}
+
+// run merges the shard folders args[1:] into args[0].
+func (o *evalMergeOptions) run(args []string) error {
+	if len(args) < 2 {
 		return usagef("want OUT and at least one shard folder")
 	}
-	sum, err := eval.Merge(fs.Arg(0), fs.Args()[1:], eval.MergeOptions{Plot: *plot, Log: lineWriter{stderr, new(*progressBar)}})
+	sum, err := eval.Merge(args[0], args[1:], eval.MergeOptions{Plot: o.plot, Log: lineWriter{o.stderr, new(*progressBar)}})
 	if err != nil {
 		return err
 	}
@@ -509,7 +555,7 @@ func runEvalMerge(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	stdout.Write(md)
-	fmt.Fprintf(stderr, "%d records of %d shards merged into %s\n", len(sum.Records), fs.NArg()-1, sum.Config.Out)
+	o.stdout.Write(md)
+	fmt.Fprintf(o.stderr, "%d records of %d shards merged into %s\n", len(sum.Records), len(args)-1, sum.Config.Out)
 	return nil
 }

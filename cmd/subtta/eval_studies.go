@@ -1,10 +1,11 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/spf13/pflag"
 
 	"github.com/subtta/subtta/data"
 	"github.com/subtta/subtta/eval"
@@ -25,7 +26,7 @@ type studyFlags struct {
 	wnids      *bool
 }
 
-func newStudyFlags(fs *flag.FlagSet) *studyFlags {
+func newStudyFlags(fs *pflag.FlagSet) *studyFlags {
 	f := &studyFlags{}
 	fs.Var(&f.set, "set", "method option METHOD.KEY=VALUE, repeated (METHOD: a method, or a family such as subtta for every subtta-*), e.g. subtta-m.rank=8, subtta.align=false, tent.lr=5e-4; subtta eval --options METHOD lists a method's")
 	fs.Var(&f.templates, "templates", "prompt templates of every method, repeated: a template with {}, @FILE (one per line), or a set: "+strings.Join(tta.TemplateSetNames, ", "))

@@ -2,12 +2,13 @@ package main
 
 import (
 	"bytes"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/spf13/pflag"
 )
 
 // TestEvalStudyFlags: --set repeated, --templates with a file and a set,
@@ -18,7 +19,7 @@ func TestEvalStudyFlags(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "templates.txt")
 	os.WriteFile(file, []byte("a {} seen from afar.\nart of a {}.\n"), 0o644)
-	fs := newFlags("eval", "", io.Discard)
+	fs := pflag.NewFlagSet("eval", pflag.ContinueOnError)
 	f := newEvalFlags(fs)
 	err := fs.Parse([]string{"--set", "subtta.rank=8", "--set", "tent.lr=5e-4", "--templates", "@" + file, "--templates", "t3",
 		"--classes", "4", "--class-seed", "9", "--methods", "subtta-m,tent"})
@@ -39,7 +40,7 @@ func TestEvalStudyFlags(t *testing.T) {
 		t.Errorf("classes %d, seed %d", cfg.Classes, cfg.ClassSeed)
 	}
 
-	fs = newFlags("eval", "", io.Discard)
+	fs = pflag.NewFlagSet("eval", pflag.ContinueOnError)
 	f = newEvalFlags(fs)
 	if err := fs.Parse([]string{"--class-names", "cat,dog"}); err != nil {
 		t.Fatal(err)

@@ -31,32 +31,29 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+
+	"github.com/spf13/cobra"
 )
 
-// command is one subtta command. run parses its flags with parse (or
-// parseOnDevice) before anything else: the command tree calls it with
-// describeArg to learn its flags. A name with a space ("eval merge") is a
-// subcommand of the command the words before the last name.
-type command struct {
-	summary string
-	run     func(args []string, stdout, stderr io.Writer) error
-}
-
-var commands = map[string]command{
-	"tokenize":   {"CLIP BPE token ids of texts (JSON)", runTokenize},
-	"embed":      {"image and text features of a model (JSON)", runEmbed},
-	"classify":   {"zero-shot classification of images against labels", runClassify},
-	"convert":    {"rewrite a checkpoint as OpenAI-named safetensors (fp16/bf16/int8, zstd)", runConvert},
-	"pull":       {"download a Hugging Face checkpoint into the cache", runPull},
-	"eval":       {"test-time adaptation over a corrupted benchmark: the paper's table, CSV, JSON, plots", runEval},
-	"eval merge": {"join the results folders of a run's shards (eval --shard) into one", runEvalMerge},
-	"report":     {"the seeds of one eval run compared: mean ± std per cell, difference to source", runReport},
-	"bench":      {"images/s of the ViT-B/32 vision tower, forward and forward+backward", runBench},
-	"corrupt":    {"write CIFAR-10/100-C or ImageNet-C from a clean dataset", runCorrupt},
-	"train":      {"train a small CLIP from scratch on CIFAR-10 (checkpoints, resume, log)", runTrain},
-	"serve":      {"HTTP classifier that adapts to each client's image stream (subtta-m)", runServe},
-	"loadtest":   {"requests/s and latency of a subtta serve on this machine", runLoadtest},
-	"version":    {"the build, the CPU and whether CUDA is available", runVersion},
+// commands are subtta's commands, each built by its own constructor: the
+// command's flags bound to the fields of its options in the constructor,
+// RunE running them. A name with a space ("eval merge") is a subcommand of
+// the command the words before the last name.
+var commands = map[string]func(stdout, stderr io.Writer) *cobra.Command{
+	"bench":      newBenchCmd,
+	"classify":   newClassifyCmd,
+	"convert":    newConvertCmd,
+	"corrupt":    newCorruptCmd,
+	"embed":      newEmbedCmd,
+	"eval":       newEvalCmd,
+	"eval merge": newEvalMergeCmd,
+	"loadtest":   newLoadtestCmd,
+	"pull":       newPullCmd,
+	"report":     newReportCmd,
+	"serve":      newServeCmd,
+	"tokenize":   newTokenizeCmd,
+	"train":      newTrainCmd,
+	"version":    newVersionCmd,
 }
 
 func main() {

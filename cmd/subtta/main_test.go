@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
+
 	"github.com/subtta/subtta/builtin"
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/internal/fixture"
@@ -142,15 +144,18 @@ func TestLongPromptWarns(t *testing.T) {
 	}
 }
 
+// TestInterspersedFlags: flags before, between and after the arguments,
+// the standard flag package's -name as --name, "--" ending the flags.
 func TestInterspersedFlags(t *testing.T) {
-	fs := newFlags("x", "", &bytes.Buffer{})
-	dtype := fs.String("dtype", "", "")
-	zstd := fs.Bool("zstd", false, "")
-	if err := parse(fs, []string{"src", "--dtype", "f16", "dst", "--zstd", "--", "-odd"}); err != nil {
+	c := &cobra.Command{Use: "x"}
+	dtype := c.Flags().String("dtype", "", "")
+	zstd := c.Flags().Bool("zstd", false, "")
+	args, err := parseCommandLine(c, []string{"src", "-dtype", "f16", "dst", "--zstd", "--", "-odd"})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if *dtype != "f16" || !*zstd || !slices.Equal(fs.Args(), []string{"src", "dst", "-odd"}) {
-		t.Errorf("dtype %q, zstd %v, args %q", *dtype, *zstd, fs.Args())
+	if *dtype != "f16" || !*zstd || !slices.Equal(args, []string{"src", "dst", "-odd"}) {
+		t.Errorf("dtype %q, zstd %v, args %q", *dtype, *zstd, args)
 	}
 }
 

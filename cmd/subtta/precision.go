@@ -2,9 +2,10 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"slices"
 	"strings"
+
+	"github.com/spf13/pflag"
 
 	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/autograd/kernel"
@@ -19,15 +20,8 @@ const precisionHelp = "arithmetic of the linear layers in passes without gradien
 type precisionFlag struct{ name *string }
 
 // addPrecisionFlag adds --precision to fs: the one definition of the flag.
-func addPrecisionFlag(fs *flag.FlagSet) precisionFlag {
+func addPrecisionFlag(fs *pflag.FlagSet) precisionFlag {
 	return precisionFlag{fs.String("precision", "fp32", precisionHelp)}
-}
-
-// given reports whether --precision was on the command line of fs.
-func (p precisionFlag) given(fs *flag.FlagSet) bool {
-	given := false
-	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "precision" })
-	return given
 }
 
 // choose decides the precision once for the command: a known name and,
@@ -35,7 +29,7 @@ func (p precisionFlag) given(fs *flag.FlagSet) bool {
 // with the model on the CPU (device "cpu"; "cpu" too for a command that
 // runs nowhere else): there is no silent fallback to float32. With device
 // "cuda", tf32, bf16 and fp16 are the arithmetic of the GPU's products
-// (gpu.Options.Precision, set by parseOnDevice) and the model stays
+// (gpu.Options.Precision, set by deviceOptions.use) and the model stays
 // float32 here: the choice is kernel.FP32's.
 func (p precisionFlag) choose(device string) (kernel.Choice, error) {
 	if g, err := gpu.ParsePrecision(*p.name); err == nil && g != gpu.FP32 {

@@ -7,24 +7,45 @@ import (
 	"io"
 	"strings"
 
+	"github.com/spf13/cobra"
+
 	"github.com/subtta/subtta/eval"
 )
 
-// runReport is `subtta report DIR...`: the seeds of one run compared.
-func runReport(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("report", "DIR...\n\nReads the results folders of the seeds of one run (eval --seed N, or eval --seeds 1,2,3) and prints the paper's\n"+
-		"table with mean ± sample standard deviation over the seeds per cell and per mean, the number of seeds and the\n"+
-		"difference to source; writes it into --out as report.md, report.csv and report.json (and report.png, --plot).\n"+
-		"Refuses folders whose runs differ in anything but the seed (model, data, limit, ...), naming it.\n", stderr)
-	out := fs.String("out", "subtta-report", "folder the report is written into")
-	plot := fs.Bool("plot", false, "also draw report.png: each method's mean accuracy with error bars of ± one standard deviation")
-	if err := parse(fs, args); err != nil {
-		return err
+// reportOptions are the flags of report.
+type reportOptions struct {
+	out  string
+	plot bool
+
+	stdout, stderr io.Writer
+}
+
+// newReportCmd is `subtta report DIR...`: the seeds of one run compared.
+func newReportCmd(stdout, stderr io.Writer) *cobra.Command {
+	const summary = "the seeds of one eval run compared: mean ± std per cell, difference to source"
+	o := &reportOptions{stdout: stdout, stderr: stderr}
+	c := &cobra.Command{
+		Use:   "report DIR...",
+		Short: summary,
+		Long: summary + "\n\n" +
+			"Reads the results folders of the seeds of one run (eval --seed N, or eval --seeds 1,2,3) and prints the paper's\n" +
+			"table with mean ± sample standard deviation over the seeds per cell and per mean, the number of seeds and the\n" +
+			"difference to source; writes it into --out as report.md, report.csv and report.json (and report.png, --plot).\n" +
+			"Refuses folders whose runs differ in anything but the seed (model, data, limit, ...), naming it.",
+		RunE: func(cmd *cobra.Command, args []string) error { return o.run(args) },
 	}
-	if fs.NArg() == 0 {
+	f := c.Flags()
+	f.StringVar(&o.out, "out", "subtta-report", "folder the report is written into")
+	f.BoolVar(&o.plot, "plot", false, "also draw report.png: each method's mean accuracy with error bars of ± one standard deviation")
+	return c
+}
+
+// run compares the results folders dirs.
+func (o *reportOptions) run(dirs []string) error {
+	if len(dirs) == 0 {
 		return usagef("want at least one results folder")
 	}
-	return writeReport(*out, fs.Args(), *plot, stdout, stderr)
+	return writeReport(o.out, dirs, o.plot, o.stdout, o.stderr)
 }
 
 // writeReport compares the results folders dirs (eval.WriteSeedReport),

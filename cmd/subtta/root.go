@@ -1,16 +1,16 @@
 package main
 
 import (
+	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"runtime/debug"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -19,45 +19,14 @@ import (
 )
 
 // The command line is a cobra command tree built from the commands table.
-// Each command keeps its standard-library flag.FlagSet, defined in its run
-// function: the tree learns a command's flags by calling run in describe
-// mode (parse then returns the flag set instead of parsing), adds them to
-// the cobra command for help and shell completion, and leaves the parsing
-// itself to parse, which reads the line with pflag (GNU style: --name,
-// flags anywhere, "--" ends them) into the flag set. A flag added to a
-// run function's flag set is thus on the command line, in the help and
-// in the completions, with nothing else to change.
-
-// describeArg is the single argument with which a run function is called
-// to describe its flags: parse returns a described error holding the flag
-// set, before the command does anything.
-const describeArg = "\x00describe-flags"
-
-// described is the error parse returns in describe mode.
-type described struct{ fs *flag.FlagSet }
-
-func (described) Error() string { return "flags described" }
-
-// usageArgs holds the positional-argument synopsis newFlags was given for
-// each flag set, until parse reads it.
-var usageArgs sync.Map // *flag.FlagSet → string
-
-// describe calls run in describe mode and returns its flag set and
-// synopsis, or nil for a command that does not parse through parse.
-func describe(run func([]string, io.Writer, io.Writer) error) (fs *flag.FlagSet, synopsis string) {
-	defer func() {
-		if recover() != nil {
-			fs, synopsis = nil, ""
-		}
-	}()
-	var d described
-	if err := run([]string{describeArg}, io.Discard, io.Discard); errors.As(err, &d) {
-		s, _ := usageArgs.LoadAndDelete(d.fs)
-		synopsis, _ = s.(string)
-		return d.fs, synopsis
-	}
-	return nil, ""
-}
+// A command is built by its own constructor (newConvertCmd and the like),
+// which binds its flags to the fields of an options struct and whose RunE
+// calls the options' run; cobra parses the flags (GNU style: --name, flags
+// anywhere, "--" ends them). The tree adds what every command shares: the
+// exit status and "subtta CMD: message" of an error (finish), a panic
+// reported as an error, the --config file read before the command runs,
+// usage errors naming the flags of similar spelling, and the standard flag
+// package's -name read as --name.
 
 // exitStatus is returned through cobra by a command that has already
 // reported its outcome; run exits with status.
@@ -80,7 +49,8 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	version := root.Flags().Bool("version", false, "print the build, the CPU and whether CUDA is available")
 	root.RunE = func(cmd *cobra.Command, args []string) error {
 		if *version {
-			return finish(cmd, "version", runVersion(nil, stdout, stderr), stderr)
+			printVersion(stdout)
+			return nil
 		}
 		root.SetOut(stderr)
 		root.Help()
@@ -116,7 +86,12 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	})
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err.Error()} })
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		if _, ok := commands[commandPath(c)]; !ok {
+			return usageError{err.Error()} // run reports it
+		}
+		return finish(c, commandPath(c), flagError(c.Flags(), err), stderr)
+	})
 
 	names := make([]string, 0, len(commands))
 	for n := range commands {
@@ -140,37 +115,84 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		if !ok {
 			panic(fmt.Sprintf("subtta: command %q has no parent command %q", name, parentName))
 		}
-		c := newCommand(name, leaf, commands[name], stdout, stderr)
+		c := wrapCommand(name, commands[name](stdout, stderr), stderr)
+		if c.Name() != leaf {
+			panic(fmt.Sprintf("subtta: command %q is named %q by its constructor", name, c.Name()))
+		}
 		parent.AddCommand(c)
 		byName[name] = c
 	}
 	return root
 }
 
-// newCommand is the cobra command of the command named path (its last
-// word leaf).
-func newCommand(path, leaf string, spec command, stdout, stderr io.Writer) *cobra.Command {
-	fs, synopsis := describe(spec.run)
-	c := &cobra.Command{
-		Use:                leaf,
-		Short:              spec.summary,
-		Long:               spec.summary,
-		DisableFlagParsing: true, // parse does it, into the command's flag set
-		SilenceErrors:      true,
-		SilenceUsage:       true,
+// wrapCommand gives c, the command named path built by its constructor,
+// what every command shares: its --config file read (configFlags) before
+// it runs, a panic reported as an error rather than a crash, and its
+// outcome reported by finish.
+func wrapCommand(path string, c *cobra.Command, stderr io.Writer) *cobra.Command {
+	runE := c.RunE
+	if runE == nil {
+		panic(fmt.Sprintf("subtta: command %q has no RunE", path))
 	}
-	if strings.HasPrefix(synopsis, "\n") {
-		c.Long += "\n\n" + strings.Trim(synopsis, "\n")
-	} else if synopsis != "" {
-		c.Use += " " + synopsis
-	}
-	if fs != nil {
-		c.Flags().AddGoFlagSet(fs)
-	}
+	c.SilenceErrors, c.SilenceUsage = true, true
 	c.RunE = func(cmd *cobra.Command, args []string) error {
-		return finish(cmd, path, callRun(path, spec.run, args, stdout, stderr), stderr)
+		err := readConfigFile(cmd.Flags())
+		if err == nil {
+			err = callRun(path, func([]string, io.Writer, io.Writer) error { return runE(cmd, args) }, args, nil, stderr)
+		}
+		return finish(cmd, path, err, stderr)
 	}
 	return c
+}
+
+// parseCommandLine parses args into the flags of c, built by its
+// constructor, as the command line does (-name read as --name, a flag
+// error a usage error, the --config file read), and returns the
+// positional arguments: for callers that run a command's options without
+// Execute (serveMain).
+func parseCommandLine(c *cobra.Command, args []string) ([]string, error) {
+	fs := c.Flags()
+	err := fs.Parse(doubleDash(fs, args))
+	switch {
+	case errors.Is(err, pflag.ErrHelp):
+		return nil, err
+	case err != nil:
+		return nil, flagError(fs, err)
+	}
+	return fs.Args(), readConfigFile(fs)
+}
+
+// commandLineKey is the context key of the command line after the
+// command's name, as typed: what results record (report.Command).
+type commandLineKey struct{}
+
+// commandLine is the command line after the command's name, as typed.
+func commandLine(ctx context.Context) []string {
+	args, _ := ctx.Value(commandLineKey{}).([]string)
+	return args
+}
+
+// commandPath is the name of c as the commands table spells it: its path
+// without "subtta ".
+func commandPath(c *cobra.Command) string {
+	return strings.TrimPrefix(c.CommandPath(), c.Root().Name()+" ")
+}
+
+// flagError is the usage error of err, pflag's error parsing the flags
+// fs, in subtta's wording: an invalid value as `invalid value "x" for
+// --reps: invalid syntax`, an unknown flag with the flags of similar
+// spelling.
+func flagError(fs *pflag.FlagSet, err error) error {
+	var iv *pflag.InvalidValueError
+	if errors.As(err, &iv) {
+		cause := iv.Unwrap()
+		var num *strconv.NumError
+		if errors.As(cause, &num) {
+			cause = num.Err // "invalid syntax", not strconv's function
+		}
+		return usagef("invalid value %q for --%s: %v", iv.GetValue(), iv.GetFlag().Name, cause)
+	}
+	return usageError{err.Error() + suggestFlag(fs, err)}
 }
 
 // callRun runs a command; a panic inside it is reported as an error
@@ -201,7 +223,7 @@ func finish(cmd *cobra.Command, path string, err error, stderr io.Writer) error 
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, pflag.ErrHelp):
 		cmd.Help()
 		return nil
 	case errors.Is(err, errConfigPrinted):
@@ -225,8 +247,13 @@ func finish(cmd *cobra.Command, path string, err error, stderr io.Writer) error 
 // success, 1 on an error, 2 on bad usage, 130 when interrupted.
 func run(args []string, stdout, stderr io.Writer) int {
 	root := newRoot(stdout, stderr)
+	ctx := context.Background()
+	if c, rest, err := root.Find(args); err == nil && c.HasParent() {
+		ctx = context.WithValue(ctx, commandLineKey{}, rest)
+		args = doubleDash(c.Flags(), args)
+	}
 	root.SetArgs(args)
-	err := root.Execute()
+	err := root.ExecuteContext(ctx)
 	var st exitStatus
 	switch {
 	case err == nil:
@@ -240,64 +267,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
-// newFlags returns a flag set that reports errors instead of exiting;
-// args is the synopsis of the positional arguments, or, starting with a
-// newline, more text for the help.
-func newFlags(name, args string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	usageArgs.Store(fs, args)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: subtta %s [flags] %s\n\nFlags:\n", name, strings.TrimSpace(args))
-		fmt.Fprint(stderr, goFlagsAsPflags(fs).FlagUsages())
-	}
-	return fs
-}
-
-// goFlagsAsPflags is fs as a pflag set sharing its values.
-func goFlagsAsPflags(fs *flag.FlagSet) *pflag.FlagSet {
-	p := pflag.NewFlagSet(fs.Name(), pflag.ContinueOnError)
-	p.SetOutput(io.Discard)
-	p.AddGoFlagSet(fs)
-	return p
-}
-
-// parse parses the command line args into fs: --name value, --name=value,
-// flags before, between or after the positional arguments (`convert SRC
-// DST --dtype f16`), "--" ending the flags. The single-dash -name of the
-// standard flag package is read as --name. A flag error is a usage error,
-// naming the flags of similar spelling; -h or --help returns flag.ErrHelp.
-// A command with --config (configFlags) then reads its file, and with
-// --print-config prints and returns errConfigPrinted.
-func parse(fs *flag.FlagSet, args []string) error {
-	if len(args) == 1 && args[0] == describeArg {
-		return described{fs}
-	}
-	usageArgs.Delete(fs)
-	p := goFlagsAsPflags(fs)
-	err := p.ParseAll(doubleDash(fs, args), func(f *pflag.Flag, value string) error {
-		if err := fs.Set(f.Name, value); err != nil {
-			return fmt.Errorf("invalid value %q for --%s: %v", value, f.Name, err)
-		}
-		return nil
-	})
-	switch {
-	case errors.Is(err, pflag.ErrHelp):
-		return flag.ErrHelp
-	case err != nil:
-		return usageError{err.Error() + suggestFlag(fs, err)}
-	}
-	// What follows the flags is fs.Args().
-	if err := fs.Parse(append([]string{"--"}, p.Args()...)); err != nil {
-		return err
-	}
-	return readConfigFile(fs)
-}
-
 // doubleDash rewrites the standard flag package's -name (and -name=value)
 // as --name for the flags of fs whose names are longer than a letter, up
 // to "--", leaving alone the values of flags.
-func doubleDash(fs *flag.FlagSet, args []string) []string {
+func doubleDash(fs *pflag.FlagSet, args []string) []string {
 	out := slices.Clone(args)
 	for i := 0; i < len(out); i++ {
 		a := out[i]
@@ -316,7 +289,7 @@ func doubleDash(fs *flag.FlagSet, args []string) []string {
 		if a[1] != '-' && len(name) > 1 {
 			out[i] = "-" + a
 		}
-		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !hasValue && !(ok && b.IsBoolFlag()) {
+		if !hasValue && f.NoOptDefVal == "" {
 			i++ // the flag's value, whatever it looks like
 		}
 	}
@@ -325,7 +298,7 @@ func doubleDash(fs *flag.FlagSet, args []string) []string {
 
 // suggestFlag names the flags of fs spelled like the unknown one that
 // err reports, as " (did you mean --x?)", or "".
-func suggestFlag(fs *flag.FlagSet, err error) string {
+func suggestFlag(fs *pflag.FlagSet, err error) string {
 	msg := err.Error()
 	const prefix = "unknown flag: --"
 	if !strings.HasPrefix(msg, prefix) {
@@ -333,7 +306,7 @@ func suggestFlag(fs *flag.FlagSet, err error) string {
 	}
 	typed := msg[len(prefix):]
 	var near []string
-	fs.VisitAll(func(f *flag.Flag) {
+	fs.VisitAll(func(f *pflag.Flag) {
 		if d := editDistance(typed, f.Name); d <= 2 || (len(typed) >= 3 && strings.HasPrefix(f.Name, typed)) {
 			near = append(near, "--"+f.Name)
 		}

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"errors"
-	"flag"
 	"io"
 	"os"
 	"os/exec"
@@ -11,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 )
 
 // TestMain runs the command itself when the test binary is called as
@@ -22,19 +23,20 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestEveryCommandDescribesItsFlags: every command parses through parse
-// before doing anything, so the command tree knows its flags.
-func TestEveryCommandDescribesItsFlags(t *testing.T) {
-	for name, c := range commands {
-		fs, _ := describe(c.run)
-		if fs == nil {
-			t.Errorf("%s: run does not describe its flags (call parse before anything else)", name)
-			continue
+// TestCommandConstructors: every command's constructor names it as its
+// table does, with a summary, and cobra parses its flags; every command
+// has flags but version.
+func TestCommandConstructors(t *testing.T) {
+	for name, newCmd := range commands {
+		c := newCmd(io.Discard, io.Discard)
+		if leaf := name[strings.LastIndexByte(name, ' ')+1:]; c.Name() != leaf {
+			t.Errorf("%s: the constructor names it %q", name, c.Name())
 		}
-		n := 0
-		fs.VisitAll(func(*flag.Flag) { n++ })
-		if n == 0 && name != "version" {
-			t.Errorf("%s: no flags described", name)
+		if c.Short == "" || c.RunE == nil || c.DisableFlagParsing {
+			t.Errorf("%s: want a summary and RunE, cobra parsing the flags", name)
+		}
+		if !c.HasAvailableFlags() && name != "version" {
+			t.Errorf("%s: no flags", name)
 		}
 	}
 }
@@ -60,6 +62,12 @@ func TestCLI(t *testing.T) {
 		{[]string{"completion", "powershell"}, 0, []string{"Register-ArgumentCompleter"}, nil},
 		{[]string{"__complete", "ev"}, 0, []string{"eval\t"}, nil},
 		{[]string{"__complete", "bench", "--ba"}, 0, []string{"--batch\t", "--batch-size\t"}, nil},
+		// Flag values.
+		{[]string{"__complete", "eval", "--methods", ""}, 0, []string{"subtta-m\n", "tent\n"}, nil},
+		{[]string{"__complete", "eval", "--corruptions", "fog,"}, 0, []string{"fog,snow\n"}, nil},
+		{[]string{"__complete", "eval", "--dataset", ""}, 0, []string{"imagenet-c\n", "imagenet-r\n"}, nil},
+		{[]string{"__complete", "corrupt", "--dataset", ""}, 0, []string{"cifar100\n"}, nil},
+		{[]string{"__complete", "serve", "--method", ""}, 0, []string{"subtta-m\n"}, nil},
 		{[]string{"serv"}, 2, nil, []string{`unknown command "serv"`, "Did you mean this?", "serve"}},
 		{[]string{"--versio"}, 2, nil, []string{"unknown flag: --versio"}},
 		// Flags after the arguments; "--" ends them.
@@ -86,26 +94,26 @@ func TestCLI(t *testing.T) {
 // command its first words name, with its own flags.
 func TestSubcommands(t *testing.T) {
 	var got []string
-	newRun := func(name string) func([]string, io.Writer, io.Writer) error {
-		return func(args []string, stdout, stderr io.Writer) error {
-			fs := newFlags(name, "ARG...", stderr)
-			n := fs.Int(name+"-n", 1, "a number")
-			if err := parse(fs, args); err != nil {
-				return err
+	newCmd := func(name string) func(io.Writer, io.Writer) *cobra.Command {
+		return func(io.Writer, io.Writer) *cobra.Command {
+			c := &cobra.Command{Use: name + " ARG...", Short: "a " + name}
+			n := c.Flags().Int(name+"-n", 1, "a number")
+			c.RunE = func(cmd *cobra.Command, args []string) error {
+				if *n < 0 {
+					return errors.New("negative")
+				}
+				got = append(got, name+":"+strings.Join(args, ","))
+				return nil
 			}
-			if *n < 0 {
-				return errors.New("negative")
-			}
-			got = append(got, name+":"+strings.Join(fs.Args(), ","))
-			return nil
+			return c
 		}
 	}
-	commands["outer"] = command{"a parent", newRun("outer")}
-	commands["outer inner"] = command{"a child", newRun("inner")}
+	commands["outer"] = newCmd("outer")
+	commands["outer inner"] = newCmd("inner")
 	defer delete(commands, "outer")
 	defer delete(commands, "outer inner")
 	var out, errb bytes.Buffer
-	for _, args := range [][]string{{"outer", "x", "--outer-n", "2"}, {"outer", "inner", "y", "--inner-n=3", "z"}} {
+	for _, args := range [][]string{{"outer", "x", "--outer-n", "2"}, {"outer", "inner", "y", "-inner-n=3", "z"}} {
 		if st := run(args, &out, &errb); st != 0 {
 			t.Fatalf("%q: status %d: %s", args, st, errb.String())
 		}
@@ -114,6 +122,10 @@ func TestSubcommands(t *testing.T) {
 		t.Errorf("ran %q, want %q", got, want)
 	}
 	if st := run([]string{"outer", "inner", "--inner-n", "-1"}, &out, &errb); st != 1 || !strings.Contains(errb.String(), "subtta outer inner: negative") {
+		t.Errorf("status %d, stderr %q", st, errb.String())
+	}
+	errb.Reset()
+	if st := run([]string{"outer", "inner", "--inner-m", "1"}, &out, &errb); st != 2 || !strings.Contains(errb.String(), "subtta outer inner: unknown flag: --inner-m (did you mean --inner-n?)") {
 		t.Errorf("status %d, stderr %q", st, errb.String())
 	}
 	out.Reset()

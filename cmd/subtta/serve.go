@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/builtin"
 	"github.com/subtta/subtta/clip"
@@ -26,14 +28,18 @@ import (
 	"github.com/subtta/subtta/tta"
 )
 
-func runServe(args []string, stdout, stderr io.Writer) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	go func() {
-		<-ctx.Done()
-		stop() // a second signal ends the process at once
-	}()
-	return serveMain(ctx, args, stdout, stderr, nil)
+// serveMain runs the server with the command line args until ctx ends,
+// then drains it: the batches waiting are stepped, the requests in flight
+// answered, every stream saved. ready, when not nil, is called with the
+// address listened on.
+func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer, ready func(addr string)) error {
+	o := &serveOptions{stdout: stdout, stderr: stderr}
+	c := o.command()
+	rest, err := parseCommandLine(c, args)
+	if err != nil {
+		return err
+	}
+	return o.run(ctx, rest, ready)
 }
 
 // apiKeyEnv names the environment variable loadtest takes its key from
@@ -50,127 +56,185 @@ const stateStoreEnv = "SUBTTA_STATE_STORE"
 // from.
 var datasetAliases = map[string]string{"cifar10": "cifar10-c", "cifar100": "cifar100-c", "imagenet": "imagenet-c"}
 
-// serveMain runs the server until ctx ends, then drains it: the batches
-// waiting are stepped, the requests in flight answered, every stream saved.
-// ready, when not nil, is called with the address listened on.
-func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer, ready func(addr string)) error {
-	fs := newFlags("serve", "", stderr)
-	configFlags(fs, "serve", stdout)
-	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on")
-	model := fs.String("model", "", modelFlagHelp)
-	modelConfig := fs.String("model-config", "", modelConfigHelp)
-	arch := fs.String("arch", "", archHelp)
-	vocab := fs.String("vocab", "", "CLIP vocabulary (see subtta tokenize -h)")
-	labels := fs.String("labels", "", `comma-separated labels when a request gives none (default: those the model records, as train's models do; else with the built-in model or --dataset cifar10, CIFAR-10's classes)`)
-	var templates stringList
-	fs.Var(&templates, "template", `prompt template when a request gives none, "{}" for the label (repeatable; default: those the model records, else the method's preset, "a photo of a {}.")`)
-	dataset := fs.String("dataset", "cifar10", "whose preset hyperparameters streams adapt with: cifar10, cifar100 or imagenet (or "+strings.Join(tta.PresetDatasets, ", ")+")")
-	method := fs.String("method", "subtta-m", "adaptation method of streams: "+strings.Join(tta.Methods(), ", "))
-	batch := fs.Int("batch-size", 0, "images per adaptation step (0: the preset's, 200 on CIFAR)")
-	maxWait := fs.Duration("max-wait", serve.DefaultMaxWait, "how long a stream's oldest request waits for its batch to fill")
-	maxStreams := fs.Int("max-streams", serve.DefaultMaxStreams, "streams kept in memory; beyond, the least recently used is evicted to --state-dir")
-	stateDir := fs.String("state-dir", "", "folder where streams are saved after every step and read back after an eviction or restart (none: streams live in memory only)")
-	stateStore := fs.String("state-store", "", "where streams are saved, instead of --state-dir: a folder, or a Redis database redis://[user:password@]host:port/db that several servers share (a password here is visible in ps: use --state-store-file or $"+stateStoreEnv+")")
-	stateStoreFile := fs.String("state-store-file", "", "file holding --state-store's value on its first line (keep a Redis password out of ps)")
-	adminKeys := fs.String("admin-keys", "", "file of the keys (as --auth-keys) that may GET and DELETE any stream, and the only ones that may DELETE a stream whose saved state is damaged so that its owner cannot be read; reloaded on SIGHUP")
-	allowLost := fs.Bool("allow-lost-state", false, "start afresh a stream that was saved and whose state the store no longer holds without a DELETE (a Redis restarted without persistence); without it such a stream gets 500 until it is deleted")
-	degraded := fs.String("degraded", serve.DegradedRefuse, "what a stream request gets when the server cannot confirm it holds the stream's latest state (the store unreachable): refuse (503 with Retry-After) or frozen (the frozen model's answer, marked \"adapted\": false); the stream does not adapt either way")
-	shutdownTimeout := fs.Duration("shutdown-timeout", 0, "on SIGTERM, how long to answer the requests in flight and save every stream, retrying failed saves; the process then exits non-zero naming the streams left unsaved (0: --timeout + --max-wait + 10s)")
-	recent := fs.Int("recent-answers", 0, fmt.Sprintf("answers to a stream's latest requests with an Idempotency-Key kept in its saved state, to answer such a request sent again without adapting twice (0: %d, or twice the batch size if more)", serve.DefaultRecentAnswers))
-	maxBody := fs.Int64("max-body", serve.DefaultMaxBodyBytes, "largest request body, bytes")
-	maxPixels := fs.Int("max-pixels", serve.DefaultMaxPixels, "largest image, width×height")
-	maxLabels := fs.Int("max-labels", serve.DefaultMaxLabels, "most labels (or texts) in one request")
-	maxConc := fs.Int("max-concurrent", serve.DefaultMaxConcurrent, "requests served at once; beyond, 429 with Retry-After (a stream's batch fills only with its requests waiting at once)")
-	timeout := fs.Duration("timeout", serve.DefaultTimeout, "longest time a request may wait for its batch (504 beyond); a request whose batch is being stepped gets its answer")
-	precision := addPrecisionFlag(fs) // of frozen requests; streams adapt in fp32
-	authKeys := fs.String("auth-keys", "", "file of the API keys that may use the server, one a line: KEY [NAME], or sha256:HEX [NAME] (the key's SHA-256 digest); requests then need Authorization: Bearer KEY, and a stream answers only the key that created it; reloaded on SIGHUP")
-	metricsKey := fs.String("metrics-key", "", "file of the keys (as --auth-keys) that may read /metrics, and the only ones (default: a key of --auth-keys, or none without it); reloaded on SIGHUP")
-	tlsCert := fs.String("tls-cert", "", "PEM certificate (chain) to serve HTTPS with (TLS 1.2 or later), with --tls-key; both reloaded on SIGHUP")
-	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert")
-	insecure := fs.Bool("insecure", false, "serve on an address beyond this machine without --auth-keys: anyone who reaches the port may then use, steer, read and delete every stream")
-	keyInFlight := fs.Int("key-max-in-flight", 0, "requests of one key served at once (0: no limit); beyond, 429 with Retry-After")
-	keyRate := fs.Float64("key-images-per-second", 0, "images (classify and embed requests) one key may send per second on average (0: no limit); beyond, 429 with Retry-After")
-	keyBurst := fs.Int("key-burst", 0, "images one key may send at once within --key-images-per-second (0: the batch size, or the rate if larger)")
-	var guard serve.GuardConfig
-	fs.Float64Var(&guard.MaxLoss, "guard-max-loss", 0, "collapse guard: a batch whose method reports a loss beyond this is bad (0: not checked)")
-	fs.Float64Var(&guard.MaxEntropy, "guard-max-entropy", 0, "collapse guard: a batch whose mean prediction entropy, as a share of a uniform prediction's (0 to 1), is beyond this is bad (0: not checked)")
-	fs.IntVar(&guard.Patience, "guard-patience", serve.DefaultGuardPatience, "collapse guard: bad batches in a row that reset a stream to the source weights")
-	fs.Float64Var(&guard.MaxClassShare, "guard-max-class-share", 0, "collapse guard: reset a stream when one label takes more than this share (0 to 1) of its last --guard-window predictions (0: not checked)")
-	fs.IntVar(&guard.Window, "guard-window", 0, "collapse guard: predictions --guard-max-class-share is taken over (0: five batches)")
-	if err := parse(fs, args); err != nil {
-		return err
+// serveOptions are the flags of serve.
+type serveOptions struct {
+	addr            string
+	model           modelOptions
+	labels          string
+	templates       stringList
+	dataset         string
+	method          string
+	batch           int
+	maxWait         time.Duration
+	maxStreams      int
+	stateDir        string
+	stateStore      string
+	stateStoreFile  string
+	adminKeys       string
+	allowLost       bool
+	degraded        string
+	shutdownTimeout time.Duration
+	recent          int
+	maxBody         int64
+	maxPixels       int
+	maxLabels       int
+	maxConc         int
+	timeout         time.Duration
+	precision       precisionFlag
+	authKeys        string
+	metricsKey      string
+	tlsCert         string
+	tlsKey          string
+	insecure        bool
+	keyInFlight     int
+	keyRate         float64
+	keyBurst        int
+	guard           serve.GuardConfig
+
+	stdout, stderr io.Writer
+}
+
+// newServeCmd is `subtta serve`.
+func newServeCmd(stdout, stderr io.Writer) *cobra.Command {
+	o := &serveOptions{stdout: stdout, stderr: stderr}
+	c := o.command()
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		go func() {
+			<-ctx.Done()
+			stop() // a second signal ends the process at once
+		}()
+		return o.run(ctx, args, nil)
 	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q (all inputs are flags)", fs.Arg(0))
+	return c
+}
+
+// command is the serve command with its flags bound to o, without RunE.
+func (o *serveOptions) command() *cobra.Command {
+	const summary = "HTTP classifier that adapts to each client's image stream (subtta-m)"
+	c := &cobra.Command{
+		Use:   "serve",
+		Short: summary,
+		Long:  summary,
 	}
-	prec, err := precision.choose("cpu") // serve runs on the CPU
+	f := c.Flags()
+	configFlags(f, o.stdout)
+	f.StringVar(&o.addr, "addr", "127.0.0.1:8080", "address to listen on")
+	addModelFlags(f, &o.model, "", true)
+	f.StringVar(&o.labels, "labels", "", `comma-separated labels when a request gives none (default: those the model records, as train's models do; else with the built-in model or --dataset cifar10, CIFAR-10's classes)`)
+	f.Var(&o.templates, "template", `prompt template when a request gives none, "{}" for the label (repeatable; default: those the model records, else the method's preset, "a photo of a {}.")`)
+	f.StringVar(&o.dataset, "dataset", "cifar10", "whose preset hyperparameters streams adapt with: cifar10, cifar100 or imagenet (or "+strings.Join(tta.PresetDatasets, ", ")+")")
+	f.StringVar(&o.method, "method", "subtta-m", "adaptation method of streams: "+strings.Join(tta.Methods(), ", "))
+	f.IntVar(&o.batch, "batch-size", 0, "images per adaptation step (0: the preset's, 200 on CIFAR)")
+	f.DurationVar(&o.maxWait, "max-wait", serve.DefaultMaxWait, "how long a stream's oldest request waits for its batch to fill")
+	f.IntVar(&o.maxStreams, "max-streams", serve.DefaultMaxStreams, "streams kept in memory; beyond, the least recently used is evicted to --state-dir")
+	f.StringVar(&o.stateDir, "state-dir", "", "folder where streams are saved after every step and read back after an eviction or restart (none: streams live in memory only)")
+	f.StringVar(&o.stateStore, "state-store", "", "where streams are saved, instead of --state-dir: a folder, or a Redis database redis://[user:password@]host:port/db that several servers share (a password here is visible in ps: use --state-store-file or $"+stateStoreEnv+")")
+	f.StringVar(&o.stateStoreFile, "state-store-file", "", "file holding --state-store's value on its first line (keep a Redis password out of ps)")
+	f.StringVar(&o.adminKeys, "admin-keys", "", "file of the keys (as --auth-keys) that may GET and DELETE any stream, and the only ones that may DELETE a stream whose saved state is damaged so that its owner cannot be read; reloaded on SIGHUP")
+	f.BoolVar(&o.allowLost, "allow-lost-state", false, "start afresh a stream that was saved and whose state the store no longer holds without a DELETE (a Redis restarted without persistence); without it such a stream gets 500 until it is deleted")
+	f.StringVar(&o.degraded, "degraded", serve.DegradedRefuse, "what a stream request gets when the server cannot confirm it holds the stream's latest state (the store unreachable): refuse (503 with Retry-After) or frozen (the frozen model's answer, marked \"adapted\": false); the stream does not adapt either way")
+	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 0, "on SIGTERM, how long to answer the requests in flight and save every stream, retrying failed saves; the process then exits non-zero naming the streams left unsaved (0: --timeout + --max-wait + 10s)")
+	f.IntVar(&o.recent, "recent-answers", 0, fmt.Sprintf("answers to a stream's latest requests with an Idempotency-Key kept in its saved state, to answer such a request sent again without adapting twice (0: %d, or twice the batch size if more)", serve.DefaultRecentAnswers))
+	f.Int64Var(&o.maxBody, "max-body", serve.DefaultMaxBodyBytes, "largest request body, bytes")
+	f.IntVar(&o.maxPixels, "max-pixels", serve.DefaultMaxPixels, "largest image, width×height")
+	f.IntVar(&o.maxLabels, "max-labels", serve.DefaultMaxLabels, "most labels (or texts) in one request")
+	f.IntVar(&o.maxConc, "max-concurrent", serve.DefaultMaxConcurrent, "requests served at once; beyond, 429 with Retry-After (a stream's batch fills only with its requests waiting at once)")
+	f.DurationVar(&o.timeout, "timeout", serve.DefaultTimeout, "longest time a request may wait for its batch (504 beyond); a request whose batch is being stepped gets its answer")
+	o.precision = addPrecisionFlag(f) // of frozen requests; streams adapt in fp32
+	f.StringVar(&o.authKeys, "auth-keys", "", "file of the API keys that may use the server, one a line: KEY [NAME], or sha256:HEX [NAME] (the key's SHA-256 digest); requests then need Authorization: Bearer KEY, and a stream answers only the key that created it; reloaded on SIGHUP")
+	f.StringVar(&o.metricsKey, "metrics-key", "", "file of the keys (as --auth-keys) that may read /metrics, and the only ones (default: a key of --auth-keys, or none without it); reloaded on SIGHUP")
+	f.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate (chain) to serve HTTPS with (TLS 1.2 or later), with --tls-key; both reloaded on SIGHUP")
+	f.StringVar(&o.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
+	f.BoolVar(&o.insecure, "insecure", false, "serve on an address beyond this machine without --auth-keys: anyone who reaches the port may then use, steer, read and delete every stream")
+	f.IntVar(&o.keyInFlight, "key-max-in-flight", 0, "requests of one key served at once (0: no limit); beyond, 429 with Retry-After")
+	f.Float64Var(&o.keyRate, "key-images-per-second", 0, "images (classify and embed requests) one key may send per second on average (0: no limit); beyond, 429 with Retry-After")
+	f.IntVar(&o.keyBurst, "key-burst", 0, "images one key may send at once within --key-images-per-second (0: the batch size, or the rate if larger)")
+	f.Float64Var(&o.guard.MaxLoss, "guard-max-loss", 0, "collapse guard: a batch whose method reports a loss beyond this is bad (0: not checked)")
+	f.Float64Var(&o.guard.MaxEntropy, "guard-max-entropy", 0, "collapse guard: a batch whose mean prediction entropy, as a share of a uniform prediction's (0 to 1), is beyond this is bad (0: not checked)")
+	f.IntVar(&o.guard.Patience, "guard-patience", serve.DefaultGuardPatience, "collapse guard: bad batches in a row that reset a stream to the source weights")
+	f.Float64Var(&o.guard.MaxClassShare, "guard-max-class-share", 0, "collapse guard: reset a stream when one label takes more than this share (0 to 1) of its last --guard-window predictions (0: not checked)")
+	f.IntVar(&o.guard.Window, "guard-window", 0, "collapse guard: predictions --guard-max-class-share is taken over (0: five batches)")
+	c.RegisterFlagCompletionFunc("method", completeChoices(tta.Methods()...))
+	c.RegisterFlagCompletionFunc("dataset", completeChoices(append([]string{"cifar10", "cifar100", "imagenet"}, tta.PresetDatasets...)...))
+	c.RegisterFlagCompletionFunc("degraded", completeChoices(serve.DegradedRefuse, serve.DegradedFrozen))
+	return c
+}
+
+// run runs the command with the positional arguments args.
+func (o *serveOptions) run(ctx context.Context, args []string, ready func(addr string)) error {
+	if len(args) > 0 {
+		return usagef("unexpected argument %q (all inputs are flags)", args[0])
+	}
+	prec, err := o.precision.choose("cpu") // serve runs on the CPU
 	if err != nil {
 		return err
 	}
-	if (*tlsCert == "") != (*tlsKey == "") {
+	if (o.tlsCert == "") != (o.tlsKey == "") {
 		return usagef("--tls-cert and --tls-key go together: give both or neither")
 	}
-	if *authKeys == "" && !*insecure {
-		open, err := exposed(*addr)
+	if o.authKeys == "" && !o.insecure {
+		open, err := exposed(o.addr)
 		if err != nil {
 			return err
 		}
 		if open {
-			return usagef("--addr %s listens beyond this machine, and there is no --auth-keys: anyone who reaches the port could send images into any stream (steering its adaptation), read its state or delete it. Give --auth-keys FILE (docs/serving.md, Access), listen on 127.0.0.1, or give --insecure to serve without keys all the same", *addr)
+			return usagef("--addr %s listens beyond this machine, and there is no --auth-keys: anyone who reaches the port could send images into any stream (steering its adaptation), read its state or delete it. Give --auth-keys FILE (docs/serving.md, Access), listen on 127.0.0.1, or give --insecure to serve without keys all the same", o.addr)
 		}
 	}
-	ds := *dataset
+	ds := o.dataset
 	if a, ok := datasetAliases[ds]; ok {
 		ds = a
 	}
-	preset, err := tta.Lookup(ds, *method)
+	preset, err := tta.Lookup(ds, o.method)
 	if err != nil {
-		return usagef("--dataset %s --method %s: %v", *dataset, *method, err)
+		return usagef("--dataset %s --method %s: %v", o.dataset, o.method, err)
 	}
 	for _, l := range []struct {
 		flag     string
 		v, least int64
 	}{
-		{"--batch-size", int64(*batch), 0}, {"--max-streams", int64(*maxStreams), 1}, {"--max-body", *maxBody, 1},
-		{"--max-pixels", int64(*maxPixels), 1}, {"--max-labels", int64(*maxLabels), 2}, {"--max-concurrent", int64(*maxConc), 1},
-		{"--recent-answers", int64(*recent), 0},
-		{"--key-max-in-flight", int64(*keyInFlight), 0}, {"--key-burst", int64(*keyBurst), 0},
-		{"--guard-patience", int64(guard.Patience), 1}, {"--guard-window", int64(guard.Window), 0},
+		{"--batch-size", int64(o.batch), 0}, {"--max-streams", int64(o.maxStreams), 1}, {"--max-body", o.maxBody, 1},
+		{"--max-pixels", int64(o.maxPixels), 1}, {"--max-labels", int64(o.maxLabels), 2}, {"--max-concurrent", int64(o.maxConc), 1},
+		{"--recent-answers", int64(o.recent), 0},
+		{"--key-max-in-flight", int64(o.keyInFlight), 0}, {"--key-burst", int64(o.keyBurst), 0},
+		{"--guard-patience", int64(o.guard.Patience), 1}, {"--guard-window", int64(o.guard.Window), 0},
 	} {
 		if l.v < l.least {
 			return usagef("%s %d: want %d or more", l.flag, l.v, l.least)
 		}
 	}
-	if *stateStore != "" && *stateStoreFile != "" {
+	if o.stateStore != "" && o.stateStoreFile != "" {
 		return usagef("--state-store and --state-store-file: give one")
 	}
-	if *stateStoreFile != "" {
-		b, err := os.ReadFile(*stateStoreFile)
+	if o.stateStoreFile != "" {
+		b, err := os.ReadFile(o.stateStoreFile)
 		if err != nil {
 			return usagef("--state-store-file: %v", err)
 		}
 		line, _, _ := strings.Cut(string(b), "\n")
-		if *stateStore = strings.TrimSpace(line); *stateStore == "" {
-			return usagef("--state-store-file %s: its first line is empty; want a folder or redis://…", *stateStoreFile)
+		if o.stateStore = strings.TrimSpace(line); o.stateStore == "" {
+			return usagef("--state-store-file %s: its first line is empty; want a folder or redis://…", o.stateStoreFile)
 		}
-	} else if *stateStore == "" && *stateDir == "" {
-		*stateStore = os.Getenv(stateStoreEnv)
+	} else if o.stateStore == "" && o.stateDir == "" {
+		o.stateStore = os.Getenv(stateStoreEnv)
 	}
-	if *stateDir != "" && *stateStore != "" {
-		return usagef("--state-dir %s and --state-store (or --state-store-file): give one", *stateDir)
+	if o.stateDir != "" && o.stateStore != "" {
+		return usagef("--state-dir %s and --state-store (or --state-store-file): give one", o.stateDir)
 	}
-	if *degraded != serve.DegradedRefuse && *degraded != serve.DegradedFrozen {
-		return usagef("--degraded %s: want %s or %s", *degraded, serve.DegradedRefuse, serve.DegradedFrozen)
+	if o.degraded != serve.DegradedRefuse && o.degraded != serve.DegradedFrozen {
+		return usagef("--degraded %s: want %s or %s", o.degraded, serve.DegradedRefuse, serve.DegradedFrozen)
 	}
-	if *shutdownTimeout < 0 {
-		return usagef("--shutdown-timeout %v: want 0 (the default) or a positive duration", *shutdownTimeout)
+	if o.shutdownTimeout < 0 {
+		return usagef("--shutdown-timeout %v: want 0 (the default) or a positive duration", o.shutdownTimeout)
 	}
 	for _, f := range []struct {
 		flag    string
 		v, most float64
 	}{
-		{"--key-images-per-second", *keyRate, math.Inf(1)}, {"--guard-max-loss", guard.MaxLoss, math.Inf(1)},
-		{"--guard-max-entropy", guard.MaxEntropy, 1}, {"--guard-max-class-share", guard.MaxClassShare, 1},
+		{"--key-images-per-second", o.keyRate, math.Inf(1)}, {"--guard-max-loss", o.guard.MaxLoss, math.Inf(1)},
+		{"--guard-max-entropy", o.guard.MaxEntropy, 1}, {"--guard-max-class-share", o.guard.MaxClassShare, 1},
 	} {
 		if !(f.v >= 0 && f.v <= f.most) || math.IsInf(f.v, 0) {
 			return usagef("%s %v: want 0 (off) up to %v", f.flag, f.v, f.most)
@@ -179,36 +243,36 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer, rea
 	for _, d := range []struct {
 		flag string
 		v    time.Duration
-	}{{"--max-wait", *maxWait}, {"--timeout", *timeout}} {
+	}{{"--max-wait", o.maxWait}, {"--timeout", o.timeout}} {
 		if d.v <= 0 {
 			return usagef("%s %v: want a positive duration", d.flag, d.v)
 		}
 	}
-	batchSize, batchFrom := *batch, "--batch-size"
+	batchSize, batchFrom := o.batch, "--batch-size"
 	if batchSize == 0 {
-		batchSize, batchFrom = preset.BatchSize, fmt.Sprintf("the batch size of --method %s on --dataset %s", *method, *dataset)
+		batchSize, batchFrom = preset.BatchSize, fmt.Sprintf("the batch size of --method %s on --dataset %s", o.method, o.dataset)
 	}
-	if *maxConc < batchSize {
+	if o.maxConc < batchSize {
 		return usagef("--max-concurrent %d is less than %s, %d: a stream's batch could never fill; give --max-concurrent %d or more, or a smaller --batch-size",
-			*maxConc, batchFrom, batchSize, batchSize)
+			o.maxConc, batchFrom, batchSize, batchSize)
 	}
-	classes := splitList(*labels)
-	b, err := openModel(*model, *modelConfig, *arch, *vocab, kernel.FP32, stderr)
+	classes := splitList(o.labels)
+	b, err := o.model.open(kernel.FP32, o.stderr)
 	if err != nil {
 		return err
 	}
 	// Given, else the model's, else CIFAR-10's classes (with the built-in
 	// model or --dataset cifar10); no templates leaves serve the preset's.
 	var fallback clip.Labels
-	if isBuiltin(*model) || ds == "cifar10-c" {
+	if isBuiltin(o.model.model) || ds == "cifar10-c" {
 		fallback.Classes = data.CIFAR10Classes
 	}
-	chosen := b.Model.ChooseLabels(clip.Labels{Classes: classes, Templates: templates}, fallback)
+	chosen := b.Model.ChooseLabels(clip.Labels{Classes: classes, Templates: o.templates}, fallback)
 	if len(chosen.Classes) == 0 {
 		return usagef("give --labels (CIFAR-10's classes are the default only with the built-in model or --dataset cifar10; a model of train has its own)")
 	}
-	classes, templates = chosen.Classes, chosen.Templates
-	version, err := modelIdentity(*model) // as eval names it
+	classes, o.templates = chosen.Classes, chosen.Templates
+	version, err := modelIdentity(o.model.model) // as eval names it
 	if err != nil {
 		return err
 	}
@@ -216,21 +280,21 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer, rea
 	if err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	logger := slog.New(slog.NewTextHandler(o.stderr, nil))
 	s, err := serve.New(serve.Config{
 		Model: b.Model, Tokenizer: tok, ModelVersion: version,
-		Dataset: ds, Method: *method, BatchSize: *batch, Labels: classes, Templates: templates,
-		MaxWait: *maxWait, MaxStreams: *maxStreams, StateDir: *stateDir, StateStore: *stateStore, RecentAnswers: *recent,
-		MaxBodyBytes: *maxBody, MaxPixels: *maxPixels, MaxLabels: *maxLabels, MaxConcurrent: *maxConc,
-		Timeout: *timeout, Logger: logger, FrozenPrecision: prec.Precision,
-		AuthKeysFile: *authKeys, MetricsKeysFile: *metricsKey, TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey,
-		KeyMaxInFlight: *keyInFlight, KeyImagesPerSecond: *keyRate, KeyBurst: *keyBurst, Guard: guard,
-		AdminKeysFile: *adminKeys, AllowLostState: *allowLost, Degraded: *degraded,
+		Dataset: ds, Method: o.method, BatchSize: o.batch, Labels: classes, Templates: o.templates,
+		MaxWait: o.maxWait, MaxStreams: o.maxStreams, StateDir: o.stateDir, StateStore: o.stateStore, RecentAnswers: o.recent,
+		MaxBodyBytes: o.maxBody, MaxPixels: o.maxPixels, MaxLabels: o.maxLabels, MaxConcurrent: o.maxConc,
+		Timeout: o.timeout, Logger: logger, FrozenPrecision: prec.Precision,
+		AuthKeysFile: o.authKeys, MetricsKeysFile: o.metricsKey, TLSCertFile: o.tlsCert, TLSKeyFile: o.tlsKey,
+		KeyMaxInFlight: o.keyInFlight, KeyImagesPerSecond: o.keyRate, KeyBurst: o.keyBurst, Guard: o.guard,
+		AdminKeysFile: o.adminKeys, AllowLostState: o.allowLost, Degraded: o.degraded,
 	})
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", *addr)
+	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		return err
 	}
@@ -243,7 +307,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer, rea
 		TLSConfig:         s.TLSConfig(),
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       *timeout,
+		ReadTimeout:       o.timeout,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          s.ErrorLog(),
@@ -252,14 +316,14 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer, rea
 	if hs.TLSConfig != nil {
 		scheme = "https"
 	}
-	if *authKeys != "" {
-		access = "API keys from " + *authKeys
+	if o.authKeys != "" {
+		access = "API keys from " + o.authKeys
 	}
-	if guard.On() {
-		access += "; collapse guard on"
+	if o.guard.On() {
+		access += "; collapse o.guard on"
 	}
-	fmt.Fprintf(stderr, "subtta serve: %s, %s with batches of %d (max wait %v), %d labels; %s; listening on %s://%s\n",
-		version, *method, s.BatchSize(), *maxWait, len(classes), access, scheme, ln.Addr())
+	fmt.Fprintf(o.stderr, "subtta serve: %s, %s with batches of %d (max wait %v), %d labels; %s; listening on %s://%s\n",
+		version, o.method, s.BatchSize(), o.maxWait, len(classes), access, scheme, ln.Addr())
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
@@ -276,10 +340,10 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer, rea
 		return err
 	case <-ctx.Done():
 	}
-	fmt.Fprintln(stderr, "subtta serve: draining: stepping the waiting batches and saving every stream")
-	wait := *shutdownTimeout
+	fmt.Fprintln(o.stderr, "subtta serve: draining: stepping the waiting batches and saving every stream")
+	wait := o.shutdownTimeout
 	if wait == 0 {
-		wait = *timeout + *maxWait + 10*time.Second
+		wait = o.timeout + o.maxWait + 10*time.Second
 	}
 	dctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
@@ -291,7 +355,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer, rea
 	if err := errors.Join(serr, herr); err != nil {
 		return fmt.Errorf("drain: %w", err)
 	}
-	fmt.Fprintln(stderr, "subtta serve: stopped")
+	fmt.Fprintln(o.stderr, "subtta serve: stopped")
 	return nil
 }
 
@@ -336,75 +400,104 @@ func exposed(addr string) (bool, error) {
 	return false, nil
 }
 
-func runLoadtest(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("loadtest", "", stderr)
-	addr := fs.String("addr", "127.0.0.1:8080", "address of a subtta serve on this machine (loopback only)")
-	streams := fs.Int("streams", 4, "number of streams (with --frozen: of clients)")
-	requests := fs.Int("requests", 50, "requests per stream")
-	conc := fs.Int("concurrency", 8, "requests in flight per stream; a batch fills only up to it")
-	duration := fs.Duration("duration", 2*time.Minute, "time limit: no request is sent after it (those in flight finish)")
-	frozen := fs.Bool("frozen", false, "requests without a stream: the frozen model answers")
-	prefix := fs.String("prefix", "loadtest-", "stream ids are PREFIX0, PREFIX1, ...")
-	shared := fs.Bool("shared", false, "other clients send to the same streams (another loadtest, through another server on the same state store): skip the check that each stream's image count grew by this test's answers, and print the answers by stream for the caller's own check")
-	retries := fs.Int("retries", serve.DefaultLoadTestRetries, "times a request is sent again, with the same Idempotency-Key, after its connection failed or it got 429, 502, 503 or 504 (0: never)")
-	jsonOut := fs.Bool("json", false, "print the report as JSON")
-	key := fs.String("key", "", "API key to send (Authorization: Bearer); default $"+apiKeyEnv)
-	cacert := fs.String("cacert", "", "PEM certificates to trust for an https:// --addr (a server's self-signed certificate)")
-	if err := parse(fs, args); err != nil {
-		return err
+// loadtestOptions are the flags of loadtest.
+type loadtestOptions struct {
+	addr     string
+	streams  int
+	requests int
+	conc     int
+	duration time.Duration
+	frozen   bool
+	prefix   string
+	shared   bool
+	retries  int
+	jsonOut  bool
+	key      string
+	cacert   string
+
+	stdout, stderr io.Writer
+}
+
+// newLoadtestCmd is `subtta loadtest`.
+func newLoadtestCmd(stdout, stderr io.Writer) *cobra.Command {
+	const summary = "requests/s and latency of a subtta serve on this machine"
+	o := &loadtestOptions{stdout: stdout, stderr: stderr}
+	c := &cobra.Command{
+		Use:   "loadtest",
+		Short: summary,
+		Long:  summary,
+		RunE:  func(cmd *cobra.Command, args []string) error { return o.run(args) },
 	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
+	f := c.Flags()
+	f.StringVar(&o.addr, "addr", "127.0.0.1:8080", "address of a subtta serve on this machine (loopback only)")
+	f.IntVar(&o.streams, "streams", 4, "number of streams (with --frozen: of clients)")
+	f.IntVar(&o.requests, "requests", 50, "requests per stream")
+	f.IntVar(&o.conc, "concurrency", 8, "requests in flight per stream; a batch fills only up to it")
+	f.DurationVar(&o.duration, "duration", 2*time.Minute, "time limit: no request is sent after it (those in flight finish)")
+	f.BoolVar(&o.frozen, "frozen", false, "requests without a stream: the frozen model answers")
+	f.StringVar(&o.prefix, "prefix", "loadtest-", "stream ids are PREFIX0, PREFIX1, ...")
+	f.BoolVar(&o.shared, "shared", false, "other clients send to the same streams (another loadtest, through another server on the same state store): skip the check that each stream's image count grew by this test's answers, and print the answers by stream for the caller's own check")
+	f.IntVar(&o.retries, "retries", serve.DefaultLoadTestRetries, "times a request is sent again, with the same Idempotency-Key, after its connection failed or it got 429, 502, 503 or 504 (0: never)")
+	f.BoolVar(&o.jsonOut, "json", false, "print the report as JSON")
+	f.StringVar(&o.key, "key", "", "API key to send (Authorization: Bearer); default $"+apiKeyEnv)
+	f.StringVar(&o.cacert, "cacert", "", "PEM certificates to trust for an https:// --addr (a server's self-signed certificate)")
+	return c
+}
+
+// run runs the command with the positional arguments args.
+func (o *loadtestOptions) run(args []string) error {
+	if len(args) > 0 {
+		return usagef("unexpected argument %q", args[0])
 	}
-	if *retries < 0 {
-		return usagef("--retries %d: want 0 or more", *retries)
+	if o.retries < 0 {
+		return usagef("--retries %d: want 0 or more", o.retries)
 	}
-	if *retries == 0 {
-		*retries = -1 // LoadTest's "never"
+	if o.retries == 0 {
+		o.retries = -1 // LoadTest's "never"
 	}
-	if *streams < 1 || *requests < 1 || *conc < 1 {
+	if o.streams < 1 || o.requests < 1 || o.conc < 1 {
 		return usagef("--streams, --requests and --concurrency must be positive")
 	}
-	imgs, err := builtin.JPEGs(*streams * *requests)
+	imgs, err := builtin.JPEGs(o.streams * o.requests)
 	if err != nil {
 		return err
 	}
-	base := *addr
+	base := o.addr
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
 	}
-	if *key == "" {
-		*key = os.Getenv(apiKeyEnv)
+	if o.key == "" {
+		o.key = os.Getenv(apiKeyEnv)
 	}
 	var tlsConfig *tls.Config
-	if *cacert != "" {
-		pem, err := os.ReadFile(*cacert)
+	if o.cacert != "" {
+		pem, err := os.ReadFile(o.cacert)
 		if err != nil {
 			return err
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("--cacert %s: no PEM certificate in it", *cacert)
+			return fmt.Errorf("--cacert %s: no PEM certificate in it", o.cacert)
 		}
 		tlsConfig = &tls.Config{RootCAs: pool}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rep, err := serve.LoadTest{URL: base, Sources: *streams, Requests: *requests, Concurrency: *conc,
-		Duration: *duration, Frozen: *frozen, StreamPrefix: *prefix, Shared: *shared, Images: imgs, Retries: *retries,
-		Key: *key, TLS: tlsConfig}.Run(ctx)
+	rep, err := serve.LoadTest{URL: base, Sources: o.streams, Requests: o.requests, Concurrency: o.conc,
+		Duration: o.duration, Frozen: o.frozen, StreamPrefix: o.prefix, Shared: o.shared, Images: imgs, Retries: o.retries,
+		Key: o.key, TLS: tlsConfig}.Run(ctx)
 	if err != nil {
 		return err
 	}
-	if *jsonOut {
-		if err := writeJSON(stdout, rep); err != nil {
+	if o.jsonOut {
+		if err := writeJSON(o.stdout, rep); err != nil {
 			return err
 		}
 	} else {
-		rep.Write(stdout)
+		rep.Write(o.stdout)
 	}
 	if rep.ByStatus[http.StatusUnauthorized] > 0 {
-		fmt.Fprintf(stderr, "loadtest: %d requests were refused with 401: give the server's API key with --key or $%s\n", rep.ByStatus[http.StatusUnauthorized], apiKeyEnv)
+		fmt.Fprintf(o.stderr, "loadtest: %d requests were refused with 401: give the server's API key with --key or $%s\n", rep.ByStatus[http.StatusUnauthorized], apiKeyEnv)
 	}
 	if !rep.ExactlyOnce {
 		return errors.New("some requests were not answered exactly once")

@@ -5,6 +5,8 @@ import (
 	"io"
 	"os"
 
+	"github.com/spf13/cobra"
+
 	"github.com/subtta/subtta/builtin"
 	"github.com/subtta/subtta/textenc"
 )
@@ -13,20 +15,38 @@ import (
 // that a typo cannot ask for gigabytes of padding.
 const maxContext = 4096
 
-func runTokenize(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("tokenize", "TEXT...", stderr)
-	vocab := fs.String("vocab", "", "CLIP vocabulary: bpe_simple_vocab_16e6.txt.gz, vocab.json+merges.txt folder, or tokenizer.json (default: $SUBTTA_VOCAB, else the built-in model's byte-level tokenizer; nothing is downloaded)")
-	ctx := fs.Int("context", 77, "context length of the padded ids")
-	if err := parse(fs, args); err != nil {
-		return err
+// tokenizeOptions are the flags of tokenize.
+type tokenizeOptions struct {
+	vocab   string
+	context int
+
+	stdout, stderr io.Writer
+}
+
+// newTokenizeCmd is `subtta tokenize TEXT...`.
+func newTokenizeCmd(stdout, stderr io.Writer) *cobra.Command {
+	o := &tokenizeOptions{stdout: stdout, stderr: stderr}
+	c := &cobra.Command{
+		Use:   "tokenize TEXT...",
+		Short: "CLIP BPE token ids of texts (JSON)",
+		Long:  "CLIP BPE token ids of texts (JSON)",
+		RunE:  func(cmd *cobra.Command, args []string) error { return o.run(args) },
 	}
-	if fs.NArg() == 0 {
+	f := c.Flags()
+	f.StringVar(&o.vocab, "vocab", "", "CLIP vocabulary: bpe_simple_vocab_16e6.txt.gz, vocab.json+merges.txt folder, or tokenizer.json (default: $SUBTTA_VOCAB, else the built-in model's byte-level tokenizer; nothing is downloaded)")
+	f.IntVar(&o.context, "context", 77, "context length of the padded ids")
+	return c
+}
+
+// run prints the token ids of texts.
+func (o *tokenizeOptions) run(texts []string) error {
+	if len(texts) == 0 {
 		return usagef("no text given")
 	}
-	if *ctx < 2 || *ctx > maxContext {
-		return usagef("--context %d: want 2 to %d (the start and end tokens take two)", *ctx, maxContext)
+	if o.context < 2 || o.context > maxContext {
+		return usagef("--context %d: want 2 to %d (the start and end tokens take two)", o.context, maxContext)
 	}
-	tok, err := tokenizeTokenizer(*vocab, stderr)
+	tok, err := tokenizeTokenizer(o.vocab, o.stderr)
 	if err != nil {
 		return err
 	}
@@ -36,15 +56,15 @@ func runTokenize(args []string, stdout, stderr io.Writer) error {
 		Padded []int  `json:"padded"`
 	}
 	var out []row
-	for _, text := range fs.Args() {
-		padded, err := tok.Tokenize(text, *ctx, true)
+	for _, text := range texts {
+		padded, err := tok.Tokenize(text, o.context, true)
 		if err != nil {
 			return err
 		}
-		warnCut(stderr, tok, []string{text}, *ctx)
+		warnCut(o.stderr, tok, []string{text}, o.context)
 		out = append(out, row{Text: text, IDs: tok.Encode(text), Padded: padded})
 	}
-	return writeJSON(stdout, out)
+	return writeJSON(o.stdout, out)
 }
 
 // tokenizeTokenizer is tokenize's tokenizer: CLIP's BPE from vocab or

@@ -11,87 +11,128 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/subtta/subtta/data"
 	"github.com/subtta/subtta/internal/atomicfile"
 	"github.com/subtta/subtta/pretrain"
 	"github.com/subtta/subtta/report"
 )
 
-func runTrain(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("train", "", stderr)
-	configFlags(fs, "train", stdout)
+// trainOptions are the flags of train.
+type trainOptions struct {
+	trainPath    string
+	testPath     string
+	out          string
+	epochs       int
+	batch        int
+	lr           float64
+	warmup       int
+	wd           float64
+	seed         uint64
+	width        int
+	visionLayers int
+	textLayers   int
+	heads        int
+	evalLimit    int
+	every        int
+	final        string
+	plot         bool
+	quiet        bool
+	device       deviceOptions
+
+	stdout, stderr io.Writer
+}
+
+// newTrainCmd is `subtta train`.
+func newTrainCmd(stdout, stderr io.Writer) *cobra.Command {
+	const summary = "train a small CLIP from scratch on CIFAR-10 (checkpoints, resume, log)"
+	o := &trainOptions{stdout: stdout, stderr: stderr}
 	def := pretrain.DefaultConfig(data.CIFAR10Classes, data.CIFAR10Templates)
-	trainPath := fs.String("data", "", "CIFAR-10 training set: the official binaries (.tar.gz or folder), or an image folder (folder, .tar, .tar.gz) with one folder per class")
-	testPath := fs.String("test", "", "CIFAR-10 test set in the same forms, classified zero-shot after every epoch (optional)")
-	out := fs.String("out", "subtta-train", "run folder: checkpoint, model, log.jsonl; an interrupted run resumes there")
-	epochs := fs.Int("epochs", def.Epochs, "epochs")
-	batch := fs.Int("batch-size", def.BatchSize, "images per step")
-	lr := fs.Float64("lr", def.LR, "peak learning rate (AdamW)")
-	warmup := fs.Int("warmup", def.WarmupSteps, "linear warm-up steps")
-	wd := fs.Float64("weight-decay", def.WeightDecay, "AdamW weight decay of linear and projection weights")
-	seed := fs.Uint64("seed", def.Seed, "seed of the initialisation, the shuffles and the augmentation")
-	width := fs.Int("width", def.Model.Vision.Width, "width of both towers and of the embedding")
-	visionLayers := fs.Int("vision-layers", def.Model.Vision.Layers, "blocks of the image tower")
-	textLayers := fs.Int("text-layers", def.Model.Text.Layers, "blocks of the text tower")
-	heads := fs.Int("heads", def.Model.Vision.Heads, "attention heads of both towers")
-	evalLimit := fs.Int("eval-limit", 0, "classify only the first N test images after each epoch (0: all)")
-	every := fs.Int("checkpoint-every", 100, "also write a checkpoint every N steps (0: at the end of each epoch only)")
-	final := fs.String("export", "", "when training ends, also write the model here (.safetensors, or .safetensors.zst for zstd)")
-	plot := fs.Bool("plot", false, "write OUT/accuracy.png, the test accuracy and training loss per epoch")
-	quiet := fs.Bool("quiet", false, "no progress bar")
-	device := deviceFlag(fs)
-	release, err := parseOnDevice(fs, device, args, stderr)
+	c := &cobra.Command{
+		Use:   "train",
+		Short: summary,
+		Long:  summary,
+		RunE:  func(cmd *cobra.Command, args []string) error { return o.run(args) },
+	}
+	f := c.Flags()
+	configFlags(f, stdout)
+	f.StringVar(&o.trainPath, "data", "", "CIFAR-10 training set: the official binaries (.tar.gz or folder), or an image folder (folder, .tar, .tar.gz) with one folder per class")
+	f.StringVar(&o.testPath, "test", "", "CIFAR-10 test set in the same forms, classified zero-shot after every epoch (optional)")
+	f.StringVar(&o.out, "out", "subtta-train", "run folder: checkpoint, model, log.jsonl; an interrupted run resumes there")
+	f.IntVar(&o.epochs, "epochs", def.Epochs, "epochs")
+	f.IntVar(&o.batch, "batch-size", def.BatchSize, "images per step")
+	f.Float64Var(&o.lr, "lr", def.LR, "peak learning rate (AdamW)")
+	f.IntVar(&o.warmup, "warmup", def.WarmupSteps, "linear warm-up steps")
+	f.Float64Var(&o.wd, "weight-decay", def.WeightDecay, "AdamW weight decay of linear and projection weights")
+	f.Uint64Var(&o.seed, "seed", def.Seed, "seed of the initialisation, the shuffles and the augmentation")
+	f.IntVar(&o.width, "width", def.Model.Vision.Width, "width of both towers and of the embedding")
+	f.IntVar(&o.visionLayers, "vision-layers", def.Model.Vision.Layers, "blocks of the image tower")
+	f.IntVar(&o.textLayers, "text-layers", def.Model.Text.Layers, "blocks of the text tower")
+	f.IntVar(&o.heads, "heads", def.Model.Vision.Heads, "attention heads of both towers")
+	f.IntVar(&o.evalLimit, "eval-limit", 0, "classify only the first N test images after each epoch (0: all)")
+	f.IntVar(&o.every, "checkpoint-every", 100, "also write a checkpoint every N steps (0: at the end of each epoch only)")
+	f.StringVar(&o.final, "export", "", "when training ends, also write the model here (.safetensors, or .safetensors.zst for zstd)")
+	f.BoolVar(&o.plot, "plot", false, "write OUT/accuracy.png, the test accuracy and training loss per epoch")
+	f.BoolVar(&o.quiet, "quiet", false, "no progress bar")
+	addDeviceFlags(f, &o.device)
+	return c
+}
+
+// run runs the command with the positional arguments args.
+func (o *trainOptions) run(args []string) error {
+	release, err := o.device.use("fp32", o.stderr)
 	if err != nil {
 		return err
 	}
 	defer release()
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q (all inputs are flags)", fs.Arg(0))
+	if len(args) > 0 {
+		return usagef("unexpected argument %q (all inputs are flags)", args[0])
 	}
-	if *trainPath == "" {
+	if o.trainPath == "" {
 		return usagef("--data is required (the CIFAR-10 training set)")
 	}
 	for _, c := range []struct {
 		name string
 		v    int
-	}{{"epochs", *epochs}, {"batch-size", *batch}, {"width", *width}, {"vision-layers", *visionLayers}, {"text-layers", *textLayers}, {"heads", *heads}} {
+	}{{"epochs", o.epochs}, {"batch-size", o.batch}, {"width", o.width}, {"vision-layers", o.visionLayers}, {"text-layers", o.textLayers}, {"heads", o.heads}} {
 		if c.v <= 0 {
 			return usagef("--%s %d: want a positive number", c.name, c.v)
 		}
 	}
-	if *width%*heads != 0 {
-		return usagef("--width %d is not a multiple of --heads %d", *width, *heads)
+	if o.width%o.heads != 0 {
+		return usagef("--width %d is not a multiple of --heads %d", o.width, o.heads)
 	}
 	for _, c := range []struct {
 		name string
 		v    int
-	}{{"warmup", *warmup}, {"eval-limit", *evalLimit}, {"checkpoint-every", *every}} {
+	}{{"warmup", o.warmup}, {"eval-limit", o.evalLimit}, {"checkpoint-every", o.every}} {
 		if c.v < 0 {
 			return usagef("--%s %d: want 0 or more", c.name, c.v)
 		}
 	}
-	cfg := def
-	cfg.Epochs, cfg.BatchSize, cfg.LR, cfg.WarmupSteps, cfg.WeightDecay, cfg.Seed = *epochs, *batch, *lr, *warmup, *wd, *seed
+	cfg := pretrain.DefaultConfig(data.CIFAR10Classes, data.CIFAR10Templates)
+	cfg.Epochs, cfg.BatchSize, cfg.LR, cfg.WarmupSteps, cfg.WeightDecay, cfg.Seed = o.epochs, o.batch, o.lr, o.warmup, o.wd, o.seed
 	cfg.MinLR = min(cfg.MinLR, cfg.LR)
 	m := &cfg.Model
-	m.EmbedDim, m.Vision.Width, m.Text.Width = *width, *width, *width
-	m.Vision.MLPWidth, m.Text.MLPWidth = 4**width, 4**width
-	m.Vision.Layers, m.Text.Layers = *visionLayers, *textLayers
-	m.Vision.Heads, m.Text.Heads = *heads, *heads
+	m.EmbedDim, m.Vision.Width, m.Text.Width = o.width, o.width, o.width
+	m.Vision.MLPWidth, m.Text.MLPWidth = 4*o.width, 4*o.width
+	m.Vision.Layers, m.Text.Layers = o.visionLayers, o.textLayers
+	m.Vision.Heads, m.Text.Heads = o.heads, o.heads
 	if err := cfg.Validate(); err != nil {
 		return usagef("%v", err)
 	}
 
-	train, err := loadImageSet(*trainPath, data.Train, cfg.Model.Vision.ImageSize, "training", stderr, *quiet)
+	train, err := loadImageSet(o.trainPath, data.Train, cfg.Model.Vision.ImageSize, "training", o.stderr, o.quiet)
 	if err != nil {
 		return err
 	}
 	if len(train.Classes) != len(cfg.Classes) {
-		return fmt.Errorf("%s: %d classes, want CIFAR-10's %d", *trainPath, len(train.Classes), len(cfg.Classes))
+		return fmt.Errorf("%s: %d classes, want CIFAR-10's %d", o.trainPath, len(train.Classes), len(cfg.Classes))
 	}
 	var test *pretrain.Images
-	if *testPath != "" {
-		if test, err = loadImageSet(*testPath, data.Test, cfg.Model.Vision.ImageSize, "test", stderr, *quiet); err != nil {
+	if o.testPath != "" {
+		if test, err = loadImageSet(o.testPath, data.Test, cfg.Model.Vision.ImageSize, "test", o.stderr, o.quiet); err != nil {
 			return err
 		}
 	}
@@ -100,15 +141,15 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	defer stop()
 	var bar *progressBar
 	started := time.Now()
-	opt := pretrain.RunOptions{Dir: *out, Test: test, EvalLimit: *evalLimit, CheckpointEvery: *every}
+	opt := pretrain.RunOptions{Dir: o.out, Test: test, EvalLimit: o.evalLimit, CheckpointEvery: o.every}
 	opt.Progress = func(p pretrain.Progress) {
-		if *quiet {
+		if o.quiet {
 			return
 		}
 		if bar == nil {
 			// The bar counts images; it starts when the run did, not at
 			// the first step's end.
-			bar = newProgress(stderr, "", (p.Total-p.Resumed)*cfg.BatchSize)
+			bar = newProgress(o.stderr, "", (p.Total-p.Resumed)*cfg.BatchSize)
 			bar.start = started
 		}
 		bar.SetLabel(fmt.Sprintf("epoch %d  step %d/%d  loss %.3f  lr %.2g", p.Epoch, p.Step, p.Total, p.Loss, p.LR))
@@ -116,16 +157,16 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	}
 	opt.Epoch = func(r pretrain.EpochRecord) {
 		if bar != nil && bar.terminal {
-			fmt.Fprint(stderr, "\r\033[K")
+			fmt.Fprint(o.stderr, "\r\033[K")
 		}
 		line := fmt.Sprintf("epoch %d: train loss %.4f, train accuracy %.2f%%", r.Epoch, r.TrainLoss, 100*r.TrainAcc)
 		if r.TestImages > 0 {
 			line += fmt.Sprintf(", test accuracy %.2f%% (%d images)", 100*r.TestAcc, r.TestImages)
 		}
-		fmt.Fprintf(stderr, "%s, logit scale %.1f, %s\n", line, r.LogitScale, formatDuration(time.Duration(r.Seconds*float64(time.Second))))
-		if *plot {
-			if err := plotTraining(*out); err != nil {
-				fmt.Fprintf(stderr, "plot: %v\n", err)
+		fmt.Fprintf(o.stderr, "%s, logit scale %.1f, %s\n", line, r.LogitScale, formatDuration(time.Duration(r.Seconds*float64(time.Second))))
+		if o.plot {
+			if err := plotTraining(o.out); err != nil {
+				fmt.Fprintf(o.stderr, "plot: %v\n", err)
 			}
 		}
 	}
@@ -134,19 +175,19 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		bar.Done()
 	}
 	if errors.Is(err, context.Canceled) && t != nil {
-		fmt.Fprintf(stderr, "interrupted at step %d; the checkpoint is in %s: run the same command to resume\n", t.Step, *out)
+		fmt.Fprintf(o.stderr, "interrupted at step %d; the checkpoint is in %s: run the same command to resume\n", t.Step, o.out)
 		return errInterrupted
 	}
 	if err != nil {
 		return err
 	}
-	if *final != "" {
-		if err := t.SaveModel(*final); err != nil {
+	if o.final != "" {
+		if err := t.SaveModel(o.final); err != nil {
 			return err
 		}
-		fmt.Fprintf(stderr, "model written to %s\n", *final)
+		fmt.Fprintf(o.stderr, "model written to %s\n", o.final)
 	}
-	fmt.Fprintf(stdout, "trained %d steps; model in %s\n", t.Step, filepath.Join(*out, pretrain.ModelFile))
+	fmt.Fprintf(o.stdout, "trained %d steps; model in %s\n", t.Step, filepath.Join(o.out, pretrain.ModelFile))
 	return nil
 }
 

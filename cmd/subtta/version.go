@@ -4,20 +4,32 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/spf13/cobra"
+
 	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/gpu"
 	"github.com/subtta/subtta/report"
 )
 
-// runVersion prints the build and the machine, as eval records them.
-func runVersion(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("version", "", stderr)
-	if err := parse(fs, args); err != nil {
-		return err
+// newVersionCmd is `subtta version`: the build and the machine, as eval
+// records them.
+func newVersionCmd(stdout, stderr io.Writer) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "the build, the CPU and whether CUDA is available",
+		Long:  "the build, the CPU and whether CUDA is available",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef("version takes no arguments")
+			}
+			printVersion(stdout)
+			return nil
+		},
 	}
-	if fs.NArg() > 0 {
-		return usagef("version takes no arguments")
-	}
+}
+
+// printVersion prints the build and the machine.
+func printVersion(stdout io.Writer) {
 	env := report.CurrentEnvironment()
 	cpu := env.CPU
 	if cpu == "" {
@@ -34,5 +46,4 @@ func runVersion(args []string, stdout, stderr io.Writer) error {
 	} else {
 		fmt.Fprintf(stdout, "cuda: %s\n", why)
 	}
-	return nil
 }
