@@ -27,20 +27,23 @@ type identity struct {
 	// Precision names the linear layers' arithmetic and the kernel's where
 	// it differs (kernel.Choice.ID); "" for fp32, so that the records of
 	// earlier builds keep their digests.
-	Precision   string `json:"precision,omitempty"`
-	Tokenizer   string `json:"tokenizer"` // fingerprint of the vocabulary, or the tokenizer's kind
-	Dataset     string `json:"dataset"`
-	Data        string `json:"data"`   // fingerprint of the data's files, contents included
-	Labels      string `json:"labels"` // fingerprint of the label files, if given
-	SubsetList  string `json:"subset_list"`
-	Frost       string `json:"frost"` // fingerprint of the frost overlays, when frost is made on the fly
-	Limit       int    `json:"limit"`
-	BatchSize   int    `json:"batch_size"`
-	Views       int    `json:"views,omitempty"`
-	Protocol    string `json:"protocol"`
-	NoShuffle   bool   `json:"no_shuffle"`
-	Seed        uint64 `json:"seed"`
-	CorruptSeed uint64 `json:"corrupt_seed"`
+	Precision string `json:"precision,omitempty"`
+	// DevicePrecision is Options.DevicePrecision; "" for a run on the CPU
+	// or a device's float32, so that earlier records keep their digests.
+	DevicePrecision string `json:"device_precision,omitempty"`
+	Tokenizer       string `json:"tokenizer"` // fingerprint of the vocabulary, or the tokenizer's kind
+	Dataset         string `json:"dataset"`
+	Data            string `json:"data"`   // fingerprint of the data's files, contents included
+	Labels          string `json:"labels"` // fingerprint of the label files, if given
+	SubsetList      string `json:"subset_list"`
+	Frost           string `json:"frost"` // fingerprint of the frost overlays, when frost is made on the fly
+	Limit           int    `json:"limit"`
+	BatchSize       int    `json:"batch_size"`
+	Views           int    `json:"views,omitempty"`
+	Protocol        string `json:"protocol"`
+	NoShuffle       bool   `json:"no_shuffle"`
+	Seed            uint64 `json:"seed"`
+	CorruptSeed     uint64 `json:"corrupt_seed"`
 	// Options are the method options given (optionsIdentity), Templates
 	// the templates given to every method, Classes the classes kept and
 	// Order the stream order's file; empty when the run uses the presets',

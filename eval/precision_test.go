@@ -66,3 +66,23 @@ func TestPrecisionIdentity(t *testing.T) {
 		t.Errorf("a folder of an earlier build in %v: resumed %d, computed %d; want 1 and 0", prec, sum.Resumed, sum.Computed)
 	}
 }
+
+// TestDevicePrecisionIdentity: a device's arithmetic other than float32
+// (Options.DevicePrecision) is part of a run's identity: a folder computed
+// without it is refused with it, naming it, and the reverse.
+func TestDevicePrecisionIdentity(t *testing.T) {
+	cfg := smallRun(t, t.TempDir(), "contrast")
+	mustRun(t, cfg)
+	_, err := Run(context.Background(), cfg, Options{DevicePrecision: "GPU products in bf16"})
+	if err == nil || !strings.Contains(err.Error(), "device_precision") {
+		t.Fatalf("an fp32 folder run with the GPU's products in bf16: %v; want a refusal naming device_precision", err)
+	}
+	bf := cfg
+	bf.Out = filepath.Join(t.TempDir(), "bf16")
+	if _, err := Run(context.Background(), bf, Options{DevicePrecision: "GPU products in bf16"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Run(context.Background(), bf, Options{}); err == nil || !strings.Contains(err.Error(), "device_precision") {
+		t.Fatalf("a bf16 folder run in float32: %v; want a refusal naming device_precision", err)
+	}
+}

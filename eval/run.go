@@ -46,6 +46,10 @@ type Options struct {
 	// (a run is resumed only with the same); required with Model. Without
 	// Model the checkpoint file's fingerprint is used.
 	ModelID string
+	// DevicePrecision names the arithmetic of a device's products when it
+	// is not float32 (the GPU's tf32, bf16 or fp16, "" otherwise): part of
+	// the run's identity, since another arithmetic is another model.
+	DevicePrecision string
 	// Tokenizer encodes the class prompts; nil means loading Config.Vocab.
 	Tokenizer textenc.Tokenizer
 	// Progress is called after every batch.
@@ -739,6 +743,7 @@ func runIdentity(cfg Config, opt Options, tok textenc.Tokenizer, src *source, ca
 		return id, fmt.Errorf("eval: Config.Precision: %w", err)
 	}
 	id.Precision = choice.ID()
+	id.DevicePrecision = opt.DevicePrecision
 	switch {
 	case opt.ModelID != "":
 		id.Model = opt.ModelID

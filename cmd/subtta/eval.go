@@ -111,10 +111,7 @@ func (o *evalCmdOptions) run(ctx context.Context, args []string) error {
 		return err
 	}
 	opt.Command = f.cf.command("eval", commandLine(ctx))
-	if id := devicePrecisionID(); id != "" {
-		// The GPU's products in another precision are another model.
-		opt.ModelID += ", " + id
-	}
+	opt.DevicePrecision = devicePrecisionID()
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if seeds != nil {
