@@ -75,32 +75,7 @@ func writeTable(w io.Writer, t *table) {
 		rows = append(rows, append(row, cell))
 	}
 
-	for _, row := range rows {
-		for j := range row {
-			row[j] = strings.ReplaceAll(row[j], "|", `\|`)
-		}
-	}
-	width := make([]int, len(header))
-	for _, row := range rows {
-		for j, s := range row {
-			width[j] = max(width[j], utf8.RuneCountInString(s), 3)
-		}
-	}
-	writeRow(w, rows[0], width)
-	// The delimiter row spans the padding too: |:-----|-----:|
-	var sep strings.Builder
-	for j, n := range width {
-		if j == 0 {
-			sep.WriteString("|:" + strings.Repeat("-", n+1))
-		} else {
-			sep.WriteString("|" + strings.Repeat("-", n+1) + ":")
-		}
-	}
-	sep.WriteString("|\n")
-	io.WriteString(w, sep.String())
-	for _, row := range rows[1:] {
-		writeRow(w, row, width)
-	}
+	writeRows(w, rows)
 	if incomplete {
 		fmt.Fprintf(w, "\nMeans marked with * average only the columns present for the method (%s marks a missing cell).\n", missingCell)
 	}

@@ -305,7 +305,9 @@ func (c *Comparison) Markdown(w io.Writer) error {
 	return nil
 }
 
-// writeRows writes a header and rows as writeTable does.
+// writeRows writes rows[0] as the header and the rest as rows of a
+// Markdown table, each column padded to its widest cell (3 at least),
+// "|" escaped, the first column left-aligned and the others right-aligned.
 func writeRows(w io.Writer, rows [][]string) {
 	width := make([]int, len(rows[0]))
 	for _, row := range rows {

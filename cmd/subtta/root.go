@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/subtta/subtta/autograd"
+	"github.com/subtta/subtta/internal/flagfile"
 )
 
 // The command line is a cobra command tree built from the commands table.
@@ -307,7 +308,7 @@ func suggestFlag(fs *pflag.FlagSet, err error) string {
 	typed := msg[len(prefix):]
 	var near []string
 	fs.VisitAll(func(f *pflag.Flag) {
-		if d := editDistance(typed, f.Name); d <= 2 || (len(typed) >= 3 && strings.HasPrefix(f.Name, typed)) {
+		if d := flagfile.EditDistance(typed, f.Name); d <= 2 || (len(typed) >= 3 && strings.HasPrefix(f.Name, typed)) {
 			near = append(near, "--"+f.Name)
 		}
 	})
@@ -315,25 +316,4 @@ func suggestFlag(fs *pflag.FlagSet, err error) string {
 		return ""
 	}
 	return " (did you mean " + strings.Join(near, " or ") + "?)"
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

@@ -171,7 +171,7 @@ func nearest(fs FlagSet, name string, opt Options) string {
 		if slices.Contains(opt.Skip, f.Name) {
 			return
 		}
-		d := editDistance(name, f.Name)
+		d := EditDistance(name, f.Name)
 		prefix := len(name) >= 3 && (strings.HasPrefix(name, f.Name) || strings.HasPrefix(f.Name, name))
 		if d > max(2, len(name)/3) && !prefix {
 			return
@@ -362,8 +362,9 @@ func nest(entries []string) (map[string]any, bool) {
 	return root, true
 }
 
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
+// EditDistance is the Levenshtein distance between a and b: how a
+// misspelt name is matched to the nearest flag, here and by the command line.
+func EditDistance(a, b string) int {
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
 	for j := range prev {
