@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"sigs.k8s.io/yaml"
 )
@@ -105,8 +104,10 @@ func Parse(b []byte) (map[string]any, error) {
 }
 
 // Apply sets from values (as Read returns them) every flag of fs that is
-// not set yet (Changed), that is, not given on the command line. A value
-// equal to the flag's default, or null, leaves the flag unset. A list sets
+// not set yet (Changed), that is, not given on the command line. A key
+// sets its flag as the same value on the command line would, its
+// default's value included (a flag whose meaning depends on being given,
+// such as eval's --limit, keeps it); null leaves the flag unset. A list sets
 // a List flag once per element, and any other flag once to its elements
 // joined with commas; a block sets a Map flag once per leaf, KEY=VALUE
 // with the path of dotted keys. Errors wrap ErrUnknownKey, ErrBadValue or
@@ -128,9 +129,6 @@ func Apply(fs FlagSet, values map[string]any, opt Options) error {
 		args, err := flagArgs(f, values[key])
 		if err != nil {
 			return fmt.Errorf("%s: %w", key, err)
-		}
-		if len(args) == 1 && f.Kind != List && f.Kind != Map && isDefault(f, args[0]) {
-			continue
 		}
 		for _, a := range args {
 			if err := fs.Set(f.Name, a); err != nil {
@@ -248,38 +246,12 @@ func scalar(v any) (string, error) {
 	return "", fmt.Errorf("%w: a list or block where a string, number or boolean goes", ErrBadValue)
 }
 
-// isDefault reports whether s, as f would read it, is f's default.
-func isDefault(f Flag, s string) bool {
-	if s == f.DefValue {
-		return true
-	}
-	a, err1 := parseKind(f.Kind, s)
-	b, err2 := parseKind(f.Kind, f.DefValue)
-	return err1 == nil && err2 == nil && f.Kind != String && a == b
-}
-
-// parseKind reads s as a value of kind k: bool, int64, uint64, float64,
-// time.Duration or (String) s itself.
-func parseKind(k Kind, s string) (any, error) {
-	switch k {
-	case Bool:
-		return strconv.ParseBool(s)
-	case Int:
-		return strconv.ParseInt(s, 0, 64)
-	case Uint:
-		return strconv.ParseUint(s, 0, 64)
-	case Float:
-		return strconv.ParseFloat(s, 64)
-	case Duration:
-		return time.ParseDuration(s)
-	}
-	return s, nil
-}
-
-// Write writes the current value of every flag of fs (but those of
-// opt.Skip) as a file Apply reads back into the same values, in the order
-// of fs.VisitAll, each key under its flag's help as a comment; header, if
-// not empty, is written first as a comment.
+// Write writes every flag of fs (but those of opt.Skip) as a file Apply
+// reads back into the same values and the same flags set, in the order of
+// fs.VisitAll, each under its flag's help as a comment: a flag that is set
+// (Changed: given on the command line or by a file) as a key with its
+// value, any other as the same line commented out, its default shown but
+// not given. header, if not empty, is written first as a comment.
 func Write(w io.Writer, fs FlagSet, header string, opt Options) error {
 	var b bytes.Buffer
 	comment := func(text string) {
@@ -302,7 +274,11 @@ func Write(w io.Writer, fs FlagSet, header string, opt Options) error {
 		}
 		b.WriteString("\n")
 		comment(f.Usage)
-		b.Write(y)
+		if fs.Changed(f.Name) {
+			b.Write(y)
+		} else {
+			comment(string(y))
+		}
 	})
 	if err != nil {
 		return err

@@ -90,8 +90,9 @@ templates: ["a photo of a {}.", "a {}, drawn"]
 	}
 }
 
-// A list given to a flag of one value is joined with commas; a value
-// equal to the default leaves the flag unset.
+// A list given to a flag of one value is joined with commas; a key equal
+// to the default sets its flag all the same (as on the command line), and
+// null leaves it unset.
 func TestApplyListAndDefault(t *testing.T) {
 	f := newTestFlags()
 	if err := apply(t, f, "model: [a, b]\nseed: 1\nmax-wait: 2000ms\nlimit: null\n"); err != nil {
@@ -102,8 +103,8 @@ func TestApplyListAndDefault(t *testing.T) {
 	}
 	var set []string
 	f.fs.Visit(func(fl *flag.Flag) { set = append(set, fl.Name) })
-	if !slices.Equal(set, []string{"model"}) {
-		t.Errorf("flags set: %q, want only model", set)
+	if want := []string{"max-wait", "model", "seed"}; !slices.Equal(set, want) {
+		t.Errorf("flags set: %q, want %q", set, want)
 	}
 }
 
