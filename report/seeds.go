@@ -293,8 +293,8 @@ func (c *Comparison) Markdown(w io.Writer) error {
 			fmt.Fprintf(&b, "\nMeans marked with * average only the columns present for the method (%s marks a missing cell).\n", missingCell)
 		}
 	}
-	fmt.Fprintf(&b, "\nAccuracy (%%): mean ± sample standard deviation (n−1) over %d seeds (%s); a row's Mean is over its per-seed means",
-		len(c.Seeds), c.seedList())
+	fmt.Fprintf(&b, "\nAccuracy (%%): mean ± sample standard deviation (n−1) over %s (%s); a row's Mean is over its per-seed means",
+		Seeds(len(c.Seeds)), c.seedList())
 	if vs {
 		b.WriteString(", Δ Source over its per-seed differences to source's")
 	}
@@ -380,4 +380,12 @@ func (c *Comparison) JSON(w io.Writer) error {
 		return fmt.Errorf("report: writing comparison: %w", err)
 	}
 	return nil
+}
+
+// Seeds is "1 seed" or "N seeds".
+func Seeds(n int) string {
+	if n == 1 {
+		return "1 seed"
+	}
+	return fmt.Sprintf("%d seeds", n)
 }

@@ -33,7 +33,7 @@ type errorPoints struct {
 }
 
 func (c *Comparison) meanPlot(t SeedTable) ([]byte, error) {
-	title := fmt.Sprintf("Mean accuracy over %d seeds (± std)", len(c.Seeds))
+	title := fmt.Sprintf("Mean accuracy over %s (± std)", Seeds(len(c.Seeds)))
 	if t.Title != "" {
 		title += ", " + strings.ToLower(t.Title)
 	}

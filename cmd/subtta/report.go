@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/subtta/subtta/eval"
+	"github.com/subtta/subtta/report"
 )
 
 // reportOptions are the flags of report.
@@ -61,6 +62,6 @@ func writeReport(out string, dirs []string, plot bool, stdout, stderr io.Writer)
 		return err
 	}
 	stdout.Write(b.Bytes())
-	fmt.Fprintf(stderr, "%d seeds compared; report in %s (%d files)\n", len(c.Seeds), out, len(files))
+	fmt.Fprintf(stderr, "%s compared; report in %s (%d files)\n", report.Seeds(len(c.Seeds)), out, len(files))
 	return nil
 }
