@@ -1,15 +1,12 @@
 package serve
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strconv"
 	"strings"
@@ -21,12 +18,14 @@ import (
 	"github.com/subtta/subtta/builtin"
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/data"
+	"github.com/subtta/subtta/internal/servicetest"
 )
 
 // childStateDir, in the environment, makes the test binary a server on
 // that state store (a folder, or a Redis URL) instead of running tests
 // (serveChild), for tests that need servers in processes of their own.
-// childAddr is the address it listens on (default: a free loopback port),
+// childAddr is the address it listens on (startChild picks a free
+// loopback port when the test names none),
 // and childCrashAfter a number of saves after which it kills itself
 // (SIGKILL) at once, before answering the batch just saved.
 const (
@@ -46,8 +45,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// serveChild serves the built-in model with batches of 2 on dir, on a
-// loopback port it prints ("listening on URL") to stdout, until SIGTERM
+// serveChild serves the built-in model with batches of 2 on dir, on the
+// loopback address childAddr names, until SIGTERM
 // (which drains it) or SIGKILL (sent by the test, or by itself after
 // childCrashAfter saves).
 func serveChild(dir string) error {
@@ -70,11 +69,7 @@ func serveChild(dir string) error {
 			}
 		}
 	}
-	addr := os.Getenv(childAddr)
-	if addr == "" {
-		addr = "127.0.0.1:0"
-	}
-	ln, err := net.Listen("tcp", addr)
+	ln, err := net.Listen("tcp", os.Getenv(childAddr))
 	if err != nil {
 		return err
 	}
@@ -82,7 +77,6 @@ func serveChild(dir string) error {
 	defer stop()
 	hs := &http.Server{Handler: s.Handler()}
 	go hs.Serve(ln)
-	fmt.Printf("listening on http://%s\n", ln.Addr())
 	<-ctx.Done()
 	dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -93,68 +87,44 @@ func serveChild(dir string) error {
 	return s.Shutdown(dctx)
 }
 
-// child is a server in a process of its own (serveChild).
+// child is a server in a process of its own (serveChild), started and
+// stopped as the tests' other services are (servicetest).
 type child struct {
-	cmd  *exec.Cmd
-	url  string
-	done chan struct{} // closed when the process has ended
-	err  error         // its exit, once done
+	p   *servicetest.Process
+	url string
 }
 
 // startChild starts a server process on dir, with env added to its
-// environment, and waits until it listens.
+// environment, on a free loopback port unless env names one (childAddr),
+// and waits until it listens.
 func startChild(t *testing.T, dir string, env ...string) *child {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), childStateDir+"="+dir), env...)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c := &child{cmd: cmd, done: make(chan struct{})}
-	line := make(chan string, 1)
-	go func() {
-		l, _ := bufio.NewReader(out).ReadString('\n')
-		line <- l
-		io.Copy(io.Discard, out)
-		c.err = cmd.Wait()
-		close(c.done)
-	}()
-	t.Cleanup(c.kill)
-	select {
-	case l := <-line:
-		url, ok := strings.CutPrefix(strings.TrimSpace(l), "listening on ")
-		if !ok {
-			t.Fatalf("server process said %q", l)
+	addr := ""
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, childAddr+"="); ok {
+			addr = v
 		}
-		c.url = url
-		return c
-	case <-time.After(2 * time.Minute):
-		t.Fatal("the server process did not start listening within 2 minutes")
 	}
-	return nil
+	if addr == "" {
+		addr = servicetest.FreeAddr(t)
+		env = append(env, childAddr+"="+addr)
+	}
+	p := servicetest.Start(t, "server process", exe, []string{"-test.run=^$"}, append([]string{childStateDir + "=" + dir}, env...))
+	p.WaitTCP(t, addr, 2*time.Minute)
+	return &child{p: p, url: "http://" + addr}
 }
 
 // stop sends SIGTERM and waits for the drained process to end.
 func (c *child) stop(t *testing.T) {
 	t.Helper()
-	c.cmd.Process.Signal(syscall.SIGTERM)
-	<-c.done
-	if c.err != nil {
-		t.Errorf("server process: %v", c.err)
+	if err := c.p.Stop(2 * time.Minute); err != nil {
+		t.Errorf("server process: %v\n%s", err, c.p.Log())
 	}
 }
 
 // kill ends the process at once (SIGKILL), as a crash would.
-func (c *child) kill() {
-	c.cmd.Process.Kill()
-	<-c.done
-}
+func (c *child) kill() { c.p.Kill() }

@@ -129,11 +129,11 @@ func TestServerProcessesShareStateDir(t *testing.T) {
 	}
 	fromA, fromB := run(load(a.url, 2*requests)), run(load(b.url, requests))
 	select {
-	case <-b.done:
+	case <-b.p.Done():
 	case <-time.After(time.Minute):
 		t.Fatal("the server process did not save 6 batches within a minute")
 	}
-	t.Logf("server b ended (%v) after its 6th save; starting it again on %s", b.err, addrB)
+	t.Logf("server b ended (%v) after its 6th save; starting it again on %s", b.p.Err(), addrB)
 	b2 := startChild(t, dir, childAddr+"="+addrB)
 	var reports []*LoadReport
 	for _, c := range []chan result{fromA, fromB} {

@@ -130,6 +130,15 @@ func (p *Process) Exited() bool {
 	}
 }
 
+// Done is closed when the process has ended; Err is then its exit.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Err is the process's exit (cmd.Wait's error) once Done is closed.
+func (p *Process) Err() error {
+	<-p.done
+	return p.err
+}
+
 // Log is the end of the process's output.
 func (p *Process) Log() string { return p.log.String() }
 
