@@ -8,7 +8,6 @@ import (
 	"github.com/subtta/subtta/autograd/kernel"
 	"io"
 	"log/slog"
-	"maps"
 	"math"
 	"net/http"
 	"runtime"
@@ -462,74 +461,6 @@ const statusClientClosed = 499
 
 // errTimeout is the cause of a request's context when Timeout passed.
 var errTimeout = errors.New("request timed out")
-
-// wrap adds what every endpoint shares: the key check, method dispatch, a
-// panic guard, the per-key and server-wide concurrency limits, the
-// timeout, JSON errors and metrics.
-func (s *Server) wrap(name string, limited bool, methods map[string]handlerFunc) http.Handler {
-	allowed := slices.Sorted(maps.Keys(methods))
-	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		t0 := time.Now()
-		w := &statusWriter{ResponseWriter: rw}
-		defer func() {
-			if p := recover(); p != nil {
-				s.log.Error("serve: panic", "endpoint", name, "panic", p)
-				if w.status == 0 {
-					writeError(w, errorf(http.StatusInternalServerError, "internal error: %v", p))
-				}
-			}
-			s.m.observe(name, w.code(), time.Since(t0))
-		}()
-		c, denied := s.authenticate(r, name)
-		if denied != nil {
-			writeError(w, denied)
-			return
-		}
-		r = r.WithContext(withClient(r.Context(), c))
-		h, ok := methods[r.Method]
-		switch {
-		case len(methods) == 0:
-			writeError(w, errorf(http.StatusNotFound, "no such endpoint: %s", quote(r.URL.Path, maxEcho)))
-			return
-		case !ok:
-			e := errorf(http.StatusMethodNotAllowed, "%s takes %v, not %s", quote(r.URL.Path, maxEcho), allowed, quote(r.Method, maxEcho))
-			e.header = map[string]string{"Allow": strings.Join(allowed, ", ")}
-			writeError(w, e)
-			return
-		}
-		if limited && s.limits != nil {
-			release, which, e := s.limits.admit(c, time.Now())
-			if e != nil {
-				s.m.keyLimited.WithLabelValues(which).Inc()
-				writeError(w, e)
-				return
-			}
-			defer release()
-		}
-		if limited {
-			select {
-			case s.slots <- struct{}{}:
-				defer func() { <-s.slots }()
-			default:
-				s.m.rejected.Inc()
-				e := errorf(http.StatusTooManyRequests, "more than %d requests at once; retry later", s.cfg.MaxConcurrent)
-				e.header = map[string]string{"Retry-After": "1"}
-				writeError(w, e)
-				return
-			}
-			s.m.inflight.Inc()
-			defer s.m.inflight.Dec()
-			if s.cfg.Timeout > 0 {
-				ctx, cancel := context.WithTimeoutCause(r.Context(), s.cfg.Timeout, errTimeout)
-				defer cancel()
-				r = r.WithContext(ctx)
-			}
-		}
-		if err := h(w, r); err != nil {
-			writeError(w, s.classify(r, err))
-		}
-	})
-}
 
 // classify turns an endpoint's error into an HTTP error: a client's
 // mistake keeps its status, a done context becomes 504 or 499, anything
