@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"github.com/subtta/subtta/serve/loadtest"
 	"hash/crc32"
 	"image"
 	"image/png"
@@ -703,7 +704,7 @@ func TestLoadTest(t *testing.T) {
 	cfg.BatchSize, cfg.MaxWait = 2, 50*time.Millisecond
 	_, ts := startServer(t, cfg)
 	for _, frozen := range []bool{true, false} {
-		rep, err := LoadTest{URL: ts.URL, Sources: 2, Requests: 4, Concurrency: 2, Frozen: frozen, Images: images(t, 8), Duration: time.Minute}.Run(context.Background())
+		rep, err := loadtest.Config{URL: ts.URL, Sources: 2, Requests: 4, Concurrency: 2, Frozen: frozen, Images: images(t, 8), Duration: time.Minute}.Run(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -713,7 +714,7 @@ func TestLoadTest(t *testing.T) {
 			t.Errorf("frozen %v: %+v\n%s", frozen, rep, b.String())
 		}
 	}
-	if _, err := (LoadTest{URL: "http://192.0.2.1:8080", Sources: 1, Requests: 1, Concurrency: 1, Images: images(t, 1)}).Run(context.Background()); err == nil {
+	if _, err := (loadtest.Config{URL: "http://192.0.2.1:8080", Sources: 1, Requests: 1, Concurrency: 1, Images: images(t, 1)}).Run(context.Background()); err == nil {
 		t.Error("a load test against another machine was not refused")
 	}
 }

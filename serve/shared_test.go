@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/subtta/subtta/serve/loadtest"
 	"os"
 	"path/filepath"
 	"time"
@@ -112,17 +113,17 @@ func TestServerProcessesShareStateDir(t *testing.T) {
 	a := startChild(t, dir)
 	b := startChild(t, dir, childAddr+"="+addrB, childCrashAfter+"=6")
 	imgs := images(t, 64)
-	load := func(url string, n int) func() (*LoadReport, error) {
-		return func() (*LoadReport, error) {
-			return LoadTest{URL: url, Sources: streams, Requests: n, Concurrency: 2, Duration: time.Minute,
+	load := func(url string, n int) func() (*loadtest.Report, error) {
+		return func() (*loadtest.Report, error) {
+			return loadtest.Config{URL: url, Sources: streams, Requests: n, Concurrency: 2, Duration: time.Minute,
 				StreamPrefix: "s", Shared: true, Images: imgs}.Run(context.Background())
 		}
 	}
 	type result struct {
-		rep *LoadReport
+		rep *loadtest.Report
 		err error
 	}
-	run := func(f func() (*LoadReport, error)) chan result {
+	run := func(f func() (*loadtest.Report, error)) chan result {
 		c := make(chan result, 1)
 		go func() { r, err := f(); c <- result{r, err} }()
 		return c
@@ -135,7 +136,7 @@ func TestServerProcessesShareStateDir(t *testing.T) {
 	}
 	t.Logf("server b ended (%v) after its 6th save; starting it again on %s", b.p.Err(), addrB)
 	b2 := startChild(t, dir, childAddr+"="+addrB)
-	var reports []*LoadReport
+	var reports []*loadtest.Report
 	for _, c := range []chan result{fromA, fromB} {
 		r := <-c
 		if r.err != nil {
@@ -145,7 +146,7 @@ func TestServerProcessesShareStateDir(t *testing.T) {
 	}
 	for name, c := range map[string]*child{"a": a, "b, restarted": b2} {
 		u, _ := url.Parse(c.url)
-		n, _ := metricValue(context.Background(), http.DefaultClient, u, "subtta_state_save_conflicts_total")
+		n, _ := loadtest.Metric(context.Background(), http.DefaultClient, u, "subtta_state_save_conflicts_total")
 		t.Logf("server %s: %v saves found the stream saved by the other since it read it", name, n)
 	}
 	a.stop(t)

@@ -25,6 +25,7 @@ import (
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/data"
 	"github.com/subtta/subtta/serve"
+	"github.com/subtta/subtta/serve/loadtest"
 	"github.com/subtta/subtta/tta"
 )
 
@@ -437,7 +438,7 @@ func newLoadtestCmd(stdout, stderr io.Writer) *cobra.Command {
 	f.BoolVar(&o.frozen, "frozen", false, "requests without a stream: the frozen model answers")
 	f.StringVar(&o.prefix, "prefix", "loadtest-", "stream ids are PREFIX0, PREFIX1, ...")
 	f.BoolVar(&o.shared, "shared", false, "other clients send to the same streams (another loadtest, through another server on the same state store): skip the check that each stream's image count grew by this test's answers, and print the answers by stream for the caller's own check")
-	f.IntVar(&o.retries, "retries", serve.DefaultLoadTestRetries, "times a request is sent again, with the same Idempotency-Key, after its connection failed or it got 429, 502, 503 or 504 (0: never)")
+	f.IntVar(&o.retries, "retries", loadtest.DefaultRetries, "times a request is sent again, with the same Idempotency-Key, after its connection failed or it got 429, 502, 503 or 504 (0: never)")
 	f.BoolVar(&o.jsonOut, "json", false, "print the report as JSON")
 	f.StringVar(&o.key, "key", "", "API key to send (Authorization: Bearer); default $"+apiKeyEnv)
 	f.StringVar(&o.cacert, "cacert", "", "PEM certificates to trust for an https:// --addr (a server's self-signed certificate)")
@@ -483,7 +484,7 @@ func (o *loadtestOptions) run(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rep, err := serve.LoadTest{URL: base, Sources: o.streams, Requests: o.requests, Concurrency: o.conc,
+	rep, err := loadtest.Config{URL: base, Sources: o.streams, Requests: o.requests, Concurrency: o.conc,
 		Duration: o.duration, Frozen: o.frozen, StreamPrefix: o.prefix, Shared: o.shared, Images: imgs, Retries: o.retries,
 		Key: o.key, TLS: tlsConfig}.Run(ctx)
 	if err != nil {

@@ -1,4 +1,4 @@
-package serve
+package loadtest
 
 import (
 	"bufio"
@@ -21,11 +21,11 @@ import (
 	"time"
 )
 
-// LoadTest configures a bounded load test of a server on this machine:
+// Config configures a bounded load test of a server on this machine:
 // Sources senders (streams, or frozen clients), each sending Requests
 // images with up to Concurrency of them in flight, until all are sent or
 // Duration has passed (requests in flight then still finish).
-type LoadTest struct {
+type Config struct {
 	// URL is the server's base URL; its host must be a loopback address.
 	URL         string
 	Sources     int
@@ -40,7 +40,7 @@ type LoadTest struct {
 	// load test, perhaps through another server on the same state
 	// directory): the check that each stream's image count grew by this
 	// test's answers is then left to the caller, with
-	// LoadReport.OKByStream.
+	// Report.OKByStream.
 	Shared bool
 	// Images are encoded images, sent in turn.
 	Images [][]byte
@@ -62,8 +62,8 @@ type LoadTest struct {
 	Key string
 }
 
-// LoadReport is a load test's outcome.
-type LoadReport struct {
+// Report is a load test's outcome.
+type Report struct {
 	Sent   int `json:"sent"`
 	Unsent int `json:"unsent"` // not sent before the time limit
 	OK     int `json:"ok"`
@@ -99,7 +99,7 @@ type LoadReport struct {
 }
 
 // Run runs the load test.
-func (lt LoadTest) Run(ctx context.Context) (*LoadReport, error) {
+func (lt Config) Run(ctx context.Context) (*Report, error) {
 	base, err := url.Parse(lt.URL)
 	if err != nil {
 		return nil, fmt.Errorf("loadtest: %w", err)
@@ -117,7 +117,7 @@ func (lt LoadTest) Run(ctx context.Context) (*LoadReport, error) {
 		lt.StreamPrefix = "loadtest-"
 	}
 	if lt.Retries == 0 {
-		lt.Retries = DefaultLoadTestRetries
+		lt.Retries = DefaultRetries
 	}
 	run := fmt.Sprintf("%016x", rand.Uint64()) // this test's part of every Idempotency-Key
 	c := lt.Client
@@ -128,7 +128,7 @@ func (lt LoadTest) Run(ctx context.Context) (*LoadReport, error) {
 	if lt.Key != "" {
 		c = keyClient(c, lt.Key)
 	}
-	cpu0, _ := metricValue(ctx, c, base, "process_cpu_seconds_total")
+	cpu0, _ := Metric(ctx, c, base, "process_cpu_seconds_total")
 	before := map[int]int64{}
 	if !lt.Frozen && !lt.Shared {
 		for i := range lt.Sources {
@@ -199,7 +199,7 @@ func (lt LoadTest) Run(ctx context.Context) (*LoadReport, error) {
 		})
 	}
 	wg.Wait()
-	rep := &LoadReport{ByStatus: map[int]int{}, Seconds: time.Since(t0).Seconds(), ExactlyOnce: true}
+	rep := &Report{ByStatus: map[int]int{}, Seconds: time.Since(t0).Seconds(), ExactlyOnce: true}
 	if !lt.Frozen {
 		rep.OKByStream, rep.FailedByStream = map[string]int{}, map[string]int{}
 	}
@@ -263,16 +263,16 @@ func (lt LoadTest) Run(ctx context.Context) (*LoadReport, error) {
 		q := func(p float64) float64 { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
 		rep.P50, rep.P99, rep.Max = q(0.50), q(0.99), lat[len(lat)-1]
 	}
-	peak, _ := metricValue(ctx, c, base, "subtta_process_peak_resident_memory_bytes")
+	peak, _ := Metric(ctx, c, base, "subtta_process_peak_resident_memory_bytes")
 	rep.PeakRSS = int64(peak)
-	if cpu1, ok := metricValue(ctx, c, base, "process_cpu_seconds_total"); ok {
+	if cpu1, ok := Metric(ctx, c, base, "process_cpu_seconds_total"); ok {
 		rep.CPUSeconds = cpu1 - cpu0
 	}
 	return rep, nil
 }
 
-// DefaultLoadTestRetries is LoadTest.Retries's default.
-const DefaultLoadTestRetries = 40
+// DefaultRetries is Config.Retries's default.
+const DefaultRetries = 40
 
 // send sends one request of the load test and reads its answer: the
 // status, the answer's request_id and whether the stream replayed it.
@@ -289,7 +289,7 @@ func send(c *http.Client, req *http.Request) (status int, id string, replayed bo
 	if resp.StatusCode != http.StatusOK {
 		return resp.StatusCode, "", false, nil
 	}
-	var body ClassifyResponse
+	var body classifyAnswer
 	if err := json.Unmarshal(b, &body); err != nil {
 		return resp.StatusCode, "", false, err
 	}
@@ -311,7 +311,7 @@ func retryable(status int, err error) bool {
 }
 
 // Write prints the report in a few lines.
-func (r *LoadReport) Write(w io.Writer) {
+func (r *Report) Write(w io.Writer) {
 	fmt.Fprintf(w, "%d requests sent (%d not sent before the time limit) in %.1f s: %d OK, %d errors %v\n",
 		r.Sent, r.Unsent, r.Seconds, r.OK, r.Errors, r.ByStatus)
 	if r.Retried > 0 {
@@ -376,7 +376,7 @@ func loopbackOnly(host string) error {
 }
 
 // streamImages is a stream's image count (0 when it does not exist yet).
-func (lt LoadTest) streamImages(ctx context.Context, c *http.Client, base *url.URL, src int) int64 {
+func (lt Config) streamImages(ctx context.Context, c *http.Client, base *url.URL, src int) int64 {
 	u := *base
 	u.Path = strings.TrimSuffix(u.Path, "/") + "/v1/streams/" + lt.StreamPrefix + strconv.Itoa(src)
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
@@ -385,15 +385,15 @@ func (lt LoadTest) streamImages(ctx context.Context, c *http.Client, base *url.U
 		return -1
 	}
 	defer resp.Body.Close()
-	var st StreamStatus
+	var st streamImages
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&st) != nil {
 		return 0
 	}
 	return st.Images
 }
 
-// metricValue reads an unlabelled metric from the server's /metrics.
-func metricValue(ctx context.Context, c *http.Client, base *url.URL, name string) (float64, bool) {
+// Metric reads an unlabelled metric from the server's /metrics.
+func Metric(ctx context.Context, c *http.Client, base *url.URL, name string) (float64, bool) {
 	u := *base
 	u.Path = strings.TrimSuffix(u.Path, "/") + "/metrics"
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
@@ -410,4 +410,19 @@ func metricValue(ctx context.Context, c *http.Client, base *url.URL, name string
 		}
 	}
 	return 0, false
+}
+
+// classifyAnswer is what the load test reads of an answer of POST
+// /v1/classify (serve.ClassifyResponse on the wire).
+type classifyAnswer struct {
+	RequestID string `json:"request_id"`
+	Stream    *struct {
+		Replayed bool `json:"replayed"`
+	} `json:"stream"`
+}
+
+// streamImages is what the load test reads of GET /v1/streams/{id}
+// (serve.StreamStatus on the wire): the images adapted on.
+type streamImages struct {
+	Images int64 `json:"images"`
 }
