@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/subtta/subtta/report"
+	"github.com/subtta/subtta/tta"
 )
 
 // Files WriteSeedReport writes into its folder.
@@ -103,7 +104,7 @@ func CompareSeeds(dirs []string) (*report.Comparison, error) {
 		}
 		runs = append(runs, report.SeedRun{Seed: f.Seed(), Name: f.Dir, Records: f.Records})
 	}
-	return report.CompareSeeds(runs)
+	return report.CompareSeeds(runs, tta.SourceName)
 }
 
 // seedDiff names the fields of the identities of a and b that differ,

@@ -13,10 +13,6 @@ import (
 	"gonum.org/v1/gonum/stat"
 )
 
-// SourceMethod is the method a Comparison measures the others against:
-// the frozen model.
-const SourceMethod = "source"
-
 // ErrSeedCells: the runs of a comparison do not hold the same cells.
 var ErrSeedCells = errors.New("report: the seeds' results differ in what they hold")
 
@@ -70,7 +66,7 @@ type SeedColumn struct {
 
 // SeedRow is a method's row: a Spread per column (nil where no seed has
 // the cell), of the mean over the columns the method has (Complete when
-// it has them all), and of the difference of that mean to SourceMethod's,
+// it has them all), and of the difference of that mean to the baseline's,
 // seed by seed (nil without a source row).
 type SeedRow struct {
 	Method   string    `json:"method"`
@@ -91,9 +87,12 @@ type SeedTable struct {
 // Comparison is the paper's tables with mean ± standard deviation over
 // the seeds of one run (CompareSeeds).
 type Comparison struct {
-	Seeds   []uint64    `json:"seeds"`
-	Folders []string    `json:"folders"`
-	Tables  []SeedTable `json:"tables"`
+	// Baseline is the method the others are measured against (the frozen
+	// model, tta.SourceName), as CompareSeeds was given it.
+	Baseline string      `json:"baseline"`
+	Seeds    []uint64    `json:"seeds"`
+	Folders  []string    `json:"folders"`
+	Tables   []SeedTable `json:"tables"`
 }
 
 // CompareSeeds arranges the records of runs, the seeds of one run, as the
@@ -102,12 +101,13 @@ type Comparison struct {
 // means. Runs are taken in the order given, a later record of the same
 // (method, domain) replacing an earlier one. Every run must hold the same
 // (method, domain) cells: a seed missing one (an unfinished run) is
-// refused, naming it, with ErrSeedCells.
-func CompareSeeds(runs []SeedRun) (*Comparison, error) {
+// refused, naming it, with ErrSeedCells. Each method's mean is also
+// measured against baseline's, seed by seed, where a table has its row.
+func CompareSeeds(runs []SeedRun, baseline string) (*Comparison, error) {
 	if len(runs) == 0 {
 		return nil, errors.New("report: no runs to compare")
 	}
-	c := &Comparison{}
+	c := &Comparison{Baseline: baseline}
 	per := make([][]*table, len(runs))
 	for i, r := range runs {
 		c.Seeds = append(c.Seeds, r.Seed)
@@ -147,7 +147,7 @@ func CompareSeeds(runs []SeedRun) (*Comparison, error) {
 			row.Mean = newSpread(means[m])
 			st.Rows = append(st.Rows, row)
 		}
-		if src, ok := means[SourceMethod]; ok {
+		if src, ok := means[c.Baseline]; ok {
 			for j := range st.Rows {
 				d := make([]float64, len(runs))
 				for i := range d {
@@ -211,7 +211,7 @@ func mapKeys(m map[string]bool) func(func(string) bool) {
 	}
 }
 
-// hasSource reports whether a table of c has a SourceMethod row.
+// hasSource reports whether a table of c has a baseline row.
 func (c *Comparison) hasSource() bool {
 	for _, t := range c.Tables {
 		for _, r := range t.Rows {
@@ -280,7 +280,7 @@ func (c *Comparison) Markdown(w io.Writer) error {
 			}
 			row = append(row, mean)
 			if vs {
-				if r.VsSource == nil || r.Method == SourceMethod {
+				if r.VsSource == nil || r.Method == c.Baseline {
 					row = append(row, missingCell)
 				} else {
 					row = append(row, r.VsSource.format(true))

@@ -27,7 +27,7 @@ func seedRuns() []SeedRun {
 }
 
 func TestCompareSeeds(t *testing.T) {
-	c, err := CompareSeeds(seedRuns())
+	c, err := CompareSeeds(seedRuns(), "source")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestCompareOneSeed(t *testing.T) {
 	for i := range runs[0].Records {
 		runs[0].Records[i].Method = strings.Replace(runs[0].Records[i].Method, "source", "zero", 1)
 	}
-	c, err := CompareSeeds(runs)
+	c, err := CompareSeeds(runs, "source")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,17 +124,17 @@ func TestCompareOneSeed(t *testing.T) {
 func TestCompareSeedsCells(t *testing.T) {
 	runs := seedRuns()
 	runs[2].Records = runs[2].Records[:3]
-	_, err := CompareSeeds(runs)
+	_, err := CompareSeeds(runs, "source")
 	if !errors.Is(err, ErrSeedCells) || !strings.Contains(err.Error(), "seed-3 (seed 3) lacks tent on contrast at severity 5") {
 		t.Errorf("error %v", err)
 	}
 	runs = seedRuns()
 	runs[1].Records = append(runs[1].Records, rec("tent", "fog", 5, 1))
-	_, err = CompareSeeds(runs)
+	_, err = CompareSeeds(runs, "source")
 	if !errors.Is(err, ErrSeedCells) || !strings.Contains(err.Error(), "seed-2 (seed 2) has tent on fog at severity 5") {
 		t.Errorf("error %v", err)
 	}
-	if _, err := CompareSeeds(nil); err == nil {
+	if _, err := CompareSeeds(nil, "source"); err == nil {
 		t.Error("no runs: no error")
 	}
 }

@@ -8,9 +8,13 @@ import (
 	"github.com/subtta/subtta/optim"
 )
 
+// SourceName is Source's name: the frozen model, the baseline that
+// comparisons measure the other methods against.
+const SourceName = "source"
+
 // sourceMethod registers Source: zero-shot, batches as SubTTA's.
 var sourceMethod = Registration{
-	Name:   "source",
+	Name:   SourceName,
 	About:  "zero-shot CLIP, no adaptation",
 	Cost:   fixedCost(CostForward),
 	Preset: func(*Preset) error { return nil },
@@ -24,7 +28,7 @@ type Source struct{ base }
 
 // NewSource returns the zero-shot method with the head (C×d, unit rows).
 func NewSource(m Model, head mat.Matrix) (*Source, error) {
-	b, err := newBase("source", m, head, optim.Config{Adam: optim.DefaultAdamConfig(0)})
+	b, err := newBase(SourceName, m, head, optim.Config{Adam: optim.DefaultAdamConfig(0)})
 	if err != nil {
 		return nil, err
 	}
