@@ -132,7 +132,7 @@ func Apply(fs FlagSet, values map[string]any, opt Options) error {
 		}
 		for _, a := range args {
 			if err := fs.Set(f.Name, a); err != nil {
-				return fmt.Errorf("%s: %w: %q: %v", key, ErrBadValue, a, err)
+				return fmt.Errorf("%s: %w: %q%s", key, ErrBadValue, a, want(f.Kind, err))
 			}
 		}
 	}
@@ -358,4 +358,20 @@ func EditDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// want says what a flag of kind k takes, for the error of a value it
+// refused (err, the flag's own words, for a kind with no simpler ones).
+func want(k Kind, err error) string {
+	switch k {
+	case Bool:
+		return " (want true or false)"
+	case Int, Uint:
+		return " (want a whole number)"
+	case Float:
+		return " (want a number)"
+	case Duration:
+		return " (want a duration such as 250ms or 2s)"
+	}
+	return ": " + err.Error()
 }
