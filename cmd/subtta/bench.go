@@ -76,15 +76,15 @@ func (o *benchOptions) run(args []string) error {
 	if len(args) > 0 {
 		return usagef("unexpected argument %q", args[0])
 	}
-	release, err := o.device.use(*o.precision.name, o.stderr)
+	choice, g, err := o.precision.choose(o.device.name)
+	if err != nil {
+		return err
+	}
+	release, err := o.device.use(g, o.stderr)
 	if err != nil {
 		return err
 	}
 	defer release()
-	choice, err := o.precision.choose(o.device.name)
-	if err != nil {
-		return err
-	}
 	prec := choice.Precision
 	for _, f := range []struct {
 		name string

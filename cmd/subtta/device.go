@@ -29,20 +29,14 @@ const (
 )
 
 // use opens the device the flags name (useDevice); release gives it back.
-// precision is the command's --precision ("fp32" for a command without
-// it): with --device cuda, tf32, bf16 and fp16 are the arithmetic of the
-// GPU's products (precisionFlag.choose keeps the model float32 then).
-func (o *deviceOptions) use(precision string, stderr io.Writer) (release func(), err error) {
-	opt := gpu.Options{TF32: o.tf32}
-	if o.name == "cuda" {
-		if p, err := gpu.ParsePrecision(precision); err == nil {
-			opt.Precision = p
-		}
-		if opt.TF32 && opt.Precision != gpu.FP32 && opt.Precision != gpu.TF32 {
-			return nil, usagef("--tf32 with --precision %s: give one of them", opt.Precision)
-		}
+// g is the arithmetic of the GPU's products that the command's
+// --precision chose (precisionFlag.choose; gpu.FP32 for a command
+// without the flag).
+func (o *deviceOptions) use(g gpu.Precision, stderr io.Writer) (release func(), err error) {
+	if o.tf32 && g != gpu.FP32 && g != gpu.TF32 {
+		return nil, usagef("--tf32 with --precision %s: give one of them", g)
 	}
-	return useDevice(o.name, opt, stderr)
+	return useDevice(o.name, gpu.Options{TF32: o.tf32, Precision: g}, stderr)
 }
 
 // useDevice puts the model on the --device value: nothing to do for cpu;

@@ -77,7 +77,11 @@ func newEmbedCmd(stdout, stderr io.Writer) *cobra.Command {
 
 // run runs the command with the positional arguments args.
 func (o *embedOptions) run(args []string) error {
-	release, err := o.device.use(*o.precision.name, o.stderr)
+	prec, g, err := o.precision.choose(o.device.name)
+	if err != nil {
+		return err
+	}
+	release, err := o.device.use(g, o.stderr)
 	if err != nil {
 		return err
 	}
@@ -91,10 +95,6 @@ func (o *embedOptions) run(args []string) error {
 		}
 	} else if len(o.images)+len(o.texts) == 0 || len(args) > 0 {
 		return usagef("give --image FILE and/or --text TEXT (repeatable), or --images and/or --texts with --out")
-	}
-	prec, err := o.precision.choose(o.device.name)
-	if err != nil {
-		return err
 	}
 	b, err := o.model.open(prec.Precision, o.stderr)
 	if err != nil {
@@ -209,7 +209,11 @@ func newClassifyCmd(stdout, stderr io.Writer) *cobra.Command {
 
 // run runs the command with the positional arguments args.
 func (o *classifyOptions) run(args []string) error {
-	release, err := o.device.use(*o.precision.name, o.stderr)
+	prec, g, err := o.precision.choose(o.device.name)
+	if err != nil {
+		return err
+	}
+	release, err := o.device.use(g, o.stderr)
 	if err != nil {
 		return err
 	}
@@ -223,10 +227,6 @@ func (o *classifyOptions) run(args []string) error {
 		}
 	} else if len(args) == 0 {
 		return usagef("give at least one image")
-	}
-	prec, err := o.precision.choose(o.device.name)
-	if err != nil {
-		return err
 	}
 	var classes []string
 	for _, l := range strings.Split(o.labels, ",") {

@@ -72,7 +72,11 @@ func newEvalCmd(stdout, stderr io.Writer) *cobra.Command {
 // run runs the evaluation; args are the positional arguments (none).
 func (o *evalCmdOptions) run(ctx context.Context, args []string) error {
 	f, fs, stdout, stderr := o.flags, o.flags.fs, o.stdout, o.stderr
-	release, err := o.device.use(*o.precision.name, stderr)
+	prec, g, err := o.precision.choose(o.device.name)
+	if err != nil {
+		return err
+	}
+	release, err := o.device.use(g, stderr)
 	if err != nil {
 		return err
 	}
@@ -85,10 +89,6 @@ func (o *evalCmdOptions) run(ctx context.Context, args []string) error {
 	}
 	if *f.studies.list != "" {
 		return printOptions(stdout, cmp.Or(*f.dataset, "cifar10-c"), *f.studies.list)
-	}
-	prec, err := o.precision.choose(o.device.name)
-	if err != nil {
-		return err
 	}
 	cfg, err := f.config()
 	if err != nil {

@@ -29,29 +29,29 @@ func addPrecisionFlag(fs *pflag.FlagSet) precisionFlag {
 // with the model on the CPU (device "cpu"; "cpu" too for a command that
 // runs nowhere else): there is no silent fallback to float32. With device
 // "cuda", tf32, bf16 and fp16 are the arithmetic of the GPU's products
-// (gpu.Options.Precision, set by deviceOptions.use) and the model stays
-// float32 here: the choice is kernel.FP32's.
-func (p precisionFlag) choose(device string) (kernel.Choice, error) {
-	if g, err := gpu.ParsePrecision(*p.name); err == nil && g != gpu.FP32 {
+// (g, for gpu.Options.Precision: deviceOptions.use) and the model stays
+// float32 here: the choice is kernel.FP32's. g is gpu.FP32 otherwise.
+func (p precisionFlag) choose(device string) (c kernel.Choice, g gpu.Precision, err error) {
+	if gp, err := gpu.ParsePrecision(*p.name); err == nil && gp != gpu.FP32 {
 		if device == "cuda" {
-			return kernel.Select(kernel.FP32)
+			c, err := kernel.Select(kernel.FP32)
+			return c, gp, err
 		}
-		if g != gpu.BF16 {
-			return kernel.Choice{}, usagef("--precision %s needs --device cuda", *p.name)
+		if gp != gpu.BF16 {
+			return kernel.Choice{}, gpu.FP32, usagef("--precision %s needs --device cuda", *p.name)
 		}
 	}
 	prec, err := kernel.ParsePrecision(*p.name)
 	if err != nil {
-		return kernel.Choice{}, usagef("--precision %q: want fp32, bf16 or int8 (on the CPU), or tf32, bf16 or fp16 with --device cuda", *p.name)
+		return kernel.Choice{}, gpu.FP32, usagef("--precision %q: want fp32, bf16 or int8 (on the CPU), or tf32, bf16 or fp16 with --device cuda", *p.name)
 	}
 	if prec != kernel.FP32 && device != "cpu" {
-		return kernel.Choice{}, usagef("--precision %s runs on the CPU only: leave out --device %s", prec, device)
+		return kernel.Choice{}, gpu.FP32, usagef("--precision %s runs on the CPU only: leave out --device %s", prec, device)
 	}
-	c, err := kernel.Select(prec)
-	if err != nil {
-		return c, usagef("--precision %s: %v", prec, errors.Unwrap(err))
+	if c, err = kernel.Select(prec); err != nil {
+		return c, gpu.FP32, usagef("--precision %s: %v", prec, errors.Unwrap(err))
 	}
-	return c, nil
+	return c, gpu.FP32, nil
 }
 
 // devicePrecisionID names the GPU's products in records of results when

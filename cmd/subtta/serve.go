@@ -168,7 +168,7 @@ func (o *serveOptions) run(ctx context.Context, args []string, ready func(addr s
 	if len(args) > 0 {
 		return usagef("unexpected argument %q (all inputs are flags)", args[0])
 	}
-	prec, err := o.precision.choose("cpu") // serve runs on the CPU
+	prec, _, err := o.precision.choose("cpu") // serve runs on the CPU
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/subtta/subtta/data"
+	"github.com/subtta/subtta/gpu"
 	"github.com/subtta/subtta/internal/atomicfile"
 	"github.com/subtta/subtta/pretrain"
 	"github.com/subtta/subtta/report"
@@ -81,7 +82,7 @@ func newTrainCmd(stdout, stderr io.Writer) *cobra.Command {
 
 // run runs the command with the positional arguments args.
 func (o *trainOptions) run(args []string) error {
-	release, err := o.device.use("fp32", o.stderr)
+	release, err := o.device.use(gpu.FP32, o.stderr)
 	if err != nil {
 		return err
 	}
