@@ -86,40 +86,27 @@ func (r *devRun) blockRecord(op *blockOp[float32], x, y kernel.Buf) *devBlock {
 	}
 	r.attend(op.a, qkv, attn)
 	proj := r.alloc(n * w)
-	r.linear(p.Out, n, attn, proj)
+	b := r.product(p.Out, n, attn, proj)
 	x1 := r.allocKept(n * w)
-	r.do(func() error { return d.Add(x1, x, proj, n*w) }) // x₁ = x + out_proj(attn)
+	r.do(func() error { return d.BiasResidual(x1, proj, b, x, n, w) }) // x₁ = x + out_proj(attn)
 	r.layerNorm(h, x1, n, w, p.LN2, slice(stats, 2*n, 3*n), slice(stats, 3*n, 4*n))
 	hidden := r.allocKept(n * m)
-	r.linear(p.FC, n, h, hidden)
+	b = r.product(p.FC, n, h, hidden)
 	act := r.alloc(n * m)
 	// hidden becomes the activation's slope, all backward needs of it,
-	// unless c_proj's weight gradient needs the activation: then backward
-	// recomputes both from the pre-activation.
+	// unless c_proj's weight gradient needs the activation: then it keeps
+	// the pre-activation (with the bias), from which backward recomputes
+	// both.
 	slope := !p.Proj.Weight.RequiresGrad()
-	r.activation(p.GELU, act, hidden, hidden, slope, n*m)
-	r.linear(p.Proj, n, act, proj)
-	r.do(func() error { return d.Add(y, x1, proj, n*w) }) // y = x₁ + c_proj(act)
+	keep := kernel.KeepInput
+	if slope {
+		keep = kernel.KeepSlope
+	}
+	r.do(func() error { return d.BiasActivation(act, hidden, hidden, n, m, b, activationOf(p), keep) })
+	b = r.product(p.Proj, n, act, proj)
+	r.do(func() error { return d.BiasResidual(y, proj, b, x1, n, w) }) // y = x₁ + c_proj(act)
 	return &devBlock{d: d, x: x, stats: stats, qkv: qkv, x1: x1, hidden: hidden, attn: kept, slope: slope,
 		bufs: append(bufs, x1, hidden)}
-}
-
-// activation computes act = act(x) for n values and, with slope set, the
-// activation's derivative into s (which may alias x).
-func (r *devRun) activation(gelu bool, act, s, x kernel.Buf, slope bool, n int) {
-	r.do(func() error {
-		switch {
-		case gelu:
-			if err := r.d.GELU(act, x, n); err != nil || !slope {
-				return err
-			}
-			return r.d.GELUSlope(s, x, n)
-		case slope:
-			return r.d.QuickGELUSlope(act, s, x, n)
-		default:
-			return r.d.QuickGELU(act, x, n)
-		}
-	})
 }
 
 // slice is b.Slice(i, j), or nil for a buffer that failed to allocate.
@@ -166,7 +153,9 @@ func (r *devRun) blockBackward(op *blockOp[float32], k *devBlock, dyd kernel.Buf
 		r.paramGrads(p.Proj, n, dyd, nil) // the bias's gradient, if trainable
 	} else {
 		act := r.alloc(n * m)
-		r.activation(p.GELU, act, k.hidden, k.hidden, true, n*m) // hidden becomes the slope
+		r.do(func() error { // hidden becomes the slope
+			return d.BiasActivation(act, k.hidden, k.hidden, n, m, nil, activationOf(p), kernel.KeepSlope)
+		})
 		r.paramGrads(p.Proj, n, dyd, act)
 	}
 	r.do(func() error { return d.Mul(dHidden, dHidden, k.hidden, n*m) }) // by the slope

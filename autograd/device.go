@@ -253,6 +253,20 @@ func (r *devRun) linear(p *LinearParams, rows int, x, y kernel.Buf) {
 	r.do(func() error { return r.d.Gemm(false, true, rows, out, in, 1, x, in, w, in, beta, y, out) })
 }
 
+// product computes y = x·Wᵀ on the device for x [rows, in] into y [rows,
+// out], with beta = 0, and returns the layer's bias there (nil without
+// one) for the row-wise pass after it to add (BiasActivation,
+// BiasResidual): the bias, the activation and the residual in one pass
+// rather than written into y before the product and added after it. The
+// bias is added after the whole sum, where linear and the CPU add it with
+// the sum's first block: the two differ by a rounding of each value.
+func (r *devRun) product(p *LinearParams, rows int, x, y kernel.Buf) kernel.Buf {
+	in, out := p.In(), p.Out()
+	w, b := r.weights(p)
+	r.do(func() error { return r.d.Gemm(false, true, rows, out, in, 1, x, in, w, in, 0, y, out) })
+	return b
+}
+
 // linearOnDevice computes y = x·Wᵀ + b (x [rows, in], y [rows, out]) on d,
 // or with grad set the input gradient y = x·W (x = dy [rows, out], y = dx
 // [rows, in]). The weight must be frozen.
@@ -305,20 +319,23 @@ func (r *devRun) blockForward(op *blockOp[float32], x kernel.Buf) {
 	r.linear(p.QKV, n, h, qkv)
 	r.attend(op.a, qkv, h) // the attention output goes where ln_1(x) was
 	proj := r.alloc(n * w)
-	r.linear(p.Out, n, h, proj)
+	b := r.product(p.Out, n, h, proj)
 	x1 := r.alloc(n * w)
-	r.do(func() error { return d.Add(x1, x, proj, n*w) }) // x₁ = x + out_proj(attn)
+	r.do(func() error { return d.BiasResidual(x1, proj, b, x, n, w) }) // x₁ = x + out_proj(attn)
 	r.layerNorm(h, x1, n, w, p.LN2, nil, nil)
 	hidden := r.alloc(n * m)
-	r.linear(p.FC, n, h, hidden)
-	r.do(func() error {
-		if p.GELU {
-			return d.GELU(hidden, hidden, n*m)
-		}
-		return d.QuickGELU(hidden, hidden, n*m)
-	})
-	r.linear(p.Proj, n, hidden, proj)
-	r.do(func() error { return d.Add(x, x1, proj, n*w) }) // y = x₁ + c_proj(act)
+	b = r.product(p.FC, n, h, hidden)
+	r.do(func() error { return d.BiasActivation(hidden, nil, hidden, n, m, b, activationOf(p), kernel.KeepNone) })
+	b = r.product(p.Proj, n, hidden, proj)
+	r.do(func() error { return d.BiasResidual(x, proj, b, x1, n, w) }) // y = x₁ + c_proj(act)
+}
+
+// activationOf returns the block's MLP activation.
+func activationOf(p *BlockParams) kernel.Activation {
+	if p.GELU {
+		return kernel.GELUActivation
+	}
+	return kernel.QuickGELUActivation
 }
 
 // layerNorm normalises the rows of x into y with ln's parameters, uploaded

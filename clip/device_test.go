@@ -19,10 +19,12 @@ import (
 // TestDeviceSeam runs the built-in model's towers through the
 // device seam (autograd.SetDevice) on kernel.Host and compares them with
 // the CPU path: image and text features without gradients (the blocks as
-// one op on the device) bit for bit, and the LayerNorm gradients of a
-// backward pass through the vision tower, as adaptation takes it (every
-// block forward and backward on the device), within 1e-6 of the largest:
-// on a device the last block runs for every token rather than for the
+// one op on the device), and the LayerNorm gradients of a backward pass
+// through the vision tower, as adaptation takes it (every block forward
+// and backward on the device), within 1e-5 of the largest value (2.7e-7
+// and 8.7e-7 measured): on a device a linear layer's bias is added after
+// the product's sum rather than with its first block (a rounding of each
+// value), and the last block runs for every token rather than for the
 // class tokens only, so its LayerNorms' gradients sum (zeros) over more
 // rows in another order. On a GPU the same code runs with gpu's device
 // (gpu's tests compare it within 1e-4).
@@ -90,30 +92,37 @@ func TestDeviceSeam(t *testing.T) {
 	if n, want := int(dev.LayerNormBackwards.Load()), 2*len(m.Vision.Blocks)+2; n != want {
 		t.Errorf("%d LayerNorm backward passes on the device, want %d", n, want)
 	}
-	same := func(name string, got, want []float32) {
+	close := func(name string, got, want []float32) {
 		t.Helper()
 		if len(got) != len(want) || len(want) == 0 {
 			t.Fatalf("%s: %d values through the seam, %d on the CPU", name, len(got), len(want))
 		}
-		for i := range want {
-			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-				t.Fatalf("%s: value %d is %g through the seam, %g on the CPU", name, i, got[i], want[i])
-			}
+		scale, worst := 0.0, 0.0
+		for i, w := range want {
+			scale = max(scale, math.Abs(float64(w)))
+			worst = max(worst, math.Abs(float64(got[i]-w)))
+		}
+		t.Logf("%s: %.2e of the largest value from the CPU's", name, worst/scale)
+		if worst > 1e-5*scale {
+			t.Errorf("%s: %.2e from the CPU's, more than 1e-5 of its largest value %.2e", name, worst, scale)
 		}
 	}
-	same("image features", img, wantImg)
-	same("text features", txt, wantTxt)
+	close("image features", img, wantImg)
+	close("text features", txt, wantTxt)
 	if len(grads) != len(wantGrads) {
 		t.Fatalf("%d gradients through the seam, %d on the CPU", len(grads), len(wantGrads))
 	}
+	worstRel := 0.0
 	for i := range wantGrads {
 		scale, worst := 0.0, 0.0
 		for k, w := range wantGrads[i] {
 			scale = max(scale, math.Abs(float64(w)))
 			worst = max(worst, math.Abs(float64(grads[i][k]-w)))
 		}
-		if worst > 1e-6*scale {
-			t.Errorf("LayerNorm gradient %d: %.2e from the CPU's, more than 1e-6 of its largest value %.2e", i, worst, scale)
+		if worst > 1e-5*scale {
+			t.Errorf("LayerNorm gradient %d: %.2e from the CPU's, more than 1e-5 of its largest value %.2e", i, worst, scale)
 		}
+		worstRel = max(worstRel, worst/scale)
 	}
+	t.Logf("LayerNorm gradients: %.2e of the largest value from the CPU's, at worst", worstRel)
 }

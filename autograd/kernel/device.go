@@ -91,6 +91,17 @@ type Device interface {
 	// inverse, x from y.
 	SplitHeads(y, x Buf, batch, tokens, groups, heads, headDim int) error
 	MergeHeads(x, y Buf, batch, tokens, groups, heads, headDim int) error
+
+	// BiasActivation computes y = act(x + bias) for x [rows, cols], bias
+	// (cols values, added to every row; nil: none) after a product with
+	// beta = 0, and writes to aux what a recording pass keeps for backward:
+	// nothing (KeepNone, aux unread), the activation's input x + bias
+	// (KeepInput) or its derivative there (KeepSlope). y and aux may be x.
+	BiasActivation(y, aux, x Buf, rows, cols int, bias Buf, act Activation, keep Keep) error
+	// BiasResidual computes y = (x + bias) + res for x and res [rows,
+	// cols], bias as in BiasActivation: a product's bias and the residual
+	// added to it in one pass. y may be x or res.
+	BiasResidual(y, x, bias, res Buf, rows, cols int) error
 }
 
 // SymmetricEigen is a Device that can also decompose a symmetric float64

@@ -58,7 +58,8 @@ func GemmBF16(m int, a []float32, lda int, w *BF16Weight, bias, c []float32, ldc
 	packedAPool.Put(pa)
 }
 
-// Activation is an elementwise function GemmBF16Act applies to a product.
+// Activation is an elementwise function GemmBF16Act applies to a product
+// (and Device.BiasActivation after one).
 type Activation int
 
 const (
