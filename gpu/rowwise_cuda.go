@@ -10,7 +10,8 @@ const rowwiseBlock = 256
 var rowwiseKernels = []string{"layer_norm", "layer_norm_backward", "layer_norm_param_grads", "softmax",
 	"softmax_backward", "quick_gelu", "quick_gelu_slope", "gelu", "gelu_slope", "add", "mul", "fill_rows",
 	"patches", "token_embed", "stride_rows", "spread_rows", "split_heads", "softmax_rows", "softmax_backward_rows", "layer_norm_rows", "layer_norm_backward_rows",
-	"layer_norm_param_partials", "layer_norm_param_sum"}
+	"layer_norm_param_partials", "layer_norm_param_sum",
+	"bias_act", "bias_residual"}
 
 // shortRow is the longest row that softmax and LayerNorm give LANES threads
 // (a group of a block, several rows per block) rather than a whole block:
@@ -459,5 +460,39 @@ extern "C" __global__ void split_heads(float *s, float *m, int batch, int tokens
 extern "C" __global__ void fill_rows(float *y, int rows, int cols, const float *v) {
 	unsigned n = (unsigned)rows * cols;
 	for (unsigned i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += gridDim.x * BLOCK) y[i] = v[i % (unsigned)cols];
+}
+
+// After a product with beta = 0, x [rows, cols]: y = act(h), h = x + bias
+// (bias per column; null: h = x), act 0 quick_gelu's and 1 gelu's
+// arithmetic; aux = h with keep 1, the derivative at h (quick_gelu_slope's,
+// gelu_slope's) with keep 2, unwritten with 0. y and aux may be x: each
+// thread writes only the value it read. 32-bit indices, as fill_rows'.
+extern "C" __global__ void bias_act(float *y, float *aux, const float *x, const float *bias, int rows, int cols, int act, int keep) {
+	unsigned n = (unsigned)rows * cols;
+	for (unsigned i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += gridDim.x * BLOCK) {
+		float h = bias ? x[i] + bias[i % (unsigned)cols] : x[i];
+		float yv, s = 0;
+		if (act == 0) {
+			float e = 1.0f + expf(-1.702f * h);
+			yv = h / e;
+			float sg = 1.0f / e;
+			s = sg + 1.702f * yv * (1.0f - sg);
+		} else {
+			double v = h, phi = 0.5 * (1.0 + erf(v * 0.70710678118654752));
+			yv = (float)(v * phi);
+			if (keep == 2) s = (float)(phi + v * exp(-0.5 * v * v) * 0.39894228040143268);
+		}
+		y[i] = yv;
+		if (keep == 1) aux[i] = h;
+		else if (keep == 2) aux[i] = s;
+	}
+}
+
+// y = (x + bias) + res per value of [rows, cols] (bias per column; null:
+// none): a product's bias and the residual after it. y may be x or res.
+extern "C" __global__ void bias_residual(float *y, const float *x, const float *bias, const float *res, int rows, int cols) {
+	unsigned n = (unsigned)rows * cols;
+	for (unsigned i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += gridDim.x * BLOCK)
+		y[i] = (bias ? x[i] + bias[i % (unsigned)cols] : x[i]) + res[i];
 }
 `

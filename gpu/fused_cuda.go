@@ -1,0 +1,72 @@
+//go:build cuda && cgo
+
+package gpu
+
+// #include <stdint.h>
+import "C"
+
+import (
+	"fmt"
+
+	"github.com/subtta/subtta/autograd/kernel"
+)
+
+// BiasActivation runs bias_act: the bias, the activation and what backward
+// keeps, in one pass after a product with beta = 0.
+func (d *device) BiasActivation(y, aux, x kernel.Buf, rows, cols int, bias kernel.Buf, act kernel.Activation, keep kernel.Keep) error {
+	if !fits32(rows, cols, rows*cols) {
+		return fmt.Errorf("gpu: BiasActivation: %d×%d", rows, cols)
+	}
+	if act != kernel.QuickGELUActivation && act != kernel.GELUActivation || keep < kernel.KeepNone || keep > kernel.KeepSlope {
+		return fmt.Errorf("gpu: BiasActivation: activation %d, keep %d", act, keep)
+	}
+	p, err := d.ptrs("BiasActivation", rows*cols, y, x)
+	if err != nil {
+		return err
+	}
+	var pa []C.uintptr_t
+	if keep != kernel.KeepNone {
+		if pa, err = d.ptrs("BiasActivation", rows*cols, aux); err != nil {
+			return err
+		}
+	} else {
+		pa = make([]C.uintptr_t, 1)
+	}
+	pb, err := d.optPtrs("BiasActivation", cols, bias)
+	if err != nil || rows == 0 || cols == 0 {
+		return err
+	}
+	var a args
+	a.ptr(p[0])
+	a.ptr(pa[0])
+	a.ptr(p[1])
+	a.ptr(pb[0])
+	a.i32(rows)
+	a.i32(cols)
+	a.i32(int(act))
+	a.i32(int(keep))
+	return d.launch("bias_act", elementGrid(rows*cols), a)
+}
+
+// BiasResidual runs bias_residual.
+func (d *device) BiasResidual(y, x, bias, res kernel.Buf, rows, cols int) error {
+	if !fits32(rows, cols, rows*cols) {
+		return fmt.Errorf("gpu: BiasResidual: %d×%d", rows, cols)
+	}
+	p, err := d.ptrs("BiasResidual", rows*cols, y, x, res)
+	if err != nil {
+		return err
+	}
+	pb, err := d.optPtrs("BiasResidual", cols, bias)
+	if err != nil || rows == 0 || cols == 0 {
+		return err
+	}
+	var a args
+	a.ptr(p[0])
+	a.ptr(p[1])
+	a.ptr(pb[0])
+	a.ptr(p[2])
+	a.i32(rows)
+	a.i32(cols)
+	return d.launch("bias_residual", elementGrid(rows*cols), a)
+}
