@@ -205,6 +205,7 @@ type devCopy struct {
 	d         kernel.Device
 	src, bsrc *float32 // the first values copied: a new matrix is noticed
 	w, b      kernel.Buf
+	w16       kernel.Buf // w in 16 bits, on a kernel.Half device (HalfOf)
 }
 
 // newDevCopy uploads w and bias (nil for none) to d.
@@ -235,8 +236,38 @@ func newDevCopy(d kernel.Device, w, bias []float32) (*devCopy, error) {
 			dc.b = buf
 		}
 	}
+	if h, _ := kernel.HalfOf(d); h != nil && len(w) > 0 {
+		buf, err := d.Alloc(kernel.HalfLen(len(w)))
+		if err == nil {
+			bufs = append(bufs, buf)
+			err = h.ToHalf(buf, dc.w, len(w))
+		}
+		if err != nil {
+			free(bufs)
+			return nil, err
+		}
+		dc.w16 = buf
+	}
 	runtime.AddCleanup(dc, free, bufs)
 	return dc, nil
+}
+
+// weights16 returns the layer's frozen weight in 16 bits and its bias on
+// the device (newDevCopy), or nil when the weight has no 16-bit copy
+// there (not kept: trainable, or a layer that does not keep its weight
+// packed).
+func (r *devRun) weights16(p *LinearParams) (w16, b kernel.Buf) {
+	w, b := r.weights(p)
+	if w == nil || p.packs == nil || p.Weight.RequiresGrad() {
+		return nil, nil
+	}
+	p.packs.mu.Lock()
+	dc := p.packs.dev
+	p.packs.mu.Unlock()
+	if dc == nil || dc.w != w || dc.w16 == nil {
+		return nil, nil
+	}
+	return dc.w16, b
 }
 
 // linear computes y = x·Wᵀ + b on the device for x [rows, in] into y
@@ -310,6 +341,9 @@ func blockOnDevice(d kernel.Device, op *blockOp[float32]) []float32 {
 // freed before it returns.
 func (r *devRun) blockForward(op *blockOp[float32], x kernel.Buf) {
 	defer r.freeFrom(len(r.bufs))
+	if r.blockForwardHalf(op, x) {
+		return
+	}
 	d := r.d
 	n, w, m := op.rows, op.a.width, op.mlp
 	p := &op.p
@@ -353,6 +387,14 @@ func (r *devRun) layerNorm(y, x kernel.Buf, rows, cols int, ln *LayerNormParams,
 // batch×heads, the softmax of all its rows, P·V likewise, and the heads
 // merged back into out's columns.
 func (r *devRun) attend(a attention, qkv, out kernel.Buf) {
+	r.attendThen(a, qkv, func(o kernel.Buf) error {
+		return r.d.MergeHeads(out, o, a.batch, a.tokens, 1, a.heads, a.headDim())
+	})
+}
+
+// attendThen is attend with merge in place of the last step: it gets the
+// heads' outputs [batch, heads, tokens, dh].
+func (r *devRun) attendThen(a attention, qkv kernel.Buf, merge func(o kernel.Buf) error) {
 	defer r.freeFrom(len(r.bufs))
 	n, w, dh, bh := a.tokens, a.width, a.headDim(), a.batch*a.heads
 	scale := float32(1 / math.Sqrt(float64(dh)))
@@ -369,5 +411,5 @@ func (r *devRun) attend(a attention, qkv, out kernel.Buf) {
 	r.do(func() error {
 		return r.d.GemmBatched(false, false, bh, n, dh, n, 1, s, n, n*n, v, dh, n*dh, 0, o, dh, n*dh)
 	})
-	r.do(func() error { return r.d.MergeHeads(out, o, a.batch, n, 1, a.heads, dh) })
+	r.do(func() error { return merge(o) })
 }

@@ -158,10 +158,12 @@ static status w_cublasDestroy(void *h) { return api.cublasDestroy(h); }
 static status w_cublasSetMathMode(void *h, int mode) { return api.cublasSetMathMode(h, mode); }
 static status w_cublasSetStream(void *h, void *s) { return api.cublasSetStream(h, s); }
 // The products with a compute type (cublasComputeType_t) on float32
-// operands (CUDA_R_32F = 0), the default algorithm (-1).
+// operands (CUDA_R_32F = 0), the default algorithm (-1); w_gemmEx's A
+// and B of type abtype (cudaDataType_t: 0, or CUDA_R_16F = 2,
+// CUDA_R_16BF = 14), C float32.
 static status w_gemmEx(void *h, int ta, int tb, int m, int n, int k, float alpha,
-		uintptr_t a, int lda, uintptr_t b, int ldb, float beta, uintptr_t c, int ldc, int compute) {
-	return api.cublasGemmEx(h, ta, tb, m, n, k, &alpha, (const void *)a, 0, lda, (const void *)b, 0, ldb,
+		uintptr_t a, int lda, uintptr_t b, int ldb, float beta, uintptr_t c, int ldc, int compute, int abtype) {
+	return api.cublasGemmEx(h, ta, tb, m, n, k, &alpha, (const void *)a, abtype, lda, (const void *)b, abtype, ldb,
 		&beta, (void *)c, 0, ldc, compute, -1);
 }
 static status w_gemmStridedBatchedEx(void *h, int ta, int tb, int m, int n, int k, float alpha,
@@ -937,7 +939,7 @@ func (d *device) GemmBatched(transA, transB bool, batch, m, n, k int, alpha floa
 func (d *device) gemmEx(transA, transB bool, batch, m, n, k int, alpha float32, pa C.uintptr_t, lda, strideA int, pb C.uintptr_t, ldb, strideB int, beta float32, pc C.uintptr_t, ldc, strideC int) error {
 	if batch == 1 {
 		if s := C.w_gemmEx(d.blas, cublasOp(transB), cublasOp(transA), C.int(n), C.int(m), C.int(k), C.float(alpha),
-			pb, C.int(ldb), pa, C.int(lda), C.float(beta), pc, C.int(ldc), d.compute); s != 0 {
+			pb, C.int(ldb), pa, C.int(lda), C.float(beta), pc, C.int(ldc), d.compute, 0); s != 0 {
 			return blasErr("cublasGemmEx", s)
 		}
 		return nil
@@ -946,6 +948,16 @@ func (d *device) gemmEx(transA, transB bool, batch, m, n, k int, alpha float32, 
 		pb, C.int(ldb), C.longlong(strideB), pa, C.int(lda), C.longlong(strideA),
 		C.float(beta), pc, C.int(ldc), C.longlong(strideC), C.int(batch), d.compute); s != 0 {
 		return blasErr("cublasGemmStridedBatchedEx", s)
+	}
+	return nil
+}
+
+// gemmTyped is one cublasGemmEx with A and B of cudaDataType_t abtype, C
+// float32 and CUBLAS_COMPUTE_32F, row-major as Gemm. Called in exec.
+func (d *device) gemmTyped(transA, transB bool, m, n, k int, alpha float32, pa C.uintptr_t, lda int, pb C.uintptr_t, ldb int, beta float32, pc C.uintptr_t, ldc int, abtype C.int) error {
+	if s := C.w_gemmEx(d.blas, cublasOp(transB), cublasOp(transA), C.int(n), C.int(m), C.int(k), C.float(alpha),
+		pb, C.int(ldb), pa, C.int(lda), C.float(beta), pc, C.int(ldc), cublasCompute32F, abtype); s != 0 {
+		return blasErr("cublasGemmEx", s)
 	}
 	return nil
 }
@@ -1038,6 +1050,8 @@ func (d *device) LayerNorm(y, x kernel.Buf, rows, cols int, gamma, beta kernel.B
 	a.f64(eps)
 	a.ptr(st[0])
 	a.ptr(st[1])
+	a.ptr(0) // y16: y in float32
+	a.i32(0)
 	if cols <= shortRow {
 		return d.launch("layer_norm_rows", (rows+rowGroups-1)/rowGroups, a)
 	}
@@ -1354,5 +1368,7 @@ func (d *device) heads(what string, s, m kernel.Buf, batch, tokens, groups, head
 	} else {
 		a.i32(0)
 	}
+	a.ptr(0) // m16: float32
+	a.i32(0)
 	return d.launch("split_heads", elementGrid(n), a)
 }

@@ -478,7 +478,15 @@ func TestPrecisionMatchesCPU(t *testing.T) {
 			if e > c.gemm || e == 0 || math.IsNaN(e) {
 				t.Errorf("%v batched product: relative error %.2e, want in (0, %.0e]", c.prec, e, c.gemm)
 			}
+			before := halfGemms.Load()
 			img, wantImg := tinyImageFeatures(t, d)
+			// bf16 and fp16 take 16-bit operands in the blocks' four
+			// linear products (clip-tiny: 2 blocks), tf32 none.
+			halves := halfGemms.Load() - before
+			if (c.prec == TF32) != (halves == 0) {
+				t.Errorf("%v: %d products with 16-bit operands", c.prec, halves)
+			}
+			t.Logf("%v: %d products with 16-bit operands", c.prec, halves)
 			e = fixture.RelErr(img, wantImg)
 			t.Logf("%v clip-tiny image features: relative error %.2e (bound %.0e)", c.prec, e, c.feat)
 			if e > c.feat || math.IsNaN(e) {

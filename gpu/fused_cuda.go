@@ -45,6 +45,8 @@ func (d *device) BiasActivation(y, aux, x kernel.Buf, rows, cols int, bias kerne
 	a.i32(cols)
 	a.i32(int(act))
 	a.i32(int(keep))
+	a.ptr(0) // y16: y in float32
+	a.i32(0)
 	return d.launch("bias_act", elementGrid(rows*cols), a)
 }
 

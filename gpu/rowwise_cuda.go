@@ -11,7 +11,7 @@ var rowwiseKernels = []string{"layer_norm", "layer_norm_backward", "layer_norm_p
 	"softmax_backward", "quick_gelu", "quick_gelu_slope", "gelu", "gelu_slope", "add", "mul", "fill_rows",
 	"patches", "token_embed", "stride_rows", "spread_rows", "split_heads", "softmax_rows", "softmax_backward_rows", "layer_norm_rows", "layer_norm_backward_rows",
 	"layer_norm_param_partials", "layer_norm_param_sum",
-	"bias_act", "bias_residual"}
+	"bias_act", "bias_residual", "to_half16"}
 
 // shortRow is the longest row that softmax and LayerNorm give LANES threads
 // (a group of a block, several rows per block) rather than a whole block:
@@ -41,6 +41,36 @@ const paramGradRows = 256
 // appear.
 const rowwiseSource = `
 #define BLOCK 256
+
+// to_half rounds v to 16 bits, to nearest, ties to even, subnormals kept:
+// bfloat16 with fmt 1, IEEE half with fmt 2 (kernel.HalfFormat). Integer
+// arithmetic, so that NVRTC needs no cuda_fp16.h or cuda_bf16.h.
+__device__ unsigned short to_half(float v, int fmt) {
+	unsigned x = __float_as_uint(v), sign = x >> 16 & 0x8000, ax = x & 0x7fffffff;
+	if (fmt == 1) {
+		if (ax > 0x7f800000) return (unsigned short)(x >> 16 | 0x40); // NaN stays NaN
+		return (unsigned short)((x + 0x7fff + (x >> 16 & 1)) >> 16);
+	}
+	if (ax > 0x7f800000) return (unsigned short)(sign | 0x7e00);
+	if (ax >= 0x47800000) return (unsigned short)(sign | 0x7c00); // 65536 and up, and inf
+	int e = ax >> 23;
+	unsigned m = (ax & 0x7fffff) | 0x800000;
+	if (e >= 113) { // a normal half: round 24 bits to 11; a carry moves the exponent, to inf past 65504
+		unsigned r = m >> 13, rem = m & 0x1fff;
+		if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) r++;
+		return (unsigned short)(sign | (((unsigned)(e - 112) << 10) + r - 1024));
+	}
+	if (e < 102) return (unsigned short)sign; // below half the least subnormal
+	int shift = 126 - e; // a subnormal half: units of 2^-24
+	unsigned r = m >> shift, rem = m & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+	if (rem > halfway || (rem == halfway && (r & 1))) r++;
+	return (unsigned short)(sign | r);
+}
+
+// y = x's n values in 16 bits (a weight, once).
+extern "C" __global__ void to_half16(unsigned short *y, const float *x, int n, int fmt) {
+	for (unsigned i = blockIdx.x * BLOCK + threadIdx.x; i < (unsigned)n; i += gridDim.x * BLOCK) y[i] = to_half(x[i], fmt);
+}
 
 // block_sum returns the sum of v over the block's threads.
 __device__ double block_sum(double v, double *s) {
@@ -109,7 +139,7 @@ __device__ float group_max(float v, float *s) {
 
 // layer_norm for rows of at most a few LANES·32 values: GROUPS rows a block.
 extern "C" __global__ void layer_norm_rows(float *y, const float *x, int rows, int cols,
-		const float *gamma, const float *beta, double eps, float *mean, float *rstd) {
+		const float *gamma, const float *beta, double eps, float *mean, float *rstd, unsigned short *y16, int fmt) {
 	__shared__ double s[BLOCK];
 	GROUP_ROW(rows)
 	int n = has ? cols : 0;
@@ -129,7 +159,11 @@ extern "C" __global__ void layer_norm_rows(float *y, const float *x, int rows, i
 		mean[row] = m;
 		rstd[row] = q;
 	}
-	for (int j = lane; j < n; j += LANES) yr[j] = (xr[j] - m) * q * gamma[j] + beta[j];
+	for (int j = lane; j < n; j += LANES) {
+		float v = (xr[j] - m) * q * gamma[j] + beta[j];
+		if (y16) y16[row * cols + j] = to_half(v, fmt);
+		else yr[j] = v;
+	}
 }
 
 // softmax for short rows: GROUPS rows a block.
@@ -173,7 +207,7 @@ extern "C" __global__ void softmax_backward_rows(float *dx, const float *dy, con
 // and rstd (one per row) unless those are null. y may be x: each thread
 // writes only the values it read, after the last reduction.
 extern "C" __global__ void layer_norm(float *y, const float *x, int cols,
-		const float *gamma, const float *beta, double eps, float *mean, float *rstd) {
+		const float *gamma, const float *beta, double eps, float *mean, float *rstd, unsigned short *y16, int fmt) {
 	__shared__ double s[BLOCK];
 	const float *xr = x + (unsigned long long)blockIdx.x * cols;
 	float *yr = y + (unsigned long long)blockIdx.x * cols;
@@ -191,7 +225,11 @@ extern "C" __global__ void layer_norm(float *y, const float *x, int cols,
 		mean[blockIdx.x] = m;
 		rstd[blockIdx.x] = q;
 	}
-	for (int j = threadIdx.x; j < cols; j += BLOCK) yr[j] = (xr[j] - m) * q * gamma[j] + beta[j];
+	for (int j = threadIdx.x; j < cols; j += BLOCK) {
+		float v = (xr[j] - m) * q * gamma[j] + beta[j];
+		if (y16) y16[(unsigned long long)blockIdx.x * cols + j] = to_half(v, fmt);
+		else yr[j] = v;
+	}
 }
 
 // The input gradient of layer_norm per row, from the kept statistics: with
@@ -440,7 +478,8 @@ extern "C" __global__ void spread_rows(float *y, const float *x, int n, int cols
 // and m [batch, tokens, groups·heads·hd]; merge copies s into m, else m
 // into s. One thread per value of s. The caller checks that the values fit
 // an int, so the index arithmetic is 32-bit (64-bit division is slow).
-extern "C" __global__ void split_heads(float *s, float *m, int batch, int tokens, int groups, int heads, int hd, int merge) {
+extern "C" __global__ void split_heads(float *s, float *m, int batch, int tokens, int groups, int heads, int hd, int merge,
+		unsigned short *m16, int fmt) {
 	unsigned n = (unsigned)groups * batch * heads * tokens * hd;
 	for (unsigned i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += gridDim.x * BLOCK) {
 		unsigned r = i / hd, e = i % hd, t = r % tokens;
@@ -449,7 +488,8 @@ extern "C" __global__ void split_heads(float *s, float *m, int batch, int tokens
 		r /= heads;
 		unsigned b = r % batch, g = r / batch;
 		unsigned j = ((b * tokens + t) * groups * heads + g * heads + h) * hd + e;
-		if (merge) m[j] = s[i];
+		if (m16) m16[j] = to_half(s[i], fmt); // merge into 16 bits
+		else if (merge) m[j] = s[i];
 		else s[i] = m[j];
 	}
 }
@@ -466,8 +506,10 @@ extern "C" __global__ void fill_rows(float *y, int rows, int cols, const float *
 // (bias per column; null: h = x), act 0 quick_gelu's and 1 gelu's
 // arithmetic; aux = h with keep 1, the derivative at h (quick_gelu_slope's,
 // gelu_slope's) with keep 2, unwritten with 0. y and aux may be x: each
-// thread writes only the value it read. 32-bit indices, as fill_rows'.
-extern "C" __global__ void bias_act(float *y, float *aux, const float *x, const float *bias, int rows, int cols, int act, int keep) {
+// thread writes only the value it read. With y16 set, y is written there
+// in 16 bits instead (to_half). 32-bit indices, as fill_rows'.
+extern "C" __global__ void bias_act(float *y, float *aux, const float *x, const float *bias, int rows, int cols, int act, int keep,
+		unsigned short *y16, int fmt) {
 	unsigned n = (unsigned)rows * cols;
 	for (unsigned i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += gridDim.x * BLOCK) {
 		float h = bias ? x[i] + bias[i % (unsigned)cols] : x[i];
@@ -482,7 +524,8 @@ extern "C" __global__ void bias_act(float *y, float *aux, const float *x, const 
 			yv = (float)(v * phi);
 			if (keep == 2) s = (float)(phi + v * exp(-0.5 * v * v) * 0.39894228040143268);
 		}
-		y[i] = yv;
+		if (y16) y16[i] = to_half(yv, fmt); // y unwritten
+		else y[i] = yv;
 		if (keep == 1) aux[i] = h;
 		else if (keep == 2) aux[i] = s;
 	}

@@ -4,7 +4,8 @@
 // context and launch calls, the row-major to column-major operand swap and
 // the packing of kernel parameters. "Device memory" is host memory;
 // cublasSgemm is the column-major BLAS product (cublasGemmEx too, its
-// operands rounded as the compute type allows); asynchronous copies run late
+// float32 operands rounded as the compute type allows, its 16-bit ones
+// widened exactly); asynchronous copies run late
 // (see the stream below); NVRTC compiles the CUDA C
 // it is given with g++ (fakecuda_emu.h supplies CUDA's keywords), and a
 // launch runs that code, block after block, each block's threads as fibers
@@ -200,14 +201,28 @@ static double rounded(float x) {
 	return x;
 }
 
-static void sgemm1(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
-		const float *b, int ldb, float beta, float *c, int ldc) {
+// operand returns value i of an operand of cudaDataType_t type: float32
+// (0) rounded as the compute type says; IEEE half (2) or bfloat16 (14)
+// widened exactly, as a tensor core reads them.
+static double operand(const void *x, long i, int type) {
+	if (type == 2) return (double)((const _Float16 *)x)[i];
+	if (type == 14) {
+		uint32_t b = (uint32_t)((const uint16_t *)x)[i] << 16;
+		float f;
+		memcpy(&f, &b, 4);
+		return f;
+	}
+	return rounded(((const float *)x)[i]);
+}
+
+static void sgemm1(int ta, int tb, int m, int n, int k, float alpha, const void *a, int lda,
+		const void *b, int ldb, float beta, float *c, int ldc, int abtype) {
 	// op(A) by rows and op(B) by columns, each operand rounded once.
 	double *ar = malloc(sizeof(double) * ((size_t)m * k + 1)), *bc = malloc(sizeof(double) * ((size_t)n * k + 1));
 	for (int i = 0; i < m; i++)
-		for (int p = 0; p < k; p++) ar[(long)i * k + p] = rounded(ta ? a[p + (long)i * lda] : a[i + (long)p * lda]);
+		for (int p = 0; p < k; p++) ar[(long)i * k + p] = operand(a, ta ? p + (long)i * lda : i + (long)p * lda, abtype);
 	for (int j = 0; j < n; j++)
-		for (int p = 0; p < k; p++) bc[(long)j * k + p] = rounded(tb ? b[j + (long)p * ldb] : b[p + (long)j * ldb]);
+		for (int p = 0; p < k; p++) bc[(long)j * k + p] = operand(b, tb ? j + (long)p * ldb : p + (long)j * ldb, abtype);
 	for (int j = 0; j < n; j++) {
 		for (int i = 0; i < m; i++) {
 			double s = 0;
@@ -234,7 +249,7 @@ status cublasSgemm_v2(void *h, int ta, int tb, int m, int n, int k, const float 
 		const float *a, int lda, const float *b, int ldb, const float *beta, float *c, int ldc) {
 	status s = check_gemm(ta, tb, m, n, k, lda, ldb, ldc);
 	if (s) return s;
-	sgemm1(ta, tb, m, n, k, *alpha, a, lda, b, ldb, *beta, c, ldc);
+	sgemm1(ta, tb, m, n, k, *alpha, a, lda, b, ldb, *beta, c, ldc, 0);
 	return 0;
 }
 
@@ -244,12 +259,17 @@ status cublasSgemmStridedBatched(void *h, int ta, int tb, int m, int n, int k, c
 	status s = check_gemm(ta, tb, m, n, k, lda, ldb, ldc);
 	if (s) return s;
 	for (int i = 0; i < batch; i++)
-		sgemm1(ta, tb, m, n, k, *alpha, a + i * sa, lda, b + i * sb, ldb, *beta, c + i * sc, ldc);
+		sgemm1(ta, tb, m, n, k, *alpha, a + i * sa, lda, b + i * sb, ldb, *beta, c + i * sc, ldc, 0);
 	return 0;
 }
 
+// check_ex accepts float32 operands with any of the package's compute
+// types, and 16-bit ones (CUDA_R_16F = 2, CUDA_R_16BF = 14; A's type is
+// B's) with CUBLAS_COMPUTE_32F only; C float32, the default algorithm.
 static int check_ex(int atype, int btype, int ctype, int compute, int algo) {
-	if (atype != 0 || btype != 0 || ctype != 0 || algo != -1) return 7; // CUDA_R_32F, CUBLAS_GEMM_DEFAULT
+	if (atype != btype || ctype != 0 || algo != -1) return 7;
+	if (atype == 2 || atype == 14) return compute == 68 ? 0 : 7;
+	if (atype != 0) return 7;
 	if (compute != 68 && compute != 74 && compute != 75 && compute != 77) return 7;
 	return 0;
 }
@@ -260,7 +280,7 @@ status cublasGemmEx(void *h, int ta, int tb, int m, int n, int k, const void *al
 	status s = check_gemm(ta, tb, m, n, k, lda, ldb, ldc);
 	if (s || (s = check_ex(atype, btype, ctype, compute, algo))) return s;
 	if (compute != 68) operand_rounding = compute;
-	sgemm1(ta, tb, m, n, k, *(const float *)alpha, a, lda, b, ldb, *(const float *)beta, c, ldc);
+	sgemm1(ta, tb, m, n, k, *(const float *)alpha, a, lda, b, ldb, *(const float *)beta, c, ldc, atype);
 	return 0;
 }
 
@@ -269,10 +289,11 @@ status cublasGemmStridedBatchedEx(void *h, int ta, int tb, int m, int n, int k, 
 		const void *beta, void *c, int ctype, int ldc, long long sc, int batch, int compute, int algo) {
 	status s = check_gemm(ta, tb, m, n, k, lda, ldb, ldc);
 	if (s || (s = check_ex(atype, btype, ctype, compute, algo))) return s;
+	if (atype != 0) return 15; // the package batches float32 operands only: NOT_SUPPORTED here
 	if (compute != 68) operand_rounding = compute;
 	for (int i = 0; i < batch; i++)
 		sgemm1(ta, tb, m, n, k, *(const float *)alpha, (const float *)a + i * sa, lda, (const float *)b + i * sb, ldb,
-			*(const float *)beta, (float *)c + i * sc, ldc);
+			*(const float *)beta, (float *)c + i * sc, ldc, 0);
 	return 0;
 }
 

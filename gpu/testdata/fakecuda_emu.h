@@ -31,6 +31,12 @@ struct fake_dim3 {
 // Not static: the compiler must assume __syncthreads changes them.
 fake_dim3 threadIdx, blockIdx, gridDim, blockDim;
 
+static inline unsigned __float_as_uint(float f) {
+	unsigned u;
+	memcpy(&u, &f, sizeof u);
+	return u;
+}
+
 static inline float __int_as_float(int i) {
 	float f;
 	memcpy(&f, &i, sizeof f);

@@ -1,0 +1,228 @@
+//go:build cuda && cgo
+
+package gpu
+
+// #include <stdint.h>
+import "C"
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/subtta/subtta/autograd/kernel"
+)
+
+// cudaDataType_t's 16-bit real types (library_types.h).
+const (
+	cudaR16F  = 2
+	cudaR16BF = 14
+)
+
+// halfGemms counts GemmHalf's products, for the tests: a forward pass in
+// bf16 or fp16 took the 16-bit path only if it is counted.
+var halfGemms atomic.Int64
+
+// HalfFormat makes the device a kernel.Half: with --precision bf16 or fp16
+// a forward pass keeps its frozen weights in that format on the device and
+// writes the products' inputs in it; otherwise HalfNone.
+func (d *device) HalfFormat() kernel.HalfFormat {
+	switch d.prec {
+	case BF16:
+		return kernel.HalfBF16
+	case FP16:
+		return kernel.HalfFP16
+	}
+	return kernel.HalfNone
+}
+
+// halfFormat returns the format for a 16-bit kernel, or an error on a
+// device without one.
+func (d *device) halfFormat(what string) (int, error) {
+	f := d.HalfFormat()
+	if f == kernel.HalfNone {
+		return 0, fmt.Errorf("gpu: %s: the device's products take float32 operands (precision %v)", what, d.prec)
+	}
+	return int(f), nil
+}
+
+// ptr16 checks a 16-bit buffer of n values.
+func (d *device) ptr16(what string, b kernel.Buf, n int) (C.uintptr_t, error) {
+	if !fits32(n) {
+		return 0, fmt.Errorf("gpu: %s: %d values", what, n)
+	}
+	p, err := d.ptr(what, b, kernel.HalfLen(n))
+	return C.uintptr_t(p), err
+}
+
+func (d *device) ToHalf(y, x kernel.Buf, n int) error {
+	f, err := d.halfFormat("ToHalf")
+	if err != nil {
+		return err
+	}
+	py, err := d.ptr16("ToHalf", y, n)
+	if err != nil {
+		return err
+	}
+	px, err := d.ptrs("ToHalf", n, x)
+	if err != nil || n == 0 {
+		return err
+	}
+	var a args
+	a.ptr(py)
+	a.ptr(px[0])
+	a.i32(n)
+	a.i32(f)
+	return d.launch("to_half16", elementGrid(n), a)
+}
+
+// GemmHalf is cublasGemmEx with A and B in the device's 16-bit format, C
+// float32, CUBLAS_COMPUTE_32F: the operands are not rounded again, and the
+// sums are float32. Row-major as Gemm.
+func (d *device) GemmHalf(transA, transB bool, m, n, k int, alpha float32, a kernel.Buf, lda int, b kernel.Buf, ldb int, beta float32, c kernel.Buf, ldc int) error {
+	f, err := d.halfFormat("GemmHalf")
+	if err != nil {
+		return err
+	}
+	if !fits32(m, n, k, lda, ldb, ldc) {
+		return fmt.Errorf("gpu: GemmHalf: sizes out of range (%d×%d×%d)", m, n, k)
+	}
+	if m == 0 || n == 0 {
+		return nil
+	}
+	if k == 0 {
+		return fmt.Errorf("gpu: GemmHalf with k = 0")
+	}
+	operand := func(what string, x kernel.Buf, trans bool, rows, cols, ld int) (C.uintptr_t, error) {
+		if trans {
+			rows, cols = cols, rows
+		}
+		e, err := extent(what, rows, cols, ld)
+		if err != nil {
+			return 0, err
+		}
+		return d.ptr16(what, x, e)
+	}
+	pa, err := operand("GemmHalf A", a, transA, m, k, lda)
+	if err != nil {
+		return err
+	}
+	pb, err := operand("GemmHalf B", b, transB, k, n, ldb)
+	if err != nil {
+		return err
+	}
+	pc, err := d.operand("GemmHalf C", c, false, m, n, ldc, 1, 0)
+	if err != nil {
+		return err
+	}
+	typ := C.int(cudaR16BF)
+	if f == int(kernel.HalfFP16) {
+		typ = cudaR16F
+	}
+	halfGemms.Add(1)
+	return d.exec(func() error { return d.gemmTyped(transA, transB, m, n, k, alpha, pa, lda, pb, ldb, beta, pc, ldc, typ) })
+}
+
+func (d *device) LayerNormHalf(y16, x kernel.Buf, rows, cols int, gamma, beta kernel.Buf, eps float64) error {
+	f, err := d.halfFormat("LayerNormHalf")
+	if err != nil {
+		return err
+	}
+	if !fits32(rows, cols, rows*cols) {
+		return fmt.Errorf("gpu: LayerNormHalf: %d×%d", rows, cols)
+	}
+	py, err := d.ptr16("LayerNormHalf", y16, rows*cols)
+	if err != nil {
+		return err
+	}
+	p, err := d.ptrs("LayerNormHalf", rows*cols, x)
+	if err != nil {
+		return err
+	}
+	g, err := d.ptrs("LayerNormHalf", cols, gamma, beta)
+	if err != nil || rows == 0 || cols == 0 {
+		return err
+	}
+	var a args
+	a.ptr(0) // y: unwritten
+	a.ptr(p[0])
+	if cols <= shortRow {
+		a.i32(rows)
+	}
+	a.i32(cols)
+	a.ptr(g[0])
+	a.ptr(g[1])
+	a.f64(eps)
+	a.ptr(0) // no statistics
+	a.ptr(0)
+	a.ptr(py)
+	a.i32(f)
+	if cols <= shortRow {
+		return d.launch("layer_norm_rows", (rows+rowGroups-1)/rowGroups, a)
+	}
+	return d.launch("layer_norm", rows, a)
+}
+
+func (d *device) MergeHeadsHalf(x16, y kernel.Buf, batch, tokens, heads, headDim int) error {
+	f, err := d.halfFormat("MergeHeadsHalf")
+	if err != nil {
+		return err
+	}
+	if batch < 0 || tokens < 0 || heads < 0 || headDim < 0 {
+		return fmt.Errorf("gpu: MergeHeadsHalf: [%d, %d, %d·%d]", batch, tokens, heads, headDim)
+	}
+	n := batch * tokens * heads * headDim
+	px, err := d.ptr16("MergeHeadsHalf", x16, n)
+	if err != nil {
+		return err
+	}
+	py, err := d.ptrs("MergeHeadsHalf", n, y)
+	if err != nil || n == 0 {
+		return err
+	}
+	var a args
+	a.ptr(py[0])
+	a.ptr(0) // m: unwritten
+	for _, v := range []int{batch, tokens, 1, heads, headDim, 1} {
+		a.i32(v)
+	}
+	a.ptr(px)
+	a.i32(f)
+	return d.launch("split_heads", elementGrid(n), a)
+}
+
+func (d *device) BiasActivationHalf(y16, x kernel.Buf, rows, cols int, bias kernel.Buf, act kernel.Activation) error {
+	f, err := d.halfFormat("BiasActivationHalf")
+	if err != nil {
+		return err
+	}
+	if !fits32(rows, cols, rows*cols) {
+		return fmt.Errorf("gpu: BiasActivationHalf: %d×%d", rows, cols)
+	}
+	if act != kernel.QuickGELUActivation && act != kernel.GELUActivation {
+		return fmt.Errorf("gpu: BiasActivationHalf: activation %d", act)
+	}
+	py, err := d.ptr16("BiasActivationHalf", y16, rows*cols)
+	if err != nil {
+		return err
+	}
+	p, err := d.ptrs("BiasActivationHalf", rows*cols, x)
+	if err != nil {
+		return err
+	}
+	pb, err := d.optPtrs("BiasActivationHalf", cols, bias)
+	if err != nil || rows == 0 || cols == 0 {
+		return err
+	}
+	var a args
+	a.ptr(0) // y: unwritten
+	a.ptr(0) // aux: keep nothing
+	a.ptr(p[0])
+	a.ptr(pb[0])
+	a.i32(rows)
+	a.i32(cols)
+	a.i32(int(act))
+	a.i32(int(kernel.KeepNone))
+	a.ptr(py)
+	a.i32(f)
+	return d.launch("bias_act", elementGrid(rows*cols), a)
+}

@@ -1,0 +1,207 @@
+//go:build cuda && cgo
+
+package gpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/subtta/subtta/autograd/kernel"
+)
+
+// halfBits is the reference rounding of x to 16 bits (to nearest, ties to
+// even, subnormals kept), by way of float64: bfloat16, or IEEE half.
+func halfBits(x float32, f kernel.HalfFormat) uint16 {
+	u := math.Float32bits(x)
+	if f == kernel.HalfBF16 {
+		if u&0x7fffffff > 0x7f800000 {
+			return uint16(u>>16) | 0x40
+		}
+		return uint16((u + 0x7fff + (u>>16)&1) >> 16)
+	}
+	sign := uint16(u>>16) & 0x8000
+	a := math.Abs(float64(x))
+	switch {
+	case math.IsNaN(float64(x)):
+		return sign | 0x7e00
+	case a >= 65520: // rounds past 65504
+		return sign | 0x7c00
+	case a < 0x1p-14: // subnormal: a multiple of 2^-24
+		return sign | uint16(math.RoundToEven(a*0x1p24))
+	}
+	e := math.Floor(math.Log2(a))
+	if math.Ldexp(1, int(e)) > a { // Log2's rounding
+		e--
+	} else if math.Ldexp(1, int(e)+1) <= a {
+		e++
+	}
+	m := math.RoundToEven(math.Ldexp(a, 10-int(e))) // 1024…2048
+	return sign | uint16((int(e)+15)<<10+int(m)-1024)
+}
+
+// halfValue widens 16 bits of format f to float32.
+func halfValue(h uint16, f kernel.HalfFormat) float32 {
+	if f == kernel.HalfBF16 {
+		return math.Float32frombits(uint32(h) << 16)
+	}
+	sign := float32(1)
+	if h&0x8000 != 0 {
+		sign = -1
+	}
+	e, m := int(h>>10&0x1f), float64(h&0x3ff)
+	switch e {
+	case 0:
+		return sign * float32(math.Ldexp(m, -24))
+	case 31:
+		if m != 0 {
+			return float32(math.NaN())
+		}
+		return sign * float32(math.Inf(1))
+	}
+	return sign * float32(math.Ldexp(1024+m, e-25))
+}
+
+// download16 returns the n 16-bit values of b.
+func download16(t *testing.T, d *device, b kernel.Buf, n int) []uint16 {
+	t.Helper()
+	slots := download(t, d, b, kernel.HalfLen(n))
+	h := make([]uint16, n)
+	for i := range h {
+		h[i] = uint16(math.Float32bits(slots[i/2]) >> (16 * (i % 2)))
+	}
+	return h
+}
+
+// alloc16 returns a 16-bit buffer of n values.
+func alloc16(t *testing.T, d *device, n int) kernel.Buf {
+	t.Helper()
+	b, err := d.Alloc(kernel.HalfLen(n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Free(b) })
+	return b
+}
+
+// TestHalfMatchesCPU checks the 16-bit operands of --precision bf16 and
+// fp16 (kernel.Half): ToHalf rounds as halfBits does, bit for bit, on
+// random values and on the edges (ties, subnormals, the largest half,
+// overflow, infinities, NaN); LayerNormHalf, MergeHeadsHalf and
+// BiasActivationHalf write the rounding of what their float32 kernels
+// write, bit for bit; GemmHalf of rounded operands agrees with the CPU's
+// float32 product of the same rounded values within tol. A device in
+// fp32 refuses the 16-bit methods.
+func TestHalfMatchesCPU(t *testing.T) {
+	for _, prec := range []Precision{BF16, FP16} {
+		t.Run(prec.String(), func(t *testing.T) {
+			d := openOrSkip(t, Options{Precision: prec})
+			f := d.HalfFormat()
+			rng := rand.New(rand.NewPCG(17, 18))
+			x := randSlice(rng, 4000)
+			for i := range x {
+				x[i] = float32(math.Ldexp(float64(x[i]), rng.IntN(60)-40))
+			}
+			x = append(x, 0, float32(math.Copysign(0, -1)), 1, -1, 65504, 65519, 65520, 65536, -70000, 1e30,
+				float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()),
+				0x1p-14, 0x1p-24, 0x1p-25, 0x1.8p-25, 0x1.8p-24, 0x1.002p0, 0x1.004p0, 0x1.006p0, 0x1.01p0, 0x1.03p0, 0x1.0018p0, 0x1.0008p0, 0x1.8p-24,
+				0x1p-130, 3.1415927, 0x1.ffep15, math.MaxFloat32)
+			n := len(x)
+			y16 := alloc16(t, d, n)
+			if err := d.ToHalf(y16, upload(t, d, x), n); err != nil {
+				t.Fatal(err)
+			}
+			for i, h := range download16(t, d, y16, n) {
+				if want := halfBits(x[i], f); h != want {
+					t.Fatalf("ToHalf(%g): %#04x, want %#04x", x[i], h, want)
+				}
+			}
+
+			// The kernels that write a product's input in 16 bits.
+			rows, cols := 14, 40
+			v := randSlice(rng, rows*cols)
+			b := randSlice(rng, cols)
+			vd, bd := upload(t, d, v), upload(t, d, b)
+			same16 := func(name string, got []uint16, want []float32) {
+				t.Helper()
+				for i := range want {
+					if w := halfBits(want[i], f); got[i] != w {
+						t.Fatalf("%s: value %d is %#04x, want %#04x (%g rounded)", name, i, got[i], w, want[i])
+					}
+				}
+			}
+			for _, c := range []int{cols, 1500} { // a group of threads per row, and a block
+				vc := randSlice(rng, rows*c)
+				vcd, gc, bc := upload(t, d, vc), upload(t, d, randSlice(rng, c)), upload(t, d, randSlice(rng, c))
+				yd, h16 := upload(t, d, make([]float32, rows*c)), alloc16(t, d, rows*c)
+				if err := d.LayerNorm(yd, vcd, rows, c, gc, bc, 1e-5, nil, nil); err != nil {
+					t.Fatal(err)
+				}
+				if err := d.LayerNormHalf(h16, vcd, rows, c, gc, bc, 1e-5); err != nil {
+					t.Fatal(err)
+				}
+				same16(fmt.Sprintf("LayerNormHalf %d×%d", rows, c), download16(t, d, h16, rows*c), download(t, d, yd, rows*c))
+			}
+			yd, h16 := upload(t, d, make([]float32, rows*cols)), alloc16(t, d, rows*cols)
+			if err := d.MergeHeads(yd, vd, 2, 7, 1, 4, 10); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.MergeHeadsHalf(h16, vd, 2, 7, 4, 10); err != nil {
+				t.Fatal(err)
+			}
+			same16("MergeHeadsHalf", download16(t, d, h16, rows*cols), download(t, d, yd, rows*cols))
+			for _, act := range []kernel.Activation{kernel.QuickGELUActivation, kernel.GELUActivation} {
+				if err := d.BiasActivation(yd, nil, vd, rows, cols, bd, act, kernel.KeepNone); err != nil {
+					t.Fatal(err)
+				}
+				if err := d.BiasActivationHalf(h16, vd, rows, cols, bd, act); err != nil {
+					t.Fatal(err)
+				}
+				same16(fmt.Sprintf("BiasActivationHalf %d", act), download16(t, d, h16, rows*cols), download(t, d, yd, rows*cols))
+			}
+
+			// The product of 16-bit operands: against the CPU's float32
+			// product of the same rounded values.
+			m, nn, k := 33, 20, 300
+			a, w := randSlice(rng, m*k), randSlice(rng, nn*k)
+			a16, w16 := alloc16(t, d, m*k), alloc16(t, d, nn*k)
+			if err := d.ToHalf(a16, upload(t, d, a), m*k); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.ToHalf(w16, upload(t, d, w), nn*k); err != nil {
+				t.Fatal(err)
+			}
+			for i := range a {
+				a[i] = halfValue(halfBits(a[i], f), f)
+			}
+			for i := range w {
+				w[i] = halfValue(halfBits(w[i], f), f)
+			}
+			for _, beta := range []float32{0, 1} {
+				c0 := randSlice(rng, m*nn)
+				want := append([]float32(nil), c0...)
+				kernel.Gemm(false, true, m, nn, k, 0.5, a, k, w, k, beta, want, nn)
+				cd := upload(t, d, c0)
+				before := halfGemms.Load()
+				if err := d.GemmHalf(false, true, m, nn, k, 0.5, a16, k, w16, k, beta, cd, nn); err != nil {
+					t.Fatal(err)
+				}
+				if halfGemms.Load() != before+1 {
+					t.Error("GemmHalf not counted")
+				}
+				check(t, fmt.Sprintf("GemmHalf β=%g", beta), download(t, d, cd, m*nn), want)
+			}
+			if err := d.GemmHalf(false, true, m, nn, k, 1, a16, k, w16.Slice(0, 1), k, 0, upload(t, d, make([]float32, m*nn)), nn); err == nil {
+				t.Error("GemmHalf with B too short: no error")
+			}
+		})
+	}
+	d := openOrSkip(t, Options{})
+	if f := d.HalfFormat(); f != kernel.HalfNone {
+		t.Errorf("fp32 device: HalfFormat %d", f)
+	}
+	if err := d.ToHalf(upload(t, d, make([]float32, 2)), upload(t, d, make([]float32, 2)), 2); err == nil {
+		t.Error("ToHalf on an fp32 device: no error")
+	}
+}
