@@ -264,7 +264,7 @@ func (r *devRun) weights16(p *LinearParams) (w16, b kernel.Buf) {
 	p.packs.mu.Lock()
 	dc := p.packs.dev
 	p.packs.mu.Unlock()
-	if dc == nil || dc.w != w || dc.w16 == nil {
+	if dc == nil || dc.d != r.d || dc.src != first(values[float32](p.Weight)) || dc.w16 == nil {
 		return nil, nil
 	}
 	return dc.w16, b
