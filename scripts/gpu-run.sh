@@ -19,7 +19,8 @@
 #                          fp32 (the CPU's table: 54.01 / 54.04 / 55.10), bf16
 #                          and fp16 (within 0.3 points of fp32 is the aim)
 #   OUT/ncu.txt            with NCU=1 only: ncu's duration of 60 kernels of a
-#                          forward pass at batch 64 (after the warm-up pass)
+#                          forward pass at batch 64 (after the warm-up pass);
+#                          OUT/ncu-bf16.txt the same with --precision bf16
 #
 # It expects, in the repository root: cuda-bin/ (scripts/build-cuda.sh),
 # SHARED (default ../shared: at least fixtures/ and assets/clip/), and CLIPSRC
@@ -82,12 +83,19 @@ if [ "$what" = all ] || [ "$what" = eval ]; then
   done
 fi
 if [ "${NCU:-}" = 1 ] && command -v ncu >/dev/null; then
-  # 60 kernels of the second of four forward passes (a pass is about 220
-  # launches, cuBLAS's included; the first is bench's warm-up): their
-  # durations say where the GPU's time goes.
+  # 60 kernels of the second of four forward passes (a pass is about 190
+  # launches, cuBLAS's included: 15 a block; the first is bench's warm-up):
+  # their durations say where the GPU's time goes. Our kernels of a block:
+  # layer_norm_rows, split_heads (also the merge, into 16 bits in bf16),
+  # softmax_rows, fill_rows (in_proj's bias), bias_residual and bias_act;
+  # in bf16 also to_half16, in the first pass only (the weights); the rest
+  # is cuBLAS's.
   step "ncu"
   timeout "$limit" ncu --launch-skip 300 --launch-count 60 --section SpeedOfLight \
     cuda-bin/subtta bench --device cuda --only forward --reps 3 --batch-size 64 >"$out/ncu.txt" 2>&1 || status=1
+  step "ncu, bf16"
+  timeout "$limit" ncu --launch-skip 300 --launch-count 60 --section SpeedOfLight \
+    cuda-bin/subtta bench --device cuda --only forward --reps 3 --batch-size 64 --precision bf16 >"$out/ncu-bf16.txt" 2>&1 || status=1
 fi
 step "done"
 exit $status
