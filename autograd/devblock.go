@@ -11,7 +11,8 @@ import (
 )
 
 // devBlock is what a recording TransformerBlock keeps on the device for its
-// backward pass: the block's input, the LayerNorm statistics, q|k|v, x₁,
+// backward pass: the block's input, the LayerNorm statistics, q|k|v
+// (without in_proj's bias, which the head split adds), x₁,
 // the MLP's pre-activation or, when c_proj's weight is frozen, the
 // activation's slope, and the attention output when out_proj's weight is
 // trainable. free releases them once; a cleanup calls it if the graph is
@@ -75,8 +76,8 @@ func (r *devRun) blockRecord(op *blockOp[float32], x, y kernel.Buf) *devBlock {
 	stats := r.allocKept(4 * n)
 	h := y // ln_1(x), the attention output and ln_2(x₁) go where y will be
 	r.layerNorm(h, x, n, w, p.LN1, slice(stats, 0, n), slice(stats, n, 2*n))
-	qkv := r.allocKept(3 * n * w)
-	r.linear(p.QKV, n, h, qkv)
+	qkv := r.allocKept(3 * n * w) // without in_proj's bias, which the head split adds
+	qb := r.product(p.QKV, n, h, qkv)
 	// out_proj's weight gradient reads the attention output: keep it.
 	var kept kernel.Buf
 	attn, bufs := h, []kernel.Buf{x, stats, qkv}
@@ -84,7 +85,7 @@ func (r *devRun) blockRecord(op *blockOp[float32], x, y kernel.Buf) *devBlock {
 		kept = r.allocKept(n * w)
 		attn, bufs = kept, append(bufs, kept)
 	}
-	r.attend(op.a, qkv, attn)
+	r.attend(op.a, qkv, qb, attn)
 	proj := r.alloc(n * w)
 	b := r.product(p.Out, n, attn, proj)
 	x1 := r.allocKept(n * w)
@@ -177,7 +178,8 @@ func (r *devRun) blockBackward(op *blockOp[float32], k *devBlock, dyd kernel.Buf
 		r.paramGrads(p.Out, n, dx1, k.attn) // attn is nil when only the bias is trainable
 	}
 	dqkv := r.alloc(3 * n * w)
-	r.attendBackward(op.a, k.qkv, dAttn, dqkv)
+	_, qb := r.weights(p.QKV)
+	r.attendBackward(op.a, k.qkv, qb, dAttn, dqkv)
 	if p.QKV.trainable() {
 		h1 := r.alloc(n * w)
 		r.layerNorm(h1, k.x, n, w, p.LN1, nil, nil)
@@ -386,13 +388,13 @@ func (r *devRun) layerNormBackward(dx, dy, x kernel.Buf, rows, cols int, ln *Lay
 // dO·Vᵀ, dV = Pᵀ·dO, dS from the softmax's backward, dK = s·dSᵀ·Q and dQ =
 // s·dS·K, each a strided-batched product over batch×heads, and dQ|dK|dV
 // merged into dqkv.
-func (r *devRun) attendBackward(a attention, qkv, dout, dqkv kernel.Buf) {
+func (r *devRun) attendBackward(a attention, qkv, bias, dout, dqkv kernel.Buf) {
 	defer r.freeFrom(len(r.bufs))
 	n, w, dh, bh := a.tokens, a.width, a.headDim(), a.batch*a.heads
 	scale := float32(1 / math.Sqrt(float64(dh)))
 	nw := a.batch * n * w
 	hq, dhq, do := r.alloc(3*nw), r.alloc(3*nw), r.alloc(nw)
-	r.do(func() error { return r.d.SplitHeads(hq, qkv, a.batch, n, 3, a.heads, dh) })
+	r.do(func() error { return r.d.SplitHeadsBias(hq, qkv, bias, a.batch, n, 3, a.heads, dh) })
 	r.do(func() error { return r.d.SplitHeads(do, dout, a.batch, n, 1, a.heads, dh) })
 	q, k, v := slice(hq, 0, nw), slice(hq, nw, 2*nw), slice(hq, 2*nw, 3*nw)
 	dq, dk, dv := slice(dhq, 0, nw), slice(dhq, nw, 2*nw), slice(dhq, 2*nw, 3*nw)

@@ -41,15 +41,8 @@ func (r *devRun) blockForwardHalf(op *blockOp[float32], x kernel.Buf) bool {
 	}
 	ln(x, p.LN1)
 	qkv := r.alloc(3 * n * w)
-	beta := float32(0)
-	if bias[0] != nil { // as linear: the bias written first, the product added
-		r.do(func() error { return h.FillRows(qkv, n, 3*w, bias[0]) })
-		beta = 1
-	}
-	r.do(func() error {
-		return h.GemmHalf(false, true, n, 3*w, w, 1, h16, w, w16[0], w, beta, qkv, 3*w)
-	})
-	r.attendThen(op.a, qkv, func(o kernel.Buf) error {
+	gemm(p.QKV, h16, w16[0], qkv)
+	r.attendThen(op.a, qkv, bias[0], func(o kernel.Buf) error {
 		return h.MergeHeadsHalf(h16, o, op.a.batch, op.a.tokens, op.a.heads, op.a.headDim())
 	})
 	proj := r.alloc(n * w)

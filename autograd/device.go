@@ -350,10 +350,10 @@ func (r *devRun) blockForward(op *blockOp[float32], x kernel.Buf) {
 	h := r.alloc(n * w)
 	r.layerNorm(h, x, n, w, p.LN1, nil, nil)
 	qkv := r.alloc(3 * n * w)
-	r.linear(p.QKV, n, h, qkv)
-	r.attend(op.a, qkv, h) // the attention output goes where ln_1(x) was
+	b := r.product(p.QKV, n, h, qkv)
+	r.attend(op.a, qkv, b, h) // the attention output goes where ln_1(x) was
 	proj := r.alloc(n * w)
-	b := r.product(p.Out, n, h, proj)
+	b = r.product(p.Out, n, h, proj)
 	x1 := r.alloc(n * w)
 	r.do(func() error { return d.BiasResidual(x1, proj, b, x, n, w) }) // x₁ = x + out_proj(attn)
 	r.layerNorm(h, x1, n, w, p.LN2, nil, nil)
@@ -383,24 +383,25 @@ func (r *devRun) layerNorm(y, x kernel.Buf, rows, cols int, ln *LayerNormParams,
 
 // attend is attend on the device, every head of every sequence in one
 // launch per step: q|k|v split into heads ([3, batch, heads, tokens, dh],
-// kernel.Device.SplitHeads), S = s·Q·Kᵀ as one strided-batched product over
+// kernel.Device.SplitHeadsBias, which adds in_proj's bias, nil for none:
+// qkv is a product with beta = 0), S = s·Q·Kᵀ as one strided-batched product over
 // batch×heads, the softmax of all its rows, P·V likewise, and the heads
 // merged back into out's columns.
-func (r *devRun) attend(a attention, qkv, out kernel.Buf) {
-	r.attendThen(a, qkv, func(o kernel.Buf) error {
+func (r *devRun) attend(a attention, qkv, bias, out kernel.Buf) {
+	r.attendThen(a, qkv, bias, func(o kernel.Buf) error {
 		return r.d.MergeHeads(out, o, a.batch, a.tokens, 1, a.heads, a.headDim())
 	})
 }
 
 // attendThen is attend with merge in place of the last step: it gets the
 // heads' outputs [batch, heads, tokens, dh].
-func (r *devRun) attendThen(a attention, qkv kernel.Buf, merge func(o kernel.Buf) error) {
+func (r *devRun) attendThen(a attention, qkv, bias kernel.Buf, merge func(o kernel.Buf) error) {
 	defer r.freeFrom(len(r.bufs))
 	n, w, dh, bh := a.tokens, a.width, a.headDim(), a.batch*a.heads
 	scale := float32(1 / math.Sqrt(float64(dh)))
 	nw := a.batch * n * w
 	hq := r.alloc(3 * nw)
-	r.do(func() error { return r.d.SplitHeads(hq, qkv, a.batch, n, 3, a.heads, dh) })
+	r.do(func() error { return r.d.SplitHeadsBias(hq, qkv, bias, a.batch, n, 3, a.heads, dh) })
 	q, k, v := slice(hq, 0, nw), slice(hq, nw, 2*nw), slice(hq, 2*nw, 3*nw)
 	s := r.alloc(bh * n * n)
 	r.do(func() error {

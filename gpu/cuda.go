@@ -1339,16 +1339,16 @@ func (d *device) strided(what, fn string, y, x, wide, dense kernel.Buf, n, cols,
 }
 
 func (d *device) SplitHeads(y, x kernel.Buf, batch, tokens, groups, heads, headDim int) error {
-	return d.heads("SplitHeads", y, x, batch, tokens, groups, heads, headDim, false)
+	return d.heads("SplitHeads", y, x, 0, batch, tokens, groups, heads, headDim, false)
 }
 
 func (d *device) MergeHeads(x, y kernel.Buf, batch, tokens, groups, heads, headDim int) error {
-	return d.heads("MergeHeads", y, x, batch, tokens, groups, heads, headDim, true)
+	return d.heads("MergeHeads", y, x, 0, batch, tokens, groups, heads, headDim, true)
 }
 
 // heads runs split_heads between s (the split layout) and m (the merged
-// one), into m when merge.
-func (d *device) heads(what string, s, m kernel.Buf, batch, tokens, groups, heads, headDim int, merge bool) error {
+// one), into m when merge; a split adds bias (0: none) to each token's row.
+func (d *device) heads(what string, s, m kernel.Buf, bias C.uintptr_t, batch, tokens, groups, heads, headDim int, merge bool) error {
 	if batch < 0 || tokens < 0 || groups < 0 || heads < 0 || headDim < 0 {
 		return fmt.Errorf("gpu: %s: [%d, %d, %d·%d·%d]", what, batch, tokens, groups, heads, headDim)
 	}
@@ -1370,5 +1370,6 @@ func (d *device) heads(what string, s, m kernel.Buf, batch, tokens, groups, head
 	}
 	a.ptr(0) // m16: float32
 	a.i32(0)
+	a.ptr(bias)
 	return d.launch("split_heads", elementGrid(n), a)
 }

@@ -50,6 +50,15 @@ func (d *device) BiasActivation(y, aux, x kernel.Buf, rows, cols int, bias kerne
 	return d.launch("bias_act", elementGrid(rows*cols), a)
 }
 
+// SplitHeadsBias runs split_heads adding bias as it splits.
+func (d *device) SplitHeadsBias(y, x, bias kernel.Buf, batch, tokens, groups, heads, headDim int) error {
+	pb, err := d.optPtrs("SplitHeadsBias", groups*heads*headDim, bias)
+	if err != nil {
+		return err
+	}
+	return d.heads("SplitHeadsBias", y, x, pb[0], batch, tokens, groups, heads, headDim, false)
+}
+
 // BiasResidual runs bias_residual.
 func (d *device) BiasResidual(y, x, bias, res kernel.Buf, rows, cols int) error {
 	if !fits32(rows, cols, rows*cols) {

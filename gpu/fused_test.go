@@ -14,7 +14,7 @@ import (
 // kernel.Host's: the bias with either activation, keeping nothing, the
 // input or the slope, in place as the blocks run them (the kept values
 // over x, or y over x), with and without a bias; and the bias with the
-// residual, y over the residual.
+// residual, y over the residual; and q|k|v split into heads with its bias.
 func TestFusedMatchesCPU(t *testing.T) {
 	d := openOrSkip(t, Options{})
 	rng := rand.New(rand.NewPCG(9, 10))
@@ -62,6 +62,26 @@ func TestFusedMatchesCPU(t *testing.T) {
 			check(t, "BiasResidual "+name, download(t, d, rd, n), want)
 		}
 	}
+	// q|k|v split into heads with its bias added.
+	const batch, tokens, groups, heads, hd = 2, 7, 3, 4, 10
+	n, row := batch*tokens*groups*heads*hd, groups*heads*hd
+	qkv, b := randSlice(rng, n), randSlice(rng, row)
+	for _, bias := range []bool{true, false} {
+		var hb, db kernel.Buf
+		if bias {
+			hb, db = kernel.HostBuf(b), upload(t, d, b)
+		}
+		want := make([]float32, n)
+		if err := kernel.Host.SplitHeadsBias(kernel.HostBuf(want), kernel.HostBuf(qkv), hb, batch, tokens, groups, heads, hd); err != nil {
+			t.Fatal(err)
+		}
+		yd := upload(t, d, make([]float32, n))
+		if err := d.SplitHeadsBias(yd, upload(t, d, qkv), db, batch, tokens, groups, heads, hd); err != nil {
+			t.Fatal(err)
+		}
+		check(t, fmt.Sprintf("SplitHeadsBias bias=%v", bias), download(t, d, yd, n), want)
+	}
+
 	// Shapes that do not fit are errors.
 	small := upload(t, d, make([]float32, 4))
 	if err := d.BiasResidual(small, small, nil, small, 2, 3); err == nil {

@@ -187,6 +187,7 @@ func (d *device) MergeHeadsHalf(x16, y kernel.Buf, batch, tokens, heads, headDim
 	}
 	a.ptr(px)
 	a.i32(f)
+	a.ptr(0) // no bias
 	return d.launch("split_heads", elementGrid(n), a)
 }
 

@@ -479,7 +479,7 @@ extern "C" __global__ void spread_rows(float *y, const float *x, int n, int cols
 // into s. One thread per value of s. The caller checks that the values fit
 // an int, so the index arithmetic is 32-bit (64-bit division is slow).
 extern "C" __global__ void split_heads(float *s, float *m, int batch, int tokens, int groups, int heads, int hd, int merge,
-		unsigned short *m16, int fmt) {
+		unsigned short *m16, int fmt, const float *bias) {
 	unsigned n = (unsigned)groups * batch * heads * tokens * hd;
 	for (unsigned i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += gridDim.x * BLOCK) {
 		unsigned r = i / hd, e = i % hd, t = r % tokens;
@@ -490,6 +490,7 @@ extern "C" __global__ void split_heads(float *s, float *m, int batch, int tokens
 		unsigned j = ((b * tokens + t) * groups * heads + g * heads + h) * hd + e;
 		if (m16) m16[j] = to_half(s[i], fmt); // merge into 16 bits
 		else if (merge) m[j] = s[i];
+		else if (bias) s[i] = m[j] + bias[(g * heads + h) * hd + e]; // a split adding q|k|v's bias
 		else s[i] = m[j];
 	}
 }

@@ -102,6 +102,10 @@ type Device interface {
 	// cols], bias as in BiasActivation: a product's bias and the residual
 	// added to it in one pass. y may be x or res.
 	BiasResidual(y, x, bias, res Buf, rows, cols int) error
+	// SplitHeadsBias is SplitHeads of x + bias, bias (groups·heads·headDim
+	// values; nil: none) added to each token's row: a q|k|v product's bias
+	// added as its heads are split.
+	SplitHeadsBias(y, x, bias Buf, batch, tokens, groups, heads, headDim int) error
 }
 
 // SymmetricEigen is a Device that can also decompose a symmetric float64

@@ -72,6 +72,26 @@ func (host) BiasActivation(y, aux, x Buf, rows, cols int, bias Buf, act Activati
 	return nil
 }
 
+func (host) SplitHeadsBias(y, x, bias Buf, batch, tokens, groups, heads, headDim int) error {
+	if err := checkHeads("SplitHeadsBias", y.Len(), x.Len(), batch, tokens, groups, heads, headDim); err != nil {
+		return err
+	}
+	row := groups * heads * headDim
+	if bias != nil && bias.Len() < row {
+		return fmt.Errorf("kernel: SplitHeadsBias: a bias of %d values for rows of %d", bias.Len(), row)
+	}
+	ys, xs := hb(y), hb(x)
+	eachHeadRow(batch, tokens, groups, heads, headDim, func(split, merged int) {
+		if bias == nil {
+			copy(ys[split:split+headDim], xs[merged:merged+headDim])
+			return
+		}
+		col := merged % row
+		Add(ys[split:split+headDim], xs[merged:merged+headDim], hb(bias)[col:col+headDim])
+	})
+	return nil
+}
+
 func (host) BiasResidual(y, x, bias, res Buf, rows, cols int) error {
 	if err := checkFused("BiasResidual", rows, cols, bias, y, x, res); err != nil {
 		return err
