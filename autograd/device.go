@@ -37,6 +37,15 @@ import (
 // device error panics, as forward passes cannot return errors. Do not call
 // SetDevice while ops run.
 //
+// In the blocks, a linear layer is a product with beta = 0 followed by one
+// pass that adds its bias with the activation, the residual or the head
+// split (kernel.Device.BiasActivation, BiasResidual, SplitHeadsBias), so
+// that the results differ from the CPU's, which adds the bias with the
+// product's first block of K, by a rounding of each value where K spans
+// more than one block. On a kernel.Half device in bf16 or fp16 a forward
+// pass without a tape takes 16-bit operands in those products (the
+// weights kept in 16 bits on d; blockForwardHalf).
+//
 // The device is kept by kernel.SetCurrent, where code that runs beside the
 // model without the tape (the float64 feature math) finds it too.
 func SetDevice(d kernel.Device) { kernel.SetCurrent(d) }

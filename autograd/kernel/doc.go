@@ -31,7 +31,9 @@
 // not know avxvnni; the setting takes effect all the same.
 //
 // Device is the seam to memory and kernels apart from the CPU's (a GPU's,
-// in package gpu); Host implements it with this package's functions.
+// in package gpu); Host implements it with this package's functions. Half
+// is a Device whose products also take 16-bit operands (package gpu in
+// bf16 or fp16).
 //
 // The package never imports the autodiff tape: it works on plain slices.
 package kernel
