@@ -448,7 +448,9 @@ func TestUploadRing(t *testing.T) {
 // 2e-3. The features pass through twelve such products and the
 // normalisations between: 2e-2 for bf16, 5e-3 for the others (the
 // stand-in CUDA, which rounds the operands alike and sums in double, gives
-// 3.4e-3 and 4.6e-4).
+// 3.4e-3 and 4.6e-4). In bf16 and fp16 the product also runs from 16-bit
+// operands in memory (ToHalf, GemmHalf) within the same bound, and the
+// features' blocks must take that path: four products a block.
 func TestPrecisionMatchesCPU(t *testing.T) {
 	for _, c := range []struct {
 		prec       Precision
@@ -477,6 +479,25 @@ func TestPrecisionMatchesCPU(t *testing.T) {
 			e = fixture.RelErr(download(t, d, cd, m*n), want)
 			if e > c.gemm || e == 0 || math.IsNaN(e) {
 				t.Errorf("%v batched product: relative error %.2e, want in (0, %.0e]", c.prec, e, c.gemm)
+			}
+			// bf16 and fp16: the same product from 16-bit operands in
+			// memory (kernel.Half), as a forward pass's linear layers run.
+			if d.HalfFormat() != kernel.HalfNone {
+				a16, b16 := alloc16(t, d, m*k), alloc16(t, d, k*n)
+				if err := d.ToHalf(a16, upload(t, d, a), m*k); err != nil {
+					t.Fatal(err)
+				}
+				if err := d.ToHalf(b16, upload(t, d, b), k*n); err != nil {
+					t.Fatal(err)
+				}
+				if err := d.GemmHalf(false, true, m, n, k, 1, a16, k, b16, k, 0, cd, n); err != nil {
+					t.Fatal(err)
+				}
+				e = fixture.RelErr(download(t, d, cd, m*n), want)
+				t.Logf("%v product of 16-bit operands: relative error %.2e (bound %.0e)", c.prec, e, c.gemm)
+				if e > c.gemm || e == 0 || math.IsNaN(e) {
+					t.Errorf("%v product of 16-bit operands: relative error %.2e, want in (0, %.0e]", c.prec, e, c.gemm)
+				}
 			}
 			before := halfGemms.Load()
 			img, wantImg := tinyImageFeatures(t, d)
