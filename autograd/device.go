@@ -145,7 +145,9 @@ func (e *DeviceError) Unwrap() error { return e.Err }
 
 // weights returns the layer's weight and its bias (nil without one) on the
 // device: kept copies of a frozen weight (and bias) when the layer keeps its
-// weight packed, else uploaded for this run, as is a trainable bias.
+// weight packed or on the device (KeepPacked, KeepOnDevice), checked by
+// identity; else copies checked against the values at each call and
+// uploaded when they changed (devRun.resident), as is a trainable bias.
 func (r *devRun) weights(p *LinearParams) (w, b kernel.Buf) {
 	if r.err != nil {
 		return nil, nil
@@ -167,9 +169,9 @@ func (r *devRun) weights(p *LinearParams) (w, b kernel.Buf) {
 		c = nil
 	}
 	if c == nil || len(wv) == 0 {
-		w = r.upload(wv)
+		w = r.resident(p.Weight)
 		if bv != nil {
-			b = r.upload(bv)
+			b = r.resident(p.Bias)
 		}
 		return w, b
 	}
@@ -186,7 +188,7 @@ func (r *devRun) weights(p *LinearParams) (w, b kernel.Buf) {
 	r.keep = append(r.keep, dc)
 	w, b = dc.w, dc.b
 	if b == nil && bv != nil {
-		b = r.upload(bv)
+		b = r.resident(p.Bias)
 	}
 	return w, b
 }
@@ -321,12 +323,12 @@ func (r *devRun) blockForward(op *blockOp[float32], x kernel.Buf) {
 	r.do(func() error { return d.Add(x, x1, proj, n*w) }) // y = x₁ + c_proj(act)
 }
 
-// layerNorm normalises the rows of x into y with ln's parameters, uploaded
-// for this run (they are what adaptation changes), and writes the row
-// statistics to mean and rstd unless they are nil.
+// layerNorm normalises the rows of x into y with ln's parameters, kept on
+// the device and uploaded again when they change (they are what adaptation
+// changes: devRun.resident), and writes the row statistics to mean and rstd
+// unless they are nil.
 func (r *devRun) layerNorm(y, x kernel.Buf, rows, cols int, ln *LayerNormParams, mean, rstd kernel.Buf) {
-	g := r.upload(values[float32](ln.Gamma))
-	b := r.upload(values[float32](ln.Beta))
+	g, b := r.resident(ln.Gamma), r.resident(ln.Beta)
 	r.do(func() error { return r.d.LayerNorm(y, x, rows, cols, g, b, ln.Eps, mean, rstd) })
 }
 

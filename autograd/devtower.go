@@ -161,7 +161,7 @@ func (op *towerOp) embed(r *devRun, keep bool) kernel.Buf {
 	} else {
 		e = r.alloc(batch * (grid + 1) * w)
 	}
-	cls, pos := r.upload(values[float32](v.Class)), r.upload(values[float32](v.Pos))
+	cls, pos := r.resident(v.Class), r.resident(v.Pos)
 	r.do(func() error { return d.TokenEmbed(e, emb, cls, pos, batch, grid, w) })
 	return e
 }
@@ -171,7 +171,7 @@ func (op *towerOp) embed(r *devRun, keep bool) kernel.Buf {
 func (op *towerOp) project(r *devRun, cn kernel.Buf) smat.Tensor {
 	batch, w, embed := op.batch, op.w, op.emb
 	f := r.alloc(batch * embed)
-	proj := r.upload(values[float32](op.v.Proj))
+	proj := r.resident(op.v.Proj)
 	r.do(func() error { return r.d.Gemm(false, false, batch, embed, w, 1, cn, w, proj, embed, 0, f, embed) })
 	y := make([]float32, batch*embed)
 	r.do(func() error { return r.d.Download(y, f) })
@@ -255,7 +255,7 @@ func (op *towerOp) Backward(gy smat.Tensor) error {
 	rows := batch * t
 	df := r.upload(values[float32](gy))
 	dcn := r.alloc(batch * w)
-	proj := r.upload(values[float32](v.Proj))
+	proj := r.resident(v.Proj)
 	r.do(func() error { return d.Gemm(false, true, batch, w, embed, 1, df, embed, proj, embed, 0, dcn, w) })
 	dc := r.alloc(batch * w)
 	r.layerNormBackward(dc, dcn, k.c, batch, w, v.LNPost, slice(k.postStats, 0, batch), slice(k.postStats, batch, 2*batch))
