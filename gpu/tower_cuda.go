@@ -34,9 +34,31 @@ extern "C" __global__ void gather_rows(float *y, const float *x, int nx, const f
 		y[i] = v;
 	}
 }
+
+// y = x, n values (the float64 matrices of SymEigInto, as float pairs).
+extern "C" __global__ void copy_values(float *y, const float *x, int n) {
+	for (long long i = (long long)blockIdx.x * BLOCK + threadIdx.x; i < n; i += (long long)gridDim.x * BLOCK)
+		y[i] = x[i];
+}
 `
 
-func init() { rowwiseKernels = append(rowwiseKernels, "gather_rows") }
+func init() { rowwiseKernels = append(rowwiseKernels, "gather_rows", "copy_values") }
+
+// copyValues copies the first n values of x into y on the device.
+func (d *device) copyValues(y, x kernel.Buf, n int) error {
+	p, err := d.ptrs("copy", n, y, x)
+	if err != nil || n == 0 {
+		return err
+	}
+	if p[0] == p[1] {
+		return nil
+	}
+	var a args
+	a.ptr(p[0])
+	a.ptr(p[1])
+	a.i32(n)
+	return d.launch("copy_values", elementGrid(n), a)
+}
 
 func (d *device) GatherRows(y, x, alt, idx kernel.Buf, n, cols int, pos kernel.Buf, period int) error {
 	if n < 0 || cols <= 0 || pos != nil && period < 1 || !fits32(n*cols) {
