@@ -289,7 +289,9 @@ func (s *SubTTA) adapt(pixels []float32, n int) (*adaptation, error) {
 	if err != nil {
 		return nil, err
 	}
-	ad.DLdF2 = pr.Backward(ad.DLdZ)
+	if ad.DLdF2, err = pr.Backward(ad.DLdZ); err != nil {
+		return nil, fmt.Errorf("tta: subtta: %w", err)
+	}
 	if err := s.backward(node, ad.DLdF2); err != nil {
 		return nil, err
 	}

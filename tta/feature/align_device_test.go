@@ -9,50 +9,9 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/subtta/subtta/autograd/kernel"
-	"github.com/subtta/subtta/internal/symeig"
+	"github.com/subtta/subtta/internal/devicetest"
 	"github.com/subtta/subtta/tta/internal/fxt"
 )
-
-// hostFloat64 is a kernel.Float64Device on kernel.Host: Host's Dgemm and
-// internal/symeig's decomposition, counting the float64 values copied each
-// way and the decompositions. It is what the device path of the alignment
-// runs on in these tests; package gpu's run it with cuBLAS and cuSOLVER.
-type hostFloat64 struct {
-	kernel.Device
-	up, down, eigs int // float64 values, decompositions
-}
-
-func (h *hostFloat64) Upload(dst kernel.Buf, src []float32) error {
-	h.up += len(src) / 2
-	return h.Device.Upload(dst, src)
-}
-
-func (h *hostFloat64) Download(dst []float32, src kernel.Buf) error {
-	h.down += len(dst) / 2
-	return h.Device.Download(dst, src)
-}
-
-func (h *hostFloat64) Dgemm(transA, transB bool, m, n, k int, alpha float64, a kernel.Buf, lda int, b kernel.Buf, ldb int, beta float64, c kernel.Buf, ldc int) error {
-	return h.Device.(interface {
-		Dgemm(bool, bool, int, int, int, float64, kernel.Buf, int, kernel.Buf, int, float64, kernel.Buf, int) error
-	}).Dgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-}
-
-func (h *hostFloat64) SymEigInto(values, vectors, a kernel.Buf, n int) error {
-	h.eigs++
-	full := make([]float64, n*n)
-	if err := h.Device.Download(kernel.Float64Bits(full), a); err != nil {
-		return err
-	}
-	dec, err := symeig.Factorize(mat.NewSymDense(n, full))
-	if err != nil {
-		return err
-	}
-	if err := h.Device.Upload(values, kernel.Float64Bits(dec.Values)); err != nil {
-		return err
-	}
-	return h.Device.Upload(vectors, kernel.Float64Bits(mat.DenseCopyOf(dec.Vectors).RawMatrix().Data))
-}
 
 // withFloat64Device runs f with d as the current device.
 func withFloat64Device(d kernel.Device, f func()) {
@@ -118,7 +77,7 @@ func TestAlignerOnDevice(t *testing.T) {
 		ts := textSubspaceFrom(t, x, cfg)
 		cpu := NewAligner(ts, AlignOptions{Alpha: cfg.Alpha})
 		dev := NewAligner(ts, AlignOptions{Alpha: cfg.Alpha})
-		d := &hostFloat64{Device: kernel.Host}
+		d := &devicetest.Float64Host{Device: kernel.Host}
 		n := 0
 		for k := range x.Batches("b", "F1") {
 			b := fmt.Sprintf("b%d.", k)
@@ -128,7 +87,7 @@ func TestAlignerOnDevice(t *testing.T) {
 				t.Fatal(err)
 			}
 			var got *Alignment
-			d.up, d.down, d.eigs = 0, 0, 0
+			d.ResetCounts()
 			withFloat64Device(d, func() { got, err = dev.Update(f) })
 			if err != nil {
 				t.Fatal(err)
@@ -138,9 +97,9 @@ func TestAlignerOnDevice(t *testing.T) {
 			rows, dim := f.Dims()
 			r := ts.Rank()
 			if n > 0 { // the first step also uploads Σ_T, P_T and the ones
-				if up, down := rows*dim+dim*r, dim+2*r*dim+rows*dim; d.up != up || d.down != down || d.eigs != 1 {
+				if up, down := rows*dim+dim*r, dim+2*r*dim+rows*dim; d.Up != up || d.Down != down || d.Eigs != 1 {
 					t.Errorf("%s: %d values up, %d down, %d decompositions; want %d (Fc, K), %d (λ, V_U, M, ∂L/∂F), 1",
-						b, d.up, d.down, d.eigs, up, down)
+						b, d.Up, d.Down, d.Eigs, up, down)
 				}
 			}
 			n++
@@ -188,7 +147,7 @@ func TestAlignerOnDevice(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			d := &hostFloat64{Device: kernel.Host}
+			d := &devicetest.Float64Host{Device: kernel.Host}
 			for step := range 3 {
 				f := fxt.RandDense(rng, 24, 40, 0.1)
 				if step == 0 {
@@ -209,5 +168,62 @@ func TestAlignerOnDevice(t *testing.T) {
 				t.Errorf("Σ after three steps: %.1e from the CPU's", e)
 			}
 		})
+	}
+}
+
+// TestProjectOnDevice runs Project and Backward with a kernel.Float64Device
+// set and compares them with the CPU path, for the hard and the soft
+// projection: Z and ∂L/∂F within 1e-13 of the largest value (float64
+// products in another order, soft added to P's diagonal before the product
+// rather than to its result). It counts that P + soft·I goes up once for
+// two batches, then again when soft changes: a call moves F (or ∂L/∂Y) up
+// and the product down, B·d values each way.
+func TestProjectOnDevice(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	p := newAlignProblem(rng, 16, 24, 8, 4, 0.5, 1e-2, false)
+	b, dim := p.f.Dims()
+	d := &devicetest.Float64Host{Device: kernel.Host}
+	worst := func(got, want *mat.Dense) float64 {
+		scale, w := 0.0, 0.0
+		g, x := got.RawMatrix().Data, want.RawMatrix().Data
+		for i := range x {
+			scale = max(scale, math.Abs(x[i]))
+			w = max(w, math.Abs(g[i]-x[i]))
+		}
+		return w / scale
+	}
+	for _, soft := range []float64{0, 0.3} {
+		for batch := range 2 {
+			f := fxt.RandDense(rng, b, dim, 1)
+			dz := fxt.RandDense(rng, b, dim, 1)
+			want, err := Project(f, p.text.Projector, soft)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantG, _ := want.Backward(dz)
+			d.ResetCounts()
+			var got *Projected
+			var gotG *mat.Dense
+			withFloat64Device(d, func() {
+				if got, err = Project(f, p.text.Projector, soft); err == nil {
+					gotG, err = got.Backward(dz)
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ez, eg := worst(got.Z, want.Z), worst(gotG, wantG)
+			t.Logf("soft %v, batch %d: Z within %.1e, ∂L/∂F within %.1e of the CPU's", soft, batch, ez, eg)
+			if ez > 1e-13 || eg > 1e-13 {
+				t.Errorf("soft %v, batch %d: Z %.1e, ∂L/∂F %.1e from the CPU's (tolerance 1e-13)", soft, batch, ez, eg)
+			}
+			up := 2 * b * dim
+			if batch == 0 {
+				up += dim * dim // the projector, once per soft
+			}
+			if d.Up != up || d.Down != 2*b*dim {
+				t.Errorf("soft %v, batch %d: %d values up, %d down; want %d and %d", soft, batch, d.Up, d.Down, up, 2*b*dim)
+			}
+		}
 	}
 }
