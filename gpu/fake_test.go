@@ -14,7 +14,7 @@ import (
 var deviceTests = []string{"TestUploadDownload", "TestErrorNamesCall", "TestGemmMatchesCPU", "TestGemmBatchedMatchesCPU",
 	"TestRowwiseMatchesCPU", "TestTF32Option", "TestBlockMatchesCPU", "TestTrainingBlocksMatchCPU",
 	"TestCLIPTinyMatchesCPU", "TestSymEigMatchesCPU", "TestTowerOpsMatchCPU", "TestUploadRing",
-	"TestPrecisionMatchesCPU", "TestGatherRowsMatchesCPU", "TestDgemmMatchesCPU"}
+	"TestPrecisionMatchesCPU", "TestGatherRowsMatchesCPU", "TestDgemmMatchesCPU", "TestPromptFeaturesMatchCPU"}
 
 // TestFakeCUDA runs the device tests on a machine without CUDA against
 // testdata/fakecuda.c, built with gcc as the five libraries: a run of this
