@@ -24,16 +24,21 @@ import (
 //     in training);
 //   - TransformerBlocks of such blocks is one op: the activations stay on d
 //     from the first block to the last;
+//   - the towers run whole on d as one op each (VisionTowerOnDevice,
+//     TextTowerOnDevice), with or without a tape;
 //   - the products of any other Linear layer whose weight is frozen, x·Wᵀ +
 //     b and the input gradient dy·W, run on d in every pass: the operand is
 //     uploaded and the product downloaded at each call.
 //
-// A frozen weight (and bias) of a layer that keeps its weight packed
-// (LinearParams.KeepPacked) is uploaded once and kept on d, under the same
-// rules as the packed copies; other weights, and LayerNorm parameters, are
-// uploaded at each call. Everything else (the row-wise ops of the blocks
-// that trace or select rows, Linear layers with a trainable weight outside
-// the blocks, float64) stays on the CPU. A
+// A frozen weight (and bias) of a layer that keeps its weight packed or on
+// the device (LinearParams.KeepPacked, KeepOnDevice) is uploaded once and
+// kept on d, under the same rules as the packed copies. Other weights, the
+// LayerNorm parameters, the towers' embeddings and projections and TPT's
+// context are kept on d too, and uploaded again only when their values
+// change (an optimizer step): a host copy of the values last uploaded is
+// compared with them at each use (devRun.resident). Everything else (the
+// row-wise ops of the blocks that trace or select rows, Linear layers with
+// a trainable weight outside the blocks, float64) stays on the CPU. A
 // device error panics, as forward passes cannot return errors. Do not call
 // SetDevice while ops run.
 //

@@ -45,8 +45,9 @@ func (v *VisionTower) operands() []smat.Tensor {
 // TransformerBlocks runs them there, the last for every token), the class
 // tokens picked, ln_post and the projection. The patch weight, when its
 // layer keeps it packed, and the blocks' frozen weights stay on the device
-// between calls; the rest (LayerNorm parameters, embeddings, projection) is
-// uploaded at each.
+// between calls; so do the LayerNorm parameters, the embeddings and the
+// projection, uploaded again only when their values change (an optimizer
+// step: devRun.resident).
 //
 // A pass that records for backward (adaptation: the LayerNorms, or any of
 // the blocks' parameters, require gradients) runs so too, as one op whose

@@ -98,6 +98,8 @@ func (m *Model) Precision() kernel.Precision {
 // eos_token_id 2). Because the mask is causal, the rows after the longest
 // sequence's end token cannot change the result, so Forward only computes
 // the first L positions, where L is that end token's position plus one.
+// On a device (autograd.SetDevice) a pass without a trace runs whole there
+// (autograd.TextTowerOnDevice): the ids go up and the features come back.
 func (m *Model) Forward(tokens [][]int, trace autograd.Trace) (smat.Tensor, error) {
 	return m.forward(tokens, nil, trace)
 }
