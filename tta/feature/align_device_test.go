@@ -176,7 +176,7 @@ func TestAlignerOnDevice(t *testing.T) {
 // projection: Z and ∂L/∂F within 1e-13 of the largest value (float64
 // products in another order, soft added to P's diagonal before the product
 // rather than to its result). It counts that P + soft·I goes up once for
-// two batches, then again when soft changes: a call moves F (or ∂L/∂Y) up
+// two batches, then again when soft or P's values change: a call moves F (or ∂L/∂Y) up
 // and the product down, B·d values each way.
 func TestProjectOnDevice(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
@@ -225,5 +225,20 @@ func TestProjectOnDevice(t *testing.T) {
 				t.Errorf("soft %v, batch %d: %d values up, %d down; want %d and %d", soft, batch, d.Up, d.Down, up, 2*b*dim)
 			}
 		}
+	}
+	// A projector written in place goes up again.
+	proj := p.text.Projector
+	proj.SetSym(2, 5, proj.At(2, 5)+0.125)
+	f := fxt.RandDense(rng, b, dim, 1)
+	want, _ := Project(f, proj, 0.3)
+	d.ResetCounts()
+	var got *Projected
+	var err error
+	withFloat64Device(d, func() { got, err = Project(f, proj, 0.3) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := worst(got.Z, want.Z); e > 1e-13 || d.Up != b*dim+dim*dim {
+		t.Errorf("a changed projector: Z %.1e from the CPU's, %d values up (want %d)", e, d.Up, b*dim+dim*dim)
 	}
 }

@@ -28,14 +28,14 @@ var projOnDevice struct {
 func deviceProjector(d kernel.Float64Device, p mat.Matrix, soft float64) (kernel.Buf, error) {
 	pr := &projOnDevice
 	n, _ := p.Dims()
+	if pr.d == d && pr.buf != nil && math.Float64bits(pr.soft) == math.Float64bits(soft) && sameMatrix(pr.shadow, p) {
+		return pr.buf, nil
+	}
 	full := make([]float64, n*n)
 	for i := range n {
 		for j := range n {
 			full[i*n+j] = p.At(i, j)
 		}
-	}
-	if pr.d == d && pr.buf != nil && math.Float64bits(pr.soft) == math.Float64bits(soft) && len(pr.shadow) == len(full) && sameFloats(pr.shadow, full) {
-		return pr.buf, nil
 	}
 	if pr.buf != nil {
 		pr.d.Free(pr.buf)
@@ -57,11 +57,31 @@ func deviceProjector(d kernel.Float64Device, p mat.Matrix, soft float64) (kernel
 	return b, nil
 }
 
-// sameFloats reports whether a and b hold the same bits.
-func sameFloats(a, b []float64) bool {
-	for i, x := range a {
-		if math.Float64bits(x) != math.Float64bits(b[i]) {
-			return false
+// sameMatrix reports whether p holds the bits of full (n×n, row-major):
+// for a SymDense (the text projector) by its stored triangle, without a
+// method call per value.
+func sameMatrix(full []float64, p mat.Matrix) bool {
+	n, c := p.Dims()
+	if n != c || len(full) != n*n {
+		return false
+	}
+	if s, ok := p.(*mat.SymDense); ok {
+		raw := s.RawSymmetric()
+		for i := range n {
+			row, want := raw.Data[i*raw.Stride+i:i*raw.Stride+n], full[i*n+i:(i+1)*n]
+			for j, x := range row {
+				if math.Float64bits(x) != math.Float64bits(want[j]) {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	for i := range n {
+		for j := range n {
+			if math.Float64bits(p.At(i, j)) != math.Float64bits(full[i*n+j]) {
+				return false
+			}
 		}
 	}
 	return true
