@@ -367,7 +367,7 @@ func (r *devRun) layerNormBackward(dx, dy, x kernel.Buf, rows, cols int, ln *Lay
 	if dx == nil && !trainG && !trainB {
 		return
 	}
-	g := r.upload(values[float32](ln.Gamma))
+	g := r.resident(ln.Gamma)
 	var dg, db kernel.Buf
 	if trainG || trainB {
 		var tg, tb smat.Tensor // nil: computed with the other, not wanted

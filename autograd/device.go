@@ -24,16 +24,21 @@ import (
 //     in training);
 //   - TransformerBlocks of such blocks is one op: the activations stay on d
 //     from the first block to the last;
+//   - the towers run whole on d as one op each (VisionTowerOnDevice,
+//     TextTowerOnDevice), with or without a tape;
 //   - the products of any other Linear layer whose weight is frozen, x·Wᵀ +
 //     b and the input gradient dy·W, run on d in every pass: the operand is
 //     uploaded and the product downloaded at each call.
 //
-// A frozen weight (and bias) of a layer that keeps its weight packed
-// (LinearParams.KeepPacked) is uploaded once and kept on d, under the same
-// rules as the packed copies; other weights, and LayerNorm parameters, are
-// uploaded at each call. Everything else (the row-wise ops of the blocks
-// that trace or select rows, Linear layers with a trainable weight outside
-// the blocks, float64) stays on the CPU. A
+// A frozen weight (and bias) of a layer that keeps its weight packed or on
+// the device (LinearParams.KeepPacked, KeepOnDevice) is uploaded once and
+// kept on d, under the same rules as the packed copies. Other weights, the
+// LayerNorm parameters, the towers' embeddings and projections and TPT's
+// context are kept on d too, and uploaded again only when their values
+// change (an optimizer step): a host copy of the values last uploaded is
+// compared with them at each use (devRun.resident). Everything else (the
+// row-wise ops of the blocks that trace or select rows, Linear layers with
+// a trainable weight outside the blocks, float64) stays on the CPU. A
 // device error panics, as forward passes cannot return errors. Do not call
 // SetDevice while ops run.
 //
@@ -154,7 +159,9 @@ func (e *DeviceError) Unwrap() error { return e.Err }
 
 // weights returns the layer's weight and its bias (nil without one) on the
 // device: kept copies of a frozen weight (and bias) when the layer keeps its
-// weight packed, else uploaded for this run, as is a trainable bias.
+// weight packed or on the device (KeepPacked, KeepOnDevice), checked by
+// identity; else copies checked against the values at each call and
+// uploaded when they changed (devRun.resident), as is a trainable bias.
 func (r *devRun) weights(p *LinearParams) (w, b kernel.Buf) {
 	if r.err != nil {
 		return nil, nil
@@ -176,9 +183,9 @@ func (r *devRun) weights(p *LinearParams) (w, b kernel.Buf) {
 		c = nil
 	}
 	if c == nil || len(wv) == 0 {
-		w = r.upload(wv)
+		w = r.resident(p.Weight)
 		if bv != nil {
-			b = r.upload(bv)
+			b = r.resident(p.Bias)
 		}
 		return w, b
 	}
@@ -195,7 +202,7 @@ func (r *devRun) weights(p *LinearParams) (w, b kernel.Buf) {
 	r.keep = append(r.keep, dc)
 	w, b = dc.w, dc.b
 	if b == nil && bv != nil {
-		b = r.upload(bv)
+		b = r.resident(p.Bias)
 	}
 	return w, b
 }
@@ -381,12 +388,12 @@ func activationOf(p *BlockParams) kernel.Activation {
 	return kernel.QuickGELUActivation
 }
 
-// layerNorm normalises the rows of x into y with ln's parameters, uploaded
-// for this run (they are what adaptation changes), and writes the row
-// statistics to mean and rstd unless they are nil.
+// layerNorm normalises the rows of x into y with ln's parameters, kept on
+// the device and uploaded again when they change (they are what adaptation
+// changes: devRun.resident), and writes the row statistics to mean and rstd
+// unless they are nil.
 func (r *devRun) layerNorm(y, x kernel.Buf, rows, cols int, ln *LayerNormParams, mean, rstd kernel.Buf) {
-	g := r.upload(values[float32](ln.Gamma))
-	b := r.upload(values[float32](ln.Beta))
+	g, b := r.resident(ln.Gamma), r.resident(ln.Beta)
 	r.do(func() error { return r.d.LayerNorm(y, x, rows, cols, g, b, ln.Eps, mean, rstd) })
 }
 

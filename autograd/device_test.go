@@ -2,6 +2,7 @@ package autograd
 
 import (
 	"errors"
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -65,6 +66,14 @@ func (d *countingDevice) Download(dst []float32, src kernel.Buf) error {
 	d.calls["downloaded"] += len(dst)
 	d.mu.Unlock()
 	return d.Device.Download(dst, src)
+}
+
+// counts returns a copy of the counts: a cleanup may free a kept weight
+// on another goroutine while the test reads them.
+func (d *countingDevice) counts() map[string]int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return maps.Clone(d.calls)
 }
 
 // live is the number of buffers allocated and not freed.
@@ -139,7 +148,7 @@ func TestDeviceBlockMatchesCPU(t *testing.T) {
 			d := newCountingDevice()
 			var got, again []float32
 			withDevice(t, d, func() { got, again = forward(), forward() })
-			if d.calls["Gemm"] != 2*4 || d.calls["Softmax"] != 2 {
+			if c := d.counts(); c["Gemm"] != 2*4 || c["Softmax"] != 2 {
 				t.Fatalf("device calls %v, want 4 Gemm and one Softmax (every head) per pass", d.calls)
 			}
 			tol := 0.0
@@ -356,9 +365,10 @@ func TestDeviceBlockWithGradients(t *testing.T) {
 			// and one more with its backward in the backward pass.
 			wantCalls := map[string]int{"Gemm": 2 * gemms, "Softmax": 2 * 2 * onDev,
 				"SoftmaxBackward": 2 * onDev, "LayerNormBackward": 2 * lnBack * onDev}
+			calls := d.counts()
 			for name, n := range wantCalls {
-				if d.calls[name] != n {
-					t.Errorf("%d calls of %s, want %d (all: %v)", d.calls[name], name, n, d.calls)
+				if calls[name] != n {
+					t.Errorf("%d calls of %s, want %d (all: %v)", calls[name], name, n, calls)
 				}
 			}
 			// Backward uploads dy once and downloads only dx and the
@@ -370,8 +380,8 @@ func TestDeviceBlockWithGradients(t *testing.T) {
 						down += 2 * x.rows * x.cols
 					}
 				}
-				if d.calls["downloaded"] != down {
-					t.Errorf("%d values downloaded in two passes, want %d", d.calls["downloaded"], down)
+				if got := d.counts()["downloaded"]; got != down {
+					t.Errorf("%d values downloaded in two passes, want %d", got, down)
 				}
 			}
 			// The buffers each block kept on the device for backward (five,

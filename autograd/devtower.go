@@ -45,8 +45,9 @@ func (v *VisionTower) operands() []smat.Tensor {
 // TransformerBlocks runs them there, the last for every token), the class
 // tokens picked, ln_post and the projection. The patch weight, when its
 // layer keeps it packed, and the blocks' frozen weights stay on the device
-// between calls; the rest (LayerNorm parameters, embeddings, projection) is
-// uploaded at each.
+// between calls; so do the LayerNorm parameters, the embeddings and the
+// projection, uploaded again only when their values change (an optimizer
+// step: devRun.resident).
 //
 // A pass that records for backward (adaptation: the LayerNorms, or any of
 // the blocks' parameters, require gradients) runs so too, as one op whose
@@ -161,7 +162,7 @@ func (op *towerOp) embed(r *devRun, keep bool) kernel.Buf {
 	} else {
 		e = r.alloc(batch * (grid + 1) * w)
 	}
-	cls, pos := r.upload(values[float32](v.Class)), r.upload(values[float32](v.Pos))
+	cls, pos := r.resident(v.Class), r.resident(v.Pos)
 	r.do(func() error { return d.TokenEmbed(e, emb, cls, pos, batch, grid, w) })
 	return e
 }
@@ -171,7 +172,7 @@ func (op *towerOp) embed(r *devRun, keep bool) kernel.Buf {
 func (op *towerOp) project(r *devRun, cn kernel.Buf) smat.Tensor {
 	batch, w, embed := op.batch, op.w, op.emb
 	f := r.alloc(batch * embed)
-	proj := r.upload(values[float32](op.v.Proj))
+	proj := r.resident(op.v.Proj)
 	r.do(func() error { return r.d.Gemm(false, false, batch, embed, w, 1, cn, w, proj, embed, 0, f, embed) })
 	y := make([]float32, batch*embed)
 	r.do(func() error { return r.d.Download(y, f) })
@@ -255,7 +256,7 @@ func (op *towerOp) Backward(gy smat.Tensor) error {
 	rows := batch * t
 	df := r.upload(values[float32](gy))
 	dcn := r.alloc(batch * w)
-	proj := r.upload(values[float32](v.Proj))
+	proj := r.resident(v.Proj)
 	r.do(func() error { return d.Gemm(false, true, batch, w, embed, 1, df, embed, proj, embed, 0, dcn, w) })
 	dc := r.alloc(batch * w)
 	r.layerNormBackward(dc, dcn, k.c, batch, w, v.LNPost, slice(k.postStats, 0, batch), slice(k.postStats, batch, 2*batch))

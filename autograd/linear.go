@@ -30,6 +30,9 @@ type weightPacks struct {
 	w, wT *kernel.PackedB
 	src   *float32 // the weight's first value when packed: a new Weight matrix drops the packs
 	dev   *devCopy // the weight on the device set by SetDevice, made on first use there
+	// devOnly keeps the device copy only (KeepOnDevice): the CPU packs the
+	// weight at each call.
+	devOnly bool
 }
 
 // KeepPacked makes the layer keep its weight packed for the GEMM kernel
@@ -52,6 +55,27 @@ func (p *LinearParams) KeepPacked(keep bool) {
 	}
 }
 
+// KeepOnDevice makes the layer keep its frozen weight (and bias) on the
+// device set by SetDevice once uploaded there, as KeepPacked does, without
+// packed copies on the CPU: for a tower whose CPU pass does not keep them
+// (the text tower), at no cost in host memory. The same rules apply: a
+// trainable weight is never kept, a new Weight matrix is noticed, and after
+// writing into a frozen weight's values call KeepOnDevice(true) again.
+// KeepPacked replaces it, and KeepOnDevice(false) drops the device copy of
+// a layer that does not keep its weight packed.
+func (p *LinearParams) KeepOnDevice(keep bool) {
+	switch {
+	case keep && (p.packs == nil || p.packs.devOnly):
+		p.packs = &weightPacks{devOnly: true}
+	case keep:
+		p.packs.mu.Lock()
+		p.packs.dev = nil
+		p.packs.mu.Unlock()
+	case p.packs != nil && p.packs.devOnly:
+		p.packs = nil
+	}
+}
+
 // packed32 returns W (trans false) or Wᵀ (trans true) packed for the
 // kernel, and whether it is kept (the caller must not release it). w is the
 // weight's values.
@@ -62,7 +86,7 @@ func (p *LinearParams) packed32(trans bool, w []float32) (pk *kernel.PackedB, ke
 		k, n = in, out
 	}
 	c := p.packs
-	if c == nil {
+	if c == nil || c.devOnly {
 		return kernel.PackB(trans, k, n, w, in), false
 	}
 	c.mu.Lock()

@@ -14,7 +14,8 @@ import (
 var deviceTests = []string{"TestUploadDownload", "TestErrorNamesCall", "TestGemmMatchesCPU", "TestGemmBatchedMatchesCPU",
 	"TestRowwiseMatchesCPU", "TestTF32Option", "TestBlockMatchesCPU", "TestTrainingBlocksMatchCPU",
 	"TestCLIPTinyMatchesCPU", "TestSymEigMatchesCPU", "TestTowerOpsMatchCPU", "TestUploadRing",
-	"TestPrecisionMatchesCPU", "TestFusedMatchesCPU", "TestHalfMatchesCPU"}
+	"TestPrecisionMatchesCPU", "TestFusedMatchesCPU", "TestHalfMatchesCPU", "TestGatherRowsMatchesCPU", "TestDgemmMatchesCPU",
+	"TestPromptFeaturesMatchCPU"}
 
 // TestFakeCUDA runs the device tests on a machine without CUDA against
 // testdata/fakecuda.c, built with gcc as the five libraries: a run of this

@@ -91,7 +91,8 @@ func loadSolver() error {
 // cuSOLVER's divide and conquer (cusolverDnDsyevd) in float64: eigenvalues
 // ascending, eigenvectors as the rows of vectors (the columns of cuSOLVER's
 // column-major result). It implements kernel.SymmetricEigen; without
-// cuSOLVER the error wraps kernel.ErrUnsupported.
+// cuSOLVER the error wraps kernel.ErrUnsupported. It uploads a, runs
+// SymEigInto and downloads the result.
 func (d *device) SymEig(a []float64, n int) (values, vectors []float64, err error) {
 	if n < 1 || len(a) < n*n {
 		return nil, nil, fmt.Errorf("gpu: SymEig: %d values for a %d×%d matrix", len(a), n, n)
@@ -100,6 +101,54 @@ func (d *device) SymEig(a []float64, n int) (values, vectors []float64, err erro
 		return nil, nil, fmt.Errorf("gpu: SymEig: %w", err)
 	}
 	// float64 buffers as float32 ones of twice the length.
+	ab, err := d.Alloc(2 * n * n)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer d.Free(ab)
+	wb, err := d.Alloc(2 * n)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer d.Free(wb)
+	if err := d.Upload(ab, asFloat32(a[:n*n])); err != nil {
+		return nil, nil, err
+	}
+	if err := d.SymEigInto(wb, ab, ab, n); err != nil {
+		return nil, nil, err
+	}
+	values, vectors = make([]float64, n), make([]float64, n*n)
+	if err := d.Download(asFloat32(values), wb); err != nil {
+		return nil, nil, err
+	}
+	if err := d.Download(asFloat32(vectors), ab); err != nil {
+		return nil, nil, err
+	}
+	return values, vectors, nil
+}
+
+// SymEigInto is SymEig on device buffers (kernel.Float64Device): a is
+// copied into vectors (one kernel; a and vectors may be the same buffer),
+// which cusolverDnDsyevd overwrites with the eigenvectors, and values gets
+// the eigenvalues. It waits for the device once, to read cuSOLVER's info.
+func (d *device) SymEigInto(values, vectors, a kernel.Buf, n int) error {
+	if n < 1 || !fits32(2*n*n) {
+		return fmt.Errorf("gpu: SymEigInto: a %d×%d matrix", n, n)
+	}
+	if err := loadSolver(); err != nil {
+		return fmt.Errorf("gpu: SymEigInto: %w", err)
+	}
+	pv, err := d.ptrs("SymEigInto", 2*n*n, a, vectors)
+	if err != nil {
+		return err
+	}
+	pw, err := d.ptrs("SymEigInto", 2*n, values)
+	if err != nil {
+		return err
+	}
+	if err := d.copyValues(vectors, a, 2*n*n); err != nil {
+		return err
+	}
 	var bufs []kernel.Buf
 	defer func() {
 		for _, b := range bufs {
@@ -114,27 +163,16 @@ func (d *device) SymEig(a []float64, n int) (values, vectors []float64, err erro
 		bufs = append(bufs, b)
 		return b, C.uintptr_t(b.(*buf).ptr), nil
 	}
-	ab, ap, err := alloc(n * n)
-	if err != nil {
-		return nil, nil, err
-	}
-	wb, wp, err := alloc(n)
-	if err != nil {
-		return nil, nil, err
-	}
+	ap, wp := pv[1], pw[0]
 	ib, ip, err := alloc(1) // the int info, in a double's room
 	if err != nil {
-		return nil, nil, err
-	}
-	// Symmetric: row-major and column-major are the same matrix.
-	if err := d.Upload(ab, asFloat32(a[:n*n])); err != nil {
-		return nil, nil, err
+		return err
 	}
 	// cuSOLVER writes four bytes of the eight read back below: zero them
 	// first, or compute-sanitizer's initcheck reports the download.
 	info := make([]float64, 1)
 	if err := d.Upload(ib, asFloat32(info)); err != nil {
-		return nil, nil, err
+		return err
 	}
 	var lwork C.int
 	err = d.exec(func() error {
@@ -155,11 +193,11 @@ func (d *device) SymEig(a []float64, n int) (values, vectors []float64, err erro
 		return nil
 	})
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
 	_, workp, err := alloc(max(1, int(lwork)))
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
 	err = d.exec(func() error {
 		if s := C.w_syevd(d.solver, C.int(n), ap, wp, workp, lwork, ip); s != 0 {
@@ -168,21 +206,15 @@ func (d *device) SymEig(a []float64, n int) (values, vectors []float64, err erro
 		return nil
 	})
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
-	values, vectors = make([]float64, n), make([]float64, n*n)
-	for _, c := range []struct {
-		dst []float64
-		src kernel.Buf
-	}{{values, wb}, {vectors, ab}, {info, ib}} {
-		if err := d.Download(asFloat32(c.dst), c.src); err != nil {
-			return nil, nil, err
-		}
+	if err := d.Download(asFloat32(info), ib); err != nil {
+		return err
 	}
 	if i := *(*int32)(unsafe.Pointer(&info[0])); i != 0 {
-		return nil, nil, fmt.Errorf("gpu: cusolverDnDsyevd: info %d (%d off-diagonal elements did not converge, or argument %d was wrong)", i, i, -i)
+		return fmt.Errorf("gpu: cusolverDnDsyevd: info %d (%d off-diagonal elements did not converge, or argument %d was wrong)", i, i, -i)
 	}
-	return values, vectors, nil
+	return nil
 }
 
 // asFloat32 views float64 values as twice as many float32 ones, for the

@@ -52,6 +52,13 @@ func New(s *weights.State, cfg *weights.CLIPConfig, opt Options) (*Model, error)
 		return nil, fmt.Errorf("textenc: %w", b.Err)
 	}
 	m.Params = b.Params
+	// On a device (autograd.SetDevice) the blocks' frozen weights are
+	// uploaded once and kept there; on the CPU this costs nothing.
+	for _, blk := range m.Blocks {
+		for _, l := range []*autograd.LinearParams{blk.QKV, blk.Out, blk.FC, blk.Proj} {
+			l.KeepOnDevice(true)
+		}
+	}
 	return m, nil
 }
 
@@ -91,6 +98,8 @@ func (m *Model) Precision() kernel.Precision {
 // eos_token_id 2). Because the mask is causal, the rows after the longest
 // sequence's end token cannot change the result, so Forward only computes
 // the first L positions, where L is that end token's position plus one.
+// On a device (autograd.SetDevice) a pass without a trace runs whole there
+// (autograd.TextTowerOnDevice): the ids go up and the features come back.
 func (m *Model) Forward(tokens [][]int, trace autograd.Trace) (smat.Tensor, error) {
 	return m.forward(tokens, nil, trace)
 }
@@ -140,13 +149,12 @@ func (m *Model) forward(tokens [][]int, context smat.Tensor, trace autograd.Trac
 			ids = append(ids, id)
 		}
 	}
-	emb := autograd.GatherRows(m.Token, ids)
+	var rows, src []int // the context's rows in the embeddings, and which
 	if context != nil {
 		n, w := context.Value().Shape()[0], context.Value().Shape()[1]
 		if w != m.Config.Width {
 			return nil, fmt.Errorf("textenc: ForwardContext: context of width %d, the tower's is %d", w, m.Config.Width)
 		}
-		var rows, src []int
 		for i := range tokens {
 			if 1+n >= eot[i] {
 				return nil, fmt.Errorf("textenc: ForwardContext: sequence %d ends at position %d, before the %d context vectors and a class token", i, eot[i], n)
@@ -155,6 +163,16 @@ func (m *Model) forward(tokens [][]int, context smat.Tensor, trace autograd.Trac
 				rows, src = append(rows, i*L+1+k), append(src, k)
 			}
 		}
+	}
+	if trace == nil {
+		// On a device (SetDevice), a pass without gradients runs whole
+		// there: the ids go up and the features come back.
+		if y, ok := m.onDevice(ids, batch, eot, context, rows, src); ok {
+			return y, nil
+		}
+	}
+	emb := autograd.GatherRows(m.Token, ids)
+	if context != nil {
 		emb = autograd.ReplaceRows(emb, rows, context, src)
 	}
 	x := autograd.AddTiled(emb, autograd.GatherRows(m.Pos, seqRange(L)))
@@ -182,6 +200,24 @@ func (m *Model) forward(tokens [][]int, context smat.Tensor, trace autograd.Trac
 	x = autograd.MatMul(x, m.Proj, false, false)
 	trace.Emit("final", x)
 	return x, nil
+}
+
+// onDevice runs the tower as one op on the device set by
+// autograd.SetDevice (autograd.TextTowerOnDevice), reporting false when it
+// does not run there (no device, or a pass that records gradients). The
+// context's rows in the embeddings become negative ids.
+func (m *Model) onDevice(ids []int, batch int, eot []int, context smat.Tensor, rows, src []int) (smat.Tensor, bool) {
+	if autograd.CurrentDevice() == nil {
+		return nil, false
+	}
+	if context != nil {
+		ids = append([]int(nil), ids...)
+		for i, r := range rows {
+			ids[r] = -1 - src[i]
+		}
+	}
+	t := &autograd.TextTower{Token: m.Token, Pos: m.Pos, Blocks: m.Blocks, LNFinal: m.LNFinal, Proj: m.Proj}
+	return autograd.TextTowerOnDevice(autograd.TextInput{IDs: ids, Batch: batch, Context: context, Pool: eot}, t)
 }
 
 func seqRange(n int) []int {

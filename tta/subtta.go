@@ -289,7 +289,9 @@ func (s *SubTTA) adapt(pixels []float32, n int) (*adaptation, error) {
 	if err != nil {
 		return nil, err
 	}
-	ad.DLdF2 = pr.Backward(ad.DLdZ)
+	if ad.DLdF2, err = pr.Backward(ad.DLdZ); err != nil {
+		return nil, fmt.Errorf("tta: subtta: %w", err)
+	}
 	if err := s.backward(node, ad.DLdF2); err != nil {
 		return nil, err
 	}
@@ -306,6 +308,9 @@ func (s *SubTTA) MarshalCarried() ([]byte, error) {
 	if !s.aligner.Enabled() || s.cfg.ResetCovariance {
 		return nil, nil
 	}
+	if err := s.aligner.SyncCovariance(); err != nil { // from the device, where Σ may be
+		return nil, fmt.Errorf("tta: %s: %w", s.Name(), err)
+	}
 	c := s.aligner.Covariance()
 	n := c.SymmetricDim()
 	out := make([]byte, 0, 8*n*n)
@@ -319,7 +324,7 @@ func (s *SubTTA) MarshalCarried() ([]byte, error) {
 
 // UnmarshalCarried restores what MarshalCarried returned.
 func (s *SubTTA) UnmarshalCarried(p []byte) error {
-	n := s.aligner.Covariance().SymmetricDim()
+	n := s.aligner.Text.Cov.SymmetricDim()
 	if len(p) != 8*n*n {
 		return fmt.Errorf("tta: %s: carried state has %d bytes, want %d×%d float64: %w", s.Name(), len(p), n, n, ErrStateMismatch)
 	}
@@ -340,6 +345,9 @@ type subttaOwn struct {
 }
 
 func (s *SubTTA) saveOwn() ([]byte, error) {
+	if err := s.aligner.SyncCovariance(); err != nil { // from the device, where Σ may be
+		return nil, err
+	}
 	return gobBytes(&subttaOwn{Covariance: s.aligner.Covariance().RawSymmetric().Data, Guarded: s.aligner.GuardedGaps(), Bank: s.bank})
 }
 
@@ -348,7 +356,7 @@ func (s *SubTTA) loadOwn(p []byte) (func(), error) {
 	if err := ungob(p, &o); err != nil {
 		return nil, err
 	}
-	d := s.aligner.Covariance().SymmetricDim()
+	d := s.aligner.Text.Cov.SymmetricDim()
 	if len(o.Covariance) != d*d {
 		return nil, fmt.Errorf("saved covariance has %d values, want %d×%d", len(o.Covariance), d, d)
 	}

@@ -4,6 +4,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/subtta/subtta/autograd"
+	"github.com/subtta/subtta/autograd/kernel"
+	"github.com/subtta/subtta/internal/devicetest"
 	"github.com/subtta/subtta/internal/fixture"
 	"github.com/subtta/subtta/internal/fixturefile"
 	"github.com/subtta/subtta/optim"
@@ -23,7 +26,25 @@ import (
 // adds the text tower's backward in float32, and 1e-5 for the context
 // after the step (AdamW's first step is nearly lr·sign(g), insensitive to
 // the gradient's rounding).
+//
+// It runs on the CPU and again with a device set (autograd.SetDevice:
+// kernel.Host as the seam, devicetest.Float64Host), where the text tower
+// runs as one op (autograd.TextTowerOnDevice) recording TPT's pass and its
+// backward to the context, within the same tolerances.
 func TestTPTFixture(t *testing.T) {
+	t.Run("cpu", tptFixture)
+	t.Run("device seam", func(t *testing.T) {
+		d := &devicetest.Float64Host{Device: kernel.Host}
+		autograd.SetDevice(d)
+		defer autograd.SetDevice(nil)
+		tptFixture(t)
+		if d.Down == 0 {
+			t.Error("nothing came back from the device: the seam was not taken")
+		}
+	})
+}
+
+func tptFixture(t *testing.T) {
 	var js struct {
 		TPT struct {
 			Config struct {

@@ -81,15 +81,16 @@ func TestTowerOnDevice(t *testing.T) {
 	if dev.calls != 1 || dev.down != len(want) {
 		t.Errorf("%d downloads of %d values, want one of the %d features", dev.calls, dev.down, len(want))
 	}
-	// Up: the images once; the weights of the patch embedding and the blocks'
-	// linear layers once, on the first pass (they are kept); the LayerNorm
-	// parameters, the embeddings and the projection at each pass.
-	perPass := len(px) + 2*(2+2*cfg.Vision.Layers)*cfg.Vision.Width + m.Class.Size() + m.Pos.Size() + m.Proj.Size()
+	// Up: the images at each pass; the weights of the patch embedding and
+	// the blocks' linear layers, the LayerNorm parameters, the embeddings
+	// and the projection once, on the first pass (they are kept, and
+	// uploaded again only when they change).
+	perPass := len(px)
 	up := dev.up
 	dev.up = 0
 	m.Forward(images, nil)
 	if dev.up != perPass {
-		t.Errorf("second pass: %d values uploaded, want %d (the images, LayerNorm parameters, embeddings and projection)", dev.up, perPass)
+		t.Errorf("second pass: %d values uploaded, want %d (the images only)", dev.up, perPass)
 	}
 	if up <= perPass {
 		t.Errorf("first pass: %d values uploaded, no more than a later pass's %d: the weights were not uploaded once", up, perPass)
@@ -146,6 +147,34 @@ func TestTowerOnDevice(t *testing.T) {
 	if dev.down != len(wantF)+lnValues || dev.calls != 2 {
 		t.Errorf("recording pass and backward: %d values downloaded in %d calls, want the %d features and the %d LayerNorm gradients in one call each",
 			dev.down, dev.calls, len(wantF), lnValues)
+	}
+	// Two recording passes without an optimizer step between them: the
+	// trainable LayerNorms go up once. The second pass and its backward
+	// pass upload the images, the features' gradient and the row of zeros
+	// that the class tokens' gradient is spread over, nothing else.
+	perStep := len(px) + len(wantF) + cfg.Vision.Width
+	dev.up = 0
+	grads()
+	if dev.up != perStep {
+		t.Errorf("second recording pass and backward: %d values uploaded, want %d (the images, the features' gradient and a row of zeros)", dev.up, perStep)
+	}
+	// A step (here by hand, as optim writes in place) changes ln_pre's γ:
+	// that alone goes up again.
+	gamma := m.LNPre.Gamma.Data().F32()
+	gamma[0] += 0.125
+	defer func() { gamma[0] -= 0.125 }()
+	autograd.SetDevice(nil)
+	wantStepped, _ := grads()
+	autograd.SetDevice(dev)
+	dev.up = 0
+	gotStepped, _ := grads()
+	if dev.up != perStep+len(gamma) {
+		t.Errorf("recording pass after a step: %d values uploaded, want %d (ln_pre's γ again)", dev.up, perStep+len(gamma))
+	}
+	for i := range wantStepped {
+		if math.Float32bits(gotStepped[i]) != math.Float32bits(wantStepped[i]) {
+			t.Fatalf("after a step, feature %d: %g through the seam, %g on the CPU", i, gotStepped[i], wantStepped[i])
+		}
 	}
 
 	// A trainable class token: the ops run one by one.

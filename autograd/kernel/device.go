@@ -106,6 +106,14 @@ type Device interface {
 	// values; nil: none) added to each token's row: a q|k|v product's bias
 	// added as its heads are split.
 	SplitHeadsBias(y, x, bias Buf, batch, tokens, groups, heads, headDim int) error
+	// GatherRows copies into row i of y [n, cols] row idx[i] of x or, where
+	// idx[i] is negative, row −1−idx[i] of alt (nil when no index is
+	// negative), and adds row i mod period of pos to it unless pos is nil:
+	// the text tower's token embeddings with TPT's context in place of some
+	// and the positional embedding added, or the end-of-text token of each
+	// sequence. The n row numbers are float32 values, exact for numbers of
+	// magnitude up to 2²⁴. As autograd.GatherRows, ReplaceRows and AddTiled.
+	GatherRows(y, x, alt, idx Buf, n, cols int, pos Buf, period int) error
 }
 
 // SymmetricEigen is a Device that can also decompose a symmetric float64
@@ -418,6 +426,34 @@ func SetCurrent(d Device) {
 func Current() Device {
 	if d := current.Load(); d != nil {
 		return *d
+	}
+	return nil
+}
+
+// MaxRowIndex is the largest row number GatherRows takes: its indices are
+// float32 values, exact up to 2²⁴.
+const MaxRowIndex = 1 << 24
+
+func (host) GatherRows(y, x, alt, idx Buf, n, cols int, pos Buf, period int) error {
+	if n < 0 || cols < 0 || y.Len() < n*cols || idx.Len() < n || pos != nil && (period < 1 || pos.Len() < min(n, period)*cols) {
+		return fmt.Errorf("kernel: GatherRows: %d rows of %d values (positions every %d) do not fit the buffers", n, cols, period)
+	}
+	ys, is := hb(y), hb(idx)
+	for i := range n {
+		src, j := x, int(is[i])
+		if j < 0 {
+			src, j = alt, -1-j
+		}
+		if src == nil || float32(int(is[i])) != is[i] || (j+1)*cols > src.Len() {
+			return fmt.Errorf("kernel: GatherRows: row %d: index %v outside its matrix", i, is[i])
+		}
+		row := ys[i*cols : (i+1)*cols]
+		if pos == nil {
+			copy(row, hb(src)[j*cols:(j+1)*cols])
+			continue
+		}
+		p := i % period
+		Add(row, hb(src)[j*cols:(j+1)*cols], hb(pos)[p*cols:(p+1)*cols])
 	}
 	return nil
 }

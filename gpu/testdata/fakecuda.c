@@ -535,3 +535,20 @@ status cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned b
 	}
 	return 0;
 }
+
+// cublasDgemm_v2: the float64 product (column-major, as cuBLAS), each sum
+// in double in order of k; the operands are not rounded.
+status cublasDgemm_v2(void *h, int ta, int tb, int m, int n, int k, const double *alpha,
+		const double *a, int lda, const double *b, int ldb, const double *beta, double *c, int ldc) {
+	status s = check_gemm(ta, tb, m, n, k, lda, ldb, ldc);
+	if (s) return s;
+	for (int j = 0; j < n; j++)
+		for (int i = 0; i < m; i++) {
+			double sum = 0;
+			for (int p = 0; p < k; p++)
+				sum += (ta ? a[p + (long)i * lda] : a[i + (long)p * lda]) * (tb ? b[j + (long)p * ldb] : b[p + (long)j * ldb]);
+			double *cv = &c[i + (long)j * ldc];
+			*cv = *beta == 0 ? *alpha * sum : *alpha * sum + *beta * *cv;
+		}
+	return 0;
+}

@@ -1,12 +1,18 @@
 // Package devicetest helps tests tell that model code took the device seam
 // (autograd.SetDevice): a kernel.Device that counts the backward kernels
-// it runs.
+// it runs, one that counts the values it copies each way, and a
+// kernel.Float64Device on kernel.Host.
 package devicetest
 
 import (
+	"fmt"
+	"sync"
 	"sync/atomic"
 
+	"gonum.org/v1/gonum/mat"
+
 	"github.com/subtta/subtta/autograd/kernel"
+	"github.com/subtta/subtta/internal/symeig"
 )
 
 // BackwardCounter is a kernel.Device counting its LayerNorm and softmax
@@ -27,4 +33,105 @@ func (c *BackwardCounter) LayerNormBackward(dx, dgamma, dbeta, dy, x kernel.Buf,
 func (c *BackwardCounter) SoftmaxBackward(dx, dy, y kernel.Buf, rows, cols int, scale float32) error {
 	c.SoftmaxBackwards.Add(1)
 	return c.Device.SoftmaxBackward(dx, dy, y, rows, cols, scale)
+}
+
+// TransferCounter is a kernel.Device counting the values it copies each
+// way and the calls that copy them.
+type TransferCounter struct {
+	kernel.Device
+	mu                 sync.Mutex
+	Up, Down           int // values
+	Uploads, Downloads int // calls
+}
+
+// Upload counts the copy and passes it on.
+func (c *TransferCounter) Upload(dst kernel.Buf, src []float32) error {
+	c.mu.Lock()
+	c.Up += len(src)
+	c.Uploads++
+	c.mu.Unlock()
+	return c.Device.Upload(dst, src)
+}
+
+// Download counts the copy and passes it on.
+func (c *TransferCounter) Download(dst []float32, src kernel.Buf) error {
+	c.mu.Lock()
+	c.Down += len(dst)
+	c.Downloads++
+	c.mu.Unlock()
+	return c.Device.Download(dst, src)
+}
+
+// Reset sets the counts to zero.
+func (c *TransferCounter) Reset() {
+	c.mu.Lock()
+	c.Up, c.Down, c.Uploads, c.Downloads = 0, 0, 0, 0
+	c.mu.Unlock()
+}
+
+// Float64Host is a kernel.Float64Device on kernel.Host (or the device it
+// wraps): Host's Dgemm and internal/symeig's decomposition, counting the
+// float64 values that Upload and Download copy (half their float32 places)
+// and the decompositions of more than one row (not the 1×1 with which
+// feature.Aligner probes a device). SubTTA's alignment and projection take their
+// device path on it, as they do on a GPU.
+type Float64Host struct {
+	kernel.Device
+	mu             sync.Mutex
+	Up, Down, Eigs int
+}
+
+// Upload counts the copy, in float64 values, and passes it on.
+func (h *Float64Host) Upload(dst kernel.Buf, src []float32) error {
+	h.mu.Lock()
+	h.Up += len(src) / 2
+	h.mu.Unlock()
+	return h.Device.Upload(dst, src)
+}
+
+// Download counts the copy, in float64 values, and passes it on.
+func (h *Float64Host) Download(dst []float32, src kernel.Buf) error {
+	h.mu.Lock()
+	h.Down += len(dst) / 2
+	h.mu.Unlock()
+	return h.Device.Download(dst, src)
+}
+
+// Dgemm is the wrapped device's (Host's) float64 product.
+func (h *Float64Host) Dgemm(transA, transB bool, m, n, k int, alpha float64, a kernel.Buf, lda int, b kernel.Buf, ldb int, beta float64, c kernel.Buf, ldc int) error {
+	d, ok := h.Device.(interface {
+		Dgemm(bool, bool, int, int, int, float64, kernel.Buf, int, kernel.Buf, int, float64, kernel.Buf, int) error
+	})
+	if !ok {
+		return fmt.Errorf("devicetest: %s has no Dgemm: %w", h.Device.Name(), kernel.ErrUnsupported)
+	}
+	return d.Dgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// SymEigInto decomposes a with internal/symeig, through host memory.
+func (h *Float64Host) SymEigInto(values, vectors, a kernel.Buf, n int) error {
+	if n > 1 {
+		h.mu.Lock()
+		h.Eigs++
+		h.mu.Unlock()
+	}
+	full := make([]float64, n*n)
+	if err := h.Device.Download(kernel.Float64Bits(full), a); err != nil {
+		return err
+	}
+	dec, err := symeig.Factorize(mat.NewSymDense(n, full))
+	if err != nil {
+		return err
+	}
+	if err := h.Device.Upload(values, kernel.Float64Bits(dec.Values)); err != nil {
+		return err
+	}
+	return h.Device.Upload(vectors, kernel.Float64Bits(mat.DenseCopyOf(dec.Vectors).RawMatrix().Data))
+}
+
+// ResetCounts sets the counts to zero.
+func (h *Float64Host) ResetCounts() {
+	h.mu.Lock()
+	h.Up, h.Down, h.Eigs = 0, 0, 0
+	h.mu.Unlock()
 }

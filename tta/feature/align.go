@@ -80,31 +80,15 @@ func BatchCovariance(f mat.Matrix) (*mat.SymDense, *mat.Dense) {
 // columns of Fc sum to zero.
 func Align(f mat.Matrix, sigmaOld mat.Symmetric, text *TextSubspace, opt AlignOptions) (*Alignment, error) {
 	b, d := f.Dims()
-	if b < 1 {
-		return nil, errors.New("feature: align: empty batch")
-	}
-	if _, td := text.Basis.Dims(); td != d {
-		return nil, fmt.Errorf("feature: align: features have %d dims, text subspace %d", d, td)
-	}
 	if sigmaOld.SymmetricDim() != d {
 		return nil, fmt.Errorf("feature: align: previous covariance is %d×%d, features have %d dims", sigmaOld.SymmetricDim(), sigmaOld.SymmetricDim(), d)
 	}
-	alpha := opt.Alpha
-	if !(alpha >= 0 && alpha <= 1) {
-		return nil, fmt.Errorf("feature: align: alpha %v outside [0, 1]", alpha)
-	}
-	if opt.NoEMA {
-		alpha = 0
-	}
-	gapTol := opt.GapTol
-	if gapTol == 0 {
-		gapTol = DefaultGapTol
+	alpha, gapTol, err := checkAlign(f, text, opt)
+	if err != nil {
+		return nil, err
 	}
 	r := text.Rank()
 	first := text.First
-	if first+r > d {
-		return nil, fmt.Errorf("feature: align: rank %d from component %d exceeds dimension %d", r, first, d)
-	}
 
 	s, fc := BatchCovariance(f)
 	sigma := mat.NewSymDense(d, nil)
@@ -133,11 +117,8 @@ func Align(f mat.Matrix, sigmaOld mat.Symmetric, text *TextSubspace, opt AlignOp
 	basis.Copy(vecs.Slice(0, d, first, first+r).T())
 
 	// Loss = −‖B_V B_Tᵀ‖²_F/(r·m).
-	var cross mat.Dense
-	cross.Mul(basis, text.Basis.T())
 	m := math.Max(1-alpha, 1e-6)
-	fro := mat.Norm(&cross, 2) // for a Dense, norm 2 is Frobenius
-	loss := -fro * fro / (float64(r) * m)
+	loss := alignLoss(basis, text.Basis, r, m)
 
 	// M = Vᵀ P_T V, needed for columns k ∈ U only.
 	var pv, mm mat.Dense
@@ -147,29 +128,8 @@ func Align(f mat.Matrix, sigmaOld mat.Symmetric, text *TextSubspace, opt AlignOp
 	// K[j,k] = −(1−α)/(r·m) · M[j,k]/(λ_k−λ_j) for k∈U, j∉U (d×r, zero rows
 	// inside U); ∂L/∂S = A + Aᵀ with A = V·K·V_Uᵀ.
 	coef := -(1 - alpha) / (float64(r) * m)
-	tol := gapTol * math.Max(math.Abs(lam[0]), math.SmallestNonzeroFloat64)
 	k := mat.NewDense(d, r, nil)
-	guarded := 0
-	minGap := math.Inf(1)
-	for kk := first; kk < first+r; kk++ {
-		for j := range d {
-			if j >= first && j < first+r {
-				continue
-			}
-			gap := lam[kk] - lam[j]
-			minGap = math.Min(minGap, math.Abs(gap))
-			if math.Abs(gap) < tol {
-				guarded++
-				// Eigenvalues are sorted: j < k means λ_k ≤ λ_j.
-				if j < kk {
-					gap = -tol
-				} else {
-					gap = tol
-				}
-			}
-			k.Set(j, kk-first, coef*mm.At(j, kk-first)/gap)
-		}
-	}
+	guarded, minGap := alignmentGrad(lam, first, r, coef, gapTol, mm.At, k.Set)
 	var vk, a mat.Dense
 	vk.Mul(vecs, k)
 	a.Mul(&vk, vecs.Slice(0, d, first, first+r).T())
@@ -198,13 +158,88 @@ func Align(f mat.Matrix, sigmaOld mat.Symmetric, text *TextSubspace, opt AlignOp
 	}, nil
 }
 
+// checkAlign checks Align's features and options against the text
+// subspace and returns α (0 with NoEMA) and the gap guard.
+func checkAlign(f mat.Matrix, text *TextSubspace, opt AlignOptions) (alpha, gapTol float64, err error) {
+	b, d := f.Dims()
+	if b < 1 {
+		return 0, 0, errors.New("feature: align: empty batch")
+	}
+	if _, td := text.Basis.Dims(); td != d {
+		return 0, 0, fmt.Errorf("feature: align: features have %d dims, text subspace %d", d, td)
+	}
+	alpha = opt.Alpha
+	if !(alpha >= 0 && alpha <= 1) {
+		return 0, 0, fmt.Errorf("feature: align: alpha %v outside [0, 1]", alpha)
+	}
+	if opt.NoEMA {
+		alpha = 0
+	}
+	gapTol = opt.GapTol
+	if gapTol == 0 {
+		gapTol = DefaultGapTol
+	}
+	if text.First+text.Rank() > d {
+		return 0, 0, fmt.Errorf("feature: align: rank %d from component %d exceeds dimension %d", text.Rank(), text.First, d)
+	}
+	return alpha, gapTol, nil
+}
+
+// alignmentGrad computes, from the eigenvalues in descending order and
+// mm[j, k−first] = v_jᵀ P_T v_k (mm(j, k)), the coefficients K[j, k−first] =
+// coef·mm/(λ_k−λ_j) for k ∈ U, j ∉ U (set), with the gap guard, and returns
+// the guarded count and the smallest gap.
+func alignmentGrad(lam []float64, first, r int, coef, gapTol float64, mm func(j, k int) float64, set func(j, k int, v float64)) (guarded int, minGap float64) {
+	d := len(lam)
+	tol := gapTol * math.Max(math.Abs(lam[0]), math.SmallestNonzeroFloat64)
+	minGap = math.Inf(1)
+	for kk := first; kk < first+r; kk++ {
+		for j := range d {
+			if j >= first && j < first+r {
+				continue
+			}
+			gap := lam[kk] - lam[j]
+			minGap = math.Min(minGap, math.Abs(gap))
+			if math.Abs(gap) < tol {
+				guarded++
+				// Eigenvalues are sorted: j < k means λ_k ≤ λ_j.
+				if j < kk {
+					gap = -tol
+				} else {
+					gap = tol
+				}
+			}
+			set(j, kk-first, coef*mm(j, kk-first)/gap)
+		}
+	}
+	return guarded, minGap
+}
+
+// alignLoss is −‖B_V B_Tᵀ‖²_F/(r·m).
+func alignLoss(basis, textBasis mat.Matrix, r int, m float64) float64 {
+	var cross mat.Dense
+	cross.Mul(basis, textBasis.T())
+	fro := mat.Norm(&cross, 2) // for a Dense, norm 2 is Frobenius
+	return -fro * fro / (float64(r) * m)
+}
+
 // Aligner keeps the EMA covariance across batches (the official code's
 // global_cov) and runs Align on each batch.
+//
+// With a kernel.Float64Device set (autograd.SetDevice: a GPU), Update keeps
+// Σ and P_T on the device and runs the step's products there in float64
+// (alignOnDevice); Covariance and SyncCovariance bring Σ back.
 type Aligner struct {
 	Text    *TextSubspace
 	Options AlignOptions
-	sigma   *mat.SymDense
+	sigma   *mat.SymDense // Σ on the host; older than the device's when stale
 	guarded int
+
+	dev   *alignDevice // Σ and P_T on the device, after an Update there
+	stale bool
+	// probed is the last device deviceCan tried, and can its answer.
+	probed kernel.Float64Device
+	can    bool
 }
 
 // NewAligner returns an Aligner whose history starts at Σ_T.
@@ -224,6 +259,18 @@ func (a *Aligner) Update(f mat.Matrix) (*Alignment, error) {
 	if !a.Enabled() {
 		return nil, nil
 	}
+	if d, ok := kernel.Current().(kernel.Float64Device); ok && a.deviceCan(d) {
+		res, err := a.updateOnDevice(d, f)
+		if err != nil {
+			return nil, err
+		}
+		a.guarded += res.GuardedGaps
+		return res, nil
+	}
+	if err := a.SyncCovariance(); err != nil {
+		return nil, err
+	}
+	a.dropDevice()
 	res, err := Align(f, a.sigma, a.Text, a.Options)
 	if err != nil {
 		return nil, err
@@ -233,8 +280,13 @@ func (a *Aligner) Update(f mat.Matrix) (*Alignment, error) {
 	return res, nil
 }
 
-// Covariance returns a copy of the current history Σ.
+// Covariance returns a copy of the current history Σ. When Update keeps Σ
+// on a device, it downloads Σ first (SyncCovariance) and panics if that
+// fails; call SyncCovariance first to have the error instead.
 func (a *Aligner) Covariance() *mat.SymDense {
+	if err := a.SyncCovariance(); err != nil {
+		panic(err)
+	}
 	return mat.NewSymDense(a.sigma.SymmetricDim(), append([]float64(nil), a.sigma.RawSymmetric().Data...))
 }
 
@@ -246,6 +298,7 @@ func (a *Aligner) SetCovariance(sigma mat.Symmetric) error {
 	}
 	s := mat.NewSymDense(d, nil)
 	s.CopySym(sigma)
+	a.dropDevice()
 	a.sigma = s
 	return nil
 }
@@ -254,6 +307,7 @@ func (a *Aligner) SetCovariance(sigma mat.Symmetric) error {
 // between corruptions (its global_cov survives the model reset); a Method
 // that follows the code does not call Reset there.
 func (a *Aligner) Reset() {
+	a.dropDevice()
 	a.sigma = mat.NewSymDense(a.Text.Cov.SymmetricDim(), nil)
 	a.sigma.CopySym(a.Text.Cov)
 }

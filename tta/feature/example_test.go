@@ -42,7 +42,7 @@ func Example() {
 	proj, _ := feature.Project(feats, sub.Projector, 0)
 	labels := feature.Argmax(feature.Logits(proj.Z, text, 100))
 	loss, dz, _ := feature.BetweenClassScatterLoss(proj.Z, labels)
-	dF := proj.Backward(dz)
+	dF, _ := proj.Backward(dz)
 	r, c := dF.Dims()
 	fmt.Printf("pseudo-labels %v, L_mint %.4f, dL/dF %d×%d\n", labels, loss, r, c)
 	// Output:

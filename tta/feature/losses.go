@@ -6,6 +6,7 @@ import (
 
 	"gonum.org/v1/gonum/mat"
 
+	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/zeroshot"
 )
 
@@ -15,16 +16,29 @@ type Projected struct {
 	p     mat.Matrix
 	soft  float64
 	norms []float64
+	dev   kernel.Float64Device // where the product ran, or nil
 }
 
 // Project maps the features f (B×d) into the subspace of the projector p
 // (d×d) and normalises the rows: Z = normalize(f·pᵀ + soft·f). soft = 0 is
 // the official code's hard projection; soft > 0 is the paper's suggested
 // "soft projection", which keeps a share of the orthogonal complement.
+// With a kernel.Float64Device set (autograd.SetDevice: a GPU) the product
+// runs there in float64, with P + soft·I kept on the device from one call
+// to the next (f goes up, the product comes back), equal to the CPU's
+// within rounding.
 func Project(f mat.Matrix, p mat.Matrix, soft float64) (*Projected, error) {
 	_, d := f.Dims()
 	if pr, pc := p.Dims(); pr != d || pc != d {
 		return nil, fmt.Errorf("feature: project: projector is %d×%d, features have %d dims", pr, pc, d)
+	}
+	if d, ok := kernel.Current().(kernel.Float64Device); ok {
+		y, err := productOnDevice(d, f, p, soft, true)
+		if err != nil {
+			return nil, err
+		}
+		z, norms := NormalizeRows(y)
+		return &Projected{Z: z, p: p, soft: soft, norms: norms, dev: d}, nil
 	}
 	var y mat.Dense
 	y.Mul(f, p.T())
@@ -37,9 +51,13 @@ func Project(f mat.Matrix, p mat.Matrix, soft float64) (*Projected, error) {
 	return &Projected{Z: z, p: p, soft: soft, norms: norms}, nil
 }
 
-// Backward maps ∂L/∂Z to ∂L/∂F.
-func (pr *Projected) Backward(dz mat.Matrix) *mat.Dense {
+// Backward maps ∂L/∂Z to ∂L/∂F. Where Project ran on a device, so does
+// the product here; an error is the device's.
+func (pr *Projected) Backward(dz mat.Matrix) (*mat.Dense, error) {
 	dy := normalizeRowsBackward(pr.Z, pr.norms, dz)
+	if pr.dev != nil {
+		return productOnDevice(pr.dev, dy, pr.p, pr.soft, false)
+	}
 	var df mat.Dense
 	df.Mul(dy, pr.p)
 	if pr.soft != 0 {
@@ -47,7 +65,7 @@ func (pr *Projected) Backward(dz mat.Matrix) *mat.Dense {
 		s.Scale(pr.soft, dy)
 		df.Add(&df, &s)
 	}
-	return &df
+	return &df, nil
 }
 
 // Logits returns scale·z·wᵀ (B×C) for features z (B×d) and class weights w
