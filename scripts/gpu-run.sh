@@ -151,8 +151,23 @@ PY
     # "forward   F images/s".
     awk '/^source: .* img\/s/ { for (i = 1; i <= NF; i++) if ($(i+1) ~ /^img\/s/) e = $i }
          /^forward / { f = $2 }
-         END { if (e && f) printf "feed: eval %.0f img/s, bench forward %.0f img/s: %.0f%% (aim: 70%% or more)\n", e, f, 100 * e / f
+         END { if (e && f) printf "feed: eval %.1f img/s, bench forward %.1f img/s: %.0f%% (aim: 70%% or more)\n", e, f, 100 * e / f
                else { print "feed: no figures found in the logs above"; exit 1 } }' "$out/feed.txt" | tee -a "$out/feed.txt" || status=1
+    # Where eval's time went: the method's steps alone (batches.jsonl's
+    # seconds: the forward pass, upload and download) against the domains'
+    # wall time, the rest being what the host does between steps (the
+    # per-batch diagnostics: the batch covariance and its eigenvectors,
+    # principal angles, cosines to the class vectors; reading a batch the
+    # pipe has not finished).
+    python3 - "$work/eval" <<'PY' | tee -a "$out/feed.txt" || status=1
+import json, os, sys
+d = sys.argv[1]
+steps = [json.loads(l) for l in open(os.path.join(d, "batches.jsonl"))]
+recs = [json.loads(l) for l in open(os.path.join(d, "results.jsonl"))]
+n, step_s, wall_s = sum(b["size"] for b in steps), sum(b["seconds"] for b in steps), sum(r["seconds"] for r in recs)
+print("feed: %d images; the method's steps %.2f s (%.1f img/s), the domains' wall time %.2f s (%.1f img/s): %.0f%% of it between steps"
+      % (n, step_s, n / step_s, wall_s, n / wall_s, 100 * (wall_s - step_s) / wall_s))
+PY
   fi
 fi
 if [ "${NCU:-}" = 1 ] && command -v ncu >/dev/null; then
