@@ -7,10 +7,10 @@
 // over the cores in a burst that the pass does not wait for. Pipe runs a
 // batch-reading function one batch ahead of its consumer, in order, and
 // hands buffers back for reuse, so that at most two batches are alive at
-// once: the one being computed on and the one being read. Each is used by
-// `subtta eval` (through tta/online's runner), `embed --images` and
-// `classify --images`.
+// once: the one being computed on and the one being read. `subtta eval`
+// (through tta/online's runner), `embed --images` and `classify --images`
+// read their batches through a Pipe.
 //
-// Each splits a batch's items over goroutines, the reading inside a
-// batch.
+// Each spreads the items of one batch over goroutines: the reading inside
+// a batch.
 package prefetch
