@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every GPU check of docs/gpu.md on a machine with an NVIDIA GPU and no
-# Go, in one go (about 6 minutes on an H200, estimated), and writes the logs to OUT:
+# Go, in one go (about 8 minutes on an H200, estimated), and writes the logs to OUT:
 #
 #   OUT/gpu.txt            nvidia-smi's name, driver and memory of the GPU
 #   OUT/gpu-test.txt       the gpu package's tests (cuda-bin/gpu.test -test.v):
@@ -18,6 +18,14 @@
 #                          built-in model and images) with --precision P, for P
 #                          fp32 (the CPU's table: 54.01 / 54.04 / 55.10), bf16
 #                          and fp16 (within 0.3 points of fp32 is the aim)
+#   OUT/feed.txt           whether decoding keeps the GPU fed: an ImageNet-C-
+#                          shaped folder (224-pixel JPEGs of quality 85, made by
+#                          subtta corrupt --dataset imagenet from SHARED's CIFAR-10
+#                          test JPEGs), subtta eval --device cuda --methods source
+#                          on it with ViT-B/32 (random weights, convert --random)
+#                          and bench --only forward at the same batch size: both
+#                          images/s, their ratio (the aim: 70% or more) and the
+#                          host's cores
 #   OUT/ncu.txt            with NCU=1 only: ncu's duration of 60 kernels of a
 #                          forward pass at batch 64 (after the warm-up pass);
 #                          OUT/ncu-bf16.txt the same with --precision bf16
@@ -29,9 +37,15 @@
 # has a time limit (LIMIT seconds, default 240), so one that hangs costs no
 # more.
 #
-# Usage: [OUT=DIR] [SHARED=DIR] [CLIPSRC=DIR] [NCU=1] scripts/gpu-run.sh [test|bench|matrix|eval]
-# (all four by default; `test` needs cuda-bin/gpu.test and SHARED, the others
-# cuda-bin/subtta and, for PyTorch, CLIPSRC).
+# Usage: [OUT=DIR] [SHARED=DIR] [CLIPSRC=DIR] [NCU=1] scripts/gpu-run.sh [test|bench|matrix|eval|feed]
+# (all five by default; `test` needs cuda-bin/gpu.test and SHARED, the others
+# cuda-bin/subtta and, for PyTorch, CLIPSRC; `feed` needs SHARED's
+# assets/cifar10/test-jpg.tar.gz and assets/labels/imagenet_classes_openai.txt,
+# and python3; FEED_IMAGES (default 10000) sets its number of images, WORK
+# (default OUT/feed-work) where its model and folders go). With DRY_RUN=1,
+# `feed` prepares its model and folder and prints the GPU commands without
+# running them; FEED_DEVICE=cpu FEED_LIMIT=N FEED_REPS=1 run them on the CPU
+# instead, N images a domain (both for checking the script without a GPU).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-results}
@@ -45,7 +59,11 @@ start=$SECONDS
 what=${1:-all}
 step() { echo "== $* ($((SECONDS - start)) s)" >&2; }
 
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+else
+  echo "no nvidia-smi" | tee "$out/gpu.txt"
+fi
 if [ "$what" = all ] || [ "$what" = test ]; then
   step "device tests"
   # In the package's folder, as go test runs it (testdata/).
@@ -81,6 +99,77 @@ if [ "$what" = all ] || [ "$what" = eval ]; then
     timeout "$limit" cuda-bin/subtta eval --device cuda --precision "$prec" --quiet --out "$out/eval-$prec" 2>&1 |
       tee "$out/eval-$prec.txt" || status=1
   done
+fi
+if [ "$what" = all ] || [ "$what" = feed ]; then
+  # eval --device cuda --methods source reads, decodes and preprocesses
+  # every image on the host (the next batch while the GPU computes the
+  # current one); bench's forward pass times the GPU alone on images
+  # already in memory. Their ratio says whether the host keeps up.
+  work=${WORK:-$out/feed-work}
+  n=${FEED_IMAGES:-10000}
+  batch=64
+  mkdir -p "$work"
+  step "feed: ViT-B/32 with random weights, an ImageNet-C-shaped folder of $n images"
+  model=$work/vitb32-random.safetensors
+  [ -f "$model" ] || cuda-bin/subtta convert --random --arch ViT-B-32-quickgelu "$model" || status=1
+  # The clean images in ImageNet's layout: 1000 class folders (ImageNet-C's
+  # classes are read by position), CIFAR-10's test JPEGs spread over them.
+  rm -rf "$work/clean" "$work/imagenet-c"
+  python3 - "$shared/assets/cifar10/test-jpg.tar.gz" "$work/clean" "$n" <<'PY' || status=1
+import os, sys, tarfile
+src, dst, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with tarfile.open(src) as t:
+    files = sorted((m for m in t.getmembers() if m.isfile() and m.name.lower().endswith(".jpg")), key=lambda m: m.name)
+    for i, m in enumerate(files[:n]):
+        d = os.path.join(dst, "c%04d" % (i % 1000))
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, m.name.replace("/", "_")), "wb") as f:
+            f.write(t.extractfile(m).read())
+PY
+  # Resize(256), CenterCrop(224), the corruption, JPEG quality 85: what
+  # ImageNet-C's files are. gaussian_noise makes the largest JPEGs (the
+  # slowest to decode), contrast small ones.
+  timeout "$limit" cuda-bin/subtta corrupt --dataset imagenet --data "$work/clean" --out "$work/imagenet-c" \
+    --corruptions gaussian_noise,contrast --severities 5 || status=1
+  device=${FEED_DEVICE:-cuda}
+  evalcmd=(cuda-bin/subtta eval --device "$device" --dataset imagenet-c --data "$work/imagenet-c" --corruptions gaussian_noise,contrast
+    --severities 5 --methods source --model "$model" --labels "$shared/assets/labels" --templates "a photo of a {}."
+    --batch-size "$batch" --limit "${FEED_LIMIT:-0}" --quiet --out "$work/eval")
+  benchcmd=(cuda-bin/subtta bench --device "$device" --only forward --reps "${FEED_REPS:-5}" --batch-size "$batch")
+  if [ "${DRY_RUN:-}" = 1 ]; then
+    echo "would run: ${evalcmd[*]}"
+    echo "would run: ${benchcmd[*]}"
+  else
+    step "feed: subtta eval --device $device --methods source, then bench --only forward, batch $batch"
+    rm -rf "$work/eval"
+    # A group, not a pipeline: status stays this shell's.
+    { echo "host: $(nproc) cores,$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)"
+      timeout "$limit" "${evalcmd[@]}" 2>&1 | grep -v '^|' || status=1
+      timeout "$limit" "${benchcmd[@]}" 2>&1 || status=1
+    } >"$out/feed.txt"
+    cat "$out/feed.txt"
+    # eval's line "source: N images in T s, R img/s" and bench's
+    # "forward   F images/s".
+    awk '/^source: .* img\/s/ { for (i = 1; i <= NF; i++) if ($(i+1) ~ /^img\/s/) e = $i }
+         /^forward / { f = $2 }
+         END { if (e && f) printf "feed: eval %.1f img/s, bench forward %.1f img/s: %.0f%% (aim: 70%% or more)\n", e, f, 100 * e / f
+               else { print "feed: no figures found in the logs above"; exit 1 } }' "$out/feed.txt" | tee -a "$out/feed.txt" || status=1
+    # Where eval's time went: the method's steps alone (batches.jsonl's
+    # seconds: the forward pass, upload and download) against the domains'
+    # wall time, the rest being what the host does between steps (the
+    # per-batch diagnostics: the batch covariance and its eigenvectors,
+    # principal angles, cosines to the class vectors; reading a batch the
+    # pipe has not finished).
+    python3 - "$work/eval" <<'PY' | tee -a "$out/feed.txt" || status=1
+import json, os, sys
+d = sys.argv[1]
+steps = [json.loads(l) for l in open(os.path.join(d, "batches.jsonl"))]
+recs = [json.loads(l) for l in open(os.path.join(d, "results.jsonl"))]
+n, step_s, wall_s = sum(b["size"] for b in steps), sum(b["seconds"] for b in steps), sum(r["seconds"] for r in recs)
+print("feed: %d images; the method's steps %.2f s (%.1f img/s), the domains' wall time %.2f s (%.1f img/s): %.0f%% of it between steps"
+      % (n, step_s, n / step_s, wall_s, n / wall_s, 100 * (wall_s - step_s) / wall_s))
+PY
+  fi
 fi
 if [ "${NCU:-}" = 1 ] && command -v ncu >/dev/null; then
   # 60 kernels of the second of four forward passes (a pass is about 180

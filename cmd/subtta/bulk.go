@@ -28,6 +28,7 @@ import (
 	"github.com/subtta/subtta/data/embedfile"
 	"github.com/subtta/subtta/eval"
 	"github.com/subtta/subtta/internal/atomicfile"
+	"github.com/subtta/subtta/internal/prefetch"
 )
 
 // Bulk embedding and classification: many images (a folder, a .tar or
@@ -223,58 +224,36 @@ type imageBatch struct {
 	lo, hi  int
 	px      []float32
 	digests []string
-	err     error
 }
 
-// prefetch decodes and preprocesses the images of [from, n) in batches of
-// size batch, decoding one batch ahead of the consumer with up to
-// GOMAXPROCS goroutines; stop ends it early.
-func prefetch(set *imageSet, pre *data.Preprocessor, from, n, batch int) (batches <-chan imageBatch, stop func()) {
-	out := make(chan imageBatch, 1)
-	quit := make(chan struct{})
-	go func() {
-		defer close(out)
-		for lo := from; lo < n; lo += batch {
-			hi := min(lo+batch, n)
-			b := imageBatch{lo: lo, hi: hi, px: make([]float32, (hi-lo)*pre.OutputLen()), digests: make([]string, hi-lo)}
-			errs := make([]error, hi-lo)
-			var wg sync.WaitGroup
-			next := make(chan int)
-			for range min(runtime.GOMAXPROCS(0), hi-lo) {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for k := range next {
-						img, err := set.read(lo + k)
-						if err == nil {
-							b.digests[k] = pixelDigest(img)
-							L := pre.OutputLen()
-							_, err = pre.Transform(b.px[k*L:(k+1)*L:(k+1)*L], img) // in place
-						}
-						if err != nil {
-							errs[k] = fmt.Errorf("%s: %w", set.ids[lo+k], err)
-						}
-					}
-				}()
-			}
-			for k := range hi - lo {
-				next <- k
-			}
-			close(next)
-			wg.Wait()
-			b.err = errors.Join(errs...)
-			select {
-			case out <- b:
-			case <-quit:
-				return
-			}
-			if b.err != nil {
-				return
-			}
+// readBatches decodes and preprocesses the images of [from, n) in batches
+// of size batch, one batch ahead of the caller (prefetch.Pipe: batch b+1
+// is decoded while the model runs on batch b), each batch's images on up
+// to GOMAXPROCS goroutines. A batch is the caller's until its next call to
+// Next; the pipe must be closed.
+func readBatches(set *imageSet, pre *data.Preprocessor, from, n, batch int) *prefetch.Pipe[*imageBatch] {
+	L := pre.OutputLen()
+	count := (max(n-from, 0) + batch - 1) / batch
+	return prefetch.Start(count, func(i int, b *imageBatch) (*imageBatch, error) {
+		lo := from + i*batch
+		hi := min(lo+batch, n)
+		if b == nil {
+			b = &imageBatch{px: make([]float32, batch*L), digests: make([]string, batch)}
 		}
-	}()
-	var once sync.Once
-	return out, func() { once.Do(func() { close(quit) }) }
+		b.lo, b.hi, b.px, b.digests = lo, hi, b.px[:(hi-lo)*L], b.digests[:hi-lo]
+		errs := make([]error, hi-lo)
+		prefetch.Each(hi-lo, 0, func(k int) {
+			img, err := set.read(lo + k)
+			if err == nil {
+				b.digests[k] = pixelDigest(img)
+				_, err = pre.Transform(b.px[k*L:(k+1)*L:(k+1)*L], img) // in place
+			}
+			if err != nil {
+				errs[k] = fmt.Errorf("%s: %w", set.ids[lo+k], err)
+			}
+		})
+		return b, errors.Join(errs...)
+	})
 }
 
 // modelIdentity names the model of a --model value by content, as eval
@@ -425,11 +404,15 @@ func embedImages(set *imageSet, b *clip.Bundle, f *embedfile.File, normalize boo
 	n := f.Settings().Rows
 	bar := newProgress(stderr, "embedding images", n-f.Done())
 	defer bar.Done()
-	batches, stop := prefetch(set, b.Preprocessor, f.Done(), n, f.Settings().BatchSize)
-	defer stop()
-	for batch := range batches {
-		if batch.err != nil {
-			return batch.err
+	batches := readBatches(set, b.Preprocessor, f.Done(), n, f.Settings().BatchSize)
+	defer batches.Close()
+	for {
+		batch, ok, err := batches.Next()
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
 		}
 		n := batch.hi - batch.lo
 		feat, err := b.Model.EncodeImage(batch.px, n)
@@ -505,12 +488,16 @@ func bulkClassify(bf *bulkFlags, b *clip.Bundle, head *clip.ZeroShot, classes []
 		Prob  float64 `json:"prob"`
 	}
 	bar := newProgress(stderr, "classifying", len(set.ids))
-	batches, stop := prefetch(set, b.Preprocessor, 0, len(set.ids), *bf.batch)
-	defer stop()
-	for batch := range batches {
-		if batch.err != nil {
+	batches := readBatches(set, b.Preprocessor, 0, len(set.ids), *bf.batch)
+	defer batches.Close()
+	for {
+		batch, ok, err := batches.Next()
+		if err != nil {
 			bar.Done()
-			return batch.err
+			return err
+		}
+		if !ok {
+			break
 		}
 		f, err := b.Model.EncodeImage(batch.px, batch.hi-batch.lo)
 		if err != nil {

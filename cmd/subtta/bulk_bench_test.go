@@ -4,6 +4,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -63,10 +64,18 @@ func BenchmarkBulkEmbedViTB32(b *testing.B) {
 		b.Fatal(err)
 	}
 	var batches []imageBatch
-	all, _ := prefetch(set, pre, 0, n, batch)
-	for bt := range all {
-		batches = append(batches, bt)
+	all := readBatches(set, pre, 0, n, batch)
+	for {
+		bt, ok, err := all.Next()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		batches = append(batches, imageBatch{lo: bt.lo, hi: bt.hi, px: slices.Clone(bt.px)}) // the pipe reuses bt
 	}
+	all.Close()
 	// Warm up: the first pass allocates what the later ones reuse.
 	if _, err := m.EncodeImage(batches[0].px, batch); err != nil {
 		b.Fatal(err)

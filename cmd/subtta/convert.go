@@ -2,15 +2,19 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/subtta/subtta/pretrain"
+	"github.com/subtta/subtta/textenc"
 	"github.com/subtta/subtta/weights"
 )
 
@@ -19,6 +23,8 @@ type convertOptions struct {
 	dtype             string
 	zstd              bool
 	modelConfig, arch string
+	random            bool
+	seed              uint64
 
 	stdout, stderr io.Writer
 }
@@ -29,21 +35,30 @@ func newConvertCmd(stdout, stderr io.Writer) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "convert SRC DST",
 		Short: "rewrite a checkpoint as OpenAI-named safetensors (fp16/bf16/int8, zstd)",
-		Long:  "rewrite a checkpoint as OpenAI-named safetensors (fp16/bf16/int8, zstd)",
-		RunE:  func(cmd *cobra.Command, args []string) error { return o.run(args) },
+		Long: "rewrite a checkpoint as OpenAI-named safetensors (fp16/bf16/int8, zstd)\n\n" +
+			"With --random (convert --random --arch ViT-B-32 DST), write a model of that architecture with random weights\n" +
+			"(OpenAI's initialisation) instead: a real model's shapes and cost, for timing eval, embed or serve\n" +
+			"without a checkpoint; its text tower takes the byte-level tokenizer (no vocabulary needed). Its predictions mean nothing.",
+		RunE: func(cmd *cobra.Command, args []string) error { return o.run(args) },
 	}
 	f := c.Flags()
 	f.StringVar(&o.dtype, "dtype", "f32", "storage type of float tensors: f32, f16, bf16, or int8 (the weights --precision int8 quantises stored as it quantises them, per output channel with float32 scales; every other tensor f32)")
 	f.BoolVar(&o.zstd, "zstd", false, "compress with zstd (implied by a DST ending in .zst)")
 	f.StringVar(&o.modelConfig, "model-config", "", strings.Replace(modelConfigHelp, "--model", "SRC", 1))
 	f.StringVar(&o.arch, "arch", "", strings.Replace(archHelp, "--model", "SRC", 1))
+	f.BoolVar(&o.random, "random", false, "write a model of --arch or --model-config with random weights to DST (the only argument), for timing")
+	f.Uint64Var(&o.seed, "seed", 1, "with --random: the seed of the weights")
 	c.RegisterFlagCompletionFunc("dtype", cobra.FixedCompletions([]string{"f32", "f16", "bf16", "int8"}, cobra.ShellCompDirectiveNoFileComp))
 	return c
 }
 
 // run converts args[0] (SRC) into args[1] (DST).
 func (o *convertOptions) run(args []string) error {
-	if len(args) != 2 {
+	if o.random {
+		if len(args) != 1 {
+			return usagef("--random: want DST only")
+		}
+	} else if len(args) != 2 {
 		return usagef("want SRC and DST")
 	}
 	var dt weights.DType
@@ -63,6 +78,9 @@ func (o *convertOptions) run(args []string) error {
 	if err != nil {
 		return err
 	}
+	if o.random {
+		return o.writeRandom(c, dt, args[0])
+	}
 	cfg, err := weights.Convert(args[0], args[1], weights.ConvertOptions{DType: dt, Zstd: o.zstd, Config: c})
 	if err != nil {
 		return err
@@ -77,6 +95,55 @@ func (o *convertOptions) run(args []string) error {
 	}
 	fmt.Fprintf(o.stdout, "wrote %s (%s; vision %d×%d, patch %d; text %d×%d; embed %d)\n", args[1], stored,
 		cfg.Vision.Layers, cfg.Vision.Width, cfg.Vision.PatchSize, cfg.Text.Layers, cfg.Text.Width, cfg.EmbedDim)
+	return nil
+}
+
+// writeRandom writes a model of architecture c with OpenAI's random
+// initialisation (pretrain.RandomState) to dst, its float tensors stored
+// as dt.
+func (o *convertOptions) writeRandom(c *weights.CLIPConfig, dt weights.DType, dst string) error {
+	if c == nil {
+		return usagef("--random needs --arch or --model-config (the architecture to make)")
+	}
+	switch {
+	case dt == weights.I8:
+		return usagef("--random: --dtype int8 is not offered (the weights are random: f32, f16 or bf16)")
+	case o.zstd || filepath.Ext(dst) == ".zst":
+		return usagef("--random: zstd does not shrink random weights: write a .safetensors file")
+	}
+	// The text tower takes the byte-level vocabulary (259 tokens, as
+	// `train`'s models do): no BPE vocabulary is needed to use the model,
+	// and only the token embedding's rows differ from the architecture's.
+	c.Text.VocabSize = textenc.ByteVocabSize
+	s, err := pretrain.RandomState(c, o.seed)
+	if err != nil {
+		return err
+	}
+	cj, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	meta := map[string]string{
+		"format":    "pt",
+		"layout":    string(weights.LayoutOpenAI),
+		"config":    string(cj),
+		"dtype":     string(dt),
+		"source":    fmt.Sprintf("random weights, seed %d", o.seed),
+		"generator": "github.com/subtta/subtta/pretrain.RandomState",
+	}
+	var tensors []weights.Tensor
+	for _, name := range c.Names() {
+		p, err := s.Param(name)
+		if err != nil {
+			return err
+		}
+		tensors = append(tensors, weights.Tensor{Name: name, DType: dt, Shape: p.Shape, Data: p.Data})
+	}
+	if err := weights.WriteFile(dst, tensors, meta); err != nil {
+		return err
+	}
+	fmt.Fprintf(o.stdout, "wrote %s (%s, random weights, seed %d; vision %d×%d, patch %d, %d pixels; text %d×%d; embed %d)\n", dst, dt, o.seed,
+		c.Vision.Layers, c.Vision.Width, c.Vision.PatchSize, c.Vision.ImageSize, c.Text.Layers, c.Text.Width, c.EmbedDim)
 	return nil
 }
 

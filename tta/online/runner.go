@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/subtta/subtta/internal/prefetch"
 	"github.com/subtta/subtta/tta"
 	"github.com/subtta/subtta/tta/feature"
 	"gonum.org/v1/gonum/mat"
@@ -372,20 +373,32 @@ func (r *Runner) stream(name string, domains []Domain, refs []sampleRef, results
 			return fmt.Errorf("tta: runner: %s: resume after %d batches, the stream has %d", name, skip, nb)
 		}
 	}
-	var pixels []float32
+	// The next batch is read (decoded, preprocessed) while the method
+	// steps on the current one; the batches and their order are the same.
+	mv, views := r.Method.(tta.MultiView)
+	nv, kind := 1, tta.ViewKind(0)
+	if views {
+		nv, kind = mv.Views(), mv.ViewKind()
+	}
+	nb := (len(refs) + bs - 1) / bs
+	pipe := prefetch.Start(nb-skip, func(i int, reuse fetched) (f fetched, err error) {
+		start := (skip + i) * bs
+		batch := refs[start:min(start+bs, len(refs))]
+		if views {
+			f.pixels, f.labels, err = r.fetchViews(domains, batch, nv, kind, reuse.pixels[:0])
+		} else {
+			f.pixels, f.labels, err = r.fetch(domains, batch, reuse.pixels[:0])
+		}
+		return f, err
+	})
+	defer pipe.Close()
 	for b, start := skip, skip*bs; start < len(refs); b, start = b+1, start+bs {
 		batch := refs[start:min(start+bs, len(refs))]
-		var labels []int
-		var err error
-		mv, views := r.Method.(tta.MultiView)
-		if views {
-			pixels, labels, err = r.fetchViews(domains, batch, mv.Views(), mv.ViewKind(), pixels[:0])
-		} else {
-			pixels, labels, err = r.fetch(domains, batch, pixels[:0])
-		}
+		f, _, err := pipe.Next()
 		if err != nil {
 			return err
 		}
+		pixels, labels := f.pixels, f.labels
 		t0 := time.Now()
 		if r.Config.Protocol == Episodic {
 			if err := r.Method.ResetSample(); err != nil {
@@ -436,6 +449,12 @@ func (r *Runner) stream(name string, domains []Domain, refs []sampleRef, results
 		}
 	}
 	return nil
+}
+
+// fetched is a batch's pixels and labels, read ahead of the method.
+type fetched struct {
+	pixels []float32
+	labels []int
 }
 
 // fetchViews reads v views of each of the batch's samples into dst, one

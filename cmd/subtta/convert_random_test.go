@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/subtta/subtta/autograd/kernel"
+	"github.com/subtta/subtta/textenc"
+)
+
+// TestConvertRandom: convert --random writes a model of the architecture
+// given that loads without --model-config or a vocabulary (the byte-level
+// tokenizer), whose image features are finite and differ between images;
+// the same seed writes the same bytes, another seed other weights; and the
+// flags it cannot honour are refused.
+func TestConvertRandom(t *testing.T) {
+	dir := t.TempDir()
+	arch := filepath.Join(dir, "tiny.json")
+	os.WriteFile(arch, []byte(`{"embed_dim": 32, "image_resolution": 64, "vision_layers": 2, "vision_width": 64,
+		"vision_patch_size": 16, "context_length": 77, "vocab_size": 49408, "transformer_width": 64,
+		"transformer_heads": 2, "transformer_layers": 1}`), 0o644)
+	write := func(name string, args ...string) string {
+		t.Helper()
+		dst := filepath.Join(dir, name)
+		var stdout, stderr bytes.Buffer
+		if st := run(append([]string{"convert", "--random", "--model-config", arch, dst}, args...), &stdout, &stderr); st != 0 {
+			t.Fatalf("convert --random: status %d: %s", st, stderr.String())
+		}
+		if !strings.Contains(stdout.String(), "random weights") {
+			t.Errorf("stdout %q", stdout.String())
+		}
+		b, err := os.ReadFile(dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	a, again, other := write("a.safetensors"), write("b.safetensors"), write("c.safetensors", "--seed", "2")
+	if a != again {
+		t.Error("the same seed wrote different files")
+	}
+	if a == other {
+		t.Error("--seed 2 wrote the same file as seed 1")
+	}
+	b, err := openModel(filepath.Join(dir, "a.safetensors"), "", "", "", kernel.FP32, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := b.Model.Config
+	if c.Vision.Width != 64 || c.Vision.Layers != 2 || c.Vision.ImageSize != 64 || c.Text.VocabSize != textenc.ByteVocabSize || c.Inferred {
+		t.Fatalf("config read back: %+v", c)
+	}
+	px := make([]float32, 2*b.Preprocessor.OutputLen())
+	for i := range px {
+		px[i] = float32(math.Sin(float64(i)))
+	}
+	for i := len(px) / 2; i < len(px); i++ {
+		px[i] = -px[i]
+	}
+	f, err := b.Model.EncodeImage(px, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := f.Value().Data().F64()
+	same := true
+	for j := range len(v) / 2 {
+		if math.IsNaN(v[j]) || math.IsInf(v[j], 0) {
+			t.Fatalf("feature %d is %v", j, v[j])
+		}
+		same = same && v[j] == v[len(v)/2+j]
+	}
+	if same {
+		t.Error("two different images have the same features")
+	}
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"convert", "--random", filepath.Join(dir, "x.safetensors")}, "--random needs --arch or --model-config"},
+		{[]string{"convert", "--random", "--model-config", arch, "--dtype", "int8", filepath.Join(dir, "x.safetensors")}, "int8 is not offered"},
+		{[]string{"convert", "--random", "--model-config", arch, filepath.Join(dir, "x.safetensors.zst")}, "zstd does not shrink"},
+		{[]string{"convert", "--random", "--model-config", arch, "src", filepath.Join(dir, "x.safetensors")}, "want DST only"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if st := run(tc.args, &stdout, &stderr); st != 2 || !strings.Contains(stderr.String(), tc.msg) {
+			t.Errorf("%q: status %d, %q; want 2 and %q", tc.args, st, stderr.String(), tc.msg)
+		}
+	}
+}
