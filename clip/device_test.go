@@ -189,10 +189,16 @@ func TestTextTowerOnDevice(t *testing.T) {
 		if len(got) != len(want) || len(want) == 0 {
 			t.Fatalf("%s: %d values through the seam, %d on the CPU", name, len(got), len(want))
 		}
+		// Within 1e-5 of the largest value, as TestDeviceSeam: on a device
+		// each linear layer's bias is added after its product's whole sum,
+		// on the CPU with the product's first block of K.
+		worst, scale := 0.0, 0.0
 		for i := range want {
-			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-				t.Fatalf("%s: value %d is %g through the seam, %g on the CPU", name, i, got[i], want[i])
-			}
+			worst = max(worst, math.Abs(float64(got[i]-want[i])))
+			scale = max(scale, math.Abs(float64(want[i])))
+		}
+		if worst > 1e-5*scale {
+			t.Fatalf("%s: %.2e from the CPU's through the seam, more than 1e-5 of its largest value %.2e", name, worst, scale)
 		}
 	}
 	n, embed := len(tokens), m.Config.EmbedDim
@@ -270,8 +276,10 @@ func TestTextTowerOnDevice(t *testing.T) {
 			scale = max(scale, math.Abs(float64(w)))
 			worst = max(worst, math.Abs(float64(c.got[k]-w)))
 		}
-		if len(c.got) != len(c.want) || worst > 1e-6*scale || scale == 0 {
-			t.Errorf("%s: %.2e from the CPU's, more than 1e-6 of its largest value %.2e", c.name, worst, scale)
+		// 1e-5 as TestDeviceSeam's gradients: the fused bias rounds
+		// differently (3.1e-6 measured for the context's gradient).
+		if len(c.got) != len(c.want) || worst > 1e-5*scale || scale == 0 {
+			t.Errorf("%s: %.2e from the CPU's, more than 1e-5 of its largest value %.2e", c.name, worst, scale)
 		}
 		t.Logf("%s: within %.1e of the CPU's (relative to the largest)", c.name, worst/scale)
 	}
