@@ -5,7 +5,10 @@
 //
 // The GEMM micro-kernels are Go assembly for AVX-512 and AVX2+FMA, chosen at
 // run time from the CPU's features; a pure-Go reference runs on other CPUs
-// and in tests. All matrices are row-major with an explicit leading dimension
+// and in tests. The AVX2 kernel prefetches into L2 the packed B panel that
+// follows the one it sweeps, which the driver sweeps next: at the model's
+// shapes the first tile of each panel otherwise waits for B from L3 or
+// memory (docs/performance.md, "AVX2 kernels on an AVX-512 EPYC"). All matrices are row-major with an explicit leading dimension
 // (the distance in elements between the starts of two rows).
 //
 // Reduced precision for passes without gradients: GemmInt8 (weights

@@ -10,6 +10,9 @@
 TEXT ·sgemmAVX2(SB), NOSPLIT, $0-72
 	MOVQ ldc+32(FP), R9
 	SHLQ $2, R9
+	MOVQ kb+0(FP), R12
+	SHLQ $6, R12
+	ADDQ b+16(FP), R12
 tileloop:
 	MOVQ kb+0(FP), CX
 	MOVQ a+8(FP), SI
@@ -46,6 +49,8 @@ tileloop:
 	SHRQ $2, BX
 	JZ tail
 loop:
+	PREFETCHT1 (R12)
+	ADDQ $16, R12
 	VMOVUPS 0(DX), Y0
 	VMOVUPS 32(DX), Y1
 	VBROADCASTSS 0(SI), Y2
@@ -237,6 +242,9 @@ store:
 TEXT ·sgemmAVX2Rows(SB), NOSPLIT, $0-80
 	MOVQ ldc+40(FP), R9
 	SHLQ $2, R9
+	MOVQ kb+0(FP), R12
+	SHLQ $6, R12
+	ADDQ b+24(FP), R12
 	MOVQ lda+16(FP), R8
 	SHLQ $2, R8
 tileloop:
@@ -277,6 +285,8 @@ tileloop:
 	SHRQ $2, BX
 	JZ tail
 loop:
+	PREFETCHT1 (R12)
+	ADDQ $16, R12
 	VMOVUPS 0(DX), Y0
 	VMOVUPS 32(DX), Y1
 	VBROADCASTSS (SI), Y2

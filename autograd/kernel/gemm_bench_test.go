@@ -22,11 +22,7 @@ func BenchmarkPeakFMA(b *testing.B) {
 		b.Skip("no AVX2+FMA on this CPU")
 	}
 	const iters = 1 << 20
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		fmaPeakAll(iters)
-	}
-	b.ReportMetric(float64(Threads()*fmaPeak(1))*iters*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	reportGFLOPS(b, float64(Threads()*fmaPeak(1))*iters, func() { fmaPeakAll(iters) })
 }
 
 // BenchmarkGemm: C = A·Wᵀ with W packed once, as a frozen Linear layer runs,

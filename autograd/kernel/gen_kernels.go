@@ -25,12 +25,14 @@ type spec struct {
 	vecs   int    // registers per tile row (nr = vecs·lanes)
 	unroll int
 	rows   bool // A read in place (row r at a + r·lda) instead of packed
+	// pfNext: prefetch the B panel after this one (see gen).
+	pfNext bool
 }
 
 func main() {
 	for _, s := range []spec{
-		{"sgemmAVX2", "gemm_avx2_amd64.s", "Y", 8, 6, 2, 4, false},
-		{"sgemmAVX512", "gemm_avx512_amd64.s", "Z", 16, 8, 2, 4, false},
+		{"sgemmAVX2", "gemm_avx2_amd64.s", "Y", 8, 6, 2, 4, false, true},
+		{"sgemmAVX512", "gemm_avx512_amd64.s", "Z", 16, 8, 2, 4, false, false},
 	} {
 		rows := s
 		rows.name += "Rows"
@@ -543,6 +545,16 @@ func gen(s spec) string {
 	w("TEXT ·%s(SB), NOSPLIT, $0-%d", s.name, 72+off)
 	w("\tMOVQ ldc+%d(FP), R9", 32+off)
 	w("\tSHLQ $2, R9")
+	if s.pfNext {
+		// R12 walks the B panel that follows this one in memory (the next
+		// column panel of a packed B, which the caller sweeps next), 16
+		// bytes per unrolled step and on across the tiles: one line every
+		// four steps, the whole panel over 16 tiles of kb ≥ 4. Without it
+		// the first tile of every panel waits for B from L3 or memory.
+		w("\tMOVQ kb+0(FP), R12")
+		w("\tSHLQ $%d, R12", log2(4*nr))
+		w("\tADDQ b+%d(FP), R12", 16+off)
+	}
 	if s.rows {
 		w("\tMOVQ lda+16(FP), R8")
 		w("\tSHLQ $2, R8")
@@ -589,6 +601,10 @@ func gen(s spec) string {
 	w("\tSHRQ $%d, BX", log2(s.unroll))
 	w("\tJZ tail")
 	w("loop:")
+	if s.pfNext {
+		w("\tPREFETCHT1 (R12)")
+		w("\tADDQ $16, R12")
+	}
 	for u := 0; u < s.unroll; u++ {
 		step(u)
 	}
