@@ -33,6 +33,13 @@ func BenchmarkDiagnosticParts(b *testing.B) {
 			}
 		}
 	})
+	b.Run("basis", func(b *testing.B) {
+		for range b.N {
+			if _, err := CovarianceBasis(f, ts); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("angles", func(b *testing.B) {
 		for range b.N {
 			if _, err := PrincipalAngleCosines(a.Basis, ts.Basis); err != nil {
