@@ -40,6 +40,14 @@ func BenchmarkDiagnosticParts(b *testing.B) {
 			}
 		}
 	})
+	b.Run("eigen", func(b *testing.B) {
+		s, _ := BatchCovariance(f)
+		for range b.N {
+			if _, err := factorizeSym(s); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("angles", func(b *testing.B) {
 		for range b.N {
 			if _, err := PrincipalAngleCosines(a.Basis, ts.Basis); err != nil {
