@@ -178,16 +178,15 @@ func CovarianceBasis(f mat.Matrix, text *TextSubspace) (*mat.Dense, error) {
 	first := text.First
 
 	s, _ := BatchCovariance(f)
-	// Σ = α·Σ_T + (1−α)·S as Align forms it: with α = 0 it is S but for
-	// the sign of a zero (0·x is −0 for a negative x).
-	sigma := mat.NewSymDense(d, nil)
-	sr, so, sg := s.RawSymmetric(), text.Cov.RawSymmetric(), sigma.RawSymmetric()
+	// Σ = α·Σ_T + (1−α)·S as Align forms it, in S's place: with α = 0 it
+	// is S but for the sign of a zero (0·x is −0 for a negative x).
+	sr, so := s.RawSymmetric(), text.Cov.RawSymmetric()
 	for i := range d {
 		for j := i; j < d; j++ {
-			sg.Data[i*sg.Stride+j] = alpha*so.Data[i*so.Stride+j] + (1-alpha)*sr.Data[i*sr.Stride+j]
+			sr.Data[i*sr.Stride+j] = alpha*so.Data[i*so.Stride+j] + (1-alpha)*sr.Data[i*sr.Stride+j]
 		}
 	}
-	dec, err := factorizeSym(sigma)
+	dec, err := factorizeSym(s)
 	if err != nil {
 		return nil, fmt.Errorf("feature: align: eigendecomposition of the covariance: %w", err)
 	}
