@@ -158,6 +158,47 @@ func Align(f mat.Matrix, sigmaOld mat.Symmetric, text *TextSubspace, opt AlignOp
 	}, nil
 }
 
+// CovarianceBasis returns B_V of the batch covariance alone: the basis
+// that Align(f, text.Cov, text, AlignOptions{}) returns (α = 0, so Σ = S),
+// bit for bit, computed with the same arithmetic (S, the EMA with α = 0,
+// the decomposition on the current device or the CPU as Align's) but
+// without the loss, its gradients and the d×d eigenvector matrix. The
+// diagnostics of a method without an alignment of its own measure their
+// principal angles on it.
+func CovarianceBasis(f mat.Matrix, text *TextSubspace) (*mat.Dense, error) {
+	_, d := f.Dims()
+	if text.Cov.SymmetricDim() != d {
+		return nil, fmt.Errorf("feature: align: previous covariance is %d×%d, features have %d dims", text.Cov.SymmetricDim(), text.Cov.SymmetricDim(), d)
+	}
+	alpha, _, err := checkAlign(f, text, AlignOptions{})
+	if err != nil {
+		return nil, err
+	}
+	r := text.Rank()
+	first := text.First
+
+	s, _ := BatchCovariance(f)
+	// Σ = α·Σ_T + (1−α)·S as Align forms it, in S's place: with α = 0 it
+	// is S but for the sign of a zero (0·x is −0 for a negative x).
+	sr, so := s.RawSymmetric(), text.Cov.RawSymmetric()
+	for i := range d {
+		for j := i; j < d; j++ {
+			sr.Data[i*sr.Stride+j] = alpha*so.Data[i*so.Stride+j] + (1-alpha)*sr.Data[i*sr.Stride+j]
+		}
+	}
+	dec, err := factorizeSym(s)
+	if err != nil {
+		return nil, fmt.Errorf("feature: align: eigendecomposition of the covariance: %w", err)
+	}
+	// Row i of B_V is the eigenvector of the (first+i)-th largest
+	// eigenvalue: row d−1−first−i of the ascending decomposition.
+	basis := mat.NewDense(r, d, nil)
+	for i := range r {
+		copy(basis.RawRowView(i), dec.Vectors.RawRowView(d-1-first-i))
+	}
+	return basis, nil
+}
+
 // checkAlign checks Align's features and options against the text
 // subspace and returns α (0 with NoEMA) and the gap guard.
 func checkAlign(f mat.Matrix, text *TextSubspace, opt AlignOptions) (alpha, gapTol float64, err error) {

@@ -4,8 +4,11 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
+	"github.com/subtta/subtta/autograd/kernel"
+	"github.com/subtta/subtta/internal/symeig"
 	"github.com/subtta/subtta/tta/internal/fxt"
 	"gonum.org/v1/gonum/mat"
 )
@@ -250,5 +253,109 @@ func TestAlignBadInput(t *testing.T) {
 	}
 	if _, err := Align(p.f, p.sigmaOld, p.text, AlignOptions{Alpha: 1.5}); err == nil {
 		t.Error("alpha 1.5: no error")
+	}
+}
+
+// flippedEigen is a kernel.SymmetricEigen on kernel.Host that decomposes
+// with internal/symeig and negates every eigenvector (their signs are
+// arbitrary): a basis computed on it differs from the CPU's, so a function
+// that left the device path would be seen.
+type flippedEigen struct{ kernel.Device }
+
+func (flippedEigen) SymEig(a []float64, n int) ([]float64, []float64, error) {
+	dec, err := symeig.Factorize(mat.NewSymDense(n, a))
+	if err != nil {
+		return nil, nil, err
+	}
+	v := mat.DenseCopyOf(dec.Vectors).RawMatrix().Data
+	for i := range v {
+		v[i] = -v[i]
+	}
+	return dec.Values, v, nil
+}
+
+// TestCovarianceBasis checks that CovarianceBasis gives Align's B_V with
+// α = 0 against Σ_T bit for bit (what the diagnostics read), on the
+// fixtures' batches and on random ones (the top PC dropped and kept, one
+// sample to 64), on the CPU, with kernel.Host set and with a device that
+// decomposes (whose eigenvectors' signs differ from the CPU's).
+func TestCovarianceBasis(t *testing.T) {
+	type problem struct {
+		name string
+		f    *mat.Dense
+		ts   *TextSubspace
+	}
+	var probs []problem
+	cfg := fxt.ReadSubTTAConfig(t)
+	for _, file := range fxt.SubTTAFiles {
+		x := fxt.Open(t, file)
+		ts := textSubspaceFrom(t, x, cfg)
+		for k := range x.Batches("b", "F1") {
+			probs = append(probs, problem{fmt.Sprintf("%s b%d", file, k), x.Dense(fmt.Sprintf("b%d.F1", k)), ts})
+		}
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, c := range []struct {
+		b, d, c, rank int
+		keepTop       bool
+	}{{64, 32, 20, 8, false}, {16, 24, 10, 9, true}, {2, 16, 5, 3, false}, {64, 128, 100, 64, false}} {
+		tm, _ := NormalizeRows(fxt.RandDense(rng, c.c, c.d, 1))
+		ts, err := NewTextSubspace(tm, SubspaceOptions{Rank: c.rank, KeepTopPC: c.keepTop})
+		if err != nil {
+			t.Fatal(err)
+		}
+		probs = append(probs, problem{fmt.Sprintf("random %d×%d, %d classes, rank %d, top PC kept %v", c.b, c.d, c.c, c.rank, c.keepTop), fxt.RandDense(rng, c.b, c.d, 0.1), ts})
+	}
+	for _, dev := range []struct {
+		name string
+		d    kernel.Device
+	}{{"CPU", nil}, {"kernel.Host", kernel.Host}, {"a decomposing device", flippedEigen{kernel.Host}}} {
+		for _, p := range probs {
+			var want *Alignment
+			var got *mat.Dense
+			var err1, err2 error
+			withFloat64Device(dev.d, func() {
+				want, err1 = Align(p.f, p.ts.Cov, p.ts, AlignOptions{})
+				got, err2 = CovarianceBasis(p.f, p.ts)
+			})
+			if err1 != nil || err2 != nil {
+				t.Fatalf("%s, %s: %v, %v", dev.name, p.name, err1, err2)
+			}
+			w, g := want.Basis.RawMatrix(), got.RawMatrix()
+			if r, c := got.Dims(); r != p.ts.Rank() || c != w.Cols {
+				t.Fatalf("%s, %s: basis %d×%d, want %d×%d", dev.name, p.name, r, c, p.ts.Rank(), w.Cols)
+			}
+			for i := range w.Rows {
+				for j := range w.Cols {
+					if a, b := g.Data[i*g.Stride+j], w.Data[i*w.Stride+j]; math.Float64bits(a) != math.Float64bits(b) {
+						t.Fatalf("%s, %s: B_V[%d, %d] = %v, Align's %v", dev.name, p.name, i, j, a, b)
+					}
+				}
+			}
+		}
+	}
+	// The decomposing device's basis is the CPU's negated: the comparison
+	// above sees which path a function took.
+	p := probs[0]
+	cpu, _ := CovarianceBasis(p.f, p.ts)
+	var dev *mat.Dense
+	withFloat64Device(flippedEigen{kernel.Host}, func() { dev, _ = CovarianceBasis(p.f, p.ts) })
+	if cpu.At(0, 0) == 0 || dev.At(0, 0) != -cpu.At(0, 0) {
+		t.Errorf("the decomposing device's B_V[0, 0] is %v, the CPU's %v: the test cannot tell the paths apart", dev.At(0, 0), cpu.At(0, 0))
+	}
+}
+
+// TestCovarianceBasisBadInput: features of another width than the text
+// subspace's are refused with an error that says so.
+func TestCovarianceBasisBadInput(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	tm, _ := NormalizeRows(fxt.RandDense(rng, 10, 16, 1))
+	ts, err := NewTextSubspace(tm, SubspaceOptions{Rank: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = CovarianceBasis(fxt.RandDense(rng, 8, 12, 1), ts)
+	if err == nil || !strings.Contains(err.Error(), "12 dims") {
+		t.Errorf("12-dim features against a 16-dim subspace: error %v", err)
 	}
 }

@@ -3,11 +3,13 @@ package online
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/subtta/subtta/tta"
+	"github.com/subtta/subtta/tta/feature"
 	"github.com/subtta/subtta/tta/internal/fxt"
 )
 
@@ -86,6 +88,60 @@ func TestTrueClassCosineFixture(t *testing.T) {
 		}
 		if math.Abs(*rec.TrueClassCosine-mean) > 1e-15 {
 			t.Errorf("batch %d: mean %v, want %v", k, *rec.TrueClassCosine, mean)
+		}
+	}
+}
+
+// TestPrincipalCosinesWithoutAlignment: for a method without an alignment
+// of its own, a batch record's principal-angle cosines are, bit for bit,
+// those of Align's B_V with α = 0 (the batch covariance alone) against the
+// text subspace's B_T.
+func TestPrincipalCosinesWithoutAlignment(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	head, _ := feature.NormalizeRows(fxt.RandDense(rng, 40, 32, 1))
+	ts, err := feature.NewTextSubspace(head, feature.SubspaceOptions{Rank: 12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 16
+	m := &fixedFeatures{}
+	var labels []int
+	for range 3 {
+		preds := make([]int, n)
+		for i := range preds {
+			preds[i] = rng.IntN(40)
+			labels = append(labels, rng.IntN(40))
+		}
+		m.f, m.preds = append(m.f, fxt.RandDense(rng, n, 32, 1)), append(m.preds, preds)
+	}
+	d := fxt.NewDomain("d", make([][]float32, len(labels)), labels)
+	var recs []BatchRecord
+	r := Runner{Method: m, Config: RunnerConfig{BatchSize: n, Text: ts, Head: head, OnBatch: func(b BatchRecord) error {
+		recs = append(recs, b)
+		return nil
+	}}}
+	if _, err := r.Run([]Domain{d}); err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != len(m.f) {
+		t.Fatalf("%d batch records, want %d", len(recs), len(m.f))
+	}
+	for k, rec := range recs {
+		a, err := feature.Align(m.f[k], ts.Cov, ts, feature.AlignOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := feature.PrincipalAngleCosines(a.Basis, ts.Basis)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rec.PrincipalCosines) != len(want) {
+			t.Fatalf("batch %d: %d cosines, want %d", k, len(rec.PrincipalCosines), len(want))
+		}
+		for i, w := range want {
+			if math.Float64bits(rec.PrincipalCosines[i]) != math.Float64bits(w) {
+				t.Errorf("batch %d: cosine %d is %v, Align's basis gives %v", k, i, rec.PrincipalCosines[i], w)
+			}
 		}
 	}
 }

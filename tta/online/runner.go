@@ -540,12 +540,12 @@ func (r *Runner) diagnose(rec *BatchRecord, res *tta.Result, labels []int) error
 		if a := res.Diag.Alignment; a != nil {
 			bv = a.Basis
 		} else if n, _ := f.Dims(); n >= 2 {
-			// The basis of the batch covariance alone (α = 0).
-			a, err := feature.Align(f, ts.Cov, ts, feature.AlignOptions{})
+			// The basis of the batch covariance alone (Align's with α = 0).
+			b, err := feature.CovarianceBasis(f, ts)
 			if err != nil {
 				return err
 			}
-			bv = a.Basis
+			bv = b
 		}
 		if bv != nil {
 			cos, err := feature.PrincipalAngleCosines(bv, ts.Basis)
