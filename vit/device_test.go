@@ -4,39 +4,15 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"sync"
 	"testing"
 
 	"github.com/nlpodyssey/spago/ag"
 	smat "github.com/nlpodyssey/spago/mat"
 	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/autograd/kernel"
+	"github.com/subtta/subtta/internal/devicetest"
 	"github.com/subtta/subtta/weights"
 )
-
-// transferCounter is kernel.Host counting the values copied each way.
-type transferCounter struct {
-	kernel.Device
-	mu             sync.Mutex
-	up, down       int
-	uploads, calls int
-}
-
-func (c *transferCounter) Upload(dst kernel.Buf, src []float32) error {
-	c.mu.Lock()
-	c.up += len(src)
-	c.uploads++
-	c.mu.Unlock()
-	return c.Device.Upload(dst, src)
-}
-
-func (c *transferCounter) Download(dst []float32, src kernel.Buf) error {
-	c.mu.Lock()
-	c.down += len(dst)
-	c.calls++
-	c.mu.Unlock()
-	return c.Device.Download(dst, src)
-}
 
 // TestTowerOnDevice runs a forward pass without gradients through the
 // device seam on kernel.Host (autograd.VisionTowerOnDevice: patches, their
@@ -66,7 +42,7 @@ func TestTowerOnDevice(t *testing.T) {
 	images := smat.NewDense[float32](smat.WithShape(batch, 3*size*size), smat.WithBacking(px))
 	want := m.Forward(images, nil).Value().Data().F32()
 
-	dev := &transferCounter{Device: kernel.Host}
+	dev := &devicetest.TransferCounter{Device: kernel.Host}
 	autograd.SetDevice(dev)
 	defer autograd.SetDevice(nil)
 	got := m.Forward(images, nil).Value().Data().F32()
@@ -78,19 +54,19 @@ func TestTowerOnDevice(t *testing.T) {
 			t.Fatalf("feature %d: %g through the seam, %g on the CPU", i, got[i], want[i])
 		}
 	}
-	if dev.calls != 1 || dev.down != len(want) {
-		t.Errorf("%d downloads of %d values, want one of the %d features", dev.calls, dev.down, len(want))
+	if dev.Downloads != 1 || dev.Down != len(want) {
+		t.Errorf("%d downloads of %d values, want one of the %d features", dev.Downloads, dev.Down, len(want))
 	}
 	// Up: the images at each pass; the weights of the patch embedding and
 	// the blocks' linear layers, the LayerNorm parameters, the embeddings
 	// and the projection once, on the first pass (they are kept, and
 	// uploaded again only when they change).
 	perPass := len(px)
-	up := dev.up
-	dev.up = 0
+	up := dev.Up
+	dev.Up = 0
 	m.Forward(images, nil)
-	if dev.up != perPass {
-		t.Errorf("second pass: %d values uploaded, want %d (the images only)", dev.up, perPass)
+	if dev.Up != perPass {
+		t.Errorf("second pass: %d values uploaded, want %d (the images only)", dev.Up, perPass)
 	}
 	if up <= perPass {
 		t.Errorf("first pass: %d values uploaded, no more than a later pass's %d: the weights were not uploaded once", up, perPass)
@@ -125,7 +101,7 @@ func TestTowerOnDevice(t *testing.T) {
 	autograd.SetDevice(nil)
 	wantF, wantG := grads()
 	autograd.SetDevice(dev)
-	dev.down, dev.calls = 0, 0
+	dev.Down, dev.Downloads = 0, 0
 	gotF, gotG := grads()
 	for i := range wantF {
 		if math.Float32bits(gotF[i]) != math.Float32bits(wantF[i]) {
@@ -144,19 +120,19 @@ func TestTowerOnDevice(t *testing.T) {
 			t.Errorf("LayerNorm gradient %d: %.2e from the CPU's, largest value %.2e", i, worst, scale)
 		}
 	}
-	if dev.down != len(wantF)+lnValues || dev.calls != 2 {
+	if dev.Down != len(wantF)+lnValues || dev.Downloads != 2 {
 		t.Errorf("recording pass and backward: %d values downloaded in %d calls, want the %d features and the %d LayerNorm gradients in one call each",
-			dev.down, dev.calls, len(wantF), lnValues)
+			dev.Down, dev.Downloads, len(wantF), lnValues)
 	}
 	// Two recording passes without an optimizer step between them: the
 	// trainable LayerNorms go up once. The second pass and its backward
 	// pass upload the images, the features' gradient and the row of zeros
 	// that the class tokens' gradient is spread over, nothing else.
 	perStep := len(px) + len(wantF) + cfg.Vision.Width
-	dev.up = 0
+	dev.Up = 0
 	grads()
-	if dev.up != perStep {
-		t.Errorf("second recording pass and backward: %d values uploaded, want %d (the images, the features' gradient and a row of zeros)", dev.up, perStep)
+	if dev.Up != perStep {
+		t.Errorf("second recording pass and backward: %d values uploaded, want %d (the images, the features' gradient and a row of zeros)", dev.Up, perStep)
 	}
 	// A step (here by hand, as optim writes in place) changes ln_pre's γ:
 	// that alone goes up again.
@@ -166,10 +142,10 @@ func TestTowerOnDevice(t *testing.T) {
 	autograd.SetDevice(nil)
 	wantStepped, _ := grads()
 	autograd.SetDevice(dev)
-	dev.up = 0
+	dev.Up = 0
 	gotStepped, _ := grads()
-	if dev.up != perStep+len(gamma) {
-		t.Errorf("recording pass after a step: %d values uploaded, want %d (ln_pre's γ again)", dev.up, perStep+len(gamma))
+	if dev.Up != perStep+len(gamma) {
+		t.Errorf("recording pass after a step: %d values uploaded, want %d (ln_pre's γ again)", dev.Up, perStep+len(gamma))
 	}
 	for i := range wantStepped {
 		if math.Float32bits(gotStepped[i]) != math.Float32bits(wantStepped[i]) {
