@@ -10,10 +10,12 @@ import "github.com/subtta/subtta/autograd/kernel"
 // weights (float32 sums into float32 outputs). LayerNorm's statistics,
 // attention (its products take float32 operands, which the device rounds
 // as its precision says), the bias, the residuals and the block's output
-// stay float32. It reports false, doing nothing, where it does not apply;
-// a pass that records for backward never takes it (blockRecord keeps its
-// float32 values for backward, and its products round the float32 operands
-// as the device's precision says).
+// stay float32: out_proj and c_proj add their products onto the residual
+// stream (float32, beta = 1) that ln_1 and ln_2 write with their bias. It
+// reports false, doing nothing, where it does not apply; a pass that
+// records for backward never takes it (blockRecord keeps its float32
+// values for backward, and its products round the float32 operands as the
+// device's precision says).
 func (r *devRun) blockForwardHalf(op *blockOp[float32], x kernel.Buf) bool {
 	h, _ := kernel.HalfOf(r.d)
 	if h == nil || r.err != nil {
@@ -30,30 +32,28 @@ func (r *devRun) blockForwardHalf(op *blockOp[float32], x kernel.Buf) bool {
 	mark := len(r.bufs)
 	defer r.freeFrom(mark)
 	h16 := r.alloc(kernel.HalfLen(n * max(w, m)))
-	gemm := func(l *LinearParams, a16, w16, y kernel.Buf) {
+	gemm := func(l *LinearParams, a16, w16 kernel.Buf, beta float32, y kernel.Buf) {
 		r.do(func() error {
-			return h.GemmHalf(false, true, n, l.Out(), l.In(), 1, a16, l.In(), w16, l.In(), 0, y, l.Out())
+			return h.GemmHalf(false, true, n, l.Out(), l.In(), 1, a16, l.In(), w16, l.In(), beta, y, l.Out())
 		})
 	}
-	ln := func(x kernel.Buf, l *LayerNormParams) {
+	// ln writes ln(x) in 16 bits and res = x + bias in float32.
+	ln := func(x kernel.Buf, l *LayerNormParams, res, bias kernel.Buf) {
 		g, b := r.upload(values[float32](l.Gamma)), r.upload(values[float32](l.Beta))
-		r.do(func() error { return h.LayerNormHalf(h16, x, n, w, g, b, l.Eps) })
+		r.do(func() error { return h.LayerNormHalf(h16, x, n, w, g, b, l.Eps, res, bias) })
 	}
-	ln(x, p.LN1)
+	x1 := r.alloc(n * w)
+	ln(x, p.LN1, x1, bias[1]) // and x₁ = x + out_proj's bias
 	qkv := r.alloc(3 * n * w)
-	gemm(p.QKV, h16, w16[0], qkv)
+	gemm(p.QKV, h16, w16[0], 0, qkv)
 	r.attendThen(op.a, qkv, bias[0], func(o kernel.Buf) error {
 		return h.MergeHeadsHalf(h16, o, op.a.batch, op.a.tokens, op.a.heads, op.a.headDim())
 	})
-	proj := r.alloc(n * w)
-	gemm(p.Out, h16, w16[1], proj)
-	x1 := r.alloc(n * w)
-	r.do(func() error { return h.BiasResidual(x1, proj, bias[1], x, n, w) }) // x₁ = x + out_proj(attn)
-	ln(x1, p.LN2)
+	gemm(p.Out, h16, w16[1], 1, x1) // x₁ += out_proj(attn)
+	ln(x1, p.LN2, x, bias[3])       // and y = x₁ + c_proj's bias, where x was
 	hidden := r.alloc(n * m)
-	gemm(p.FC, h16, w16[2], hidden)
+	gemm(p.FC, h16, w16[2], 0, hidden)
 	r.do(func() error { return h.BiasActivationHalf(h16, hidden, n, m, bias[2], activationOf(p)) })
-	gemm(p.Proj, h16, w16[3], proj)
-	r.do(func() error { return h.BiasResidual(x, proj, bias[3], x1, n, w) }) // y = x₁ + c_proj(act)
+	gemm(p.Proj, h16, w16[3], 1, x) // y += c_proj(act)
 	return true
 }

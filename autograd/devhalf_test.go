@@ -72,9 +72,15 @@ func (d *halfHost) GemmHalf(transA, transB bool, m, n, k int, alpha float32, a k
 	return nil
 }
 
-func (d *halfHost) LayerNormHalf(y16, x kernel.Buf, rows, cols int, gamma, beta kernel.Buf, eps float64) error {
+func (d *halfHost) LayerNormHalf(y16, x kernel.Buf, rows, cols int, gamma, beta kernel.Buf, eps float64, res, bias kernel.Buf) error {
 	y := make(kernel.HostBuf, rows*cols)
-	if err := d.Device.LayerNorm(y, x, rows, cols, gamma, beta, eps, nil, nil); err != nil {
+	var err error
+	if res != nil {
+		err = d.Device.LayerNormResidual(y, x, rows, cols, gamma, beta, eps, nil, nil, res, bias)
+	} else {
+		err = d.Device.LayerNorm(y, x, rows, cols, gamma, beta, eps, nil, nil)
+	}
+	if err != nil {
 		return err
 	}
 	round16(y16, y)

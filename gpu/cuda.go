@@ -1020,21 +1020,39 @@ func (d *device) optPtrs(what string, n int, bs ...kernel.Buf) ([]C.uintptr_t, e
 }
 
 func (d *device) LayerNorm(y, x kernel.Buf, rows, cols int, gamma, beta kernel.Buf, eps float64, mean, rstd kernel.Buf) error {
+	return d.layerNorm("LayerNorm", y, x, rows, cols, gamma, beta, eps, mean, rstd, nil, nil)
+}
+
+// LayerNormResidual runs layer_norm (or layer_norm_rows) writing res = x +
+// bias as well.
+func (d *device) LayerNormResidual(y, x kernel.Buf, rows, cols int, gamma, beta kernel.Buf, eps float64, mean, rstd, res, bias kernel.Buf) error {
+	if res == nil {
+		return fmt.Errorf("gpu: LayerNormResidual: no residual buffer")
+	}
+	return d.layerNorm("LayerNormResidual", y, x, rows, cols, gamma, beta, eps, mean, rstd, res, bias)
+}
+
+// layerNorm is LayerNorm, and LayerNormResidual where res is set.
+func (d *device) layerNorm(what string, y, x kernel.Buf, rows, cols int, gamma, beta kernel.Buf, eps float64, mean, rstd, res, bias kernel.Buf) error {
 	if !fits32(rows, cols, rows*cols) {
-		return fmt.Errorf("gpu: LayerNorm: %d×%d", rows, cols)
+		return fmt.Errorf("gpu: %s: %d×%d", what, rows, cols)
 	}
 	if (mean == nil) != (rstd == nil) {
-		return fmt.Errorf("gpu: LayerNorm: mean and rstd must both be set or both nil")
+		return fmt.Errorf("gpu: %s: mean and rstd must both be set or both nil", what)
 	}
-	p, err := d.ptrs("LayerNorm", rows*cols, y, x)
+	p, err := d.ptrs(what, rows*cols, y, x)
 	if err != nil {
 		return err
 	}
-	g, err := d.ptrs("LayerNorm", cols, gamma, beta)
+	g, err := d.ptrs(what, cols, gamma, beta)
 	if err != nil {
 		return err
 	}
-	st, err := d.optPtrs("LayerNorm", rows, mean, rstd)
+	st, err := d.optPtrs(what, rows, mean, rstd)
+	if err != nil {
+		return err
+	}
+	rb, err := d.residualPtrs(what, rows, cols, res, bias)
 	if err != nil || rows == 0 || cols == 0 {
 		return err
 	}
@@ -1052,10 +1070,32 @@ func (d *device) LayerNorm(y, x kernel.Buf, rows, cols int, gamma, beta kernel.B
 	a.ptr(st[1])
 	a.ptr(0) // y16: y in float32
 	a.i32(0)
+	a.ptr(rb[0])
+	a.ptr(rb[1])
 	if cols <= shortRow {
 		return d.launch("layer_norm_rows", (rows+rowGroups-1)/rowGroups, a)
 	}
 	return d.launch("layer_norm", rows, a)
+}
+
+// residualPtrs returns the device addresses of layer_norm's res [rows,
+// cols] and bias (cols values), each 0 when nil; bias is unread without
+// res.
+func (d *device) residualPtrs(what string, rows, cols int, res, bias kernel.Buf) ([]C.uintptr_t, error) {
+	ps := make([]C.uintptr_t, 2)
+	if res == nil {
+		return ps, nil
+	}
+	p, err := d.ptrs(what, rows*cols, res)
+	if err != nil {
+		return nil, err
+	}
+	pb, err := d.optPtrs(what, cols, bias)
+	if err != nil {
+		return nil, err
+	}
+	ps[0], ps[1] = p[0], pb[0]
+	return ps, nil
 }
 
 // LayerNormBackward runs layer_norm_backward (one block per row, or
@@ -1065,29 +1105,44 @@ func (d *device) LayerNorm(y, x kernel.Buf, rows, cols int, gamma, beta kernel.B
 // layer_norm_param_partials (a block per paramGradCols columns and chunk of
 // about paramGradRows rows) and layer_norm_param_sum.
 func (d *device) LayerNormBackward(dx, dgamma, dbeta, dy, x kernel.Buf, rows, cols int, gamma, mean, rstd kernel.Buf) error {
+	return d.layerNormBackward("LayerNormBackward", dx, dgamma, dbeta, dy, x, nil, rows, cols, gamma, mean, rstd)
+}
+
+// LayerNormBackwardResidual is LayerNormBackward whose input-gradient
+// kernel adds res to dx.
+func (d *device) LayerNormBackwardResidual(dx, dgamma, dbeta, dy, x, res kernel.Buf, rows, cols int, gamma, mean, rstd kernel.Buf) error {
+	if dx == nil || res == nil {
+		return fmt.Errorf("gpu: LayerNormBackwardResidual: dx and res must be set")
+	}
+	return d.layerNormBackward("LayerNormBackwardResidual", dx, dgamma, dbeta, dy, x, res, rows, cols, gamma, mean, rstd)
+}
+
+// layerNormBackward is LayerNormBackward, and LayerNormBackwardResidual
+// where res is set.
+func (d *device) layerNormBackward(what string, dx, dgamma, dbeta, dy, x, res kernel.Buf, rows, cols int, gamma, mean, rstd kernel.Buf) error {
 	if !fits32(rows, cols, rows*cols) {
-		return fmt.Errorf("gpu: LayerNormBackward: %d×%d", rows, cols)
+		return fmt.Errorf("gpu: %s: %d×%d", what, rows, cols)
 	}
 	if (dgamma == nil) != (dbeta == nil) {
-		return fmt.Errorf("gpu: LayerNormBackward: dgamma and dbeta must both be set or both nil")
+		return fmt.Errorf("gpu: %s: dgamma and dbeta must both be set or both nil", what)
 	}
-	p, err := d.ptrs("LayerNormBackward", rows*cols, dy, x)
+	p, err := d.ptrs(what, rows*cols, dy, x)
 	if err != nil {
 		return err
 	}
-	dp, err := d.optPtrs("LayerNormBackward", rows*cols, dx)
+	dp, err := d.optPtrs(what, rows*cols, dx, res)
 	if err != nil {
 		return err
 	}
-	g, err := d.ptrs("LayerNormBackward", cols, gamma)
+	g, err := d.ptrs(what, cols, gamma)
 	if err != nil {
 		return err
 	}
-	st, err := d.ptrs("LayerNormBackward", rows, mean, rstd)
+	st, err := d.ptrs(what, rows, mean, rstd)
 	if err != nil {
 		return err
 	}
-	pg, err := d.optPtrs("LayerNormBackward", cols, dgamma, dbeta)
+	pg, err := d.optPtrs(what, cols, dgamma, dbeta)
 	if err != nil || cols == 0 {
 		return err
 	}
@@ -1103,6 +1158,7 @@ func (d *device) LayerNormBackward(dx, dgamma, dbeta, dy, x kernel.Buf, rows, co
 		a.ptr(g[0])
 		a.ptr(st[0])
 		a.ptr(st[1])
+		a.ptr(dp[1]) // res, 0 when nil
 		name, grid := "layer_norm_backward", rows
 		if cols <= shortRow {
 			name, grid = "layer_norm_backward_rows", (rows+rowGroups-1)/rowGroups
@@ -1134,7 +1190,7 @@ func (d *device) LayerNormBackward(dx, dgamma, dbeta, dy, x kernel.Buf, rows, co
 		return err
 	}
 	defer d.Free(part) // its next use is queued after these kernels
-	pp, _ := d.ptr("LayerNormBackward", part, 0)
+	pp, _ := d.ptr(what, part, 0)
 	var a args
 	a.ptr(pp)
 	a.ptr(p[0])

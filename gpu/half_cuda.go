@@ -122,7 +122,7 @@ func (d *device) GemmHalf(transA, transB bool, m, n, k int, alpha float32, a ker
 	return d.exec(func() error { return d.gemmTyped(transA, transB, m, n, k, alpha, pa, lda, pb, ldb, beta, pc, ldc, typ) })
 }
 
-func (d *device) LayerNormHalf(y16, x kernel.Buf, rows, cols int, gamma, beta kernel.Buf, eps float64) error {
+func (d *device) LayerNormHalf(y16, x kernel.Buf, rows, cols int, gamma, beta kernel.Buf, eps float64, res, bias kernel.Buf) error {
 	f, err := d.halfFormat("LayerNormHalf")
 	if err != nil {
 		return err
@@ -139,6 +139,10 @@ func (d *device) LayerNormHalf(y16, x kernel.Buf, rows, cols int, gamma, beta ke
 		return err
 	}
 	g, err := d.ptrs("LayerNormHalf", cols, gamma, beta)
+	if err != nil {
+		return err
+	}
+	rb, err := d.residualPtrs("LayerNormHalf", rows, cols, res, bias)
 	if err != nil || rows == 0 || cols == 0 {
 		return err
 	}
@@ -156,6 +160,8 @@ func (d *device) LayerNormHalf(y16, x kernel.Buf, rows, cols int, gamma, beta ke
 	a.ptr(0)
 	a.ptr(py)
 	a.i32(f)
+	a.ptr(rb[0])
+	a.ptr(rb[1])
 	if cols <= shortRow {
 		return d.launch("layer_norm_rows", (rows+rowGroups-1)/rowGroups, a)
 	}

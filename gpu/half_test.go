@@ -138,10 +138,29 @@ func TestHalfMatchesCPU(t *testing.T) {
 				if err := d.LayerNorm(yd, vcd, rows, c, gc, bc, 1e-5, nil, nil); err != nil {
 					t.Fatal(err)
 				}
-				if err := d.LayerNormHalf(h16, vcd, rows, c, gc, bc, 1e-5); err != nil {
+				if err := d.LayerNormHalf(h16, vcd, rows, c, gc, bc, 1e-5, nil, nil); err != nil {
 					t.Fatal(err)
 				}
 				same16(fmt.Sprintf("LayerNormHalf %d×%d", rows, c), download16(t, d, h16, rows*c), download(t, d, yd, rows*c))
+				// With the residual stream x + bias written in float32 too,
+				// bit for bit what LayerNormResidual writes.
+				bias := randSlice(rng, c)
+				bd := upload(t, d, bias)
+				res32, res16 := upload(t, d, make([]float32, rows*c)), upload(t, d, make([]float32, rows*c))
+				if err := d.LayerNormResidual(yd, vcd, rows, c, gc, bc, 1e-5, nil, nil, res32, bd); err != nil {
+					t.Fatal(err)
+				}
+				if err := d.LayerNormHalf(h16, vcd, rows, c, gc, bc, 1e-5, res16, bd); err != nil {
+					t.Fatal(err)
+				}
+				name := fmt.Sprintf("LayerNormHalf with a residual %d×%d", rows, c)
+				same16(name, download16(t, d, h16, rows*c), download(t, d, yd, rows*c))
+				want := download(t, d, res32, rows*c)
+				for i, v := range download(t, d, res16, rows*c) {
+					if v != want[i] || v != vc[i]+bias[i%c] {
+						t.Fatalf("%s: residual value %d is %g, want %g", name, i, v, vc[i]+bias[i%c])
+					}
+				}
 			}
 			yd, h16 := upload(t, d, make([]float32, rows*cols)), alloc16(t, d, rows*cols)
 			if err := d.MergeHeads(yd, vd, 2, 7, 1, 4, 10); err != nil {

@@ -11,7 +11,7 @@ var rowwiseKernels = []string{"layer_norm", "layer_norm_backward", "layer_norm_p
 	"softmax_backward", "quick_gelu", "quick_gelu_slope", "gelu", "gelu_slope", "add", "mul", "fill_rows",
 	"patches", "token_embed", "stride_rows", "spread_rows", "split_heads", "softmax_rows", "softmax_backward_rows", "layer_norm_rows", "layer_norm_backward_rows",
 	"layer_norm_param_partials", "layer_norm_param_sum",
-	"bias_act", "bias_residual", "to_half16"}
+	"bias_act", "to_half16"}
 
 // shortRow is the longest row that softmax and LayerNorm give LANES threads
 // (a group of a block, several rows per block) rather than a whole block:
@@ -139,7 +139,8 @@ __device__ float group_max(float v, float *s) {
 
 // layer_norm for rows of at most a few LANES·32 values: GROUPS rows a block.
 extern "C" __global__ void layer_norm_rows(float *y, const float *x, int rows, int cols,
-		const float *gamma, const float *beta, double eps, float *mean, float *rstd, unsigned short *y16, int fmt) {
+		const float *gamma, const float *beta, double eps, float *mean, float *rstd, unsigned short *y16, int fmt,
+		float *res, const float *bias) {
 	__shared__ double s[BLOCK];
 	GROUP_ROW(rows)
 	int n = has ? cols : 0;
@@ -160,9 +161,10 @@ extern "C" __global__ void layer_norm_rows(float *y, const float *x, int rows, i
 		rstd[row] = q;
 	}
 	for (int j = lane; j < n; j += LANES) {
-		float v = (xr[j] - m) * q * gamma[j] + beta[j];
+		float xv = xr[j], v = (xv - m) * q * gamma[j] + beta[j];
 		if (y16) y16[row * cols + j] = to_half(v, fmt);
 		else yr[j] = v;
+		if (res) res[row * cols + j] = bias ? xv + bias[j] : xv;
 	}
 }
 
@@ -204,10 +206,14 @@ extern "C" __global__ void softmax_backward_rows(float *dx, const float *dy, con
 
 // y = (x - mean)·rstd·gamma + beta per row of cols values, rstd =
 // 1/sqrt(var + eps), the statistics in double; they are written to mean
-// and rstd (one per row) unless those are null. y may be x: each thread
-// writes only the values it read, after the last reduction.
+// and rstd (one per row) unless those are null. Unless res is null it gets
+// x + bias (bias per column; null: x), the residual stream onto which a
+// product with beta = 1 adds the next linear layer's output. y and res may
+// be x: each thread writes only the values it read, after the last
+// reduction.
 extern "C" __global__ void layer_norm(float *y, const float *x, int cols,
-		const float *gamma, const float *beta, double eps, float *mean, float *rstd, unsigned short *y16, int fmt) {
+		const float *gamma, const float *beta, double eps, float *mean, float *rstd, unsigned short *y16, int fmt,
+		float *res, const float *bias) {
 	__shared__ double s[BLOCK];
 	const float *xr = x + (unsigned long long)blockIdx.x * cols;
 	float *yr = y + (unsigned long long)blockIdx.x * cols;
@@ -226,17 +232,20 @@ extern "C" __global__ void layer_norm(float *y, const float *x, int cols,
 		rstd[blockIdx.x] = q;
 	}
 	for (int j = threadIdx.x; j < cols; j += BLOCK) {
-		float v = (xr[j] - m) * q * gamma[j] + beta[j];
+		float xv = xr[j], v = (xv - m) * q * gamma[j] + beta[j];
 		if (y16) y16[(unsigned long long)blockIdx.x * cols + j] = to_half(v, fmt);
 		else yr[j] = v;
+		if (res) res[(unsigned long long)blockIdx.x * cols + j] = bias ? xv + bias[j] : xv;
 	}
 }
 
 // The input gradient of layer_norm per row, from the kept statistics: with
 // h = (x - mean)·rstd and g = dy·gamma, dx = rstd·(g - mean(g) - h·mean(g·h)),
-// the means in double.
+// the means in double; plus res unless null (a residual path's gradient,
+// added as a pass of its own would: rounded sum of two float32 values).
+// res may be dx.
 extern "C" __global__ void layer_norm_backward(float *dx, const float *dy, const float *x, int cols,
-		const float *gamma, const float *mean, const float *rstd) {
+		const float *gamma, const float *mean, const float *rstd, const float *res) {
 	__shared__ double s[BLOCK];
 	unsigned long long off = (unsigned long long)blockIdx.x * cols;
 	const float *xr = x + off, *dyr = dy + off;
@@ -250,13 +259,16 @@ extern "C" __global__ void layer_norm_backward(float *dx, const float *dy, const
 	}
 	float mg = (float)(block_sum(sg, s) / cols);
 	float mgh = (float)(block_sum(sgh, s) / cols);
-	for (int j = threadIdx.x; j < cols; j += BLOCK) dxr[j] = q * (dyr[j] * gamma[j] - mg - (xr[j] - m) * q * mgh);
+	for (int j = threadIdx.x; j < cols; j += BLOCK) {
+		float v = q * (dyr[j] * gamma[j] - mg - (xr[j] - m) * q * mgh);
+		dxr[j] = res ? __fadd_rn(v, res[off + j]) : v;
+	}
 }
 
 // layer_norm_backward for rows of at most a few LANES·32 values: GROUPS
 // rows a block.
 extern "C" __global__ void layer_norm_backward_rows(float *dx, const float *dy, const float *x, int rows, int cols,
-		const float *gamma, const float *mean, const float *rstd) {
+		const float *gamma, const float *mean, const float *rstd, const float *res) {
 	__shared__ double s[BLOCK];
 	GROUP_ROW(rows)
 	int n = has ? cols : 0;
@@ -272,7 +284,10 @@ extern "C" __global__ void layer_norm_backward_rows(float *dx, const float *dy, 
 	}
 	float mg = (float)(group_sum(sg, s) / cols);
 	float mgh = (float)(group_sum(sgh, s) / cols);
-	for (int j = lane; j < n; j += LANES) dxr[j] = q * (dyr[j] * gamma[j] - mg - (xr[j] - m) * q * mgh);
+	for (int j = lane; j < n; j += LANES) {
+		float v = q * (dyr[j] * gamma[j] - mg - (xr[j] - m) * q * mgh);
+		dxr[j] = res ? __fadd_rn(v, res[off + j]) : v;
+	}
 }
 
 // dgamma = Σ_rows dy·h and dbeta = Σ_rows dy (overwritten): a block sums
@@ -506,9 +521,11 @@ extern "C" __global__ void fill_rows(float *y, int rows, int cols, const float *
 // After a product with beta = 0, x [rows, cols]: y = act(h), h = x + bias
 // (bias per column; null: h = x), act 0 quick_gelu's and 1 gelu's
 // arithmetic; aux = h with keep 1, the derivative at h (quick_gelu_slope's,
-// gelu_slope's) with keep 2, unwritten with 0. y and aux may be x: each
-// thread writes only the value it read. With y16 set, y is written there
-// in 16 bits instead (to_half). 32-bit indices, as fill_rows'.
+// gelu_slope's) with keep 2, aux times that derivative with keep 3 (a
+// gradient through the activation), unwritten with 0. y and aux may be x
+// (aux not with keep 3): each thread writes only the value it read. With
+// y16 set, y is written there in 16 bits instead (to_half). 32-bit
+// indices, as fill_rows'.
 extern "C" __global__ void bias_act(float *y, float *aux, const float *x, const float *bias, int rows, int cols, int act, int keep,
 		unsigned short *y16, int fmt) {
 	unsigned n = (unsigned)rows * cols;
@@ -523,20 +540,13 @@ extern "C" __global__ void bias_act(float *y, float *aux, const float *x, const 
 		} else {
 			double v = h, phi = 0.5 * (1.0 + erf(v * 0.70710678118654752));
 			yv = (float)(v * phi);
-			if (keep == 2) s = (float)(phi + v * exp(-0.5 * v * v) * 0.39894228040143268);
+			if (keep >= 2) s = (float)(phi + v * exp(-0.5 * v * v) * 0.39894228040143268);
 		}
 		if (y16) y16[i] = to_half(yv, fmt); // y unwritten
 		else y[i] = yv;
 		if (keep == 1) aux[i] = h;
 		else if (keep == 2) aux[i] = s;
+		else if (keep == 3) aux[i] *= s;
 	}
-}
-
-// y = (x + bias) + res per value of [rows, cols] (bias per column; null:
-// none): a product's bias and the residual after it. y may be x or res.
-extern "C" __global__ void bias_residual(float *y, const float *x, const float *bias, const float *res, int rows, int cols) {
-	unsigned n = (unsigned)rows * cols;
-	for (unsigned i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += gridDim.x * BLOCK)
-		y[i] = (bias ? x[i] + bias[i % (unsigned)cols] : x[i]) + res[i];
 }
 `

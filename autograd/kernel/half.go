@@ -35,8 +35,9 @@ type Half interface {
 	// GemmHalf is Gemm with 16-bit a and b, a float32 c and float32 sums.
 	GemmHalf(transA, transB bool, m, n, k int, alpha float32, a Buf, lda int, b Buf, ldb int, beta float32, c Buf, ldc int) error
 	// LayerNormHalf is LayerNorm without statistics, its output rounded
-	// into the 16-bit y16.
-	LayerNormHalf(y16, x Buf, rows, cols int, gamma, beta Buf, eps float64) error
+	// into the 16-bit y16; with res set it writes res = x + bias in
+	// float32 as LayerNormResidual does (res nil: bias unread).
+	LayerNormHalf(y16, x Buf, rows, cols int, gamma, beta Buf, eps float64, res, bias Buf) error
 	// MergeHeadsHalf is MergeHeads with groups = 1 into the 16-bit x16.
 	MergeHeadsHalf(x16, y Buf, batch, tokens, heads, headDim int) error
 	// BiasActivationHalf is BiasActivation keeping nothing, its output

@@ -29,6 +29,13 @@ func (c *BackwardCounter) LayerNormBackward(dx, dgamma, dbeta, dy, x kernel.Buf,
 	return c.Device.LayerNormBackward(dx, dgamma, dbeta, dy, x, rows, cols, gamma, mean, rstd)
 }
 
+// LayerNormBackwardResidual counts the call as a LayerNormBackward (the
+// same backward pass, with a residual's gradient added) and passes it on.
+func (c *BackwardCounter) LayerNormBackwardResidual(dx, dgamma, dbeta, dy, x, res kernel.Buf, rows, cols int, gamma, mean, rstd kernel.Buf) error {
+	c.LayerNormBackwards.Add(1)
+	return c.Device.LayerNormBackwardResidual(dx, dgamma, dbeta, dy, x, res, rows, cols, gamma, mean, rstd)
+}
+
 // SoftmaxBackward counts the call and passes it on.
 func (c *BackwardCounter) SoftmaxBackward(dx, dy, y kernel.Buf, rows, cols int, scale float32) error {
 	c.SoftmaxBackwards.Add(1)
