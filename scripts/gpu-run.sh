@@ -173,10 +173,11 @@ PY
 fi
 if [ "${NCU:-}" = 1 ] && command -v ncu >/dev/null; then
   # 60 kernels of the second of four forward passes (a pass is about 180
-  # launches, cuBLAS's included: 14 a block; the first is bench's warm-up):
+  # launches, cuBLAS's included: 12 a block; the first is bench's warm-up):
   # their durations say where the GPU's time goes. Our kernels of a block:
-  # layer_norm_rows, split_heads (the split adding in_proj's bias, and the
-  # merge, into 16 bits in bf16), softmax_rows, bias_residual and bias_act;
+  # layer_norm_rows (also writing the residual stream with the next
+  # product's bias), split_heads (the split adding in_proj's bias, and the
+  # merge, into 16 bits in bf16), softmax_rows and bias_act;
   # in bf16 also to_half16, in the first pass only (the weights); the rest
   # is cuBLAS's.
   step "ncu"
