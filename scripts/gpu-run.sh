@@ -172,7 +172,7 @@ PY
   fi
 fi
 if [ "${NCU:-}" = 1 ] && command -v ncu >/dev/null; then
-  # 60 kernels of the second of four forward passes (a pass is about 180
+  # 60 kernels of the second of four forward passes (a pass is about 150
   # launches, cuBLAS's included: 12 a block; the first is bench's warm-up):
   # their durations say where the GPU's time goes. Our kernels of a block:
   # layer_norm_rows (also writing the residual stream with the next
@@ -181,10 +181,10 @@ if [ "${NCU:-}" = 1 ] && command -v ncu >/dev/null; then
   # in bf16 also to_half16, in the first pass only (the weights); the rest
   # is cuBLAS's.
   step "ncu"
-  timeout "$limit" ncu --launch-skip 300 --launch-count 60 --section SpeedOfLight \
+  timeout "$limit" ncu --launch-skip 240 --launch-count 60 --section SpeedOfLight \
     cuda-bin/subtta bench --device cuda --only forward --reps 3 --batch-size 64 >"$out/ncu.txt" 2>&1 || status=1
   step "ncu, bf16"
-  timeout "$limit" ncu --launch-skip 300 --launch-count 60 --section SpeedOfLight \
+  timeout "$limit" ncu --launch-skip 240 --launch-count 60 --section SpeedOfLight \
     cuda-bin/subtta bench --device cuda --only forward --reps 3 --batch-size 64 --precision bf16 >"$out/ncu-bf16.txt" 2>&1 || status=1
 fi
 step "done"
