@@ -107,8 +107,9 @@ func (d *halfHost) BiasActivationHalf(y16, x kernel.Buf, rows, cols int, bias ke
 
 // TestDeviceBlockHalf runs blocks on a kernel.Half device (halfHost,
 // bfloat16): a pass without gradients takes 16-bit operands in the four
-// linear products of each block, converts each frozen weight once (not
-// again in the second pass) and agrees with the CPU's float32 within 2e-2
+// linear products of each block, 12 device operations a block as in
+// float32, converts each frozen weight once (not again in the second pass)
+// and agrees with the CPU's float32 within 2e-2
 // of the largest value (operands with 8 bits of mantissa, as
 // TestPrecisionMatchesCPU bounds the features in package gpu); a pass that
 // records for backward, and a block whose weights are not kept on the
@@ -134,11 +135,22 @@ func TestDeviceBlockHalf(t *testing.T) {
 	}
 	x, ps := build(true)
 	want := values[float32](TransformerBlocks(x, ps, s.batch))
-	d := &halfHost{Device: kernel.Host}
+	lc := newLaunchCounter()
+	d := &halfHost{Device: lc}
 	var got, again []float32
 	withDevice(t, d, func() {
 		got = values[float32](TransformerBlocks(x, ps, s.batch))
+		lc.take() // the first pass also converts the weights
+		g := d.gemms.Load()
 		again = values[float32](TransformerBlocks(x, ps, s.batch))
+		// halfHost's 16-bit LayerNorm, head merge and activation run as
+		// the counted float32 operations they round; its products are
+		// counted apart.
+		calls, n := lc.take()
+		if ops := n + int(d.gemms.Load()-g); ops != 2*12 {
+			t.Errorf("second pass of two blocks: %d device operations %v and %d 16-bit products, want 12 a block",
+				n, sorted(calls), d.gemms.Load()-g)
+		}
 	})
 	if g, c := d.gemms.Load(), d.converted.Load(); g != 2*2*4 || c != 2*4 {
 		t.Errorf("two passes of two blocks: %d products with 16-bit operands and %d weights converted, want 16 and 8", g, c)
