@@ -78,8 +78,9 @@ func (r *devRun) blockRecord(op *blockOp[float32], x, y kernel.Buf) *devBlock {
 	wProj, bProj := r.weights(p.Proj)
 	h := r.alloc(n * w) // ln_1(x), the attention output and ln_2(x₁)
 	x1 := r.allocKept(n * w)
-	r.layerNormResidual(h, x, n, w, p.LN1, slice(stats, 0, n), slice(stats, n, 2*n), x1, bOut) // and x₁ = x + out_proj's bias
-	qkv := r.allocKept(3 * n * w)                                                              // without in_proj's bias, which the head split adds
+	// ln_1, and x₁ = x + out_proj's bias, onto which its product goes.
+	r.layerNormResidual(h, x, n, w, p.LN1, slice(stats, 0, n), slice(stats, n, 2*n), x1, bOut)
+	qkv := r.allocKept(3 * n * w) // without in_proj's bias, which the head split adds
 	qb := r.product(p.QKV, n, h, qkv)
 	// out_proj's weight gradient reads the attention output: keep it.
 	var kept kernel.Buf
@@ -89,8 +90,9 @@ func (r *devRun) blockRecord(op *blockOp[float32], x, y kernel.Buf) *devBlock {
 		attn, bufs = kept, append(bufs, kept)
 	}
 	r.attend(op.a, qkv, qb, attn)
-	r.productOnto(p.Out, n, attn, wOut, x1)                                                           // x₁ += out_proj(attn)
-	r.layerNormResidual(h, x1, n, w, p.LN2, slice(stats, 2*n, 3*n), slice(stats, 3*n, 4*n), y, bProj) // and y = x₁ + c_proj's bias
+	r.productOnto(p.Out, n, attn, wOut, x1) // x₁ += out_proj(attn)
+	// ln_2, and y = x₁ + c_proj's bias, onto which its product goes.
+	r.layerNormResidual(h, x1, n, w, p.LN2, slice(stats, 2*n, 3*n), slice(stats, 3*n, 4*n), y, bProj)
 	hidden := r.allocKept(n * m)
 	b := r.product(p.FC, n, h, hidden)
 	act := r.alloc(n * m)
@@ -150,8 +152,9 @@ func (r *devRun) blockBackward(op *blockOp[float32], k *devBlock, dyd kernel.Buf
 	dHidden := r.alloc(n * m)
 	r.inputGrad(p.Proj, n, dyd, dHidden)
 	if k.slope {
-		r.paramGrads(p.Proj, n, dyd, nil)                                    // the bias's gradient, if trainable
-		r.do(func() error { return d.Mul(dHidden, dHidden, k.hidden, n*m) }) // by the slope
+		r.paramGrads(p.Proj, n, dyd, nil) // the bias's gradient, if trainable
+		// By the kept slope: a pass of its own, after a product.
+		r.do(func() error { return d.Mul(dHidden, dHidden, k.hidden, n*m) })
 	} else {
 		// The activation for c_proj's weight gradient, recomputed from its
 		// input, and dHidden times the slope there, in one pass.

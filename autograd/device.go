@@ -49,9 +49,10 @@ import (
 // onto the residual stream, which the LayerNorm before them wrote with
 // their bias added (LayerNormResidual). The results differ from the CPU's,
 // which adds the bias with the product's first block of K and the
-// residual after the product, by a rounding of each value. On a kernel.Half device in bf16 or fp16 a forward
-// pass without a tape takes 16-bit operands in those products (the
-// weights kept in 16 bits on d; blockForwardHalf).
+// residual after the product, by a rounding of each value. On a
+// kernel.Half device in bf16 or fp16 a forward pass without a tape takes
+// 16-bit operands in those products (the weights kept in 16 bits on d;
+// blockForwardHalf).
 //
 // The device is kept by kernel.SetCurrent, where code that runs beside the
 // model without the tape (the float64 feature math) finds it too.
@@ -386,9 +387,10 @@ func (r *devRun) blockForward(op *blockOp[float32], x kernel.Buf) {
 	r.layerNormResidual(h, x, n, w, p.LN1, nil, nil, x1, bOut) // and x₁ = x + out_proj's bias
 	qkv := r.alloc(3 * n * w)
 	b := r.product(p.QKV, n, h, qkv)
-	r.attend(op.a, qkv, b, h)                                   // the attention output goes where ln_1(x) was
-	r.productOnto(p.Out, n, h, wOut, x1)                        // x₁ += out_proj(attn)
-	r.layerNormResidual(h, x1, n, w, p.LN2, nil, nil, x, bProj) // and y = x₁ + c_proj's bias, where x was
+	r.attend(op.a, qkv, b, h)            // the attention output goes where ln_1(x) was
+	r.productOnto(p.Out, n, h, wOut, x1) // x₁ += out_proj(attn)
+	// ln_2, and y = x₁ + c_proj's bias where x was (x is read no more).
+	r.layerNormResidual(h, x1, n, w, p.LN2, nil, nil, x, bProj)
 	hidden := r.alloc(n * m)
 	b = r.product(p.FC, n, h, hidden)
 	r.do(func() error { return d.BiasActivation(hidden, nil, hidden, n, m, b, activationOf(p), kernel.KeepNone) })
