@@ -107,6 +107,9 @@ func (host) SplitHeadsBias(y, x, bias Buf, batch, tokens, groups, heads, headDim
 }
 
 func (host) LayerNormResidual(y, x Buf, rows, cols int, gamma, beta Buf, eps float64, mean, rstd, res, bias Buf) error {
+	if res == nil {
+		return fmt.Errorf("kernel: LayerNormResidual: no residual buffer")
+	}
 	if err := checkFused("LayerNormResidual", rows, cols, bias, y, x, res); err != nil {
 		return err
 	}
@@ -119,8 +122,8 @@ func (host) LayerNormResidual(y, x Buf, rows, cols int, gamma, beta Buf, eps flo
 }
 
 func (host) LayerNormBackwardResidual(dx, dgamma, dbeta, dy, x, res Buf, rows, cols int, gamma, mean, rstd Buf) error {
-	if dx == nil {
-		return fmt.Errorf("kernel: LayerNormBackwardResidual: no input gradient to add the residual's to")
+	if dx == nil || res == nil {
+		return fmt.Errorf("kernel: LayerNormBackwardResidual: dx and res must be set")
 	}
 	if err := checkFused("LayerNormBackwardResidual", rows, cols, nil, dx, dy, x, res); err != nil {
 		return err
