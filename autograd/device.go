@@ -321,7 +321,7 @@ func (r *devRun) product(p *LinearParams, rows int, x, y kernel.Buf) kernel.Buf 
 // w the layer's weight there (devRun.weights): a Gemm with beta = 1 onto y,
 // which holds the residual with the layer's bias already added
 // (layerNormResidual), so that neither takes a pass of its own. cuBLAS adds
-// y to the product's whole sum, once: the block's output x + b + Σ is
+// y to the product's sum in its epilogue: the block's output x + b + Σ is
 // rounded as x + b, then (x + b) + Σ, where a product with beta = 0 and a
 // pass after it rounded Σ + b, then (Σ + b) + x. kernel.Host's Gemm adds
 // each K block's partial sum to y in turn (a rounding at y's magnitude
