@@ -499,15 +499,21 @@ func TestPrecisionMatchesCPU(t *testing.T) {
 					t.Errorf("%v product of 16-bit operands: relative error %.2e, want in (0, %.0e]", c.prec, e, c.gemm)
 				}
 			}
-			before := halfGemms.Load()
+			before, beforeB, beforeS := halfGemms.Load(), halfBatchedGemms.Load(), halfSoftmaxes.Load()
 			img, wantImg := tinyImageFeatures(t, d)
 			// bf16 and fp16 take 16-bit operands in the blocks' four
-			// linear products (clip-tiny: 2 blocks), tf32 none.
-			halves := halfGemms.Load() - before
-			if (c.prec == TF32) != (halves == 0) {
-				t.Errorf("%v: %d products with 16-bit operands", c.prec, halves)
+			// linear products and attention's two, and write P in 16
+			// bits (clip-tiny: 2 blocks), tf32 none.
+			halves, batched, softmaxes := halfGemms.Load()-before, halfBatchedGemms.Load()-beforeB, halfSoftmaxes.Load()-beforeS
+			wantOps := [3]int64{2 * 4, 2 * 2, 2}
+			if c.prec == TF32 {
+				wantOps = [3]int64{}
 			}
-			t.Logf("%v: %d products with 16-bit operands", c.prec, halves)
+			if got := [3]int64{halves, batched, softmaxes}; got != wantOps {
+				t.Errorf("%v: %d products, %d batched products and %d softmaxes with 16-bit operands, want %d, %d, %d",
+					c.prec, halves, batched, softmaxes, wantOps[0], wantOps[1], wantOps[2])
+			}
+			t.Logf("%v: %d products, %d batched products and %d softmaxes with 16-bit operands", c.prec, halves, batched, softmaxes)
 			e = fixture.RelErr(img, wantImg)
 			t.Logf("%v clip-tiny image features: relative error %.2e (bound %.0e)", c.prec, e, c.feat)
 			if e > c.feat || math.IsNaN(e) {

@@ -22,6 +22,11 @@ const (
 // bf16 or fp16 took the 16-bit path only if it is counted.
 var halfGemms atomic.Int64
 
+// halfBatchedGemms and halfSoftmaxes count the strided-batched products (GemmBatchedHalf) and
+// the softmaxes (SoftmaxHalf) with 16-bit operands, for the tests:
+// attention took the 16-bit path only if they are counted.
+var halfBatchedGemms, halfSoftmaxes atomic.Int64
+
 // HalfFormat makes the device a kernel.Half: with --precision bf16 or fp16
 // a forward pass keeps its frozen weights in that format on the device and
 // writes the products' inputs in it; otherwise HalfNone.
@@ -226,4 +231,134 @@ func (d *device) BiasActivationHalf(y16, x kernel.Buf, rows, cols int, bias kern
 	a.ptr(py)
 	a.i32(f)
 	return d.launch("bias_act", elementGrid(rows*cols), a)
+}
+
+// operand16 checks a 16-bit GEMM operand as operand does a float32 one:
+// op(X) is rows×cols, stored transposed when trans, batch of them stride
+// 16-bit values apart.
+func (d *device) operand16(what string, x kernel.Buf, trans bool, rows, cols, ld, batch, stride int) (C.uintptr_t, error) {
+	if trans {
+		rows, cols = cols, rows
+	}
+	e, err := extent(what, rows, cols, ld)
+	if err != nil {
+		return 0, err
+	}
+	if batch > 1 && e > 0 {
+		e += (batch - 1) * stride
+	}
+	return d.ptr16(what, x, e)
+}
+
+// GemmBatchedHalf is cublasGemmStridedBatchedEx with A and B in the
+// device's 16-bit format, C float32, CUBLAS_COMPUTE_32F: attention's
+// products over batch×heads from 16-bit operands in memory. Row-major as
+// GemmBatched; strideA and strideB count 16-bit values.
+func (d *device) GemmBatchedHalf(transA, transB bool, batch, m, n, k int, alpha float32, a kernel.Buf, lda, strideA int, b kernel.Buf, ldb, strideB int, beta float32, c kernel.Buf, ldc, strideC int) error {
+	f, err := d.halfFormat("GemmBatchedHalf")
+	if err != nil {
+		return err
+	}
+	if !fits32(batch, m, n, k, lda, ldb, ldc, strideA, strideB, strideC) {
+		return fmt.Errorf("gpu: GemmBatchedHalf: sizes out of range (batch %d, %d×%d×%d)", batch, m, n, k)
+	}
+	if batch == 0 || m == 0 || n == 0 {
+		return nil
+	}
+	if k == 0 {
+		return fmt.Errorf("gpu: GemmBatchedHalf with k = 0")
+	}
+	pa, err := d.operand16("GemmBatchedHalf A", a, transA, m, k, lda, batch, strideA)
+	if err != nil {
+		return err
+	}
+	pb, err := d.operand16("GemmBatchedHalf B", b, transB, k, n, ldb, batch, strideB)
+	if err != nil {
+		return err
+	}
+	pc, err := d.operand("GemmBatchedHalf C", c, false, m, n, ldc, batch, strideC)
+	if err != nil {
+		return err
+	}
+	typ := C.int(cudaR16BF)
+	if f == int(kernel.HalfFP16) {
+		typ = cudaR16F
+	}
+	halfBatchedGemms.Add(1)
+	return d.exec(func() error {
+		return d.gemmTypedBatched(transA, transB, batch, m, n, k, alpha, pa, lda, strideA, pb, ldb, strideB, beta, pc, ldc, strideC, typ)
+	})
+}
+
+// SplitHeadsHalf runs split_heads adding bias as it splits, into 16 bits.
+func (d *device) SplitHeadsHalf(y16, x, bias kernel.Buf, batch, tokens, groups, heads, headDim int) error {
+	f, err := d.halfFormat("SplitHeadsHalf")
+	if err != nil {
+		return err
+	}
+	if batch < 0 || tokens < 0 || groups < 0 || heads < 0 || headDim < 0 {
+		return fmt.Errorf("gpu: SplitHeadsHalf: [%d, %d, %d·%d·%d]", batch, tokens, groups, heads, headDim)
+	}
+	n := batch * tokens * groups * heads * headDim
+	py, err := d.ptr16("SplitHeadsHalf", y16, n)
+	if err != nil {
+		return err
+	}
+	px, err := d.ptrs("SplitHeadsHalf", n, x)
+	if err != nil {
+		return err
+	}
+	pb, err := d.optPtrs("SplitHeadsHalf", groups*heads*headDim, bias)
+	if err != nil || n == 0 {
+		return err
+	}
+	var a args
+	a.ptr(0) // s: unwritten
+	a.ptr(px[0])
+	for _, v := range []int{batch, tokens, groups, heads, headDim, 0} {
+		a.i32(v)
+	}
+	a.ptr(py)
+	a.i32(f)
+	a.ptr(pb[0])
+	return d.launch("split_heads", elementGrid(n), a)
+}
+
+// SoftmaxHalf runs softmax_rows or softmax writing 16 bits.
+func (d *device) SoftmaxHalf(y16, x kernel.Buf, rows, cols int, scale float32, causal bool) error {
+	f, err := d.halfFormat("SoftmaxHalf")
+	if err != nil {
+		return err
+	}
+	if !fits32(rows, cols, rows*cols) {
+		return fmt.Errorf("gpu: SoftmaxHalf: %d×%d", rows, cols)
+	}
+	py, err := d.ptr16("SoftmaxHalf", y16, rows*cols)
+	if err != nil {
+		return err
+	}
+	p, err := d.ptrs("SoftmaxHalf", rows*cols, x)
+	if err != nil || rows == 0 || cols == 0 {
+		return err
+	}
+	var a args
+	a.ptr(0) // y: unwritten
+	a.ptr(p[0])
+	if cols <= shortRow {
+		a.i32(rows)
+	}
+	a.i32(cols)
+	a.f32(scale)
+	if causal {
+		a.i32(1)
+	} else {
+		a.i32(0)
+	}
+	a.ptr(py)
+	a.i32(f)
+	halfSoftmaxes.Add(1)
+	if cols <= shortRow {
+		return d.launch("softmax_rows", (rows+rowGroups-1)/rowGroups, a)
+	}
+	return d.launch("softmax", rows, a)
 }

@@ -166,8 +166,12 @@ extern "C" __global__ void layer_norm_rows(float *y, const float *x, int rows, i
 	}
 }
 
-// softmax for short rows: GROUPS rows a block.
-extern "C" __global__ void softmax_rows(float *y, const float *x, int rows, int cols, float scale, int causal) {
+// softmax for short rows: GROUPS rows a block. With y16 set, y is
+// written there in 16 bits instead (to_half), each value the rounding of
+// what y would hold: the exponentials are computed again for it rather
+// than kept in y.
+extern "C" __global__ void softmax_rows(float *y, const float *x, int rows, int cols, float scale, int causal,
+		unsigned short *y16, int fmt) {
 	__shared__ double s[BLOCK];
 	__shared__ float f[BLOCK];
 	GROUP_ROW(rows)
@@ -180,10 +184,17 @@ extern "C" __global__ void softmax_rows(float *y, const float *x, int rows, int 
 	double sum = 0;
 	for (int j = lane; j < n; j += LANES) {
 		float e = expf(xr[j] * scale - mx);
-		yr[j] = e;
+		if (!y16) yr[j] = e;
 		sum += e;
 	}
 	float inv = (float)(1.0 / group_sum(sum, s));
+	if (y16) {
+		unsigned short *hr = y16 + row * cols;
+		for (int j = lane; j < n; j += LANES) hr[j] = to_half(expf(xr[j] * scale - mx) * inv, fmt);
+		if (has)
+			for (int j = n + lane; j < cols; j += LANES) hr[j] = 0;
+		return;
+	}
 	for (int j = lane; j < n; j += LANES) yr[j] *= inv;
 	if (has)
 		for (int j = n + lane; j < cols; j += LANES) yr[j] = 0;
@@ -354,7 +365,9 @@ extern "C" __global__ void layer_norm_param_sum(float *dgamma, float *dbeta, con
 
 // y = softmax(scale·x) per row; with causal set, row r sees columns
 // 0…r mod cols (stacked square blocks, one per head) and the rest is 0.
-extern "C" __global__ void softmax(float *y, const float *x, int cols, float scale, int causal) {
+// With y16 set, y is written there in 16 bits instead, as softmax_rows.
+extern "C" __global__ void softmax(float *y, const float *x, int cols, float scale, int causal,
+		unsigned short *y16, int fmt) {
 	__shared__ double s[BLOCK];
 	__shared__ float f[BLOCK];
 	int n = causal ? blockIdx.x % cols + 1 : cols;
@@ -366,10 +379,16 @@ extern "C" __global__ void softmax(float *y, const float *x, int cols, float sca
 	double sum = 0;
 	for (int j = threadIdx.x; j < n; j += BLOCK) {
 		float e = expf(xr[j] * scale - mx);
-		yr[j] = e;
+		if (!y16) yr[j] = e;
 		sum += e;
 	}
 	float inv = (float)(1.0 / block_sum(sum, s));
+	if (y16) {
+		unsigned short *hr = y16 + (unsigned long long)blockIdx.x * cols;
+		for (int j = threadIdx.x; j < n; j += BLOCK) hr[j] = to_half(expf(xr[j] * scale - mx) * inv, fmt);
+		for (int j = n + threadIdx.x; j < cols; j += BLOCK) hr[j] = 0;
+		return;
+	}
 	for (int j = threadIdx.x; j < n; j += BLOCK) yr[j] *= inv;
 	for (int j = n + threadIdx.x; j < cols; j += BLOCK) yr[j] = 0;
 }
@@ -476,10 +495,12 @@ extern "C" __global__ void spread_rows(float *y, const float *x, int n, int cols
 
 // The layouts of kernel.SplitHeads: s [groups, batch, heads, tokens, hd]
 // and m [batch, tokens, groups·heads·hd]; merge copies s into m, else m
-// into s. One thread per value of s. The caller checks that the values fit
+// into s. With h16 set, the copy's destination is h16 instead, in 16 bits
+// (to_half): m's layout when merging, s's when splitting (with the bias).
+// One thread per value of s. The caller checks that the values fit
 // an int, so the index arithmetic is 32-bit (64-bit division is slow).
 extern "C" __global__ void split_heads(float *s, float *m, int batch, int tokens, int groups, int heads, int hd, int merge,
-		unsigned short *m16, int fmt, const float *bias) {
+		unsigned short *h16, int fmt, const float *bias) {
 	unsigned n = (unsigned)groups * batch * heads * tokens * hd;
 	for (unsigned i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += gridDim.x * BLOCK) {
 		unsigned r = i / hd, e = i % hd, t = r % tokens;
@@ -488,7 +509,8 @@ extern "C" __global__ void split_heads(float *s, float *m, int batch, int tokens
 		r /= heads;
 		unsigned b = r % batch, g = r / batch;
 		unsigned j = ((b * tokens + t) * groups * heads + g * heads + h) * hd + e;
-		if (m16) m16[j] = to_half(s[i], fmt); // merge into 16 bits
+		if (h16 && merge) h16[j] = to_half(s[i], fmt); // merge into 16 bits
+		else if (h16) h16[i] = to_half(bias ? m[j] + bias[(g * heads + h) * hd + e] : m[j], fmt); // split into 16 bits
 		else if (merge) m[j] = s[i];
 		else if (bias) s[i] = m[j] + bias[(g * heads + h) * hd + e]; // a split adding q|k|v's bias
 		else s[i] = m[j];

@@ -3,9 +3,10 @@
 // tests through its real cgo code: the dlopen and symbol binding, the
 // context and launch calls, the row-major to column-major operand swap and
 // the packing of kernel parameters. "Device memory" is host memory;
-// cublasSgemm is the column-major BLAS product (cublasGemmEx too, its
-// float32 operands rounded as the compute type allows, its 16-bit ones
-// widened exactly); asynchronous copies run late
+// cublasSgemm is the column-major BLAS product (cublasGemmEx and
+// cublasGemmStridedBatchedEx too, their float32 operands rounded as the
+// compute type allows, their 16-bit ones widened exactly and summed in
+// float32); asynchronous copies run late
 // (see the stream below); NVRTC compiles the CUDA C
 // it is given with g++ (fakecuda_emu.h supplies CUDA's keywords), and a
 // launch runs that code, block after block, each block's threads as fibers
@@ -215,6 +216,13 @@ static double operand(const void *x, long i, int type) {
 	return rounded(((const float *)x)[i]);
 }
 
+// sgemm1 is one column-major product. Float32 operands (abtype 0) are
+// rounded as the compute type says and their products summed in double;
+// 16-bit operands (CUDA_R_16F, CUDA_R_16BF), read exactly, have products
+// exact in float32 (11 or 8 bits of mantissa each), which are summed in
+// float32 in order of k, and alpha and beta applied in float32: what
+// CUBLAS_COMPUTE_32F promises, float32 accumulation, rounded the plainest
+// way (a tensor core's order of summation differs, not its precision).
 static void sgemm1(int ta, int tb, int m, int n, int k, float alpha, const void *a, int lda,
 		const void *b, int ldb, float beta, float *c, int ldc, int abtype) {
 	// op(A) by rows and op(B) by columns, each operand rounded once.
@@ -225,10 +233,17 @@ static void sgemm1(int ta, int tb, int m, int n, int k, float alpha, const void 
 		for (int p = 0; p < k; p++) bc[(long)j * k + p] = operand(b, tb ? j + (long)p * ldb : p + (long)j * ldb, abtype);
 	for (int j = 0; j < n; j++) {
 		for (int i = 0; i < m; i++) {
-			double s = 0;
 			const double *x = ar + (long)i * k, *y = bc + (long)j * k;
-			for (int p = 0; p < k; p++) s += x[p] * y[p];
 			float *cv = &c[i + (long)j * ldc];
+			if (abtype == 2 || abtype == 14) {
+				float s = 0;
+				for (int p = 0; p < k; p++) s += (float)x[p] * (float)y[p];
+				float as = alpha * s;
+				*cv = beta == 0 ? as : as + beta * *cv;
+				continue;
+			}
+			double s = 0;
+			for (int p = 0; p < k; p++) s += x[p] * y[p];
 			*cv = beta == 0 ? (float)(alpha * s) : (float)(alpha * s + beta * *cv);
 		}
 	}
@@ -289,11 +304,11 @@ status cublasGemmStridedBatchedEx(void *h, int ta, int tb, int m, int n, int k, 
 		const void *beta, void *c, int ctype, int ldc, long long sc, int batch, int compute, int algo) {
 	status s = check_gemm(ta, tb, m, n, k, lda, ldb, ldc);
 	if (s || (s = check_ex(atype, btype, ctype, compute, algo))) return s;
-	if (atype != 0) return 15; // the package batches float32 operands only: NOT_SUPPORTED here
 	if (compute != 68) operand_rounding = compute;
+	size_t size = atype == 0 ? 4 : 2; // an element of A and B: float32, or 16 bits
 	for (int i = 0; i < batch; i++)
-		sgemm1(ta, tb, m, n, k, *(const float *)alpha, (const float *)a + i * sa, lda, (const float *)b + i * sb, ldb,
-			*(const float *)beta, (float *)c + i * sc, ldc, 0);
+		sgemm1(ta, tb, m, n, k, *(const float *)alpha, (const char *)a + i * sa * size, lda, (const char *)b + i * sb * size, ldb,
+			*(const float *)beta, (float *)c + i * sc, ldc, atype);
 	return 0;
 }
 
