@@ -11,11 +11,12 @@ import (
 // weight of the block has a 16-bit copy there: ln_1, the merged heads, ln_2
 // and the activation are written in 16 bits only, each the input of one
 // product, and the four linear products take those and the resident 16-bit
-// weights (float32 sums into float32 outputs); attention's q, k, v and
-// probabilities are 16-bit too (attendHalf). LayerNorm's and softmax's
-// statistics, the products' outputs (q|k|v, the scores, the heads'
-// outputs, the projections), the bias, the residuals and the block's
-// output stay float32. It reports false, doing nothing, where it does not apply;
+// weights (float32 sums); attention's q, k, v and probabilities are
+// 16-bit too (attendHalf), and so is c_fc's output, which the activation
+// reads (its bias added in float32). LayerNorm's and softmax's
+// statistics, the other products' outputs (q|k|v, the scores, the heads'
+// outputs, out_proj's and c_proj's), the biases, the residuals and the
+// block's output stay float32. It reports false, doing nothing, where it does not apply;
 // a pass that records for backward never takes it (blockRecord keeps its
 // float32 values for backward, and its products round the float32 operands
 // as the device's precision says).
@@ -53,9 +54,11 @@ func (r *devRun) blockForwardHalf(op *blockOp[float32], x kernel.Buf) bool {
 	x1 := r.alloc(n * w)
 	r.do(func() error { return h.BiasResidual(x1, proj, bias[1], x, n, w) }) // x₁ = x + out_proj(attn)
 	ln(x1, p.LN2)
-	hidden := r.alloc(n * m)
-	gemm(p.FC, h16, w16[2], hidden)
-	r.do(func() error { return h.BiasActivationHalf(h16, hidden, n, m, bias[2], activationOf(p)) })
+	hidden16 := r.alloc(kernel.HalfLen(n * m)) // c_fc's output, without its bias, in 16 bits
+	r.do(func() error {
+		return h.GemmHalf16(false, true, n, m, w, 1, h16, w, w16[2], w, 0, hidden16, m)
+	})
+	r.do(func() error { return h.BiasActivationHalf16(h16, hidden16, n, m, bias[2], activationOf(p)) })
 	gemm(p.Proj, h16, w16[3], proj)
 	r.do(func() error { return h.BiasResidual(x, proj, bias[3], x1, n, w) }) // y = x₁ + c_proj(act)
 	return true

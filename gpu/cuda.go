@@ -159,11 +159,12 @@ static status w_cublasSetMathMode(void *h, int mode) { return api.cublasSetMathM
 static status w_cublasSetStream(void *h, void *s) { return api.cublasSetStream(h, s); }
 // The products with a compute type (cublasComputeType_t), the default
 // algorithm (-1): A and B of type abtype (cudaDataType_t: CUDA_R_32F = 0,
-// or CUDA_R_16F = 2, CUDA_R_16BF = 14), C float32.
+// or CUDA_R_16F = 2, CUDA_R_16BF = 14), C float32 (w_gemmEx's of type
+// ctype: 0, or abtype).
 static status w_gemmEx(void *h, int ta, int tb, int m, int n, int k, float alpha,
-		uintptr_t a, int lda, uintptr_t b, int ldb, float beta, uintptr_t c, int ldc, int compute, int abtype) {
+		uintptr_t a, int lda, uintptr_t b, int ldb, float beta, uintptr_t c, int ldc, int compute, int abtype, int ctype) {
 	return api.cublasGemmEx(h, ta, tb, m, n, k, &alpha, (const void *)a, abtype, lda, (const void *)b, abtype, ldb,
-		&beta, (void *)c, 0, ldc, compute, -1);
+		&beta, (void *)c, ctype, ldc, compute, -1);
 }
 static status w_gemmStridedBatchedEx(void *h, int ta, int tb, int m, int n, int k, float alpha,
 		uintptr_t a, int lda, long long sa, uintptr_t b, int ldb, long long sb,
@@ -938,7 +939,7 @@ func (d *device) GemmBatched(transA, transB bool, batch, m, n, k int, alpha floa
 func (d *device) gemmEx(transA, transB bool, batch, m, n, k int, alpha float32, pa C.uintptr_t, lda, strideA int, pb C.uintptr_t, ldb, strideB int, beta float32, pc C.uintptr_t, ldc, strideC int) error {
 	if batch == 1 {
 		if s := C.w_gemmEx(d.blas, cublasOp(transB), cublasOp(transA), C.int(n), C.int(m), C.int(k), C.float(alpha),
-			pb, C.int(ldb), pa, C.int(lda), C.float(beta), pc, C.int(ldc), d.compute, 0); s != 0 {
+			pb, C.int(ldb), pa, C.int(lda), C.float(beta), pc, C.int(ldc), d.compute, 0, 0); s != 0 {
 			return blasErr("cublasGemmEx", s)
 		}
 		return nil
@@ -954,8 +955,14 @@ func (d *device) gemmEx(transA, transB bool, batch, m, n, k int, alpha float32, 
 // gemmTyped is one cublasGemmEx with A and B of cudaDataType_t abtype, C
 // float32 and CUBLAS_COMPUTE_32F, row-major as Gemm. Called in exec.
 func (d *device) gemmTyped(transA, transB bool, m, n, k int, alpha float32, pa C.uintptr_t, lda int, pb C.uintptr_t, ldb int, beta float32, pc C.uintptr_t, ldc int, abtype C.int) error {
+	return d.gemmTypedC(transA, transB, m, n, k, alpha, pa, lda, pb, ldb, beta, pc, ldc, abtype, 0)
+}
+
+// gemmTypedC is gemmTyped with C of cudaDataType_t ctype (0: float32, or
+// abtype: the float32 sums rounded to it). Called in exec.
+func (d *device) gemmTypedC(transA, transB bool, m, n, k int, alpha float32, pa C.uintptr_t, lda int, pb C.uintptr_t, ldb int, beta float32, pc C.uintptr_t, ldc int, abtype, ctype C.int) error {
 	if s := C.w_gemmEx(d.blas, cublasOp(transB), cublasOp(transA), C.int(n), C.int(m), C.int(k), C.float(alpha),
-		pb, C.int(ldb), pa, C.int(lda), C.float(beta), pc, C.int(ldc), cublasCompute32F, abtype); s != 0 {
+		pb, C.int(ldb), pa, C.int(lda), C.float(beta), pc, C.int(ldc), cublasCompute32F, abtype, ctype); s != 0 {
 		return blasErr("cublasGemmEx", s)
 	}
 	return nil

@@ -27,6 +27,10 @@ var halfGemms atomic.Int64
 // attention took the 16-bit path only if they are counted.
 var halfBatchedGemms, halfSoftmaxes atomic.Int64
 
+// halfOutGemms counts the products with a 16-bit C (GemmHalf16), which
+// halfGemms counts too.
+var halfOutGemms atomic.Int64
+
 // HalfFormat makes the device a kernel.Half: with --precision bf16 or fp16
 // a forward pass keeps its frozen weights in that format on the device and
 // writes the products' inputs in it; otherwise HalfNone.
@@ -361,4 +365,81 @@ func (d *device) SoftmaxHalf(y16, x kernel.Buf, rows, cols int, scale float32, c
 		return d.launch("softmax_rows", (rows+rowGroups-1)/rowGroups, a)
 	}
 	return d.launch("softmax", rows, a)
+}
+
+// GemmHalf16 is GemmHalf with C in 16 bits too: cublasGemmEx with A, B
+// and C in the device's 16-bit format and CUBLAS_COMPUTE_32F, the float32
+// sums (alpha and beta applied in float32) rounded to C's format. Row-major
+// as Gemm.
+func (d *device) GemmHalf16(transA, transB bool, m, n, k int, alpha float32, a kernel.Buf, lda int, b kernel.Buf, ldb int, beta float32, c kernel.Buf, ldc int) error {
+	f, err := d.halfFormat("GemmHalf16")
+	if err != nil {
+		return err
+	}
+	if !fits32(m, n, k, lda, ldb, ldc) {
+		return fmt.Errorf("gpu: GemmHalf16: sizes out of range (%d×%d×%d)", m, n, k)
+	}
+	if m == 0 || n == 0 {
+		return nil
+	}
+	if k == 0 {
+		return fmt.Errorf("gpu: GemmHalf16 with k = 0")
+	}
+	pa, err := d.operand16("GemmHalf16 A", a, transA, m, k, lda, 1, 0)
+	if err != nil {
+		return err
+	}
+	pb, err := d.operand16("GemmHalf16 B", b, transB, k, n, ldb, 1, 0)
+	if err != nil {
+		return err
+	}
+	pc, err := d.operand16("GemmHalf16 C", c, false, m, n, ldc, 1, 0)
+	if err != nil {
+		return err
+	}
+	typ := C.int(cudaR16BF)
+	if f == int(kernel.HalfFP16) {
+		typ = cudaR16F
+	}
+	halfGemms.Add(1)
+	halfOutGemms.Add(1)
+	return d.exec(func() error {
+		return d.gemmTypedC(transA, transB, m, n, k, alpha, pa, lda, pb, ldb, beta, pc, ldc, typ, typ)
+	})
+}
+
+// BiasActivationHalf16 runs bias_act_half: BiasActivationHalf from a
+// 16-bit x16.
+func (d *device) BiasActivationHalf16(y16, x16 kernel.Buf, rows, cols int, bias kernel.Buf, act kernel.Activation) error {
+	f, err := d.halfFormat("BiasActivationHalf16")
+	if err != nil {
+		return err
+	}
+	if !fits32(rows, cols, rows*cols) {
+		return fmt.Errorf("gpu: BiasActivationHalf16: %d×%d", rows, cols)
+	}
+	if act != kernel.QuickGELUActivation && act != kernel.GELUActivation {
+		return fmt.Errorf("gpu: BiasActivationHalf16: activation %d", act)
+	}
+	py, err := d.ptr16("BiasActivationHalf16", y16, rows*cols)
+	if err != nil {
+		return err
+	}
+	px, err := d.ptr16("BiasActivationHalf16", x16, rows*cols)
+	if err != nil {
+		return err
+	}
+	pb, err := d.optPtrs("BiasActivationHalf16", cols, bias)
+	if err != nil || rows == 0 || cols == 0 {
+		return err
+	}
+	var a args
+	a.ptr(py)
+	a.ptr(px)
+	a.ptr(pb[0])
+	a.i32(rows)
+	a.i32(cols)
+	a.i32(int(act))
+	a.i32(f)
+	return d.launch("bias_act_half", elementGrid(rows*cols), a)
 }

@@ -11,7 +11,7 @@ var rowwiseKernels = []string{"layer_norm", "layer_norm_backward", "layer_norm_p
 	"softmax_backward", "quick_gelu", "quick_gelu_slope", "gelu", "gelu_slope", "add", "mul", "fill_rows",
 	"patches", "token_embed", "stride_rows", "spread_rows", "split_heads", "softmax_rows", "softmax_backward_rows", "layer_norm_rows", "layer_norm_backward_rows",
 	"layer_norm_param_partials", "layer_norm_param_sum",
-	"bias_act", "bias_residual", "to_half16"}
+	"bias_act", "bias_residual", "to_half16", "bias_act_half"}
 
 // shortRow is the longest row that softmax and LayerNorm give LANES threads
 // (a group of a block, several rows per block) rather than a whole block:
@@ -65,6 +65,20 @@ __device__ unsigned short to_half(float v, int fmt) {
 	unsigned r = m >> shift, rem = m & ((1u << shift) - 1), halfway = 1u << (shift - 1);
 	if (rem > halfway || (rem == halfway && (r & 1))) r++;
 	return (unsigned short)(sign | r);
+}
+
+// from_half widens 16 bits of format fmt (as to_half's) to float32,
+// exactly.
+__device__ float from_half(unsigned short h, int fmt) {
+	unsigned sign = (unsigned)(h & 0x8000) << 16;
+	if (fmt == 1) return __int_as_float((int)((unsigned)h << 16));
+	unsigned e = h >> 10 & 0x1f, m = h & 0x3ff;
+	if (e == 31) return __int_as_float((int)(sign | 0x7f800000 | m << 13)); // inf, NaN
+	if (e == 0) { // zero or a subnormal: m·2^-24
+		float v = (float)m * 5.9604644775390625e-8f;
+		return sign ? -v : v;
+	}
+	return __int_as_float((int)(sign | (e + 112) << 23 | m << 13));
 }
 
 // y = x's n values in 16 bits (a weight, once).
@@ -551,6 +565,28 @@ extern "C" __global__ void bias_act(float *y, float *aux, const float *x, const 
 		else y[i] = yv;
 		if (keep == 1) aux[i] = h;
 		else if (keep == 2) aux[i] = s;
+	}
+}
+
+// bias_act from and to 16 bits, keeping nothing: y16 = act(x + bias) for
+// the 16-bit x16 (a product's output in 16 bits), each value the rounding
+// of what bias_act gives for x16's values widened; act as there. y16 may
+// be x16. 32-bit indices, as fill_rows'.
+extern "C" __global__ void bias_act_half(unsigned short *y16, const unsigned short *x16, const float *bias, int rows, int cols,
+		int act, int fmt) {
+	unsigned n = (unsigned)rows * cols;
+	for (unsigned i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += gridDim.x * BLOCK) {
+		float x = from_half(x16[i], fmt);
+		float h = bias ? x + bias[i % (unsigned)cols] : x;
+		float yv;
+		if (act == 0) {
+			float e = 1.0f + expf(-1.702f * h);
+			yv = h / e;
+		} else {
+			double v = h, phi = 0.5 * (1.0 + erf(v * 0.70710678118654752));
+			yv = (float)(v * phi);
+		}
+		y16[i] = to_half(yv, fmt);
 	}
 }
 

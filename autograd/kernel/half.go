@@ -53,6 +53,12 @@ type Half interface {
 	// BiasActivationHalf is BiasActivation keeping nothing, its output
 	// rounded into the 16-bit y16.
 	BiasActivationHalf(y16, x Buf, rows, cols int, bias Buf, act Activation) error
+	// GemmHalf16 is GemmHalf with a 16-bit c: the float32 sums, alpha and
+	// beta applied, rounded to 16 bits (the MLP's pre-activation).
+	GemmHalf16(transA, transB bool, m, n, k int, alpha float32, a Buf, lda int, b Buf, ldb int, beta float32, c Buf, ldc int) error
+	// BiasActivationHalf16 is BiasActivationHalf reading a 16-bit x16,
+	// the bias added in float32 to its values widened. y16 may be x16.
+	BiasActivationHalf16(y16, x16 Buf, rows, cols int, bias Buf, act Activation) error
 }
 
 // HalfOf returns d as a Half device and its format, or nil and HalfNone
