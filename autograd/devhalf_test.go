@@ -193,18 +193,19 @@ func halfBlocks(s sizes, ins []input, data [][]float64, causal, keep bool) (smat
 
 // TestDeviceBlockHalf runs blocks on a kernel.Half device (halfHost,
 // bfloat16, over a launchCounter): a pass without gradients takes 16-bit
-// operands in the four linear products of each block and in attention's
-// two products, converts each frozen weight once (not again in the second
+// operands in the four linear products of each block (c_fc's into 16
+// bits, which the activation reads) and in attention's two products,
+// converts each frozen weight once (not again in the second
 // pass) and agrees with the CPU's float32 within 2e-2 of the largest value
 // where attention takes float32 operands (operands with 8 bits of
 // mantissa, as TestPrecisionMatchesCPU bounds the features in package gpu;
-// 8.4e-3 measured) and 4e-2 where it takes 16-bit ones (2.1e-2 and 2.6e-2
+// 8.6e-3 measured) and 4e-2 where it takes 16-bit ones (2.0e-2 and 2.6e-2
 // measured, 1.4e-2 with float32 attention): the random weights, N(0, 1/4)
 // over widths of 48 and 64, give scores s·q·k of 11 to 37 (root mean
-// square; a trained model's are a few units), which q's and k's bfloat16
-// rounding moves by a fraction of a unit before the softmax, so that the
-// peaked probabilities move by several percent. The second pass's operations are counted by
-// name: attention writes q, k, v and P in 16 bits only (SplitHeadsHalf,
+// square), which q's and k's bfloat16 rounding moves by a fraction of a
+// unit before the softmax, so that the peaked probabilities move by
+// several percent. The second pass's operations are counted by name:
+// attention writes q, k, v and P in 16 bits only (SplitHeadsHalf,
 // SoftmaxHalf, GemmBatchedHalf), and no float32 head split, softmax or
 // batched product runs, except where batch·tokens·width is odd (q, k and v
 // would not start on a float32 slot), where attention takes float32
