@@ -18,6 +18,11 @@
 #                          built-in model and images) with --precision P, for P
 #                          fp32 (the CPU's table: 54.01 / 54.04 / 55.10), bf16
 #                          and fp16 (within 0.3 points of fp32 is the aim)
+#   OUT/clean.txt          the built-in model's accuracy on CIFAR-10's clean test
+#                          set (SHARED's 10,000 JPEGs, subtta eval --methods
+#                          source --corruptions clean) with --precision fp32,
+#                          bf16 and fp16, and each one's difference to fp32
+#                          (within 0.3 points is the aim)
 #   OUT/feed.txt           whether decoding keeps the GPU fed: an ImageNet-C-
 #                          shaped folder (224-pixel JPEGs of quality 85, made by
 #                          subtta corrupt --dataset imagenet from SHARED's CIFAR-10
@@ -37,15 +42,17 @@
 # has a time limit (LIMIT seconds, default 240), so one that hangs costs no
 # more.
 #
-# Usage: [OUT=DIR] [SHARED=DIR] [CLIPSRC=DIR] [NCU=1] scripts/gpu-run.sh [test|bench|matrix|eval|feed]
-# (all five by default; `test` needs cuda-bin/gpu.test and SHARED, the others
+# Usage: [OUT=DIR] [SHARED=DIR] [CLIPSRC=DIR] [NCU=1] scripts/gpu-run.sh [PART...]
+# (PART: test, bench, matrix, eval, clean, feed; all six by default; `clean` needs SHARED's assets/cifar10/test-jpg.tar.gz; `test` needs cuda-bin/gpu.test and SHARED, the others
 # cuda-bin/subtta and, for PyTorch, CLIPSRC; `feed` needs SHARED's
 # assets/cifar10/test-jpg.tar.gz and assets/labels/imagenet_classes_openai.txt,
 # and python3; FEED_IMAGES (default 10000) sets its number of images, WORK
 # (default OUT/feed-work) where its model and folders go). With DRY_RUN=1,
 # `feed` prepares its model and folder and prints the GPU commands without
 # running them; FEED_DEVICE=cpu FEED_LIMIT=N FEED_REPS=1 run them on the CPU
-# instead, N images a domain (both for checking the script without a GPU).
+# instead, N images a domain (both for checking the script without a GPU);
+# FEED_DEVICE=cpu CLEAN_LIMIT=N does the same for `clean` (the CPU has no
+# fp16: that line reads "none").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-results}
@@ -56,7 +63,9 @@ mkdir -p "$out"
 status=0
 start=$SECONDS
 
-what=${1:-all}
+what=" ${*:-all} "
+# want PART: whether PART was asked for (or all).
+want() { [[ $what == *" all "* || $what == *" $1 "* ]]; }
 step() { echo "== $* ($((SECONDS - start)) s)" >&2; }
 
 if command -v nvidia-smi >/dev/null; then
@@ -64,13 +73,13 @@ if command -v nvidia-smi >/dev/null; then
 else
   echo "no nvidia-smi" | tee "$out/gpu.txt"
 fi
-if [ "$what" = all ] || [ "$what" = test ]; then
+if want test; then
   step "device tests"
   # In the package's folder, as go test runs it (testdata/).
   (cd gpu && SUBTTA_SHARED=$shared timeout "$limit" ../cuda-bin/gpu.test -test.v -test.count=1) 2>&1 |
     tee "$out/gpu-test.txt" || status=1
 fi
-if [ "$what" = all ] || [ "$what" = bench ]; then
+if want bench; then
   step "subtta bench, fp32, batch 64"
   timeout "$limit" cuda-bin/subtta bench --device cuda --reps 5 2>&1 | tee "$out/bench-subtta.txt" || status=1
   if [ -d "$clipsrc" ]; then
@@ -82,7 +91,7 @@ if [ "$what" = all ] || [ "$what" = bench ]; then
     status=1
   fi
 fi
-if [ "$what" = all ] || [ "$what" = matrix ]; then
+if want matrix; then
   : >"$out/bench-matrix.txt"
   for batch in 64 256; do
     for prec in fp32 tf32 bf16 fp16; do
@@ -92,7 +101,7 @@ if [ "$what" = all ] || [ "$what" = matrix ]; then
     done
   done
 fi
-if [ "$what" = all ] || [ "$what" = eval ]; then
+if want eval; then
   for prec in fp32 bf16 fp16; do
     step "subtta eval --device cuda --precision $prec"
     rm -rf "$out/eval-$prec"
@@ -100,7 +109,25 @@ if [ "$what" = all ] || [ "$what" = eval ]; then
       tee "$out/eval-$prec.txt" || status=1
   done
 fi
-if [ "$what" = all ] || [ "$what" = feed ]; then
+if want clean; then
+  # The README's run has 1,000 images a domain; the clean test set gives
+  # the precisions' accuracies on 10,000.
+  : >"$out/clean.txt"
+  for prec in fp32 bf16 fp16; do
+    step "subtta eval --device ${FEED_DEVICE:-cuda} --precision $prec, CIFAR-10 clean"
+    rm -rf "$out/clean-$prec"
+    acc=$(timeout "$limit" cuda-bin/subtta eval --device "${FEED_DEVICE:-cuda}" --precision "$prec" --dataset cifar10-c \
+      --data "$shared/assets/cifar10/test-jpg.tar.gz" --corruptions clean --methods source --limit "${CLEAN_LIMIT:-0}" \
+      --quiet --out "$out/clean-$prec" 2>&1 | awk -F'|' '!done && $2 ~ /^ source / { gsub(/ /, "", $3); print $3; done = 1 }')
+    echo "clean $prec ${acc:-none}" | tee -a "$out/clean.txt"
+    [ -n "$acc" ] || status=1
+  done
+  awk '$3 != "none" { a[$2] = $3 }
+       END { if (!("fp32" in a)) { print "clean: no fp32 figure"; exit 1 }
+             for (p in a) if (p != "fp32") printf "clean: %s %.2f against fp32 %.2f: %+.2f points (aim: within 0.3)\n", p, a[p], a["fp32"], a[p] - a["fp32"] }' \
+    "$out/clean.txt" | tee -a "$out/clean.txt" || status=1
+fi
+if want feed; then
   # eval --device cuda --methods source reads, decodes and preprocesses
   # every image on the host (the next batch while the GPU computes the
   # current one); bench's forward pass times the GPU alone on images
