@@ -371,15 +371,32 @@ func HeadMatrix(w smat.Matrix) *mat.Dense {
 // the tape keeps what a backward pass needs; without, nothing is kept (a
 // prediction).
 func (b *base) forward(pixels []float32, n int, grad bool) (smat.Tensor, *mat.Dense, error) {
-	b.model.SetVisionTrainable(grad)
+	x, err := b.images(pixels, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	node, f := b.encode(x, grad)
+	return node, f, nil
+}
+
+// images wraps n images as the vision tower's input (Model.Images).
+func (b *base) images(pixels []float32, n int) (smat.Matrix, error) {
 	x, err := b.model.Images(pixels, n)
 	if err != nil {
-		return nil, nil, fmt.Errorf("tta: %w", err)
+		return nil, fmt.Errorf("tta: %w", err)
 	}
+	return x, nil
+}
+
+// encode is forward on images already wrapped (images): a step that
+// encodes one batch in several passes wraps it once and holds it on the
+// device (autograd.HoldOnDevice), so that it goes up once.
+func (b *base) encode(x smat.Tensor, grad bool) (smat.Tensor, *mat.Dense) {
+	b.model.SetVisionTrainable(grad)
 	node := b.model.ImageFeatures(x)
 	s := node.Value().Shape()
 	vals := append([]float64(nil), node.Value().Data().F64()...)
-	return node, mat.NewDense(s[0], s[1], vals), nil
+	return node, mat.NewDense(s[0], s[1], vals)
 }
 
 // backward zeroes the parameter gradients, injects grad (∂L/∂F, rows of the
