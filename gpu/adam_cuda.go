@@ -27,9 +27,12 @@ extern "C" __global__ void non_finite(float *flag, const float *x, int n) {
 }
 
 // One Adam or AdamW step of n values, as kernel.AdamStep: mode bit 0 weight
-// decay, bit 1 decoupled (AdamW), bit 2 fresh moments.
+// decay, bit 1 decoupled (AdamW), bit 2 fresh moments; nothing when skip
+// is set and skip[0] is not zero.
 extern "C" __global__ void adam_step(float *p, const float *g, float *m, float *v, int n, float beta1, float beta2,
-		float omb1, float omb2, float eps, float wd, float decay, float neg_step, float bc2_sqrt, int mode) {
+		float omb1, float omb2, float eps, float wd, float decay, float neg_step, float bc2_sqrt, int mode,
+		const float *skip) {
+	if (skip != 0 && skip[0] != 0) return;
 	for (int i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += gridDim.x * BLOCK) {
 		float x = p[i], gi = g[i];
 		if (mode & 1) {
@@ -74,12 +77,16 @@ func (d *device) NonFinite(flag, x kernel.Buf, n int) error {
 	return d.launch("non_finite", 1, a)
 }
 
-func (d *device) AdamStep(p, g, m, v kernel.Buf, n int, s kernel.AdamScalars) error {
+func (d *device) AdamStep(p, g, m, v kernel.Buf, n int, s kernel.AdamScalars, skip kernel.Buf) error {
 	if n < 0 || !fits32(n) {
 		return fmt.Errorf("gpu: AdamStep: %d values", n)
 	}
 	ps, err := d.ptrs("AdamStep", n, p, g, m, v)
 	if err != nil || n == 0 {
+		return err
+	}
+	pk, err := d.optPtrs("AdamStep", 1, skip)
+	if err != nil {
 		return err
 	}
 	mode := 0
@@ -101,5 +108,6 @@ func (d *device) AdamStep(p, g, m, v kernel.Buf, n int, s kernel.AdamScalars) er
 		a.f32(f)
 	}
 	a.i32(mode)
+	a.ptr(pk[0])
 	return d.launch("adam_step", elementGrid(n), a)
 }

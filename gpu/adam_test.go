@@ -16,7 +16,8 @@ import (
 // (optim's TestScalars32MatchesStep), for Adam, Adam with L2 weight decay
 // and AdamW over four steps, the first with fresh moments (NaN in the
 // moments' buffers, which it must not read), on 3,000 values of many
-// magnitudes: the parameters and both moments bit for bit. And NonFinite
+// magnitudes: the parameters and both moments bit for bit, a step told to
+// skip (a count of non-finite values in skip) changing nothing. And NonFinite
 // (non_finite, one block) counts NaN and the infinities among 70,001
 // values, the block's threads each seeing some.
 func TestAdamMatchesCPU(t *testing.T) {
@@ -50,10 +51,19 @@ func TestAdamMatchesCPU(t *testing.T) {
 				}
 			}
 			s := cfg.Scalars32(step)
-			if err := kernel.Host.(kernel.AdamDevice).AdamStep(hp, kernel.HostBuf(g), hm, hv, n, s); err != nil {
+			if err := kernel.Host.(kernel.AdamDevice).AdamStep(hp, kernel.HostBuf(g), hm, hv, n, s, nil); err != nil {
 				t.Fatal(err)
 			}
-			if err := ad.AdamStep(dp, upload(t, d, g), dm, dv, n, s); err != nil {
+			var skip kernel.Buf // none, or a zero count
+			if step%2 == 0 {
+				skip = upload(t, d, []float32{0})
+			}
+			dg := upload(t, d, g)
+			if err := ad.AdamStep(dp, dg, dm, dv, n, s, skip); err != nil {
+				t.Fatal(err)
+			}
+			// A count of non-finite values: nothing changes.
+			if err := ad.AdamStep(dp, dg, dm, dv, n, cfg.Scalars32(step+1), upload(t, d, []float32{2})); err != nil {
 				t.Fatal(err)
 			}
 			for name, pair := range map[string]struct {

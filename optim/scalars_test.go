@@ -48,7 +48,7 @@ func TestScalars32MatchesStep(t *testing.T) {
 			if _, err := ref.Step([]Param[float32]{{Name: "p", Value: want, Grad: g}}); err != nil {
 				t.Fatal(err)
 			}
-			if err := dev.AdamStep(p, kernel.HostBuf(g), m, v, n, cfg.Scalars32(step)); err != nil {
+			if err := dev.AdamStep(p, kernel.HostBuf(g), m, v, n, cfg.Scalars32(step), kernel.HostBuf{0}); err != nil {
 				t.Fatal(err)
 			}
 			st := ref.State()["p"]

@@ -159,7 +159,10 @@ func (s *SubTTA) Reset() error {
 //
 // The batch is wrapped once and held on the device (autograd.HoldOnDevice)
 // for the step's passes: with a device set the images go up once, at the
-// first pass, rather than once per pass.
+// first pass, rather than once per pass. On a device that runs Adam
+// (kernel.AdamDevice) the optimizer runs there too (lnTrainer.attach): the
+// LayerNorm gradients are not downloaded nor the values uploaded; each
+// optimizer step downloads the new values, so the host's stay current.
 func (s *SubTTA) Step(pixels []float32, n int) (*Result, error) {
 	x, err := s.images(pixels, n)
 	if err != nil {
@@ -167,6 +170,11 @@ func (s *SubTTA) Step(pixels []float32, n int) (*Result, error) {
 	}
 	hold := autograd.HoldOnDevice(x)
 	defer hold.Release()
+	release, err := s.tr.attach()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	d := newDiagnostics()
 	if s.aligner.Enabled() {
 		t0 := time.Now()

@@ -35,8 +35,11 @@ type AdamDevice interface {
 	// are not all finite.
 	NonFinite(flag, x Buf, n int) error
 	// AdamStep updates the n values of p and the moments m and v from the
-	// gradient g, as AdamStep does on slices.
-	AdamStep(p, g, m, v Buf, n int, s AdamScalars) error
+	// gradient g, as AdamStep does on slices, unless skip (one value; nil:
+	// none) is not zero: with NonFinite's count there, a step whose
+	// gradients are not all finite changes nothing, without the host
+	// reading the count first.
+	AdamStep(p, g, m, v Buf, n int, s AdamScalars, skip Buf) error
 }
 
 // AdamStep is one Adam or AdamW step on p from the gradient g with the
@@ -92,11 +95,14 @@ func (host) NonFinite(flag, x Buf, n int) error {
 	return nil
 }
 
-func (host) AdamStep(p, g, m, v Buf, n int, s AdamScalars) error {
+func (host) AdamStep(p, g, m, v Buf, n int, s AdamScalars, skip Buf) error {
 	for _, b := range []Buf{p, g, m, v} {
 		if b.Len() < n {
 			return fmt.Errorf("kernel: Host.AdamStep: %d values of a buffer of %d", n, b.Len())
 		}
+	}
+	if skip != nil && hb(skip)[0] != 0 {
+		return nil
 	}
 	AdamStep(hb(p)[:n], hb(g)[:n], hb(m)[:n], hb(v)[:n], s)
 	return nil
