@@ -132,9 +132,10 @@ func sameBits(t *testing.T, what string, a, b []float64) {
 // the device (kernel.AdamDevice: autograd.DeviceAdam keeps the LayerNorm
 // values, their gradients and the moments there) and with it on the host
 // (optim.Adam, the rest on the device alike), over the fixture batches
-// with a saved state after each step and a Reset between the second and
-// the third: the logits, losses, saved states (values and moments) and
-// the values after Reset agree bit for bit, since the device's Adam gives
+// with a saved state after each step, a Reset between the second and the
+// third, and a fourth step on the CPU (the moments brought back to the
+// host optimizer): the logits, losses, saved states (values and moments)
+// and the values after Reset agree bit for bit, since the device's Adam gives
 // optim.Adam's bits and the gradients are the same. A method restored from
 // a state saved on the device continues as the saved one did. A step after
 // the first uploads no LayerNorm value and downloads no gradient: each of
@@ -162,7 +163,11 @@ func TestSubTTAOptimizerOnDevice(t *testing.T) {
 		defer autograd.SetDevice(nil)
 		var recs []record
 		var afterReset [][]float64
-		for i, k := range batches[:3] {
+		for i, k := range append(batches[:3:3], batches[0]) {
+			if i == 3 { // on the CPU: the moments come back to the host optimizer
+				autograd.SetDevice(nil)
+				onDevice = false
+			}
 			if i == 2 {
 				if err := s.Reset(); err != nil {
 					t.Fatal(err)
