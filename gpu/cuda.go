@@ -157,20 +157,20 @@ static status w_cublasCreate(void **h) { return api.cublasCreate(h); }
 static status w_cublasDestroy(void *h) { return api.cublasDestroy(h); }
 static status w_cublasSetMathMode(void *h, int mode) { return api.cublasSetMathMode(h, mode); }
 static status w_cublasSetStream(void *h, void *s) { return api.cublasSetStream(h, s); }
-// The products with a compute type (cublasComputeType_t) on float32
-// operands (CUDA_R_32F = 0), the default algorithm (-1); w_gemmEx's A
-// and B of type abtype (cudaDataType_t: 0, or CUDA_R_16F = 2,
-// CUDA_R_16BF = 14), C float32.
+// The products with a compute type (cublasComputeType_t), the default
+// algorithm (-1): A and B of type abtype (cudaDataType_t: CUDA_R_32F = 0,
+// or CUDA_R_16F = 2, CUDA_R_16BF = 14), C float32 (w_gemmEx's of type
+// ctype: 0, or abtype).
 static status w_gemmEx(void *h, int ta, int tb, int m, int n, int k, float alpha,
-		uintptr_t a, int lda, uintptr_t b, int ldb, float beta, uintptr_t c, int ldc, int compute, int abtype) {
+		uintptr_t a, int lda, uintptr_t b, int ldb, float beta, uintptr_t c, int ldc, int compute, int abtype, int ctype) {
 	return api.cublasGemmEx(h, ta, tb, m, n, k, &alpha, (const void *)a, abtype, lda, (const void *)b, abtype, ldb,
-		&beta, (void *)c, 0, ldc, compute, -1);
+		&beta, (void *)c, ctype, ldc, compute, -1);
 }
 static status w_gemmStridedBatchedEx(void *h, int ta, int tb, int m, int n, int k, float alpha,
 		uintptr_t a, int lda, long long sa, uintptr_t b, int ldb, long long sb,
-		float beta, uintptr_t c, int ldc, long long sc, int batch, int compute) {
-	return api.cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, &alpha, (const void *)a, 0, lda, sa,
-		(const void *)b, 0, ldb, sb, &beta, (void *)c, 0, ldc, sc, batch, compute, -1);
+		float beta, uintptr_t c, int ldc, long long sc, int batch, int compute, int abtype) {
+	return api.cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, &alpha, (const void *)a, abtype, lda, sa,
+		(const void *)b, abtype, ldb, sb, &beta, (void *)c, 0, ldc, sc, batch, compute, -1);
 }
 static status w_sgemm(void *h, int ta, int tb, int m, int n, int k, float alpha,
 		uintptr_t a, int lda, uintptr_t b, int ldb, float beta, uintptr_t c, int ldc) {
@@ -939,14 +939,14 @@ func (d *device) GemmBatched(transA, transB bool, batch, m, n, k int, alpha floa
 func (d *device) gemmEx(transA, transB bool, batch, m, n, k int, alpha float32, pa C.uintptr_t, lda, strideA int, pb C.uintptr_t, ldb, strideB int, beta float32, pc C.uintptr_t, ldc, strideC int) error {
 	if batch == 1 {
 		if s := C.w_gemmEx(d.blas, cublasOp(transB), cublasOp(transA), C.int(n), C.int(m), C.int(k), C.float(alpha),
-			pb, C.int(ldb), pa, C.int(lda), C.float(beta), pc, C.int(ldc), d.compute, 0); s != 0 {
+			pb, C.int(ldb), pa, C.int(lda), C.float(beta), pc, C.int(ldc), d.compute, 0, 0); s != 0 {
 			return blasErr("cublasGemmEx", s)
 		}
 		return nil
 	}
 	if s := C.w_gemmStridedBatchedEx(d.blas, cublasOp(transB), cublasOp(transA), C.int(n), C.int(m), C.int(k), C.float(alpha),
 		pb, C.int(ldb), C.longlong(strideB), pa, C.int(lda), C.longlong(strideA),
-		C.float(beta), pc, C.int(ldc), C.longlong(strideC), C.int(batch), d.compute); s != 0 {
+		C.float(beta), pc, C.int(ldc), C.longlong(strideC), C.int(batch), d.compute, 0); s != 0 {
 		return blasErr("cublasGemmStridedBatchedEx", s)
 	}
 	return nil
@@ -955,9 +955,27 @@ func (d *device) gemmEx(transA, transB bool, batch, m, n, k int, alpha float32, 
 // gemmTyped is one cublasGemmEx with A and B of cudaDataType_t abtype, C
 // float32 and CUBLAS_COMPUTE_32F, row-major as Gemm. Called in exec.
 func (d *device) gemmTyped(transA, transB bool, m, n, k int, alpha float32, pa C.uintptr_t, lda int, pb C.uintptr_t, ldb int, beta float32, pc C.uintptr_t, ldc int, abtype C.int) error {
+	return d.gemmTypedC(transA, transB, m, n, k, alpha, pa, lda, pb, ldb, beta, pc, ldc, abtype, 0)
+}
+
+// gemmTypedC is gemmTyped with C of cudaDataType_t ctype (0: float32, or
+// abtype: the float32 sums rounded to it). Called in exec.
+func (d *device) gemmTypedC(transA, transB bool, m, n, k int, alpha float32, pa C.uintptr_t, lda int, pb C.uintptr_t, ldb int, beta float32, pc C.uintptr_t, ldc int, abtype, ctype C.int) error {
 	if s := C.w_gemmEx(d.blas, cublasOp(transB), cublasOp(transA), C.int(n), C.int(m), C.int(k), C.float(alpha),
-		pb, C.int(ldb), pa, C.int(lda), C.float(beta), pc, C.int(ldc), cublasCompute32F, abtype); s != 0 {
+		pb, C.int(ldb), pa, C.int(lda), C.float(beta), pc, C.int(ldc), cublasCompute32F, abtype, ctype); s != 0 {
 		return blasErr("cublasGemmEx", s)
+	}
+	return nil
+}
+
+// gemmTypedBatched is gemmTyped over batch products: one
+// cublasGemmStridedBatchedEx, the strides in elements of each operand's
+// type. Called in exec.
+func (d *device) gemmTypedBatched(transA, transB bool, batch, m, n, k int, alpha float32, pa C.uintptr_t, lda, strideA int, pb C.uintptr_t, ldb, strideB int, beta float32, pc C.uintptr_t, ldc, strideC int, abtype C.int) error {
+	if s := C.w_gemmStridedBatchedEx(d.blas, cublasOp(transB), cublasOp(transA), C.int(n), C.int(m), C.int(k), C.float(alpha),
+		pb, C.int(ldb), C.longlong(strideB), pa, C.int(lda), C.longlong(strideA),
+		C.float(beta), pc, C.int(ldc), C.longlong(strideC), C.int(batch), cublasCompute32F, abtype); s != 0 {
+		return blasErr("cublasGemmStridedBatchedEx", s)
 	}
 	return nil
 }
@@ -1177,6 +1195,8 @@ func (d *device) Softmax(y, x kernel.Buf, rows, cols int, scale float32, causal 
 	} else {
 		a.i32(0)
 	}
+	a.ptr(0) // y16: float32
+	a.i32(0)
 	if cols <= shortRow {
 		return d.launch("softmax_rows", (rows+rowGroups-1)/rowGroups, a)
 	}
@@ -1368,7 +1388,7 @@ func (d *device) heads(what string, s, m kernel.Buf, bias C.uintptr_t, batch, to
 	} else {
 		a.i32(0)
 	}
-	a.ptr(0) // m16: float32
+	a.ptr(0) // h16: float32
 	a.i32(0)
 	a.ptr(bias)
 	return d.launch("split_heads", elementGrid(n), a)

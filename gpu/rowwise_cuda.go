@@ -11,7 +11,7 @@ var rowwiseKernels = []string{"layer_norm", "layer_norm_backward", "layer_norm_p
 	"softmax_backward", "quick_gelu", "quick_gelu_slope", "gelu", "gelu_slope", "add", "mul", "fill_rows",
 	"patches", "token_embed", "stride_rows", "spread_rows", "split_heads", "softmax_rows", "softmax_backward_rows", "layer_norm_rows", "layer_norm_backward_rows",
 	"layer_norm_param_partials", "layer_norm_param_sum",
-	"bias_act", "bias_residual", "to_half16"}
+	"bias_act", "bias_residual", "to_half16", "bias_act_half"}
 
 // shortRow is the longest row that softmax and LayerNorm give LANES threads
 // (a group of a block, several rows per block) rather than a whole block:
@@ -65,6 +65,20 @@ __device__ unsigned short to_half(float v, int fmt) {
 	unsigned r = m >> shift, rem = m & ((1u << shift) - 1), halfway = 1u << (shift - 1);
 	if (rem > halfway || (rem == halfway && (r & 1))) r++;
 	return (unsigned short)(sign | r);
+}
+
+// from_half widens 16 bits of format fmt (as to_half's) to float32,
+// exactly.
+__device__ float from_half(unsigned short h, int fmt) {
+	unsigned sign = (unsigned)(h & 0x8000) << 16;
+	if (fmt == 1) return __int_as_float((int)((unsigned)h << 16));
+	unsigned e = h >> 10 & 0x1f, m = h & 0x3ff;
+	if (e == 31) return __int_as_float((int)(sign | 0x7f800000 | m << 13)); // inf, NaN
+	if (e == 0) { // zero or a subnormal: m·2^-24
+		float v = (float)m * 5.9604644775390625e-8f;
+		return sign ? -v : v;
+	}
+	return __int_as_float((int)(sign | (e + 112) << 23 | m << 13));
 }
 
 // y = x's n values in 16 bits (a weight, once).
@@ -166,8 +180,12 @@ extern "C" __global__ void layer_norm_rows(float *y, const float *x, int rows, i
 	}
 }
 
-// softmax for short rows: GROUPS rows a block.
-extern "C" __global__ void softmax_rows(float *y, const float *x, int rows, int cols, float scale, int causal) {
+// softmax for short rows: GROUPS rows a block. With y16 set, y is
+// written there in 16 bits instead (to_half), each value the rounding of
+// what y would hold: the exponentials are computed again for it rather
+// than kept in y.
+extern "C" __global__ void softmax_rows(float *y, const float *x, int rows, int cols, float scale, int causal,
+		unsigned short *y16, int fmt) {
 	__shared__ double s[BLOCK];
 	__shared__ float f[BLOCK];
 	GROUP_ROW(rows)
@@ -180,10 +198,17 @@ extern "C" __global__ void softmax_rows(float *y, const float *x, int rows, int 
 	double sum = 0;
 	for (int j = lane; j < n; j += LANES) {
 		float e = expf(xr[j] * scale - mx);
-		yr[j] = e;
+		if (!y16) yr[j] = e;
 		sum += e;
 	}
 	float inv = (float)(1.0 / group_sum(sum, s));
+	if (y16) {
+		unsigned short *hr = y16 + row * cols;
+		for (int j = lane; j < n; j += LANES) hr[j] = to_half(expf(xr[j] * scale - mx) * inv, fmt);
+		if (has)
+			for (int j = n + lane; j < cols; j += LANES) hr[j] = 0;
+		return;
+	}
 	for (int j = lane; j < n; j += LANES) yr[j] *= inv;
 	if (has)
 		for (int j = n + lane; j < cols; j += LANES) yr[j] = 0;
@@ -354,7 +379,9 @@ extern "C" __global__ void layer_norm_param_sum(float *dgamma, float *dbeta, con
 
 // y = softmax(scale·x) per row; with causal set, row r sees columns
 // 0…r mod cols (stacked square blocks, one per head) and the rest is 0.
-extern "C" __global__ void softmax(float *y, const float *x, int cols, float scale, int causal) {
+// With y16 set, y is written there in 16 bits instead, as softmax_rows.
+extern "C" __global__ void softmax(float *y, const float *x, int cols, float scale, int causal,
+		unsigned short *y16, int fmt) {
 	__shared__ double s[BLOCK];
 	__shared__ float f[BLOCK];
 	int n = causal ? blockIdx.x % cols + 1 : cols;
@@ -366,10 +393,16 @@ extern "C" __global__ void softmax(float *y, const float *x, int cols, float sca
 	double sum = 0;
 	for (int j = threadIdx.x; j < n; j += BLOCK) {
 		float e = expf(xr[j] * scale - mx);
-		yr[j] = e;
+		if (!y16) yr[j] = e;
 		sum += e;
 	}
 	float inv = (float)(1.0 / block_sum(sum, s));
+	if (y16) {
+		unsigned short *hr = y16 + (unsigned long long)blockIdx.x * cols;
+		for (int j = threadIdx.x; j < n; j += BLOCK) hr[j] = to_half(expf(xr[j] * scale - mx) * inv, fmt);
+		for (int j = n + threadIdx.x; j < cols; j += BLOCK) hr[j] = 0;
+		return;
+	}
 	for (int j = threadIdx.x; j < n; j += BLOCK) yr[j] *= inv;
 	for (int j = n + threadIdx.x; j < cols; j += BLOCK) yr[j] = 0;
 }
@@ -476,10 +509,12 @@ extern "C" __global__ void spread_rows(float *y, const float *x, int n, int cols
 
 // The layouts of kernel.SplitHeads: s [groups, batch, heads, tokens, hd]
 // and m [batch, tokens, groups·heads·hd]; merge copies s into m, else m
-// into s. One thread per value of s. The caller checks that the values fit
+// into s. With h16 set, the copy's destination is h16 instead, in 16 bits
+// (to_half): m's layout when merging, s's when splitting (with the bias).
+// One thread per value of s. The caller checks that the values fit
 // an int, so the index arithmetic is 32-bit (64-bit division is slow).
 extern "C" __global__ void split_heads(float *s, float *m, int batch, int tokens, int groups, int heads, int hd, int merge,
-		unsigned short *m16, int fmt, const float *bias) {
+		unsigned short *h16, int fmt, const float *bias) {
 	unsigned n = (unsigned)groups * batch * heads * tokens * hd;
 	for (unsigned i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += gridDim.x * BLOCK) {
 		unsigned r = i / hd, e = i % hd, t = r % tokens;
@@ -488,7 +523,8 @@ extern "C" __global__ void split_heads(float *s, float *m, int batch, int tokens
 		r /= heads;
 		unsigned b = r % batch, g = r / batch;
 		unsigned j = ((b * tokens + t) * groups * heads + g * heads + h) * hd + e;
-		if (m16) m16[j] = to_half(s[i], fmt); // merge into 16 bits
+		if (h16 && merge) h16[j] = to_half(s[i], fmt); // merge into 16 bits
+		else if (h16) h16[i] = to_half(bias ? m[j] + bias[(g * heads + h) * hd + e] : m[j], fmt); // split into 16 bits
 		else if (merge) m[j] = s[i];
 		else if (bias) s[i] = m[j] + bias[(g * heads + h) * hd + e]; // a split adding q|k|v's bias
 		else s[i] = m[j];
@@ -529,6 +565,28 @@ extern "C" __global__ void bias_act(float *y, float *aux, const float *x, const 
 		else y[i] = yv;
 		if (keep == 1) aux[i] = h;
 		else if (keep == 2) aux[i] = s;
+	}
+}
+
+// bias_act from and to 16 bits, keeping nothing: y16 = act(x + bias) for
+// the 16-bit x16 (a product's output in 16 bits), each value the rounding
+// of what bias_act gives for x16's values widened; act as there. y16 may
+// be x16. 32-bit indices, as fill_rows'.
+extern "C" __global__ void bias_act_half(unsigned short *y16, const unsigned short *x16, const float *bias, int rows, int cols,
+		int act, int fmt) {
+	unsigned n = (unsigned)rows * cols;
+	for (unsigned i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += gridDim.x * BLOCK) {
+		float x = from_half(x16[i], fmt);
+		float h = bias ? x + bias[i % (unsigned)cols] : x;
+		float yv;
+		if (act == 0) {
+			float e = 1.0f + expf(-1.702f * h);
+			yv = h / e;
+		} else {
+			double v = h, phi = 0.5 * (1.0 + erf(v * 0.70710678118654752));
+			yv = (float)(v * phi);
+		}
+		y16[i] = to_half(yv, fmt);
 	}
 }
 
