@@ -329,6 +329,9 @@ func (r *devRun) flushGrads() {
 		if r.err != nil {
 			return
 		}
+		if r.sinkGrad(p) { // kept on the device (DeviceAdam)
+			continue
+		}
 		if p.g == nil {
 			c := chunks[p.chunk]
 			if c == nil {

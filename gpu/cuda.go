@@ -502,7 +502,7 @@ func open(o Options) (*device, error) {
 // compile builds rowwiseSource with NVRTC for sm_<arch> and loads the
 // kernels. Called with the context current on a locked thread.
 func (d *device) compile(arch int) error {
-	src, name := C.CString(rowwiseSource+towerSource), C.CString("subtta_rowwise.cu")
+	src, name := C.CString(rowwiseSource+towerSource+adamSource), C.CString("subtta_rowwise.cu")
 	defer C.free(unsafe.Pointer(src))
 	defer C.free(unsafe.Pointer(name))
 	var prog unsafe.Pointer

@@ -139,7 +139,11 @@ func TestSubTTAStages(t *testing.T) {
 				if err := s.aligner.SetCovariance(x.Sym(b + "Sigma_old")); err != nil {
 					t.Fatal(err)
 				}
-				al, err := s.align(px[k], bsz)
+				xk, err := s.images(px[k], bsz)
+				if err != nil {
+					t.Fatal(err)
+				}
+				al, err := s.align(xk, bsz)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -168,7 +172,7 @@ func TestSubTTAStages(t *testing.T) {
 				if err := s.tr.setValues(paramMap(x, b+"align.param.", names)); err != nil {
 					t.Fatal(err)
 				}
-				ad, err := s.adapt(px[k], bsz)
+				ad, err := s.adapt(xk)
 				if err != nil {
 					t.Fatal(err)
 				}
