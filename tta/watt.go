@@ -9,6 +9,7 @@ import (
 	"github.com/nlpodyssey/spago/mat/float"
 	"gonum.org/v1/gonum/mat"
 
+	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/optim"
 	"github.com/subtta/subtta/tta/feature"
 )
@@ -148,10 +149,20 @@ func NewWATT(m Model, head mat.Matrix, heads []mat.Matrix, cfg WATTConfig) (*WAT
 // the averaged weights. Diag.Losses["watt"] is the mean WATTLoss over the
 // batch's Rounds·len(heads)·Steps steps, "watt_first" that of the first step
 // (source weights, first template).
+//
+// The batch is wrapped once and held on the device (autograd.HoldOnDevice)
+// for the step's Rounds·len(heads)·Steps + 1 passes: with a device set the
+// images go up once rather than once per pass.
 func (w *WATT) Step(pixels []float32, n int) (*Result, error) {
 	d := newDiagnostics()
 	t0 := time.Now()
 	w.reset()
+	x, err := w.images(pixels, n)
+	if err != nil {
+		return nil, err
+	}
+	hold := autograd.HoldOnDevice(x)
+	defer hold.Release()
 	avg := newWeightAverager(w.tr)
 	var sum float64
 	steps := 0
@@ -162,10 +173,7 @@ func (w *WATT) Step(pixels []float32, n int) (*Result, error) {
 		avg.clear()
 		for _, head := range w.heads {
 			for range w.cfg.Steps {
-				node, f, err := w.forward(pixels, n, true)
-				if err != nil {
-					return nil, err
-				}
+				node, f := w.encode(x, true)
 				res, err := feature.WATTLoss(f, head, w.scale, w.cfg.Temperature)
 				if err != nil {
 					return nil, err
@@ -191,10 +199,7 @@ func (w *WATT) Step(pixels []float32, n int) (*Result, error) {
 	d.since("adapt", t0)
 
 	t0 = time.Now()
-	_, f, err := w.forward(pixels, n, false)
-	if err != nil {
-		return nil, err
-	}
+	_, f := w.encode(x, false)
 	logits, preds := w.classify(f)
 	d.since("predict", t0)
 	return &Result{Logits: logits, Preds: preds, Features: f, Diag: d}, nil
