@@ -26,6 +26,17 @@ func (u unheld) ImageFeatures(x smat.Tensor) smat.Tensor {
 	return u.Model.ImageFeatures(x.(smat.Matrix).Clone())
 }
 
+// wideFeatures is a Model whose vision tower runs (reading its images
+// through the seam) and then returns features one column too wide, so
+// that the step fails after its first pass.
+type wideFeatures struct{ Model }
+
+func (w wideFeatures) ImageFeatures(x smat.Tensor) smat.Tensor {
+	f := w.Model.ImageFeatures(x)
+	s := f.Value().Shape()
+	return smat.NewDense[float32](smat.WithShape(s[0], s[1]+1), smat.WithBacking(make([]float32, s[0]*(s[1]+1))))
+}
+
 // stepRecord is what a step returns and leaves behind, for a comparison
 // bit for bit.
 type stepRecord struct {
@@ -46,7 +57,8 @@ type stepRecord struct {
 // predictions, losses and LayerNorm values after each step equal, bit for
 // bit, those of the unheld method on the same seam (the held copy holds
 // the values a fresh upload would), and without a device (the hold does
-// nothing there) those of the unheld method on the CPU.
+// nothing there) those of the unheld method on the CPU. A step that fails
+// after its first pass frees the copy too.
 func TestMethodsHoldImages(t *testing.T) {
 	type tcase struct {
 		name   string
@@ -144,6 +156,19 @@ func TestMethodsHoldImages(t *testing.T) {
 			unheldRun := counted(false, tc.passes)
 			sameRecords(t, "on the device, held and unheld", held, unheldRun)
 			sameRecords(t, "on the CPU, held and unheld", run(true, nil, nil), run(false, nil, nil))
+
+			// A step that fails after its first pass still frees the copy.
+			dev := &imageCounter{Float64Host: &devicetest.Float64Host{Device: kernel.Host}, size: len(px[0])}
+			meth, _ := tc.build(t, wideFeatures{fxtmodel.TinyModel(t, false)})
+			autograd.SetDevice(dev)
+			_, err := meth.Step(px[0], n)
+			autograd.SetDevice(nil)
+			if err == nil {
+				t.Fatal("a step on features one column too wide: no error")
+			}
+			if dev.uploads != 1 || dev.live != 0 {
+				t.Errorf("a failed step: the images uploaded %d times, %d copies live after it; want 1 and 0", dev.uploads, dev.live)
+			}
 		})
 	}
 }
