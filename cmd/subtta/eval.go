@@ -257,7 +257,7 @@ func newEvalFlags(fs *pflag.FlagSet) *evalFlags {
 		out:          fs.String("out", "", "results folder (default subtta-results); an interrupted run resumes there"),
 		plot:         fs.Bool("plot", false, "write PNG plots of accuracy and diagnostics into OUT/plots"),
 		workers:      fs.Int("workers", 0, "image decoding goroutines (0: GOMAXPROCS)"),
-		diagWorkers:  fs.Int("diag-workers", 0, "goroutines computing each batch's diagnostics while the method steps on the next batches\n(0: a quarter of GOMAXPROCS, 1 to 8; -1: none, each batch's between its step and the next); the results are the same"),
+		diagWorkers:  fs.Int("diag-workers", 0, "goroutines computing each batch's diagnostics while the method steps on the next batches\n(0: half of GOMAXPROCS, 1 to 8; -1: none, each batch's between its step and the next); the results are the same"),
 		quiet:        fs.Bool("quiet", false, "no progress bar"),
 		shard:        fs.String("shard", "", "compute only shard `I/N` of the run (I from 0 to N-1) into --out; subtta eval merge joins the shards' folders"),
 		shardFromEnv: fs.Bool("shard-from-env", false, "without --shard, take the shard from $SLURM_ARRAY_TASK_ID and $SLURM_ARRAY_TASK_COUNT (or _MIN and _MAX) of a Slurm array,\nor from $JOB_COMPLETION_INDEX of a Kubernetes Indexed Job with --shard-count"),
