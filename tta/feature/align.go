@@ -172,9 +172,16 @@ func CovarianceBasis(f mat.Matrix, text *TextSubspace) (*mat.Dense, error) {
 // CovarianceBasisOnHost is CovarianceBasis with the decomposition always
 // on the CPU (internal/symeig), whatever device is set: it is safe to call
 // from a goroutine other than the one driving the device (a GPU's
-// cuSOLVER handle is not), and gives the CPU's bits on any device.
-func CovarianceBasisOnHost(f mat.Matrix, text *TextSubspace) (*mat.Dense, error) {
-	return covarianceBasis(f, text, func(a *mat.SymDense) (*symeig.Decomposition, error) { return symeig.Factorize(a) })
+// cuSOLVER handle is not), and gives the CPU's bits on any device. With
+// serial the decomposition stays on the calling goroutine
+// (symeig.FactorizeSerial, the same bits), for callers that run several
+// at once.
+func CovarianceBasisOnHost(f mat.Matrix, text *TextSubspace, serial bool) (*mat.Dense, error) {
+	factorize := symeig.Factorize
+	if serial {
+		factorize = symeig.FactorizeSerial
+	}
+	return covarianceBasis(f, text, func(a *mat.SymDense) (*symeig.Decomposition, error) { return factorize(a) })
 }
 
 func covarianceBasis(f mat.Matrix, text *TextSubspace, factorize func(*mat.SymDense) (*symeig.Decomposition, error)) (*mat.Dense, error) {

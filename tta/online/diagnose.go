@@ -30,6 +30,9 @@ type diagInput struct {
 	basis    *mat.Dense // the method's alignment basis B_V, or nil
 	preds    []int
 	labels   []int
+	// serial keeps the decomposition on the worker's goroutine: several
+	// run at once.
+	serial bool
 }
 
 // viewResult is the diagnostics' input that reads the method's result
@@ -141,7 +144,8 @@ func (r *Runner) diagnoseSafely(rec *BatchRecord, in *diagInput) (err error) {
 // diagnose adds the geometric diagnostics to rec. The covariance basis is
 // decomposed on the CPU whatever device is set: a worker must not use the
 // device beside the method, and the bits are then the same for any
-// number of workers.
+// number of workers (a decomposition is split over the cores or not, to
+// the same bits).
 func (r *Runner) diagnose(rec *BatchRecord, in *diagInput) error {
 	f := in.features
 	if f == nil {
@@ -153,7 +157,7 @@ func (r *Runner) diagnose(rec *BatchRecord, in *diagInput) error {
 			bv = in.basis
 		} else if n, _ := f.Dims(); n >= 2 {
 			// The basis of the batch covariance alone (Align's with α = 0).
-			b, err := feature.CovarianceBasisOnHost(f, ts)
+			b, err := feature.CovarianceBasisOnHost(f, ts, in.serial)
 			if err != nil {
 				return err
 			}

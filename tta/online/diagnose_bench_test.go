@@ -63,10 +63,13 @@ func (m *sleepingSource) Step(px []float32, n int) (*tta.Result, error) {
 }
 
 // BenchmarkRunnerDiagnostics times the runner per batch (ms/batch) on a
-// stream of 16 batches at BenchmarkDiagnose's shape, for a method whose
-// step costs nothing or sleeps 19 ms (a GPU's forward pass of ViT-B/32
-// at batch 64), with the diagnostics computed inline (workers −1) or by
-// 1, 2 or 4 workers.
+// stream of 8 batches at BenchmarkDiagnose's shape, for a method whose
+// step costs no CPU time: nothing, 19 ms of sleep (a GPU's forward pass of
+// ViT-B/32 at batch 64, as the host sees it) or 300 ms (more than a
+// batch's diagnostics), with the diagnostics computed inline (workers −1)
+// or by 1, 2 or 4 workers. Without workers a batch costs the step and the
+// diagnostics; with them, the larger of the step and the diagnostics'
+// share of the cores.
 func BenchmarkRunnerDiagnostics(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	head, _ := feature.NormalizeRows(fxt.RandDense(rng, 1000, 512, 1))
@@ -78,7 +81,7 @@ func BenchmarkRunnerDiagnostics(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	const bs, nb = 64, 16
+	const bs, nb = 64, 8
 	labels := make([]int, bs*nb)
 	preds := make([]int, bs)
 	for i := range labels {
@@ -89,7 +92,7 @@ func BenchmarkRunnerDiagnostics(b *testing.B) {
 	}
 	d := fxt.NewDomain("d", make([][]float32, len(labels)), labels)
 	f := fxt.RandDense(rng, bs, 512, 1)
-	for _, step := range []time.Duration{0, 19 * time.Millisecond} {
+	for _, step := range []time.Duration{0, 19 * time.Millisecond, 300 * time.Millisecond} {
 		for _, workers := range []int{-1, 1, 2, 4} {
 			b.Run(fmt.Sprintf("step=%v/workers=%d", step, workers), func(b *testing.B) {
 				r := Runner{Method: &sleepingSource{step: step, f: f, preds: preds}, Config: RunnerConfig{BatchSize: bs, Text: ts, Head: head,

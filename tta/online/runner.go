@@ -509,6 +509,7 @@ func (r *Runner) stream(pool *diagPool, name string, domains []Domain, refs []sa
 		} else {
 			// The method may reuse its buffers in its next step.
 			job.in = copyResult(res, labels)
+			job.in.serial = pool.lag > 1
 			pool.jobs <- job
 		}
 		q.jobs = append(q.jobs, job)
