@@ -74,8 +74,12 @@ func (r *devRun) blockRecord(op *blockOp[float32], x, y kernel.Buf) *devBlock {
 	n, w, m := op.rows, op.a.width, op.mlp
 	p := &op.p
 	stats := r.allocKept(4 * n)
-	h := y // ln_1(x), the attention output and ln_2(x₁) go where y will be
-	r.layerNorm(h, x, n, w, p.LN1, slice(stats, 0, n), slice(stats, n, 2*n))
+	wOut, bOut := r.weights(p.Out)
+	wProj, bProj := r.weights(p.Proj)
+	h := r.alloc(n * w) // ln_1(x), the attention output and ln_2(x₁)
+	x1 := r.allocKept(n * w)
+	// ln_1, and x₁ = x + out_proj's bias, onto which its product goes.
+	r.layerNormResidual(h, x, n, w, p.LN1, slice(stats, 0, n), slice(stats, n, 2*n), x1, bOut)
 	qkv := r.allocKept(3 * n * w) // without in_proj's bias, which the head split adds
 	qb := r.product(p.QKV, n, h, qkv)
 	// out_proj's weight gradient reads the attention output: keep it.
@@ -86,13 +90,11 @@ func (r *devRun) blockRecord(op *blockOp[float32], x, y kernel.Buf) *devBlock {
 		attn, bufs = kept, append(bufs, kept)
 	}
 	r.attend(op.a, qkv, qb, attn)
-	proj := r.alloc(n * w)
-	b := r.product(p.Out, n, attn, proj)
-	x1 := r.allocKept(n * w)
-	r.do(func() error { return d.BiasResidual(x1, proj, b, x, n, w) }) // x₁ = x + out_proj(attn)
-	r.layerNorm(h, x1, n, w, p.LN2, slice(stats, 2*n, 3*n), slice(stats, 3*n, 4*n))
+	r.productOnto(p.Out, n, attn, wOut, x1) // x₁ += out_proj(attn)
+	// ln_2, and y = x₁ + c_proj's bias, onto which its product goes.
+	r.layerNormResidual(h, x1, n, w, p.LN2, slice(stats, 2*n, 3*n), slice(stats, 3*n, 4*n), y, bProj)
 	hidden := r.allocKept(n * m)
-	b = r.product(p.FC, n, h, hidden)
+	b := r.product(p.FC, n, h, hidden)
 	act := r.alloc(n * m)
 	// hidden becomes the activation's slope, all backward needs of it,
 	// unless c_proj's weight gradient needs the activation: then it keeps
@@ -104,8 +106,7 @@ func (r *devRun) blockRecord(op *blockOp[float32], x, y kernel.Buf) *devBlock {
 		keep = kernel.KeepSlope
 	}
 	r.do(func() error { return d.BiasActivation(act, hidden, hidden, n, m, b, activationOf(p), keep) })
-	b = r.product(p.Proj, n, act, proj)
-	r.do(func() error { return d.BiasResidual(y, proj, b, x1, n, w) }) // y = x₁ + c_proj(act)
+	r.productOnto(p.Proj, n, act, wProj, y) // y += c_proj(act)
 	return &devBlock{d: d, x: x, stats: stats, qkv: qkv, x1: x1, hidden: hidden, attn: kept, slope: slope,
 		bufs: append(bufs, x1, hidden)}
 }
@@ -152,14 +153,17 @@ func (r *devRun) blockBackward(op *blockOp[float32], k *devBlock, dyd kernel.Buf
 	r.inputGrad(p.Proj, n, dyd, dHidden)
 	if k.slope {
 		r.paramGrads(p.Proj, n, dyd, nil) // the bias's gradient, if trainable
+		// By the kept slope: a pass of its own, after a product.
+		r.do(func() error { return d.Mul(dHidden, dHidden, k.hidden, n*m) })
 	} else {
+		// The activation for c_proj's weight gradient, recomputed from its
+		// input, and dHidden times the slope there, in one pass.
 		act := r.alloc(n * m)
-		r.do(func() error { // hidden becomes the slope
-			return d.BiasActivation(act, k.hidden, k.hidden, n, m, nil, activationOf(p), kernel.KeepSlope)
+		r.do(func() error {
+			return d.BiasActivation(act, dHidden, k.hidden, n, m, nil, activationOf(p), kernel.MulSlope)
 		})
 		r.paramGrads(p.Proj, n, dyd, act)
 	}
-	r.do(func() error { return d.Mul(dHidden, dHidden, k.hidden, n*m) }) // by the slope
 	dH2 := r.alloc(n * w)
 	if p.FC.trainable() {
 		h2 := r.alloc(n * w)
@@ -168,8 +172,8 @@ func (r *devRun) blockBackward(op *blockOp[float32], k *devBlock, dyd kernel.Buf
 	}
 	r.inputGrad(p.FC, n, dHidden, dH2)
 	dx1 := r.alloc(n * w)
-	r.layerNormBackward(dx1, dH2, k.x1, n, w, p.LN2, slice(k.stats, 2*n, 3*n), slice(k.stats, 3*n, 4*n))
-	r.do(func() error { return d.Add(dx1, dx1, dyd, n*w) }) // the residual path
+	// With the residual path's dy added in the same pass.
+	r.layerNormBackwardResidual(dx1, dH2, k.x1, dyd, n, w, p.LN2, slice(k.stats, 2*n, 3*n), slice(k.stats, 3*n, 4*n))
 
 	// Attention: x₁ = x + out_proj(attention(in_proj(ln_1(x)))).
 	dAttn := dH2
@@ -191,12 +195,12 @@ func (r *devRun) blockBackward(op *blockOp[float32], k *devBlock, dyd kernel.Buf
 	if wantDx {
 		dx = k.x1 // x₁ is no longer needed
 	}
-	r.layerNormBackward(dx, dH1, k.x, n, w, p.LN1, slice(k.stats, 0, n), slice(k.stats, n, 2*n))
-	if dx == nil {
-		return nil
+	var res kernel.Buf // the residual path's gradient, added in the same pass
+	if dx != nil {
+		res = dx1
 	}
-	r.do(func() error { return d.Add(dx, dx, dx1, n*w) })
-	if r.err != nil {
+	r.layerNormBackwardResidual(dx, dH1, k.x, res, n, w, p.LN1, slice(k.stats, 0, n), slice(k.stats, n, 2*n))
+	if dx == nil || r.err != nil {
 		return nil
 	}
 	return dx
@@ -325,6 +329,9 @@ func (r *devRun) flushGrads() {
 		if r.err != nil {
 			return
 		}
+		if r.sinkGrad(p) { // kept on the device (DeviceAdam)
+			continue
+		}
 		if p.g == nil {
 			c := chunks[p.chunk]
 			if c == nil {
@@ -363,6 +370,14 @@ func (r *devRun) inputGrad(p *LinearParams, rows int, dy, dx kernel.Buf) {
 // (skipped when nil) is overwritten, and the gradients of ln's parameters
 // that require them are queued for flushGrads.
 func (r *devRun) layerNormBackward(dx, dy, x kernel.Buf, rows, cols int, ln *LayerNormParams, mean, rstd kernel.Buf) {
+	r.layerNormBackwardResidual(dx, dy, x, nil, rows, cols, ln, mean, rstd)
+}
+
+// layerNormBackwardResidual is layerNormBackward with res, unless nil, added
+// to dx in the same pass (kernel.Device.LayerNormBackwardResidual): the
+// gradient of the residual path around the LayerNorm. dx must be set when
+// res is.
+func (r *devRun) layerNormBackwardResidual(dx, dy, x, res kernel.Buf, rows, cols int, ln *LayerNormParams, mean, rstd kernel.Buf) {
 	trainG, trainB := ln.Gamma.RequiresGrad(), ln.Beta.RequiresGrad()
 	if dx == nil && !trainG && !trainB {
 		return
@@ -378,6 +393,10 @@ func (r *devRun) layerNormBackward(dx, dy, x kernel.Buf, rows, cols int, ln *Lay
 			tb = ln.Beta
 		}
 		dg, db = r.gradFor(tg, cols), r.gradFor(tb, cols)
+	}
+	if res != nil {
+		r.do(func() error { return r.d.LayerNormBackwardResidual(dx, dg, db, dy, x, res, rows, cols, g, mean, rstd) })
+		return
 	}
 	r.do(func() error { return r.d.LayerNormBackward(dx, dg, db, dy, x, rows, cols, g, mean, rstd) })
 }

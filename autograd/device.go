@@ -43,13 +43,16 @@ import (
 // SetDevice while ops run.
 //
 // In the blocks, a linear layer is a product with beta = 0 followed by one
-// pass that adds its bias with the activation, the residual or the head
-// split (kernel.Device.BiasActivation, BiasResidual, SplitHeadsBias), so
-// that the results differ from the CPU's, which adds the bias with the
-// product's first block of K, by a rounding of each value where K spans
-// more than one block. On a kernel.Half device in bf16 or fp16 a forward
-// pass without a tape takes 16-bit operands in those products (the
-// weights kept in 16 bits on d; blockForwardHalf).
+// pass that adds its bias with the activation or the head split
+// (kernel.Device.BiasActivation, SplitHeadsBias); the two layers whose
+// output joins the residual (out_proj, c_proj) are a product with beta = 1
+// onto the residual stream, which the LayerNorm before them wrote with
+// their bias added (LayerNormResidual). The results differ from the CPU's,
+// which adds the bias with the product's first block of K and the
+// residual after the product, by a rounding of each value. On a
+// kernel.Half device in bf16 or fp16 a forward pass without a tape takes
+// 16-bit operands in those products (the weights kept in 16 bits on d;
+// blockForwardHalf).
 //
 // The device is kept by kernel.SetCurrent, where code that runs beside the
 // model without the tape (the float64 feature math) finds it too.
@@ -303,15 +306,29 @@ func (r *devRun) linear(p *LinearParams, rows int, x, y kernel.Buf) {
 // product computes y = x·Wᵀ on the device for x [rows, in] into y [rows,
 // out], with beta = 0, and returns the layer's bias there (nil without
 // one) for the row-wise pass after it to add (BiasActivation,
-// BiasResidual): the bias, the activation and the residual in one pass
-// rather than written into y before the product and added after it. The
-// bias is added after the whole sum, where linear and the CPU add it with
-// the sum's first block: the two differ by a rounding of each value.
+// SplitHeadsBias): the bias and the activation in one pass rather than
+// written into y before the product and added after it. The bias is added
+// after the whole sum, where linear and the CPU add it with the sum's
+// first block: the two differ by a rounding of each value.
 func (r *devRun) product(p *LinearParams, rows int, x, y kernel.Buf) kernel.Buf {
 	in, out := p.In(), p.Out()
 	w, b := r.weights(p)
 	r.do(func() error { return r.d.Gemm(false, true, rows, out, in, 1, x, in, w, in, 0, y, out) })
 	return b
+}
+
+// productOnto adds x·Wᵀ to y [rows, out] on the device for x [rows, in],
+// w the layer's weight there (devRun.weights): a Gemm with beta = 1 onto y,
+// which holds the residual with the layer's bias already added
+// (layerNormResidual), so that neither takes a pass of its own. cuBLAS adds
+// y to the product's sum in its epilogue: the block's output x + b + Σ is
+// rounded as x + b, then (x + b) + Σ, where a product with beta = 0 and a
+// pass after it rounded Σ + b, then (Σ + b) + x. kernel.Host's Gemm adds
+// each K block's partial sum to y in turn (a rounding at y's magnitude
+// per 256 terms).
+func (r *devRun) productOnto(p *LinearParams, rows int, x, w, y kernel.Buf) {
+	in, out := p.In(), p.Out()
+	r.do(func() error { return r.d.Gemm(false, true, rows, out, in, 1, x, in, w, in, 1, y, out) })
 }
 
 // linearOnDevice computes y = x·Wᵀ + b (x [rows, in], y [rows, out]) on d,
@@ -363,21 +380,21 @@ func (r *devRun) blockForward(op *blockOp[float32], x kernel.Buf) {
 	d := r.d
 	n, w, m := op.rows, op.a.width, op.mlp
 	p := &op.p
+	wOut, bOut := r.weights(p.Out)
+	wProj, bProj := r.weights(p.Proj)
 	h := r.alloc(n * w)
-	r.layerNorm(h, x, n, w, p.LN1, nil, nil)
+	x1 := r.alloc(n * w)
+	r.layerNormResidual(h, x, n, w, p.LN1, nil, nil, x1, bOut) // and x₁ = x + out_proj's bias
 	qkv := r.alloc(3 * n * w)
 	b := r.product(p.QKV, n, h, qkv)
-	r.attend(op.a, qkv, b, h) // the attention output goes where ln_1(x) was
-	proj := r.alloc(n * w)
-	b = r.product(p.Out, n, h, proj)
-	x1 := r.alloc(n * w)
-	r.do(func() error { return d.BiasResidual(x1, proj, b, x, n, w) }) // x₁ = x + out_proj(attn)
-	r.layerNorm(h, x1, n, w, p.LN2, nil, nil)
+	r.attend(op.a, qkv, b, h)            // the attention output goes where ln_1(x) was
+	r.productOnto(p.Out, n, h, wOut, x1) // x₁ += out_proj(attn)
+	// ln_2, and y = x₁ + c_proj's bias where x was (x is read no more).
+	r.layerNormResidual(h, x1, n, w, p.LN2, nil, nil, x, bProj)
 	hidden := r.alloc(n * m)
 	b = r.product(p.FC, n, h, hidden)
 	r.do(func() error { return d.BiasActivation(hidden, nil, hidden, n, m, b, activationOf(p), kernel.KeepNone) })
-	b = r.product(p.Proj, n, hidden, proj)
-	r.do(func() error { return d.BiasResidual(x, proj, b, x1, n, w) }) // y = x₁ + c_proj(act)
+	r.productOnto(p.Proj, n, hidden, wProj, x) // y += c_proj(act)
 }
 
 // activationOf returns the block's MLP activation.
@@ -386,6 +403,14 @@ func activationOf(p *BlockParams) kernel.Activation {
 		return kernel.GELUActivation
 	}
 	return kernel.QuickGELUActivation
+}
+
+// layerNormResidual is layerNorm that also writes res = x + bias (bias nil:
+// res = x; kernel.Device.LayerNormResidual): the residual stream, with the
+// bias of the linear layer that productOnto then adds onto it.
+func (r *devRun) layerNormResidual(y, x kernel.Buf, rows, cols int, ln *LayerNormParams, mean, rstd, res, bias kernel.Buf) {
+	g, b := r.resident(ln.Gamma), r.resident(ln.Beta)
+	r.do(func() error { return r.d.LayerNormResidual(y, x, rows, cols, g, b, ln.Eps, mean, rstd, res, bias) })
 }
 
 // layerNorm normalises the rows of x into y with ln's parameters, kept on

@@ -151,7 +151,7 @@ func (op *towerOp) Operands() []smat.Tensor { return op.operands }
 func (op *towerOp) embed(r *devRun, keep bool) kernel.Buf {
 	d, g, v := r.d, op.v.Geometry, op.v
 	batch, grid, w := op.batch, op.grid, op.w
-	img := r.upload(values[float32](op.images))
+	img := r.input(op.images) // once per step where the images are held (HoldOnDevice)
 	patches := r.alloc(batch * grid * g.Channels * g.Patch * g.Patch)
 	r.do(func() error { return d.Patches(patches, img, batch, g.Channels, g.Height, g.Width, g.Patch) })
 	emb := r.alloc(batch * grid * w)

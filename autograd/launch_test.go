@@ -2,6 +2,7 @@ package autograd
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -123,9 +124,14 @@ func (d *launchCounter) BiasActivation(y, aux, x kernel.Buf, rows, cols int, bia
 	return d.Device.BiasActivation(y, aux, x, rows, cols, bias, act, keep)
 }
 
-func (d *launchCounter) BiasResidual(y, x, bias, res kernel.Buf, rows, cols int) error {
-	d.count("BiasResidual")
-	return d.Device.BiasResidual(y, x, bias, res, rows, cols)
+func (d *launchCounter) LayerNormResidual(y, x kernel.Buf, rows, cols int, gamma, beta kernel.Buf, eps float64, mean, rstd, res, bias kernel.Buf) error {
+	d.count("LayerNormResidual")
+	return d.Device.LayerNormResidual(y, x, rows, cols, gamma, beta, eps, mean, rstd, res, bias)
+}
+
+func (d *launchCounter) LayerNormBackwardResidual(dx, dgamma, dbeta, dy, x, res kernel.Buf, rows, cols int, gamma, mean, rstd kernel.Buf) error {
+	d.count("LayerNormBackwardResidual")
+	return d.Device.LayerNormBackwardResidual(dx, dgamma, dbeta, dy, x, res, rows, cols, gamma, mean, rstd)
 }
 
 func (d *launchCounter) SplitHeadsBias(y, x, bias kernel.Buf, batch, tokens, groups, heads, headDim int) error {
@@ -135,17 +141,24 @@ func (d *launchCounter) SplitHeadsBias(y, x, bias kernel.Buf, batch, tokens, gro
 
 // TestDeviceBlockLaunches counts the operations one transformer block
 // runs on a device, with biases, in a pass without gradients, in a pass
-// recording for backward (the LayerNorms trainable: adaptation) and in its
-// backward pass, for QuickGELU and GELU. The counts are what docs/gpu.md
-// states; a change that adds a launch to a block fails here.
+// recording for backward and in its backward pass, for QuickGELU and GELU:
+// adaptation (the LayerNorms trainable), adaptation with the input's
+// gradient too (a block above another), and training (every parameter
+// trainable, the input too). The counts are what docs/gpu.md states; a
+// change that adds a launch to a block fails here. Forward: 2 LayerNorms
+// that also write the residual stream with the bias of out_proj and c_proj
+// (LayerNormResidual), 4 products (out_proj and c_proj with beta = 1 onto
+// it), 5 of attention, 1 bias-and-activation pass.
 func TestDeviceBlockLaunches(t *testing.T) {
 	for _, c := range []struct {
 		name                      string
-		gelu                      bool
+		gelu, dx, train           bool
 		forward, record, backward int
 	}{
-		{name: "QuickGELU", forward: 14, record: 14, backward: 18},
-		{name: "GELU", gelu: true, forward: 14, record: 14, backward: 18},
+		{name: "QuickGELU", forward: 12, record: 12, backward: 17},
+		{name: "GELU", gelu: true, forward: 12, record: 12, backward: 17},
+		{name: "QuickGELU, input gradient", dx: true, forward: 12, record: 12, backward: 17},
+		{name: "GELU, training", gelu: true, dx: true, train: true, forward: 12, record: 12, backward: 27},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := sizes{batch: 2, tokens: 7, heads: 4, headDim: 8, mlp: 64}
@@ -169,6 +182,12 @@ func TestDeviceBlockLaunches(t *testing.T) {
 			x0, frozen := block()
 			for _, k := range lnInputs {
 				ins[k].grad = true
+			}
+			ins[0].grad = c.dx
+			if c.train {
+				for _, k := range append(slices.Clone(weightInputs), biasInputs...) {
+					ins[k].grad = true
+				}
 			}
 			x1, p := block()
 			d := newLaunchCounter()

@@ -54,6 +54,9 @@ func (r *devRun) resident(t smat.Tensor) kernel.Buf {
 	if r.err != nil {
 		return nil
 	}
+	if b := r.attachedValues(t); b != nil { // trained on the device (DeviceAdam)
+		return b
+	}
 	v := values[float32](t)
 	dense, ok := t.(*smat.Dense[float32])
 	if !ok || len(v) == 0 {

@@ -40,7 +40,7 @@ func TestKernelsCompileAsCUDA(t *testing.T) {
 	}
 	dir := t.TempDir()
 	src, ptx := filepath.Join(dir, "subtta_rowwise.cu"), filepath.Join(dir, "subtta_rowwise.ptx")
-	if err := os.WriteFile(src, []byte(rowwiseSource+towerSource), 0o644); err != nil {
+	if err := os.WriteFile(src, []byte(rowwiseSource+towerSource+adamSource), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out, err := exec.Command(clang, "-x", "cuda", "--cuda-device-only", "--cuda-gpu-arch=sm_80",

@@ -157,20 +157,20 @@ static status w_cublasCreate(void **h) { return api.cublasCreate(h); }
 static status w_cublasDestroy(void *h) { return api.cublasDestroy(h); }
 static status w_cublasSetMathMode(void *h, int mode) { return api.cublasSetMathMode(h, mode); }
 static status w_cublasSetStream(void *h, void *s) { return api.cublasSetStream(h, s); }
-// The products with a compute type (cublasComputeType_t) on float32
-// operands (CUDA_R_32F = 0), the default algorithm (-1); w_gemmEx's A
-// and B of type abtype (cudaDataType_t: 0, or CUDA_R_16F = 2,
-// CUDA_R_16BF = 14), C float32.
+// The products with a compute type (cublasComputeType_t), the default
+// algorithm (-1): A and B of type abtype (cudaDataType_t: CUDA_R_32F = 0,
+// or CUDA_R_16F = 2, CUDA_R_16BF = 14), C float32 (w_gemmEx's of type
+// ctype: 0, or abtype).
 static status w_gemmEx(void *h, int ta, int tb, int m, int n, int k, float alpha,
-		uintptr_t a, int lda, uintptr_t b, int ldb, float beta, uintptr_t c, int ldc, int compute, int abtype) {
+		uintptr_t a, int lda, uintptr_t b, int ldb, float beta, uintptr_t c, int ldc, int compute, int abtype, int ctype) {
 	return api.cublasGemmEx(h, ta, tb, m, n, k, &alpha, (const void *)a, abtype, lda, (const void *)b, abtype, ldb,
-		&beta, (void *)c, 0, ldc, compute, -1);
+		&beta, (void *)c, ctype, ldc, compute, -1);
 }
 static status w_gemmStridedBatchedEx(void *h, int ta, int tb, int m, int n, int k, float alpha,
 		uintptr_t a, int lda, long long sa, uintptr_t b, int ldb, long long sb,
-		float beta, uintptr_t c, int ldc, long long sc, int batch, int compute) {
-	return api.cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, &alpha, (const void *)a, 0, lda, sa,
-		(const void *)b, 0, ldb, sb, &beta, (void *)c, 0, ldc, sc, batch, compute, -1);
+		float beta, uintptr_t c, int ldc, long long sc, int batch, int compute, int abtype) {
+	return api.cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, &alpha, (const void *)a, abtype, lda, sa,
+		(const void *)b, abtype, ldb, sb, &beta, (void *)c, 0, ldc, sc, batch, compute, -1);
 }
 static status w_sgemm(void *h, int ta, int tb, int m, int n, int k, float alpha,
 		uintptr_t a, int lda, uintptr_t b, int ldb, float beta, uintptr_t c, int ldc) {
@@ -502,7 +502,7 @@ func open(o Options) (*device, error) {
 // compile builds rowwiseSource with NVRTC for sm_<arch> and loads the
 // kernels. Called with the context current on a locked thread.
 func (d *device) compile(arch int) error {
-	src, name := C.CString(rowwiseSource+towerSource), C.CString("subtta_rowwise.cu")
+	src, name := C.CString(rowwiseSource+towerSource+adamSource), C.CString("subtta_rowwise.cu")
 	defer C.free(unsafe.Pointer(src))
 	defer C.free(unsafe.Pointer(name))
 	var prog unsafe.Pointer
@@ -939,14 +939,14 @@ func (d *device) GemmBatched(transA, transB bool, batch, m, n, k int, alpha floa
 func (d *device) gemmEx(transA, transB bool, batch, m, n, k int, alpha float32, pa C.uintptr_t, lda, strideA int, pb C.uintptr_t, ldb, strideB int, beta float32, pc C.uintptr_t, ldc, strideC int) error {
 	if batch == 1 {
 		if s := C.w_gemmEx(d.blas, cublasOp(transB), cublasOp(transA), C.int(n), C.int(m), C.int(k), C.float(alpha),
-			pb, C.int(ldb), pa, C.int(lda), C.float(beta), pc, C.int(ldc), d.compute, 0); s != 0 {
+			pb, C.int(ldb), pa, C.int(lda), C.float(beta), pc, C.int(ldc), d.compute, 0, 0); s != 0 {
 			return blasErr("cublasGemmEx", s)
 		}
 		return nil
 	}
 	if s := C.w_gemmStridedBatchedEx(d.blas, cublasOp(transB), cublasOp(transA), C.int(n), C.int(m), C.int(k), C.float(alpha),
 		pb, C.int(ldb), C.longlong(strideB), pa, C.int(lda), C.longlong(strideA),
-		C.float(beta), pc, C.int(ldc), C.longlong(strideC), C.int(batch), d.compute); s != 0 {
+		C.float(beta), pc, C.int(ldc), C.longlong(strideC), C.int(batch), d.compute, 0); s != 0 {
 		return blasErr("cublasGemmStridedBatchedEx", s)
 	}
 	return nil
@@ -955,9 +955,27 @@ func (d *device) gemmEx(transA, transB bool, batch, m, n, k int, alpha float32, 
 // gemmTyped is one cublasGemmEx with A and B of cudaDataType_t abtype, C
 // float32 and CUBLAS_COMPUTE_32F, row-major as Gemm. Called in exec.
 func (d *device) gemmTyped(transA, transB bool, m, n, k int, alpha float32, pa C.uintptr_t, lda int, pb C.uintptr_t, ldb int, beta float32, pc C.uintptr_t, ldc int, abtype C.int) error {
+	return d.gemmTypedC(transA, transB, m, n, k, alpha, pa, lda, pb, ldb, beta, pc, ldc, abtype, 0)
+}
+
+// gemmTypedC is gemmTyped with C of cudaDataType_t ctype (0: float32, or
+// abtype: the float32 sums rounded to it). Called in exec.
+func (d *device) gemmTypedC(transA, transB bool, m, n, k int, alpha float32, pa C.uintptr_t, lda int, pb C.uintptr_t, ldb int, beta float32, pc C.uintptr_t, ldc int, abtype, ctype C.int) error {
 	if s := C.w_gemmEx(d.blas, cublasOp(transB), cublasOp(transA), C.int(n), C.int(m), C.int(k), C.float(alpha),
-		pb, C.int(ldb), pa, C.int(lda), C.float(beta), pc, C.int(ldc), cublasCompute32F, abtype); s != 0 {
+		pb, C.int(ldb), pa, C.int(lda), C.float(beta), pc, C.int(ldc), cublasCompute32F, abtype, ctype); s != 0 {
 		return blasErr("cublasGemmEx", s)
+	}
+	return nil
+}
+
+// gemmTypedBatched is gemmTyped over batch products: one
+// cublasGemmStridedBatchedEx, the strides in elements of each operand's
+// type. Called in exec.
+func (d *device) gemmTypedBatched(transA, transB bool, batch, m, n, k int, alpha float32, pa C.uintptr_t, lda, strideA int, pb C.uintptr_t, ldb, strideB int, beta float32, pc C.uintptr_t, ldc, strideC int, abtype C.int) error {
+	if s := C.w_gemmStridedBatchedEx(d.blas, cublasOp(transB), cublasOp(transA), C.int(n), C.int(m), C.int(k), C.float(alpha),
+		pb, C.int(ldb), C.longlong(strideB), pa, C.int(lda), C.longlong(strideA),
+		C.float(beta), pc, C.int(ldc), C.longlong(strideC), C.int(batch), cublasCompute32F, abtype); s != 0 {
+		return blasErr("cublasGemmStridedBatchedEx", s)
 	}
 	return nil
 }
@@ -1020,21 +1038,39 @@ func (d *device) optPtrs(what string, n int, bs ...kernel.Buf) ([]C.uintptr_t, e
 }
 
 func (d *device) LayerNorm(y, x kernel.Buf, rows, cols int, gamma, beta kernel.Buf, eps float64, mean, rstd kernel.Buf) error {
+	return d.layerNorm("LayerNorm", y, x, rows, cols, gamma, beta, eps, mean, rstd, nil, nil)
+}
+
+// LayerNormResidual runs layer_norm (or layer_norm_rows) writing res = x +
+// bias as well.
+func (d *device) LayerNormResidual(y, x kernel.Buf, rows, cols int, gamma, beta kernel.Buf, eps float64, mean, rstd, res, bias kernel.Buf) error {
+	if res == nil {
+		return fmt.Errorf("gpu: LayerNormResidual: no residual buffer")
+	}
+	return d.layerNorm("LayerNormResidual", y, x, rows, cols, gamma, beta, eps, mean, rstd, res, bias)
+}
+
+// layerNorm is LayerNorm, and LayerNormResidual where res is set.
+func (d *device) layerNorm(what string, y, x kernel.Buf, rows, cols int, gamma, beta kernel.Buf, eps float64, mean, rstd, res, bias kernel.Buf) error {
 	if !fits32(rows, cols, rows*cols) {
-		return fmt.Errorf("gpu: LayerNorm: %d×%d", rows, cols)
+		return fmt.Errorf("gpu: %s: %d×%d", what, rows, cols)
 	}
 	if (mean == nil) != (rstd == nil) {
-		return fmt.Errorf("gpu: LayerNorm: mean and rstd must both be set or both nil")
+		return fmt.Errorf("gpu: %s: mean and rstd must both be set or both nil", what)
 	}
-	p, err := d.ptrs("LayerNorm", rows*cols, y, x)
+	p, err := d.ptrs(what, rows*cols, y, x)
 	if err != nil {
 		return err
 	}
-	g, err := d.ptrs("LayerNorm", cols, gamma, beta)
+	g, err := d.ptrs(what, cols, gamma, beta)
 	if err != nil {
 		return err
 	}
-	st, err := d.optPtrs("LayerNorm", rows, mean, rstd)
+	st, err := d.optPtrs(what, rows, mean, rstd)
+	if err != nil {
+		return err
+	}
+	rb, err := d.residualPtrs(what, rows, cols, res, bias)
 	if err != nil || rows == 0 || cols == 0 {
 		return err
 	}
@@ -1052,10 +1088,32 @@ func (d *device) LayerNorm(y, x kernel.Buf, rows, cols int, gamma, beta kernel.B
 	a.ptr(st[1])
 	a.ptr(0) // y16: y in float32
 	a.i32(0)
+	a.ptr(rb[0])
+	a.ptr(rb[1])
 	if cols <= shortRow {
 		return d.launch("layer_norm_rows", (rows+rowGroups-1)/rowGroups, a)
 	}
 	return d.launch("layer_norm", rows, a)
+}
+
+// residualPtrs returns the device addresses of layer_norm's res [rows,
+// cols] and bias (cols values), each 0 when nil; bias is unread without
+// res.
+func (d *device) residualPtrs(what string, rows, cols int, res, bias kernel.Buf) ([]C.uintptr_t, error) {
+	ps := make([]C.uintptr_t, 2)
+	if res == nil {
+		return ps, nil
+	}
+	p, err := d.ptrs(what, rows*cols, res)
+	if err != nil {
+		return nil, err
+	}
+	pb, err := d.optPtrs(what, cols, bias)
+	if err != nil {
+		return nil, err
+	}
+	ps[0], ps[1] = p[0], pb[0]
+	return ps, nil
 }
 
 // LayerNormBackward runs layer_norm_backward (one block per row, or
@@ -1065,29 +1123,44 @@ func (d *device) LayerNorm(y, x kernel.Buf, rows, cols int, gamma, beta kernel.B
 // layer_norm_param_partials (a block per paramGradCols columns and chunk of
 // about paramGradRows rows) and layer_norm_param_sum.
 func (d *device) LayerNormBackward(dx, dgamma, dbeta, dy, x kernel.Buf, rows, cols int, gamma, mean, rstd kernel.Buf) error {
+	return d.layerNormBackward("LayerNormBackward", dx, dgamma, dbeta, dy, x, nil, rows, cols, gamma, mean, rstd)
+}
+
+// LayerNormBackwardResidual is LayerNormBackward whose input-gradient
+// kernel adds res to dx.
+func (d *device) LayerNormBackwardResidual(dx, dgamma, dbeta, dy, x, res kernel.Buf, rows, cols int, gamma, mean, rstd kernel.Buf) error {
+	if dx == nil || res == nil {
+		return fmt.Errorf("gpu: LayerNormBackwardResidual: dx and res must be set")
+	}
+	return d.layerNormBackward("LayerNormBackwardResidual", dx, dgamma, dbeta, dy, x, res, rows, cols, gamma, mean, rstd)
+}
+
+// layerNormBackward is LayerNormBackward, and LayerNormBackwardResidual
+// where res is set.
+func (d *device) layerNormBackward(what string, dx, dgamma, dbeta, dy, x, res kernel.Buf, rows, cols int, gamma, mean, rstd kernel.Buf) error {
 	if !fits32(rows, cols, rows*cols) {
-		return fmt.Errorf("gpu: LayerNormBackward: %d×%d", rows, cols)
+		return fmt.Errorf("gpu: %s: %d×%d", what, rows, cols)
 	}
 	if (dgamma == nil) != (dbeta == nil) {
-		return fmt.Errorf("gpu: LayerNormBackward: dgamma and dbeta must both be set or both nil")
+		return fmt.Errorf("gpu: %s: dgamma and dbeta must both be set or both nil", what)
 	}
-	p, err := d.ptrs("LayerNormBackward", rows*cols, dy, x)
+	p, err := d.ptrs(what, rows*cols, dy, x)
 	if err != nil {
 		return err
 	}
-	dp, err := d.optPtrs("LayerNormBackward", rows*cols, dx)
+	dp, err := d.optPtrs(what, rows*cols, dx, res)
 	if err != nil {
 		return err
 	}
-	g, err := d.ptrs("LayerNormBackward", cols, gamma)
+	g, err := d.ptrs(what, cols, gamma)
 	if err != nil {
 		return err
 	}
-	st, err := d.ptrs("LayerNormBackward", rows, mean, rstd)
+	st, err := d.ptrs(what, rows, mean, rstd)
 	if err != nil {
 		return err
 	}
-	pg, err := d.optPtrs("LayerNormBackward", cols, dgamma, dbeta)
+	pg, err := d.optPtrs(what, cols, dgamma, dbeta)
 	if err != nil || cols == 0 {
 		return err
 	}
@@ -1103,6 +1176,7 @@ func (d *device) LayerNormBackward(dx, dgamma, dbeta, dy, x kernel.Buf, rows, co
 		a.ptr(g[0])
 		a.ptr(st[0])
 		a.ptr(st[1])
+		a.ptr(dp[1]) // res, 0 when nil
 		name, grid := "layer_norm_backward", rows
 		if cols <= shortRow {
 			name, grid = "layer_norm_backward_rows", (rows+rowGroups-1)/rowGroups
@@ -1134,7 +1208,7 @@ func (d *device) LayerNormBackward(dx, dgamma, dbeta, dy, x kernel.Buf, rows, co
 		return err
 	}
 	defer d.Free(part) // its next use is queued after these kernels
-	pp, _ := d.ptr("LayerNormBackward", part, 0)
+	pp, _ := d.ptr(what, part, 0)
 	var a args
 	a.ptr(pp)
 	a.ptr(p[0])
@@ -1177,6 +1251,8 @@ func (d *device) Softmax(y, x kernel.Buf, rows, cols int, scale float32, causal 
 	} else {
 		a.i32(0)
 	}
+	a.ptr(0) // y16: float32
+	a.i32(0)
 	if cols <= shortRow {
 		return d.launch("softmax_rows", (rows+rowGroups-1)/rowGroups, a)
 	}
@@ -1368,7 +1444,7 @@ func (d *device) heads(what string, s, m kernel.Buf, bias C.uintptr_t, batch, to
 	} else {
 		a.i32(0)
 	}
-	a.ptr(0) // m16: float32
+	a.ptr(0) // h16: float32
 	a.i32(0)
 	a.ptr(bias)
 	return d.launch("split_heads", elementGrid(n), a)

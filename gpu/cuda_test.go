@@ -447,10 +447,12 @@ func TestUploadRing(t *testing.T) {
 // in random directions; bf16 (8 bits) 1e-2, fp16 and tf32 (11 bits)
 // 2e-3. The features pass through twelve such products and the
 // normalisations between: 2e-2 for bf16, 5e-3 for the others (the
-// stand-in CUDA, which rounds the operands alike and sums in double, gives
-// 3.4e-3 and 4.6e-4). In bf16 and fp16 the product also runs from 16-bit
-// operands in memory (ToHalf, GemmHalf) within the same bound, and the
-// features' blocks must take that path: four products a block.
+// stand-in CUDA, which rounds the operands alike, gives 4.5e-3 for bf16,
+// 4.8e-4 for fp16 and 4.9e-4 for tf32). In bf16 and fp16 the product also
+// runs from 16-bit operands in memory (ToHalf, GemmHalf) within the same
+// bound, and the features' blocks must take that path: four products a
+// block, c_fc's into 16 bits, and attention's two products and softmax in
+// 16 bits.
 func TestPrecisionMatchesCPU(t *testing.T) {
 	for _, c := range []struct {
 		prec       Precision
@@ -499,15 +501,22 @@ func TestPrecisionMatchesCPU(t *testing.T) {
 					t.Errorf("%v product of 16-bit operands: relative error %.2e, want in (0, %.0e]", c.prec, e, c.gemm)
 				}
 			}
-			before := halfGemms.Load()
+			before, beforeO, beforeB, beforeS := halfGemms.Load(), halfOutGemms.Load(), halfBatchedGemms.Load(), halfSoftmaxes.Load()
 			img, wantImg := tinyImageFeatures(t, d)
 			// bf16 and fp16 take 16-bit operands in the blocks' four
-			// linear products (clip-tiny: 2 blocks), tf32 none.
-			halves := halfGemms.Load() - before
-			if (c.prec == TF32) != (halves == 0) {
-				t.Errorf("%v: %d products with 16-bit operands", c.prec, halves)
+			// linear products (c_fc's with a 16-bit output) and
+			// attention's two, and write P in 16 bits (clip-tiny: 2
+			// blocks), tf32 none.
+			ops := [4]int64{halfGemms.Load() - before, halfOutGemms.Load() - beforeO, halfBatchedGemms.Load() - beforeB, halfSoftmaxes.Load() - beforeS}
+			wantOps := [4]int64{2 * 4, 2, 2 * 2, 2}
+			if c.prec == TF32 {
+				wantOps = [4]int64{}
 			}
-			t.Logf("%v: %d products with 16-bit operands", c.prec, halves)
+			if ops != wantOps {
+				t.Errorf("%v: %d products (%d of them with a 16-bit output), %d batched products and %d softmaxes with 16-bit operands, want %d (%d), %d, %d",
+					c.prec, ops[0], ops[1], ops[2], ops[3], wantOps[0], wantOps[1], wantOps[2], wantOps[3])
+			}
+			t.Logf("%v: %d products (%d of them with a 16-bit output), %d batched products and %d softmaxes with 16-bit operands", c.prec, ops[0], ops[1], ops[2], ops[3])
 			e = fixture.RelErr(img, wantImg)
 			t.Logf("%v clip-tiny image features: relative error %.2e (bound %.0e)", c.prec, e, c.feat)
 			if e > c.feat || math.IsNaN(e) {

@@ -12,12 +12,13 @@ import (
 )
 
 // BiasActivation runs bias_act: the bias, the activation and what backward
-// keeps, in one pass after a product with beta = 0.
+// keeps, in one pass after a product with beta = 0 (or, with MulSlope, the
+// activation recomputed and the gradient through it).
 func (d *device) BiasActivation(y, aux, x kernel.Buf, rows, cols int, bias kernel.Buf, act kernel.Activation, keep kernel.Keep) error {
 	if !fits32(rows, cols, rows*cols) {
 		return fmt.Errorf("gpu: BiasActivation: %d×%d", rows, cols)
 	}
-	if act != kernel.QuickGELUActivation && act != kernel.GELUActivation || keep < kernel.KeepNone || keep > kernel.KeepSlope {
+	if act != kernel.QuickGELUActivation && act != kernel.GELUActivation || keep < kernel.KeepNone || keep > kernel.MulSlope {
 		return fmt.Errorf("gpu: BiasActivation: activation %d, keep %d", act, keep)
 	}
 	p, err := d.ptrs("BiasActivation", rows*cols, y, x)
@@ -57,27 +58,4 @@ func (d *device) SplitHeadsBias(y, x, bias kernel.Buf, batch, tokens, groups, he
 		return err
 	}
 	return d.heads("SplitHeadsBias", y, x, pb[0], batch, tokens, groups, heads, headDim, false)
-}
-
-// BiasResidual runs bias_residual.
-func (d *device) BiasResidual(y, x, bias, res kernel.Buf, rows, cols int) error {
-	if !fits32(rows, cols, rows*cols) {
-		return fmt.Errorf("gpu: BiasResidual: %d×%d", rows, cols)
-	}
-	p, err := d.ptrs("BiasResidual", rows*cols, y, x, res)
-	if err != nil {
-		return err
-	}
-	pb, err := d.optPtrs("BiasResidual", cols, bias)
-	if err != nil || rows == 0 || cols == 0 {
-		return err
-	}
-	var a args
-	a.ptr(p[0])
-	a.ptr(p[1])
-	a.ptr(pb[0])
-	a.ptr(p[2])
-	a.i32(rows)
-	a.i32(cols)
-	return d.launch("bias_residual", elementGrid(rows*cols), a)
 }

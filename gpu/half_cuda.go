@@ -22,6 +22,15 @@ const (
 // bf16 or fp16 took the 16-bit path only if it is counted.
 var halfGemms atomic.Int64
 
+// halfBatchedGemms and halfSoftmaxes count the strided-batched products (GemmBatchedHalf) and
+// the softmaxes (SoftmaxHalf) with 16-bit operands, for the tests:
+// attention took the 16-bit path only if they are counted.
+var halfBatchedGemms, halfSoftmaxes atomic.Int64
+
+// halfOutGemms counts the products with a 16-bit C (GemmHalf16), which
+// halfGemms counts too.
+var halfOutGemms atomic.Int64
+
 // HalfFormat makes the device a kernel.Half: with --precision bf16 or fp16
 // a forward pass keeps its frozen weights in that format on the device and
 // writes the products' inputs in it; otherwise HalfNone.
@@ -122,7 +131,7 @@ func (d *device) GemmHalf(transA, transB bool, m, n, k int, alpha float32, a ker
 	return d.exec(func() error { return d.gemmTyped(transA, transB, m, n, k, alpha, pa, lda, pb, ldb, beta, pc, ldc, typ) })
 }
 
-func (d *device) LayerNormHalf(y16, x kernel.Buf, rows, cols int, gamma, beta kernel.Buf, eps float64) error {
+func (d *device) LayerNormHalf(y16, x kernel.Buf, rows, cols int, gamma, beta kernel.Buf, eps float64, res, bias kernel.Buf) error {
 	f, err := d.halfFormat("LayerNormHalf")
 	if err != nil {
 		return err
@@ -139,6 +148,10 @@ func (d *device) LayerNormHalf(y16, x kernel.Buf, rows, cols int, gamma, beta ke
 		return err
 	}
 	g, err := d.ptrs("LayerNormHalf", cols, gamma, beta)
+	if err != nil {
+		return err
+	}
+	rb, err := d.residualPtrs("LayerNormHalf", rows, cols, res, bias)
 	if err != nil || rows == 0 || cols == 0 {
 		return err
 	}
@@ -156,6 +169,8 @@ func (d *device) LayerNormHalf(y16, x kernel.Buf, rows, cols int, gamma, beta ke
 	a.ptr(0)
 	a.ptr(py)
 	a.i32(f)
+	a.ptr(rb[0])
+	a.ptr(rb[1])
 	if cols <= shortRow {
 		return d.launch("layer_norm_rows", (rows+rowGroups-1)/rowGroups, a)
 	}
@@ -226,4 +241,211 @@ func (d *device) BiasActivationHalf(y16, x kernel.Buf, rows, cols int, bias kern
 	a.ptr(py)
 	a.i32(f)
 	return d.launch("bias_act", elementGrid(rows*cols), a)
+}
+
+// operand16 checks a 16-bit GEMM operand as operand does a float32 one:
+// op(X) is rows×cols, stored transposed when trans, batch of them stride
+// 16-bit values apart.
+func (d *device) operand16(what string, x kernel.Buf, trans bool, rows, cols, ld, batch, stride int) (C.uintptr_t, error) {
+	if trans {
+		rows, cols = cols, rows
+	}
+	e, err := extent(what, rows, cols, ld)
+	if err != nil {
+		return 0, err
+	}
+	if batch > 1 && e > 0 {
+		e += (batch - 1) * stride
+	}
+	return d.ptr16(what, x, e)
+}
+
+// GemmBatchedHalf is cublasGemmStridedBatchedEx with A and B in the
+// device's 16-bit format, C float32, CUBLAS_COMPUTE_32F: attention's
+// products over batch×heads from 16-bit operands in memory. Row-major as
+// GemmBatched; strideA and strideB count 16-bit values.
+func (d *device) GemmBatchedHalf(transA, transB bool, batch, m, n, k int, alpha float32, a kernel.Buf, lda, strideA int, b kernel.Buf, ldb, strideB int, beta float32, c kernel.Buf, ldc, strideC int) error {
+	f, err := d.halfFormat("GemmBatchedHalf")
+	if err != nil {
+		return err
+	}
+	if !fits32(batch, m, n, k, lda, ldb, ldc, strideA, strideB, strideC) {
+		return fmt.Errorf("gpu: GemmBatchedHalf: sizes out of range (batch %d, %d×%d×%d)", batch, m, n, k)
+	}
+	if batch == 0 || m == 0 || n == 0 {
+		return nil
+	}
+	if k == 0 {
+		return fmt.Errorf("gpu: GemmBatchedHalf with k = 0")
+	}
+	pa, err := d.operand16("GemmBatchedHalf A", a, transA, m, k, lda, batch, strideA)
+	if err != nil {
+		return err
+	}
+	pb, err := d.operand16("GemmBatchedHalf B", b, transB, k, n, ldb, batch, strideB)
+	if err != nil {
+		return err
+	}
+	pc, err := d.operand("GemmBatchedHalf C", c, false, m, n, ldc, batch, strideC)
+	if err != nil {
+		return err
+	}
+	typ := C.int(cudaR16BF)
+	if f == int(kernel.HalfFP16) {
+		typ = cudaR16F
+	}
+	halfBatchedGemms.Add(1)
+	return d.exec(func() error {
+		return d.gemmTypedBatched(transA, transB, batch, m, n, k, alpha, pa, lda, strideA, pb, ldb, strideB, beta, pc, ldc, strideC, typ)
+	})
+}
+
+// SplitHeadsHalf runs split_heads adding bias as it splits, into 16 bits.
+func (d *device) SplitHeadsHalf(y16, x, bias kernel.Buf, batch, tokens, groups, heads, headDim int) error {
+	f, err := d.halfFormat("SplitHeadsHalf")
+	if err != nil {
+		return err
+	}
+	if batch < 0 || tokens < 0 || groups < 0 || heads < 0 || headDim < 0 {
+		return fmt.Errorf("gpu: SplitHeadsHalf: [%d, %d, %d·%d·%d]", batch, tokens, groups, heads, headDim)
+	}
+	n := batch * tokens * groups * heads * headDim
+	py, err := d.ptr16("SplitHeadsHalf", y16, n)
+	if err != nil {
+		return err
+	}
+	px, err := d.ptrs("SplitHeadsHalf", n, x)
+	if err != nil {
+		return err
+	}
+	pb, err := d.optPtrs("SplitHeadsHalf", groups*heads*headDim, bias)
+	if err != nil || n == 0 {
+		return err
+	}
+	var a args
+	a.ptr(0) // s: unwritten
+	a.ptr(px[0])
+	for _, v := range []int{batch, tokens, groups, heads, headDim, 0} {
+		a.i32(v)
+	}
+	a.ptr(py)
+	a.i32(f)
+	a.ptr(pb[0])
+	return d.launch("split_heads", elementGrid(n), a)
+}
+
+// SoftmaxHalf runs softmax_rows or softmax writing 16 bits.
+func (d *device) SoftmaxHalf(y16, x kernel.Buf, rows, cols int, scale float32, causal bool) error {
+	f, err := d.halfFormat("SoftmaxHalf")
+	if err != nil {
+		return err
+	}
+	if !fits32(rows, cols, rows*cols) {
+		return fmt.Errorf("gpu: SoftmaxHalf: %d×%d", rows, cols)
+	}
+	py, err := d.ptr16("SoftmaxHalf", y16, rows*cols)
+	if err != nil {
+		return err
+	}
+	p, err := d.ptrs("SoftmaxHalf", rows*cols, x)
+	if err != nil || rows == 0 || cols == 0 {
+		return err
+	}
+	var a args
+	a.ptr(0) // y: unwritten
+	a.ptr(p[0])
+	if cols <= shortRow {
+		a.i32(rows)
+	}
+	a.i32(cols)
+	a.f32(scale)
+	if causal {
+		a.i32(1)
+	} else {
+		a.i32(0)
+	}
+	a.ptr(py)
+	a.i32(f)
+	halfSoftmaxes.Add(1)
+	if cols <= shortRow {
+		return d.launch("softmax_rows", (rows+rowGroups-1)/rowGroups, a)
+	}
+	return d.launch("softmax", rows, a)
+}
+
+// GemmHalf16 is GemmHalf with C in 16 bits too: cublasGemmEx with A, B
+// and C in the device's 16-bit format and CUBLAS_COMPUTE_32F, the float32
+// sums (alpha and beta applied in float32) rounded to C's format. Row-major
+// as Gemm.
+func (d *device) GemmHalf16(transA, transB bool, m, n, k int, alpha float32, a kernel.Buf, lda int, b kernel.Buf, ldb int, beta float32, c kernel.Buf, ldc int) error {
+	f, err := d.halfFormat("GemmHalf16")
+	if err != nil {
+		return err
+	}
+	if !fits32(m, n, k, lda, ldb, ldc) {
+		return fmt.Errorf("gpu: GemmHalf16: sizes out of range (%d×%d×%d)", m, n, k)
+	}
+	if m == 0 || n == 0 {
+		return nil
+	}
+	if k == 0 {
+		return fmt.Errorf("gpu: GemmHalf16 with k = 0")
+	}
+	pa, err := d.operand16("GemmHalf16 A", a, transA, m, k, lda, 1, 0)
+	if err != nil {
+		return err
+	}
+	pb, err := d.operand16("GemmHalf16 B", b, transB, k, n, ldb, 1, 0)
+	if err != nil {
+		return err
+	}
+	pc, err := d.operand16("GemmHalf16 C", c, false, m, n, ldc, 1, 0)
+	if err != nil {
+		return err
+	}
+	typ := C.int(cudaR16BF)
+	if f == int(kernel.HalfFP16) {
+		typ = cudaR16F
+	}
+	halfGemms.Add(1)
+	halfOutGemms.Add(1)
+	return d.exec(func() error {
+		return d.gemmTypedC(transA, transB, m, n, k, alpha, pa, lda, pb, ldb, beta, pc, ldc, typ, typ)
+	})
+}
+
+// BiasActivationHalf16 runs bias_act_half: BiasActivationHalf from a
+// 16-bit x16.
+func (d *device) BiasActivationHalf16(y16, x16 kernel.Buf, rows, cols int, bias kernel.Buf, act kernel.Activation) error {
+	f, err := d.halfFormat("BiasActivationHalf16")
+	if err != nil {
+		return err
+	}
+	if !fits32(rows, cols, rows*cols) {
+		return fmt.Errorf("gpu: BiasActivationHalf16: %d×%d", rows, cols)
+	}
+	if act != kernel.QuickGELUActivation && act != kernel.GELUActivation {
+		return fmt.Errorf("gpu: BiasActivationHalf16: activation %d", act)
+	}
+	py, err := d.ptr16("BiasActivationHalf16", y16, rows*cols)
+	if err != nil {
+		return err
+	}
+	px, err := d.ptr16("BiasActivationHalf16", x16, rows*cols)
+	if err != nil {
+		return err
+	}
+	pb, err := d.optPtrs("BiasActivationHalf16", cols, bias)
+	if err != nil || rows == 0 || cols == 0 {
+		return err
+	}
+	var a args
+	a.ptr(py)
+	a.ptr(px)
+	a.ptr(pb[0])
+	a.i32(rows)
+	a.i32(cols)
+	a.i32(int(act))
+	a.i32(f)
+	return d.launch("bias_act_half", elementGrid(rows*cols), a)
 }

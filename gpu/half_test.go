@@ -88,11 +88,16 @@ func alloc16(t *testing.T, d *device, n int) kernel.Buf {
 // TestHalfMatchesCPU checks the 16-bit operands of --precision bf16 and
 // fp16 (kernel.Half): ToHalf rounds as halfBits does, bit for bit, on
 // random values and on the edges (ties, subnormals, the largest half,
-// overflow, infinities, NaN); LayerNormHalf, MergeHeadsHalf and
-// BiasActivationHalf write the rounding of what their float32 kernels
-// write, bit for bit; GemmHalf of rounded operands agrees with the CPU's
-// float32 product of the same rounded values within tol. A device in
-// fp32 refuses the 16-bit methods.
+// overflow, infinities, NaN); LayerNormHalf, MergeHeadsHalf,
+// BiasActivationHalf, SplitHeadsHalf (with and without the bias) and
+// SoftmaxHalf (rows for a group of threads and for a block, causal or
+// not) write the rounding of what their float32 kernels write, bit for
+// bit, and BiasActivationHalf16 the rounding of BiasActivation of its
+// 16-bit input widened; GemmHalf and GemmBatchedHalf (attention's two
+// products, on parts of a larger buffer) of rounded operands agree with
+// the CPU's float32 products of the same rounded values within tol, and
+// GemmHalf16 within half a unit in the last place of its 16-bit output.
+// A device in fp32 refuses the 16-bit methods.
 func TestHalfMatchesCPU(t *testing.T) {
 	for _, prec := range []Precision{BF16, FP16} {
 		t.Run(prec.String(), func(t *testing.T) {
@@ -138,10 +143,29 @@ func TestHalfMatchesCPU(t *testing.T) {
 				if err := d.LayerNorm(yd, vcd, rows, c, gc, bc, 1e-5, nil, nil); err != nil {
 					t.Fatal(err)
 				}
-				if err := d.LayerNormHalf(h16, vcd, rows, c, gc, bc, 1e-5); err != nil {
+				if err := d.LayerNormHalf(h16, vcd, rows, c, gc, bc, 1e-5, nil, nil); err != nil {
 					t.Fatal(err)
 				}
 				same16(fmt.Sprintf("LayerNormHalf %d×%d", rows, c), download16(t, d, h16, rows*c), download(t, d, yd, rows*c))
+				// With the residual stream x + bias written in float32 too,
+				// bit for bit what LayerNormResidual writes.
+				bias := randSlice(rng, c)
+				bd := upload(t, d, bias)
+				res32, res16 := upload(t, d, make([]float32, rows*c)), upload(t, d, make([]float32, rows*c))
+				if err := d.LayerNormResidual(yd, vcd, rows, c, gc, bc, 1e-5, nil, nil, res32, bd); err != nil {
+					t.Fatal(err)
+				}
+				if err := d.LayerNormHalf(h16, vcd, rows, c, gc, bc, 1e-5, res16, bd); err != nil {
+					t.Fatal(err)
+				}
+				name := fmt.Sprintf("LayerNormHalf with a residual %d×%d", rows, c)
+				same16(name, download16(t, d, h16, rows*c), download(t, d, yd, rows*c))
+				want := download(t, d, res32, rows*c)
+				for i, v := range download(t, d, res16, rows*c) {
+					if v != want[i] || v != vc[i]+bias[i%c] {
+						t.Fatalf("%s: residual value %d is %g, want %g", name, i, v, vc[i]+bias[i%c])
+					}
+				}
 			}
 			yd, h16 := upload(t, d, make([]float32, rows*cols)), alloc16(t, d, rows*cols)
 			if err := d.MergeHeads(yd, vd, 2, 7, 1, 4, 10); err != nil {
@@ -159,6 +183,80 @@ func TestHalfMatchesCPU(t *testing.T) {
 					t.Fatal(err)
 				}
 				same16(fmt.Sprintf("BiasActivationHalf %d", act), download16(t, d, h16, rows*cols), download(t, d, yd, rows*cols))
+			}
+
+			// The activation from a 16-bit input (c_fc's output): the
+			// rounding of BiasActivation of the widened values, also in
+			// place.
+			v16 := alloc16(t, d, rows*cols)
+			if err := d.ToHalf(v16, vd, rows*cols); err != nil {
+				t.Fatal(err)
+			}
+			vw := download(t, d, vd, rows*cols)
+			for i := range vw {
+				vw[i] = halfValue(halfBits(vw[i], f), f)
+			}
+			vwd := upload(t, d, vw)
+			for _, act := range []kernel.Activation{kernel.QuickGELUActivation, kernel.GELUActivation} {
+				if err := d.BiasActivation(yd, nil, vwd, rows, cols, bd, act, kernel.KeepNone); err != nil {
+					t.Fatal(err)
+				}
+				if err := d.BiasActivationHalf16(h16, v16, rows, cols, bd, act); err != nil {
+					t.Fatal(err)
+				}
+				want := download(t, d, yd, rows*cols)
+				same16(fmt.Sprintf("BiasActivationHalf16 %d", act), download16(t, d, h16, rows*cols), want)
+				in := alloc16(t, d, rows*cols)
+				if err := d.ToHalf(in, vd, rows*cols); err != nil {
+					t.Fatal(err)
+				}
+				if err := d.BiasActivationHalf16(in, in, rows, cols, bd, act); err != nil {
+					t.Fatal(err)
+				}
+				same16(fmt.Sprintf("BiasActivationHalf16 %d in place", act), download16(t, d, in, rows*cols), want)
+			}
+
+			// Attention's 16-bit operands: q|k|v split into heads with
+			// the bias (and without), the probabilities of short and long
+			// rows, causal or not.
+			const batch, tokens, heads, hd = 2, 7, 2, 10
+			qkv := randSlice(rng, batch*tokens*3*heads*hd)
+			qb := randSlice(rng, 3*heads*hd)
+			qkvd, qbd := upload(t, d, qkv), upload(t, d, qb)
+			for _, bias := range []kernel.Buf{qbd, nil} {
+				sd, s16 := upload(t, d, make([]float32, len(qkv))), alloc16(t, d, len(qkv))
+				if err := d.SplitHeadsBias(sd, qkvd, bias, batch, tokens, 3, heads, hd); err != nil {
+					t.Fatal(err)
+				}
+				if err := d.SplitHeadsHalf(s16, qkvd, bias, batch, tokens, 3, heads, hd); err != nil {
+					t.Fatal(err)
+				}
+				same16(fmt.Sprintf("SplitHeadsHalf (bias %t)", bias != nil), download16(t, d, s16, len(qkv)), download(t, d, sd, len(qkv)))
+			}
+			for _, c := range []int{tokens, 1500} {
+				for _, causal := range []bool{false, true} {
+					r := 3 * c // three heads of c×c scores
+					if c > tokens {
+						r = 9
+					}
+					sc := randSlice(rng, r*c)
+					for i := range sc {
+						sc[i] *= 8
+					}
+					scd := upload(t, d, sc)
+					pd, p16 := upload(t, d, make([]float32, r*c)), alloc16(t, d, r*c)
+					if err := d.Softmax(pd, scd, r, c, 0.7, causal); err != nil {
+						t.Fatal(err)
+					}
+					before := halfSoftmaxes.Load()
+					if err := d.SoftmaxHalf(p16, scd, r, c, 0.7, causal); err != nil {
+						t.Fatal(err)
+					}
+					if halfSoftmaxes.Load() != before+1 {
+						t.Error("SoftmaxHalf not counted")
+					}
+					same16(fmt.Sprintf("SoftmaxHalf %d×%d causal %t", r, c, causal), download16(t, d, p16, r*c), download(t, d, pd, r*c))
+				}
 			}
 
 			// The product of 16-bit operands: against the CPU's float32
@@ -195,13 +293,109 @@ func TestHalfMatchesCPU(t *testing.T) {
 			if err := d.GemmHalf(false, true, m, nn, k, 1, a16, k, w16.Slice(0, 1), k, 0, upload(t, d, make([]float32, m*nn)), nn); err == nil {
 				t.Error("GemmHalf with B too short: no error")
 			}
+
+			// The product into a 16-bit C: each value within half a unit
+			// in the last place of the 16-bit format (2⁻⁸ relative for
+			// bfloat16's 8 bits, 2⁻¹¹ for half's 11) of the CPU's float32
+			// product, plus 1e-5 of the largest for the sums' order.
+			ulp := math.Ldexp(1, -8)
+			if f == kernel.HalfFP16 {
+				ulp = math.Ldexp(1, -11)
+			}
+			for _, beta := range []float32{0, 1} {
+				c0 := randSlice(rng, m*nn)
+				c16 := alloc16(t, d, m*nn)
+				if err := d.ToHalf(c16, upload(t, d, c0), m*nn); err != nil {
+					t.Fatal(err)
+				}
+				want := make([]float32, m*nn)
+				for i := range c0 {
+					want[i] = halfValue(halfBits(c0[i], f), f)
+				}
+				kernel.Gemm(false, true, m, nn, k, 0.5, a, k, w, k, beta, want, nn)
+				before := halfOutGemms.Load()
+				if err := d.GemmHalf16(false, true, m, nn, k, 0.5, a16, k, w16, k, beta, c16, nn); err != nil {
+					t.Fatal(err)
+				}
+				if halfOutGemms.Load() != before+1 {
+					t.Error("GemmHalf16 not counted")
+				}
+				var big, worst float64
+				for _, x := range want {
+					big = max(big, math.Abs(float64(x)))
+				}
+				for i, h := range download16(t, d, c16, m*nn) {
+					g, w := float64(halfValue(h, f)), float64(want[i])
+					if e := math.Abs(g - w); e > ulp*math.Abs(w)+1e-5*big {
+						t.Fatalf("GemmHalf16 β=%g: value %d is %g, want %g within half a unit in the last place", beta, i, g, w)
+					} else {
+						worst = max(worst, e/big)
+					}
+				}
+				t.Logf("GemmHalf16 β=%g: worst error %.2e of the largest", beta, worst)
+			}
+
+			// The strided-batched product of 16-bit operands, as attention
+			// runs it: S = s·Q·Kᵀ and P·V over three matrices, each operand
+			// a part of a larger 16-bit buffer.
+			const bt, tn, dh = 3, 13, 24
+			qk := randSlice(rng, 2*bt*tn*dh+4)
+			qk16 := alloc16(t, d, len(qk))
+			if err := d.ToHalf(qk16, upload(t, d, qk), len(qk)); err != nil {
+				t.Fatal(err)
+			}
+			for i := range qk {
+				qk[i] = halfValue(halfBits(qk[i], f), f)
+			}
+			q, kk := qk[4:4+bt*tn*dh], qk[4+bt*tn*dh:]
+			q16, k16 := qk16.Slice(2, 2+bt*tn*dh/2), qk16.Slice(2+bt*tn*dh/2, kernel.HalfLen(len(qk)))
+			want := make([]float32, bt*tn*tn)
+			kernel.GemmBatched(false, true, bt, tn, tn, dh, 0.25, q, dh, tn*dh, kk, dh, tn*dh, 0, want, tn, tn*tn)
+			cd := upload(t, d, make([]float32, len(want)))
+			before := halfBatchedGemms.Load()
+			if err := d.GemmBatchedHalf(false, true, bt, tn, tn, dh, 0.25, q16, dh, tn*dh, k16, dh, tn*dh, 0, cd, tn, tn*tn); err != nil {
+				t.Fatal(err)
+			}
+			if halfBatchedGemms.Load() != before+1 {
+				t.Error("GemmBatchedHalf not counted")
+			}
+			check(t, "GemmBatchedHalf Q·Kᵀ", download(t, d, cd, len(want)), want)
+			// P·V: the scores as the probabilities, rounded.
+			pv := download(t, d, cd, len(want))
+			p16 := alloc16(t, d, len(pv))
+			if err := d.ToHalf(p16, cd, len(pv)); err != nil {
+				t.Fatal(err)
+			}
+			for i := range pv {
+				pv[i] = halfValue(halfBits(pv[i], f), f)
+			}
+			want = make([]float32, bt*tn*dh)
+			kernel.GemmBatched(false, false, bt, tn, dh, tn, 1, pv, tn, tn*tn, kk, dh, tn*dh, 0, want, dh, tn*dh)
+			od := upload(t, d, make([]float32, len(want)))
+			if err := d.GemmBatchedHalf(false, false, bt, tn, dh, tn, 1, p16, tn, tn*tn, k16, dh, tn*dh, 0, od, dh, tn*dh); err != nil {
+				t.Fatal(err)
+			}
+			check(t, "GemmBatchedHalf P·V", download(t, d, od, len(want)), want)
+			if err := d.GemmBatchedHalf(false, true, bt, tn, tn, dh, 1, q16, dh, tn*dh, k16.Slice(0, 10), dh, tn*dh, 0, cd, tn, tn*tn); err == nil {
+				t.Error("GemmBatchedHalf with B too short: no error")
+			}
 		})
 	}
 	d := openOrSkip(t, Options{})
 	if f := d.HalfFormat(); f != kernel.HalfNone {
 		t.Errorf("fp32 device: HalfFormat %d", f)
 	}
-	if err := d.ToHalf(upload(t, d, make([]float32, 2)), upload(t, d, make([]float32, 2)), 2); err == nil {
-		t.Error("ToHalf on an fp32 device: no error")
+	b := func() kernel.Buf { return upload(t, d, make([]float32, 8)) }
+	for name, err := range map[string]error{
+		"ToHalf":               d.ToHalf(b(), b(), 2),
+		"SplitHeadsHalf":       d.SplitHeadsHalf(b(), b(), nil, 1, 2, 1, 1, 2),
+		"SoftmaxHalf":          d.SoftmaxHalf(b(), b(), 2, 2, 1, false),
+		"GemmBatchedHalf":      d.GemmBatchedHalf(false, false, 1, 2, 2, 2, 1, b(), 2, 4, b(), 2, 4, 0, b(), 2, 4),
+		"GemmHalf16":           d.GemmHalf16(false, false, 2, 2, 2, 1, b(), 2, b(), 2, 0, b(), 2),
+		"BiasActivationHalf16": d.BiasActivationHalf16(b(), b(), 2, 2, nil, kernel.GELUActivation),
+	} {
+		if err == nil {
+			t.Errorf("%s on an fp32 device: no error", name)
+		}
 	}
 }

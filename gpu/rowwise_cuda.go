@@ -11,7 +11,7 @@ var rowwiseKernels = []string{"layer_norm", "layer_norm_backward", "layer_norm_p
 	"softmax_backward", "quick_gelu", "quick_gelu_slope", "gelu", "gelu_slope", "add", "mul", "fill_rows",
 	"patches", "token_embed", "stride_rows", "spread_rows", "split_heads", "softmax_rows", "softmax_backward_rows", "layer_norm_rows", "layer_norm_backward_rows",
 	"layer_norm_param_partials", "layer_norm_param_sum",
-	"bias_act", "bias_residual", "to_half16"}
+	"bias_act", "to_half16", "bias_act_half"}
 
 // shortRow is the longest row that softmax and LayerNorm give LANES threads
 // (a group of a block, several rows per block) rather than a whole block:
@@ -65,6 +65,20 @@ __device__ unsigned short to_half(float v, int fmt) {
 	unsigned r = m >> shift, rem = m & ((1u << shift) - 1), halfway = 1u << (shift - 1);
 	if (rem > halfway || (rem == halfway && (r & 1))) r++;
 	return (unsigned short)(sign | r);
+}
+
+// from_half widens 16 bits of format fmt (as to_half's) to float32,
+// exactly.
+__device__ float from_half(unsigned short h, int fmt) {
+	unsigned sign = (unsigned)(h & 0x8000) << 16;
+	if (fmt == 1) return __int_as_float((int)((unsigned)h << 16));
+	unsigned e = h >> 10 & 0x1f, m = h & 0x3ff;
+	if (e == 31) return __int_as_float((int)(sign | 0x7f800000 | m << 13)); // inf, NaN
+	if (e == 0) { // zero or a subnormal: m·2^-24
+		float v = (float)m * 5.9604644775390625e-8f;
+		return sign ? -v : v;
+	}
+	return __int_as_float((int)(sign | (e + 112) << 23 | m << 13));
 }
 
 // y = x's n values in 16 bits (a weight, once).
@@ -139,7 +153,8 @@ __device__ float group_max(float v, float *s) {
 
 // layer_norm for rows of at most a few LANES·32 values: GROUPS rows a block.
 extern "C" __global__ void layer_norm_rows(float *y, const float *x, int rows, int cols,
-		const float *gamma, const float *beta, double eps, float *mean, float *rstd, unsigned short *y16, int fmt) {
+		const float *gamma, const float *beta, double eps, float *mean, float *rstd, unsigned short *y16, int fmt,
+		float *res, const float *bias) {
 	__shared__ double s[BLOCK];
 	GROUP_ROW(rows)
 	int n = has ? cols : 0;
@@ -160,14 +175,19 @@ extern "C" __global__ void layer_norm_rows(float *y, const float *x, int rows, i
 		rstd[row] = q;
 	}
 	for (int j = lane; j < n; j += LANES) {
-		float v = (xr[j] - m) * q * gamma[j] + beta[j];
+		float xv = xr[j], v = (xv - m) * q * gamma[j] + beta[j];
 		if (y16) y16[row * cols + j] = to_half(v, fmt);
 		else yr[j] = v;
+		if (res) res[row * cols + j] = bias ? xv + bias[j] : xv;
 	}
 }
 
-// softmax for short rows: GROUPS rows a block.
-extern "C" __global__ void softmax_rows(float *y, const float *x, int rows, int cols, float scale, int causal) {
+// softmax for short rows: GROUPS rows a block. With y16 set, y is
+// written there in 16 bits instead (to_half), each value the rounding of
+// what y would hold: the exponentials are computed again for it rather
+// than kept in y.
+extern "C" __global__ void softmax_rows(float *y, const float *x, int rows, int cols, float scale, int causal,
+		unsigned short *y16, int fmt) {
 	__shared__ double s[BLOCK];
 	__shared__ float f[BLOCK];
 	GROUP_ROW(rows)
@@ -180,10 +200,17 @@ extern "C" __global__ void softmax_rows(float *y, const float *x, int rows, int 
 	double sum = 0;
 	for (int j = lane; j < n; j += LANES) {
 		float e = expf(xr[j] * scale - mx);
-		yr[j] = e;
+		if (!y16) yr[j] = e;
 		sum += e;
 	}
 	float inv = (float)(1.0 / group_sum(sum, s));
+	if (y16) {
+		unsigned short *hr = y16 + row * cols;
+		for (int j = lane; j < n; j += LANES) hr[j] = to_half(expf(xr[j] * scale - mx) * inv, fmt);
+		if (has)
+			for (int j = n + lane; j < cols; j += LANES) hr[j] = 0;
+		return;
+	}
 	for (int j = lane; j < n; j += LANES) yr[j] *= inv;
 	if (has)
 		for (int j = n + lane; j < cols; j += LANES) yr[j] = 0;
@@ -204,10 +231,14 @@ extern "C" __global__ void softmax_backward_rows(float *dx, const float *dy, con
 
 // y = (x - mean)·rstd·gamma + beta per row of cols values, rstd =
 // 1/sqrt(var + eps), the statistics in double; they are written to mean
-// and rstd (one per row) unless those are null. y may be x: each thread
-// writes only the values it read, after the last reduction.
+// and rstd (one per row) unless those are null. Unless res is null it gets
+// x + bias (bias per column; null: x), the residual stream onto which a
+// product with beta = 1 adds the next linear layer's output. y and res may
+// be x: each thread writes only the values it read, after the last
+// reduction.
 extern "C" __global__ void layer_norm(float *y, const float *x, int cols,
-		const float *gamma, const float *beta, double eps, float *mean, float *rstd, unsigned short *y16, int fmt) {
+		const float *gamma, const float *beta, double eps, float *mean, float *rstd, unsigned short *y16, int fmt,
+		float *res, const float *bias) {
 	__shared__ double s[BLOCK];
 	const float *xr = x + (unsigned long long)blockIdx.x * cols;
 	float *yr = y + (unsigned long long)blockIdx.x * cols;
@@ -226,17 +257,20 @@ extern "C" __global__ void layer_norm(float *y, const float *x, int cols,
 		rstd[blockIdx.x] = q;
 	}
 	for (int j = threadIdx.x; j < cols; j += BLOCK) {
-		float v = (xr[j] - m) * q * gamma[j] + beta[j];
+		float xv = xr[j], v = (xv - m) * q * gamma[j] + beta[j];
 		if (y16) y16[(unsigned long long)blockIdx.x * cols + j] = to_half(v, fmt);
 		else yr[j] = v;
+		if (res) res[(unsigned long long)blockIdx.x * cols + j] = bias ? xv + bias[j] : xv;
 	}
 }
 
 // The input gradient of layer_norm per row, from the kept statistics: with
 // h = (x - mean)·rstd and g = dy·gamma, dx = rstd·(g - mean(g) - h·mean(g·h)),
-// the means in double.
+// the means in double; plus res unless null (a residual path's gradient,
+// added as a pass of its own would: rounded sum of two float32 values).
+// res may be dx.
 extern "C" __global__ void layer_norm_backward(float *dx, const float *dy, const float *x, int cols,
-		const float *gamma, const float *mean, const float *rstd) {
+		const float *gamma, const float *mean, const float *rstd, const float *res) {
 	__shared__ double s[BLOCK];
 	unsigned long long off = (unsigned long long)blockIdx.x * cols;
 	const float *xr = x + off, *dyr = dy + off;
@@ -250,13 +284,16 @@ extern "C" __global__ void layer_norm_backward(float *dx, const float *dy, const
 	}
 	float mg = (float)(block_sum(sg, s) / cols);
 	float mgh = (float)(block_sum(sgh, s) / cols);
-	for (int j = threadIdx.x; j < cols; j += BLOCK) dxr[j] = q * (dyr[j] * gamma[j] - mg - (xr[j] - m) * q * mgh);
+	for (int j = threadIdx.x; j < cols; j += BLOCK) {
+		float v = q * (dyr[j] * gamma[j] - mg - (xr[j] - m) * q * mgh);
+		dxr[j] = res ? __fadd_rn(v, res[off + j]) : v;
+	}
 }
 
 // layer_norm_backward for rows of at most a few LANES·32 values: GROUPS
 // rows a block.
 extern "C" __global__ void layer_norm_backward_rows(float *dx, const float *dy, const float *x, int rows, int cols,
-		const float *gamma, const float *mean, const float *rstd) {
+		const float *gamma, const float *mean, const float *rstd, const float *res) {
 	__shared__ double s[BLOCK];
 	GROUP_ROW(rows)
 	int n = has ? cols : 0;
@@ -272,7 +309,10 @@ extern "C" __global__ void layer_norm_backward_rows(float *dx, const float *dy, 
 	}
 	float mg = (float)(group_sum(sg, s) / cols);
 	float mgh = (float)(group_sum(sgh, s) / cols);
-	for (int j = lane; j < n; j += LANES) dxr[j] = q * (dyr[j] * gamma[j] - mg - (xr[j] - m) * q * mgh);
+	for (int j = lane; j < n; j += LANES) {
+		float v = q * (dyr[j] * gamma[j] - mg - (xr[j] - m) * q * mgh);
+		dxr[j] = res ? __fadd_rn(v, res[off + j]) : v;
+	}
 }
 
 // dgamma = Σ_rows dy·h and dbeta = Σ_rows dy (overwritten): a block sums
@@ -354,7 +394,9 @@ extern "C" __global__ void layer_norm_param_sum(float *dgamma, float *dbeta, con
 
 // y = softmax(scale·x) per row; with causal set, row r sees columns
 // 0…r mod cols (stacked square blocks, one per head) and the rest is 0.
-extern "C" __global__ void softmax(float *y, const float *x, int cols, float scale, int causal) {
+// With y16 set, y is written there in 16 bits instead, as softmax_rows.
+extern "C" __global__ void softmax(float *y, const float *x, int cols, float scale, int causal,
+		unsigned short *y16, int fmt) {
 	__shared__ double s[BLOCK];
 	__shared__ float f[BLOCK];
 	int n = causal ? blockIdx.x % cols + 1 : cols;
@@ -366,10 +408,16 @@ extern "C" __global__ void softmax(float *y, const float *x, int cols, float sca
 	double sum = 0;
 	for (int j = threadIdx.x; j < n; j += BLOCK) {
 		float e = expf(xr[j] * scale - mx);
-		yr[j] = e;
+		if (!y16) yr[j] = e;
 		sum += e;
 	}
 	float inv = (float)(1.0 / block_sum(sum, s));
+	if (y16) {
+		unsigned short *hr = y16 + (unsigned long long)blockIdx.x * cols;
+		for (int j = threadIdx.x; j < n; j += BLOCK) hr[j] = to_half(expf(xr[j] * scale - mx) * inv, fmt);
+		for (int j = n + threadIdx.x; j < cols; j += BLOCK) hr[j] = 0;
+		return;
+	}
 	for (int j = threadIdx.x; j < n; j += BLOCK) yr[j] *= inv;
 	for (int j = n + threadIdx.x; j < cols; j += BLOCK) yr[j] = 0;
 }
@@ -476,10 +524,12 @@ extern "C" __global__ void spread_rows(float *y, const float *x, int n, int cols
 
 // The layouts of kernel.SplitHeads: s [groups, batch, heads, tokens, hd]
 // and m [batch, tokens, groups·heads·hd]; merge copies s into m, else m
-// into s. One thread per value of s. The caller checks that the values fit
+// into s. With h16 set, the copy's destination is h16 instead, in 16 bits
+// (to_half): m's layout when merging, s's when splitting (with the bias).
+// One thread per value of s. The caller checks that the values fit
 // an int, so the index arithmetic is 32-bit (64-bit division is slow).
 extern "C" __global__ void split_heads(float *s, float *m, int batch, int tokens, int groups, int heads, int hd, int merge,
-		unsigned short *m16, int fmt, const float *bias) {
+		unsigned short *h16, int fmt, const float *bias) {
 	unsigned n = (unsigned)groups * batch * heads * tokens * hd;
 	for (unsigned i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += gridDim.x * BLOCK) {
 		unsigned r = i / hd, e = i % hd, t = r % tokens;
@@ -488,7 +538,8 @@ extern "C" __global__ void split_heads(float *s, float *m, int batch, int tokens
 		r /= heads;
 		unsigned b = r % batch, g = r / batch;
 		unsigned j = ((b * tokens + t) * groups * heads + g * heads + h) * hd + e;
-		if (m16) m16[j] = to_half(s[i], fmt); // merge into 16 bits
+		if (h16 && merge) h16[j] = to_half(s[i], fmt); // merge into 16 bits
+		else if (h16) h16[i] = to_half(bias ? m[j] + bias[(g * heads + h) * hd + e] : m[j], fmt); // split into 16 bits
 		else if (merge) m[j] = s[i];
 		else if (bias) s[i] = m[j] + bias[(g * heads + h) * hd + e]; // a split adding q|k|v's bias
 		else s[i] = m[j];
@@ -506,9 +557,11 @@ extern "C" __global__ void fill_rows(float *y, int rows, int cols, const float *
 // After a product with beta = 0, x [rows, cols]: y = act(h), h = x + bias
 // (bias per column; null: h = x), act 0 quick_gelu's and 1 gelu's
 // arithmetic; aux = h with keep 1, the derivative at h (quick_gelu_slope's,
-// gelu_slope's) with keep 2, unwritten with 0. y and aux may be x: each
-// thread writes only the value it read. With y16 set, y is written there
-// in 16 bits instead (to_half). 32-bit indices, as fill_rows'.
+// gelu_slope's) with keep 2, aux times that derivative with keep 3 (a
+// gradient through the activation), unwritten with 0. y and aux may be x
+// (aux not with keep 3): each thread writes only the value it read. With
+// y16 set, y is written there in 16 bits instead (to_half). 32-bit
+// indices, as fill_rows'.
 extern "C" __global__ void bias_act(float *y, float *aux, const float *x, const float *bias, int rows, int cols, int act, int keep,
 		unsigned short *y16, int fmt) {
 	unsigned n = (unsigned)rows * cols;
@@ -523,20 +576,35 @@ extern "C" __global__ void bias_act(float *y, float *aux, const float *x, const 
 		} else {
 			double v = h, phi = 0.5 * (1.0 + erf(v * 0.70710678118654752));
 			yv = (float)(v * phi);
-			if (keep == 2) s = (float)(phi + v * exp(-0.5 * v * v) * 0.39894228040143268);
+			if (keep >= 2) s = (float)(phi + v * exp(-0.5 * v * v) * 0.39894228040143268);
 		}
 		if (y16) y16[i] = to_half(yv, fmt); // y unwritten
 		else y[i] = yv;
 		if (keep == 1) aux[i] = h;
 		else if (keep == 2) aux[i] = s;
+		else if (keep == 3) aux[i] *= s;
 	}
 }
 
-// y = (x + bias) + res per value of [rows, cols] (bias per column; null:
-// none): a product's bias and the residual after it. y may be x or res.
-extern "C" __global__ void bias_residual(float *y, const float *x, const float *bias, const float *res, int rows, int cols) {
+// bias_act from and to 16 bits, keeping nothing: y16 = act(x + bias) for
+// the 16-bit x16 (a product's output in 16 bits), each value the rounding
+// of what bias_act gives for x16's values widened; act as there. y16 may
+// be x16. 32-bit indices, as fill_rows'.
+extern "C" __global__ void bias_act_half(unsigned short *y16, const unsigned short *x16, const float *bias, int rows, int cols,
+		int act, int fmt) {
 	unsigned n = (unsigned)rows * cols;
-	for (unsigned i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += gridDim.x * BLOCK)
-		y[i] = (bias ? x[i] + bias[i % (unsigned)cols] : x[i]) + res[i];
+	for (unsigned i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += gridDim.x * BLOCK) {
+		float x = from_half(x16[i], fmt);
+		float h = bias ? x + bias[i % (unsigned)cols] : x;
+		float yv;
+		if (act == 0) {
+			float e = 1.0f + expf(-1.702f * h);
+			yv = h / e;
+		} else {
+			double v = h, phi = 0.5 * (1.0 + erf(v * 0.70710678118654752));
+			yv = (float)(v * phi);
+		}
+		y16[i] = to_half(yv, fmt);
+	}
 }
 `

@@ -3,6 +3,8 @@ package optim
 import (
 	"fmt"
 	"math"
+
+	"github.com/subtta/subtta/autograd/kernel"
 )
 
 // AdamConfig holds the hyperparameters of Adam and AdamW.
@@ -141,4 +143,22 @@ func (a *Adam[T]) Step(params []Param[T]) (bool, error) {
 		a.state[p.Name] = ps
 	}
 	return true, nil
+}
+
+// Scalars32 returns the float32 numbers of a float32 Adam[float32] step
+// for a parameter at step count step (1 for its first), rounded as Step
+// rounds them: what kernel.AdamStep, and a device's AdamStep, take to give
+// Step's values bit for bit. Fresh is set for the first step.
+func (c AdamConfig) Scalars32(step int) kernel.AdamScalars {
+	bc1 := 1 - math.Pow(c.Beta1, float64(step))
+	bc2 := 1 - math.Pow(c.Beta2, float64(step))
+	return kernel.AdamScalars{
+		Beta1: float32(c.Beta1), Beta2: float32(c.Beta2),
+		OneMinusBeta1: float32(1 - c.Beta1), OneMinusBeta2: float32(1 - c.Beta2),
+		Eps:         float32(c.Eps),
+		WeightDecay: float32(c.WeightDecay), Decay: float32(1 - c.LR*c.WeightDecay),
+		HasWeightDecay: c.WeightDecay != 0, Decoupled: c.Decoupled,
+		NegStepSize: float32(-(c.LR / bc1)), BC2Sqrt: float32(math.Sqrt(bc2)),
+		Fresh: step == 1,
+	}
 }

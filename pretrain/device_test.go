@@ -17,10 +17,15 @@ import (
 // forward and backward on the device with all its weights trainable, and
 // compares losses and weights with three steps on the CPU. The two paths
 // differ in rounding only: the bias gradients are products with ones on
-// the device, the activation's derivative a slope, and the vision tower's
-// last block runs for every token rather than the class tokens. Three Adam
-// steps keep each weight within 1e-5 (the largest difference over the
-// largest value; 2.7e-6 measured), the losses within 1e-6. The key third
+// the device, the activation's derivative a slope, out_proj's and c_proj's
+// products are added onto the residual with their bias (x + b) + Σ rather
+// than (Σ + b) + x, and the vision tower's last block runs for every token
+// rather than the class tokens. Three Adam steps keep each weight within
+// 1e-5 (the largest difference over the largest value; 5.8e-6 measured)
+// and the losses within 1e-5 (1.4e-6 measured, at the third step). The CPU
+// path is no steadier: with every other value of every parameter moved by
+// one ulp before the first step, its weights move by 5.2e-6 and its third
+// loss by 5.2e-6 (Adam turns rounding into steps). The key third
 // of in_proj's bias is left out: it adds q·b_k to a whole row of scores,
 // which the softmax ignores, so its gradient is zero but for rounding, and
 // Adam turns either path's rounding into steps of the learning rate.
@@ -51,7 +56,7 @@ func TestTrainStepsOnDevice(t *testing.T) {
 		t.Errorf("%d LayerNorm backward passes on the device, want %d (every block of both towers, three steps)", n, w)
 	}
 	for i := range wantLoss {
-		if math.Abs(gotLoss[i]-wantLoss[i]) > 1e-6*math.Abs(wantLoss[i]) {
+		if math.Abs(gotLoss[i]-wantLoss[i]) > 1e-5*math.Abs(wantLoss[i]) {
 			t.Errorf("step %d: loss %.9g on the device, %.9g on the CPU", i+1, gotLoss[i], wantLoss[i])
 		}
 	}

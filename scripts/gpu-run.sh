@@ -199,18 +199,19 @@ PY
   fi
 fi
 if [ "${NCU:-}" = 1 ] && command -v ncu >/dev/null; then
-  # 60 kernels of the second of four forward passes (a pass is about 180
-  # launches, cuBLAS's included: 14 a block; the first is bench's warm-up):
+  # 60 kernels of the second of four forward passes (a pass is about 150
+  # launches, cuBLAS's included: 12 a block; the first is bench's warm-up):
   # their durations say where the GPU's time goes. Our kernels of a block:
-  # layer_norm_rows, split_heads (the split adding in_proj's bias, and the
-  # merge, into 16 bits in bf16), softmax_rows, bias_residual and bias_act;
+  # layer_norm_rows (also writing the residual stream with the next
+  # product's bias), split_heads (the split adding in_proj's bias, and the
+  # merge, into 16 bits in bf16), softmax_rows and bias_act;
   # in bf16 also to_half16, in the first pass only (the weights); the rest
   # is cuBLAS's.
   step "ncu"
-  timeout "$limit" ncu --launch-skip 300 --launch-count 60 --section SpeedOfLight \
+  timeout "$limit" ncu --launch-skip 240 --launch-count 60 --section SpeedOfLight \
     cuda-bin/subtta bench --device cuda --only forward --reps 3 --batch-size 64 >"$out/ncu.txt" 2>&1 || status=1
   step "ncu, bf16"
-  timeout "$limit" ncu --launch-skip 300 --launch-count 60 --section SpeedOfLight \
+  timeout "$limit" ncu --launch-skip 240 --launch-count 60 --section SpeedOfLight \
     cuda-bin/subtta bench --device cuda --only forward --reps 3 --batch-size 64 --precision bf16 >"$out/ncu-bf16.txt" 2>&1 || status=1
 fi
 step "done"

@@ -138,10 +138,13 @@ type trainer interface {
 	stepMean(g *optim.GradMean) (bool, error)
 	resetOptimizer()
 	restoreSource()
+	// attach runs the optimizer on the current device for one step of a
+	// method, where it can (devtrain.go); release ends it.
+	attach() (release func(), err error)
 	skipped() int
 	// The state of MarshalBinary (state.go): optimizer state in float64, a
 	// check that saved values fit, and their installation.
-	optState() optim.State[float64]
+	optState() (optim.State[float64], error)
 	checkState(names []string, values [][]float64, st optim.State[float64]) error
 	setState(values [][]float64, st optim.State[float64]) error
 	// For tests: parameter values, gradients (nil when none) and optimizer
@@ -160,6 +163,13 @@ type lnTrainer[T float.DType] struct {
 	params []optim.Param[T]
 	source [][]T
 	opt    optim.Optimizer[T]
+	// dev, when set, holds the values, gradients and moments on a device
+	// (attach; devtrain.go): the moments there are the optimizer's state,
+	// and attached says a step is running there. devSkipped counts the
+	// steps it skipped.
+	dev        *autograd.DeviceAdam
+	attached   bool
+	devSkipped int
 }
 
 func newTrainer(m Model, f64 bool, cfg optim.Config) (trainer, error) {
@@ -202,6 +212,21 @@ func (tr *lnTrainer[T]) zeroGrad() {
 		m.ZeroGrad()
 		tr.params[i].Grad = nil
 	}
+	if tr.dev != nil {
+		tr.dev.ZeroGrad()
+	}
+}
+
+// hostOptimizer brings the optimizer's state back from the device when a
+// step runs on the host.
+func (tr *lnTrainer[T]) hostOptimizer() error {
+	switch {
+	case tr.dev == nil:
+		return nil
+	case tr.attached:
+		return fmt.Errorf("tta: a host optimizer step while the optimizer runs on %s", tr.dev.Device().Name())
+	}
+	return tr.toHost()
 }
 
 // collect points every Param's Grad at its tensor's accumulated gradient.
@@ -216,11 +241,20 @@ func (tr *lnTrainer[T]) collect() {
 }
 
 func (tr *lnTrainer[T]) step() (bool, error) {
+	if tr.attached {
+		return tr.devStep()
+	}
+	if err := tr.hostOptimizer(); err != nil {
+		return false, err
+	}
 	tr.collect()
 	return tr.opt.Step(tr.params)
 }
 
 func (tr *lnTrainer[T]) addGrads(g *optim.GradMean) error {
+	if err := tr.hostOptimizer(); err != nil {
+		return err
+	}
 	tr.collect()
 	switch p := any(tr.params).(type) {
 	case []optim.Param[float32]:
@@ -232,6 +266,9 @@ func (tr *lnTrainer[T]) addGrads(g *optim.GradMean) error {
 }
 
 func (tr *lnTrainer[T]) stepMean(g *optim.GradMean) (bool, error) {
+	if err := tr.hostOptimizer(); err != nil {
+		return false, err
+	}
 	for i := range tr.params {
 		m := g.MeanFloat64(tr.params[i].Name)
 		if m == nil {
@@ -247,7 +284,13 @@ func (tr *lnTrainer[T]) stepMean(g *optim.GradMean) (bool, error) {
 	return tr.opt.Step(tr.params)
 }
 
-func (tr *lnTrainer[T]) resetOptimizer() { tr.opt.Reset() }
+func (tr *lnTrainer[T]) resetOptimizer() {
+	tr.opt.Reset()
+	tr.devSkipped = 0
+	if tr.dev != nil {
+		tr.dev.Reset()
+	}
+}
 
 func (tr *lnTrainer[T]) restoreSource() {
 	for i, p := range tr.params {
@@ -255,7 +298,7 @@ func (tr *lnTrainer[T]) restoreSource() {
 	}
 }
 
-func (tr *lnTrainer[T]) skipped() int { return tr.opt.Skipped() }
+func (tr *lnTrainer[T]) skipped() int { return tr.opt.Skipped() + tr.devSkipped }
 
 func (tr *lnTrainer[T]) names() []string {
 	out := make([]string, len(tr.params))
@@ -275,6 +318,17 @@ func (tr *lnTrainer[T]) values() [][]float64 {
 }
 
 func (tr *lnTrainer[T]) grads() [][]float64 {
+	if tr.attached {
+		gs, err := tr.dev.Grads()
+		if err != nil {
+			panic(err) // for tests
+		}
+		out := make([][]float64, len(gs))
+		for i, g := range gs {
+			out[i] = toT[float64](g)
+		}
+		return out
+	}
 	tr.collect()
 	out := make([][]float64, len(tr.params))
 	for i, p := range tr.params {
@@ -371,15 +425,32 @@ func HeadMatrix(w smat.Matrix) *mat.Dense {
 // the tape keeps what a backward pass needs; without, nothing is kept (a
 // prediction).
 func (b *base) forward(pixels []float32, n int, grad bool) (smat.Tensor, *mat.Dense, error) {
-	b.model.SetVisionTrainable(grad)
+	x, err := b.images(pixels, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	node, f := b.encode(x, grad)
+	return node, f, nil
+}
+
+// images wraps n images as the vision tower's input (Model.Images).
+func (b *base) images(pixels []float32, n int) (smat.Matrix, error) {
 	x, err := b.model.Images(pixels, n)
 	if err != nil {
-		return nil, nil, fmt.Errorf("tta: %w", err)
+		return nil, fmt.Errorf("tta: %w", err)
 	}
+	return x, nil
+}
+
+// encode is forward on images already wrapped (images): a step that
+// encodes one batch in several passes wraps it once and holds it on the
+// device (autograd.HoldOnDevice), so that it goes up once.
+func (b *base) encode(x smat.Tensor, grad bool) (smat.Tensor, *mat.Dense) {
+	b.model.SetVisionTrainable(grad)
 	node := b.model.ImageFeatures(x)
 	s := node.Value().Shape()
 	vals := append([]float64(nil), node.Value().Data().F64()...)
-	return node, mat.NewDense(s[0], s[1], vals), nil
+	return node, mat.NewDense(s[0], s[1], vals)
 }
 
 // backward zeroes the parameter gradients, injects grad (∂L/∂F, rows of the

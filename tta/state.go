@@ -64,10 +64,13 @@ func ungob(p []byte, v any) error {
 // MarshalBinary saves the LayerNorm values, the optimizer's state and the
 // method's own memory.
 func (b *base) MarshalBinary() ([]byte, error) {
+	st, err := b.tr.optState()
+	if err != nil {
+		return nil, fmt.Errorf("tta: %s: saving the state: %w", b.name, err)
+	}
 	s := methodState{Format: methodStateFormat, Method: b.name, Float64: b.f64,
-		Names: b.tr.names(), Values: b.tr.values(), Optimizer: saveOptimizer(b.tr.names(), b.tr.optState())}
+		Names: b.tr.names(), Values: b.tr.values(), Optimizer: saveOptimizer(b.tr.names(), st)}
 	if b.own != nil {
-		var err error
 		if s.Own, err = b.own.saveOwn(); err != nil {
 			return nil, fmt.Errorf("tta: %s: saving the state: %w", b.name, err)
 		}
@@ -144,8 +147,12 @@ type savedParamState struct {
 }
 
 // optState returns the optimizer state in float64.
-func (tr *lnTrainer[T]) optState() optim.State[float64] {
-	return convertState[T, float64](tr.opt.State())
+func (tr *lnTrainer[T]) optState() (optim.State[float64], error) {
+	if tr.dev != nil {
+		st, err := tr.devState()
+		return convertState[T, float64](st), err
+	}
+	return convertState[T, float64](tr.opt.State()), nil
 }
 
 // checkState reports whether values and st fit the trainer's parameters.
@@ -176,7 +183,12 @@ func (tr *lnTrainer[T]) checkState(names []string, values [][]float64, st optim.
 
 // setState installs values and st (checked by checkState).
 func (tr *lnTrainer[T]) setState(values [][]float64, st optim.State[float64]) error {
-	if err := tr.opt.SetState(convertState[float64, T](st)); err != nil {
+	if tr.dev != nil {
+		steps, m, v := tr.splitState(convertState[float64, T](st))
+		if err := tr.dev.SetState(steps, m, v); err != nil {
+			return err
+		}
+	} else if err := tr.opt.SetState(convertState[float64, T](st)); err != nil {
 		return err
 	}
 	for i, p := range tr.params {

@@ -6,8 +6,10 @@ import (
 	"math"
 	"time"
 
+	smat "github.com/nlpodyssey/spago/mat"
 	"gonum.org/v1/gonum/mat"
 
+	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/optim"
 	"github.com/subtta/subtta/tta/feature"
 )
@@ -154,11 +156,29 @@ func (s *SubTTA) Reset() error {
 }
 
 // Step runs SubTTA on one batch.
+//
+// The batch is wrapped once and held on the device (autograd.HoldOnDevice)
+// for the step's passes: with a device set the images go up once, at the
+// first pass, rather than once per pass. On a device that runs Adam
+// (kernel.AdamDevice) the optimizer runs there too (lnTrainer.attach): the
+// LayerNorm gradients are not downloaded nor the values uploaded; each
+// optimizer step downloads the new values, so the host's stay current.
 func (s *SubTTA) Step(pixels []float32, n int) (*Result, error) {
+	x, err := s.images(pixels, n)
+	if err != nil {
+		return nil, err
+	}
+	hold := autograd.HoldOnDevice(x)
+	defer hold.Release()
+	release, err := s.tr.attach()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	d := newDiagnostics()
 	if s.aligner.Enabled() {
 		t0 := time.Now()
-		al, err := s.align(pixels, n)
+		al, err := s.align(x, n)
 		if err != nil {
 			return nil, err
 		}
@@ -173,7 +193,7 @@ func (s *SubTTA) Step(pixels []float32, n int) (*Result, error) {
 	if s.cfg.Loss != LossSource || s.cfg.Prediction == PredictProjected {
 		t0 := time.Now()
 		var err error
-		if ad, err = s.adapt(pixels, n); err != nil {
+		if ad, err = s.adapt(x); err != nil {
 			return nil, err
 		}
 		d.PseudoLabels = ad.Labels
@@ -189,10 +209,7 @@ func (s *SubTTA) Step(pixels []float32, n int) (*Result, error) {
 		return &Result{Logits: ad.LogitsProj, Preds: ad.Labels, Features: ad.F2, Diag: d}, nil
 	}
 	t0 := time.Now()
-	_, f3, err := s.forward(pixels, n, false)
-	if err != nil {
-		return nil, err
-	}
+	_, f3 := s.encode(x, false)
 	logits, preds := s.classify(f3)
 	d.since("predict", t0)
 	return &Result{Logits: logits, Preds: preds, Features: f3, Diag: d}, nil
@@ -206,11 +223,8 @@ type alignment struct {
 
 // align encodes the batch, runs the alignment on it (and the bank) and
 // leaves ∂L_align/∂θ on the parameters, without stepping.
-func (s *SubTTA) align(pixels []float32, n int) (*alignment, error) {
-	node, f1, err := s.forward(pixels, n, true)
-	if err != nil {
-		return nil, err
-	}
+func (s *SubTTA) align(x smat.Tensor, n int) (*alignment, error) {
+	node, f1 := s.encode(x, true)
 	feats := mat.Matrix(f1)
 	first := 0
 	if s.cfg.BankSize > 0 {
@@ -259,11 +273,8 @@ type adaptation struct {
 
 // adapt encodes the batch, projects it, and (unless the loss is LossSource)
 // leaves ∂L/∂θ of the second-step loss on the parameters, without stepping.
-func (s *SubTTA) adapt(pixels []float32, n int) (*adaptation, error) {
-	node, f2, err := s.forward(pixels, n, true)
-	if err != nil {
-		return nil, err
-	}
+func (s *SubTTA) adapt(x smat.Tensor) (*adaptation, error) {
+	node, f2 := s.encode(x, true)
 	var p mat.Matrix = s.Text.Projector
 	if s.cfg.NoProjection {
 		p = s.ident

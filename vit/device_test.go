@@ -14,11 +14,39 @@ import (
 	"github.com/subtta/subtta/weights"
 )
 
+// featureTol bounds the difference between the tower's features through
+// the device seam on kernel.Host and on the CPU, relative to the largest
+// value: out_proj's and c_proj's products are added onto the residual
+// stream with their bias, (x + b) + Σ, where the CPU rounds (Σ + b) + x,
+// so each of their outputs is rounded once otherwise (6e-8 relative), and
+// the blocks above, ln_post and the projection carry that on (measured
+// 2.5e-7 over three blocks), as autograd's seam tests bound it (biasTol).
+// A wrong term gives 1e-2 and more.
+const featureTol = 1e-5
+
+// closeFeatures fails unless got is within featureTol of want, relative
+// to want's largest value.
+func closeFeatures(t *testing.T, name string, got, want []float32) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values through the seam, %d on the CPU", name, len(got), len(want))
+	}
+	scale, worst := 0.0, 0.0
+	for i, w := range want {
+		scale = max(scale, math.Abs(float64(w)))
+		worst = max(worst, math.Abs(float64(got[i]-w)))
+	}
+	if worst > featureTol*scale || scale == 0 {
+		t.Fatalf("%s: %.2e from the CPU's, largest value %.2e", name, worst, scale)
+	}
+	t.Logf("%s: %.2e of the largest value from the CPU's", name, worst/scale)
+}
+
 // TestTowerOnDevice runs a forward pass without gradients through the
 // device seam on kernel.Host (autograd.VisionTowerOnDevice: patches, their
 // embedding, the tokens, ln_pre, the blocks, the class tokens, ln_post and
-// the projection on the device) and compares it with the CPU path bit for
-// bit; it counts that the images go up once and only the features come
+// the projection on the device) and compares it with the CPU path within
+// featureTol; it counts that the images go up once and only the features come
 // back; likewise a pass recording for backward with the LayerNorms
 // trainable, and its backward pass, which downloads the LayerNorms'
 // gradients in one call (one wait for the device).
@@ -49,11 +77,7 @@ func TestTowerOnDevice(t *testing.T) {
 	if len(got) != len(want) || len(want) != batch*cfg.EmbedDim {
 		t.Fatalf("%d features through the seam, %d on the CPU", len(got), len(want))
 	}
-	for i := range want {
-		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-			t.Fatalf("feature %d: %g through the seam, %g on the CPU", i, got[i], want[i])
-		}
-	}
+	closeFeatures(t, "features", got, want)
 	if dev.Downloads != 1 || dev.Down != len(want) {
 		t.Errorf("%d downloads of %d values, want one of the %d features", dev.Downloads, dev.Down, len(want))
 	}
@@ -103,11 +127,7 @@ func TestTowerOnDevice(t *testing.T) {
 	autograd.SetDevice(dev)
 	dev.Down, dev.Downloads = 0, 0
 	gotF, gotG := grads()
-	for i := range wantF {
-		if math.Float32bits(gotF[i]) != math.Float32bits(wantF[i]) {
-			t.Fatalf("recording pass, feature %d: %g through the seam, %g on the CPU", i, gotF[i], wantF[i])
-		}
-	}
+	closeFeatures(t, "recording pass, features", gotF, wantF)
 	lnValues := 0
 	for i := range wantG {
 		lnValues += len(wantG[i])
@@ -147,11 +167,7 @@ func TestTowerOnDevice(t *testing.T) {
 	if dev.Up != perStep+len(gamma) {
 		t.Errorf("recording pass after a step: %d values uploaded, want %d (ln_pre's γ again)", dev.Up, perStep+len(gamma))
 	}
-	for i := range wantStepped {
-		if math.Float32bits(gotStepped[i]) != math.Float32bits(wantStepped[i]) {
-			t.Fatalf("after a step, feature %d: %g through the seam, %g on the CPU", i, gotStepped[i], wantStepped[i])
-		}
-	}
+	closeFeatures(t, "after a step, features", gotStepped, wantStepped)
 
 	// A trainable class token: the ops run one by one.
 	m.Class.SetRequiresGrad(true)

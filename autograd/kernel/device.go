@@ -96,12 +96,21 @@ type Device interface {
 	// (cols values, added to every row; nil: none) after a product with
 	// beta = 0, and writes to aux what a recording pass keeps for backward:
 	// nothing (KeepNone, aux unread), the activation's input x + bias
-	// (KeepInput) or its derivative there (KeepSlope). y and aux may be x.
+	// (KeepInput) or its derivative there (KeepSlope); with MulSlope it
+	// multiplies aux, a gradient, by that derivative. y may be x, and aux
+	// too unless MulSlope.
 	BiasActivation(y, aux, x Buf, rows, cols int, bias Buf, act Activation, keep Keep) error
-	// BiasResidual computes y = (x + bias) + res for x and res [rows,
-	// cols], bias as in BiasActivation: a product's bias and the residual
-	// added to it in one pass. y may be x or res.
-	BiasResidual(y, x, bias, res Buf, rows, cols int) error
+	// LayerNormResidual is LayerNorm of x into y that also writes res =
+	// x + bias (bias cols values added to every row; nil: res = x): the
+	// residual stream with the bias of the linear layer whose product a
+	// Gemm with beta = 1 then adds onto res, so that the bias and the
+	// residual take no pass of their own. res may be x, not y.
+	LayerNormResidual(y, x Buf, rows, cols int, gamma, beta Buf, eps float64, mean, rstd, res, bias Buf) error
+	// LayerNormBackwardResidual is LayerNormBackward with res [rows, cols]
+	// added to the input gradient dx (which must be set): the gradient of
+	// a residual path around the LayerNorm, in the same pass. res may be
+	// dx.
+	LayerNormBackwardResidual(dx, dgamma, dbeta, dy, x, res Buf, rows, cols int, gamma, mean, rstd Buf) error
 	// SplitHeadsBias is SplitHeads of x + bias, bias (groups·heads·headDim
 	// values; nil: none) added to each token's row: a q|k|v product's bias
 	// added as its heads are split.

@@ -9,9 +9,14 @@ const (
 	KeepNone  Keep = iota // nothing
 	KeepInput             // the activation's input, x + bias
 	KeepSlope             // the activation's derivative at x + bias
+	// MulSlope multiplies aux, the gradient of the activation's output,
+	// by the derivative at x + bias: backward's step through the
+	// activation, in the pass that recomputes the activation (for
+	// c_proj's weight gradient) from the kept input.
+	MulSlope
 )
 
-// checkFused checks the shapes of BiasActivation and BiasResidual: bufs
+// checkFused checks the shapes of the fused operations: bufs
 // hold rows·cols values each and bias, unless nil, cols.
 func checkFused(what string, rows, cols int, bias Buf, bufs ...Buf) error {
 	if rows < 0 || cols < 0 {
@@ -48,7 +53,7 @@ func (host) BiasActivation(y, aux, x Buf, rows, cols int, bias Buf, act Activati
 	if err := checkFused("BiasActivation", rows, cols, bias, bufs...); err != nil {
 		return err
 	}
-	if act != QuickGELUActivation && act != GELUActivation || keep < KeepNone || keep > KeepSlope {
+	if act != QuickGELUActivation && act != GELUActivation || keep < KeepNone || keep > MulSlope {
 		return fmt.Errorf("kernel: BiasActivation: activation %d, keep %d", act, keep)
 	}
 	n := rows * cols
@@ -56,6 +61,15 @@ func (host) BiasActivation(y, aux, x Buf, rows, cols int, bias Buf, act Activati
 	addBias(h, hb(x)[:n], cols, bias)
 	ys := hb(y)[:n]
 	switch {
+	case keep == MulSlope:
+		s := make([]float32, n)
+		if act == QuickGELUActivation {
+			QuickGELUSlope(ys, s, h)
+		} else {
+			GELU(ys, h)
+			GELUSlope(s, h)
+		}
+		Mul(hb(aux)[:n], hb(aux)[:n], s)
 	case keep == KeepSlope && act == QuickGELUActivation:
 		QuickGELUSlope(ys, hb(aux)[:n], h)
 	case keep == KeepSlope:
@@ -92,19 +106,36 @@ func (host) SplitHeadsBias(y, x, bias Buf, batch, tokens, groups, heads, headDim
 	return nil
 }
 
-func (host) BiasResidual(y, x, bias, res Buf, rows, cols int) error {
-	if err := checkFused("BiasResidual", rows, cols, bias, y, x, res); err != nil {
+func (host) LayerNormResidual(y, x Buf, rows, cols int, gamma, beta Buf, eps float64, mean, rstd, res, bias Buf) error {
+	if res == nil {
+		return fmt.Errorf("kernel: LayerNormResidual: no residual buffer")
+	}
+	if err := checkFused("LayerNormResidual", rows, cols, bias, y, x, res); err != nil {
+		return err
+	}
+	if err := Host.LayerNorm(y, x, rows, cols, gamma, beta, eps, mean, rstd); err != nil {
 		return err
 	}
 	n := rows * cols
-	ys, xs, rs := hb(y)[:n], hb(x)[:n], hb(res)[:n]
-	if bias == nil {
-		Add(ys, xs, rs)
-		return nil
+	addBias(hb(res)[:n], hb(x)[:n], cols, bias)
+	return nil
+}
+
+func (host) LayerNormBackwardResidual(dx, dgamma, dbeta, dy, x, res Buf, rows, cols int, gamma, mean, rstd Buf) error {
+	if dx == nil || res == nil {
+		return fmt.Errorf("kernel: LayerNormBackwardResidual: dx and res must be set")
 	}
-	b := hb(bias)[:cols]
-	for i := range ys {
-		ys[i] = (xs[i] + b[i%cols]) + rs[i]
+	if err := checkFused("LayerNormBackwardResidual", rows, cols, nil, dx, dy, x, res); err != nil {
+		return err
 	}
+	n := rows * cols
+	r := hb(res)[:n]
+	if n > 0 && &r[0] == &hb(dx)[0] { // dx is about to be overwritten
+		r = append([]float32(nil), r...)
+	}
+	if err := Host.LayerNormBackward(dx, dgamma, dbeta, dy, x, rows, cols, gamma, mean, rstd); err != nil {
+		return err
+	}
+	Add(hb(dx)[:n], hb(dx)[:n], r)
 	return nil
 }

@@ -3,9 +3,10 @@
 // tests through its real cgo code: the dlopen and symbol binding, the
 // context and launch calls, the row-major to column-major operand swap and
 // the packing of kernel parameters. "Device memory" is host memory;
-// cublasSgemm is the column-major BLAS product (cublasGemmEx too, its
-// float32 operands rounded as the compute type allows, its 16-bit ones
-// widened exactly); asynchronous copies run late
+// cublasSgemm is the column-major BLAS product (cublasGemmEx and
+// cublasGemmStridedBatchedEx too, their float32 operands rounded as the
+// compute type allows, their 16-bit ones widened exactly and summed in
+// float32); asynchronous copies run late
 // (see the stream below); NVRTC compiles the CUDA C
 // it is given with g++ (fakecuda_emu.h supplies CUDA's keywords), and a
 // launch runs that code, block after block, each block's threads as fibers
@@ -215,8 +216,30 @@ static double operand(const void *x, long i, int type) {
 	return rounded(((const float *)x)[i]);
 }
 
+// sgemm1 is one column-major product. Float32 operands (abtype 0) are
+// rounded as the compute type says and their products summed in double;
+// 16-bit operands (CUDA_R_16F, CUDA_R_16BF), read exactly, have products
+// exact in float32 (11 or 8 bits of mantissa each), which are summed in
+// float32 in order of k, and alpha and beta applied in float32: what
+// CUBLAS_COMPUTE_32F promises, float32 accumulation, rounded the plainest
+// way (a tensor core's order of summation differs, not its precision).
+// With ctype 2 or 14 (with 16-bit A and B) C is 16-bit too: beta's C is
+// read exactly and the float32 result rounded to nearest, ties to even.
+static uint16_t to16(float v, int type) {
+	if (type == 2) {
+		_Float16 h = (_Float16)v;
+		uint16_t u;
+		memcpy(&u, &h, 2);
+		return u;
+	}
+	uint32_t b;
+	memcpy(&b, &v, 4);
+	if ((b & 0x7fffffff) > 0x7f800000) return (uint16_t)(b >> 16 | 0x40); // NaN stays NaN
+	return (uint16_t)((b + 0x7fff + ((b >> 16) & 1)) >> 16);
+}
+
 static void sgemm1(int ta, int tb, int m, int n, int k, float alpha, const void *a, int lda,
-		const void *b, int ldb, float beta, float *c, int ldc, int abtype) {
+		const void *b, int ldb, float beta, void *c, int ldc, int abtype, int ctype) {
 	// op(A) by rows and op(B) by columns, each operand rounded once.
 	double *ar = malloc(sizeof(double) * ((size_t)m * k + 1)), *bc = malloc(sizeof(double) * ((size_t)n * k + 1));
 	for (int i = 0; i < m; i++)
@@ -225,10 +248,24 @@ static void sgemm1(int ta, int tb, int m, int n, int k, float alpha, const void 
 		for (int p = 0; p < k; p++) bc[(long)j * k + p] = operand(b, tb ? j + (long)p * ldb : p + (long)j * ldb, abtype);
 	for (int j = 0; j < n; j++) {
 		for (int i = 0; i < m; i++) {
-			double s = 0;
 			const double *x = ar + (long)i * k, *y = bc + (long)j * k;
+			long ci = i + (long)j * ldc;
+			if (abtype == 2 || abtype == 14) {
+				float s = 0;
+				for (int p = 0; p < k; p++) s += (float)x[p] * (float)y[p];
+				float as = alpha * s;
+				if (ctype != 0) {
+					uint16_t *cv = (uint16_t *)c + ci;
+					*cv = to16(beta == 0 ? as : as + beta * (float)operand(c, ci, ctype), ctype);
+					continue;
+				}
+				float *cv = (float *)c + ci;
+				*cv = beta == 0 ? as : as + beta * *cv;
+				continue;
+			}
+			float *cv = (float *)c + ci;
+			double s = 0;
 			for (int p = 0; p < k; p++) s += x[p] * y[p];
-			float *cv = &c[i + (long)j * ldc];
 			*cv = beta == 0 ? (float)(alpha * s) : (float)(alpha * s + beta * *cv);
 		}
 	}
@@ -249,7 +286,7 @@ status cublasSgemm_v2(void *h, int ta, int tb, int m, int n, int k, const float 
 		const float *a, int lda, const float *b, int ldb, const float *beta, float *c, int ldc) {
 	status s = check_gemm(ta, tb, m, n, k, lda, ldb, ldc);
 	if (s) return s;
-	sgemm1(ta, tb, m, n, k, *alpha, a, lda, b, ldb, *beta, c, ldc, 0);
+	sgemm1(ta, tb, m, n, k, *alpha, a, lda, b, ldb, *beta, c, ldc, 0, 0);
 	return 0;
 }
 
@@ -259,15 +296,16 @@ status cublasSgemmStridedBatched(void *h, int ta, int tb, int m, int n, int k, c
 	status s = check_gemm(ta, tb, m, n, k, lda, ldb, ldc);
 	if (s) return s;
 	for (int i = 0; i < batch; i++)
-		sgemm1(ta, tb, m, n, k, *alpha, a + i * sa, lda, b + i * sb, ldb, *beta, c + i * sc, ldc, 0);
+		sgemm1(ta, tb, m, n, k, *alpha, a + i * sa, lda, b + i * sb, ldb, *beta, c + i * sc, ldc, 0, 0);
 	return 0;
 }
 
 // check_ex accepts float32 operands with any of the package's compute
 // types, and 16-bit ones (CUDA_R_16F = 2, CUDA_R_16BF = 14; A's type is
-// B's) with CUBLAS_COMPUTE_32F only; C float32, the default algorithm.
+// B's) with CUBLAS_COMPUTE_32F only; C float32 (or, with 16-bit A and B,
+// of their type), the default algorithm.
 static int check_ex(int atype, int btype, int ctype, int compute, int algo) {
-	if (atype != btype || ctype != 0 || algo != -1) return 7;
+	if (atype != btype || (ctype != 0 && ctype != atype) || algo != -1) return 7;
 	if (atype == 2 || atype == 14) return compute == 68 ? 0 : 7;
 	if (atype != 0) return 7;
 	if (compute != 68 && compute != 74 && compute != 75 && compute != 77) return 7;
@@ -280,7 +318,7 @@ status cublasGemmEx(void *h, int ta, int tb, int m, int n, int k, const void *al
 	status s = check_gemm(ta, tb, m, n, k, lda, ldb, ldc);
 	if (s || (s = check_ex(atype, btype, ctype, compute, algo))) return s;
 	if (compute != 68) operand_rounding = compute;
-	sgemm1(ta, tb, m, n, k, *(const float *)alpha, a, lda, b, ldb, *(const float *)beta, c, ldc, atype);
+	sgemm1(ta, tb, m, n, k, *(const float *)alpha, a, lda, b, ldb, *(const float *)beta, c, ldc, atype, ctype);
 	return 0;
 }
 
@@ -289,11 +327,11 @@ status cublasGemmStridedBatchedEx(void *h, int ta, int tb, int m, int n, int k, 
 		const void *beta, void *c, int ctype, int ldc, long long sc, int batch, int compute, int algo) {
 	status s = check_gemm(ta, tb, m, n, k, lda, ldb, ldc);
 	if (s || (s = check_ex(atype, btype, ctype, compute, algo))) return s;
-	if (atype != 0) return 15; // the package batches float32 operands only: NOT_SUPPORTED here
 	if (compute != 68) operand_rounding = compute;
+	size_t size = atype == 0 ? 4 : 2, csize = ctype == 0 ? 4 : 2; // an element: float32, or 16 bits
 	for (int i = 0; i < batch; i++)
-		sgemm1(ta, tb, m, n, k, *(const float *)alpha, (const float *)a + i * sa, lda, (const float *)b + i * sb, ldb,
-			*(const float *)beta, (float *)c + i * sc, ldc, 0);
+		sgemm1(ta, tb, m, n, k, *(const float *)alpha, (const char *)a + i * sa * size, lda, (const char *)b + i * sb * size, ldb,
+			*(const float *)beta, (char *)c + i * sc * csize, ldc, atype, ctype);
 	return 0;
 }
 

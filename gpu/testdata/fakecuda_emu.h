@@ -43,6 +43,15 @@ static inline float __int_as_float(int i) {
 	return f;
 }
 
+// CUDA's round-to-nearest arithmetic, one rounding to float each: the
+// pragma keeps the compiler from fusing a product and a sum, as the
+// intrinsics keep NVRTC from it.
+#pragma GCC optimize("fp-contract=off")
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline float __fsqrt_rn(float a) { return sqrtf(a); }
+
 enum { fake_ready, fake_waiting, fake_done };
 enum { fake_stack = 64 << 10, fake_max_block = 1024 };
 

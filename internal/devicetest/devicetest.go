@@ -29,6 +29,13 @@ func (c *BackwardCounter) LayerNormBackward(dx, dgamma, dbeta, dy, x kernel.Buf,
 	return c.Device.LayerNormBackward(dx, dgamma, dbeta, dy, x, rows, cols, gamma, mean, rstd)
 }
 
+// LayerNormBackwardResidual counts the call as a LayerNormBackward (the
+// same backward pass, with a residual's gradient added) and passes it on.
+func (c *BackwardCounter) LayerNormBackwardResidual(dx, dgamma, dbeta, dy, x, res kernel.Buf, rows, cols int, gamma, mean, rstd kernel.Buf) error {
+	c.LayerNormBackwards.Add(1)
+	return c.Device.LayerNormBackwardResidual(dx, dgamma, dbeta, dy, x, res, rows, cols, gamma, mean, rstd)
+}
+
 // SoftmaxBackward counts the call and passes it on.
 func (c *BackwardCounter) SoftmaxBackward(dx, dy, y kernel.Buf, rows, cols int, scale float32) error {
 	c.SoftmaxBackwards.Add(1)
@@ -36,7 +43,8 @@ func (c *BackwardCounter) SoftmaxBackward(dx, dy, y kernel.Buf, rows, cols int, 
 }
 
 // TransferCounter is a kernel.Device counting the values it copies each
-// way and the calls that copy them.
+// way and the calls that copy them. It runs Adam (kernel.AdamDevice) when
+// the device it wraps does.
 type TransferCounter struct {
 	kernel.Device
 	mu                 sync.Mutex
@@ -134,4 +142,51 @@ func (h *Float64Host) ResetCounts() {
 	h.mu.Lock()
 	h.Up, h.Down, h.Eigs = 0, 0, 0
 	h.mu.Unlock()
+}
+
+// adam returns d as a kernel.AdamDevice, or an error saying it is not one.
+func adam(d kernel.Device) (kernel.AdamDevice, error) {
+	a, ok := d.(kernel.AdamDevice)
+	if !ok {
+		return nil, fmt.Errorf("devicetest: %s does not run Adam: %w", d.Name(), kernel.ErrUnsupported)
+	}
+	return a, nil
+}
+
+// NonFinite is the wrapped device's, so that the optimizer of a method runs
+// on the counter as on the device (kernel.AdamDevice).
+func (c *TransferCounter) NonFinite(flag, x kernel.Buf, n int) error {
+	a, err := adam(c.Device)
+	if err != nil {
+		return err
+	}
+	return a.NonFinite(flag, x, n)
+}
+
+// AdamStep is the wrapped device's.
+func (c *TransferCounter) AdamStep(p, g, m, v kernel.Buf, n int, s kernel.AdamScalars, skip kernel.Buf) error {
+	a, err := adam(c.Device)
+	if err != nil {
+		return err
+	}
+	return a.AdamStep(p, g, m, v, n, s, skip)
+}
+
+// NonFinite is the wrapped device's (Host's), so that a method's optimizer
+// runs on the device here as on a GPU (kernel.AdamDevice).
+func (h *Float64Host) NonFinite(flag, x kernel.Buf, n int) error {
+	a, err := adam(h.Device)
+	if err != nil {
+		return err
+	}
+	return a.NonFinite(flag, x, n)
+}
+
+// AdamStep is the wrapped device's (Host's).
+func (h *Float64Host) AdamStep(p, g, m, v kernel.Buf, n int, s kernel.AdamScalars, skip kernel.Buf) error {
+	a, err := adam(h.Device)
+	if err != nil {
+		return err
+	}
+	return a.AdamStep(p, g, m, v, n, s, skip)
 }
