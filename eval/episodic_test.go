@@ -19,27 +19,33 @@ func TestEpisodicContinuesMidDomain(t *testing.T) {
 	base := testConfig(t, "")
 	base.Methods, base.Corruptions = []string{"subtta-s", "tent"}, []string{"gaussian_noise", "contrast"}
 	base.Protocol, base.BatchSize, base.Limit = "episodic", 0, 6
-	// Second domain, third sample.
-	interruptAndResume(t, base, func(p Progress) bool { return p.Done == base.Limit+3 }, 3)
+	// Second domain, third sample; with two diagnostic workers the method
+	// has stepped on two more.
+	for _, workers := range []int{-1, 2} {
+		t.Run(fmt.Sprint("workers=", workers), func(t *testing.T) {
+			interruptAndResume(t, base, workers, func(p Progress) bool { return p.Done == base.Limit+3 }, 3+max(workers, 0))
+		})
+	}
 }
 
-// interruptAndResume runs base uninterrupted, then again into another
-// folder cancelled when stop first holds (checkpointing every batch), and
-// resumes that run: it must continue after the checkpoint's continued
+// interruptAndResume runs base uninterrupted (without diagnostic
+// workers), then again into another folder with the given diagnostic
+// workers, cancelled when stop first holds (checkpointing every batch),
+// and resumes that run: it must continue after the checkpoint's continued
 // batches and end with the uninterrupted run's records. It returns the
 // uninterrupted run and its folder.
-func interruptAndResume(t *testing.T, base Config, stop func(Progress) bool, continued int) (*Summary, string) {
+func interruptAndResume(t *testing.T, base Config, workers int, stop func(Progress) bool, continued int) (*Summary, string) {
 	t.Helper()
 	clean := base
 	clean.Out = t.TempDir()
-	ref, err := Run(context.Background(), clean, Options{})
+	ref, err := Run(context.Background(), clean, Options{DiagnosticWorkers: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := base
 	cfg.Out = t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
-	_, err = Run(ctx, cfg, Options{CheckpointEvery: 1, Progress: func(p Progress) {
+	_, err = Run(ctx, cfg, Options{DiagnosticWorkers: workers, CheckpointEvery: 1, Progress: func(p Progress) {
 		if stop(p) {
 			cancel()
 		}
@@ -48,7 +54,7 @@ func interruptAndResume(t *testing.T, base Config, stop func(Progress) bool, con
 		t.Fatalf("err = %v, want an interruption", err)
 	}
 	var log strings.Builder
-	sum, err := Run(context.Background(), cfg, Options{Log: &log})
+	sum, err := Run(context.Background(), cfg, Options{DiagnosticWorkers: workers, Log: &log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +86,8 @@ func TestMultiViewContinuesMidDomain(t *testing.T) {
 	base.Methods, base.Corruptions = []string{"dmn", "memo"}, []string{"gaussian_noise", "contrast"}
 	base.BatchSize, base.Limit, base.Views = 0, 5, 10
 	// DMN's second domain, third image.
-	ref, refOut := interruptAndResume(t, base, func(p Progress) bool { return p.Method == "dmn" && p.Done == base.Limit+2 }, 2)
+	// With one diagnostic worker the method has stepped on one more.
+	ref, refOut := interruptAndResume(t, base, 1, func(p Progress) bool { return p.Method == "dmn" && p.Done == base.Limit+2 }, 3)
 
 	one := base
 	one.Out = t.TempDir()

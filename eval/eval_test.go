@@ -146,7 +146,10 @@ func TestKillChild(t *testing.T) {
 	stored, batches := 0, 0
 	opt := Options{
 		CheckpointEvery: time.Nanosecond,
-		AfterDomain:     func(report.Record) { stored++ },
+		// The records come two steps behind the method: each checkpoint
+		// must hold its batch's state, not the method's current one.
+		DiagnosticWorkers: 2,
+		AfterDomain:       func(report.Record) { stored++ },
 		Progress: func(p Progress) {
 			if stored == 2 {
 				batches++
@@ -276,11 +279,20 @@ func batchLines(t *testing.T, dir string) map[string]int {
 // checkpoint that is unreadable, or whose batches are missing from the
 // batch log, is ignored with a log line and the domain is redone.
 func TestCancelContinuesMidDomain(t *testing.T) {
+	// Without diagnostic workers the cancelled batch is the last one
+	// computed; with two, the method has stepped on two more, whose
+	// records are written and checkpointed too.
+	for _, workers := range []int{-1, 2} {
+		t.Run(fmt.Sprint("workers=", workers), func(t *testing.T) { cancelContinuesMidDomain(t, workers, 2+max(workers, 0)) })
+	}
+}
+
+func cancelContinuesMidDomain(t *testing.T, workers, cut int) {
 	base := testConfig(t, "")
-	base.Methods, base.Corruptions = []string{"tent"}, []string{"gaussian_noise", "contrast"}
+	base.Methods, base.Corruptions, base.Limit = []string{"tent"}, []string{"gaussian_noise", "contrast"}, 20
 	clean := base
 	clean.Out = t.TempDir()
-	ref, err := Run(context.Background(), clean, Options{})
+	ref, err := Run(context.Background(), clean, Options{DiagnosticWorkers: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +302,7 @@ func TestCancelContinuesMidDomain(t *testing.T) {
 		continued int
 		log       string
 	}{
-		{"intact", func(*testing.T, string) {}, 2, "continuing after batch 2"},
+		{"intact", func(*testing.T, string) {}, cut, fmt.Sprint("continuing after batch ", cut)},
 		{"garbage checkpoint", func(t *testing.T, out string) {
 			files, _ := filepath.Glob(filepath.Join(out, stateDir, "tent.partial.*.bin"))
 			if len(files) != 1 {
@@ -302,14 +314,14 @@ func TestCancelContinuesMidDomain(t *testing.T) {
 			if err := pruneBatches(filepath.Join(out, BatchesFile), "tent", func(s string, _ int) bool { return strings.HasPrefix(s, "contrast") }); err != nil {
 				t.Fatal(err)
 			}
-		}, 0, "the batch log lacks some of its 2 batches"},
+		}, 0, fmt.Sprintf("the batch log lacks some of its %d batches", cut)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := base
 			cfg.Out = t.TempDir()
 			ctx, cancel := context.WithCancel(context.Background())
-			_, err := Run(ctx, cfg, Options{Progress: func(p Progress) {
+			_, err := Run(ctx, cfg, Options{DiagnosticWorkers: workers, Progress: func(p Progress) {
 				if p.Done == cfg.Limit+8 { // second domain, second batch of 4
 					cancel()
 				}
@@ -320,7 +332,7 @@ func TestCancelContinuesMidDomain(t *testing.T) {
 			tc.damage(t, cfg.Out)
 			var log strings.Builder
 			var last Progress
-			sum, err := Run(context.Background(), cfg, Options{Log: &log, Progress: func(p Progress) { last = p }})
+			sum, err := Run(context.Background(), cfg, Options{DiagnosticWorkers: workers, Log: &log, Progress: func(p Progress) { last = p }})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -348,25 +360,30 @@ func TestCancelContinuesStream(t *testing.T) {
 	for _, c := range []struct {
 		protocol  string
 		cancelAt  int // images done when cancelled
+		workers   int // diagnostic workers: the batches stepped beyond the cancelled one
 		continued int // batches (of 4 images) the next run takes from the checkpoint
 	}{
-		{"continual", 8, 2},
-		{"continual", 12 + 8, 3 + 2},
-		{"mixed", 12 + 8, 5},
+		{"continual", 8, -1, 2},
+		{"continual", 12 + 8, -1, 3 + 2},
+		{"mixed", 12 + 8, -1, 5},
+		{"continual", 8, 1, 3},      // the first domain's last batch
+		{"continual", 12 + 8, 2, 6}, // the second domain's last batch
+		{"mixed", 8, 2, 4},
+		{"mixed", 12 + 8, 2, 6}, // the stream's last batch
 	} {
-		t.Run(fmt.Sprintf("%s/%d", c.protocol, c.cancelAt), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/%d/workers=%d", c.protocol, c.cancelAt, c.workers), func(t *testing.T) {
 			base := testConfig(t, "")
 			base.Methods, base.Corruptions, base.Protocol = []string{"subtta-m"}, []string{"gaussian_noise", "contrast"}, c.protocol
 			clean := base
 			clean.Out = t.TempDir()
-			ref, err := Run(context.Background(), clean, Options{})
+			ref, err := Run(context.Background(), clean, Options{DiagnosticWorkers: -1})
 			if err != nil {
 				t.Fatal(err)
 			}
 			cfg := base
 			cfg.Out = t.TempDir()
 			ctx, cancel := context.WithCancel(context.Background())
-			_, err = Run(ctx, cfg, Options{Progress: func(p Progress) {
+			_, err = Run(ctx, cfg, Options{DiagnosticWorkers: c.workers, Progress: func(p Progress) {
 				if p.Done == c.cancelAt {
 					cancel()
 				}
@@ -375,7 +392,7 @@ func TestCancelContinuesStream(t *testing.T) {
 				t.Fatalf("err = %v, want an interruption", err)
 			}
 			var log strings.Builder
-			sum, err := Run(context.Background(), cfg, Options{Log: &log})
+			sum, err := Run(context.Background(), cfg, Options{DiagnosticWorkers: c.workers, Log: &log})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -401,6 +418,11 @@ func sameAsUninterrupted(t *testing.T, sum, ref *Summary, dir, refDir string) {
 	}
 	if a, b := batchLines(t, dir), batchLines(t, refDir); !maps.Equal(a, b) {
 		t.Errorf("batch lines per method and stream: resumed %v, uninterrupted %v", a, b)
+	}
+	// Every field of results.jsonl but the times, to the last bit (JSON
+	// writes float64s exactly).
+	if a, b := untimedRecords(t, dir), untimedRecords(t, refDir); !slices.Equal(a, b) {
+		t.Errorf("%s differs from the uninterrupted run's but for the times:\n%s\n%s", ResultsFile, strings.Join(a, "\n"), strings.Join(b, "\n"))
 	}
 	if left, _ := filepath.Glob(filepath.Join(dir, stateDir, "*.bin")); len(left) > 0 {
 		t.Errorf("checkpoints left after the run: %v", left)
@@ -699,4 +721,25 @@ func TestArchitecture(t *testing.T) {
 	if _, err := (Config{Arch: "RN50"}).architecture(); err == nil || !strings.Contains(err.Error(), "RN50") {
 		t.Errorf("unknown arch: %v", err)
 	}
+}
+
+// untimedRecords returns the records of a results folder as JSON lines
+// with their times (seconds, images per second, batch seconds, finished)
+// left out.
+func untimedRecords(t *testing.T, dir string) []string {
+	t.Helper()
+	recs, err := report.ReadRecordsFile(filepath.Join(dir, ResultsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, r := range recs {
+		r.Seconds, r.ImagesPerSecond, r.BatchSeconds, r.Finished = 0, 0, nil, time.Time{}
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, string(b))
+	}
+	return out
 }

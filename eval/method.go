@@ -329,6 +329,11 @@ func (r *methodRun) runnerConfig(proto online.Protocol) online.RunnerConfig {
 		Text:      r.text,
 		Head:      r.head,
 		OnBatch:   r.onBatch,
+		// The diagnostics of a batch are computed while the method steps
+		// on the next ones: the state a checkpoint will save is taken at
+		// the step it belongs to.
+		DiagnosticWorkers: r.opt.DiagnosticWorkers,
+		SaveState:         func(string, int) bool { return r.checkpointDue() },
 	}
 }
 
@@ -345,7 +350,7 @@ func (r *methodRun) onBatch(b online.BatchRecord) error {
 	if r.opt.Progress != nil {
 		r.opt.Progress(*r.progress)
 	}
-	if err := r.checkpoint(b.Batch + 1); err != nil {
+	if err := r.checkpoint(&b); err != nil {
 		return err
 	}
 	return r.ctx.Err()

@@ -189,19 +189,32 @@ func readBatchLines(path, method string) (map[string][]batchLine, error) {
 	return out, nil
 }
 
-// checkpoint saves the state of the domain in progress after its first
-// batches, once the interval has passed since the last one or when the run
-// is being interrupted. The batch log is synced first, so that the lines
-// the checkpoint counts on are on disk before it is.
-func (r *methodRun) checkpoint(batches int) error {
+// checkpointDue reports whether the domain in progress is to be
+// checkpointed now: the interval has passed since the last checkpoint, or
+// the run is being interrupted.
+func (r *methodRun) checkpointDue() bool {
 	every, ok := r.checkpointEvery()
-	if !ok || r.ctx.Err() == nil && time.Since(r.lastCheckpoint) < every {
+	return ok && (r.ctx.Err() != nil || time.Since(r.lastCheckpoint) >= every)
+}
+
+// checkpoint saves the state of the domain in progress after rec's batch when
+// one is due and that state is to be had: saved at its step (the runner
+// asks checkpointDue then), or the method's current one, the method not
+// having stepped since. Otherwise a later batch's record will do. The
+// batch log is synced first, so that the lines the checkpoint counts on
+// are on disk before it is.
+func (r *methodRun) checkpoint(rec *online.BatchRecord) error {
+	if !r.checkpointDue() {
 		return nil
 	}
-	st, err := r.method.MarshalBinary()
+	st, err := rec.State()
 	if err != nil {
-		return fmt.Errorf("eval: %s: saving its state: %w", r.name(), err)
+		return fmt.Errorf("eval: %s: %w", r.name(), err)
 	}
+	if st == nil {
+		return nil
+	}
+	batches := rec.Batch + 1
 	if err := r.batches.Sync(); err != nil {
 		return fmt.Errorf("eval: %s: %w", BatchesFile, err)
 	}

@@ -69,6 +69,13 @@ type Options struct {
 	// DefaultCheckpointEvery, a negative value none. A run being cancelled
 	// checkpoints at once. Only the reset protocol is checkpointed.
 	CheckpointEvery time.Duration
+	// DiagnosticWorkers is how many goroutines compute the batches'
+	// diagnostics while the method steps on the next batches
+	// (online.RunnerConfig.DiagnosticWorkers): 0 means
+	// online.DefaultDiagnosticWorkers, a negative count none (each batch's
+	// diagnostics between its step and the next). The results do not
+	// depend on it.
+	DiagnosticWorkers int
 	// Command, if given, is the command line and config file the run was
 	// started with, stated in results.json.
 	Command *report.Command

@@ -125,14 +125,14 @@ func TestMethodOptionsResume(t *testing.T) {
 	base.MethodOptions = MethodOptions{"subtta-m": {"rank": "4", "ema": "false", "soft": "0.1"}}
 	clean := base
 	clean.Out = t.TempDir()
-	ref, err := Run(context.Background(), clean, Options{})
+	ref, err := Run(context.Background(), clean, Options{DiagnosticWorkers: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := base
 	cfg.Out = t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
-	_, err = Run(ctx, cfg, Options{Progress: func(p Progress) {
+	_, err = Run(ctx, cfg, Options{DiagnosticWorkers: -1, Progress: func(p Progress) {
 		if p.Done == cfg.Limit+8 { // second domain, second batch of 4
 			cancel()
 		}
@@ -140,7 +140,7 @@ func TestMethodOptionsResume(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want an interruption", err)
 	}
-	sum, err := Run(context.Background(), cfg, Options{})
+	sum, err := Run(context.Background(), cfg, Options{DiagnosticWorkers: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

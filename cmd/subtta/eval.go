@@ -84,6 +84,9 @@ func (o *evalCmdOptions) run(ctx context.Context, args []string) error {
 	if len(args) > 0 {
 		return usagef("unexpected argument %q (all inputs are flags)", args[0])
 	}
+	if *f.diagWorkers < -1 {
+		return usagef("--diag-workers %d: want -1 (none), 0 (the default) or a count", *f.diagWorkers)
+	}
 	if *f.studies.wnids {
 		return printWNIDs(stdout, *f.dataset)
 	}
@@ -110,6 +113,7 @@ func (o *evalCmdOptions) run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	opt.DiagnosticWorkers = *f.diagWorkers
 	opt.Command = f.cf.command("eval", commandLine(ctx))
 	opt.DevicePrecision = devicePrecisionID()
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
@@ -221,6 +225,7 @@ type evalFlags struct {
 	methods, corruptions, severities, protocol, frost *string
 	out, shard                                        *string
 	limit, batchSize, views, workers, shardCount      *int
+	diagWorkers                                       *int
 	seed, corruptSeed                                 *uint64
 	noShuffle, plot, quiet, shardFromEnv              *bool
 	studies                                           *studyFlags
@@ -252,6 +257,7 @@ func newEvalFlags(fs *pflag.FlagSet) *evalFlags {
 		out:          fs.String("out", "", "results folder (default subtta-results); an interrupted run resumes there"),
 		plot:         fs.Bool("plot", false, "write PNG plots of accuracy and diagnostics into OUT/plots"),
 		workers:      fs.Int("workers", 0, "image decoding goroutines (0: GOMAXPROCS)"),
+		diagWorkers:  fs.Int("diag-workers", 0, "goroutines computing each batch's diagnostics while the method steps on the next batches\n(0: half of GOMAXPROCS, 1 to 8; -1: none, each batch's between its step and the next); the results are the same"),
 		quiet:        fs.Bool("quiet", false, "no progress bar"),
 		shard:        fs.String("shard", "", "compute only shard `I/N` of the run (I from 0 to N-1) into --out; subtta eval merge joins the shards' folders"),
 		shardFromEnv: fs.Bool("shard-from-env", false, "without --shard, take the shard from $SLURM_ARRAY_TASK_ID and $SLURM_ARRAY_TASK_COUNT (or _MIN and _MAX) of a Slurm array,\nor from $JOB_COMPLETION_INDEX of a Kubernetes Indexed Job with --shard-count"),

@@ -85,6 +85,7 @@ func TestEvalBadInput(t *testing.T) {
 		{evalArgs(t, dir, "--config", badCfg), 2, "unknown key methodz; did you mean methods?"},
 		{evalArgs(t, dir, "stray"), 2, `unexpected argument "stray"`},
 		{evalArgs(t, dir, "--limit", "-5"), 2, "--limit -5: must not be negative"},
+		{evalArgs(t, dir, "--diag-workers", "-2"), 2, "--diag-workers -2: want -1 (none)"},
 		{evalArgs(t, dir, "--severities", "5,5"), 1, "severity 5 given twice"},
 	} {
 		var stdout, stderr bytes.Buffer

@@ -8,5 +8,6 @@
 // two strided columns, and splits the rotations of a sweep over the cores.
 // On SubTTA's 512×512 covariance (ViT-B/32) that takes the decomposition
 // from 1.3 s to well under 0.2 s; the step runs it once per batch, on the
-// critical path.
+// critical path. FactorizeSerial keeps the rotations on one goroutine, to
+// the same bits, for callers that run several decompositions at once.
 package symeig

@@ -27,6 +27,22 @@ const maxSweeps = 30
 // Factorize decomposes the symmetric matrix a. It fails if a holds a
 // non-finite value or the iteration does not converge.
 func Factorize(a mat.Symmetric) (*Decomposition, error) {
+	return factorize(a, runtime.GOMAXPROCS(0))
+}
+
+// FactorizeSerial is Factorize with the rotations applied on the calling
+// goroutine alone, to the same bits (each column is rotated alone,
+// however the columns are split). It suits callers that run several
+// decompositions at once, one a core, where splitting each over the cores
+// adds only contention (a split waits for its slowest part at every
+// sweep).
+func FactorizeSerial(a mat.Symmetric) (*Decomposition, error) {
+	return factorize(a, 1)
+}
+
+// factorize is Factorize with a sweep's rotations split over at most
+// parts goroutines.
+func factorize(a mat.Symmetric, parts int) (*Decomposition, error) {
 	n := a.SymmetricDim()
 	if n == 0 {
 		return &Decomposition{Vectors: &mat.Dense{}}, nil
@@ -65,7 +81,7 @@ func Factorize(a mat.Symmetric) (*Decomposition, error) {
 			z[j*n+i] = q[i*n+j]
 		}
 	}
-	if err := tridiagonalQL(d, e, z, n); err != nil {
+	if err := tridiagonalQL(d, e, z, n, parts); err != nil {
 		return nil, err
 	}
 
@@ -88,8 +104,9 @@ var errNoConvergence = errors.New("symeig: the QL iteration did not converge")
 // tridiagonalQL diagonalises the symmetric tridiagonal matrix (d, e) by the
 // implicit QL algorithm with Wilkinson's shift, in place: d becomes the
 // eigenvalues (unordered), e is destroyed, and each plane rotation is
-// applied to the matching pair of rows of z (n×n, row-major).
-func tridiagonalQL(d, e, z []float64, n int) error {
+// applied to the matching pair of rows of z (n×n, row-major), split over
+// at most parts goroutines.
+func tridiagonalQL(d, e, z []float64, n, parts int) error {
 	const eps = 0x1p-53
 	cs := make([]float64, n)
 	sn := make([]float64, n)
@@ -138,7 +155,7 @@ func tridiagonalQL(d, e, z []float64, n int) error {
 			}
 			// Rotations i+1 … m−1 were computed (all of l … m−1 unless the
 			// block split); apply them in the order they were made.
-			rotateRows(z, n, i+1, m, cs, sn)
+			rotateRows(z, n, i+1, m, cs, sn, parts)
 			if deflated {
 				continue
 			}
@@ -156,9 +173,9 @@ const parallelMin = 1 << 14
 
 // rotateRows applies, for i = hi−1 down to lo, the rotation (cs[i], sn[i])
 // to rows i and i+1 of z: zᵢ₊₁ ← s·zᵢ + c·zᵢ₊₁, zᵢ ← c·zᵢ − s·zᵢ₊₁. Columns
-// are independent, so they are split over up to GOMAXPROCS goroutines when
+// are independent, so they are split over up to maxParts goroutines when
 // the work is big enough.
-func rotateRows(z []float64, n, lo, hi int, cs, sn []float64) {
+func rotateRows(z []float64, n, lo, hi int, cs, sn []float64, maxParts int) {
 	if hi <= lo {
 		return
 	}
@@ -174,7 +191,7 @@ func rotateRows(z []float64, n, lo, hi int, cs, sn []float64) {
 			}
 		}
 	}
-	parts := min(runtime.GOMAXPROCS(0), (hi-lo)*n/parallelMin, n)
+	parts := min(maxParts, (hi-lo)*n/parallelMin, n)
 	if parts <= 1 {
 		apply(0, n)
 		return

@@ -170,3 +170,29 @@ func BenchmarkFactorize(b *testing.B) {
 		}
 	})
 }
+
+// TestFactorizeSerial: the decomposition with the rotations on one
+// goroutine has the bits of the one split over four (at 300×300 a sweep's
+// rotations are split), values and vectors.
+func TestFactorizeSerial(t *testing.T) {
+	a := randomSym(rand.New(rand.NewPCG(5, 6)), 300)
+	split, err := factorize(a, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial, err := FactorizeSerial(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range split.Values {
+		if math.Float64bits(v) != math.Float64bits(serial.Values[i]) {
+			t.Fatalf("value %d: %v serially, %v split", i, serial.Values[i], v)
+		}
+	}
+	s, p := serial.Vectors.RawMatrix().Data, split.Vectors.RawMatrix().Data
+	for i := range p {
+		if math.Float64bits(s[i]) != math.Float64bits(p[i]) {
+			t.Fatalf("vector element %d: %v serially, %v split", i, s[i], p[i])
+		}
+	}
+}

@@ -166,6 +166,25 @@ func Align(f mat.Matrix, sigmaOld mat.Symmetric, text *TextSubspace, opt AlignOp
 // diagnostics of a method without an alignment of its own measure their
 // principal angles on it.
 func CovarianceBasis(f mat.Matrix, text *TextSubspace) (*mat.Dense, error) {
+	return covarianceBasis(f, text, factorizeSym)
+}
+
+// CovarianceBasisOnHost is CovarianceBasis with the decomposition always
+// on the CPU (internal/symeig), whatever device is set: it is safe to call
+// from a goroutine other than the one driving the device (a GPU's
+// cuSOLVER handle is not), and gives the CPU's bits on any device. With
+// serial the decomposition stays on the calling goroutine
+// (symeig.FactorizeSerial, the same bits), for callers that run several
+// at once.
+func CovarianceBasisOnHost(f mat.Matrix, text *TextSubspace, serial bool) (*mat.Dense, error) {
+	factorize := symeig.Factorize
+	if serial {
+		factorize = symeig.FactorizeSerial
+	}
+	return covarianceBasis(f, text, func(a *mat.SymDense) (*symeig.Decomposition, error) { return factorize(a) })
+}
+
+func covarianceBasis(f mat.Matrix, text *TextSubspace, factorize func(*mat.SymDense) (*symeig.Decomposition, error)) (*mat.Dense, error) {
 	_, d := f.Dims()
 	if text.Cov.SymmetricDim() != d {
 		return nil, fmt.Errorf("feature: align: previous covariance is %d×%d, features have %d dims", text.Cov.SymmetricDim(), text.Cov.SymmetricDim(), d)
@@ -186,7 +205,7 @@ func CovarianceBasis(f mat.Matrix, text *TextSubspace) (*mat.Dense, error) {
 			sr.Data[i*sr.Stride+j] = alpha*so.Data[i*so.Stride+j] + (1-alpha)*sr.Data[i*sr.Stride+j]
 		}
 	}
-	dec, err := factorizeSym(s)
+	dec, err := factorize(s)
 	if err != nil {
 		return nil, fmt.Errorf("feature: align: eigendecomposition of the covariance: %w", err)
 	}

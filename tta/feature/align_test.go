@@ -345,6 +345,42 @@ func TestCovarianceBasis(t *testing.T) {
 	}
 }
 
+// TestCovarianceBasisOnHost: with a decomposing device set (whose basis
+// is the CPU's negated), CovarianceBasisOnHost still gives the CPU's basis
+// bit for bit, serially or not: it never calls the device.
+func TestCovarianceBasisOnHost(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	tm, _ := NormalizeRows(fxt.RandDense(rng, 20, 32, 1))
+	ts, err := NewTextSubspace(tm, SubspaceOptions{Rank: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := fxt.RandDense(rng, 16, 32, 1)
+	cpu, err := CovarianceBasis(f, ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var host, serial, dev *mat.Dense
+	var err1, err2, err3 error
+	withFloat64Device(flippedEigen{kernel.Host}, func() {
+		host, err1 = CovarianceBasisOnHost(f, ts, false)
+		serial, err2 = CovarianceBasisOnHost(f, ts, true)
+		dev, err3 = CovarianceBasis(f, ts)
+	})
+	if err1 != nil || err2 != nil || err3 != nil {
+		t.Fatal(err1, err2, err3)
+	}
+	c, h, s := cpu.RawMatrix().Data, host.RawMatrix().Data, serial.RawMatrix().Data
+	for i := range c {
+		if math.Float64bits(c[i]) != math.Float64bits(h[i]) || math.Float64bits(c[i]) != math.Float64bits(s[i]) {
+			t.Fatalf("element %d: %v on the host, %v serially there, the CPU's %v", i, h[i], s[i], c[i])
+		}
+	}
+	if dev.At(0, 0) != -cpu.At(0, 0) || cpu.At(0, 0) == 0 {
+		t.Errorf("the device's B_V[0, 0] is %v, the CPU's %v: the test cannot tell the paths apart", dev.At(0, 0), cpu.At(0, 0))
+	}
+}
+
 // TestCovarianceBasisBadInput: features of another width than the text
 // subspace's are refused with an error that says so.
 func TestCovarianceBasisBadInput(t *testing.T) {

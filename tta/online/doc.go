@@ -5,7 +5,10 @@
 // scores them, the one place where a stream is ordered (Python's
 // random.shuffle with a seed, as the official code does, explicit order
 // files, limits), and the text subspace the per-batch diagnostics are
-// measured against.
+// measured against. The Runner reads the next batch while the method
+// steps on the current one, and computes a batch's diagnostics on worker
+// goroutines while the method steps on the next ones; the records, in
+// order, and their bits are those of a serial run.
 //
 // Package eval builds on it for files, records, resume and checkpoints;
 // it imports neither eval nor any model code.

@@ -127,9 +127,31 @@ type RunnerConfig struct {
 	Text *feature.TextSubspace
 	Head mat.Matrix
 	// OnBatch, when set, is called after every batch with its record
-	// (diagnostics included, as for Log). An error stops the run and is
-	// returned by Run: a caller can cancel between batches this way.
+	// (diagnostics included, as for Log), in the order of the batches. An
+	// error stops the run and is returned by Run: a caller can cancel
+	// between batches this way. The method steps no further then, but the
+	// records of the batches it has already stepped (see
+	// DiagnosticWorkers) are still handed on, so that nothing computed is
+	// lost; Run returns the first error.
 	OnBatch func(BatchRecord) error
+	// DiagnosticWorkers is how many goroutines compute the batches'
+	// geometric diagnostics (for Log and OnBatch) while the method steps
+	// on the next batches; 0 means DefaultDiagnosticWorkers, a negative
+	// count none: each batch's diagnostics are then computed between its
+	// step and the next, on the runner's goroutine. With n workers the
+	// record of batch b is handed on after the method's step on batch
+	// b+n (or at the end of the stream), so that at most n+1 batches
+	// wait; the records, their order and their bits do not depend on n.
+	// The diagnostics read copies of the batch's features, predictions
+	// and labels, and decompose on the CPU whatever device is set.
+	DiagnosticWorkers int
+	// SaveState, when set, is asked right after the method's step on a
+	// batch, before any further step, whether the caller will want the
+	// method's state after that batch with its record (for a checkpoint):
+	// if so, the runner marshals it then (tta.Method.MarshalBinary), for
+	// BatchRecord.State, since with diagnostic workers OnBatch sees the
+	// record only after later steps.
+	SaveState func(stream string, batch int) bool
 	// Resume, when set, is called at the start of every stream, after any
 	// reset. A caller continuing an interrupted run restores the method's
 	// state there (tta.Method.UnmarshalBinary) and returns how many leading batches of the
@@ -167,6 +189,8 @@ type BatchRecord struct {
 	Batch   int    `json:"batch"`  // index within the stream
 	Size    int    `json:"size"`
 	Correct int    `json:"correct"`
+	// Diagnostics are the method's, copied; their Alignment is not handed
+	// on (nil): the basis's geometry is in PrincipalCosines.
 	tta.Diagnostics
 	// PrincipalCosines are the cosines of the principal angles between the
 	// visual basis and B_T: SubTTA's EMA basis when alignment ran, else the
@@ -186,6 +210,22 @@ type BatchRecord struct {
 	// domains, for a batch of the mixed protocol's stream.
 	Domains []DomainCount `json:"domains,omitempty"`
 	Seconds float64       `json:"seconds"`
+
+	state []byte                 // the method's state after the batch, if saved
+	live  func() ([]byte, error) // marshals it while the method has not stepped since
+}
+
+// State returns the method's state right after this batch
+// (tta.Method.MarshalBinary), or nil when it is no longer to be had: when
+// RunnerConfig.SaveState did not ask for it at the batch's step and the
+// method has stepped since. Without diagnostic workers, and for the last
+// batch stepped when the runner stops stepping, the method has not. Call
+// it only from OnBatch.
+func (b *BatchRecord) State() ([]byte, error) {
+	if b.state == nil && b.live != nil {
+		return b.live()
+	}
+	return b.state, nil
 }
 
 // SampleCosines are per-image diagnostics of a batch, in batch order:
@@ -243,6 +283,11 @@ func (r *Runner) Run(domains []Domain) (*Report, error) {
 	if len(domains) == 0 {
 		return nil, errors.New("tta: runner: no domains")
 	}
+	pool, err := r.startDiagnostics()
+	if err != nil {
+		return nil, err
+	}
+	defer pool.close()
 	rep := &Report{Method: r.Method.Name(), Protocol: c.Protocol.String()}
 	results := make([]DomainResult, len(domains))
 	for i, d := range domains {
@@ -268,7 +313,7 @@ func (r *Runner) Run(domains []Domain) (*Report, error) {
 			for j, k := range order {
 				refs[j] = sampleRef{i, k}
 			}
-			if err := r.stream(d.Name(), domains, refs, results); err != nil {
+			if err := r.stream(pool, d.Name(), domains, refs, results); err != nil {
 				return nil, err
 			}
 		}
@@ -294,7 +339,7 @@ func (r *Runner) Run(domains []Domain) (*Report, error) {
 		for j, k := range order {
 			refs[j] = all[k]
 		}
-		if err := r.stream(MixedStream, domains, refs, results); err != nil {
+		if err := r.stream(pool, MixedStream, domains, refs, results); err != nil {
 			return nil, err
 		}
 	default:
@@ -361,7 +406,12 @@ func Limited(n, limit int) int {
 }
 
 // stream runs the method over refs in batches, scoring into results.
-func (r *Runner) stream(name string, domains []Domain, refs []sampleRef, results []DomainResult) error {
+// The records go to Log and OnBatch in order, each once its diagnostics
+// are computed: at once when pool is nil, else once the method has stepped
+// on pool.lag more batches or the stream ends. Whatever stops the stream,
+// the records of the batches already stepped are handed on before it
+// returns the first error.
+func (r *Runner) stream(pool *diagPool, name string, domains []Domain, refs []sampleRef, results []DomainResult) error {
 	bs := r.Config.BatchSize
 	skip := 0
 	if r.Config.Resume != nil {
@@ -392,17 +442,28 @@ func (r *Runner) stream(name string, domains []Domain, refs []sampleRef, results
 		return f, err
 	})
 	defer pipe.Close()
-	for b, start := skip, skip*bs; start < len(refs); b, start = b+1, start+bs {
+
+	records := r.Config.Log != nil || r.Config.OnBatch != nil
+	q := &recordQueue{r: r, stream: name, stepped: -1}
+	defer func() { q.stepped = -1 }() // for a record kept beyond OnBatch
+	lag := 0
+	if pool != nil {
+		lag = pool.lag
+	}
+	for b, start := skip, skip*bs; start < len(refs) && q.err == nil; b, start = b+1, start+bs {
 		batch := refs[start:min(start+bs, len(refs))]
 		f, _, err := pipe.Next()
 		if err != nil {
-			return err
+			q.fail(err)
+			break
 		}
 		pixels, labels := f.pixels, f.labels
+		q.stepped = -1 // the method's state is no batch's until the step succeeds
 		t0 := time.Now()
 		if r.Config.Protocol == Episodic {
 			if err := r.Method.ResetSample(); err != nil {
-				return fmt.Errorf("tta: runner: %s: batch %d: reset: %w", name, b, err)
+				q.fail(fmt.Errorf("tta: runner: %s: batch %d: reset: %w", name, b, err))
+				break
 			}
 		}
 		var res *tta.Result
@@ -412,11 +473,15 @@ func (r *Runner) stream(name string, domains []Domain, refs []sampleRef, results
 			res, err = r.Method.Step(pixels, len(batch))
 		}
 		if err != nil {
-			return fmt.Errorf("tta: runner: %s: batch %d: %w", name, b, err)
+			q.fail(fmt.Errorf("tta: runner: %s: batch %d: %w", name, b, err))
+			break
 		}
-		rec := BatchRecord{Stream: name, Batch: b, Size: len(batch), Diagnostics: res.Diag, Seconds: time.Since(t0).Seconds()}
+		q.stepped = b
+		rec := &BatchRecord{Stream: name, Batch: b, Size: len(batch), Diagnostics: copyDiagnostics(res.Diag), Seconds: time.Since(t0).Seconds()}
 		if len(res.Preds) != len(batch) {
-			return fmt.Errorf("tta: runner: %s: batch %d: %d predictions for %d images", name, b, len(res.Preds), len(batch))
+			q.stepped = -1
+			q.fail(fmt.Errorf("tta: runner: %s: batch %d: %d predictions for %d images", name, b, len(res.Preds), len(batch)))
+			break
 		}
 		for j, ref := range batch {
 			results[ref.domain].Samples++
@@ -428,25 +493,103 @@ func (r *Runner) stream(name string, domains []Domain, refs []sampleRef, results
 		if name == MixedStream {
 			rec.Domains = domainCounts(domains, batch, res.Preds, labels)
 		}
-		if r.Config.Log != nil || r.Config.OnBatch != nil {
-			if err := r.diagnose(&rec, res, labels); err != nil {
-				return fmt.Errorf("tta: runner: %s: batch %d: %w", name, b, err)
+		if !records {
+			continue
+		}
+		if sv := r.Config.SaveState; sv != nil && sv(name, b) {
+			if rec.state, err = r.Method.MarshalBinary(); err != nil {
+				q.fail(fmt.Errorf("tta: runner: %s: batch %d: saving the method's state: %w", name, b, err))
+				break
 			}
 		}
-		if r.Config.Log != nil {
-			line, err := json.Marshal(rec)
-			if err != nil {
-				return fmt.Errorf("tta: runner: %w", err)
-			}
-			if _, err := r.Config.Log.Write(append(line, '\n')); err != nil {
-				return fmt.Errorf("tta: runner: log: %w", err)
-			}
+		rec.live = q.liveState(b)
+		job := &diagJob{rec: rec, done: make(chan error, 1)}
+		if pool == nil {
+			job.done <- r.diagnoseSafely(rec, viewResult(res, labels))
+		} else {
+			// The method may reuse its buffers in its next step.
+			job.in = copyResult(res, labels)
+			job.in.serial = pool.lag > 1
+			pool.jobs <- job
 		}
-		if r.Config.OnBatch != nil {
-			if err := r.Config.OnBatch(rec); err != nil {
-				return err
-			}
+		q.jobs = append(q.jobs, job)
+		for len(q.jobs) > lag && q.err == nil {
+			q.next()
 		}
+	}
+	for len(q.jobs) > 0 {
+		q.next()
+	}
+	return q.err
+}
+
+// recordQueue holds the records of batches stepped and not yet handed
+// on, oldest first.
+type recordQueue struct {
+	r      *Runner
+	stream string
+	jobs   []*diagJob
+	// stepped is the batch after whose step the method's state is, or
+	// −1 (before the first step, or after a failed one).
+	stepped int
+	err     error // the first error
+	broken  bool  // a record's diagnostics failed: none after it goes on
+}
+
+func (q *recordQueue) fail(err error) {
+	if q.err == nil {
+		q.err = err
+	}
+}
+
+// liveState returns BatchRecord.live for batch b.
+func (q *recordQueue) liveState(b int) func() ([]byte, error) {
+	return func() ([]byte, error) {
+		if q.stepped != b {
+			return nil, nil
+		}
+		st, err := q.r.Method.MarshalBinary()
+		if err != nil {
+			return nil, fmt.Errorf("tta: runner: %s: batch %d: saving the method's state: %w", q.stream, b, err)
+		}
+		return st, nil
+	}
+}
+
+// next waits for the oldest record's diagnostics and hands it on.
+func (q *recordQueue) next() {
+	j := q.jobs[0]
+	q.jobs[0] = nil
+	q.jobs = q.jobs[1:]
+	err := <-j.done
+	if q.broken {
+		return
+	}
+	if err != nil {
+		// A gap in the records would make the later ones useless to a
+		// caller that resumes from them: stop at the first failure.
+		q.broken = true
+		q.fail(fmt.Errorf("tta: runner: %s: batch %d: diagnostics: %w", q.stream, j.rec.Batch, err))
+		return
+	}
+	if err := q.r.emit(j.rec); err != nil {
+		q.fail(err)
+	}
+}
+
+// emit writes a batch's record to Log and hands it to OnBatch.
+func (r *Runner) emit(rec *BatchRecord) error {
+	if r.Config.Log != nil {
+		line, err := json.Marshal(rec)
+		if err != nil {
+			return fmt.Errorf("tta: runner: %w", err)
+		}
+		if _, err := r.Config.Log.Write(append(line, '\n')); err != nil {
+			return fmt.Errorf("tta: runner: log: %w", err)
+		}
+	}
+	if r.Config.OnBatch != nil {
+		return r.Config.OnBatch(*rec)
 	}
 	return nil
 }
@@ -526,61 +669,6 @@ func (r *Runner) fetch(domains []Domain, batch []sampleRef, dst []float32) ([]fl
 		labels[j] = label
 	}
 	return dst, labels, nil
-}
-
-// diagnose adds the geometric diagnostics to rec; labels are the batch's
-// ground truth.
-func (r *Runner) diagnose(rec *BatchRecord, res *tta.Result, labels []int) error {
-	f := res.Features
-	if f == nil {
-		return nil
-	}
-	if ts := r.Config.Text; ts != nil {
-		var bv mat.Matrix
-		if a := res.Diag.Alignment; a != nil {
-			bv = a.Basis
-		} else if n, _ := f.Dims(); n >= 2 {
-			// The basis of the batch covariance alone (Align's with α = 0).
-			b, err := feature.CovarianceBasis(f, ts)
-			if err != nil {
-				return err
-			}
-			bv = b
-		}
-		if bv != nil {
-			cos, err := feature.PrincipalAngleCosines(bv, ts.Basis)
-			if err != nil {
-				return err
-			}
-			rec.PrincipalCosines = cos
-		}
-		sc, err := feature.SemanticConcentration(f, ts.Projector)
-		if err != nil {
-			return err
-		}
-		m := mean(sc)
-		rec.SemanticConcentration = &m
-	}
-	if r.Config.Head != nil {
-		pc, err := feature.PredictedClassCosine(f, r.Config.Head, res.Preds)
-		if err != nil {
-			return err
-		}
-		m := mean(pc)
-		rec.PredictedClassCosine = &m
-		tc, err := feature.PredictedClassCosine(f, r.Config.Head, labels)
-		if err != nil {
-			return err
-		}
-		mt := mean(tc)
-		rec.TrueClassCosine = &mt
-		correct := make([]bool, len(labels))
-		for i, y := range labels {
-			correct[i] = res.Preds[i] == y
-		}
-		rec.SampleCosines = &SampleCosines{Predicted: pc, True: tc, Correct: correct}
-	}
-	return nil
 }
 
 func mean(x []float64) float64 {
