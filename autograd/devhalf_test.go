@@ -172,6 +172,17 @@ func (d *halfHost) SplitHeadsHalf(y16, x, bias kernel.Buf, batch, tokens, groups
 	return nil
 }
 
+func (d *halfHost) SplitHeadsHalf16(y16, x16, bias kernel.Buf, batch, tokens, groups, heads, headDim int) error {
+	d.count("SplitHeadsHalf16")
+	n := batch * tokens * groups * heads * headDim
+	y := make(kernel.HostBuf, n)
+	if err := kernel.Host.SplitHeadsBias(y, kernel.HostBuf(widen(x16, n)), bias, batch, tokens, groups, heads, headDim); err != nil {
+		return err
+	}
+	round16(y16, y)
+	return nil
+}
+
 func (d *halfHost) SoftmaxHalf(y16, x kernel.Buf, rows, cols int, scale float32, causal bool) error {
 	d.count("SoftmaxHalf")
 	y := make(kernel.HostBuf, rows*cols)
@@ -199,29 +210,34 @@ func halfBlocks(s sizes, ins []input, data [][]float64, causal, keep bool) (smat
 
 // TestDeviceBlockHalf runs blocks on a kernel.Half device (halfHost,
 // bfloat16, over a launchCounter): a pass without gradients takes 16-bit
-// operands in the four linear products of each block (c_fc's into 16
-// bits, which the activation reads) and in attention's two products,
-// converts each frozen weight once (not again in the second
-// pass) and agrees with the CPU's float32 within 2e-2 of the largest value
-// where attention takes float32 operands (operands with 8 bits of
-// mantissa, as TestPrecisionMatchesCPU bounds the features in package gpu;
-// 8.6e-3 measured) and 4e-2 where it takes 16-bit ones (2.0e-2 and 2.6e-2
-// measured, 1.4e-2 with float32 attention): the random weights, N(0, 1/4)
-// over widths of 48 and 64, give scores s·q·k of 11 to 37 (root mean
-// square), which q's and k's bfloat16 rounding moves by a fraction of a
-// unit before the softmax, so that the peaked probabilities move by
-// several percent. The second pass's operations are counted by name, 12
-// a block as in float32: ln_1 and ln_2 also write the residual stream with
-// out_proj's and c_proj's bias, which those products add onto (no
-// bias-and-residual pass); attention writes q, k, v and P in 16 bits only
-// (SplitHeadsHalf, SoftmaxHalf, GemmBatchedHalf), and no float32 head
+// operands in the four linear products of each block (q|k|v's and c_fc's
+// into 16 bits, which the head split and the activation read) and in
+// attention's two products, converts each frozen weight once (not again
+// in the second pass) and agrees with the CPU's float32 within 2e-2 of
+// the largest value where attention takes float32 operands (operands with
+// 8 bits of mantissa, as TestPrecisionMatchesCPU bounds the features in
+// package gpu; 8.6e-3 measured), and where it takes 16-bit ones within
+// 4e-2 for the vision blocks (2.3e-2 measured) and 6e-2 for the causal
+// text blocks (4.6e-2 measured; 2.0e-2 and 2.6e-2 while q|k|v's product
+// was written in float32, 1.4e-2 with float32 attention; without
+// in_proj's bias 0.38 and 0.57): the random weights, N(0, 1/4) over
+// widths of 48 and 64, give scores s·q·k of 11 to 37 (root mean square),
+// which q's and k's bfloat16 rounding (twice now: the product's, then with
+// the bias) moves by a fraction of a unit before the softmax, so that the
+// peaked probabilities move by several percent. The second pass's
+// operations are counted by name, 12 a block as in float32: ln_1 and ln_2
+// also write the residual stream with out_proj's and c_proj's bias, which
+// those products add onto (no bias-and-residual pass); q|k|v's product
+// writes 16 bits only (GemmHalf16, no GemmHalf into float32 for it) and
+// attention writes q, k, v and P in 16 bits only (SplitHeadsHalf16 from
+// the 16-bit product, SoftmaxHalf, GemmBatchedHalf), and no float32 head
 // split, softmax or batched product runs, except where batch·tokens·width
-// is odd (q, k and v would not start on a float32 slot), where attention
-// takes float32 operands. A pass that records for backward, and a block whose weights
+// is odd (q, k and v would not start on a float32 slot), where q|k|v's
+// product writes float32 and attention takes float32 operands. A pass that records for backward, and a block whose weights
 // are not kept on the device, take float32 operands and give the bits of
 // kernel.Host.
 func TestDeviceBlockHalf(t *testing.T) {
-	half := map[string]int{"LayerNormHalf": 2, "GemmHalf": 3, "GemmHalf16": 1, "SplitHeadsHalf": 1, "GemmBatchedHalf": 2,
+	half := map[string]int{"LayerNormHalf": 2, "GemmHalf": 2, "GemmHalf16": 2, "SplitHeadsHalf16": 1, "GemmBatchedHalf": 2,
 		"SoftmaxHalf": 1, "MergeHeadsHalf": 1, "BiasActivationHalf16": 1}
 	odd := map[string]int{"LayerNormHalf": 2, "GemmHalf": 3, "GemmHalf16": 1, "SplitHeadsBias": 1, "GemmBatched": 2,
 		"Softmax": 1, "MergeHeadsHalf": 1, "BiasActivationHalf16": 1}
@@ -233,7 +249,7 @@ func TestDeviceBlockHalf(t *testing.T) {
 		tol    float64
 	}{
 		{"vision", sizes{batch: 2, tokens: 7, heads: 4, headDim: 16, mlp: 300}, false, half, 4e-2},
-		{"text (causal)", sizes{batch: 3, tokens: 9, heads: 2, headDim: 24, mlp: 200}, true, half, 4e-2},
+		{"text (causal)", sizes{batch: 3, tokens: 9, heads: 2, headDim: 24, mlp: 200}, true, half, 6e-2},
 		{"odd batch·tokens·width", sizes{batch: 1, tokens: 7, heads: 3, headDim: 5, mlp: 40}, false, odd, 2e-2},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -451,8 +451,8 @@ func TestUploadRing(t *testing.T) {
 // 4.8e-4 for fp16 and 4.9e-4 for tf32). In bf16 and fp16 the product also
 // runs from 16-bit operands in memory (ToHalf, GemmHalf) within the same
 // bound, and the features' blocks must take that path: four products a
-// block, c_fc's into 16 bits, and attention's two products and softmax in
-// 16 bits.
+// block, q|k|v's and c_fc's into 16 bits, and attention's two products
+// and softmax in 16 bits.
 func TestPrecisionMatchesCPU(t *testing.T) {
 	for _, c := range []struct {
 		prec       Precision
@@ -504,11 +504,11 @@ func TestPrecisionMatchesCPU(t *testing.T) {
 			before, beforeO, beforeB, beforeS := halfGemms.Load(), halfOutGemms.Load(), halfBatchedGemms.Load(), halfSoftmaxes.Load()
 			img, wantImg := tinyImageFeatures(t, d)
 			// bf16 and fp16 take 16-bit operands in the blocks' four
-			// linear products (c_fc's with a 16-bit output) and
+			// linear products (q|k|v's and c_fc's with a 16-bit output) and
 			// attention's two, and write P in 16 bits (clip-tiny: 2
 			// blocks), tf32 none.
 			ops := [4]int64{halfGemms.Load() - before, halfOutGemms.Load() - beforeO, halfBatchedGemms.Load() - beforeB, halfSoftmaxes.Load() - beforeS}
-			wantOps := [4]int64{2 * 4, 2, 2 * 2, 2}
+			wantOps := [4]int64{2 * 4, 2 * 2, 2 * 2, 2}
 			if c.prec == TF32 {
 				wantOps = [4]int64{}
 			}

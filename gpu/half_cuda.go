@@ -334,6 +334,40 @@ func (d *device) SplitHeadsHalf(y16, x, bias kernel.Buf, batch, tokens, groups, 
 	return d.launch("split_heads", elementGrid(n), a)
 }
 
+// SplitHeadsHalf16 runs split_heads_half: SplitHeadsHalf from a 16-bit
+// x16.
+func (d *device) SplitHeadsHalf16(y16, x16, bias kernel.Buf, batch, tokens, groups, heads, headDim int) error {
+	f, err := d.halfFormat("SplitHeadsHalf16")
+	if err != nil {
+		return err
+	}
+	if batch < 0 || tokens < 0 || groups < 0 || heads < 0 || headDim < 0 {
+		return fmt.Errorf("gpu: SplitHeadsHalf16: [%d, %d, %d·%d·%d]", batch, tokens, groups, heads, headDim)
+	}
+	n := batch * tokens * groups * heads * headDim
+	py, err := d.ptr16("SplitHeadsHalf16", y16, n)
+	if err != nil {
+		return err
+	}
+	px, err := d.ptr16("SplitHeadsHalf16", x16, n)
+	if err != nil {
+		return err
+	}
+	pb, err := d.optPtrs("SplitHeadsHalf16", groups*heads*headDim, bias)
+	if err != nil || n == 0 {
+		return err
+	}
+	var a args
+	a.ptr(py)
+	a.ptr(px)
+	a.ptr(pb[0])
+	for _, v := range []int{batch, tokens, groups, heads, headDim} {
+		a.i32(v)
+	}
+	a.i32(f)
+	return d.launch("split_heads_half", elementGrid(n), a)
+}
+
 // SoftmaxHalf runs softmax_rows or softmax writing 16 bits.
 func (d *device) SoftmaxHalf(y16, x kernel.Buf, rows, cols int, scale float32, causal bool) error {
 	f, err := d.halfFormat("SoftmaxHalf")

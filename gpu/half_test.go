@@ -92,11 +92,13 @@ func alloc16(t *testing.T, d *device, n int) kernel.Buf {
 // BiasActivationHalf, SplitHeadsHalf (with and without the bias) and
 // SoftmaxHalf (rows for a group of threads and for a block, causal or
 // not) write the rounding of what their float32 kernels write, bit for
-// bit, and BiasActivationHalf16 the rounding of BiasActivation of its
-// 16-bit input widened; GemmHalf and GemmBatchedHalf (attention's two
-// products, on parts of a larger buffer) of rounded operands agree with
-// the CPU's float32 products of the same rounded values within tol, and
-// GemmHalf16 within half a unit in the last place of its 16-bit output.
+// bit, BiasActivationHalf16 the rounding of BiasActivation of its 16-bit
+// input widened and SplitHeadsHalf16 (with and without the bias) the
+// rounding of SplitHeadsBias of its 16-bit input widened; GemmHalf and
+// GemmBatchedHalf (attention's two products, on parts of a larger buffer)
+// of rounded operands agree with the CPU's float32 products of the same
+// rounded values within tol, and GemmHalf16 within half a unit in the
+// last place of its 16-bit output.
 // A device in fp32 refuses the 16-bit methods.
 func TestHalfMatchesCPU(t *testing.T) {
 	for _, prec := range []Precision{BF16, FP16} {
@@ -232,6 +234,30 @@ func TestHalfMatchesCPU(t *testing.T) {
 					t.Fatal(err)
 				}
 				same16(fmt.Sprintf("SplitHeadsHalf (bias %t)", bias != nil), download16(t, d, s16, len(qkv)), download(t, d, sd, len(qkv)))
+			}
+			// From a 16-bit q|k|v (its product written in 16 bits): the
+			// rounding of SplitHeadsBias of the widened values, bit for bit.
+			qkv16 := alloc16(t, d, len(qkv))
+			if err := d.ToHalf(qkv16, qkvd, len(qkv)); err != nil {
+				t.Fatal(err)
+			}
+			qw := make([]float32, len(qkv))
+			for i, v := range qkv {
+				qw[i] = halfValue(halfBits(v, f), f)
+			}
+			qwd := upload(t, d, qw)
+			for _, bias := range []kernel.Buf{qbd, nil} {
+				sd, s16 := upload(t, d, make([]float32, len(qkv))), alloc16(t, d, len(qkv))
+				if err := d.SplitHeadsBias(sd, qwd, bias, batch, tokens, 3, heads, hd); err != nil {
+					t.Fatal(err)
+				}
+				if err := d.SplitHeadsHalf16(s16, qkv16, bias, batch, tokens, 3, heads, hd); err != nil {
+					t.Fatal(err)
+				}
+				same16(fmt.Sprintf("SplitHeadsHalf16 (bias %t)", bias != nil), download16(t, d, s16, len(qkv)), download(t, d, sd, len(qkv)))
+			}
+			if err := d.SplitHeadsHalf16(alloc16(t, d, len(qkv)), qkv16.Slice(0, len(qkv)/4), qbd, batch, tokens, 3, heads, hd); err == nil {
+				t.Error("SplitHeadsHalf16 with x16 too short: no error")
 			}
 			for _, c := range []int{tokens, 1500} {
 				for _, causal := range []bool{false, true} {
@@ -389,6 +415,7 @@ func TestHalfMatchesCPU(t *testing.T) {
 	for name, err := range map[string]error{
 		"ToHalf":               d.ToHalf(b(), b(), 2),
 		"SplitHeadsHalf":       d.SplitHeadsHalf(b(), b(), nil, 1, 2, 1, 1, 2),
+		"SplitHeadsHalf16":     d.SplitHeadsHalf16(b(), b(), nil, 1, 2, 1, 1, 2),
 		"SoftmaxHalf":          d.SoftmaxHalf(b(), b(), 2, 2, 1, false),
 		"GemmBatchedHalf":      d.GemmBatchedHalf(false, false, 1, 2, 2, 2, 1, b(), 2, 4, b(), 2, 4, 0, b(), 2, 4),
 		"GemmHalf16":           d.GemmHalf16(false, false, 2, 2, 2, 1, b(), 2, b(), 2, 0, b(), 2),

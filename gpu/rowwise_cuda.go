@@ -11,7 +11,7 @@ var rowwiseKernels = []string{"layer_norm", "layer_norm_backward", "layer_norm_p
 	"softmax_backward", "quick_gelu", "quick_gelu_slope", "gelu", "gelu_slope", "add", "mul", "fill_rows",
 	"patches", "token_embed", "stride_rows", "spread_rows", "split_heads", "softmax_rows", "softmax_backward_rows", "layer_norm_rows", "layer_norm_backward_rows",
 	"layer_norm_param_partials", "layer_norm_param_sum",
-	"bias_act", "to_half16", "bias_act_half"}
+	"bias_act", "to_half16", "bias_act_half", "split_heads_half"}
 
 // shortRow is the longest row that softmax and LayerNorm give LANES threads
 // (a group of a block, several rows per block) rather than a whole block:
@@ -543,6 +543,26 @@ extern "C" __global__ void split_heads(float *s, float *m, int batch, int tokens
 		else if (merge) m[j] = s[i];
 		else if (bias) s[i] = m[j] + bias[(g * heads + h) * hd + e]; // a split adding q|k|v's bias
 		else s[i] = m[j];
+	}
+}
+
+// split_heads from and to 16 bits, splitting with the bias: h16 in s's
+// layout from m16 in m's (q|k|v's product written in 16 bits), each value
+// the rounding (to_half) of what split_heads writes for m16's values
+// widened, the bias (null: none) added in float32. h16 must not overlap
+// m16. One thread per value, 32-bit indices, as split_heads'.
+extern "C" __global__ void split_heads_half(unsigned short *h16, const unsigned short *m16, const float *bias, int batch, int tokens,
+		int groups, int heads, int hd, int fmt) {
+	unsigned n = (unsigned)groups * batch * heads * tokens * hd;
+	for (unsigned i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += gridDim.x * BLOCK) {
+		unsigned r = i / hd, e = i % hd, t = r % tokens;
+		r /= tokens;
+		unsigned h = r % heads;
+		r /= heads;
+		unsigned b = r % batch, g = r / batch;
+		unsigned j = ((b * tokens + t) * groups * heads + g * heads + h) * hd + e;
+		float v = from_half(m16[j], fmt);
+		h16[i] = to_half(bias ? v + bias[(g * heads + h) * hd + e] : v, fmt);
 	}
 }
 
