@@ -43,7 +43,15 @@ func NewBATCLIP(m Model, head mat.Matrix, opt optim.Config) (*BATCLIP, error) {
 }
 
 // Step runs one BATCLIP step on the batch.
+//
+// On a device that runs Adam (kernel.AdamDevice) the optimizer runs there
+// (lnTrainer.attach), as TENT's does.
 func (m *BATCLIP) Step(pixels []float32, n int) (*Result, error) {
+	release, err := m.tr.attach()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	d := newDiagnostics()
 	t0 := time.Now()
 	node, f, err := m.forward(pixels, n, true)

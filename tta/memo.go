@@ -92,35 +92,55 @@ func (t *MEMO) StepViews(views []float32, n, v int) (*Result, error) {
 	var loss float64
 	for i := range n {
 		img := views[i*per : (i+1)*per]
-		t0 := time.Now()
-		t.reset()
-		node, f, err := t.forward(img[one:], v-1, true)
+		l, f0, err := t.image(img, one, v, &d)
 		if err != nil {
 			return nil, err
 		}
-		res, err := feature.MarginalEntropyLoss(f, t.text, t.scale, nil)
-		if err != nil {
-			return nil, fmt.Errorf("tta: memo: %w", err)
-		}
-		loss += res.Marginal.Loss / float64(n)
-		if err := t.backward(node, res.DLdF); err != nil {
-			return nil, err
-		}
-		if err := t.update(&d); err != nil {
-			return nil, err
-		}
-		d.since("adapt", t0)
-		t0 = time.Now()
-		_, f0, err := t.forward(img[:one], 1, false)
-		if err != nil {
-			return nil, err
-		}
+		loss += l / float64(n)
 		row, pred := t.classify(f0)
 		logits.SetRow(i, row.RawRowView(0))
 		preds[i] = pred[0]
 		baseViews.SetRow(i, f0.RawRowView(0))
-		d.since("predict", t0)
 	}
 	d.Losses["memo"] = loss
 	return &Result{Logits: logits, Preds: preds, Features: baseViews, Diag: d}, nil
+}
+
+// image adapts the source weights to one image's v views img (one values
+// each; the first the unaugmented one), returning the marginal entropy and
+// the features of the first view with the adapted weights. On a device
+// that runs Adam (kernel.AdamDevice) the optimizer runs there
+// (lnTrainer.attach): the source values restored for the image go up once,
+// the gradients are not downloaded, and the prediction's pass reads the
+// values the step left there.
+func (t *MEMO) image(img []float32, one, v int, d *Diagnostics) (float64, *mat.Dense, error) {
+	t0 := time.Now()
+	t.reset()
+	release, err := t.tr.attach()
+	if err != nil {
+		return 0, nil, err
+	}
+	defer release()
+	node, f, err := t.forward(img[one:], v-1, true)
+	if err != nil {
+		return 0, nil, err
+	}
+	res, err := feature.MarginalEntropyLoss(f, t.text, t.scale, nil)
+	if err != nil {
+		return 0, nil, fmt.Errorf("tta: memo: %w", err)
+	}
+	if err := t.backward(node, res.DLdF); err != nil {
+		return 0, nil, err
+	}
+	if err := t.update(d); err != nil {
+		return 0, nil, err
+	}
+	d.since("adapt", t0)
+	t0 = time.Now()
+	_, f0, err := t.forward(img[:one], 1, false)
+	if err != nil {
+		return 0, nil, err
+	}
+	d.since("predict", t0)
+	return res.Marginal.Loss, f0, nil
 }

@@ -217,7 +217,31 @@ func (r *RoTTA) update(d *Diagnostics) (float64, error) {
 	if x, err = pre.Normalize(x, x); err != nil {
 		return 0, fmt.Errorf("tta: rotta: %w", err)
 	}
-	node, f, err := r.forward(x, len(items), true)
+	loss, err := r.studentStep(x, len(items), tlogits, d)
+	if err != nil {
+		return 0, err
+	}
+	for i, s := range r.tr.values() {
+		if err := feature.EMAUpdate(r.teacher[i], s, 1-r.cfg.Nu); err != nil {
+			return 0, fmt.Errorf("tta: rotta: %w", err)
+		}
+	}
+	return loss, nil
+}
+
+// studentStep takes the student's step on the n augmented memory images x
+// against the teacher's logits. On a device that runs Adam
+// (kernel.AdamDevice) the optimizer runs there for it (lnTrainer.attach):
+// the teacher's passes load the teacher's values on the host, so the
+// attachment covers the student's pass and step only; the student's values
+// put back after them are those the device holds, and go up no more.
+func (r *RoTTA) studentStep(x []float32, n int, tlogits *mat.Dense, d *Diagnostics) (float64, error) {
+	release, err := r.tr.attach()
+	if err != nil {
+		return 0, err
+	}
+	defer release()
+	node, f, err := r.forward(x, n, true)
 	if err != nil {
 		return 0, err
 	}
@@ -230,11 +254,6 @@ func (r *RoTTA) update(d *Diagnostics) (float64, error) {
 	}
 	if err := r.base.update(d); err != nil {
 		return 0, err
-	}
-	for i, s := range r.tr.values() {
-		if err := feature.EMAUpdate(r.teacher[i], s, 1-r.cfg.Nu); err != nil {
-			return 0, fmt.Errorf("tta: rotta: %w", err)
-		}
 	}
 	return res.Loss, nil
 }

@@ -44,7 +44,16 @@ func NewTENT(m Model, head mat.Matrix, opt optim.Config) (*TENT, error) {
 }
 
 // Step runs one entropy-minimisation step on the batch.
+//
+// On a device that runs Adam (kernel.AdamDevice) the optimizer runs there
+// (lnTrainer.attach): the LayerNorm gradients are not downloaded nor the
+// values uploaded; the step downloads the new values.
 func (t *TENT) Step(pixels []float32, n int) (*Result, error) {
+	release, err := t.tr.attach()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	d := newDiagnostics()
 	t0 := time.Now()
 	node, f, err := t.forward(pixels, n, true)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	smat "github.com/nlpodyssey/spago/mat"
 	"github.com/nlpodyssey/spago/mat/float"
 	"gonum.org/v1/gonum/mat"
 
@@ -171,26 +172,8 @@ func (w *WATT) Step(pixels []float32, n int) (*Result, error) {
 			avg.load()
 		}
 		avg.clear()
-		for _, head := range w.heads {
-			for range w.cfg.Steps {
-				node, f := w.encode(x, true)
-				res, err := feature.WATTLoss(f, head, w.scale, w.cfg.Temperature)
-				if err != nil {
-					return nil, err
-				}
-				if steps == 0 {
-					d.Losses["watt_first"] = res.Loss
-				}
-				sum += res.Loss
-				steps++
-				if err := w.backward(node, res.DLdF); err != nil {
-					return nil, err
-				}
-				if err := w.update(&d); err != nil {
-					return nil, err
-				}
-			}
-			avg.add()
+		if err := w.round(x, avg, &d, &sum, &steps); err != nil {
+			return nil, err
 		}
 	}
 	avg.load()
@@ -203,6 +186,42 @@ func (w *WATT) Step(pixels []float32, n int) (*Result, error) {
 	logits, preds := w.classify(f)
 	d.since("predict", t0)
 	return &Result{Logits: logits, Preds: preds, Features: f, Diag: d}, nil
+}
+
+// round runs one round's Steps steps from every template's head on the
+// images x, snapshotting the values after each head's, and adds the losses
+// to sum and their count to steps. On a device that runs Adam
+// (kernel.AdamDevice) the optimizer runs there for the round
+// (lnTrainer.attach): the averaged values loaded on the host between
+// rounds go up once, at the round's start.
+func (w *WATT) round(x smat.Tensor, avg weightAverager, d *Diagnostics, sum *float64, steps *int) error {
+	release, err := w.tr.attach()
+	if err != nil {
+		return err
+	}
+	defer release()
+	for _, head := range w.heads {
+		for range w.cfg.Steps {
+			node, f := w.encode(x, true)
+			res, err := feature.WATTLoss(f, head, w.scale, w.cfg.Temperature)
+			if err != nil {
+				return err
+			}
+			if *steps == 0 {
+				d.Losses["watt_first"] = res.Loss
+			}
+			*sum += res.Loss
+			*steps++
+			if err := w.backward(node, res.DLdF); err != nil {
+				return err
+			}
+			if err := w.update(d); err != nil {
+				return err
+			}
+		}
+		avg.add()
+	}
+	return nil
 }
 
 // weightAverager keeps snapshots of a trainer's parameters and loads their
