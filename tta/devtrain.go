@@ -12,7 +12,8 @@ import (
 )
 
 // attach moves the optimizer onto the device set by autograd.SetDevice for
-// one step of a method (SubTTA's), when that device runs Adam
+// one step of a method (SubTTA's, TENT's, BATCLIP's; the part of a step
+// where the host writes no value for MEMO, RoTTA and WATT), when that device runs Adam
 // (kernel.AdamDevice) and the trainer is float32 with Adam or AdamW: the
 // LayerNorm values, their gradients and the moments then stay there
 // (autograd.DeviceAdam), the backward passes leave the gradients there and
