@@ -162,16 +162,6 @@ func (d *halfHost) GemmBatchedHalf(transA, transB bool, batch, m, n, k int, alph
 	return nil
 }
 
-func (d *halfHost) SplitHeadsHalf(y16, x, bias kernel.Buf, batch, tokens, groups, heads, headDim int) error {
-	d.count("SplitHeadsHalf")
-	y := make(kernel.HostBuf, batch*tokens*groups*heads*headDim)
-	if err := kernel.Host.SplitHeadsBias(y, x, bias, batch, tokens, groups, heads, headDim); err != nil {
-		return err
-	}
-	round16(y16, y)
-	return nil
-}
-
 func (d *halfHost) SplitHeadsHalf16(y16, x16, bias kernel.Buf, batch, tokens, groups, heads, headDim int) error {
 	d.count("SplitHeadsHalf16")
 	n := batch * tokens * groups * heads * headDim

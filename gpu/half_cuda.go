@@ -300,42 +300,8 @@ func (d *device) GemmBatchedHalf(transA, transB bool, batch, m, n, k int, alpha 
 	})
 }
 
-// SplitHeadsHalf runs split_heads adding bias as it splits, into 16 bits.
-func (d *device) SplitHeadsHalf(y16, x, bias kernel.Buf, batch, tokens, groups, heads, headDim int) error {
-	f, err := d.halfFormat("SplitHeadsHalf")
-	if err != nil {
-		return err
-	}
-	if batch < 0 || tokens < 0 || groups < 0 || heads < 0 || headDim < 0 {
-		return fmt.Errorf("gpu: SplitHeadsHalf: [%d, %d, %d·%d·%d]", batch, tokens, groups, heads, headDim)
-	}
-	n := batch * tokens * groups * heads * headDim
-	py, err := d.ptr16("SplitHeadsHalf", y16, n)
-	if err != nil {
-		return err
-	}
-	px, err := d.ptrs("SplitHeadsHalf", n, x)
-	if err != nil {
-		return err
-	}
-	pb, err := d.optPtrs("SplitHeadsHalf", groups*heads*headDim, bias)
-	if err != nil || n == 0 {
-		return err
-	}
-	var a args
-	a.ptr(0) // s: unwritten
-	a.ptr(px[0])
-	for _, v := range []int{batch, tokens, groups, heads, headDim, 0} {
-		a.i32(v)
-	}
-	a.ptr(py)
-	a.i32(f)
-	a.ptr(pb[0])
-	return d.launch("split_heads", elementGrid(n), a)
-}
-
-// SplitHeadsHalf16 runs split_heads_half: SplitHeadsHalf from a 16-bit
-// x16.
+// SplitHeadsHalf16 runs split_heads_half: q|k|v split into heads from and
+// into 16 bits, adding bias in float32.
 func (d *device) SplitHeadsHalf16(y16, x16, bias kernel.Buf, batch, tokens, groups, heads, headDim int) error {
 	f, err := d.halfFormat("SplitHeadsHalf16")
 	if err != nil {

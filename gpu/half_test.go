@@ -89,8 +89,7 @@ func alloc16(t *testing.T, d *device, n int) kernel.Buf {
 // fp16 (kernel.Half): ToHalf rounds as halfBits does, bit for bit, on
 // random values and on the edges (ties, subnormals, the largest half,
 // overflow, infinities, NaN); LayerNormHalf, MergeHeadsHalf,
-// BiasActivationHalf, SplitHeadsHalf (with and without the bias) and
-// SoftmaxHalf (rows for a group of threads and for a block, causal or
+// BiasActivationHalf and SoftmaxHalf (rows for a group of threads and for a block, causal or
 // not) write the rounding of what their float32 kernels write, bit for
 // bit, BiasActivationHalf16 the rounding of BiasActivation of its 16-bit
 // input widened and SplitHeadsHalf16 (with and without the bias) the
@@ -225,16 +224,6 @@ func TestHalfMatchesCPU(t *testing.T) {
 			qkv := randSlice(rng, batch*tokens*3*heads*hd)
 			qb := randSlice(rng, 3*heads*hd)
 			qkvd, qbd := upload(t, d, qkv), upload(t, d, qb)
-			for _, bias := range []kernel.Buf{qbd, nil} {
-				sd, s16 := upload(t, d, make([]float32, len(qkv))), alloc16(t, d, len(qkv))
-				if err := d.SplitHeadsBias(sd, qkvd, bias, batch, tokens, 3, heads, hd); err != nil {
-					t.Fatal(err)
-				}
-				if err := d.SplitHeadsHalf(s16, qkvd, bias, batch, tokens, 3, heads, hd); err != nil {
-					t.Fatal(err)
-				}
-				same16(fmt.Sprintf("SplitHeadsHalf (bias %t)", bias != nil), download16(t, d, s16, len(qkv)), download(t, d, sd, len(qkv)))
-			}
 			// From a 16-bit q|k|v (its product written in 16 bits): the
 			// rounding of SplitHeadsBias of the widened values, bit for bit.
 			qkv16 := alloc16(t, d, len(qkv))
@@ -414,7 +403,6 @@ func TestHalfMatchesCPU(t *testing.T) {
 	b := func() kernel.Buf { return upload(t, d, make([]float32, 8)) }
 	for name, err := range map[string]error{
 		"ToHalf":               d.ToHalf(b(), b(), 2),
-		"SplitHeadsHalf":       d.SplitHeadsHalf(b(), b(), nil, 1, 2, 1, 1, 2),
 		"SplitHeadsHalf16":     d.SplitHeadsHalf16(b(), b(), nil, 1, 2, 1, 1, 2),
 		"SoftmaxHalf":          d.SoftmaxHalf(b(), b(), 2, 2, 1, false),
 		"GemmBatchedHalf":      d.GemmBatchedHalf(false, false, 1, 2, 2, 2, 1, b(), 2, 4, b(), 2, 4, 0, b(), 2, 4),

@@ -524,8 +524,8 @@ extern "C" __global__ void spread_rows(float *y, const float *x, int n, int cols
 
 // The layouts of kernel.SplitHeads: s [groups, batch, heads, tokens, hd]
 // and m [batch, tokens, groups·heads·hd]; merge copies s into m, else m
-// into s. With h16 set, the copy's destination is h16 instead, in 16 bits
-// (to_half): m's layout when merging, s's when splitting (with the bias).
+// into s. With h16 set (merging only), the copy's destination is h16
+// instead, in m's layout, in 16 bits (to_half).
 // One thread per value of s. The caller checks that the values fit
 // an int, so the index arithmetic is 32-bit (64-bit division is slow).
 extern "C" __global__ void split_heads(float *s, float *m, int batch, int tokens, int groups, int heads, int hd, int merge,
@@ -538,8 +538,7 @@ extern "C" __global__ void split_heads(float *s, float *m, int batch, int tokens
 		r /= heads;
 		unsigned b = r % batch, g = r / batch;
 		unsigned j = ((b * tokens + t) * groups * heads + g * heads + h) * hd + e;
-		if (h16 && merge) h16[j] = to_half(s[i], fmt); // merge into 16 bits
-		else if (h16) h16[i] = to_half(bias ? m[j] + bias[(g * heads + h) * hd + e] : m[j], fmt); // split into 16 bits
+		if (h16) h16[j] = to_half(s[i], fmt); // merge into 16 bits
 		else if (merge) m[j] = s[i];
 		else if (bias) s[i] = m[j] + bias[(g * heads + h) * hd + e]; // a split adding q|k|v's bias
 		else s[i] = m[j];

@@ -40,12 +40,10 @@ type Half interface {
 	LayerNormHalf(y16, x Buf, rows, cols int, gamma, beta Buf, eps float64, res, bias Buf) error
 	// MergeHeadsHalf is MergeHeads with groups = 1 into the 16-bit x16.
 	MergeHeadsHalf(x16, y Buf, batch, tokens, heads, headDim int) error
-	// SplitHeadsHalf is SplitHeadsBias into the 16-bit y16: attention's
-	// q|k|v, with in_proj's bias, as the operands of its products.
-	SplitHeadsHalf(y16, x, bias Buf, batch, tokens, groups, heads, headDim int) error
-	// SplitHeadsHalf16 is SplitHeadsHalf reading a 16-bit x16 (q|k|v's
-	// product written in 16 bits), the bias added in float32 to its
-	// values widened. y16 must not overlap x16.
+	// SplitHeadsHalf16 is SplitHeadsBias from and into 16 bits: attention's
+	// q|k|v (its product written in 16 bits in x16) split into heads with
+	// in_proj's bias, added in float32 to the values widened, as the
+	// operands of its products in y16. y16 must not overlap x16.
 	SplitHeadsHalf16(y16, x16, bias Buf, batch, tokens, groups, heads, headDim int) error
 	// GemmBatchedHalf is GemmBatched with 16-bit a and b, a float32 c and
 	// float32 sums: attention's S = Q·Kᵀ and P·V over batch×heads. The
