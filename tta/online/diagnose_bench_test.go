@@ -19,15 +19,7 @@ import (
 // component).
 func BenchmarkDiagnose(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	head, _ := feature.NormalizeRows(fxt.RandDense(rng, 1000, 512, 1))
-	opt, err := tta.SubspaceOptions("imagenet-c")
-	if err != nil {
-		b.Fatal(err)
-	}
-	ts, err := feature.NewTextSubspace(head, opt)
-	if err != nil {
-		b.Fatal(err)
-	}
+	head, ts := imageNetText(b, rng)
 	f := fxt.RandDense(rng, 64, 512, 1)
 	preds, labels := make([]int, 64), make([]int, 64)
 	for i := range preds {
@@ -42,6 +34,23 @@ func BenchmarkDiagnose(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// imageNetText returns a random zero-shot head of ImageNet's shape (1,000
+// classes, 512 dims, rows normalised) and its text subspace with the
+// ImageNet-C preset's options.
+func imageNetText(b *testing.B, rng *rand.Rand) (*mat.Dense, *feature.TextSubspace) {
+	b.Helper()
+	head, _ := feature.NormalizeRows(fxt.RandDense(rng, 1000, 512, 1))
+	opt, err := tta.SubspaceOptions("imagenet-c")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ts, err := feature.NewTextSubspace(head, opt)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return head, ts
 }
 
 // sleepingSource is a method without an alignment that returns the same
@@ -72,15 +81,7 @@ func (m *sleepingSource) Step(px []float32, n int) (*tta.Result, error) {
 // share of the cores.
 func BenchmarkRunnerDiagnostics(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	head, _ := feature.NormalizeRows(fxt.RandDense(rng, 1000, 512, 1))
-	opt, err := tta.SubspaceOptions("imagenet-c")
-	if err != nil {
-		b.Fatal(err)
-	}
-	ts, err := feature.NewTextSubspace(head, opt)
-	if err != nil {
-		b.Fatal(err)
-	}
+	head, ts := imageNetText(b, rng)
 	const bs, nb = 64, 8
 	labels := make([]int, bs*nb)
 	preds := make([]int, bs)
