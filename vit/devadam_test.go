@@ -47,11 +47,7 @@ func TestDeviceAdam(t *testing.T) {
 		}
 		batch, size := 2, cfg.Vision.ImageSize
 		rng := rand.New(rand.NewPCG(7, 8))
-		px := make([]float32, batch*3*size*size)
-		for i := range px {
-			px[i] = float32(rng.NormFloat64())
-		}
-		images := smat.NewDense[float32](smat.WithShape(batch, 3*size*size), smat.WithBacking(px))
+		_, images := randomImages(rng, batch, size)
 		var ts []smat.Tensor
 		for _, ln := range m.LayerNorms() {
 			ts = append(ts, ln.Gamma, ln.Beta)

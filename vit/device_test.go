@@ -42,6 +42,17 @@ func closeFeatures(t *testing.T, name string, got, want []float32) {
 	t.Logf("%s: %.2e of the largest value from the CPU's", name, worst/scale)
 }
 
+// randomImages returns batch images of size×size pixels, each value drawn
+// from rng's normal distribution, and the tensor [batch, 3·size·size] over
+// them.
+func randomImages(rng *rand.Rand, batch, size int) ([]float32, *smat.Dense[float32]) {
+	px := make([]float32, batch*3*size*size)
+	for i := range px {
+		px[i] = float32(rng.NormFloat64())
+	}
+	return px, smat.NewDense[float32](smat.WithShape(batch, 3*size*size), smat.WithBacking(px))
+}
+
 // TestTowerOnDevice runs a forward pass without gradients through the
 // device seam on kernel.Host (autograd.VisionTowerOnDevice: patches, their
 // embedding, the tokens, ln_pre, the blocks, the class tokens, ln_post and
@@ -63,11 +74,7 @@ func TestTowerOnDevice(t *testing.T) {
 	}
 	batch, size := 3, cfg.Vision.ImageSize
 	rng := rand.New(rand.NewPCG(3, 4))
-	px := make([]float32, batch*3*size*size)
-	for i := range px {
-		px[i] = float32(rng.NormFloat64())
-	}
-	images := smat.NewDense[float32](smat.WithShape(batch, 3*size*size), smat.WithBacking(px))
+	px, images := randomImages(rng, batch, size)
 	want := m.Forward(images, nil).Value().Data().F32()
 
 	dev := &devicetest.TransferCounter{Device: kernel.Host}

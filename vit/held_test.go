@@ -65,11 +65,7 @@ func TestHeldImages(t *testing.T) {
 	}
 	batch, size := 2, cfg.Vision.ImageSize
 	rng := rand.New(rand.NewPCG(5, 6))
-	px := make([]float32, batch*3*size*size)
-	for i := range px {
-		px[i] = float32(rng.NormFloat64())
-	}
-	images := smat.NewDense[float32](smat.WithShape(batch, 3*size*size), smat.WithBacking(px))
+	px, images := randomImages(rng, batch, size)
 	pass := func(record bool) []float32 {
 		m.SetTrainable(record)
 		defer m.SetTrainable(false)
