@@ -8,8 +8,6 @@ import (
 	"sort"
 	"sync"
 
-	"gonum.org/v1/gonum/blas"
-	lapack "gonum.org/v1/gonum/lapack/gonum"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -63,27 +61,15 @@ func factorize(a mat.Symmetric, parts int) (*Decomposition, error) {
 		d[0] = q[0]
 		return &Decomposition{Values: d, Vectors: mat.NewDense(1, 1, []float64{1})}, nil
 	}
-	// A = Q·T·Qᵀ with T tridiagonal (d, e).
-	var impl lapack.Implementation
-	tau := make([]float64, n-1)
-	work := []float64{0}
-	impl.Dsytrd(blas.Upper, n, q, n, d, e[:n-1], tau, work, -1)
-	impl.Dorgtr(blas.Upper, n, q, n, tau, work, -1)
-	work = make([]float64, int(work[0])+n)
-	impl.Dsytrd(blas.Upper, n, q, n, d, e[:n-1], tau, work, len(work))
-	impl.Dorgtr(blas.Upper, n, q, n, tau, work, len(work))
-
-	// z holds Qᵀ: T's rotations act on its rows, and row i ends up as the
-	// eigenvector of d[i].
+	// A = Q·T·Qᵀ with T tridiagonal (d, e); z holds Qᵀ: T's rotations act
+	// on its rows, and row i ends up as the eigenvector of d[i].
 	z := make([]float64, n*n)
-	for i := range n {
-		for j := range n {
-			z[j*n+i] = q[i*n+j]
-		}
-	}
-	if err := tridiagonalQL(d, e, z, n, parts); err != nil {
+	tridiagonalize(q, n, d, e[:n-1], z)
+	rot, err := tridiagonalQL(d, e, n)
+	if err != nil {
 		return nil, err
 	}
+	applyRotations(z, n, rot, parts)
 
 	order := make([]int, n)
 	for i := range order {
@@ -101,13 +87,28 @@ func factorize(a mat.Symmetric, parts int) (*Decomposition, error) {
 
 var errNoConvergence = errors.New("symeig: the QL iteration did not converge")
 
+// rotations are the plane rotations of a QL iteration in the order they
+// were made: sweep k applies, for i = hi−1 down to lo, the rotation
+// (cs[off+i−lo], sn[off+i−lo]) to rows i and i+1.
+type rotations struct {
+	sweeps []sweep
+	cs, sn []float64
+}
+
+type sweep struct{ lo, hi, off int }
+
+// count is the number of rotations.
+func (r *rotations) count() int { return len(r.cs) }
+
 // tridiagonalQL diagonalises the symmetric tridiagonal matrix (d, e) by the
 // implicit QL algorithm with Wilkinson's shift, in place: d becomes the
-// eigenvalues (unordered), e is destroyed, and each plane rotation is
-// applied to the matching pair of rows of z (n×n, row-major), split over
-// at most parts goroutines.
-func tridiagonalQL(d, e, z []float64, n, parts int) error {
+// eigenvalues (unordered), e is destroyed. The plane rotations, which
+// depend on d and e alone, are returned for applyRotations to apply to
+// the eigenvectors afterwards, column block by column block, instead of
+// sweep by sweep over the whole matrix.
+func tridiagonalQL(d, e []float64, n int) (*rotations, error) {
 	const eps = 0x1p-53
+	rot := &rotations{}
 	cs := make([]float64, n)
 	sn := make([]float64, n)
 	sweeps := 0
@@ -124,7 +125,7 @@ func tridiagonalQL(d, e, z []float64, n, parts int) error {
 				break // d[l] is an eigenvalue
 			}
 			if sweeps++; sweeps > maxSweeps*n {
-				return errNoConvergence
+				return nil, errNoConvergence
 			}
 			// Shift: the eigenvalue of the leading 2×2 block nearer d[l].
 			g := (d[l+1] - d[l]) / (2 * e[l])
@@ -154,8 +155,12 @@ func tridiagonalQL(d, e, z []float64, n, parts int) error {
 				cs[i], sn[i] = c, s
 			}
 			// Rotations i+1 … m−1 were computed (all of l … m−1 unless the
-			// block split); apply them in the order they were made.
-			rotateRows(z, n, i+1, m, cs, sn, parts)
+			// block split).
+			if i+1 < m {
+				rot.sweeps = append(rot.sweeps, sweep{lo: i + 1, hi: m, off: len(rot.cs)})
+				rot.cs = append(rot.cs, cs[i+1:m]...)
+				rot.sn = append(rot.sn, sn[i+1:m]...)
+			}
 			if deflated {
 				continue
 			}
@@ -164,34 +169,50 @@ func tridiagonalQL(d, e, z []float64, n, parts int) error {
 			e[m] = 0
 		}
 	}
-	return nil
+	return rot, nil
 }
 
 // parallelMin is the number of row-pair updates (rotations × columns) from
-// which a sweep's rotations are split over two goroutines.
+// which the rotations are split over two goroutines.
 const parallelMin = 1 << 14
 
-// rotateRows applies, for i = hi−1 down to lo, the rotation (cs[i], sn[i])
-// to rows i and i+1 of z: zᵢ₊₁ ← s·zᵢ + c·zᵢ₊₁, zᵢ ← c·zᵢ − s·zᵢ₊₁. Columns
-// are independent, so they are split over up to maxParts goroutines when
-// the work is big enough.
-func rotateRows(z []float64, n, lo, hi int, cs, sn []float64, maxParts int) {
-	if hi <= lo {
+// blockBytes bounds the bytes of a column block of z (all its rows), so
+// that the block stays in a core's L2 cache while every sweep passes over
+// it.
+const blockBytes = 256 << 10
+
+// applyRotations applies rot to the rows of z (n×n, row-major), in order:
+// a sweep's rotation i makes zᵢ₊₁ ← s·zᵢ + c·zᵢ₊₁, zᵢ ← c·zᵢ − s·zᵢ₊₁.
+// Columns are independent, so they are split over up to maxParts
+// goroutines, and each part applies every sweep to one block of columns
+// before the next block: z is read from memory once instead of once per
+// sweep. Each element sees the same operations in the same order as with
+// the rotations applied one at a time over whole rows, so the bits are
+// those, however the columns are split.
+func applyRotations(z []float64, n int, rot *rotations, maxParts int) {
+	if rot.count() == 0 {
 		return
 	}
+	width := max(8, blockBytes/(8*n))
 	apply := func(c0, c1 int) {
-		for i := hi - 1; i >= lo; i-- {
-			c, s := cs[i], sn[i]
-			zi := z[i*n+c0 : i*n+c1]
-			zj := z[(i+1)*n+c0 : (i+1)*n+c1][:len(zi)]
-			for k, x := range zi {
-				y := zj[k]
-				zj[k] = s*x + c*y
-				zi[k] = c*x - s*y
+		for b0 := c0; b0 < c1; b0 += width {
+			b1 := min(b0+width, c1)
+			for _, sw := range rot.sweeps {
+				cs, sn := rot.cs[sw.off:], rot.sn[sw.off:]
+				for i := sw.hi - 1; i >= sw.lo; i-- {
+					c, s := cs[i-sw.lo], sn[i-sw.lo]
+					zi := z[i*n+b0 : i*n+b1]
+					zj := z[(i+1)*n+b0 : (i+1)*n+b1][:len(zi)]
+					for k, x := range zi {
+						y := zj[k]
+						zj[k] = s*x + c*y
+						zi[k] = c*x - s*y
+					}
+				}
 			}
 		}
 	}
-	parts := min(maxParts, (hi-lo)*n/parallelMin, n)
+	parts := min(maxParts, rot.count()*n/parallelMin, n)
 	if parts <= 1 {
 		apply(0, n)
 		return
