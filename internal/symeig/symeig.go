@@ -108,7 +108,9 @@ func (r *rotations) count() int { return len(r.cs) }
 // sweep by sweep over the whole matrix.
 func tridiagonalQL(d, e []float64, n int) (*rotations, error) {
 	const eps = 0x1p-53
-	rot := &rotations{}
+	// A sweep per eigenvalue, one and a half on average, each of about
+	// n/2 rotations: n² rotations is ample, and more are appended.
+	rot := &rotations{cs: make([]float64, 0, n*n), sn: make([]float64, 0, n*n), sweeps: make([]sweep, 0, 2*n)}
 	cs := make([]float64, n)
 	sn := make([]float64, n)
 	sweeps := 0
@@ -176,43 +178,31 @@ func tridiagonalQL(d, e []float64, n int) (*rotations, error) {
 // which the rotations are split over two goroutines.
 const parallelMin = 1 << 14
 
-// blockBytes bounds the bytes of a column block of z (all its rows), so
-// that the block stays in a core's L2 cache while every sweep passes over
-// it.
-const blockBytes = 256 << 10
+// minPartWidth is the fewest columns a goroutine's part of the rotations
+// gets. Narrower parts run several times slower: a rotation loads row i at
+// the offsets where the previous one just stored row i+1, and with rows a
+// multiple of 4 KiB apart the CPU takes the load to depend on the store
+// (4K aliasing); over 64 columns the stores have retired (measured at
+// 512×512: 8 columns 176 ms, 32 columns 27 ms, 64 or more 22 ms).
+const minPartWidth = 64
 
 // applyRotations applies rot to the rows of z (n×n, row-major), in order:
 // a sweep's rotation i makes zᵢ₊₁ ← s·zᵢ + c·zᵢ₊₁, zᵢ ← c·zᵢ − s·zᵢ₊₁.
 // Columns are independent, so they are split over up to maxParts
-// goroutines, and each part applies every sweep to one block of columns
-// before the next block: z is read from memory once instead of once per
-// sweep. Each element sees the same operations in the same order as with
-// the rotations applied one at a time over whole rows, so the bits are
-// those, however the columns are split.
+// goroutines, each applying every sweep to its columns without waiting
+// for the others. Each element sees the same operations in the same order
+// as with the rotations applied one at a time over whole rows, so the
+// bits are the same however the columns are split.
 func applyRotations(z []float64, n int, rot *rotations, maxParts int) {
 	if rot.count() == 0 {
 		return
 	}
-	width := max(8, blockBytes/(8*n))
 	apply := func(c0, c1 int) {
-		for b0 := c0; b0 < c1; b0 += width {
-			b1 := min(b0+width, c1)
-			for _, sw := range rot.sweeps {
-				cs, sn := rot.cs[sw.off:], rot.sn[sw.off:]
-				for i := sw.hi - 1; i >= sw.lo; i-- {
-					c, s := cs[i-sw.lo], sn[i-sw.lo]
-					zi := z[i*n+b0 : i*n+b1]
-					zj := z[(i+1)*n+b0 : (i+1)*n+b1][:len(zi)]
-					for k, x := range zi {
-						y := zj[k]
-						zj[k] = s*x + c*y
-						zi[k] = c*x - s*y
-					}
-				}
-			}
+		for _, sw := range rot.sweeps {
+			rotateSweep(z[sw.lo*n+c0:], n, sw.hi-sw.lo, c1-c0, rot.cs[sw.off:], rot.sn[sw.off:])
 		}
 	}
-	parts := min(maxParts, rot.count()*n/parallelMin, n)
+	parts := min(maxParts, rot.count()*n/parallelMin, n/minPartWidth)
 	if parts <= 1 {
 		apply(0, n)
 		return

@@ -1,0 +1,102 @@
+package symeig
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// qlRotations returns the rotations of the QL iteration on the tridiagonal
+// form of a random covariance of n dimensions and b samples, and Qᵀ.
+func qlRotations(t testing.TB, n, b int) (*rotations, []float64) {
+	t.Helper()
+	a := covariance(rand.New(rand.NewPCG(uint64(n), uint64(b))), n, b)
+	q := make([]float64, n*n)
+	for i := range n {
+		for j := i; j < n; j++ {
+			q[i*n+j] = a.At(i, j)
+		}
+	}
+	d, e, z := make([]float64, n), make([]float64, n), make([]float64, n*n)
+	tridiagonalize(q, n, d, e[:n-1], z)
+	rot, err := tridiagonalQL(d, e, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rot, z
+}
+
+// TestRotateSweepAssembly: the assembly applies the rotations with the Go
+// code's bits, on widths that exercise its eight-column loop and its
+// one-column tail, split over one or three goroutines.
+func TestRotateSweepAssembly(t *testing.T) {
+	if !useAVX {
+		t.Skip("no assembly on this CPU")
+	}
+	for _, tc := range []struct{ n, b int }{{1 + 1, 3}, {13, 40}, {64, 20}, {203, 300}} {
+		rot, z0 := qlRotations(t, tc.n, tc.b)
+		for _, parts := range []int{1, 3} {
+			asm := append([]float64(nil), z0...)
+			applyRotations(asm, tc.n, rot, parts)
+			useAVX = false
+			plain := append([]float64(nil), z0...)
+			applyRotations(plain, tc.n, rot, parts)
+			useAVX = true
+			for i := range plain {
+				if math.Float64bits(asm[i]) != math.Float64bits(plain[i]) {
+					t.Fatalf("n=%d, %d parts: element %d is %v in assembly, %v in Go", tc.n, parts, i, asm[i], plain[i])
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkApplyRotations: the QL rotations of a 512×512 covariance of 576
+// samples applied to the eigenvectors on one goroutine, in assembly and in
+// Go (each rotation of the benchmark's matrix: about 200,000 rotations
+// of 512 elements each).
+func BenchmarkApplyRotations(b *testing.B) {
+	rot, z0 := qlRotations(b, 512, 576)
+	z := make([]float64, len(z0))
+	for _, tc := range []struct {
+		name string
+		asm  bool
+	}{{"asm", true}, {"go", false}} {
+		if tc.asm && !useAVX {
+			continue
+		}
+		b.Run(tc.name, func(b *testing.B) {
+			saved := useAVX
+			useAVX = tc.asm
+			defer func() { useAVX = saved }()
+			for b.Loop() {
+				copy(z, z0)
+				applyRotations(z, 512, rot, 1)
+			}
+			b.ReportMetric(float64(rot.count()), "rotations")
+		})
+	}
+}
+
+// BenchmarkQLRotations: the QL iteration's rotations of a 512×512
+// covariance of 576 samples, without applying them.
+func BenchmarkQLRotations(b *testing.B) {
+	n := 512
+	a := covariance(rand.New(rand.NewPCG(1, 1)), n, 576)
+	q := make([]float64, n*n)
+	for i := range n {
+		for j := i; j < n; j++ {
+			q[i*n+j] = a.At(i, j)
+		}
+	}
+	d0, e0, z := make([]float64, n), make([]float64, n), make([]float64, n*n)
+	tridiagonalize(q, n, d0, e0[:n-1], z)
+	d, e := make([]float64, n), make([]float64, n)
+	for b.Loop() {
+		copy(d, d0)
+		copy(e, e0)
+		if _, err := tridiagonalQL(d, e, n); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
