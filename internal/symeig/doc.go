@@ -8,8 +8,8 @@
 // on the tridiagonal matrix alone, and then applies them all to the
 // eigenvectors, the columns split over the cores with no wait between
 // sweeps. Each rotation updates two contiguous rows, in AVX assembly where
-// the CPU has it, with the Go code's bits (products rounded before they
-// are summed, so the bits are the same for every GOAMD64 level). On
+// the CPU has it, with the Go code's bits (the Go code rounds each product
+// before the sum, as the assembly does). On
 // SubTTA's 512×512 covariance (ViT-B/32) the QL part takes about 30 ms on
 // one core, against 1.3 s for gonum's mat.EigenSym as a whole; the step
 // runs the decomposition once per batch, on the critical path, and eval's
