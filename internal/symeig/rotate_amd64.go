@@ -2,26 +2,48 @@ package symeig
 
 import "golang.org/x/sys/cpu"
 
-// rotateSweepAVX is rotateSweepGo in AVX assembly (rotate_amd64.s), to
-// the same bits.
+// Assembly in rotate_amd64.s; both have rotateSweepGo's bits.
 //
 //go:noescape
 func rotateSweepAVX(z *float64, stride, count, width int, cs, sn *float64)
 
-// useAVX selects the assembly; tests clear it to run the Go code.
-var useAVX = cpu.X86.HasAVX
+//go:noescape
+func rotateSweepAVX512(z *float64, stride, count, width int, cs, sn *float64)
+
+// The instruction sets of rotateSweep.
+const (
+	isaGo = iota
+	isaAVX
+	isaAVX512
+)
+
+// rotateISA is the instruction set rotateSweep uses, the widest the CPU
+// has; tests lower it to compare the others.
+var rotateISA = func() int {
+	switch {
+	case cpu.X86.HasAVX512F:
+		return isaAVX512
+	case cpu.X86.HasAVX:
+		return isaAVX
+	}
+	return isaGo
+}()
 
 // rotateSweep is rotateSweepGo, in assembly where the CPU has AVX.
 func rotateSweep(z []float64, stride, count, width int, cs, sn []float64) {
 	if count <= 0 || width <= 0 {
 		return
 	}
-	if !useAVX {
+	if rotateISA == isaGo {
 		rotateSweepGo(z, stride, count, width, cs, sn)
 		return
 	}
 	// The assembly reads rows 0 … count and rotations 0 … count−1.
 	_ = z[count*stride+width-1]
 	_, _ = cs[count-1], sn[count-1]
-	rotateSweepAVX(&z[0], stride, count, width, &cs[0], &sn[0])
+	if rotateISA == isaAVX512 {
+		rotateSweepAVX512(&z[0], stride, count, width, &cs[0], &sn[0])
+	} else {
+		rotateSweepAVX(&z[0], stride, count, width, &cs[0], &sn[0])
+	}
 }

@@ -2,8 +2,15 @@
 
 package symeig
 
-// useAVX is false off amd64; tests set it only where it exists.
-var useAVX = false
+// The instruction sets of rotateSweep: Go alone off amd64.
+const (
+	isaGo = iota
+	isaAVX
+	isaAVX512
+)
+
+// rotateISA is isaGo off amd64; tests skip the others.
+var rotateISA = isaGo
 
 // rotateSweep is rotateSweepGo.
 func rotateSweep(z []float64, stride, count, width int, cs, sn []float64) {

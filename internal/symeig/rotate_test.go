@@ -26,25 +26,29 @@ func qlRotations(t testing.TB, n, b int) (*rotations, []float64) {
 	return rot, z
 }
 
-// TestRotateSweepAssembly: the assembly applies the rotations with the Go
-// code's bits, on widths that exercise its eight-column loop and its
-// one-column tail, split over one or three goroutines.
+// TestRotateSweepAssembly: each assembly the CPU runs applies the
+// rotations with the Go code's bits, on widths that exercise its vector
+// loop and its one-column tail, split over one or three goroutines.
 func TestRotateSweepAssembly(t *testing.T) {
-	if !useAVX {
+	best := rotateISA
+	defer func() { rotateISA = best }()
+	if best == isaGo {
 		t.Skip("no assembly on this CPU")
 	}
-	for _, tc := range []struct{ n, b int }{{1 + 1, 3}, {13, 40}, {64, 20}, {203, 300}} {
+	for _, tc := range []struct{ n, b int }{{2, 3}, {13, 40}, {64, 20}, {203, 300}} {
 		rot, z0 := qlRotations(t, tc.n, tc.b)
 		for _, parts := range []int{1, 3} {
-			asm := append([]float64(nil), z0...)
-			applyRotations(asm, tc.n, rot, parts)
-			useAVX = false
+			rotateISA = isaGo
 			plain := append([]float64(nil), z0...)
 			applyRotations(plain, tc.n, rot, parts)
-			useAVX = true
-			for i := range plain {
-				if math.Float64bits(asm[i]) != math.Float64bits(plain[i]) {
-					t.Fatalf("n=%d, %d parts: element %d is %v in assembly, %v in Go", tc.n, parts, i, asm[i], plain[i])
+			for isa := isaAVX; isa <= best; isa++ {
+				rotateISA = isa
+				asm := append([]float64(nil), z0...)
+				applyRotations(asm, tc.n, rot, parts)
+				for i := range plain {
+					if math.Float64bits(asm[i]) != math.Float64bits(plain[i]) {
+						t.Fatalf("n=%d, %d parts, instruction set %d: element %d is %v in assembly, %v in Go", tc.n, parts, isa, i, asm[i], plain[i])
+					}
 				}
 			}
 		}
@@ -52,23 +56,19 @@ func TestRotateSweepAssembly(t *testing.T) {
 }
 
 // BenchmarkApplyRotations: the QL rotations of a 512×512 covariance of 576
-// samples applied to the eigenvectors on one goroutine, in assembly and in
-// Go (each rotation of the benchmark's matrix: about 200,000 rotations
-// of 512 elements each).
+// samples (about 225,000 rotations of 512 elements) applied to the
+// eigenvectors on one goroutine, in each instruction set the CPU has.
 func BenchmarkApplyRotations(b *testing.B) {
 	rot, z0 := qlRotations(b, 512, 576)
 	z := make([]float64, len(z0))
-	for _, tc := range []struct {
-		name string
-		asm  bool
-	}{{"asm", true}, {"go", false}} {
-		if tc.asm && !useAVX {
+	best := rotateISA
+	defer func() { rotateISA = best }()
+	for isa, name := range []string{"go", "avx", "avx512"} {
+		if isa > best {
 			continue
 		}
-		b.Run(tc.name, func(b *testing.B) {
-			saved := useAVX
-			useAVX = tc.asm
-			defer func() { useAVX = saved }()
+		b.Run(name, func(b *testing.B) {
+			rotateISA = isa
 			for b.Loop() {
 				copy(z, z0)
 				applyRotations(z, 512, rot, 1)
