@@ -187,6 +187,19 @@ func norm2(x []float64) float64 {
 	return big * math.Sqrt(ssq)
 }
 
+// kernelForm is a form of the row kernels: all give the same bits.
+type kernelForm int
+
+const (
+	kernelsGo     kernelForm = iota // symvRows2Go, reflectRowGo
+	kernelsAVX2                     // AVX2 and FMA assembly, 4-lane registers
+	kernelsAVX512                   // AVX-512 assembly, 8-lane registers
+)
+
+func (f kernelForm) String() string {
+	return [...]string{"Go", "AVX2", "AVX-512"}[f]
+}
+
 // qtRows is the number of rows of Qᵀ formed together: 8 rows of 512
 // float64 are 32 KiB, which stay in a 48 KiB L1 cache while the
 // reflectors pass over them.

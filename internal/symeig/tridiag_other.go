@@ -2,14 +2,12 @@
 
 package symeig
 
-// tridiagAsm is false off amd64: the row kernels are their Go forms.
-var tridiagAsm = false
+// tridiagKernels is the Go forms off amd64.
+var tridiagKernels = kernelsGo
 
 func symvRows2(a0, a1, vp, wp, v, y []float64, vpi, wpi, vi, vpi1, wpi1, vi1 float64) (h0, h1 float64) {
 	return symvRows2Go(a0, a1, vp, wp, v, y, vpi, wpi, vi, vpi1, wpi1, vi1)
 }
-
-func reflectRow(z, v []float64, tau float64) { reflectRowGo(z, v, tau) }
 
 func reflectRows(z []float64, ldz, rows, n int, v []float64, tau float64) {
 	for r := range rows {

@@ -217,11 +217,11 @@ func boolInt(b bool) int {
 	return 0
 }
 
-// withGoKernels runs f with the row kernels' Go forms.
-func withGoKernels(f func()) {
-	saved := tridiagAsm
-	tridiagAsm = false
-	defer func() { tridiagAsm = saved }()
+// withKernels runs f with the row kernels' form k.
+func withKernels(k kernelForm, f func()) {
+	saved := tridiagKernels
+	tridiagKernels = k
+	defer func() { tridiagKernels = saved }()
 	f()
 }
 
@@ -234,14 +234,25 @@ func sameBits(x, y []float64) int {
 	return -1
 }
 
-// TestTridiagonalizeKernelsBits: the assembly and Go forms of the row
-// kernels, and the whole reduction with either, give the same bits. It is
-// skipped where the assembly does not run (no AVX2/FMA, GODEBUG, or not
-// amd64): then both legs would be the Go forms.
+// TestTridiagonalizeKernelsBits: each assembly form of the row kernels
+// that this CPU runs (AVX-512 and AVX2 on an AVX-512 CPU), and the whole
+// reduction with it, give the Go form's bits. Without assembly (not amd64,
+// no AVX2+FMA, or turned off by GODEBUG) it is skipped: both legs would be
+// the Go form.
 func TestTridiagonalizeKernelsBits(t *testing.T) {
-	if !tridiagAsm {
+	var forms []kernelForm
+	for k := tridiagKernels; k > kernelsGo; k-- {
+		forms = append(forms, k)
+	}
+	if len(forms) == 0 {
 		t.Skip("the assembly row kernels do not run here (not amd64, no AVX2+FMA, or turned off by GODEBUG)")
 	}
+	for _, k := range forms {
+		t.Run(k.String(), func(t *testing.T) { checkKernelBits(t, k) })
+	}
+}
+
+func checkKernelBits(t *testing.T, k kernelForm) {
 	r := rand.New(rand.NewPCG(11, 12))
 	rnd := func(n int) []float64 {
 		x := make([]float64, n)
@@ -258,25 +269,32 @@ func TestTridiagonalizeKernelsBits(t *testing.T) {
 				s[i] = r.NormFloat64()
 			}
 			c0, c1, y2 := append([]float64(nil), a0...), append([]float64(nil), a1...), append([]float64(nil), y...)
-			h0, h1 := symvRows2(a0, a1, vp, wp, v, y, s[0], s[1], s[2], s[3], s[4], s[5])
+			var h0, h1 float64
+			withKernels(k, func() { h0, h1 = symvRows2(a0, a1, vp, wp, v, y, s[0], s[1], s[2], s[3], s[4], s[5]) })
 			g0, g1 := symvRows2Go(c0, c1, vp, wp, v, y2, s[0], s[1], s[2], s[3], s[4], s[5])
 			if sameBits([]float64{h0, h1}, []float64{g0, g1}) >= 0 || sameBits(a0, c0) >= 0 || sameBits(a1, c1) >= 0 || sameBits(y, y2) >= 0 {
 				t.Fatalf("symvRows2 n=%d off=%d: assembly and Go differ (dots %v %v, %v %v)", n, off, h0, h1, g0, g1)
 			}
-			z := rnd(n + off)[off:]
-			z2 := append([]float64(nil), z...)
-			tau := r.Float64() + 1
-			reflectRow(z, v, tau)
-			reflectRowGo(z2, v, tau)
-			if i := sameBits(z, z2); i >= 0 {
-				t.Fatalf("reflectRow n=%d off=%d: element %d %v, %v", n, off, i, z[i], z2[i])
+			// Up to 13 rows of z, ld n+off+2: the 8-, 4- and 1-row kernels.
+			ld := n + off + 2
+			for _, rows := range []int{1, 4, 8, 13} {
+				z := rnd(rows * ld)
+				z2 := append([]float64(nil), z...)
+				tau := r.Float64() + 1
+				withKernels(k, func() { reflectRows(z[off:], ld, rows, n, v, tau) })
+				for i := range rows {
+					reflectRowGo(z2[off+i*ld:off+i*ld+n], v, tau)
+				}
+				if i := sameBits(z, z2); i >= 0 {
+					t.Fatalf("reflectRows n=%d off=%d rows=%d: element %d %v, %v", n, off, rows, i, z[i], z2[i])
+				}
 			}
 		}
 	}
 	for _, tc := range tridiagCases() {
-		asm := runTridiag(tridiagonalize, tc.a)
-		var gofor tridiagResult
-		withGoKernels(func() { gofor = runTridiag(tridiagonalize, tc.a) })
+		var asm, gofor tridiagResult
+		withKernels(k, func() { asm = runTridiag(tridiagonalize, tc.a) })
+		withKernels(kernelsGo, func() { gofor = runTridiag(tridiagonalize, tc.a) })
 		for _, p := range [][2][]float64{{asm.d, gofor.d}, {asm.e, gofor.e}, {asm.z, gofor.z}} {
 			if i := sameBits(p[0], p[1]); i >= 0 {
 				t.Fatalf("%s: assembly and Go reductions differ at %d: %v, %v", tc.name, i, p[0][i], p[1][i])
@@ -298,7 +316,7 @@ func TestTridiagonalizeDigest(t *testing.T) {
 			h = (h ^ math.Float64bits(v)) * 1099511628211
 		}
 	}
-	t.Logf("digest %#x (assembly kernels: %v)", h, tridiagAsm)
+	t.Logf("digest %#x (row kernels: %v)", h, tridiagKernels)
 	const want = 0x9046bbcf64409238
 	if h != want {
 		t.Errorf("digest %#x, want %#x", h, uint64(want))
@@ -320,7 +338,8 @@ func BenchmarkTridiagonalize(b *testing.B) {
 			}
 		}
 	}
-	b.Run("householder", run(tridiagonalize))
-	b.Run("householder-go", func(b *testing.B) { withGoKernels(func() { run(tridiagonalize)(b) }) })
+	for k := tridiagKernels; k >= kernelsGo; k-- {
+		b.Run("householder-"+k.String(), func(b *testing.B) { withKernels(k, func() { run(tridiagonalize)(b) }) })
+	}
 	b.Run("gonum", run(tridiagonalizeGonum))
 }

@@ -1,0 +1,327 @@
+#include "textflag.h"
+
+// The AVX-512 forms of tridiag_amd64.s's kernels, to the same bits: one
+// 8-lane register holds what the AVX2 forms keep in two (lane l takes the
+// terms 8q+l); before four more terms go into lanes 0–3 (a VEX operation,
+// which clears the upper lanes) lanes 4–7 are set aside, and the fold is
+// the AVX2 one. They need AVX512F and AVX512VL (Y16 and up).
+
+// FOLD sums the lanes of Ya and Yb into the low element of Xa, as
+// ((c0+c2)+(c1+c3)) with c_l = a_l + b_l; Xt is scratch.
+#define FOLD(Ya, Yb, Xa, Xt) \
+	VADDPD       Yb, Ya, Ya; \
+	VEXTRACTF128 $1, Ya, Xt; \
+	VADDPD       Xt, Xa, Xa; \
+	VPERMILPD    $1, Xa, Xt; \
+	VADDSD       Xt, Xa, Xa
+
+// func symvRows2AVX512(a0, a1, vp, wp, v, y *float64, n int, vpi, wpi, vi, vpi1, wpi1, vi1 float64) (h0, h1 float64)
+TEXT ·symvRows2AVX512(SB), NOSPLIT, $0-120
+	MOVQ a0+0(FP), AX
+	MOVQ a1+8(FP), R10
+	MOVQ vp+16(FP), BX
+	MOVQ wp+24(FP), CX
+	MOVQ v+32(FP), DX
+	MOVQ y+40(FP), SI
+	MOVQ n+48(FP), DI
+	VBROADCASTSD vpi+56(FP), Z10
+	VBROADCASTSD wpi+64(FP), Z11
+	VBROADCASTSD vi+72(FP), Z12
+	VBROADCASTSD vpi1+80(FP), Z13
+	VBROADCASTSD wpi1+88(FP), Z14
+	VBROADCASTSD vi1+96(FP), Z15
+	VPXORQ Z0, Z0, Z0
+	VPXORQ Z2, Z2, Z2
+	XORQ R8, R8
+
+zs8:
+	LEAQ 8(R8), R9
+	CMPQ R9, DI
+	JGT  zs4
+	VMOVUPD      (CX)(R8*8), Z4
+	VMOVUPD      (BX)(R8*8), Z5
+	VMOVUPD      (AX)(R8*8), Z6
+	VFNMADD231PD Z4, Z10, Z6
+	VFNMADD231PD Z5, Z11, Z6
+	VMOVUPD      Z6, (AX)(R8*8)
+	VMOVUPD      (R10)(R8*8), Z7
+	VFNMADD231PD Z4, Z13, Z7
+	VFNMADD231PD Z5, Z14, Z7
+	VMOVUPD      Z7, (R10)(R8*8)
+	VMOVUPD      (SI)(R8*8), Z8
+	VFMADD231PD  Z12, Z6, Z8
+	VFMADD231PD  Z15, Z7, Z8
+	VMOVUPD      Z8, (SI)(R8*8)
+	VMOVUPD      (DX)(R8*8), Z9
+	VFMADD231PD  Z9, Z6, Z0
+	VFMADD231PD  Z9, Z7, Z2
+	MOVQ R9, R8
+	JMP  zs8
+
+zs4:
+	VEXTRACTF64X4 $1, Z0, Y1
+	VEXTRACTF64X4 $1, Z2, Y3
+	LEAQ 4(R8), R9
+	CMPQ R9, DI
+	JGT  zsfold
+	VMOVUPD      (CX)(R8*8), Y4
+	VMOVUPD      (BX)(R8*8), Y5
+	VMOVUPD      (AX)(R8*8), Y6
+	VFNMADD231PD Y4, Y10, Y6
+	VFNMADD231PD Y5, Y11, Y6
+	VMOVUPD      Y6, (AX)(R8*8)
+	VMOVUPD      (R10)(R8*8), Y7
+	VFNMADD231PD Y4, Y13, Y7
+	VFNMADD231PD Y5, Y14, Y7
+	VMOVUPD      Y7, (R10)(R8*8)
+	VMOVUPD      (SI)(R8*8), Y8
+	VFMADD231PD  Y12, Y6, Y8
+	VFMADD231PD  Y15, Y7, Y8
+	VMOVUPD      Y8, (SI)(R8*8)
+	VMOVUPD      (DX)(R8*8), Y9
+	VFMADD231PD  Y9, Y6, Y0
+	VFMADD231PD  Y9, Y7, Y2
+	MOVQ R9, R8
+
+zsfold:
+	FOLD(Y0, Y1, X0, X9)
+	FOLD(Y2, Y3, X2, X9)
+
+zs1:
+	CMPQ R8, DI
+	JGE  zsdone
+	VMOVSD       (CX)(R8*8), X4
+	VMOVSD       (BX)(R8*8), X5
+	VMOVSD       (AX)(R8*8), X6
+	VFNMADD231SD X4, X10, X6
+	VFNMADD231SD X5, X11, X6
+	VMOVSD       X6, (AX)(R8*8)
+	VMOVSD       (R10)(R8*8), X7
+	VFNMADD231SD X4, X13, X7
+	VFNMADD231SD X5, X14, X7
+	VMOVSD       X7, (R10)(R8*8)
+	VMOVSD       (SI)(R8*8), X8
+	VFMADD231SD  X12, X6, X8
+	VFMADD231SD  X15, X7, X8
+	VMOVSD       X8, (SI)(R8*8)
+	VMOVSD       (DX)(R8*8), X9
+	VFMADD231SD  X9, X6, X0
+	VFMADD231SD  X9, X7, X2
+	INCQ R8
+	JMP  zs1
+
+zsdone:
+	VMOVSD X0, h0+104(FP)
+	VMOVSD X2, h1+112(FP)
+	VZEROUPPER
+	RET
+
+// func reflectRows8AVX512(z *float64, ldz int, v *float64, n int, tau float64)
+//
+// reflectRowAVX2 on the eight rows z + r·ldz, r = 0…7 (each row alone, to
+// the same bits).
+TEXT ·reflectRows8AVX512(SB), NOSPLIT, $0-40
+	MOVQ z+0(FP), DI
+	MOVQ ldz+8(FP), AX
+	SHLQ $3, AX
+	LEAQ (DI)(AX*1), R10
+	LEAQ (R10)(AX*1), R11
+	LEAQ (R11)(AX*1), R12
+	LEAQ (R12)(AX*1), R13
+	LEAQ (R13)(AX*1), BX
+	LEAQ (BX)(AX*1), DX
+	LEAQ (DX)(AX*1), AX
+	MOVQ v+16(FP), SI
+	MOVQ n+24(FP), CX
+	VPXORQ Z0, Z0, Z0
+	VPXORQ Z1, Z1, Z1
+	VPXORQ Z2, Z2, Z2
+	VPXORQ Z3, Z3, Z3
+	VPXORQ Z4, Z4, Z4
+	VPXORQ Z5, Z5, Z5
+	VPXORQ Z6, Z6, Z6
+	VPXORQ Z7, Z7, Z7
+	XORQ R8, R8
+
+zd8:
+	LEAQ 8(R8), R9
+	CMPQ R9, CX
+	JGT  zd4
+	VMOVUPD (SI)(R8*8), Z8
+	VFMADD231PD (DI)(R8*8), Z8, Z0
+	VFMADD231PD (R10)(R8*8), Z8, Z1
+	VFMADD231PD (R11)(R8*8), Z8, Z2
+	VFMADD231PD (R12)(R8*8), Z8, Z3
+	VFMADD231PD (R13)(R8*8), Z8, Z4
+	VFMADD231PD (BX)(R8*8), Z8, Z5
+	VFMADD231PD (DX)(R8*8), Z8, Z6
+	VFMADD231PD (AX)(R8*8), Z8, Z7
+	MOVQ R9, R8
+	JMP  zd8
+
+zd4:
+	VEXTRACTF64X4 $1, Z0, Y16
+	VEXTRACTF64X4 $1, Z1, Y17
+	VEXTRACTF64X4 $1, Z2, Y18
+	VEXTRACTF64X4 $1, Z3, Y19
+	VEXTRACTF64X4 $1, Z4, Y20
+	VEXTRACTF64X4 $1, Z5, Y21
+	VEXTRACTF64X4 $1, Z6, Y22
+	VEXTRACTF64X4 $1, Z7, Y23
+	LEAQ 4(R8), R9
+	CMPQ R9, CX
+	JGT  zdfold
+	VMOVUPD (SI)(R8*8), Y8
+	VFMADD231PD (DI)(R8*8), Y8, Y0
+	VFMADD231PD (R10)(R8*8), Y8, Y1
+	VFMADD231PD (R11)(R8*8), Y8, Y2
+	VFMADD231PD (R12)(R8*8), Y8, Y3
+	VFMADD231PD (R13)(R8*8), Y8, Y4
+	VFMADD231PD (BX)(R8*8), Y8, Y5
+	VFMADD231PD (DX)(R8*8), Y8, Y6
+	VFMADD231PD (AX)(R8*8), Y8, Y7
+	MOVQ R9, R8
+
+zdfold:
+	FOLD(Y0, Y16, X0, X9)
+	FOLD(Y1, Y17, X1, X9)
+	FOLD(Y2, Y18, X2, X9)
+	FOLD(Y3, Y19, X3, X9)
+	FOLD(Y4, Y20, X4, X9)
+	FOLD(Y5, Y21, X5, X9)
+	FOLD(Y6, Y22, X6, X9)
+	FOLD(Y7, Y23, X7, X9)
+
+zd1:
+	CMPQ R8, CX
+	JGE  zaxpy
+	VMOVSD (SI)(R8*8), X8
+	VFMADD231SD (DI)(R8*8), X8, X0
+	VFMADD231SD (R10)(R8*8), X8, X1
+	VFMADD231SD (R11)(R8*8), X8, X2
+	VFMADD231SD (R12)(R8*8), X8, X3
+	VFMADD231SD (R13)(R8*8), X8, X4
+	VFMADD231SD (BX)(R8*8), X8, X5
+	VFMADD231SD (DX)(R8*8), X8, X6
+	VFMADD231SD (AX)(R8*8), X8, X7
+	INCQ R8
+	JMP  zd1
+
+zaxpy:
+	// t_r = τ·dot_r; z_r ← z_r − t_r·v, which is fma(−t_r, v, z_r).
+	VMOVSD       tau+32(FP), X15
+	VMULSD       X15, X0, X0
+	VMULSD       X15, X1, X1
+	VMULSD       X15, X2, X2
+	VMULSD       X15, X3, X3
+	VMULSD       X15, X4, X4
+	VMULSD       X15, X5, X5
+	VMULSD       X15, X6, X6
+	VMULSD       X15, X7, X7
+	VBROADCASTSD X0, Z0
+	VBROADCASTSD X1, Z1
+	VBROADCASTSD X2, Z2
+	VBROADCASTSD X3, Z3
+	VBROADCASTSD X4, Z4
+	VBROADCASTSD X5, Z5
+	VBROADCASTSD X6, Z6
+	VBROADCASTSD X7, Z7
+	XORQ         R8, R8
+
+za8:
+	LEAQ 8(R8), R9
+	CMPQ R9, CX
+	JGT  za4
+	VMOVUPD      (SI)(R8*8), Z8
+	VMOVUPD      (DI)(R8*8), Z16
+	VMOVUPD      (R10)(R8*8), Z17
+	VMOVUPD      (R11)(R8*8), Z18
+	VMOVUPD      (R12)(R8*8), Z19
+	VMOVUPD      (R13)(R8*8), Z20
+	VMOVUPD      (BX)(R8*8), Z21
+	VMOVUPD      (DX)(R8*8), Z22
+	VMOVUPD      (AX)(R8*8), Z23
+	VFNMADD231PD Z8, Z0, Z16
+	VFNMADD231PD Z8, Z1, Z17
+	VFNMADD231PD Z8, Z2, Z18
+	VFNMADD231PD Z8, Z3, Z19
+	VFNMADD231PD Z8, Z4, Z20
+	VFNMADD231PD Z8, Z5, Z21
+	VFNMADD231PD Z8, Z6, Z22
+	VFNMADD231PD Z8, Z7, Z23
+	VMOVUPD      Z16, (DI)(R8*8)
+	VMOVUPD      Z17, (R10)(R8*8)
+	VMOVUPD      Z18, (R11)(R8*8)
+	VMOVUPD      Z19, (R12)(R8*8)
+	VMOVUPD      Z20, (R13)(R8*8)
+	VMOVUPD      Z21, (BX)(R8*8)
+	VMOVUPD      Z22, (DX)(R8*8)
+	VMOVUPD      Z23, (AX)(R8*8)
+	MOVQ R9, R8
+	JMP  za8
+
+za4:
+	LEAQ 4(R8), R9
+	CMPQ R9, CX
+	JGT  za1
+	VMOVUPD      (SI)(R8*8), Y8
+	VMOVUPD      (DI)(R8*8), Y16
+	VMOVUPD      (R10)(R8*8), Y17
+	VMOVUPD      (R11)(R8*8), Y18
+	VMOVUPD      (R12)(R8*8), Y19
+	VMOVUPD      (R13)(R8*8), Y20
+	VMOVUPD      (BX)(R8*8), Y21
+	VMOVUPD      (DX)(R8*8), Y22
+	VMOVUPD      (AX)(R8*8), Y23
+	VFNMADD231PD Y8, Y0, Y16
+	VFNMADD231PD Y8, Y1, Y17
+	VFNMADD231PD Y8, Y2, Y18
+	VFNMADD231PD Y8, Y3, Y19
+	VFNMADD231PD Y8, Y4, Y20
+	VFNMADD231PD Y8, Y5, Y21
+	VFNMADD231PD Y8, Y6, Y22
+	VFNMADD231PD Y8, Y7, Y23
+	VMOVUPD      Y16, (DI)(R8*8)
+	VMOVUPD      Y17, (R10)(R8*8)
+	VMOVUPD      Y18, (R11)(R8*8)
+	VMOVUPD      Y19, (R12)(R8*8)
+	VMOVUPD      Y20, (R13)(R8*8)
+	VMOVUPD      Y21, (BX)(R8*8)
+	VMOVUPD      Y22, (DX)(R8*8)
+	VMOVUPD      Y23, (AX)(R8*8)
+	MOVQ R9, R8
+
+za1:
+	CMPQ R8, CX
+	JGE  zdone
+	VMOVSD       (SI)(R8*8), X8
+	VMOVSD       (DI)(R8*8), X16
+	VMOVSD       (R10)(R8*8), X17
+	VMOVSD       (R11)(R8*8), X18
+	VMOVSD       (R12)(R8*8), X19
+	VMOVSD       (R13)(R8*8), X20
+	VMOVSD       (BX)(R8*8), X21
+	VMOVSD       (DX)(R8*8), X22
+	VMOVSD       (AX)(R8*8), X23
+	VFNMADD231SD X8, X0, X16
+	VFNMADD231SD X8, X1, X17
+	VFNMADD231SD X8, X2, X18
+	VFNMADD231SD X8, X3, X19
+	VFNMADD231SD X8, X4, X20
+	VFNMADD231SD X8, X5, X21
+	VFNMADD231SD X8, X6, X22
+	VFNMADD231SD X8, X7, X23
+	VMOVSD       X16, (DI)(R8*8)
+	VMOVSD       X17, (R10)(R8*8)
+	VMOVSD       X18, (R11)(R8*8)
+	VMOVSD       X19, (R12)(R8*8)
+	VMOVSD       X20, (R13)(R8*8)
+	VMOVSD       X21, (BX)(R8*8)
+	VMOVSD       X22, (DX)(R8*8)
+	VMOVSD       X23, (AX)(R8*8)
+	INCQ R8
+	JMP  za1
+
+zdone:
+	VZEROUPPER
+	RET
