@@ -50,10 +50,13 @@ func tridiagonalize(a []float64, n int, d, e, z []float64) {
 	// tau[k] is H_k's τ; H_k's v is row k of a from column k+1 on (the
 	// leading 1 is written there once e[k] is taken).
 	tau := make([]float64, n)
-	work := make([]float64, 5*n)
-	vp, wp := work[:n], work[n:2*n] // the pending rank-2 update
-	v, y := work[2*n:3*n], work[3*n:4*n]
-	zero := work[4*n : 5*n] // stands in for vp, wp or v when there is none
+	// The work vectors are ld apart, not a multiple of 4 KiB: the kernels
+	// load from some at the offsets where they store to others.
+	ld := n + 16
+	work := make([]float64, 5*ld)
+	vp, wp := work[:n], work[ld:ld+n] // the pending rank-2 update
+	v, y := work[2*ld:2*ld+n], work[3*ld:3*ld+n]
+	zero := work[4*ld : 4*ld+n] // stands in for vp, wp or v when there is none
 	pending := false
 
 	for k := range n {

@@ -17,25 +17,27 @@
 
 // HALF updates four columns (from byte offset o) of the two rows, adds
 // their shares to y and their products with v to the sums Aa (row i) and
-// Ab (row i+1).
+// Ab (row i+1). Every load comes before the stores: rows of a 512-wide
+// matrix are 4 KiB apart, and a load at a just-stored offset modulo 4 KiB
+// would wait for the store (4K aliasing).
 #define HALF(o, Aa, Ab) \
 	VMOVUPD      o(CX)(R8*8), Y4; \
 	VMOVUPD      o(BX)(R8*8), Y5; \
 	VMOVUPD      o(AX)(R8*8), Y6; \
+	VMOVUPD      o(R10)(R8*8), Y7; \
+	VMOVUPD      o(SI)(R8*8), Y8; \
+	VMOVUPD      o(DX)(R8*8), Y9; \
 	VFNMADD231PD Y4, Y10, Y6; \
 	VFNMADD231PD Y5, Y11, Y6; \
-	VMOVUPD      Y6, o(AX)(R8*8); \
-	VMOVUPD      o(R10)(R8*8), Y7; \
 	VFNMADD231PD Y4, Y13, Y7; \
 	VFNMADD231PD Y5, Y14, Y7; \
-	VMOVUPD      Y7, o(R10)(R8*8); \
-	VMOVUPD      o(SI)(R8*8), Y8; \
 	VFMADD231PD  Y12, Y6, Y8; \
 	VFMADD231PD  Y15, Y7, Y8; \
-	VMOVUPD      Y8, o(SI)(R8*8); \
-	VMOVUPD      o(DX)(R8*8), Y9; \
 	VFMADD231PD  Y9, Y6, Aa; \
-	VFMADD231PD  Y9, Y7, Ab
+	VFMADD231PD  Y9, Y7, Ab; \
+	VMOVUPD      Y6, o(AX)(R8*8); \
+	VMOVUPD      Y7, o(R10)(R8*8); \
+	VMOVUPD      Y8, o(SI)(R8*8)
 
 // func symvRows2AVX2(a0, a1, vp, wp, v, y *float64, n int, vpi, wpi, vi, vpi1, wpi1, vi1 float64) (h0, h1 float64)
 TEXT ·symvRows2AVX2(SB), NOSPLIT, $0-120
@@ -84,20 +86,20 @@ sv1:
 	VMOVSD       (CX)(R8*8), X4
 	VMOVSD       (BX)(R8*8), X5
 	VMOVSD       (AX)(R8*8), X6
+	VMOVSD       (R10)(R8*8), X7
+	VMOVSD       (SI)(R8*8), X8
+	VMOVSD       (DX)(R8*8), X9
 	VFNMADD231SD X4, X10, X6
 	VFNMADD231SD X5, X11, X6
-	VMOVSD       X6, (AX)(R8*8)
-	VMOVSD       (R10)(R8*8), X7
 	VFNMADD231SD X4, X13, X7
 	VFNMADD231SD X5, X14, X7
-	VMOVSD       X7, (R10)(R8*8)
-	VMOVSD       (SI)(R8*8), X8
 	VFMADD231SD  X12, X6, X8
 	VFMADD231SD  X15, X7, X8
-	VMOVSD       X8, (SI)(R8*8)
-	VMOVSD       (DX)(R8*8), X9
 	VFMADD231SD  X9, X6, X0
 	VFMADD231SD  X9, X7, X2
+	VMOVSD       X6, (AX)(R8*8)
+	VMOVSD       X7, (R10)(R8*8)
+	VMOVSD       X8, (SI)(R8*8)
 	INCQ R8
 	JMP  sv1
 

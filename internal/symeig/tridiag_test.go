@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"gonum.org/v1/gonum/blas"
@@ -165,7 +166,10 @@ func tridiagCases() []struct {
 // about √n·ε (n = 512: 2e-15 against ‖A‖_max); the bound
 // n·ε·8 (9e-13 at n = 512) leaves a wide margin for unlucky sums yet fails
 // on any wrong reflector, sign or update, whose errors are O(1). gonum's
-// reduction is measured alongside.
+// reduction is measured alongside, and T's eigenvalues (QL) are compared
+// with those of gonum's T, relative to ‖A‖₂, against the same bound: both
+// are within a few n·ε·‖A‖₂ of A's (Weyl's inequality and the backward
+// error above).
 func TestTridiagonalize(t *testing.T) {
 	const eps = 0x1p-52
 	for _, tc := range tridiagCases() {
@@ -180,17 +184,40 @@ func TestTridiagonalize(t *testing.T) {
 			resid, orth := tridiagErrors(tc.a, got)
 			bound := 8 * float64(n) * eps
 			line := fmt.Sprintf("n=%d: ‖A−QTQᵀ‖/‖A‖ %.2g, ‖QᵀQ−I‖ %.2g (bound %.2g)", n, resid, orth, bound)
+			var vals float64
 			if n >= 2 {
 				ref := runTridiag(tridiagonalizeGonum, tc.a)
 				r2, o2 := tridiagErrors(tc.a, ref)
-				line += fmt.Sprintf("; gonum %.2g, %.2g", r2, o2)
+				vals = eigenvalueDistance(t, got, ref) / math.Max(mat.Norm(tc.a, 2), math.SmallestNonzeroFloat64)
+				line += fmt.Sprintf("; gonum %.2g, %.2g; T's eigenvalues vs gonum's T's %.2g", r2, o2, vals)
 			}
 			t.Log(line)
-			if !(resid <= bound && orth <= bound) {
+			if !(resid <= bound && orth <= bound && vals <= bound) {
 				t.Errorf("beyond the bound: %s", line)
 			}
 		})
 	}
+}
+
+// eigenvalueDistance is the largest difference between the sorted
+// eigenvalues of the two results' T (by tridiagonalQL).
+func eigenvalueDistance(t *testing.T, x, y tridiagResult) float64 {
+	values := func(r tridiagResult) []float64 {
+		n := len(r.d)
+		d, e := append([]float64(nil), r.d...), make([]float64, n)
+		copy(e, r.e)
+		if _, err := tridiagonalQL(d, e, n); err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(d)
+		return d
+	}
+	a, b := values(x), values(y)
+	var worst float64
+	for i := range a {
+		worst = math.Max(worst, math.Abs(a[i]-b[i]))
+	}
+	return worst
 }
 
 // TestTridiagonalizeTridiagonal: a matrix that is already tridiagonal
