@@ -370,3 +370,26 @@ func BenchmarkTridiagonalize(b *testing.B) {
 	}
 	b.Run("gonum", run(tridiagonalizeGonum))
 }
+
+// TestTridiagonalizeGradingForQL: on a rank-deficient covariance, the
+// decomposition's residual ‖V·A − Λ·V‖_∞/‖A‖₂ is small (measured 6.1e-15
+// at 512×512, batch 64). It guards the reduction's direction: reduced from
+// the top down, T has its large elements at the top, against the QL
+// iteration's grain, and the residual is 4.7e-14 (3.8e-14 to 4.7e-14 over
+// three seeds, against 6.6e-15 to 8.3e-15 from the bottom up); the bound
+// 2e-14 lies between.
+func TestTridiagonalizeGradingForQL(t *testing.T) {
+	a := covariance(rand.New(rand.NewPCG(1, 99)), 512, 64)
+	dec, err := FactorizeSerial(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var av, resid mat.Dense
+	av.Mul(dec.Vectors, a)
+	resid.Apply(func(i, j int, v float64) float64 { return v - dec.Values[i]*dec.Vectors.At(i, j) }, &av)
+	r := mat.Norm(&resid, math.Inf(1)) / mat.Norm(a, 2)
+	t.Logf("residual %.2g (bound 2e-14)", r)
+	if r > 2e-14 {
+		t.Errorf("residual %.2g beyond 2e-14", r)
+	}
+}
