@@ -2,9 +2,17 @@
 // symmetric matrix in float64.
 //
 // It does what gonum's mat.EigenSym does (Householder reduction to
-// tridiagonal form with gonum's LAPACK, then the implicit QL algorithm with
-// Wilkinson shifts) with the eigenvectors stored as rows, faster in three
-// ways. The QL iteration first records its plane rotations, which depend
+// tridiagonal form, then the implicit QL algorithm with Wilkinson shifts)
+// with the eigenvectors stored as rows, faster in four ways. The reduction
+// is its own (tridiag.go): each step makes one pass over the remaining
+// matrix, which applies the previous step's rank-2 update and forms the
+// symmetric matrix-vector product together, and the reflectors are then
+// applied to a few rows of Qᵀ at a time, written in the eigenvectors'
+// layout; its row kernels run in AVX2 or AVX-512 assembly where the CPU
+// has them, with the Go code's bits. At 512×512 it takes about 11 ms on
+// one core, against about 110 ms for gonum's Dsytrd and Dorgtr and the
+// transpose the package used before.
+// The QL iteration first records its plane rotations, which depend
 // on the tridiagonal matrix alone, and then applies them all to the
 // eigenvectors, the columns split over the cores with no wait between
 // sweeps. Each rotation updates two contiguous rows, in AVX assembly where

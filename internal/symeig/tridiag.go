@@ -160,13 +160,29 @@ func householder(alpha float64, x []float64) (beta, tau float64) {
 	if xnorm == 0 {
 		return alpha, 0
 	}
-	beta = -math.Copysign(math.Hypot(alpha, xnorm), alpha)
+	beta = -math.Copysign(hypot(alpha, xnorm), alpha)
 	tau = (beta - alpha) / beta
 	s := 1 / (alpha - beta)
 	for i := range x {
 		x[i] *= s
 	}
 	return beta, tau
+}
+
+// hypot is √(p²+q²) without undue overflow or underflow, as math.Hypot,
+// but with its operations written out unfused, so that its bits are the
+// same on every architecture (math.Hypot is assembly on amd64 and Go,
+// which the compiler may fuse, elsewhere).
+func hypot(p, q float64) float64 {
+	p, q = math.Abs(p), math.Abs(q)
+	if p < q {
+		p, q = q, p
+	}
+	if p == 0 {
+		return 0
+	}
+	q /= p
+	return p * math.Sqrt(1+float64(q*q))
 }
 
 // norm2 is ‖x‖₂. The plain sum of squares is exact enough and fast; it is

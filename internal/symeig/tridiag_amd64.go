@@ -26,11 +26,12 @@ func reflectRows8AVX512(z *float64, ldz int, v *float64, n int, tau float64)
 
 // tridiagKernels is the row kernels' form: the widest this CPU has, as
 // golang.org/x/sys/cpu reports it (GODEBUG=cpu.avx512f=off selects AVX2,
-// cpu.avx2=off or cpu.fma=off the Go forms); tests set it to compare the
-// forms, which give the same bits.
+// cpu.avx2=off or cpu.fma=off the Go forms: AVX-512 is taken only with
+// AVX2 and FMA as well); tests set it to compare the forms, which give
+// the same bits.
 var tridiagKernels = func() kernelForm {
 	switch {
-	case cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasFMA:
+	case cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX2 && cpu.X86.HasFMA:
 		return kernelsAVX512
 	case cpu.X86.HasAVX2 && cpu.X86.HasFMA:
 		return kernelsAVX2
