@@ -255,20 +255,29 @@ func formQT(a []float64, n int, tau, z []float64) {
 // folded as ((s0+s4)+(s2+s6)) + ((s1+s5)+(s3+s7)); then the last terms,
 // one by one. Every term is a fused multiply-add.
 func dotLanes(x, y []float64) float64 {
-	var s [8]float64
+	y = y[:len(x)]
+	var s0, s1, s2, s3, s4, s5, s6, s7 float64
 	i := 0
 	for ; i+8 <= len(x); i += 8 {
-		for l := range 8 {
-			s[l] = math.FMA(x[i+l], y[i+l], s[l])
-		}
+		xs, ys := x[i:i+8:i+8], y[i:i+8:i+8]
+		s0 = math.FMA(xs[0], ys[0], s0)
+		s1 = math.FMA(xs[1], ys[1], s1)
+		s2 = math.FMA(xs[2], ys[2], s2)
+		s3 = math.FMA(xs[3], ys[3], s3)
+		s4 = math.FMA(xs[4], ys[4], s4)
+		s5 = math.FMA(xs[5], ys[5], s5)
+		s6 = math.FMA(xs[6], ys[6], s6)
+		s7 = math.FMA(xs[7], ys[7], s7)
 	}
 	if i+4 <= len(x) {
-		for l := range 4 {
-			s[l] = math.FMA(x[i+l], y[i+l], s[l])
-		}
+		xs, ys := x[i:i+4:i+4], y[i:i+4:i+4]
+		s0 = math.FMA(xs[0], ys[0], s0)
+		s1 = math.FMA(xs[1], ys[1], s1)
+		s2 = math.FMA(xs[2], ys[2], s2)
+		s3 = math.FMA(xs[3], ys[3], s3)
 		i += 4
 	}
-	h := foldLanes(&s)
+	h := foldLanes(&[8]float64{s0, s1, s2, s3, s4, s5, s6, s7})
 	for ; i < len(x); i++ {
 		h = math.FMA(x[i], y[i], h)
 	}
