@@ -163,7 +163,7 @@ func tridiagCases() []struct {
 // (Wilkinson; Higham, Accuracy and Stability, §19.3), and so is the
 // distance of the computed Q from orthogonality; the error of the test's
 // own products (n terms each) is of the same order. Measured: at most
-// 1.0·n·ε at the smallest sizes (n = 3: 8e-16), 3.5e-15 and 2.2e-15 at
+// 1.0·n·ε at the smallest sizes (n = 3: 8e-16), 3.5e-15 and 2.0e-15 at
 // n = 512 (0.03·n·ε; gonum's reduction 5.8e-15 and 2.2e-15). The bound
 // 8·n·ε (9.1e-13 at n = 512) leaves a margin for unlucky sums yet fails on
 // any wrong reflector, sign or update, whose errors are O(1). gonum's
