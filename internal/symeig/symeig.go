@@ -150,10 +150,12 @@ func tridiagonalQL(d, e []float64, n int) (*rotations, error) {
 				}
 				s, c = f/r, g/r
 				g = d[i+1] - p
-				r = (d[i]-g)*s + 2*c*b
-				p = s * r
+				// The conversions round each product, so that no build fuses
+				// one into an FMA: the bits are the same for every GOAMD64.
+				r = float64((d[i]-g)*s) + float64(2*c*b)
+				p = float64(s * r)
 				d[i+1] = g + p
-				g = c*r - b
+				g = float64(c*r) - b
 				cs[i], sn[i] = c, s
 			}
 			// Rotations i+1 … m−1 were computed (all of l … m−1 unless the

@@ -196,3 +196,44 @@ func TestFactorizeSerial(t *testing.T) {
 		}
 	}
 }
+
+// TestFactorizeDigest pins the bits of a decomposition of a rank-deficient
+// covariance (200 dimensions, 64 samples, formed with every product
+// rounded so that the input is the same in every build): the same digest
+// with GOAMD64=v1 or v3 and whichever assembly the CPU runs (AVX-512, AVX2
+// or none: GODEBUG=cpu.avx512f=off, cpu.avx2=off), since no step of the
+// decomposition lets the compiler fuse a product into an FMA. A change of
+// the algorithm that changes the bits changes the digest here.
+func TestFactorizeDigest(t *testing.T) {
+	const n, b = 200, 64
+	r := rand.New(rand.NewPCG(21, 22))
+	x := make([]float64, b*n)
+	for i := range x {
+		x[i] = r.NormFloat64()
+	}
+	a := mat.NewSymDense(n, nil)
+	for i := range n {
+		for j := i; j < n; j++ {
+			s := 0.0
+			for k := range b {
+				s += float64(x[k*n+i] * x[k*n+j])
+			}
+			a.SetSym(i, j, s)
+		}
+	}
+	dec, err := FactorizeSerial(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h uint64 = 14695981039346656037
+	for _, s := range [][]float64{dec.Values, dec.Vectors.RawMatrix().Data} {
+		for _, v := range s {
+			h = (h ^ math.Float64bits(v)) * 1099511628211
+		}
+	}
+	t.Logf("digest %#x", h)
+	const want = 0xf13ccf906308a955
+	if h != want {
+		t.Errorf("digest %#x, want %#x", h, uint64(want))
+	}
+}
