@@ -209,14 +209,31 @@ func applyRotations(z []float64, n int, rot *rotations, maxParts int) {
 		apply(0, n)
 		return
 	}
+	// Each part works on a copy of its columns: in place, a core's
+	// prefetches run on past its columns into the next part's, whose
+	// writes then take the lines back (at 512×512 on two cores each part
+	// took 3.5 times as long as alone).
+	own := func(c0, c1 int) {
+		w := c1 - c0
+		block := make([]float64, n*w)
+		for i := range n {
+			copy(block[i*w:(i+1)*w], z[i*n+c0:i*n+c1])
+		}
+		for _, sw := range rot.sweeps {
+			rotateSweep(block[sw.lo*w:], w, sw.hi-sw.lo, w, rot.cs[sw.off:], rot.sn[sw.off:])
+		}
+		for i := range n {
+			copy(z[i*n+c0:i*n+c1], block[i*w:(i+1)*w])
+		}
+	}
 	var wg sync.WaitGroup
 	for p := 1; p < parts; p++ {
 		wg.Add(1)
 		go func(c0, c1 int) {
 			defer wg.Done()
-			apply(c0, c1)
+			own(c0, c1)
 		}(p*n/parts, (p+1)*n/parts)
 	}
-	apply(0, n/parts)
+	own(0, n/parts)
 	wg.Wait()
 }

@@ -153,12 +153,21 @@ func TestFactorizeRejectsNonFinite(t *testing.T) {
 	}
 }
 
-// BenchmarkFactorize: the 512×512 covariance of ViT-B/32's SubTTA step.
+// BenchmarkFactorize: the 512×512 covariance of ViT-B/32's SubTTA step,
+// split over the cores (symeig), on one goroutine (serial), and with
+// gonum's mat.EigenSym.
 func BenchmarkFactorize(b *testing.B) {
 	a := covariance(rand.New(rand.NewPCG(1, 1)), 512, 576)
 	b.Run("symeig", func(b *testing.B) {
 		for b.Loop() {
 			if _, err := Factorize(a); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("serial", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := FactorizeSerial(a); err != nil {
 				b.Fatal(err)
 			}
 		}
