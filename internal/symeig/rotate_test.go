@@ -6,19 +6,21 @@ import (
 	"testing"
 )
 
+// tridiagonalForm returns the tridiagonal form (d, e) of a random
+// covariance of n dimensions and b samples and Qᵀ, e with the trailing 0
+// that tridiagonalQL takes.
+func tridiagonalForm(n, b int) (d, e, z []float64) {
+	a := covariance(rand.New(rand.NewPCG(uint64(n), uint64(b))), n, b)
+	d, e, z = make([]float64, n), make([]float64, n), make([]float64, n*n)
+	tridiagonalize(upper(a), n, d, e[:n-1], z)
+	return d, e, z
+}
+
 // qlRotations returns the rotations of the QL iteration on the tridiagonal
 // form of a random covariance of n dimensions and b samples, and Qᵀ.
 func qlRotations(t testing.TB, n, b int) (*rotations, []float64) {
 	t.Helper()
-	a := covariance(rand.New(rand.NewPCG(uint64(n), uint64(b))), n, b)
-	q := make([]float64, n*n)
-	for i := range n {
-		for j := i; j < n; j++ {
-			q[i*n+j] = a.At(i, j)
-		}
-	}
-	d, e, z := make([]float64, n), make([]float64, n), make([]float64, n*n)
-	tridiagonalize(q, n, d, e[:n-1], z)
+	d, e, z := tridiagonalForm(n, b)
 	rot, err := tridiagonalQL(d, e, n)
 	if err != nil {
 		t.Fatal(err)
@@ -81,16 +83,8 @@ func BenchmarkApplyRotations(b *testing.B) {
 // BenchmarkQLRotations: the QL iteration's rotations of a 512×512
 // covariance of 576 samples, without applying them.
 func BenchmarkQLRotations(b *testing.B) {
-	n := 512
-	a := covariance(rand.New(rand.NewPCG(1, 1)), n, 576)
-	q := make([]float64, n*n)
-	for i := range n {
-		for j := i; j < n; j++ {
-			q[i*n+j] = a.At(i, j)
-		}
-	}
-	d0, e0, z := make([]float64, n), make([]float64, n), make([]float64, n*n)
-	tridiagonalize(q, n, d0, e0[:n-1], z)
+	const n = 512
+	d0, e0, _ := tridiagonalForm(n, 576)
 	d, e := make([]float64, n), make([]float64, n)
 	for b.Loop() {
 		copy(d, d0)
