@@ -6,6 +6,8 @@ import (
 	"math"
 
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/subtta/subtta/zeroshot"
 )
 
 // PrincipalAngleCosines returns the cosines of the principal angles between
@@ -18,10 +20,9 @@ func PrincipalAngleCosines(bv, bt mat.Matrix) ([]float64, error) {
 	if d1 != d2 {
 		return nil, fmt.Errorf("feature: principal angles: bases have %d and %d columns", d1, d2)
 	}
-	var c mat.Dense
-	c.Mul(bv, bt.T())
+	c := zeroshot.MulTrans(bv, bt)
 	var svd mat.SVD
-	if !svd.Factorize(&c, mat.SVDNone) {
+	if !svd.Factorize(c, mat.SVDNone) {
 		return nil, errors.New("feature: principal angles: SVD did not converge")
 	}
 	return svd.Values(nil), nil
