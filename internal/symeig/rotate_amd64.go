@@ -2,6 +2,11 @@ package symeig
 
 import "golang.org/x/sys/cpu"
 
+// gen_asm.go writes the package's assembly (rotate_amd64.s,
+// tridiag_amd64.s and tridiag_avx512_amd64.s).
+//
+//go:generate go run gen_asm.go
+
 // Assembly in rotate_amd64.s; both have rotateSweepGo's bits.
 //
 //go:noescape

@@ -7,7 +7,7 @@ import (
 )
 
 // Assembly in tridiag_amd64.s (AVX2 and FMA) and tridiag_avx512_amd64.s
-// (AVX512F and AVX512VL).
+// (AVX512F and AVX512VL), both written by gen_asm.go.
 
 //go:noescape
 func symvRows2AVX2(a0, a1, vp, wp, v, y *float64, n int, vpi, wpi, vi, vpi1, wpi1, vi1 float64) (h0, h1 float64)
