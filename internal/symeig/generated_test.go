@@ -1,0 +1,10 @@
+package symeig
+
+import (
+	"testing"
+
+	"github.com/subtta/subtta/internal/gencheck"
+)
+
+// TestGeneratedAssembly: the .s files are what gen_asm.go writes now.
+func TestGeneratedAssembly(t *testing.T) { gencheck.Check(t, "gen_asm.go") }
