@@ -92,6 +92,22 @@ func Mul(a, b *mat.Dense) (*mat.Dense, error) {
 	return c, nil
 }
 
+// MulMatrix is Mul for any gonum matrices: Mul where both are *mat.Dense,
+// and gonum's mat.Dense.Mul(a, b.T()) otherwise, or when the shapes do not
+// fit (it panics with gonum's shape error, as that call would).
+func MulMatrix(a, b mat.Matrix) *mat.Dense {
+	ad, ok1 := a.(*mat.Dense)
+	bd, ok2 := b.(*mat.Dense)
+	if ok1 && ok2 {
+		if c, err := Mul(ad, bd); err == nil && !c.IsEmpty() {
+			return c
+		}
+	}
+	var c mat.Dense
+	c.Mul(a, b.T())
+	return &c
+}
+
 // blocks is the number of blockSize-long blocks that cover n.
 func blocks(n int) int { return (n + blockSize - 1) / blockSize }
 

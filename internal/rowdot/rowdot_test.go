@@ -101,3 +101,32 @@ func BenchmarkMul(b *testing.B) {
 		}
 	}
 }
+
+// TestMulMatrix: dense operands take Mul, others gonum's Mul, with the
+// same values; a shape mismatch panics as gonum's Mul does.
+func TestMulMatrix(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	a, b := randDense(r, 70, 33), randDense(r, 90, 33)
+	sym := mat.NewSymDense(33, nil)
+	for i := range 33 {
+		for j := i; j < 33; j++ {
+			sym.SetSym(i, j, r.NormFloat64())
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		x, y mat.Matrix
+	}{{"dense", a, b}, {"symmetric", a, sym}, {"transposed", b.T().T(), a}} {
+		var want mat.Dense
+		want.Mul(tc.x, tc.y.T())
+		if got := MulMatrix(tc.x, tc.y); !mat.Equal(got, &want) {
+			t.Errorf("%s: MulMatrix differs from gonum's Mul", tc.name)
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("33 and 34 columns did not panic")
+		}
+	}()
+	MulMatrix(a, randDense(r, 5, 34))
+}

@@ -7,7 +7,7 @@ import (
 
 	"gonum.org/v1/gonum/mat"
 
-	"github.com/subtta/subtta/zeroshot"
+	"github.com/subtta/subtta/internal/rowdot"
 )
 
 // PrincipalAngleCosines returns the cosines of the principal angles between
@@ -20,7 +20,7 @@ func PrincipalAngleCosines(bv, bt mat.Matrix) ([]float64, error) {
 	if d1 != d2 {
 		return nil, fmt.Errorf("feature: principal angles: bases have %d and %d columns", d1, d2)
 	}
-	c := zeroshot.MulTrans(bv, bt)
+	c := rowdot.MulMatrix(bv, bt)
 	var svd mat.SVD
 	if !svd.Factorize(c, mat.SVDNone) {
 		return nil, errors.New("feature: principal angles: SVD did not converge")
