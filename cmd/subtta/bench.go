@@ -108,7 +108,7 @@ func (o *benchOptions) run(args []string) error {
 	if err != nil {
 		return err
 	}
-	cases, err := benchCases(cfg, m, o.batch, o.classes, prec)
+	cases, err := benchCases(cfg, m, o.batch, o.classes, prec, autograd.CurrentDevice() != nil)
 	if err != nil {
 		return err
 	}
@@ -162,7 +162,7 @@ func (o *benchOptions) run(args []string) error {
 		// pairs, back to back, so that both see the same minutes of the
 		// machine; the ratio is the median of the pairs' ratios.
 		var twin *benchCase
-		if b.key == "forward" && b.prec == kernel.FP32 && i+1 < len(cases) && cases[i+1].key == "forward" {
+		if b.key == "forward" && b.prec == kernel.FP32 && i+1 < len(cases) && cases[i+1].key == "forward" && cases[i+1].prec != kernel.FP32 {
 			twin = &cases[i+1]
 			i++
 		}
@@ -190,6 +190,9 @@ func (o *benchOptions) run(args []string) error {
 		}
 		for j, c := range group {
 			c.report(o.stdout, images, samples[j], dev != nil)
+			if c.finish != nil {
+				c.finish()
+			}
 		}
 		if twin != nil {
 			ratios := make([]float64, o.reps)
@@ -234,11 +237,13 @@ func benchModel(path, configPath, arch string, stderr io.Writer) (string, *weigh
 }
 
 // benchCase is one measurement: run does the work on one batch, after
-// prepare (untimed; nil for none) has set the model up for it.
+// prepare (untimed; nil for none) has set the model up for it; finish
+// (nil for none) undoes what prepare set up once the measurement is done.
 type benchCase struct {
 	key, name string
 	prepare   func() error
 	run       func() error
+	finish    func()
 	flops     float64          // GEMM flops per image
 	images    int              // images per run, when not the batch size
 	prec      kernel.Precision // the linear layers' precision (forward only)
@@ -254,7 +259,13 @@ type benchCase struct {
 // the tower's linear layers in prec, converted in its warm-up run; the
 // other measurements convert them back (they record gradients, which run in
 // fp32, but SubTTA's last forward pass records none).
-func benchCases(cfg *weights.CLIPConfig, m *vit.Model, batch, classes int, prec kernel.Precision) ([]benchCase, error) {
+//
+// On a device (onDevice) the fp32 forward pass is also timed with the
+// images held there (autograd.HoldOnDevice, uploaded in the warm-up run):
+// the forward pass alone, as PyTorch's forward on a tensor already on the
+// GPU, where the first figure includes the upload of every batch, as a
+// run over a dataset does.
+func benchCases(cfg *weights.CLIPConfig, m *vit.Model, batch, classes int, prec kernel.Precision, onDevice bool) ([]benchCase, error) {
 	v := cfg.Vision
 	size := 3 * v.ImageSize * v.ImageSize
 	r := rand.New(rand.NewPCG(2, 2))
@@ -311,6 +322,17 @@ func benchCases(cfg *weights.CLIPConfig, m *vit.Model, batch, classes int, prec 
 	cases := []benchCase{{key: "forward", name: "forward", prepare: fp32, run: forward, flops: perImage}}
 	if prec != kernel.FP32 {
 		cases = append(cases, benchCase{key: "forward", name: fmt.Sprintf("forward, %v (%s)", prec, kernel.LowKernel(prec)), prepare: in(prec), run: forward, flops: perImage, prec: prec})
+	}
+	if onDevice {
+		var held *autograd.DeviceInput
+		cases = append(cases, benchCase{key: "forward", name: "forward, images held on the device", run: forward, flops: perImage,
+			prepare: func() error {
+				if held == nil {
+					held = autograd.HoldOnDevice(images)
+				}
+				return fp32()
+			},
+			finish: func() { held.Release(); held = nil }})
 	}
 	return append(cases,
 		benchCase{key: "backward", name: "forward+backward (LayerNorm gradients)", prepare: fp32, run: backward, flops: 2 * perImage},
