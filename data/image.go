@@ -10,6 +10,8 @@ import (
 	_ "image/jpeg"
 	_ "image/png"
 	"os"
+
+	"github.com/subtta/subtta/data/jpegdec"
 )
 
 // MaxImagePixels is the largest image, in pixels, that Decode accepts.
@@ -99,6 +101,14 @@ func decode(name string, b []byte, maxPixels int) (img image.Image, err error) {
 			img, err = nil, fmt.Errorf("data: %s: %s decoder failed: %v", name, format, r)
 		}
 	}()
+	if format == "jpeg" {
+		// The fast decoder returns image/jpeg's image for the files it
+		// takes (baseline ones); image/jpeg decodes, or rejects, the rest,
+		// so what Decode returns is unchanged.
+		if img, err := jpegdec.Decode(b); err == nil {
+			return img, nil
+		}
+	}
 	img, _, err = image.Decode(bytes.NewReader(b))
 	if err != nil {
 		return nil, decodeError(name, err)

@@ -240,3 +240,5 @@ func TestGoEncoded(t *testing.T) {
 	}
 	t.Logf("%d JPEGs", len(files))
 }
+
+func jpegDecode(b []byte) (image.Image, error) { return jpeg.Decode(bytes.NewReader(b)) }

@@ -137,6 +137,9 @@ func (d *decoder) decodeScan(sc []scanComp) error {
 			mcu++
 			if d.ri > 0 && mcu%d.ri == 0 && mcu < mcus {
 				p := r.align()
+				for p+2 <= len(d.data) && d.data[p] == 0xff && d.data[p+1] == 0xff {
+					p++ // fill bytes, which image/jpeg skips too
+				}
 				if p+2 > len(d.data) || d.data[p] != 0xff || d.data[p+1] != rst {
 					return unsupported("restart marker not where expected")
 				}
