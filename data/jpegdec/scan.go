@@ -186,10 +186,7 @@ func decodeBlock(r *bitReader, c *scanComp, blk *[64]int32) error {
 		return malformed("excessive DC component")
 	}
 	if s > 0 {
-		v := int32(acc >> (64 - s))
-		if v < 1<<(s-1) {
-			v += -1<<s + 1
-		}
+		v := extend(acc>>(64-s), s)
 		acc <<= s
 		n -= s
 		c.pred += v
@@ -232,14 +229,20 @@ func decodeBlock(r *bitReader, c *scanComp, blk *[64]int32) error {
 		if z > 63 {
 			break // image/jpeg ends the block here, reading no more bits
 		}
-		v := int32(acc >> (64 - size))
-		if v < 1<<(size-1) {
-			v += -1<<size + 1
-		}
+		v := extend(acc>>(64-size), size)
 		acc <<= size
 		n -= size
 		blk[unzig[z]] = v * q[z]
 	}
 	r.acc, r.n = acc, n
 	return nil
+}
+
+// extend turns the size-bit magnitude category code x into the
+// coefficient value it stands for (ITU T.81 figure F.12), without a branch
+// (the sign is unpredictable).
+func extend(x uint64, size uint) int32 {
+	v := int32(x)
+	neg := (v - 1<<(size-1)) >> 31 // -1 when the top bit of x is 0
+	return v + neg&(-1<<size+1)
 }
