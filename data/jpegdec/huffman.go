@@ -1,7 +1,7 @@
 package jpegdec
 
 // lutBits is the length of the codes a huffTable decodes with one look-up.
-const lutBits = 9
+const lutBits = 10
 
 // huffTable is a canonical Huffman code (ITU T.81 annex C): a look-up
 // table for codes of up to lutBits bits and the per-length code ranges
@@ -11,6 +11,10 @@ type huffTable struct {
 	// lut, indexed by the next lutBits bits, is symbol<<8 | code length,
 	// or 0 where the code is longer than lutBits.
 	lut [1 << lutBits]uint16
+	// ac, for an AC table, is for the next lutBits bits that hold a code
+	// of run r and size s > 0 and its s bits, the coefficient value v and
+	// the total length n as v<<16 | r<<8 | n, or 0.
+	ac [1 << lutBits]int32
 	// maxCode[l] is the largest code of length l, or -1; the symbol of
 	// code c of length l is vals[valPtr[l]+c-minCode[l]].
 	maxCode, minCode, valPtr [17]int32
@@ -48,6 +52,15 @@ func (t *huffTable) build(counts [16]int, vals []uint8) error {
 			k++
 		}
 		code <<= 1
+	}
+	for i, e := range t.lut {
+		l, sym := uint(e&0xff), uint(e>>8)
+		run, size := sym>>4, sym&0x0f
+		if e == 0 || size == 0 || l+size > lutBits {
+			continue
+		}
+		x := uint64(i>>(lutBits-l-size)) & (1<<size - 1)
+		t.ac[i] = extend(x, size)<<16 | int32(run<<8) | int32(l+size)
 	}
 	return nil
 }

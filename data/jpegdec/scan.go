@@ -201,7 +201,20 @@ func decodeBlock(r *bitReader, c *scanComp, blk *[64]int32) error {
 			r.fill()
 			acc, n = r.acc, r.n
 		}
-		if e := t.lut[acc>>(64-lutBits)]; e != 0 {
+		i := acc >> (64 - lutBits)
+		if f := t.ac[i]; f != 0 {
+			// A short code and value: one look-up, unless the run
+			// overflows the block (then image/jpeg reads no value).
+			if nz := z + int(f>>8&0xff); nz <= 63 {
+				ln := uint(f & 0xff)
+				acc <<= ln
+				n -= ln
+				z = nz
+				blk[unzig[z]] = (f >> 16) * q[z]
+				continue
+			}
+		}
+		if e := t.lut[i]; e != 0 {
 			s, l = uint(e>>8), uint(e&0xff)
 		} else {
 			sym, ln := t.slow(acc)
