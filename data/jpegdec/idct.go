@@ -84,16 +84,14 @@ func idctStore(blk *[64]int32, dst []uint8, stride int) {
 		x[3], x[4] = e3+o4, e3-o4
 	}
 
-	// Columns.
-	var out [8]int32
+	// Columns, written back into blk.
 	for i := range 8 {
 		c0, c1, c2, c3 := blk[i], blk[8+i], blk[16+i], blk[24+i]
 		c4, c5, c6, c7 := blk[32+i], blk[40+i], blk[48+i], blk[56+i]
 		if c1|c2|c3|c4|c5|c6|c7 == 0 {
-			v := clampShift((c0 + 1<<19) >> 20)
-			for y := range 8 {
-				dst[y*stride+i] = v
-			}
+			v := (c0 + 1<<19) >> 20
+			blk[i], blk[8+i], blk[16+i], blk[24+i] = v, v, v, v
+			blk[32+i], blk[40+i], blk[48+i], blk[56+i] = v, v, v, v
 			continue
 		}
 		e0 := c0 + 1<<19
@@ -108,13 +106,16 @@ func idctStore(blk *[64]int32, dst []uint8, stride int) {
 		o4, o6 = o4+o6, o4-o6
 		o4, o7 = rot(o4>>14, o7>>14, c3x12, -s3x12)
 		o5, o6 = rot(o5>>14, o6>>14, c1x12, -s1x12)
-		out[0], out[7] = e0+o7, e0-o7
-		out[1], out[6] = e1+o6, e1-o6
-		out[2], out[5] = e2+o5, e2-o5
-		out[3], out[4] = e3+o4, e3-o4
-		for y, v := range out {
-			dst[y*stride+i] = clampShift(v >> 18)
-		}
+		blk[i], blk[56+i] = (e0+o7)>>18, (e0-o7)>>18
+		blk[8+i], blk[48+i] = (e1+o6)>>18, (e1-o6)>>18
+		blk[16+i], blk[40+i] = (e2+o5)>>18, (e2-o5)>>18
+		blk[24+i], blk[32+i] = (e3+o4)>>18, (e3-o4)>>18
+	}
+	for y := range 8 {
+		x := blk[8*y : 8*y+8 : 8*y+8]
+		row := dst[y*stride : y*stride+8 : y*stride+8]
+		row[0], row[1], row[2], row[3] = clampShift(x[0]), clampShift(x[1]), clampShift(x[2]), clampShift(x[3])
+		row[4], row[5], row[6], row[7] = clampShift(x[4]), clampShift(x[5]), clampShift(x[6]), clampShift(x[7])
 	}
 }
 
@@ -122,11 +123,8 @@ func idctStore(blk *[64]int32, dst []uint8, stride int) {
 // does: below −128 is 0, above 127 is 255.
 func clampShift(v int32) uint8 {
 	v += 128
-	if uint32(v) > 255 {
-		if v < 0 {
-			return 0
-		}
-		return 255
+	if uint32(v) <= 255 {
+		return uint8(v)
 	}
-	return uint8(v)
+	return uint8(^(v >> 31)) // 0 below the range, 255 above
 }
