@@ -75,3 +75,27 @@ func TestDecodeJPEGFastUnchanged(t *testing.T) {
 	}
 	t.Logf("%d inputs compared", cases)
 }
+
+// TestYCCRowToRGB checks the row conversion against yccToRGB for every
+// (Y, Cb, Cr).
+func TestYCCRowToRGB(t *testing.T) {
+	yrow := make([]uint8, 256)
+	for i := range yrow {
+		yrow[i] = uint8(i)
+	}
+	cb, cr, out := make([]uint8, 256), make([]uint8, 256), make([]uint8, 3*256)
+	for b := range 256 {
+		for r := range 256 {
+			for i := range cb {
+				cb[i], cr[i] = uint8(b), uint8(r)
+			}
+			yccRowToRGB(out, yrow, cb, cr)
+			for y := range 256 {
+				R, G, B := yccToRGB(uint8(y), uint8(b), uint8(r))
+				if out[3*y] != R || out[3*y+1] != G || out[3*y+2] != B {
+					t.Fatalf("Y=%d Cb=%d Cr=%d: got %v, want %d %d %d", y, b, r, out[3*y:3*y+3], R, G, B)
+				}
+			}
+		}
+	}
+}
