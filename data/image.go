@@ -78,7 +78,9 @@ func DecodeRGB(name string, b []byte) (*RGB, error) {
 
 // Decode decodes a PNG, JPEG or GIF image (the first frame of a GIF). It
 // returns an error naming name for an unknown format, a corrupt or truncated
-// file, an empty image, or one larger than MaxImagePixels.
+// file, an empty image, or one larger than MaxImagePixels. Baseline JPEGs
+// are decoded by data/jpegdec, which returns image/jpeg's image bit for
+// bit; every other file by the standard library's decoders.
 func Decode(name string, b []byte) (image.Image, error) {
 	return decode(name, b, MaxImagePixels)
 }

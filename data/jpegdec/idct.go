@@ -21,9 +21,8 @@ const (
 	r2x14   = 11585  // (1/√2)·2¹⁴
 )
 
-// rot returns the rotation (a·kc − b·ks, a·ks + b·kc)... in the sign
-// convention image/jpeg uses with a negated sine: (a·kc + b·ks', b·kc −
-// a·ks') for ks' = −ks.
+// rot returns (kc·a + ks·b, kc·b − ks·a): the plane rotation of the
+// factorisation's butterflies, called with ks the negated sine constant.
 func rot(a, b, kc, ks int32) (int32, int32) {
 	return kc*a + ks*b, kc*b - ks*a
 }
