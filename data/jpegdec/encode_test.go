@@ -2,9 +2,14 @@ package jpegdec
 
 import (
 	"bytes"
+	"errors"
 	"image"
 	"math"
+	"os"
+	"path/filepath"
 	"testing"
+
+	"github.com/subtta/subtta/internal/fixture"
 )
 
 // This file holds a small baseline JPEG encoder for the tests: image/jpeg's
@@ -14,13 +19,15 @@ import (
 // encOptions chooses the features of an encoded file.
 type encOptions struct {
 	gray    bool
-	hY, vY  int  // luma sampling factors; chroma is sampled 1×1
-	chromaY bool // chroma sampled as luma (4:4:4 with hY×vY MCUs)
-	ri      int  // restart interval in MCUs, 0 for none
-	sof1    bool // SOF1 instead of SOF0, with Huffman tables 2 and 3
-	q16     bool // 16-bit quantisation tables
-	qscale  int  // quantisation step, at least 1
-	fill    bool // a fill byte before each marker after the scan data
+	hY, vY  int    // luma sampling factors; chroma is sampled 1×1
+	chromaY bool   // chroma sampled as luma (4:4:4 with hY×vY MCUs)
+	ri      int    // restart interval in MCUs, 0 for none
+	sof1    bool   // SOF1 instead of SOF0, with Huffman tables 2 and 3
+	q16     bool   // 16-bit quantisation tables
+	qscale  int    // quantisation step, at least 1
+	fill    bool   // a fill byte before each marker after the scan data
+	ids     string // component identifiers, "" for 1, 2, 3
+	noJFIF  bool   // no APP0 JFIF segment
 }
 
 type bitWriter struct {
@@ -146,7 +153,15 @@ func encode(t testing.TB, m image.Image, o encOptions) []byte {
 		out = append(out, p...)
 	}
 	out = append(out, 0xff, mSOI)
-	seg(mAPP0, []byte("JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00"))
+	if !o.noJFIF {
+		seg(mAPP0, []byte("JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00"))
+	}
+	id := func(c int) uint8 {
+		if o.ids != "" {
+			return o.ids[c]
+		}
+		return uint8(c + 1)
+	}
 	for i := range 2 {
 		if o.q16 {
 			p := []byte{0x10 | uint8(i)}
@@ -164,7 +179,7 @@ func encode(t testing.TB, m image.Image, o encOptions) []byte {
 	}
 	sof := []byte{8, uint8(h >> 8), uint8(h), uint8(w >> 8), uint8(w), uint8(nc)}
 	for c := range nc {
-		sof = append(sof, uint8(c+1), uint8(hs[c]<<4|vs[c]), uint8(min(c, 1)))
+		sof = append(sof, id(c), uint8(hs[c]<<4|vs[c]), uint8(min(c, 1)))
 	}
 	marker, tab := uint8(mSOF0), uint8(0)
 	if o.sof1 {
@@ -186,7 +201,7 @@ func encode(t testing.TB, m image.Image, o encOptions) []byte {
 	sos := []byte{uint8(nc)}
 	for c := range nc {
 		th := tab + uint8(min(c, 1))
-		sos = append(sos, uint8(c+1), th<<4|th)
+		sos = append(sos, id(c), th<<4|th)
 	}
 	seg(mSOS, append(sos, 0, 63, 0))
 
@@ -336,4 +351,32 @@ func TestOwnEncoded(t *testing.T) {
 		}
 	}
 	t.Logf("%d JPEGs", len(files))
+}
+
+// TestLeftToImageJPEG checks that files of kinds the fast path does not
+// take are declined with ErrUnsupported while image/jpeg decodes them.
+func TestLeftToImageJPEG(t *testing.T) {
+	m := testImage(40, 24, false, 9)
+	base := encode(t, m, encOptions{hY: 2, vY: 2, qscale: 2})
+	cases := map[string][]byte{
+		"4:1:1": encode(t, m, encOptions{hY: 4, vY: 1, qscale: 2}),
+		// image/jpeg converts these to RGBA.
+		"RGB component names": encode(t, m, encOptions{hY: 1, vY: 1, qscale: 2, ids: "RGB", noJFIF: true}),
+		"Adobe APP14": func() []byte {
+			app14 := []byte{0xff, mAPPE, 0, 14, 'A', 'd', 'o', 'b', 'e', 0, 100, 0, 0, 0, 0, 1}
+			return append(append(bytes.Clone(base[:2]), app14...), base[2:]...)
+		}(),
+	}
+	if jp, err := os.ReadFile(filepath.Join(fixture.SharedDir(), "assets/corruptions/frost4.jpg")); err == nil {
+		cases["progressive"] = jp
+	}
+	for name, b := range cases {
+		_, err := Decode(b)
+		if !errors.Is(err, ErrUnsupported) {
+			t.Errorf("%s: Decode error %v, want ErrUnsupported", name, err)
+		}
+		if _, err := jpegDecode(b); err != nil {
+			t.Errorf("%s: image/jpeg: %v", name, err)
+		}
+	}
 }
