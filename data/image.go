@@ -10,6 +10,8 @@ import (
 	_ "image/jpeg"
 	_ "image/png"
 	"os"
+
+	"github.com/subtta/subtta/data/jpegdec"
 )
 
 // MaxImagePixels is the largest image, in pixels, that Decode accepts.
@@ -76,7 +78,9 @@ func DecodeRGB(name string, b []byte) (*RGB, error) {
 
 // Decode decodes a PNG, JPEG or GIF image (the first frame of a GIF). It
 // returns an error naming name for an unknown format, a corrupt or truncated
-// file, an empty image, or one larger than MaxImagePixels.
+// file, an empty image, or one larger than MaxImagePixels. Baseline JPEGs
+// are decoded by data/jpegdec, which returns image/jpeg's image bit for
+// bit; every other file by the standard library's decoders.
 func Decode(name string, b []byte) (image.Image, error) {
 	return decode(name, b, MaxImagePixels)
 }
@@ -99,12 +103,23 @@ func decode(name string, b []byte, maxPixels int) (img image.Image, err error) {
 			img, err = nil, fmt.Errorf("data: %s: %s decoder failed: %v", name, format, r)
 		}
 	}()
+	if format == "jpeg" && fastJPEG {
+		// The fast decoder returns image/jpeg's image for the files it
+		// takes (baseline ones); image/jpeg decodes, or rejects, the rest,
+		// so what Decode returns is unchanged.
+		if img, err := jpegdec.Decode(b); err == nil {
+			return img, nil
+		}
+	}
 	img, _, err = image.Decode(bytes.NewReader(b))
 	if err != nil {
 		return nil, decodeError(name, err)
 	}
 	return img, nil
 }
+
+// fastJPEG turns the fast JPEG decoder on; tests turn it off to compare.
+var fastJPEG = true
 
 func decodeError(name string, err error) error {
 	if errors.Is(err, image.ErrFormat) {

@@ -103,10 +103,33 @@ func ycbcrToRGB(p []uint8, src *image.YCbCr) {
 			upsampleH2V2(cb, sumCb)
 			upsampleH2V2(cr, sumCr)
 		}
-		out := p[3*w*y : 3*w*(y+1)]
-		for x, yv := range yrow {
-			out[3*x], out[3*x+1], out[3*x+2] = yccToRGB(yv, cb[x], cr[x])
-		}
+		yccRowToRGB(p[3*w*y:3*w*(y+1)], yrow, cb, cr)
+	}
+}
+
+// clampTab[i+clampOff] is clamp8(i) for the sums yccRowToRGB forms (luma
+// plus a chroma term, within ±300 of 0..255).
+const clampOff = 512
+
+var clampTab = func() (t [1024]uint8) {
+	for i := range t {
+		t[i] = clamp8(int32(i - clampOff))
+	}
+	return t
+}()
+
+// yccRowToRGB is yccToRGB over a row, clamping by table look-up.
+func yccRowToRGB(out, yrow, cb, cr []uint8) {
+	t := &yccTables
+	n := len(yrow)
+	out, cb, cr = out[:3*n], cb[:n], cr[:n]
+	for x, yv := range yrow {
+		yy := int32(yv) + clampOff
+		b, r := cb[x], cr[x]
+		o := out[3*x : 3*x+3 : 3*x+3]
+		o[0] = clampTab[(yy+t.crR[r])&1023]
+		o[1] = clampTab[(yy+(t.cbG[b]+t.crG[r])>>16)&1023]
+		o[2] = clampTab[(yy+t.cbB[b])&1023]
 	}
 }
 
