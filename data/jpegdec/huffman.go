@@ -65,6 +65,16 @@ func (t *huffTable) build(counts [16]int, vals []uint8) error {
 	return nil
 }
 
+// symbol decodes the code at the top of acc: its symbol and length, or
+// length 0 for no code.
+func (t *huffTable) symbol(acc uint64) (sym, length uint) {
+	if e := t.lut[acc>>(64-lutBits)]; e != 0 {
+		return uint(e >> 8), uint(e & 0xff)
+	}
+	s, l := t.slow(acc)
+	return uint(s), l
+}
+
 // slow decodes a code longer than lutBits from the top 16 bits of acc,
 // returning its symbol and length, or length 0 for no code.
 func (t *huffTable) slow(acc uint64) (sym uint8, length uint) {

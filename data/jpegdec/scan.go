@@ -170,15 +170,9 @@ func decodeBlock(r *bitReader, c *scanComp, blk *[64]int32) error {
 
 	// DC: a code (at most 16 bits) and up to 16 bits of difference.
 	t := c.dc
-	var s, l uint
-	if e := t.lut[acc>>(64-lutBits)]; e != 0 {
-		s, l = uint(e>>8), uint(e&0xff)
-	} else {
-		sym, ln := t.slow(acc)
-		if ln == 0 {
-			return malformed("bad Huffman code")
-		}
-		s, l = uint(sym), ln
+	s, l := t.symbol(acc)
+	if l == 0 {
+		return malformed("bad Huffman code")
 	}
 	acc <<= l
 	n -= l
@@ -214,14 +208,8 @@ func decodeBlock(r *bitReader, c *scanComp, blk *[64]int32) error {
 				continue
 			}
 		}
-		if e := t.lut[i]; e != 0 {
-			s, l = uint(e>>8), uint(e&0xff)
-		} else {
-			sym, ln := t.slow(acc)
-			if ln == 0 {
-				return malformed("bad Huffman code")
-			}
-			s, l = uint(sym), ln
+		if s, l = t.symbol(acc); l == 0 {
+			return malformed("bad Huffman code")
 		}
 		acc <<= l
 		n -= l
