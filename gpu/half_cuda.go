@@ -206,26 +206,35 @@ func (d *device) MergeHeadsHalf(x16, y kernel.Buf, batch, tokens, heads, headDim
 	return d.launch("split_heads", elementGrid(n), a)
 }
 
-func (d *device) BiasActivationHalf(y16, x kernel.Buf, rows, cols int, bias kernel.Buf, act kernel.Activation) error {
-	f, err := d.halfFormat("BiasActivationHalf")
-	if err != nil {
-		return err
+// biasActHalf checks what BiasActivationHalf and BiasActivationHalf16
+// share (a 16-bit format, the shape, the activation, the 16-bit output and
+// the bias) and returns the format and the two pointers.
+func (d *device) biasActHalf(what string, y16 kernel.Buf, rows, cols int, bias kernel.Buf, act kernel.Activation) (f int, py, pb C.uintptr_t, err error) {
+	if f, err = d.halfFormat(what); err != nil {
+		return 0, 0, 0, err
 	}
 	if !fits32(rows, cols, rows*cols) {
-		return fmt.Errorf("gpu: BiasActivationHalf: %d×%d", rows, cols)
+		return 0, 0, 0, fmt.Errorf("gpu: %s: %d×%d", what, rows, cols)
 	}
 	if act != kernel.QuickGELUActivation && act != kernel.GELUActivation {
-		return fmt.Errorf("gpu: BiasActivationHalf: activation %d", act)
+		return 0, 0, 0, fmt.Errorf("gpu: %s: activation %d", what, act)
 	}
-	py, err := d.ptr16("BiasActivationHalf", y16, rows*cols)
+	if py, err = d.ptr16(what, y16, rows*cols); err != nil {
+		return 0, 0, 0, err
+	}
+	b, err := d.optPtrs(what, cols, bias)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	return f, py, b[0], nil
+}
+
+func (d *device) BiasActivationHalf(y16, x kernel.Buf, rows, cols int, bias kernel.Buf, act kernel.Activation) error {
+	f, py, pb, err := d.biasActHalf("BiasActivationHalf", y16, rows, cols, bias, act)
 	if err != nil {
 		return err
 	}
 	p, err := d.ptrs("BiasActivationHalf", rows*cols, x)
-	if err != nil {
-		return err
-	}
-	pb, err := d.optPtrs("BiasActivationHalf", cols, bias)
 	if err != nil || rows == 0 || cols == 0 {
 		return err
 	}
@@ -233,7 +242,7 @@ func (d *device) BiasActivationHalf(y16, x kernel.Buf, rows, cols int, bias kern
 	a.ptr(0) // y: unwritten
 	a.ptr(0) // aux: keep nothing
 	a.ptr(p[0])
-	a.ptr(pb[0])
+	a.ptr(pb)
 	a.i32(rows)
 	a.i32(cols)
 	a.i32(int(act))
@@ -417,32 +426,18 @@ func (d *device) GemmHalf16(transA, transB bool, m, n, k int, alpha float32, a k
 // BiasActivationHalf16 runs bias_act_half: BiasActivationHalf from a
 // 16-bit x16.
 func (d *device) BiasActivationHalf16(y16, x16 kernel.Buf, rows, cols int, bias kernel.Buf, act kernel.Activation) error {
-	f, err := d.halfFormat("BiasActivationHalf16")
-	if err != nil {
-		return err
-	}
-	if !fits32(rows, cols, rows*cols) {
-		return fmt.Errorf("gpu: BiasActivationHalf16: %d×%d", rows, cols)
-	}
-	if act != kernel.QuickGELUActivation && act != kernel.GELUActivation {
-		return fmt.Errorf("gpu: BiasActivationHalf16: activation %d", act)
-	}
-	py, err := d.ptr16("BiasActivationHalf16", y16, rows*cols)
+	f, py, pb, err := d.biasActHalf("BiasActivationHalf16", y16, rows, cols, bias, act)
 	if err != nil {
 		return err
 	}
 	px, err := d.ptr16("BiasActivationHalf16", x16, rows*cols)
-	if err != nil {
-		return err
-	}
-	pb, err := d.optPtrs("BiasActivationHalf16", cols, bias)
 	if err != nil || rows == 0 || cols == 0 {
 		return err
 	}
 	var a args
 	a.ptr(py)
 	a.ptr(px)
-	a.ptr(pb[0])
+	a.ptr(pb)
 	a.i32(rows)
 	a.i32(cols)
 	a.i32(int(act))

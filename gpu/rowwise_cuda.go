@@ -522,6 +522,19 @@ extern "C" __global__ void spread_rows(float *y, const float *x, int n, int cols
 		y[i / cols * step * cols + i % cols] = x[i];
 }
 
+// split_index maps value i of s [groups, batch, heads, tokens, hd] to its
+// index in m [batch, tokens, groups·heads·hd] (split_heads' layouts), and
+// sets *at to its index in q|k|v's bias [groups·heads·hd].
+__device__ unsigned split_index(unsigned i, int batch, int tokens, int groups, int heads, int hd, unsigned *at) {
+	unsigned r = i / hd, e = i % hd, t = r % tokens;
+	r /= tokens;
+	unsigned h = r % heads;
+	r /= heads;
+	unsigned b = r % batch, g = r / batch;
+	*at = (g * heads + h) * hd + e;
+	return ((b * tokens + t) * groups * heads + g * heads + h) * hd + e;
+}
+
 // The layouts of kernel.SplitHeads: s [groups, batch, heads, tokens, hd]
 // and m [batch, tokens, groups·heads·hd]; merge copies s into m, else m
 // into s. With h16 set (merging only), the copy's destination is h16
@@ -532,15 +545,11 @@ extern "C" __global__ void split_heads(float *s, float *m, int batch, int tokens
 		unsigned short *h16, int fmt, const float *bias) {
 	unsigned n = (unsigned)groups * batch * heads * tokens * hd;
 	for (unsigned i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += gridDim.x * BLOCK) {
-		unsigned r = i / hd, e = i % hd, t = r % tokens;
-		r /= tokens;
-		unsigned h = r % heads;
-		r /= heads;
-		unsigned b = r % batch, g = r / batch;
-		unsigned j = ((b * tokens + t) * groups * heads + g * heads + h) * hd + e;
+		unsigned at;
+		unsigned j = split_index(i, batch, tokens, groups, heads, hd, &at);
 		if (h16) h16[j] = to_half(s[i], fmt); // merge into 16 bits
 		else if (merge) m[j] = s[i];
-		else if (bias) s[i] = m[j] + bias[(g * heads + h) * hd + e]; // a split adding q|k|v's bias
+		else if (bias) s[i] = m[j] + bias[at]; // a split adding q|k|v's bias
 		else s[i] = m[j];
 	}
 }
@@ -554,14 +563,10 @@ extern "C" __global__ void split_heads_half(unsigned short *h16, const unsigned 
 		int groups, int heads, int hd, int fmt) {
 	unsigned n = (unsigned)groups * batch * heads * tokens * hd;
 	for (unsigned i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += gridDim.x * BLOCK) {
-		unsigned r = i / hd, e = i % hd, t = r % tokens;
-		r /= tokens;
-		unsigned h = r % heads;
-		r /= heads;
-		unsigned b = r % batch, g = r / batch;
-		unsigned j = ((b * tokens + t) * groups * heads + g * heads + h) * hd + e;
+		unsigned at;
+		unsigned j = split_index(i, batch, tokens, groups, heads, hd, &at);
 		float v = from_half(m16[j], fmt);
-		h16[i] = to_half(bias ? v + bias[(g * heads + h) * hd + e] : v, fmt);
+		h16[i] = to_half(bias ? v + bias[at] : v, fmt);
 	}
 }
 
