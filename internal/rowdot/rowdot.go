@@ -44,8 +44,8 @@ func Mul(a, b *mat.Dense) (*mat.Dense, error) {
 	rows := func(i0, i1 int) {
 		c, a := cr.Data[i0*cr.Stride:], ar.Data[i0*ar.Stride:]
 		m := i1 - i0
-		tiled := 0 // rows of C done by the kernel
-		if useAVX && k%4 == 0 && block%4 == 0 && k > 0 {
+		tiled := 0                                       // rows of C done by the kernel
+		if useAVX && k%4 == 0 && block%4 == 0 && k > 0 { // every block a multiple of 4
 			tiled = m - m%tileRows
 		}
 		nt := n - n%tileCols
@@ -61,7 +61,7 @@ func Mul(a, b *mat.Dense) (*mat.Dense, error) {
 				for i := 0; i < tiled; i += tileRows {
 					ai, ci := a[i*ar.Stride+k0:], c[i*cr.Stride+j:]
 					_, _ = ai[(tileRows-1)*ar.Stride+kl-1], ci[(tileRows-1)*cr.Stride+tileCols-1]
-					dotTileAdd(&ai[0], ar.Stride, &bj[0], br.Stride, kl, kl, &ci[0], cr.Stride)
+					dotTileAdd(&ai[0], ar.Stride, &bj[0], br.Stride, kl, &ci[0], cr.Stride)
 				}
 			}
 		}
@@ -127,8 +127,9 @@ func addDots(c []float64, ldc int, a []float64, lda int, b []float64, ldb int, m
 
 // dot is gonum's DotUnitary on amd64, in Go: lane l sums the products of
 // the terms l, l+4, l+8, … of the longest prefix whose length is a
-// multiple of 4, then finish adds the rest. The conversions round each
-// product, so that no build fuses it into an FMA.
+// multiple of 4, the rest (fewer than four) are added to lane 0 in turn,
+// and the lanes are folded as (s0+s2) + (s1+s3). The conversions round
+// each product, so that no build fuses it into an FMA.
 func dot(x, y []float64) float64 {
 	y = y[:len(x)]
 	var s0, s1, s2, s3 float64
@@ -140,14 +141,8 @@ func dot(x, y []float64) float64 {
 		s2 += float64(xs[2] * ys[2])
 		s3 += float64(xs[3] * ys[3])
 	}
-	return finish(s0, s1, s2, s3, x[i:], y[i:])
-}
-
-// finish adds the tail's products (fewer than four) to lane 0 in turn and
-// folds the lanes as DotUnitary does: (s0+s2) + (s1+s3).
-func finish(s0, s1, s2, s3 float64, x, y []float64) float64 {
-	for t, v := range x {
-		s0 += float64(v * y[t])
+	for ; i < len(x); i++ {
+		s0 += float64(x[i] * y[i])
 	}
 	return (s0 + s2) + (s1 + s3)
 }

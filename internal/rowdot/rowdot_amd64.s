@@ -2,15 +2,15 @@
 
 #include "textflag.h"
 
-// func dotTileAdd(a *float64, lda int, b *float64, ldb int, k, block int, c *float64, ldc int)
+// func dotTileAdd(a *float64, lda int, b *float64, ldb int, k int, c *float64, ldc int)
 //
-// For each block of block elements of k (both multiples of 4), Y0–Y11
-// sum the 3×4 tile's dot products (accumulator 4·r+s: row r of A, row s
-// of B), four partial sums each: lane l takes the products of the
-// elements ≡ l mod 4, each rounded by VMULPD before VADDPD adds it, as
-// gonum's SSE2 DotUnitary does with MULPD and ADDPD. Each sum is then
-// folded as (s0+s2) + (s1+s3) and added to its element of C.
-TEXT ·dotTileAdd(SB), NOSPLIT, $0-64
+// Y0–Y11 sum the 3×4 tile's dot products over k elements (a multiple of
+// 4; accumulator 4·r+s: row r of A, row s of B), four partial sums each:
+// lane l takes the products of the elements ≡ l mod 4, each rounded by
+// VMULPD before VADDPD adds it, as gonum's SSE2 DotUnitary does with
+// MULPD and ADDPD. Each sum is then folded as (s0+s2) + (s1+s3) and
+// added to its element of C.
+TEXT ·dotTileAdd(SB), NOSPLIT, $0-56
 	MOVQ a+0(FP), SI
 	MOVQ lda+8(FP), R8
 	SHLQ $3, R8
@@ -19,14 +19,10 @@ TEXT ·dotTileAdd(SB), NOSPLIT, $0-64
 	SHLQ $3, R9
 	MOVQ k+32(FP), CX
 	SHLQ $3, CX               // k in bytes
-	MOVQ block+40(FP), BX
-	SHLQ $3, BX               // a block in bytes
 	LEAQ (DI)(R9*1), R12      // B row 1
 	LEAQ (R12)(R9*1), R13     // B row 2
 	LEAQ (R13)(R9*1), R14     // B row 3
 	XORQ AX, AX               // byte offset in k
-
-block:
 	VXORPD Y0, Y0, Y0
 	VXORPD Y1, Y1, Y1
 	VXORPD Y2, Y2, Y2
@@ -39,9 +35,6 @@ block:
 	VXORPD Y9, Y9, Y9
 	VXORPD Y10, Y10, Y10
 	VXORPD Y11, Y11, Y11
-	LEAQ (AX)(BX*1), R15      // the block's end
-	CMPQ R15, CX
-	CMOVQGT CX, R15
 	LEAQ (SI)(R8*1), R10      // A row 1
 	LEAQ (R10)(R8*1), R11     // A row 2
 
@@ -74,12 +67,12 @@ four:
 	VMULPD (R14)(AX*1), Y14, Y15
 	VADDPD Y15, Y11, Y11
 	ADDQ $32, AX
-	CMPQ AX, R15
+	CMPQ AX, CX
 	JLT  four
 
 	// Fold each sum and add it to C.
-	MOVQ c+48(FP), DX
-	MOVQ ldc+56(FP), R10
+	MOVQ c+40(FP), DX
+	MOVQ ldc+48(FP), R10
 	SHLQ $3, R10
 	LEAQ (DX)(R10*2), R11     // C row 2
 	ADDQ DX, R10              // C row 1
@@ -155,7 +148,5 @@ four:
 	VADDSD X13, X11, X11
 	VADDSD 24(R11), X11, X11
 	VMOVSD X11, 24(R11)
-	CMPQ AX, CX
-	JLT  block
 	VZEROUPPER
 	RET

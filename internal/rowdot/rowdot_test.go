@@ -116,7 +116,7 @@ func TestMulMatrix(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		x, y mat.Matrix
-	}{{"dense", a, b}, {"symmetric", a, sym}, {"transposed", b.T().T(), a}} {
+	}{{"dense", a, b}, {"symmetric", a, sym}, {"transposed", mat.DenseCopyOf(b.T()).T(), a}} {
 		var want mat.Dense
 		want.Mul(tc.x, tc.y.T())
 		if got := MulMatrix(tc.x, tc.y); !mat.Equal(got, &want) {
