@@ -24,12 +24,14 @@ static struct {
 	status (*cudaMallocHost)(void **p, size_t bytes);
 	status (*cudaFreeHost)(void *p);
 	status (*cudaStreamCreate)(void **stream);
+	status (*cudaStreamCreateWithFlags)(void **stream, unsigned flags);
 	status (*cudaStreamDestroy)(void *stream);
 	status (*cudaStreamSynchronize)(void *stream);
 	status (*cudaEventCreateWithFlags)(void **event, unsigned flags);
 	status (*cudaEventDestroy)(void *event);
 	status (*cudaEventRecord)(void *event, void *stream);
 	status (*cudaEventSynchronize)(void *event);
+	status (*cudaStreamWaitEvent)(void *stream, void *event, unsigned flags);
 	status (*cudaRuntimeGetVersion)(int *version);
 	status (*cudaDeviceGetAttribute)(int *value, int attr, int device);
 	const char *(*cudaGetErrorName)(status s);
@@ -88,12 +90,14 @@ static const char *sub_bind(void *rt, void *blas, void *rtc, void *drv) {
 	BIND(rt, cudaMallocHost, "cudaMallocHost")
 	BIND(rt, cudaFreeHost, "cudaFreeHost")
 	BIND(rt, cudaStreamCreate, "cudaStreamCreate")
+	BIND(rt, cudaStreamCreateWithFlags, "cudaStreamCreateWithFlags")
 	BIND(rt, cudaStreamDestroy, "cudaStreamDestroy")
 	BIND(rt, cudaStreamSynchronize, "cudaStreamSynchronize")
 	BIND(rt, cudaEventCreateWithFlags, "cudaEventCreateWithFlags")
 	BIND(rt, cudaEventDestroy, "cudaEventDestroy")
 	BIND(rt, cudaEventRecord, "cudaEventRecord")
 	BIND(rt, cudaEventSynchronize, "cudaEventSynchronize")
+	BIND(rt, cudaStreamWaitEvent, "cudaStreamWaitEvent")
 	BIND(rt, cudaRuntimeGetVersion, "cudaRuntimeGetVersion")
 	BIND(rt, cudaDeviceGetAttribute, "cudaDeviceGetAttribute")
 	BIND(rt, cudaGetErrorName, "cudaGetErrorName")
@@ -142,6 +146,9 @@ static status w_download(void *dst, uintptr_t src, size_t bytes, void *stream) {
 static status w_cudaMallocHost(void **p, size_t bytes) { return api.cudaMallocHost(p, bytes); }
 static status w_cudaFreeHost(void *p) { return api.cudaFreeHost(p); }
 static status w_cudaStreamCreate(void **s) { return api.cudaStreamCreate(s); }
+// A stream not ordered with the legacy default one (cudaStreamNonBlocking):
+// UploadAhead's copies, ordered with the device's stream by events only.
+static status w_cudaStreamCreateNonBlocking(void **s) { return api.cudaStreamCreateWithFlags(s, 1); }
 static status w_cudaStreamDestroy(void *s) { return api.cudaStreamDestroy(s); }
 static status w_cudaStreamSynchronize(void *s) { return api.cudaStreamSynchronize(s); }
 // Events without timing (cudaEventDisableTiming): the cheapest kind.
@@ -149,6 +156,7 @@ static status w_cudaEventCreate(void **e) { return api.cudaEventCreateWithFlags(
 static status w_cudaEventDestroy(void *e) { return api.cudaEventDestroy(e); }
 static status w_cudaEventRecord(void *e, void *s) { return api.cudaEventRecord(e, s); }
 static status w_cudaEventSynchronize(void *e) { return api.cudaEventSynchronize(e); }
+static status w_cudaStreamWaitEvent(void *s, void *e) { return api.cudaStreamWaitEvent(s, e, 0); }
 static status w_cudaRuntimeGetVersion(int *v) { return api.cudaRuntimeGetVersion(v); }
 static status w_cudaDeviceGetAttribute(int *v, int attr, int dev) { return api.cudaDeviceGetAttribute(v, attr, dev); }
 static const char *w_cudaGetErrorName(status s) { return api.cudaGetErrorName(s); }
@@ -372,9 +380,20 @@ const (
 // does not wait for it: an upload copies its values into pinned memory
 // (stage) and queues the copy; only Download waits, for everything queued
 // before it. The stream is a blocking one (cudaStreamCreate), so work on
-// CUDA's legacy default stream is ordered with it too.
+// CUDA's legacy default stream is ordered with it too. UploadAhead's
+// copies go to a second stream (copies), ordered with the first by events
+// only: after the work queued before them, and before the work queued
+// after Await.
+//
+// mu guards the handles and the state below; a caller waiting for the
+// device (Download, UploadAhead reusing its pinned memory) waits without
+// it, so that other goroutines can queue work meanwhile. downMu (Download's
+// pinned memory) and aheadMu (UploadAhead's) are taken before mu, never
+// while holding it.
 type device struct {
 	mu      sync.Mutex
+	downMu  sync.Mutex
+	aheadMu sync.Mutex
 	name    string
 	ctx     unsafe.Pointer
 	blas    unsafe.Pointer
@@ -385,9 +404,24 @@ type device struct {
 	free    map[int][]uintptr         // freed buffers by length, for reuse
 	prec    Precision
 	up      stage          // pinned memory for uploads
-	down    unsafe.Pointer // pinned memory for downloads, downBytes of it
+	down    unsafe.Pointer // pinned memory for downloads, downN bytes of it
 	downN   int
+	downEv  unsafe.Pointer // recorded after a download's copy
 	closed  bool
+
+	copies    unsafe.Pointer // the stream of UploadAhead's copies, made by the first
+	ahead     [2]aheadStage  // UploadAhead's pinned memory, used in turn
+	aheadNext int            // the stage the next UploadAhead uses
+}
+
+// aheadStage is pinned host memory for UploadAhead: the host copies a
+// batch there, outside mu, and the copy stream reads it. It is written
+// again once ev, recorded after that copy, has passed. Two take turns, so
+// that one batch can be copied in while the one before is still going up.
+type aheadStage struct {
+	base unsafe.Pointer
+	size int
+	ev   unsafe.Pointer // nil before the first use
 }
 
 // stage is the pinned host memory uploads go through: a ring of size
@@ -400,12 +434,14 @@ type stage struct {
 	size    int
 	head    int
 	pending []pendingCopy    // copies not known to be done, in the order queued
-	spare   []unsafe.Pointer // events for reuse
+	spare   []unsafe.Pointer // events for reuse (the device's, not only the ring's)
+	seq     uint64           // the number of copies queued so far
 }
 
 type pendingCopy struct {
 	start, end int // bytes of the ring the copy reads
 	ev         unsafe.Pointer
+	seq        uint64 // its number in the order queued
 }
 
 // Open initialises CUDA device o.Ordinal: the libraries, its primary
@@ -572,10 +608,17 @@ func (d *device) precision() Precision { return d.prec }
 // Close frees the memory kept for reuse and the cuBLAS handle; buffers not
 // freed stay allocated until the process ends.
 func (d *device) Close() error {
+	d.downMu.Lock()
+	defer d.downMu.Unlock()
+	d.aheadMu.Lock()
+	defer d.aheadMu.Unlock()
 	return d.exec(func() error {
 		var errs []error
 		if s := C.w_cudaStreamSynchronize(d.stream); s != 0 {
 			errs = append(errs, rtErr("cudaStreamSynchronize", s))
+		}
+		if err := d.syncCopiesLocked(); err != nil {
+			errs = append(errs, err)
 		}
 		for _, ps := range d.free {
 			for _, p := range ps {
@@ -585,15 +628,32 @@ func (d *device) Close() error {
 		d.free = nil
 		d.closed = true
 		d.up.retire()
-		for _, e := range d.up.spare {
+		spare := d.up.spare
+		if d.downEv != nil {
+			spare = append(spare, d.downEv)
+		}
+		pinned := []unsafe.Pointer{d.up.base, d.down}
+		for _, a := range d.ahead {
+			pinned = append(pinned, a.base)
+			if a.ev != nil {
+				spare = append(spare, a.ev)
+			}
+		}
+		for _, e := range spare {
 			C.w_cudaEventDestroy(e)
 		}
-		for _, p := range []unsafe.Pointer{d.up.base, d.down} {
+		for _, p := range pinned {
 			if p != nil {
 				C.w_cudaFreeHost(p)
 			}
 		}
-		d.up, d.down = stage{}, nil
+		d.up, d.down, d.downEv, d.ahead = stage{}, nil, nil, [2]aheadStage{}
+		if d.copies != nil {
+			if s := C.w_cudaStreamDestroy(d.copies); s != 0 {
+				errs = append(errs, rtErr("cudaStreamDestroy (copies)", s))
+			}
+			d.copies = nil
+		}
 		errs = append(errs, d.closeSolver())
 		if s := C.w_cublasDestroy(d.blas); s != 0 {
 			errs = append(errs, blasErr("cublasDestroy_v2", s))
@@ -612,6 +672,10 @@ type buf struct {
 	ptr uintptr
 	n   int
 	own bool
+	// ready is the event recorded after UploadAhead's copy into the
+	// buffer, until Await (or Free) ordered the device's stream after it.
+	// Guarded by the device's mu.
+	ready unsafe.Pointer
 }
 
 func (b *buf) Len() int { return b.n }
@@ -634,29 +698,43 @@ func (d *device) Alloc(n int) (kernel.Buf, error) {
 	if n == 0 {
 		return b, nil
 	}
-	err := d.exec(func() error {
-		if ps := d.free[n]; len(ps) > 0 {
-			b.ptr, d.free[n] = ps[len(ps)-1], ps[:len(ps)-1]
-			return nil
-		}
-		var p C.uintptr_t
-		if s := C.w_cudaMalloc(&p, C.size_t(4*n)); s != 0 {
-			return rtErr("cudaMalloc", s)
-		}
-		b.ptr = uintptr(p)
-		return nil
-	})
-	if err != nil {
+	if err := d.exec(func() error { return d.alloc(b) }); err != nil {
 		return nil, err
 	}
 	return b, nil
 }
 
-// Free keeps the buffer for reuse by Alloc (until Close).
+// alloc gives b (of b.n > 0 values) its memory. Called in exec.
+func (d *device) alloc(b *buf) error {
+	if ps := d.free[b.n]; len(ps) > 0 {
+		b.ptr, d.free[b.n] = ps[len(ps)-1], ps[:len(ps)-1]
+		return nil
+	}
+	var p C.uintptr_t
+	if s := C.w_cudaMalloc(&p, C.size_t(4*b.n)); s != 0 {
+		return rtErr("cudaMalloc", s)
+	}
+	b.ptr = uintptr(p)
+	return nil
+}
+
+// Free keeps the buffer for reuse by Alloc (until Close). A buffer of
+// UploadAhead not yet awaited is awaited first: the work that reuses its
+// memory must not run before the copy into it.
 func (d *device) Free(kb kernel.Buf) {
 	b, ok := kb.(*buf)
 	if !ok || b.d != d || !b.own || b.ptr == 0 {
 		return
+	}
+	d.mu.Lock()
+	pending := b.ready != nil
+	d.mu.Unlock()
+	if pending {
+		// On failure the memory is not reused: the copy may still write it.
+		if d.exec(func() error { return d.await(b) }) != nil {
+			b.ptr = 0
+			return
+		}
 	}
 	d.mu.Lock()
 	if !d.closed {
@@ -677,6 +755,8 @@ func (d *device) ptr(what string, kb kernel.Buf, need int) (C.uintptr_t, error) 
 		return 0, fmt.Errorf("gpu: %s: a buffer of another device", what)
 	case b.own && b.ptr == 0 && b.n > 0:
 		return 0, fmt.Errorf("gpu: %s: buffer used after Free", what)
+	case b.ready != nil && what != "Await":
+		return 0, fmt.Errorf("gpu: %s: a buffer of UploadAhead used before Await", what)
 	case need > b.n:
 		return 0, fmt.Errorf("gpu: %s: needs %d values, the buffer holds %d", what, need, b.n)
 	}
@@ -759,28 +839,71 @@ func (d *device) uploadPart(dst C.uintptr_t, src []float32) error {
 	if s := C.w_upload(dst, at, C.size_t(4*len(src)), d.stream); s != 0 {
 		return rtErr("cudaMemcpyAsync (upload)", s)
 	}
-	var ev unsafe.Pointer
-	if k := len(st.spare); k > 0 {
-		ev, st.spare = st.spare[k-1], st.spare[:k-1]
-	} else if s := C.w_cudaEventCreate(&ev); s != 0 {
-		return rtErr("cudaEventCreateWithFlags", s)
+	ev, err := d.record(d.stream)
+	if err != nil {
+		return err
 	}
-	if s := C.w_cudaEventRecord(ev, d.stream); s != 0 {
-		st.spare = append(st.spare, ev)
-		return rtErr("cudaEventRecord", s)
-	}
-	st.pending = append(st.pending, pendingCopy{start, end, ev})
+	st.seq++
+	st.pending = append(st.pending, pendingCopy{start, end, ev, st.seq})
 	st.head = end
 	return nil
 }
 
-// retire marks every queued copy done: the stream was synchronised.
-func (st *stage) retire() {
-	for _, p := range st.pending {
-		st.spare = append(st.spare, p.ev)
+// event returns an event without timing, a spare one if there is. Called
+// in exec.
+func (d *device) event() (unsafe.Pointer, error) {
+	st := &d.up
+	if k := len(st.spare); k > 0 {
+		ev := st.spare[k-1]
+		st.spare = st.spare[:k-1]
+		return ev, nil
 	}
-	st.pending = st.pending[:0]
-	st.head = 0
+	var ev unsafe.Pointer
+	if s := C.w_cudaEventCreate(&ev); s != 0 {
+		return nil, rtErr("cudaEventCreateWithFlags", s)
+	}
+	return ev, nil
+}
+
+// record returns an event recorded on stream now. Called in exec.
+func (d *device) record(stream unsafe.Pointer) (unsafe.Pointer, error) {
+	ev, err := d.event()
+	if err != nil {
+		return nil, err
+	}
+	if s := C.w_cudaEventRecord(ev, stream); s != 0 {
+		d.up.spare = append(d.up.spare, ev)
+		return nil, rtErr("cudaEventRecord", s)
+	}
+	return ev, nil
+}
+
+// retire marks every queued copy done: the stream was synchronised.
+func (st *stage) retire() { st.retireUpTo(st.seq) }
+
+// retireUpTo marks the copies numbered up to seq done: an event recorded
+// after them on the stream has passed.
+func (st *stage) retireUpTo(seq uint64) {
+	i := 0
+	for ; i < len(st.pending) && st.pending[i].seq <= seq; i++ {
+		st.spare = append(st.spare, st.pending[i].ev)
+	}
+	st.pending = append(st.pending[:0], st.pending[i:]...)
+	if len(st.pending) == 0 {
+		st.head = 0
+	}
+}
+
+// onThread runs f on a locked thread with the context current, without
+// the mutex: for a call that waits for the device while other goroutines
+// queue work. The caller holds downMu or aheadMu, which Close takes too.
+func (d *device) onThread(f func() error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if s := C.w_cuCtxSetCurrent(d.ctx); s != 0 {
+		return drvErr("cuCtxSetCurrent", s)
+	}
+	return f()
 }
 
 // sync waits for everything queued on the stream. Called in exec.
@@ -809,12 +932,18 @@ func hostCopy(dst, src []float32) {
 	wg.Wait()
 }
 
+// Download queues the copy of src into pinned memory and waits for it,
+// with an event and without the mutex: another goroutine (the reader of
+// the next batch, UploadAhead) may queue work while this one waits.
 func (d *device) Download(dst []float32, src kernel.Buf) error {
 	p, err := d.ptr("Download", src, len(dst))
 	if err != nil || len(dst) == 0 {
 		return err
 	}
-	return d.exec(func() error {
+	d.downMu.Lock()
+	defer d.downMu.Unlock()
+	var upto uint64 // the ring's copies queued before the download
+	err = d.exec(func() error {
 		n := 4 * len(dst)
 		if n > d.downN {
 			if d.down != nil {
@@ -830,12 +959,170 @@ func (d *device) Download(dst []float32, src kernel.Buf) error {
 		if s := C.w_download(d.down, p, C.size_t(n), d.stream); s != 0 {
 			return rtErr("cudaMemcpyAsync (download)", s)
 		}
-		if err := d.sync(); err != nil {
-			return err
+		if d.downEv == nil {
+			ev, err := d.event()
+			if err != nil {
+				return err
+			}
+			d.downEv = ev
 		}
-		hostCopy(dst, unsafe.Slice((*float32)(d.down), len(dst)))
+		if s := C.w_cudaEventRecord(d.downEv, d.stream); s != 0 {
+			return rtErr("cudaEventRecord", s)
+		}
+		upto = d.up.seq
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	if err := d.onThread(func() error {
+		if s := C.w_cudaEventSynchronize(d.downEv); s != 0 {
+			return rtErr("cudaEventSynchronize (download)", s)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	d.up.retireUpTo(upto)
+	d.mu.Unlock()
+	hostCopy(dst, unsafe.Slice((*float32)(d.down), len(dst)))
+	return nil
+}
+
+// UploadAhead implements kernel.Prefetcher. The host copies src into one
+// of two pinned stages of its own (waiting, on the calling goroutine and
+// without the mutex, for that stage's previous copy), then, under the
+// mutex for a few calls only, the copy is queued on the copies stream
+// after an event on the device's stream: the memory the buffer gets may
+// have been freed by work queued before and not yet run. The buffer's
+// ready event, recorded after the copy, is what Await queues a wait for.
+func (d *device) UploadAhead(src []float32) (kernel.Buf, error) {
+	b := &buf{d: d, n: len(src), own: true}
+	if len(src) == 0 {
+		return b, nil
+	}
+	d.aheadMu.Lock()
+	defer d.aheadMu.Unlock()
+	st := &d.ahead[d.aheadNext]
+	d.aheadNext = (d.aheadNext + 1) % len(d.ahead)
+	if st.ev != nil {
+		if err := d.onThread(func() error {
+			if s := C.w_cudaEventSynchronize(st.ev); s != 0 {
+				return rtErr("cudaEventSynchronize (upload ahead)", s)
+			}
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	if n := 4 * len(src); n > st.size {
+		if err := d.exec(func() error {
+			if st.base != nil { // its copy has passed (above)
+				C.w_cudaFreeHost(st.base)
+				st.base, st.size = nil, 0
+			}
+			if s := C.w_cudaMallocHost(&st.base, C.size_t(n)); s != 0 {
+				return rtErr("cudaMallocHost", s)
+			}
+			st.size = n
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	hostCopy(unsafe.Slice((*float32)(st.base), len(src)), src)
+	err := d.exec(func() error {
+		if d.copies == nil {
+			if s := C.w_cudaStreamCreateNonBlocking(&d.copies); s != 0 {
+				d.copies = nil
+				return rtErr("cudaStreamCreateWithFlags (copies)", s)
+			}
+		}
+		if err := d.alloc(b); err != nil {
+			return err
+		}
+		after, err := d.record(d.stream)
+		if err == nil {
+			s := C.w_cudaStreamWaitEvent(d.copies, after)
+			d.up.spare = append(d.up.spare, after) // the wait took its state
+			if s != 0 {
+				err = rtErr("cudaStreamWaitEvent (upload ahead)", s)
+			}
+		}
+		if err == nil {
+			if s := C.w_upload(C.uintptr_t(b.ptr), st.base, C.size_t(4*len(src)), d.copies); s != 0 {
+				err = rtErr("cudaMemcpyAsync (upload ahead)", s)
+			}
+		}
+		if err == nil {
+			b.ready, err = d.record(d.copies)
+		}
+		if err == nil {
+			if st.ev == nil {
+				st.ev, err = d.event()
+			}
+			if err == nil {
+				if s := C.w_cudaEventRecord(st.ev, d.copies); s != 0 {
+					err = rtErr("cudaEventRecord", s)
+				}
+			}
+		}
+		if err != nil {
+			// The copy may have been queued: wait for it before the memory
+			// goes back (and the stage is written again).
+			C.w_cudaStreamSynchronize(d.copies)
+			if b.ready != nil {
+				d.up.spare = append(d.up.spare, b.ready)
+				b.ready = nil
+			}
+			if b.ptr != 0 {
+				d.free[b.n] = append(d.free[b.n], b.ptr)
+				b.ptr = 0
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// syncCopies waits for UploadAhead's copies queued so far.
+func (d *device) syncCopies() error { return d.exec(d.syncCopiesLocked) }
+
+// syncCopiesLocked is syncCopies, called in exec.
+func (d *device) syncCopiesLocked() error {
+	if d.copies == nil {
+		return nil
+	}
+	if s := C.w_cudaStreamSynchronize(d.copies); s != 0 {
+		return rtErr("cudaStreamSynchronize (copies)", s)
+	}
+	return nil
+}
+
+// Await implements kernel.Prefetcher.
+func (d *device) Await(kb kernel.Buf) error {
+	if _, err := d.ptr("Await", kb, 0); err != nil {
+		return err
+	}
+	return d.exec(func() error { return d.await(kb.(*buf)) })
+}
+
+// await queues the device stream's wait for b's copy, once. Called in
+// exec.
+func (d *device) await(b *buf) error {
+	if b.ready == nil {
+		return nil
+	}
+	if s := C.w_cudaStreamWaitEvent(d.stream, b.ready); s != 0 {
+		return rtErr("cudaStreamWaitEvent", s)
+	}
+	d.up.spare = append(d.up.spare, b.ready)
+	b.ready = nil
+	return nil
 }
 
 // extent is the number of values a row-major rows×cols matrix with leading

@@ -24,6 +24,9 @@
 // Options.Precision asks for tf32, bf16 or fp16 tensor cores (sums in
 // float32). Work goes to one CUDA stream of the device's own; uploads go
 // through pinned host memory and do not wait for the GPU, downloads wait
-// for everything queued before them. Every failed CUDA, cuBLAS, NVRTC or driver call is
+// for everything queued before them. The device is a kernel.Prefetcher:
+// UploadAhead copies the next batch's images up on a second stream, beside
+// the current batch's work, and Await orders the passes that read it after
+// that copy. Every failed CUDA, cuBLAS, NVRTC or driver call is
 // an *Error naming the call and its status.
 package gpu

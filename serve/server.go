@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/subtta/subtta/clip"
@@ -262,8 +263,11 @@ type Server struct {
 	// need no lock.
 	model  sync.Mutex
 	params *paramView
-	source []float64 // the source LayerNorm values
-	frozen *clip.Model
+	// noAhead: a step did not read its batch's copy uploaded ahead
+	// (uploadAhead); no more are made.
+	noAhead atomic.Bool
+	source  []float64 // the source LayerNorm values
+	frozen  *clip.Model
 
 	slots    chan struct{} // MaxConcurrent request slots
 	decoding chan struct{} // images being decoded at once (GOMAXPROCS)

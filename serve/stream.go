@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/tta"
 	"github.com/subtta/subtta/tta/feature"
 )
@@ -717,12 +718,20 @@ func (s *Server) restep(st *stream, todo []*job, got map[*job]answer) (keep bool
 // logged, and the step stands.
 func (s *Server) stepOnce(st *stream, jobs []*job, got map[*job]answer) error {
 	n := len(jobs)
+	var res *tta.Result
 	px := make([]float32, 0, n*s.pre.OutputLen())
 	for _, j := range jobs {
 		px = append(px, j.pixels...)
 	}
 	t0 := time.Now()
-	res, err := s.adapt(st, px, n)
+	hold, err := s.uploadAhead(px)
+	if err == nil {
+		res, err = s.adapt(st, px, n)
+		if err == nil && hold != nil && !hold.Used() {
+			s.noAhead.Store(true)
+		}
+		hold.Release()
+	}
 	s.m.stepSeconds.Observe(time.Since(t0).Seconds())
 	s.m.batchSize.Observe(float64(n))
 	if err != nil {
@@ -777,6 +786,24 @@ func (s *Server) stepOnce(st *stream, jobs []*job, got map[*job]answer) error {
 		got[j] = answers[i]
 	}
 	return nil
+}
+
+// uploadAhead uploads a batch's images to the device (--device cuda)
+// before the step waits for the model's lock, so that the copy runs while
+// another stream's step holds the model (autograd.DeviceInput.Prefetch);
+// the step's passes find it by the pixels' memory. It returns nil without
+// a device, and once a step did not read its batch's copy (a method that
+// encodes views made from the batch). The caller releases the hold.
+func (s *Server) uploadAhead(px []float32) (*autograd.DeviceInput, error) {
+	if autograd.CurrentDevice() == nil || s.noAhead.Load() {
+		return nil, nil
+	}
+	h := autograd.HoldValues(px)
+	if err := h.Prefetch(); err != nil {
+		h.Release()
+		return nil, err
+	}
+	return h, nil
 }
 
 // adapt runs the stream's Method on a batch with the stream's LayerNorm

@@ -140,3 +140,105 @@ func TestHeldImages(t *testing.T) {
 		t.Errorf("%d live copies after both holds were released", dev.live)
 	}
 }
+
+// TestPrefetchedImages uploads a batch ahead (autograd.DeviceInput.Prefetch,
+// on another goroutine, as eval's reader does) and runs the tower on a new
+// tensor over the same values (as clip.Model.Images wraps a method's
+// pixels): the pass finds the copy, waits for it once (Await: on
+// devicetest.LatePrefetcher the values land only then, NaN before), uploads
+// the images no more, and gives the features of a pass without a hold bit
+// for bit. On a device without kernel.Prefetcher, Prefetch is a plain
+// upload. Used tells whether a pass read the copy; Release frees it.
+func TestPrefetchedImages(t *testing.T) {
+	cfg := &weights.CLIPConfig{
+		EmbedDim:     24,
+		Vision:       weights.VisionConfig{Width: 40, Layers: 2, Heads: 4, MLPWidth: 96, PatchSize: 8, ImageSize: 32},
+		LayerNormEps: weights.DefaultLayerNormEps,
+		Activation:   "quick_gelu",
+	}
+	m, err := Random(cfg, 12, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, size := 3, cfg.Vision.ImageSize
+	rng := rand.New(rand.NewPCG(7, 8))
+	px, images := randomImages(rng, batch, size)
+	other, _ := randomImages(rng, batch, size)
+	pass := func(x smat.Tensor) []float32 {
+		return slices.Clone(m.Forward(x, nil).Value().Data().F32())
+	}
+	wrap := func(v []float32) smat.Tensor { // a new tensor over v
+		return smat.NewDense[float32](smat.WithShape(batch, len(v)/batch), smat.WithBacking(v))
+	}
+	counter := &liveCounter{TransferCounter: &devicetest.TransferCounter{Device: kernel.Host}, size: len(px)}
+	late := &devicetest.LatePrefetcher{Device: counter}
+	autograd.SetDevice(late)
+	defer autograd.SetDevice(nil)
+	want := pass(images)
+
+	hold := autograd.HoldValues(px)
+	done := make(chan error)
+	go func() { done <- hold.Prefetch() }()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	counter.Reset()
+	for k := range 2 {
+		got := pass(wrap(px))
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("pass %d over the prefetched images, feature %d: %g, a pass without a hold %g", k, i, got[i], want[i])
+			}
+		}
+	}
+	if ahead, awaits := late.Calls(); ahead != 1 || awaits != 1 {
+		t.Errorf("%d uploads ahead and %d awaits, want 1 and 1 (the first pass waits, the second finds the copy awaited)", ahead, awaits)
+	}
+	if n := counter.Up / len(px); n != 1 {
+		t.Errorf("two passes over prefetched images uploaded the images %d times, want once (the copy landing at Await)", n)
+	}
+	if !hold.Used() {
+		t.Error("Used is false after passes read the copy")
+	}
+	hold.Release()
+	if late.Live() != 0 || counter.live != 0 {
+		t.Errorf("after Release: %d buffers of UploadAhead, %d of the images' size live; want 0 and 0", late.Live(), counter.live)
+	}
+
+	// A hold no pass reads.
+	unread := autograd.HoldValues(other)
+	if err := unread.Prefetch(); err != nil {
+		t.Fatal(err)
+	}
+	pass(wrap(px))
+	if unread.Used() {
+		t.Error("Used is true for a copy no pass read")
+	}
+	unread.Release()
+	if late.Live() != 0 {
+		t.Errorf("%d buffers of UploadAhead live after Release of an unread hold", late.Live())
+	}
+
+	// A device that is no kernel.Prefetcher: an upload at Prefetch.
+	autograd.SetDevice(counter)
+	pass(images) // the weights go up to this device
+	plain := autograd.HoldValues(px)
+	counter.Reset()
+	if err := plain.Prefetch(); err != nil {
+		t.Fatal(err)
+	}
+	if err := plain.Prefetch(); err != nil { // already there: nothing
+		t.Fatal(err)
+	}
+	got := pass(wrap(px))
+	if n := counter.Up / len(px); n != 1 {
+		t.Errorf("Prefetch and a pass on a plain device uploaded the images %d times, want once", n)
+	}
+	if !slices.Equal(got, want) {
+		t.Error("the features over images prefetched to a plain device differ")
+	}
+	plain.Release()
+	if counter.live != 0 {
+		t.Errorf("%d buffers of the images' size live after Release", counter.live)
+	}
+}

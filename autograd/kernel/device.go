@@ -136,6 +136,25 @@ type SymmetricEigen interface {
 	SymEig(a []float64, n int) (values, vectors []float64, err error)
 }
 
+// Prefetcher is a Device that can copy values up beside the work queued
+// on it: the next batch's images while the current batch's pass runs
+// (autograd.DeviceInput.Prefetch, called by the goroutine that reads the
+// batches). Package gpu implements it with pinned memory of its own and a
+// second CUDA stream; Host does not (nothing would run beside its work).
+type Prefetcher interface {
+	// UploadAhead returns a new buffer, freed with Free as one from Alloc,
+	// into which src's values are being copied. The host's part (src into
+	// pinned memory) runs on the calling goroutine without holding up the
+	// device's other callers, and the device's copy does not wait for the
+	// work queued after it, nor that work for it: a pass that reads the
+	// buffer calls Await first. src may be reused once UploadAhead returns.
+	UploadAhead(src []float32) (Buf, error)
+	// Await orders everything queued on the device from now on after the
+	// copy into b (a buffer of UploadAhead). It does not wait on the host.
+	// Further calls for the same buffer do nothing.
+	Await(b Buf) error
+}
+
 // ErrUnsupported is wrapped by the errors of optional Device operations
 // that a device cannot run on this machine.
 var ErrUnsupported = errors.New("not supported by this device")

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/autograd/kernel"
+	"github.com/subtta/subtta/internal/devicetest"
 )
 
 // imageUploads is kernel.Host counting the uploads of exactly n values:
@@ -54,5 +57,62 @@ func TestBenchHeldImages(t *testing.T) {
 	}
 	if want := (1 + reps) + 1; dev.count != want {
 		t.Errorf("%d uploads of the images, want %d: %d passes uploading them, then one for the held pass", dev.count, want, 1+reps)
+	}
+}
+
+// TestBulkUploadsAhead: on a device that is a kernel.Prefetcher, classify
+// --images and embed --images upload each batch as it is read (beside the
+// pass on the batch before), the passes read those copies, and every copy
+// is freed: the outputs are those of the same device without uploads
+// ahead (devicetest.LatePrefetcher holds NaN until a pass awaits a copy).
+func TestBulkUploadsAhead(t *testing.T) {
+	dir := t.TempDir()
+	extractBuiltin(t, dir)
+	folder := filepath.Join(dir, "small")
+	for _, c := range []string{"bird", "truck"} {
+		os.MkdirAll(filepath.Join(folder, c), 0o755)
+		ents, _ := os.ReadDir(filepath.Join(dir, "test", c))
+		for _, e := range ents[:9] {
+			b, _ := os.ReadFile(filepath.Join(dir, "test", c, e.Name()))
+			os.WriteFile(filepath.Join(folder, c, e.Name()), b, 0o644)
+		}
+	}
+	const batches = 3 // 18 images in batches of 8
+	outputs := func(d kernel.Device, tag string) (csv, npy []byte) {
+		autograd.SetDevice(d)
+		defer autograd.SetDevice(nil)
+		var stdout, errb bytes.Buffer
+		csvPath := filepath.Join(dir, tag+".csv")
+		if st := run([]string{"classify", "--images", folder, "--out", csvPath, "--batch-size", "8"}, &stdout, &errb); st != 0 {
+			t.Fatalf("classify: status %d: %s", st, errb.String())
+		}
+		emb := filepath.Join(dir, tag+"-emb")
+		if st := run([]string{"embed", "--images", folder, "--out", emb, "--batch-size", "8"}, &stdout, &errb); st != 0 {
+			t.Fatalf("embed: status %d: %s", st, errb.String())
+		}
+		csv, err := os.ReadFile(csvPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		npy, err = os.ReadFile(filepath.Join(emb, "images.npy"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return csv, npy
+	}
+	wantCSV, wantNPY := outputs(kernel.Host, "plain")
+	late := &devicetest.LatePrefetcher{Device: kernel.Host}
+	gotCSV, gotNPY := outputs(late, "ahead")
+	if !bytes.Equal(gotCSV, wantCSV) {
+		t.Error("classify --images: the CSV over batches uploaded ahead differs")
+	}
+	if !bytes.Equal(gotNPY, wantNPY) {
+		t.Error("embed --images: the features over batches uploaded ahead differ")
+	}
+	if up, awaits := late.Calls(); up != 2*batches || awaits != 2*batches {
+		t.Errorf("%d batches uploaded ahead, %d awaited; want %d and %d", up, awaits, 2*batches, 2*batches)
+	}
+	if l := late.Live(); l != 0 {
+		t.Errorf("%d copies uploaded ahead live after the runs", l)
 	}
 }

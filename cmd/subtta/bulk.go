@@ -21,6 +21,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/builtin"
 	"github.com/subtta/subtta/clip"
@@ -224,17 +225,29 @@ type imageBatch struct {
 	lo, hi  int
 	px      []float32
 	digests []string
+	hold    *autograd.DeviceInput // px's copy on the device, or nil
+}
+
+// release frees the batch's copy on the device, once the model has read
+// it, before the reader reuses the batch's memory.
+func (b *imageBatch) release() {
+	b.hold.Release()
+	b.hold = nil
 }
 
 // readBatches decodes and preprocesses the images of [from, n) in batches
 // of size batch, one batch ahead of the caller (prefetch.Pipe: batch b+1
 // is decoded while the model runs on batch b), each batch's images on up
-// to GOMAXPROCS goroutines. A batch is the caller's until its next call to
-// Next; the pipe must be closed.
+// to GOMAXPROCS goroutines. With a device (--device cuda) each batch is
+// also uploaded once read (autograd.DeviceInput.Prefetch: beside the
+// current batch's pass), and the caller releases it (imageBatch.release)
+// after encoding it. A batch is the caller's until its next call to Next;
+// the pipe must be closed.
 func readBatches(set *imageSet, pre *data.Preprocessor, from, n, batch int) *prefetch.Pipe[*imageBatch] {
 	L := pre.OutputLen()
 	count := (max(n-from, 0) + batch - 1) / batch
-	return prefetch.Start(count, func(i int, b *imageBatch) (*imageBatch, error) {
+	ahead := autograd.CurrentDevice() != nil
+	return prefetch.StartWith(count, func(i int, b *imageBatch) (*imageBatch, error) {
 		lo := from + i*batch
 		hi := min(lo+batch, n)
 		if b == nil {
@@ -252,8 +265,16 @@ func readBatches(set *imageSet, pre *data.Preprocessor, from, n, batch int) *pre
 				errs[k] = fmt.Errorf("%s: %w", set.ids[lo+k], err)
 			}
 		})
-		return b, errors.Join(errs...)
-	})
+		if err := errors.Join(errs...); err != nil || !ahead {
+			return b, err
+		}
+		b.hold = autograd.HoldValues(b.px)
+		if err := b.hold.Prefetch(); err != nil {
+			b.release()
+			return b, err
+		}
+		return b, nil
+	}, (*imageBatch).release)
 }
 
 // modelIdentity names the model of a --model value by content, as eval
@@ -416,6 +437,7 @@ func embedImages(set *imageSet, b *clip.Bundle, f *embedfile.File, normalize boo
 		}
 		n := batch.hi - batch.lo
 		feat, err := b.Model.EncodeImage(batch.px, n)
+		batch.release()
 		if err != nil {
 			return err
 		}
@@ -500,6 +522,7 @@ func bulkClassify(bf *bulkFlags, b *clip.Bundle, head *clip.ZeroShot, classes []
 			break
 		}
 		f, err := b.Model.EncodeImage(batch.px, batch.hi-batch.lo)
+		batch.release()
 		if err != nil {
 			bar.Done()
 			return err

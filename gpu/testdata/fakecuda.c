@@ -23,39 +23,64 @@
 
 typedef int status;
 
-// The stream. Copies queued on it (cudaMemcpyAsync) run only when something
-// needs them done: a kernel or a product (which run at once, so after
-// every copy queued before them), a synchronisation, or an event passed
-// to cudaEventSynchronize (the copies queued before its record). So a
-// staging buffer written again before its copy ran, or a download read
-// before the stream was synchronised, gives wrong values, as it may on a
-// GPU. Only host memory from cudaMallocHost may take part in a copy: the
-// package's copies are to be asynchronous.
+// The streams. Copies queued on the package's stream (cudaMemcpyAsync) run
+// only when something needs them done: a kernel or a product (which run at
+// once, so after every copy queued before them), a synchronisation, or an
+// event passed to cudaEventSynchronize (the copies queued before its
+// record). So a staging buffer written again before its copy ran, or a
+// download read before the stream was synchronised, gives wrong values, as
+// it may on a GPU. Only host memory from cudaMallocHost may take part in a
+// copy: the package's copies are to be asynchronous.
+//
+// The second stream (cudaStreamCreateWithFlags, non-blocking: UploadAhead's
+// copies) is later still: its copies run only at its synchronisation, at
+// cudaEventSynchronize of an event recorded on it, at cudaFree, or when the
+// package's stream is made to wait for such an event (cudaStreamWaitEvent,
+// the package's Await); kernels and products do not run them. So a pass
+// that reads an UploadAhead buffer without Await reads what was there
+// before. Each of its copies first runs the package stream's copies that
+// it was made to wait for (cudaStreamWaitEvent on the second stream): a
+// copy into memory that a queued copy of the first stream still reads or
+// writes, without that wait, gives wrong values too.
 
-// The stream handle: one value in every library (each is its own copy of
-// this file, with its own state).
+// The stream handles: one value each in every library (each is its own
+// copy of this file, with its own state).
 #define STREAM ((void *)(uintptr_t)0x57ea3)
-typedef struct { void *dst; const void *src; size_t bytes; long seq; } queued_copy;
-static queued_copy queue[4096];
-static int queued;
-static long copies_queued; // the last copy's sequence number
+#define STREAM2 ((void *)(uintptr_t)0x57ea4)
+typedef struct { void *dst; const void *src; size_t bytes; long seq; long after; } queued_copy;
+typedef struct {
+	queued_copy q[4096];
+	int n;
+	long last;  // the last copy's sequence number
+	long after; // STREAM2: the first stream's copies its next copies wait for
+} copy_queue;
+static copy_queue main_q, second_q;
 
-// run_copies runs the queued copies up to sequence number seq.
-static void run_copies(long seq) {
+static void run_copies(long seq);
+
+// run_queue runs q's copies up to sequence number seq, each after the
+// first stream's copies it waits for.
+static void run_queue(copy_queue *q, long seq) {
 	int i = 0;
-	for (; i < queued && queue[i].seq <= seq; i++) {
-		memcpy(queue[i].dst, queue[i].src, queue[i].bytes);
+	for (; i < q->n && q->q[i].seq <= seq; i++) {
+		if (q == &second_q) run_copies(q->q[i].after);
+		memcpy(q->q[i].dst, q->q[i].src, q->q[i].bytes);
 	}
-	memmove(queue, queue + i, (queued - i) * sizeof queue[0]);
-	queued -= i;
+	memmove(q->q, q->q + i, (q->n - i) * sizeof q->q[0]);
+	q->n -= i;
 }
-static void run_own_copies(void) { run_copies(copies_queued); }
 
-// fake_run_all_copies runs the copies queued in this library's state.
+// run_copies runs the first stream's copies up to sequence number seq.
+static void run_copies(long seq) { run_queue(&main_q, seq); }
+static void run_own_copies(void) { run_copies(main_q.last); }
+static void run_second_copies(long seq) { run_queue(&second_q, seq); }
+
+// fake_run_all_copies runs the copies queued on the first stream in this
+// library's state.
 void fake_run_all_copies(void) { run_own_copies(); }
 
-// run_all_copies runs the copies queued on the stream: those of the runtime
-// library's state, wherever it is called from.
+// run_all_copies runs the copies queued on the first stream: those of the
+// runtime library's state, wherever it is called from.
 static void run_all_copies(void) {
 	static void (*f)(void);
 	if (!f) {
@@ -67,6 +92,14 @@ static void run_all_copies(void) {
 		}
 	}
 	f();
+}
+
+// sync_device runs every queued copy of both streams (in the runtime
+// library, where they are queued): what a call that waits for the whole
+// device does.
+static void sync_device(void) {
+	run_second_copies(second_q.last);
+	run_own_copies();
 }
 
 typedef struct { char *p; size_t bytes; } pinned_region;
@@ -88,7 +121,7 @@ status cudaMalloc(void **p, size_t bytes) {
 	*p = malloc(bytes ? bytes : 1);
 	return *p ? 0 : 2;
 }
-status cudaFree(void *p) { run_all_copies(); free(p); return 0; }
+status cudaFree(void *p) { sync_device(); free(p); return 0; }
 status cudaMallocHost(void **p, size_t bytes) {
 	if (npinned == 256 || bytes > ((size_t)1 << 36)) return 2;
 	*p = malloc(bytes ? bytes : 1);
@@ -99,7 +132,7 @@ status cudaMallocHost(void **p, size_t bytes) {
 status cudaFreeHost(void *p) {
 	for (int i = 0; i < npinned; i++)
 		if (pinned[i].p == p) {
-			run_all_copies(); // CUDA waits for the device before freeing
+			sync_device(); // CUDA waits for the device before freeing
 			free(p);
 			pinned[i] = pinned[--npinned];
 			return 0;
@@ -107,24 +140,35 @@ status cudaFreeHost(void *p) {
 	return 1; // cudaErrorInvalidValue
 }
 status cudaStreamCreate(void **s) { *s = STREAM; return 0; }
-status cudaStreamDestroy(void *s) { return s == STREAM ? 0 : 400; }
+status cudaStreamCreateWithFlags(void **s, unsigned flags) {
+	if (flags != 1) return 1; // the package's second stream is non-blocking
+	*s = STREAM2;
+	return 0;
+}
+status cudaStreamDestroy(void *s) { return s == STREAM || s == STREAM2 ? 0 : 400; }
 status cudaStreamSynchronize(void *s) {
+	if (s == STREAM2) {
+		run_second_copies(second_q.last);
+		return 0;
+	}
 	if (s != STREAM) return 400; // cudaErrorInvalidResourceHandle
-	run_all_copies();
+	run_own_copies();
 	return 0;
 }
 status cudaMemcpyAsync(void *dst, const void *src, size_t bytes, int kind, void *stream) {
-	if (stream != STREAM) return 400;
+	if (stream != STREAM && stream != STREAM2) return 400;
 	if (kind != 1 && kind != 2) return 21;
 	if (!is_pinned(kind == 1 ? src : dst, bytes)) {
 		fprintf(stderr, "fake cuda: cudaMemcpyAsync with pageable host memory\n");
 		return 1;
 	}
-	if (queued == 4096) run_all_copies();
-	queue[queued++] = (queued_copy){dst, src, bytes, ++copies_queued};
+	copy_queue *q = stream == STREAM ? &main_q : &second_q;
+	if (q->n == 4096) run_queue(q, q->last);
+	q->last++;
+	q->q[q->n++] = (queued_copy){dst, src, bytes, q->last, q == &second_q ? second_q.after : 0};
 	return 0;
 }
-typedef struct { long seq; int recorded; } event;
+typedef struct { long seq; int recorded; void *stream; } event;
 status cudaEventCreateWithFlags(void **e, unsigned flags) {
 	if (flags != 2) return 1; // the package's events take no timing
 	*e = calloc(1, sizeof(event));
@@ -132,13 +176,28 @@ status cudaEventCreateWithFlags(void **e, unsigned flags) {
 }
 status cudaEventDestroy(void *e) { free(e); return 0; }
 status cudaEventRecord(void *e, void *stream) {
-	if (stream != STREAM) return 400;
-	((event *)e)->seq = copies_queued;
+	if (stream != STREAM && stream != STREAM2) return 400;
+	((event *)e)->seq = stream == STREAM ? main_q.last : second_q.last;
 	((event *)e)->recorded = 1;
+	((event *)e)->stream = stream;
 	return 0;
 }
 status cudaEventSynchronize(void *e) {
-	run_copies(((event *)e)->seq);
+	event *ev = e;
+	if (ev->stream == STREAM2) run_second_copies(ev->seq);
+	else run_copies(ev->seq);
+	return 0;
+}
+// cudaStreamWaitEvent: the package's stream waiting for the second's
+// copies runs them now (its later work runs at once); the second waiting
+// for the first marks its later copies as waiting for the first's copies
+// queued up to the event.
+status cudaStreamWaitEvent(void *s, void *e, unsigned flags) {
+	event *ev = e;
+	if (flags != 0 || (s != STREAM && s != STREAM2)) return 1;
+	if (!ev->recorded) return 0; // CUDA: an event never recorded has passed
+	if (s == STREAM && ev->stream == STREAM2) run_second_copies(ev->seq);
+	if (s == STREAM2 && ev->stream == STREAM && ev->seq > second_q.after) second_q.after = ev->seq;
 	return 0;
 }
 status cudaMemcpy(void *dst, const void *src, size_t bytes, int kind) {

@@ -6,8 +6,11 @@ package devicetest
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"gonum.org/v1/gonum/mat"
 
@@ -189,4 +192,100 @@ func (h *Float64Host) AdamStep(p, g, m, v kernel.Buf, n int, s kernel.AdamScalar
 		return err
 	}
 	return a.AdamStep(p, g, m, v, n, s, skip)
+}
+
+// LatePrefetcher is a kernel.Prefetcher over a device that is not one (or
+// whose own is not to be used): UploadAhead's values reach the buffer only
+// at Await, and until then it holds NaN, as a copy on a GPU's second stream
+// may land only once something waits for it. A pass that reads such a
+// buffer without Await gives NaN. It counts the calls, and the buffers of
+// UploadAhead not yet freed.
+type LatePrefetcher struct {
+	kernel.Device
+	mu      sync.Mutex
+	pending []lateCopy // copies not yet awaited
+	live    []kernel.Buf
+	// Ahead and Awaits count the calls (an Await of a buffer already
+	// awaited included).
+	Ahead, Awaits int
+}
+
+type lateCopy struct {
+	b kernel.Buf
+	v []float32
+}
+
+// sameBuf tells whether a and b are one buffer (kernel.HostBuf is a slice).
+func sameBuf(a, b kernel.Buf) bool {
+	ha, ok1 := a.(kernel.HostBuf)
+	hb, ok2 := b.(kernel.HostBuf)
+	if ok1 || ok2 {
+		return ok1 && ok2 && len(ha) == len(hb) && unsafe.SliceData(ha) == unsafe.SliceData(hb)
+	}
+	return a == b
+}
+
+// UploadAhead allocates the buffer, fills it with NaN and keeps a copy of
+// src for Await.
+func (p *LatePrefetcher) UploadAhead(src []float32) (kernel.Buf, error) {
+	b, err := p.Device.Alloc(len(src))
+	if err != nil {
+		return nil, err
+	}
+	nan := make([]float32, len(src))
+	for i := range nan {
+		nan[i] = float32(math.NaN())
+	}
+	if err := p.Device.Upload(b, nan); err != nil {
+		p.Device.Free(b)
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.Ahead++
+	p.pending = append(p.pending, lateCopy{b, slices.Clone(src)})
+	p.live = append(p.live, b)
+	return b, nil
+}
+
+// Await copies b's values in, the first time.
+func (p *LatePrefetcher) Await(b kernel.Buf) error {
+	p.mu.Lock()
+	p.Awaits++
+	var v []float32
+	for i, c := range p.pending {
+		if sameBuf(c.b, b) {
+			v = c.v
+			p.pending = slices.Delete(p.pending, i, i+1)
+			break
+		}
+	}
+	p.mu.Unlock()
+	if v == nil {
+		return nil
+	}
+	return p.Device.Upload(b, v)
+}
+
+// Free forgets an UploadAhead buffer and passes the call on.
+func (p *LatePrefetcher) Free(b kernel.Buf) {
+	p.mu.Lock()
+	p.pending = slices.DeleteFunc(p.pending, func(c lateCopy) bool { return sameBuf(c.b, b) })
+	p.live = slices.DeleteFunc(p.live, func(l kernel.Buf) bool { return sameBuf(l, b) })
+	p.mu.Unlock()
+	p.Device.Free(b)
+}
+
+// Live is the number of UploadAhead buffers not yet freed.
+func (p *LatePrefetcher) Live() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.live)
+}
+
+// Calls returns Ahead and Awaits.
+func (p *LatePrefetcher) Calls() (ahead, awaits int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.Ahead, p.Awaits
 }

@@ -37,6 +37,15 @@ type result[T any] struct {
 // Close must be called once the caller stops, so that the reading
 // goroutine returns.
 func Start[T any](n int, read func(b int, reuse T) (T, error)) *Pipe[T] {
+	return StartWith(n, read, nil)
+}
+
+// StartWith is Start with a function that releases what a batch holds
+// beyond its storage (a copy on a device): drop is called, on the reading
+// goroutine, with each batch read without an error that Next never
+// returned, once Close stops the reading. The batches Next returned are
+// the caller's to release.
+func StartWith[T any](n int, read func(b int, reuse T) (T, error), drop func(T)) *Pipe[T] {
 	p := &Pipe[T]{
 		out:  make(chan result[T]),
 		free: make(chan T, 2), // batches b−1 and b−2 at most: see Next
@@ -62,6 +71,9 @@ func Start[T any](n int, read func(b int, reuse T) (T, error)) *Pipe[T] {
 			select {
 			case p.out <- result[T]{v, err}:
 			case <-p.quit:
+				if err == nil && drop != nil {
+					drop(v)
+				}
 				return
 			}
 			if err != nil {

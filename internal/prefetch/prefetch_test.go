@@ -165,6 +165,37 @@ func TestPipeCloseWaits(t *testing.T) {
 	p.Close() // again: nothing
 }
 
+// TestPipeDrops checks that StartWith's drop gets the batch read and never
+// returned when Close stops the pipe, and no other: not the batches Next
+// returned, not a batch whose read failed.
+func TestPipeDrops(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		var dropped []int
+		read := make(chan struct{})
+		p := StartWith(5, func(b int, _ int) (int, error) {
+			if b == 1 {
+				defer close(read)
+				if fail {
+					return b, errors.New("bad image")
+				}
+			}
+			return b, nil
+		}, func(b int) { dropped = append(dropped, b) })
+		if v, _, err := p.Next(); v != 0 || err != nil {
+			t.Fatalf("batch 0: %v %v", v, err)
+		}
+		wait(t, read, "the read of batch 1")
+		p.Close()
+		want := []int{1}
+		if fail {
+			want = nil
+		}
+		if !slices.Equal(dropped, want) {
+			t.Errorf("read of batch 1 failing %v: dropped %v, want %v", fail, dropped, want)
+		}
+	}
+}
+
 func TestEach(t *testing.T) {
 	for _, tc := range []struct{ n, workers int }{{0, 0}, {1, 4}, {7, 1}, {100, 3}, {100, 0}} {
 		seen := make([]atomic.Int32, tc.n)

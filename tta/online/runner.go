@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"time"
 
+	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/internal/prefetch"
 	"github.com/subtta/subtta/tta"
 	"github.com/subtta/subtta/tta/feature"
@@ -431,7 +433,15 @@ func (r *Runner) stream(pool *diagPool, name string, domains []Domain, refs []sa
 		nv, kind = mv.Views(), mv.ViewKind()
 	}
 	nb := (len(refs) + bs - 1) / bs
-	pipe := prefetch.Start(nb-skip, func(i int, reuse fetched) (f fetched, err error) {
+	// With a device, the reader also uploads each batch it has read
+	// (autograd.DeviceInput.Prefetch; package gpu: beside the current
+	// batch's pass, on a stream of its own), and the method's passes find
+	// that copy by the pixels' memory. It stops for the rest of the stream
+	// once a step did not read its batch's copy (a method that encodes
+	// views made from the batch), which wastes at most the next batch's.
+	ahead := autograd.CurrentDevice() != nil
+	var aheadOff atomic.Bool
+	pipe := prefetch.StartWith(nb-skip, func(i int, reuse fetched) (f fetched, err error) {
 		start := (skip + i) * bs
 		batch := refs[start:min(start+bs, len(refs))]
 		if views {
@@ -439,8 +449,16 @@ func (r *Runner) stream(pool *diagPool, name string, domains []Domain, refs []sa
 		} else {
 			f.pixels, f.labels, err = r.fetch(domains, batch, reuse.pixels[:0])
 		}
+		if err == nil && ahead && !aheadOff.Load() {
+			f.hold = autograd.HoldValues(f.pixels)
+			if err = f.hold.Prefetch(); err != nil {
+				f.hold.Release()
+				f.hold = nil
+				err = fmt.Errorf("tta: runner: %s: batch %d: %w", name, skip+i, err)
+			}
+		}
 		return f, err
-	})
+	}, func(f fetched) { f.hold.Release() })
 	defer pipe.Close()
 
 	records := r.Config.Log != nil || r.Config.OnBatch != nil
@@ -462,6 +480,7 @@ func (r *Runner) stream(pool *diagPool, name string, domains []Domain, refs []sa
 		t0 := time.Now()
 		if r.Config.Protocol == Episodic {
 			if err := r.Method.ResetSample(); err != nil {
+				f.hold.Release()
 				q.fail(fmt.Errorf("tta: runner: %s: batch %d: reset: %w", name, b, err))
 				break
 			}
@@ -471,6 +490,12 @@ func (r *Runner) stream(pool *diagPool, name string, domains []Domain, refs []sa
 			res, err = mv.StepViews(pixels, len(batch), mv.Views())
 		} else {
 			res, err = r.Method.Step(pixels, len(batch))
+		}
+		if f.hold != nil {
+			if !f.hold.Used() {
+				aheadOff.Store(true)
+			}
+			f.hold.Release() // before the reader reuses the pixels' memory
 		}
 		if err != nil {
 			q.fail(fmt.Errorf("tta: runner: %s: batch %d: %w", name, b, err))
@@ -598,6 +623,7 @@ func (r *Runner) emit(rec *BatchRecord) error {
 type fetched struct {
 	pixels []float32
 	labels []int
+	hold   *autograd.DeviceInput // the pixels' copy on the device; nil: none
 }
 
 // fetchViews reads v views of each of the batch's samples into dst, one
