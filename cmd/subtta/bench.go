@@ -264,7 +264,10 @@ type benchCase struct {
 // images held there (autograd.HoldOnDevice, uploaded in the warm-up run):
 // the forward pass alone, as PyTorch's forward on a tensor already on the
 // GPU, where the first figure includes the upload of every batch, as a
-// run over a dataset does.
+// run over a dataset does; and with the next batch uploaded ahead on
+// another goroutine while the pass runs (autograd.DeviceInput.Prefetch,
+// as eval's reader does), over two copies of the images in turn: how much
+// of the upload the overlap hides, between the two figures.
 func benchCases(cfg *weights.CLIPConfig, m *vit.Model, batch, classes int, prec kernel.Precision, onDevice bool) ([]benchCase, error) {
 	v := cfg.Vision
 	size := 3 * v.ImageSize * v.ImageSize
@@ -333,6 +336,28 @@ func benchCases(cfg *weights.CLIPConfig, m *vit.Model, batch, classes int, prec 
 				return fp32()
 			},
 			finish: func() { held.Release(); held = nil }})
+		pair := [2]*smat.Dense[float32]{images, smat.NewDense[float32](smat.WithShape(batch, size), smat.WithBacking(slices.Clone(px)))}
+		var cur *autograd.DeviceInput // pair[k]'s hold, uploaded ahead
+		k := 0
+		ahead := func() error {
+			if cur == nil {
+				cur = autograd.HoldOnDevice(pair[k])
+				if err := cur.Prefetch(); err != nil {
+					return err
+				}
+			}
+			next := autograd.HoldOnDevice(pair[1-k])
+			up := make(chan error, 1)
+			go func() { up <- next.Prefetch() }()
+			m.SetTrainable(false)
+			m.Forward(pair[k], nil)
+			err := <-up
+			cur.Release()
+			cur, k = next, 1-k
+			return err
+		}
+		cases = append(cases, benchCase{key: "forward", name: "forward, next batch uploaded ahead", prepare: fp32, run: ahead, flops: perImage,
+			finish: func() { cur.Release(); cur = nil }})
 	}
 	return append(cases,
 		benchCase{key: "backward", name: "forward+backward (LayerNorm gradients)", prepare: fp32, run: backward, flops: 2 * perImage},

@@ -34,9 +34,10 @@ func (d *imageUploads) Upload(dst kernel.Buf, src []float32) error {
 }
 
 // TestBenchHeldImages: on a device, bench --only forward times the forward
-// pass twice: with the upload of the images at every pass (the warm-up
-// and each repetition), then with them held on the device (uploaded once,
-// in the warm-up), and prints both rates. Run on kernel.Host's seam.
+// pass three times: with the upload of the images at every pass (the
+// warm-up and each repetition), with them held on the device (uploaded
+// once, in the warm-up), and with the next batch uploaded ahead while the
+// pass runs, and prints the three rates. Run on kernel.Host's seam.
 func TestBenchHeldImages(t *testing.T) {
 	const batch, reps = 5, 3                                          // 5 images: no weight of the model has their size
 	dev := &imageUploads{Device: kernel.Host, n: batch * 3 * 32 * 32} // the built-in model's 32-pixel images
@@ -47,7 +48,7 @@ func TestBenchHeldImages(t *testing.T) {
 		t.Fatalf("exit %d: %s", st, errb.String())
 	}
 	text := out.String()
-	for _, re := range []string{`(?m)^forward +[0-9.]+ images/s`, `(?m)^forward, images held on the device +[0-9.]+ images/s`} {
+	for _, re := range []string{`(?m)^forward +[0-9.]+ images/s`, `(?m)^forward, images held on the device +[0-9.]+ images/s`, `(?m)^forward, next batch uploaded ahead +[0-9.]+ images/s`} {
 		if !regexp.MustCompile(re).MatchString(text) {
 			t.Errorf("no line matching %q in:\n%s", re, text)
 		}
@@ -55,8 +56,12 @@ func TestBenchHeldImages(t *testing.T) {
 	if strings.Contains(text, "× the fp32 forward pass above") {
 		t.Errorf("the held-images pass was paired as a reduced-precision twin:\n%s", text)
 	}
-	if want := (1 + reps) + 1; dev.count != want {
-		t.Errorf("%d uploads of the images, want %d: %d passes uploading them, then one for the held pass", dev.count, want, 1+reps)
+	// The passes uploading their images (the warm-up and each repetition),
+	// the held pass's one upload, then the passes with the next batch
+	// uploaded ahead: the warm-up's own batch and its next, then one next
+	// batch a repetition.
+	if want := (1 + reps) + 1 + (2 + reps); dev.count != want {
+		t.Errorf("%d uploads of the images, want %d: %d passes uploading them, one for the held pass, %d uploads ahead", dev.count, want, 1+reps, 2+reps)
 	}
 }
 
