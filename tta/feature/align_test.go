@@ -395,3 +395,26 @@ func TestCovarianceBasisBadInput(t *testing.T) {
 		t.Errorf("12-dim features against a 16-dim subspace: error %v", err)
 	}
 }
+
+// TestAlignLossBits: the alignment loss, whose product is rowdot's, has the
+// bits of the product as gonum's mat.Dense.Mul computes it, at the shapes
+// of the fixtures and of ViT-B/32's subspace (rank 256 of 512 dimensions).
+func TestAlignLossBits(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	for _, sh := range []struct{ r, d int }{{3, 8}, {10, 64}, {256, 512}} {
+		bv, bt := mat.NewDense(sh.r, sh.d, nil), mat.NewDense(sh.r, sh.d, nil)
+		for _, m := range []*mat.Dense{bv, bt} {
+			raw := m.RawMatrix().Data
+			for i := range raw {
+				raw[i] = rng.NormFloat64()
+			}
+		}
+		var cross mat.Dense
+		cross.Mul(bv, bt.T())
+		fro := mat.Norm(&cross, 2)
+		want := -fro * fro / (float64(sh.r) * 0.3)
+		if got := alignLoss(bv, bt, sh.r, 0.3); math.Float64bits(got) != math.Float64bits(want) {
+			t.Errorf("rank %d of %d: alignLoss %v, with gonum's product %v", sh.r, sh.d, got, want)
+		}
+	}
+}
