@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"reflect"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -119,5 +121,77 @@ func TestBulkUploadsAhead(t *testing.T) {
 	}
 	if l := late.Live(); l != 0 {
 		t.Errorf("%d copies uploaded ahead live after the runs", l)
+	}
+}
+
+// TestEvalUploadsAhead: eval on a device that is a kernel.Prefetcher
+// uploads each batch as it is read, and the methods' passes read those
+// copies (devicetest.LatePrefetcher holds NaN until a pass awaits a copy):
+// results.jsonl is, but for the times, that of the same device without
+// uploads ahead, for methods that encode the batch in one pass (source,
+// TENT), in several over a hold of their own (SubTTA, MINT), and one that
+// encodes augmented views of it (MEMO: its copies go unread, and the
+// uploads ahead stop); every copy is freed.
+func TestEvalUploadsAhead(t *testing.T) {
+	results := func(d kernel.Device) []map[string]any {
+		autograd.SetDevice(d)
+		defer autograd.SetDevice(nil)
+		out := t.TempDir()
+		var stdout, stderr bytes.Buffer
+		args := evalArgs(t, out, "--methods", "source,tent,subtta-m,mint,memo", "--corruptions", "gaussian_noise",
+			"--limit", "8", "--batch-size", "4")
+		if st := run(args, &stdout, &stderr); st != 0 {
+			t.Fatalf("status %d: %s", st, stderr.String())
+		}
+		b, err := os.ReadFile(filepath.Join(out, "results.jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var recs []map[string]any
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			var r map[string]any
+			if err := json.Unmarshal([]byte(line), &r); err != nil {
+				t.Fatal(err)
+			}
+			dropTimes(r)
+			recs = append(recs, r)
+		}
+		return recs
+	}
+	want := results(kernel.Host)
+	late := &devicetest.LatePrefetcher{Device: kernel.Host}
+	got := results(late)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("results.jsonl over batches uploaded ahead differs:\n%v\nwant\n%v", got, want)
+	}
+	up, awaits := late.Calls()
+	t.Logf("%d batches uploaded ahead, %d awaited", up, awaits)
+	// Four methods read their two batches' copies; MEMO's first batch goes
+	// up unread, and its second too if it was read before the first step
+	// ended.
+	if up < 4*2+1 || up > 4*2+2 || awaits != 4*2 {
+		t.Errorf("%d batches uploaded ahead and %d awaited, want 9 or 10 and 8", up, awaits)
+	}
+	if l := late.Live(); l != 0 {
+		t.Errorf("%d copies uploaded ahead live after eval", l)
+	}
+}
+
+// dropTimes deletes the keys that hold wall times from a decoded JSON
+// value, at any depth.
+func dropTimes(v any) {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if strings.Contains(k, "seconds") || strings.Contains(k, "time") || k == "finished" || k == "images_per_second" {
+				delete(x, k)
+				continue
+			}
+			dropTimes(e)
+		}
+	case []any:
+		for _, e := range x {
+			dropTimes(e)
+		}
 	}
 }
