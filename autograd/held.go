@@ -12,7 +12,8 @@ import (
 // DeviceInput keeps a tower's input on the device across the passes of
 // its owner (HoldOnDevice): a test-time adaptation step encodes the same
 // images in two or three passes, and with the images held they go up once,
-// at the first pass, rather than once per pass. Release frees the copy.
+// at the first pass (or earlier, Prefetch), rather than once per pass.
+// Release frees the copy.
 //
 // The hold is explicit rather than a compare of the values at each pass
 // (as resident parameters are checked): the images of a batch are tens of
@@ -90,11 +91,17 @@ func HoldValues(v []float32) *DeviceInput {
 // that is a kernel.Prefetcher (package gpu) the copy runs beside the work
 // queued on the device, and the first pass that reads it waits for it
 // there; on another device it is an upload like a pass's. Without a
-// device, or for values not held, or already on the device, it does
-// nothing.
+// device, for values not held (or released), or already on the device,
+// it does nothing.
 func (h *DeviceInput) Prefetch() error {
 	d := CurrentDevice()
 	if h == nil || h.v == nil || d == nil {
+		return nil
+	}
+	heldInputs.mu.Lock()
+	released := h.refs == 0
+	heldInputs.mu.Unlock()
+	if released { // nothing would free the copy
 		return nil
 	}
 	h.mu.Lock()

@@ -201,8 +201,11 @@ func TestPrefetchedImages(t *testing.T) {
 		t.Error("Used is false after passes read the copy")
 	}
 	hold.Release()
+	if err := hold.Prefetch(); err != nil { // released: nothing
+		t.Fatal(err)
+	}
 	if late.Live() != 0 || counter.live != 0 {
-		t.Errorf("after Release: %d buffers of UploadAhead, %d of the images' size live; want 0 and 0", late.Live(), counter.live)
+		t.Errorf("after Release (and a Prefetch after it): %d buffers of UploadAhead, %d of the images' size live; want 0 and 0", late.Live(), counter.live)
 	}
 
 	// A hold no pass reads.
