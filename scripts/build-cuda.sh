@@ -14,6 +14,12 @@
 # GLIBC_2.34: Ubuntu 22.04, Debian 12, RHEL 9 or newer. For an older glibc,
 # run this script on a machine with that glibc.
 #
+# The binaries are built without their symbol tables and DWARF (-s -w: a
+# panic still names its functions and lines) and also written xz-compressed
+# (OUT/NAME.xz): what travels to a lent GPU machine must fit 64 MiB with the
+# repository, so the compressed ones are what scripts/gpu-pack.sh lists, and
+# scripts/gpu-run.sh unpacks them there (with python3's lzma).
+#
 # Usage: scripts/build-cuda.sh [OUT]   (default OUT: cuda-bin)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,8 +27,11 @@ out=${1:-cuda-bin}
 mkdir -p "$out"
 export CGO_ENABLED=1
 tags="cuda netgo osusergo"
-go test -c -tags "$tags" -o "$out/gpu.test" ./gpu
-go build -tags "$tags" -o "$out/subtta" ./cmd/subtta
+flags=(-tags "$tags" -trimpath -ldflags "-s -w")
+go test -c "${flags[@]}" -o "$out/gpu.test" ./gpu
+go build "${flags[@]}" -o "$out/subtta" ./cmd/subtta
 for b in "$out/gpu.test" "$out/subtta"; do
   echo "$b: needs $(objdump -T "$b" | grep -o 'GLIBC_[0-9.]*' | sort -Vu | tail -1)"
+  xz -T0 -6 -c "$b" >"$b.xz"
+  echo "$b.xz: $(($(stat -c %s "$b.xz") / 1024)) KiB ($(($(stat -c %s "$b") / 1024)) KiB unpacked)"
 done

@@ -35,8 +35,11 @@
 #                          forward pass at batch 64 (after the warm-up pass);
 #                          OUT/ncu-bf16.txt the same with --precision bf16
 #
-# It expects, in the repository root: cuda-bin/ (scripts/build-cuda.sh),
-# SHARED (default ../shared: at least fixtures/ and assets/clip/), and CLIPSRC
+# It expects, in the repository root: cuda-bin/ (scripts/build-cuda.sh; its
+# .xz files, and those under .cache/, are unpacked first: scripts/gpu-pack.sh
+# says what to carry for each call to a lent machine, whose 64 MiB hold
+# only some parts at a time), SHARED (default ../shared: at least fixtures/
+# and assets/clip/), and CLIPSRC
 # (default .cache/clipsrc: OpenAI's clip package, made by
 # ../shared/bench/extract_openai_clip.sh) for the PyTorch figures. Each step
 # has a time limit (LIMIT seconds, default 240), so one that hangs costs no
@@ -62,6 +65,17 @@ limit=${LIMIT:-240}
 mkdir -p "$out"
 status=0
 start=$SECONDS
+
+# What scripts/gpu-pack.sh compressed to travel: FILE.xz becomes FILE
+# (executable under cuda-bin/), unless FILE is there and newer.
+while IFS= read -r -d '' xz; do
+  f=${xz%.xz}
+  [ -e "$f" ] && [ "$f" -nt "$xz" ] && continue
+  python3 -c 'import lzma, shutil, sys
+with lzma.open(sys.argv[1]) as src, open(sys.argv[2], "wb") as dst:
+    shutil.copyfileobj(src, dst, 1 << 20)' "$xz" "$f" || { echo "unpacking $xz failed" >&2; status=1; continue; }
+  case $f in cuda-bin/*) chmod +x "$f" ;; esac
+done < <(find cuda-bin .cache -name '*.xz' -print0 2>/dev/null)
 
 what=" ${*:-all} "
 # want PART: whether PART was asked for (or all).

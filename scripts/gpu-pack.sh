@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Prepares, here, what each call of scripts/gpu-run.sh on a lent GPU machine
+# needs beside the repository, and checks that each call's share fits the
+# 64 MiB that travel with a call (the repository's tracked files count too):
+#
+#   cuda-bin/gpu.test.xz, cuda-bin/subtta.xz   (scripts/build-cuda.sh, run first)
+#   .cache/shared/fixtures/*                   the fixtures gpu.test reads, the
+#                                              compressible ones as .xz
+#   .cache/shared/assets/...                   clean's and feed's JPEGs and class names
+#   .cache/clipsrc                             OpenAI's clip package for PyTorch's figures
+#                                              (CLIPSRC=DIR: extract_openai_clip.sh's output)
+#
+# The checks do not fit one call: it prints three, each with the paths to
+# carry and their size, in the order to run them when device time is short
+# (the comparison with PyTorch first). scripts/gpu-run.sh unpacks the .xz
+# files it finds before it starts.
+#
+# Usage: [SHARED=DIR] [CLIPSRC=DIR] scripts/gpu-pack.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+shared=$(realpath "${SHARED:-../shared}")
+budget=$((64 * 1024 * 1024))
+for b in cuda-bin/gpu.test.xz cuda-bin/subtta.xz; do
+  [ -f "$b" ] || { echo "gpu-pack: no $b: run scripts/build-cuda.sh first" >&2; exit 1; }
+done
+mkdir -p .cache/shared/fixtures .cache/shared/assets/cifar10 .cache/shared/assets/labels
+for f in clip-tiny.openai.safetensors clip-tiny.config.json forward.json; do
+  cp "$shared/fixtures/$f" .cache/shared/fixtures/
+done
+for f in preprocess.safetensors forward.safetensors; do # mostly structure: xz takes them to a tenth
+  rm -f ".cache/shared/fixtures/$f"
+  xz -T0 -6 -c "$shared/fixtures/$f" >".cache/shared/fixtures/$f.xz"
+done
+cp "$shared/assets/cifar10/test-jpg.tar.gz" .cache/shared/assets/cifar10/
+cp "$shared/assets/labels/imagenet_classes_openai.txt" .cache/shared/assets/labels/
+if [ -n "${CLIPSRC:-}" ]; then
+  rm -rf .cache/clipsrc
+  cp -r "$CLIPSRC" .cache/clipsrc
+fi
+[ -d .cache/clipsrc ] || echo "gpu-pack: no .cache/clipsrc (CLIPSRC=DIR): the bench call will have no PyTorch figures" >&2
+
+tracked=$(git ls-files -z | xargs -0 stat -c %s | awk '{ s += $1 } END { print s }')
+size() { du -sb "$@" 2>/dev/null | awk '{ s += $1 } END { print s + 0 }'; }
+status=0
+call() { # call NAME PARTS PATHS...
+  local name=$1 parts=$2
+  shift 2
+  local total=$((tracked + $(size "$@")))
+  local verdict=fits
+  if [ "$total" -gt "$budget" ]; then
+    verdict="TOO LARGE"
+    status=1
+  fi
+  printf '%s: %d KiB of 65536 (%s)\n  carry: %s\n  run:   SHARED=.cache/shared scripts/gpu-run.sh %s\n' \
+    "$name" $((total / 1024)) "$verdict" "$*" "$parts"
+}
+echo "the repository's tracked files: $((tracked / 1024)) KiB"
+call "1. the comparison with PyTorch" "bench matrix" cuda-bin/subtta.xz .cache/clipsrc
+call "2. the README run, clean accuracy, feed" "eval clean feed" cuda-bin/subtta.xz .cache/shared/assets
+call "3. the device tests" "test" cuda-bin/gpu.test.xz .cache/shared/fixtures
+exit $status
