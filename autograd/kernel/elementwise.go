@@ -13,7 +13,13 @@ func Mul[T Float](y, a, b []T) {
 // Add computes y = a + b elementwise. y may alias a or b.
 func Add[T Float](y, a, b []T) {
 	b, y = b[:len(a)], y[:len(a)]
+	y32, vec := any(y).([]float32)
+	a32, _ := any(a).([]float32)
+	b32, _ := any(b).([]float32)
 	forRows(len(a), 1, func(_, lo, hi int) {
+		if vec { // the same sums, 8 at a time
+			lo += addVector(y32[lo:hi], a32[lo:hi], b32[lo:hi])
+		}
 		for i, v := range a[lo:hi] {
 			y[lo+i] = v + b[lo+i]
 		}

@@ -183,6 +183,26 @@ func genRowwise() string {
 	ws("VMOVUPS Y4, (SI)", "ADDQ $32, SI", "DECQ CX", "JNZ loop", "done:", "VZEROUPPER", "RET")
 	w("")
 
+	// The sum of two vectors, 32 values a step, then 8 at a time: Add's
+	// float32 loop, each sum rounded once, as in Go.
+	w("// func addAVX2(y, a, b *float32, n int)")
+	w("// y[i] = a[i] + b[i] for i < n, n a multiple of 8; see Add.")
+	w("TEXT ·addAVX2(SB), NOSPLIT, $0-32")
+	ws("MOVQ y+0(FP), DI", "MOVQ a+8(FP), SI", "MOVQ b+16(FP), DX", "MOVQ n+24(FP), CX",
+		"MOVQ CX, BX", "SHRQ $5, BX", "JZ tail", "loop32:")
+	for i := range 4 {
+		ws(fmt.Sprintf("VMOVUPS %d(SI), Y%d", 32*i, i), fmt.Sprintf("VADDPS %d(DX), Y%d, Y%d", 32*i, i, i))
+	}
+	for i := range 4 {
+		ws(fmt.Sprintf("VMOVUPS Y%d, %d(DI)", i, 32*i))
+	}
+	ws("ADDQ $128, SI", "ADDQ $128, DX", "ADDQ $128, DI", "DECQ BX", "JNZ loop32",
+		"tail:", "ANDQ $31, CX", "SHRQ $3, CX", "JZ done", "loop8:",
+		"VMOVUPS (SI), Y0", "VADDPS (DX), Y0, Y0", "VMOVUPS Y0, (DI)",
+		"ADDQ $32, SI", "ADDQ $32, DX", "ADDQ $32, DI", "DECQ CX", "JNZ loop8",
+		"done:", "VZEROUPPER", "RET")
+	w("")
+
 	// The QuickGELU kernels share a prologue: x in Y7, 1+exp(−1.702·x) in
 	// Y4, 1 in Y9. Arguments: two or three pointers, then n (a multiple of 8).
 	gelu := func(name, sig, comment string, ptrs []string, body []string) {

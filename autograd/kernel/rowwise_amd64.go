@@ -8,6 +8,9 @@ import "golang.org/x/sys/cpu"
 func expAVX2(x *float32, n int)
 
 //go:noescape
+func addAVX2(y, a, b *float32, n int)
+
+//go:noescape
 func quickGELUAVX2(y, x *float32, n int)
 
 //go:noescape
@@ -41,6 +44,18 @@ func expVector(x []float32) int {
 		return 0
 	}
 	expAVX2(&x[0], n)
+	return n
+}
+
+// addVector sets y = a + b on the longest prefix of a whose length is a
+// multiple of 8 and returns that length; 0 without AVX2.
+func addVector(y, a, b []float32) int {
+	n := len(a) &^ 7
+	if !haveAVX2 || n == 0 {
+		return 0
+	}
+	_, _, _ = y[n-1], a[n-1], b[n-1]
+	addAVX2(&y[0], &a[0], &b[0], n)
 	return n
 }
 

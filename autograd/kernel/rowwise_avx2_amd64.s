@@ -195,6 +195,51 @@ done:
 	VZEROUPPER
 	RET
 
+// func addAVX2(y, a, b *float32, n int)
+// y[i] = a[i] + b[i] for i < n, n a multiple of 8; see Add.
+TEXT ·addAVX2(SB), NOSPLIT, $0-32
+	MOVQ y+0(FP), DI
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), DX
+	MOVQ n+24(FP), CX
+	MOVQ CX, BX
+	SHRQ $5, BX
+	JZ tail
+loop32:
+	VMOVUPS 0(SI), Y0
+	VADDPS 0(DX), Y0, Y0
+	VMOVUPS 32(SI), Y1
+	VADDPS 32(DX), Y1, Y1
+	VMOVUPS 64(SI), Y2
+	VADDPS 64(DX), Y2, Y2
+	VMOVUPS 96(SI), Y3
+	VADDPS 96(DX), Y3, Y3
+	VMOVUPS Y0, 0(DI)
+	VMOVUPS Y1, 32(DI)
+	VMOVUPS Y2, 64(DI)
+	VMOVUPS Y3, 96(DI)
+	ADDQ $128, SI
+	ADDQ $128, DX
+	ADDQ $128, DI
+	DECQ BX
+	JNZ loop32
+tail:
+	ANDQ $31, CX
+	SHRQ $3, CX
+	JZ done
+loop8:
+	VMOVUPS (SI), Y0
+	VADDPS (DX), Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DX
+	ADDQ $32, DI
+	DECQ CX
+	JNZ loop8
+done:
+	VZEROUPPER
+	RET
+
 // func quickGELUAVX2(y, x *float32, n int)
 // quickGELU32 on n values, n a multiple of 8.
 TEXT ·quickGELUAVX2(SB), NOSPLIT, $0-24
