@@ -66,6 +66,17 @@ mkdir -p "$out"
 status=0
 start=$SECONDS
 
+# CUDA's libraries: where the loader does not find the runtime (no toolkit
+# on its path), those of PyTorch's wheels (site-packages/nvidia/*/lib).
+if ! ldconfig -p 2>/dev/null | grep -q 'libcudart\.so'; then
+  wheels=$(python3 -c 'import glob, os, nvidia
+print(":".join(sorted(glob.glob(os.path.join(list(nvidia.__path__)[0], "*", "lib")))))' 2>/dev/null || true)
+  if [ -n "$wheels" ]; then
+    export LD_LIBRARY_PATH=$wheels${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    echo "CUDA's libraries from PyTorch's wheels: $wheels" >&2
+  fi
+fi
+
 # What scripts/gpu-pack.sh compressed to travel: FILE.xz becomes FILE
 # (executable under cuda-bin/), unless FILE is there and newer.
 while IFS= read -r -d '' xz; do
