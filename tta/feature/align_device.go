@@ -19,6 +19,10 @@ type alignDevice struct {
 	dim               int
 	sigma, proj, ones kernel.Buf
 	bufs              *[]kernel.Buf // freed by a cleanup once the Aligner is gone
+	// vu, m and k are the host's copies of V_U, M and K, kept from one
+	// step to the next (3 MB for ViT-B/32's rank 256 of 512): the step
+	// reads them and hands none of them on.
+	vu, m, k []float64
 }
 
 // newAlignDevice allocates the state on d and uploads Σ and P_T.
@@ -147,7 +151,10 @@ func alignOnDevice(ad *alignDevice, f mat.Matrix, text *TextSubspace, opt AlignO
 	vu := f64(vecs, (dim-first-r)*dim, (dim-first)*dim)
 	do(func() error { return d.Dgemm(false, false, r, dim, dim, 1, vu, dim, ad.proj, dim, 0, w, dim) })
 	do(func() error { return d.Dgemm(false, true, dim, r, dim, 1, vecs, dim, w, dim, 0, mB, r) })
-	asc, vuH, mH := make([]float64, dim), make([]float64, r*dim), make([]float64, dim*r)
+	if len(ad.vu) != r*dim {
+		ad.vu, ad.m, ad.k = make([]float64, r*dim), make([]float64, dim*r), make([]float64, dim*r)
+	}
+	asc, vuH, mH := make([]float64, dim), ad.vu, ad.m
 	do(func() error { return kernel.DownloadFloat64(d, asc, vals) })
 	do(func() error { return kernel.DownloadFloat64(d, vuH, vu) })
 	do(func() error { return kernel.DownloadFloat64(d, mH, mB) })
@@ -166,7 +173,8 @@ func alignOnDevice(ad *alignDevice, f mat.Matrix, text *TextSubspace, opt AlignO
 	loss := alignLoss(basis, text.Basis, r, m)
 	// In the device's order: row a of V is v_{dim−1−a}, column q of M and
 	// K belongs to k = first+r−1−q.
-	kH := make([]float64, dim*r)
+	kH := ad.k
+	clear(kH) // alignmentGrad sets only the coefficients it keeps
 	coef := -(1 - alpha) / (float64(r) * m)
 	guarded, minGap := alignmentGrad(lam, first, r, coef, gapTol,
 		func(j, k int) float64 { return mH[(dim-1-j)*r+r-1-k] },
