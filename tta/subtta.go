@@ -230,13 +230,17 @@ func (s *SubTTA) align(x smat.Tensor, n int) (*alignment, error) {
 	if s.cfg.BankSize > 0 {
 		feats, first = s.pushBank(f1)
 	}
-	al, err := s.aligner.Update(feats)
+	// On a device the alignment's loss and basis are computed while the
+	// device runs the backward pass (queued without waiting for it).
+	al, finish, err := s.aligner.UpdateDeferred(feats)
 	if err != nil {
 		return nil, err
 	}
 	_, d := f1.Dims()
 	grad := al.DLdF.Slice(first, first+n, 0, d)
-	if err := s.backward(node, grad); err != nil {
+	err = s.backward(node, grad)
+	finish()
+	if err != nil {
 		return nil, err
 	}
 	return &alignment{Alignment: al, F1: f1}, nil

@@ -319,28 +319,43 @@ func (a *Aligner) Enabled() bool { return !a.Options.off() }
 // Update aligns one batch of features and stores the new Σ (detached) as the
 // history. It returns nil, nil when the alignment step is off.
 func (a *Aligner) Update(f mat.Matrix) (*Alignment, error) {
+	res, finish, err := a.UpdateDeferred(f)
+	if err == nil {
+		finish()
+	}
+	return res, err
+}
+
+// UpdateDeferred is Update with the host's last part left to finish, which
+// fills the result's Loss and Basis: on a device (alignOnDevice) the
+// gradient ∂L/∂F is ready before them, so a caller can queue the backward
+// pass on the device first and compute them while the device runs it. The
+// result's other fields are set at once. finish is never nil; on the CPU
+// it does nothing. Call it before the next Update.
+func (a *Aligner) UpdateDeferred(f mat.Matrix) (res *Alignment, finish func(), err error) {
+	finish = func() {}
 	if !a.Enabled() {
-		return nil, nil
+		return nil, finish, nil
 	}
 	if d, ok := kernel.Current().(kernel.Float64Device); ok && a.deviceCan(d) {
-		res, err := a.updateOnDevice(d, f)
+		res, finish, err := a.updateOnDevice(d, f)
 		if err != nil {
-			return nil, err
+			return nil, func() {}, err
 		}
 		a.guarded += res.GuardedGaps
-		return res, nil
+		return res, finish, nil
 	}
 	if err := a.SyncCovariance(); err != nil {
-		return nil, err
+		return nil, finish, err
 	}
 	a.dropDevice()
-	res, err := Align(f, a.sigma, a.Text, a.Options)
+	res, err = Align(f, a.sigma, a.Text, a.Options)
 	if err != nil {
-		return nil, err
+		return nil, finish, err
 	}
 	a.sigma = res.Sigma
 	a.guarded += res.GuardedGaps
-	return res, nil
+	return res, finish, nil
 }
 
 // Covariance returns a copy of the current history Σ. When Update keeps Σ

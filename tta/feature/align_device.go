@@ -95,17 +95,19 @@ func f64(b kernel.Buf, i, j int) kernel.Buf { return b.Slice(2*i, 2*j) }
 //
 // Fc and K go up; λ, V_U (the basis, r×d), M (d×r) and ∂L/∂F come back:
 // O((B+r)·d) values where the CPU path moved Σ up and V down (2·d²).
-// The result has Eigvals, Basis, Loss, DLdF, GuardedGaps and MinGap; S,
-// Sigma, Eigvecs and DLdS stay on the device and are nil. Its values
-// agree with Align's within rounding (the products sum in another order).
-func alignOnDevice(ad *alignDevice, f mat.Matrix, text *TextSubspace, opt AlignOptions) (*Alignment, error) {
+// The result has Eigvals, DLdF, GuardedGaps and MinGap, and Basis and Loss
+// once finish has run (the host's work the gradient does not wait for: B_V
+// from V_U's rows and the loss's product); S, Sigma, Eigvecs and DLdS stay
+// on the device and are nil. Its values agree with Align's within rounding
+// (the products sum in another order).
+func alignOnDevice(ad *alignDevice, f mat.Matrix, text *TextSubspace, opt AlignOptions) (res *Alignment, finish func(), err error) {
 	alpha, gapTol, err := checkAlign(f, text, opt)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	b, dim := f.Dims()
 	if dim != ad.dim {
-		return nil, fmt.Errorf("feature: align: previous covariance is %d×%d, features have %d dims", ad.dim, ad.dim, dim)
+		return nil, nil, fmt.Errorf("feature: align: previous covariance is %d×%d, features have %d dims", ad.dim, ad.dim, dim)
 	}
 	r, first := text.Rank(), text.First
 	d := ad.d
@@ -133,7 +135,7 @@ func alignOnDevice(ad *alignDevice, f mat.Matrix, text *TextSubspace, opt AlignO
 	fcB, vals, vecs := alloc(b*dim), alloc(dim), alloc(dim*dim)
 	w, mB, kB, vk, aB, g := alloc(r*dim), alloc(dim*r), alloc(dim*r), alloc(dim*r), alloc(dim*dim), alloc(b*dim)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	fc, _ := CenterRows(f)
 	c := 1 / (float64(b-1) + covEps)
@@ -159,18 +161,13 @@ func alignOnDevice(ad *alignDevice, f mat.Matrix, text *TextSubspace, opt AlignO
 	do(func() error { return kernel.DownloadFloat64(d, vuH, vu) })
 	do(func() error { return kernel.DownloadFloat64(d, mH, mB) })
 	if err != nil {
-		return nil, fmt.Errorf("feature: align on %s: %w", d.Name(), err)
+		return nil, nil, fmt.Errorf("feature: align on %s: %w", d.Name(), err)
 	}
 	lam := make([]float64, dim)
 	for i := range dim {
 		lam[i] = asc[dim-1-i]
 	}
-	basis := mat.NewDense(r, dim, nil)
-	for i := range r {
-		basis.SetRow(i, vuH[(r-1-i)*dim:(r-i)*dim])
-	}
 	m := math.Max(1-alpha, 1e-6)
-	loss := alignLoss(basis, text.Basis, r, m)
 	// In the device's order: row a of V is v_{dim−1−a}, column q of M and
 	// K belongs to k = first+r−1−q.
 	kH := ad.k
@@ -187,24 +184,32 @@ func alignOnDevice(ad *alignDevice, f mat.Matrix, text *TextSubspace, opt AlignO
 	dldf := mat.NewDense(b, dim, nil)
 	do(func() error { return kernel.DownloadFloat64(d, dldf.RawMatrix().Data, g) })
 	if err != nil {
-		return nil, fmt.Errorf("feature: align on %s: %w", d.Name(), err)
+		return nil, nil, fmt.Errorf("feature: align on %s: %w", d.Name(), err)
 	}
-	return &Alignment{Eigvals: lam, Basis: basis, Loss: loss, DLdF: dldf, GuardedGaps: guarded, MinGap: minGap}, nil
+	res = &Alignment{Eigvals: lam, DLdF: dldf, GuardedGaps: guarded, MinGap: minGap}
+	finish = func() {
+		basis := mat.NewDense(r, dim, nil)
+		for i := range r {
+			basis.SetRow(i, vuH[(r-1-i)*dim:(r-i)*dim])
+		}
+		res.Basis, res.Loss = basis, alignLoss(basis, text.Basis, r, m)
+	}
+	return res, finish, nil
 }
 
-// updateOnDevice is Update on d: the state moves there on the first call
-// (Σ uploaded), and stays.
-func (a *Aligner) updateOnDevice(d kernel.Float64Device, f mat.Matrix) (*Alignment, error) {
+// updateOnDevice is UpdateDeferred on d: the state moves there on the
+// first call (Σ uploaded), and stays.
+func (a *Aligner) updateOnDevice(d kernel.Float64Device, f mat.Matrix) (*Alignment, func(), error) {
 	if a.dev != nil && a.dev.d != d {
 		if err := a.SyncCovariance(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		a.dropDevice()
 	}
 	if a.dev == nil {
 		ad, err := newAlignDevice(d, a.sigma, a.Text.Projector)
 		if err != nil {
-			return nil, fmt.Errorf("feature: aligner on %s: %w", d.Name(), err)
+			return nil, nil, fmt.Errorf("feature: aligner on %s: %w", d.Name(), err)
 		}
 		a.dev = ad
 		runtime.AddCleanup(a, func(bufs *[]kernel.Buf) {
@@ -213,9 +218,9 @@ func (a *Aligner) updateOnDevice(d kernel.Float64Device, f mat.Matrix) (*Alignme
 			}
 		}, ad.bufs)
 	}
-	res, err := alignOnDevice(a.dev, f, a.Text, a.Options)
+	res, finish, err := alignOnDevice(a.dev, f, a.Text, a.Options)
 	a.stale = true // Σ changed on the device, or is unknown after an error
-	return res, err
+	return res, finish, err
 }
 
 // deviceCan reports whether d can run the step: a device whose float64
