@@ -3,6 +3,7 @@ package feature
 import (
 	"fmt"
 	"math"
+	"slices"
 	"math/rand/v2"
 	"testing"
 
@@ -240,5 +241,51 @@ func TestProjectOnDevice(t *testing.T) {
 	}
 	if e := worst(got.Z, want.Z); e > 1e-13 || d.Up != b*dim+dim*dim {
 		t.Errorf("a changed projector: Z %.1e from the CPU's, %d values up (want %d)", e, d.Up, b*dim+dim*dim)
+	}
+}
+
+// TestUpdateDeferred: on a device, UpdateDeferred's result has ∂L/∂F, the
+// eigenvalues and the gap counts at once and its loss and basis only after
+// finish, which makes them Update's bit for bit; on the CPU finish has
+// nothing left to do.
+func TestUpdateDeferred(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	p := newAlignProblem(rng, 24, 40, 12, 5, 0.7, 1e-3, false)
+	d := &devicetest.Float64Host{Device: kernel.Host}
+	deferred, whole := NewAligner(p.text, p.opt), NewAligner(p.text, p.opt)
+	for step := range 3 {
+		f := fxt.RandDense(rng, 24, 40, 0.1)
+		var want, got *Alignment
+		var finish func()
+		var err error
+		withFloat64Device(d, func() {
+			if want, err = whole.Update(f); err != nil {
+				return
+			}
+			got, finish, err = deferred.UpdateDeferred(f)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Basis != nil || got.Loss != 0 {
+			t.Fatalf("step %d: basis and loss set before finish", step)
+		}
+		if !mat.Equal(got.DLdF, want.DLdF) || !slices.Equal(got.Eigvals, want.Eigvals) || got.GuardedGaps != want.GuardedGaps {
+			t.Fatalf("step %d: ∂L/∂F, eigenvalues or gap counts differ from Update's", step)
+		}
+		finish()
+		if math.Float64bits(got.Loss) != math.Float64bits(want.Loss) || !mat.Equal(got.Basis, want.Basis) {
+			t.Fatalf("step %d: after finish, loss %v and basis differ from Update's %v", step, got.Loss, want.Loss)
+		}
+	}
+	cpu := NewAligner(p.text, p.opt)
+	res, finish, err := cpu.UpdateDeferred(p.f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loss := res.Loss
+	finish()
+	if res.Basis == nil || res.Loss != loss {
+		t.Error("on the CPU, UpdateDeferred's result is not whole at once")
 	}
 }
