@@ -3,8 +3,8 @@ package feature
 import (
 	"fmt"
 	"math"
-	"slices"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"gonum.org/v1/gonum/mat"
