@@ -10,6 +10,9 @@
 TEXT ·sgemmAVX512(SB), NOSPLIT, $0-72
 	MOVQ ldc+32(FP), R9
 	SHLQ $2, R9
+	MOVQ kb+0(FP), R12
+	SHLQ $7, R12
+	ADDQ b+16(FP), R12
 tileloop:
 	MOVQ kb+0(FP), CX
 	MOVQ a+8(FP), SI
@@ -62,6 +65,8 @@ tileloop:
 	SHRQ $2, BX
 	JZ tail
 loop:
+	PREFETCHT1 (R12)
+	ADDQ $48, R12
 	VMOVUPS 0(DX), Z0
 	VMOVUPS 64(DX), Z1
 	VBROADCASTSS 0(SI), Z2
@@ -299,6 +304,9 @@ store:
 TEXT ·sgemmAVX512Rows(SB), NOSPLIT, $0-80
 	MOVQ ldc+40(FP), R9
 	SHLQ $2, R9
+	MOVQ kb+0(FP), R15
+	SHLQ $7, R15
+	ADDQ b+24(FP), R15
 	MOVQ lda+16(FP), R8
 	SHLQ $2, R8
 tileloop:
@@ -356,6 +364,8 @@ tileloop:
 	SHRQ $2, BX
 	JZ tail
 loop:
+	PREFETCHT1 (R15)
+	ADDQ $48, R15
 	VMOVUPS 0(DX), Z0
 	VMOVUPS 64(DX), Z1
 	VBROADCASTSS (SI), Z2

@@ -25,14 +25,18 @@ type spec struct {
 	vecs   int    // registers per tile row (nr = vecs·lanes)
 	unroll int
 	rows   bool // A read in place (row r at a + r·lda) instead of packed
-	// pfNext: prefetch the B panel after this one (see gen).
+	// pfNext: prefetch the B panel after this one (see gen), pfStep bytes
+	// of it per unrolled step.
 	pfNext bool
+	pfStep int
 }
 
 func main() {
 	for _, s := range []spec{
-		{"sgemmAVX2", "gemm_avx2_amd64.s", "Y", 8, 6, 2, 4, false, true},
-		{"sgemmAVX512", "gemm_avx512_amd64.s", "Z", 16, 8, 2, 4, false, false},
+		{"sgemmAVX2", "gemm_avx2_amd64.s", "Y", 8, 6, 2, 4, false, true, 16},
+		// A panel of 32 columns is twice the AVX2 one, swept by fewer tiles
+		// (96 rows of 8): 48 bytes a step cover it over 12 tiles.
+		{"sgemmAVX512", "gemm_avx512_amd64.s", "Z", 16, 8, 2, 4, false, true, 48},
 	} {
 		rows := s
 		rows.name += "Rows"
@@ -565,15 +569,22 @@ func gen(s spec) string {
 	w("TEXT ·%s(SB), NOSPLIT, $0-%d", s.name, 72+off)
 	w("\tMOVQ ldc+%d(FP), R9", 32+off)
 	w("\tSHLQ $2, R9")
+	// The prefetch pointer: R12, or R15 where eight rows read in place
+	// take R12.
+	pf := "R12"
+	if s.rows && s.mr > 6 {
+		pf = "R15"
+	}
 	if s.pfNext {
-		// R12 walks the B panel that follows this one in memory (the next
-		// column panel of a packed B, which the caller sweeps next), 16
-		// bytes per unrolled step and on across the tiles: one line every
-		// four steps, the whole panel over 16 tiles of kb ≥ 4. Without it
-		// the first tile of every panel waits for B from L3 or memory.
-		w("\tMOVQ kb+0(FP), R12")
-		w("\tSHLQ $%d, R12", log2(4*nr))
-		w("\tADDQ b+%d(FP), R12", 16+off)
+		// pf walks the B panel that follows this one in memory (the next
+		// column panel of a packed B, which the caller sweeps next),
+		// pfStep bytes per unrolled step and on across the tiles (AVX2: one
+		// line every four steps, the whole panel over 16 tiles of kb ≥ 4).
+		// Without it the first tile of every panel waits for B from L3 or
+		// memory.
+		w("\tMOVQ kb+0(FP), %s", pf)
+		w("\tSHLQ $%d, %s", log2(4*nr), pf)
+		w("\tADDQ b+%d(FP), %s", 16+off, pf)
 	}
 	if s.rows {
 		w("\tMOVQ lda+16(FP), R8")
@@ -622,8 +633,8 @@ func gen(s spec) string {
 	w("\tJZ tail")
 	w("loop:")
 	if s.pfNext {
-		w("\tPREFETCHT1 (R12)")
-		w("\tADDQ $16, R12")
+		w("\tPREFETCHT1 (%s)", pf)
+		w("\tADDQ $%d, %s", s.pfStep, pf)
 	}
 	for u := 0; u < s.unroll; u++ {
 		step(u)
