@@ -14,42 +14,24 @@ import (
 	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/internal/devicetest"
 	"github.com/subtta/subtta/tta"
+	"github.com/subtta/subtta/tta/internal/fxt"
 	"github.com/subtta/subtta/vit"
 	"github.com/subtta/subtta/weights"
 )
 
-// imageDomain is a BatchDomain of n random 32-pixel images, the same for
-// the same seed.
-type imageDomain struct {
-	n   int
-	img [][]float32
-}
-
-func newImageDomain(n int, seed uint64) *imageDomain {
+// newImageDomain is a domain of n random 32-pixel images, the same for the
+// same seed.
+func newImageDomain(n int, seed uint64) Domain {
 	rng := rand.New(rand.NewPCG(seed, 1))
-	d := &imageDomain{n: n}
-	for range n {
-		v := make([]float32, 3*32*32)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64())
+	images, labels := make([][]float32, n), make([]int, n)
+	for i := range images {
+		images[i] = make([]float32, 3*32*32)
+		for j := range images[i] {
+			images[i][j] = float32(rng.NormFloat64())
 		}
-		d.img = append(d.img, v)
+		labels[i] = i % 3
 	}
-	return d
-}
-
-func (d *imageDomain) Name() string { return "images" }
-func (d *imageDomain) Len() int     { return d.n }
-func (d *imageDomain) Sample(i int) ([]float32, int, error) {
-	return d.img[i], i % 3, nil
-}
-func (d *imageDomain) Samples(idx []int, dst []float32) ([]float32, []int, error) {
-	labels := make([]int, len(idx))
-	for j, i := range idx {
-		dst = append(dst, d.img[i]...)
-		labels[j] = i % 3
-	}
-	return dst, labels, nil
+	return fxt.NewDomain("images", images, labels)
 }
 
 // towerMethod encodes each batch with a vision tower, over the pixels it
