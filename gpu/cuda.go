@@ -727,20 +727,24 @@ func (d *device) Free(kb kernel.Buf) {
 		return
 	}
 	d.mu.Lock()
-	pending := b.ready != nil
-	d.mu.Unlock()
-	if pending {
-		// On failure the memory is not reused: the copy may still write it.
-		if d.exec(func() error { return d.await(b) }) != nil {
-			b.ptr = 0
-			return
+	if b.ready == nil {
+		if !d.closed {
+			d.free[b.n] = append(d.free[b.n], b.ptr)
 		}
-	}
-	d.mu.Lock()
-	if !d.closed {
-		d.free[b.n] = append(d.free[b.n], b.ptr)
+		d.mu.Unlock()
+		b.ptr = 0
+		return
 	}
 	d.mu.Unlock()
+	// Free returns no error: after a failed wait the memory is not reused,
+	// since the copy may still write it.
+	_ = d.exec(func() error {
+		if err := d.await(b); err != nil {
+			return err
+		}
+		d.free[b.n] = append(d.free[b.n], b.ptr)
+		return nil
+	})
 	b.ptr = 0
 }
 

@@ -608,14 +608,28 @@ func TestAddBits(t *testing.T) {
 }
 
 // BenchmarkAdd: a residual of ViT-B/32's blocks at batch 64 (3,200 rows of
-// 768), in GB/s of the three slices' traffic.
+// 768), in GB/s of the three slices' traffic: the same slices each time
+// (cached), and eight sets in turn (from memory: 240 MB, more than the
+// caches).
 func BenchmarkAdd(b *testing.B) {
 	const n = 3200 * 768
 	rng := rand.New(rand.NewPCG(4, 3))
-	x, y := to32(randVec(rng, n, 0, 1)), to32(randVec(rng, n, 0, 1))
-	out := make([]float32, n)
-	b.SetBytes(3 * 4 * n)
-	for b.Loop() {
-		Add(out, x, y)
+	for _, sets := range []int{1, 8} {
+		name := "cached"
+		if sets > 1 {
+			name = "from-memory"
+		}
+		b.Run(name, func(b *testing.B) {
+			xs, ys, outs := make([][]float32, sets), make([][]float32, sets), make([][]float32, sets)
+			for i := range sets {
+				xs[i], ys[i], outs[i] = to32(randVec(rng, n, 0, 1)), to32(randVec(rng, n, 0, 1)), make([]float32, n)
+			}
+			b.SetBytes(3 * 4 * n)
+			i := 0
+			for b.Loop() {
+				Add(outs[i%sets], xs[i%sets], ys[i%sets])
+				i++
+			}
+		})
 	}
 }

@@ -205,9 +205,9 @@ type LatePrefetcher struct {
 	mu      sync.Mutex
 	pending []lateCopy // copies not yet awaited
 	live    []kernel.Buf
-	// Ahead and Awaits count the calls (an Await of a buffer already
-	// awaited included).
-	Ahead, Awaits int
+	// ahead and awaits count the calls (an Await of a buffer already
+	// awaited included): Calls.
+	ahead, awaits int
 }
 
 type lateCopy struct {
@@ -242,7 +242,7 @@ func (p *LatePrefetcher) UploadAhead(src []float32) (kernel.Buf, error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.Ahead++
+	p.ahead++
 	p.pending = append(p.pending, lateCopy{b, slices.Clone(src)})
 	p.live = append(p.live, b)
 	return b, nil
@@ -251,7 +251,7 @@ func (p *LatePrefetcher) UploadAhead(src []float32) (kernel.Buf, error) {
 // Await copies b's values in, the first time.
 func (p *LatePrefetcher) Await(b kernel.Buf) error {
 	p.mu.Lock()
-	p.Awaits++
+	p.awaits++
 	var v []float32
 	for i, c := range p.pending {
 		if sameBuf(c.b, b) {
@@ -283,9 +283,9 @@ func (p *LatePrefetcher) Live() int {
 	return len(p.live)
 }
 
-// Calls returns Ahead and Awaits.
+// Calls returns the number of calls to UploadAhead and to Await.
 func (p *LatePrefetcher) Calls() (ahead, awaits int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.Ahead, p.Awaits
+	return p.ahead, p.awaits
 }
