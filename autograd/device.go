@@ -77,11 +77,36 @@ type devRun struct {
 	arena     []kernel.Buf
 	arenaUsed int
 	gradBufs  []kernel.Buf
+
+	// For TowerGraphs: a dry run queues nothing and allocates nothing
+	// (alloc returns placeholders of the right length) but looks up the
+	// parameters' device copies as a real run would, uploading those that
+	// changed; with track set, every parameter buffer looked up (resident,
+	// weights, weights16) is appended to seen, in the order of the pass.
+	// own marks a run that uploaded values for itself alone (an operand
+	// that is not a matrix of its own), which a recording cannot replay.
+	dry, track bool
+	seen       []kernel.Buf
+	own        bool
+}
+
+// dryBuf is a dry run's placeholder for device memory.
+type dryBuf int
+
+func (b dryBuf) Len() int                  { return int(b) }
+func (b dryBuf) Slice(i, j int) kernel.Buf { return dryBuf(j - i) }
+
+// note records b as a parameter buffer the run looked up (devRun.track).
+func (r *devRun) note(b kernel.Buf) kernel.Buf {
+	if r.track && b != nil {
+		r.seen = append(r.seen, b)
+	}
+	return b
 }
 
 // do runs f unless an earlier call failed.
 func (r *devRun) do(f func() error) {
-	if r.err == nil {
+	if r.err == nil && !r.dry {
 		r.err = f()
 	}
 }
@@ -90,6 +115,9 @@ func (r *devRun) do(f func() error) {
 func (r *devRun) alloc(n int) kernel.Buf {
 	if r.err != nil {
 		return nil
+	}
+	if r.dry {
+		return dryBuf(n)
 	}
 	b, err := r.d.Alloc(n)
 	if err != nil {
@@ -104,7 +132,7 @@ func (r *devRun) alloc(n int) kernel.Buf {
 // failed: the caller takes r.kept over.
 func (r *devRun) allocKept(n int) kernel.Buf {
 	b := r.alloc(n)
-	if b != nil {
+	if b != nil && !r.dry {
 		r.bufs = r.bufs[:len(r.bufs)-1]
 		r.kept = append(r.kept, b)
 	}
@@ -113,6 +141,7 @@ func (r *devRun) allocKept(n int) kernel.Buf {
 
 // upload returns v in a buffer that close frees.
 func (r *devRun) upload(v []float32) kernel.Buf {
+	r.own = true
 	b := r.alloc(len(v))
 	r.do(func() error { return r.d.Upload(b, v) })
 	return b
@@ -130,6 +159,13 @@ func (r *devRun) freeFrom(mark int) {
 // close adds the queued gradients to their tensors (flushGrads), frees the
 // run's buffers and panics with its error, if any.
 func (r *devRun) close() {
+	if err := r.release(); err != nil {
+		panic(&DeviceError{Device: r.d.Name(), Err: err})
+	}
+}
+
+// release is close returning the run's error rather than panicking.
+func (r *devRun) release() error {
 	r.flushGrads()
 	for _, b := range r.bufs {
 		r.d.Free(b)
@@ -145,8 +181,8 @@ func (r *devRun) close() {
 		for _, b := range r.kept {
 			r.d.Free(b)
 		}
-		panic(&DeviceError{Device: r.d.Name(), Err: r.err})
 	}
+	return r.err
 }
 
 // DeviceError is the panic value of an op whose device failed (out of
@@ -166,6 +202,14 @@ func (e *DeviceError) Unwrap() error { return e.Err }
 // identity; else copies checked against the values at each call and
 // uploaded when they changed (devRun.resident), as is a trainable bias.
 func (r *devRun) weights(p *LinearParams) (w, b kernel.Buf) {
+	w, b = r.lookupWeights(p)
+	r.note(w)
+	r.note(b)
+	return w, b
+}
+
+// lookupWeights is weights without devRun.note.
+func (r *devRun) lookupWeights(p *LinearParams) (w, b kernel.Buf) {
 	if r.err != nil {
 		return nil, nil
 	}
@@ -186,9 +230,9 @@ func (r *devRun) weights(p *LinearParams) (w, b kernel.Buf) {
 		c = nil
 	}
 	if c == nil || len(wv) == 0 {
-		w = r.resident(p.Weight)
+		w = r.lookupResident(p.Weight)
 		if bv != nil {
-			b = r.resident(p.Bias)
+			b = r.lookupResident(p.Bias)
 		}
 		return w, b
 	}
@@ -205,7 +249,7 @@ func (r *devRun) weights(p *LinearParams) (w, b kernel.Buf) {
 	r.keep = append(r.keep, dc)
 	w, b = dc.w, dc.b
 	if b == nil && bv != nil {
-		b = r.resident(p.Bias)
+		b = r.lookupResident(p.Bias)
 	}
 	return w, b
 }
@@ -286,7 +330,7 @@ func (r *devRun) weights16(p *LinearParams) (w16, b kernel.Buf) {
 	if dc == nil || dc.d != r.d || dc.src != first(values[float32](p.Weight)) || dc.w16 == nil {
 		return nil, nil
 	}
-	return dc.w16, b
+	return r.note(dc.w16), b
 }
 
 // linear computes y = x·Wᵀ + b on the device for x [rows, in] into y

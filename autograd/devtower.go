@@ -21,6 +21,11 @@ type VisionTower struct {
 	Blocks   []*BlockParams
 	LNPost   *LayerNormParams
 	Proj     smat.Tensor // the projection [width, embed]
+
+	// Graphs, when not nil, keeps recordings of the passes without
+	// gradients on a device that records them (TowerGraphs); the model
+	// that owns the tower owns it.
+	Graphs *TowerGraphs
 }
 
 // operands returns every tensor of the tower.
@@ -96,15 +101,16 @@ func VisionTowerOnDevice(images smat.Tensor, v *VisionTower) (smat.Tensor, bool)
 // towerOp is VisionTowerOnDevice: its shapes, and what a recording forward
 // pass keeps on the device for backward.
 type towerOp struct {
-	d                   kernel.Device
-	images              smat.Tensor
-	v                   *VisionTower
-	operands            []smat.Tensor
-	batch, grid, w, emb int
-	blocks              []*blockOp[float32]
-	needDx              []bool // backward must reach block i's input
-	kept                *towerKept
-	spent               bool
+	d            kernel.Device
+	images       smat.Tensor
+	v            *VisionTower
+	operands     []smat.Tensor
+	batch, cols  int // images, values per image
+	grid, w, emb int
+	blocks       []*blockOp[float32]
+	needDx       []bool // backward must reach block i's input
+	kept         *towerKept
+	spent        bool
 }
 
 // towerKept is what backward needs: ln_pre's input and statistics, each
@@ -140,18 +146,18 @@ func newTowerOp(d kernel.Device, images smat.Tensor, v *VisionTower) *towerOp {
 		panic(fmt.Sprintf("autograd: VisionTowerOnDevice: patches of %d values, width %d, class %d, pos [%d, %d], proj [%d, %d] do not fit",
 			rowLen, w, v.Class.Size(), pr, pc, projRows, embed))
 	}
-	return &towerOp{d: d, images: images, v: v, batch: batch, grid: grid, w: w, emb: embed,
+	return &towerOp{d: d, images: images, v: v, batch: batch, cols: cols, grid: grid, w: w, emb: embed,
 		blocks: stackOps("VisionTowerOnDevice", batch*(grid+1), w, v.Blocks, batch)}
 }
 
 func (op *towerOp) Operands() []smat.Tensor { return op.operands }
 
-// embed runs the patches, their embedding and the token embedding into a
-// new buffer e [rows, width], which the run keeps when keep is set.
-func (op *towerOp) embed(r *devRun, keep bool) kernel.Buf {
+// embed runs the patches of the images in img, their embedding and the
+// token embedding into a new buffer e [rows, width], which the run keeps
+// when keep is set.
+func (op *towerOp) embed(r *devRun, img kernel.Buf, keep bool) kernel.Buf {
 	d, g, v := r.d, op.v.Geometry, op.v
 	batch, grid, w := op.batch, op.grid, op.w
-	img := r.input(op.images) // once per step where the images are held (HoldOnDevice)
 	patches := r.alloc(batch * grid * g.Channels * g.Patch * g.Patch)
 	r.do(func() error { return d.Patches(patches, img, batch, g.Channels, g.Height, g.Width, g.Patch) })
 	emb := r.alloc(batch * grid * w)
@@ -167,26 +173,50 @@ func (op *towerOp) embed(r *devRun, keep bool) kernel.Buf {
 	return e
 }
 
+// projectInto computes the features [batch, embed] into f from the class
+// tokens after ln_post, cn [batch, width].
+func (op *towerOp) projectInto(r *devRun, cn, f kernel.Buf) {
+	batch, w, embed := op.batch, op.w, op.emb
+	proj := r.resident(op.v.Proj)
+	r.do(func() error { return r.d.Gemm(false, false, batch, embed, w, 1, cn, w, proj, embed, 0, f, embed) })
+}
+
 // project computes the features from the class tokens after ln_post, cn
 // [batch, width], and downloads them.
 func (op *towerOp) project(r *devRun, cn kernel.Buf) smat.Tensor {
-	batch, w, embed := op.batch, op.w, op.emb
-	f := r.alloc(batch * embed)
-	proj := r.resident(op.v.Proj)
-	r.do(func() error { return r.d.Gemm(false, false, batch, embed, w, 1, cn, w, proj, embed, 0, f, embed) })
-	y := make([]float32, batch*embed)
-	r.do(func() error { return r.d.Download(y, f) })
-	return newMatrix(y, batch, embed)
+	f := r.alloc(op.batch * op.emb)
+	op.projectInto(r, cn, f)
+	return op.download(r, f)
 }
 
-// forward is the pass without gradients.
+// download returns the features in f [batch, embed].
+func (op *towerOp) download(r *devRun, f kernel.Buf) smat.Tensor {
+	y := make([]float32, op.batch*op.emb)
+	r.do(func() error { return r.d.Download(y, f) })
+	return newMatrix(y, op.batch, op.emb)
+}
+
+// forward is the pass without gradients: replayed from the tower's
+// recording where it has one (TowerGraphs), else queued op by op.
 func (op *towerOp) forward() smat.Tensor {
+	if y, ok := op.replay(); ok {
+		return y
+	}
 	r := &devRun{d: op.d}
 	defer r.close()
+	f := r.alloc(op.batch * op.emb)
+	op.queue(r, r.input(op.images), f) // the input once per step where the images are held (HoldOnDevice)
+	return op.download(r, f)
+}
+
+// queue queues the pass without gradients from the images in img to the
+// features in f, uploading nothing and downloading nothing: what a
+// recording (TowerGraphs) holds.
+func (op *towerOp) queue(r *devRun, img, f kernel.Buf) {
 	d, v := r.d, op.v
 	batch, w, t := op.batch, op.w, op.grid+1
 	rows := batch * t
-	e := op.embed(r, false)
+	e := op.embed(r, img, false)
 	x := r.alloc(rows * w)
 	r.layerNorm(x, e, rows, w, v.LNPre, nil, nil)
 	for _, b := range op.blocks {
@@ -196,7 +226,7 @@ func (op *towerOp) forward() smat.Tensor {
 	r.do(func() error { return d.StrideRows(c, x, batch, w, t) })
 	cn := r.alloc(batch * w)
 	r.layerNorm(cn, c, batch, w, v.LNPost, nil, nil)
-	return op.project(r, cn)
+	op.projectInto(r, cn, f)
 }
 
 // Forward is the recording pass: forward's steps, keeping what backward
@@ -208,7 +238,7 @@ func (op *towerOp) Forward() (smat.Tensor, error) {
 	batch, w, t := op.batch, op.w, op.grid+1
 	rows := batch * t
 	k := &towerKept{}
-	k.e = op.embed(r, true)
+	k.e = op.embed(r, r.input(op.images), true)
 	k.preStats = r.allocKept(2 * rows)
 	x := r.allocKept(rows * w) // the first block's input, kept by it
 	r.layerNorm(x, k.e, rows, w, v.LNPre, slice(k.preStats, 0, rows), slice(k.preStats, rows, 2*rows))

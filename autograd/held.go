@@ -177,7 +177,11 @@ func (h *DeviceInput) Release() {
 // input returns t's values on the run's device: the held copy when t is
 // held (uploaded at its first pass on this device), otherwise an upload
 // that the run frees.
-func (r *devRun) input(t smat.Tensor) kernel.Buf {
+func (r *devRun) input(t smat.Tensor) kernel.Buf { return r.inputInto(t, nil) }
+
+// inputInto is input uploading into dst (when not nil) where t is not
+// held; where it is, the held copy is returned as by input.
+func (r *devRun) inputInto(t smat.Tensor, dst kernel.Buf) kernel.Buf {
 	if r.err != nil {
 		return nil
 	}
@@ -189,7 +193,11 @@ func (r *devRun) input(t smat.Tensor) kernel.Buf {
 		heldInputs.mu.Unlock()
 	}
 	if h == nil {
-		return r.upload(v)
+		if dst == nil {
+			return r.upload(v)
+		}
+		r.do(func() error { return r.d.Upload(dst, v) })
+		return dst
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -51,6 +51,11 @@ type residentCopy struct {
 // overlap: a parameter changes between passes (an optimizer step), not
 // during them.
 func (r *devRun) resident(t smat.Tensor) kernel.Buf {
+	return r.note(r.lookupResident(t))
+}
+
+// lookupResident is resident without devRun.note.
+func (r *devRun) lookupResident(t smat.Tensor) kernel.Buf {
 	if r.err != nil {
 		return nil
 	}

@@ -409,6 +409,12 @@ type device struct {
 	downEv  unsafe.Pointer // recorded after a download's copy
 	closed  bool
 
+	// capt is the graph being recorded (Capture), nil when none; captEnd
+	// (on mu) is signalled when it ends. noGraphs: Options.NoGraphs.
+	capt     *capture
+	captEnd  *sync.Cond
+	noGraphs bool
+
 	copies    unsafe.Pointer // the stream of UploadAhead's copies, made by the first
 	ahead     [2]aheadStage  // UploadAhead's pinned memory, used in turn
 	aheadNext int            // the stage the next UploadAhead uses
@@ -473,7 +479,8 @@ func open(o Options) (*device, error) {
 	if s := C.w_cuDeviceGet(&dev, C.int(o.Ordinal)); s != 0 {
 		return nil, drvErr("cuDeviceGet", s)
 	}
-	d := &device{fn: map[string]unsafe.Pointer{}, free: map[int][]uintptr{}}
+	d := &device{fn: map[string]unsafe.Pointer{}, free: map[int][]uintptr{}, noGraphs: o.NoGraphs}
+	d.captEnd = sync.NewCond(&d.mu)
 	if s := C.w_cuDevicePrimaryCtxRetain(&d.ctx, dev); s != 0 {
 		return nil, drvErr("cuDevicePrimaryCtxRetain", s)
 	}
@@ -590,6 +597,7 @@ func (d *device) compile(arch int) error {
 func (d *device) exec(f func() error) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.waitCapture()
 	if d.closed {
 		return fmt.Errorf("gpu: %s: used after Close", d.name)
 	}
@@ -680,6 +688,9 @@ type buf struct {
 
 func (b *buf) Len() int { return b.n }
 
+// Addr is the buffer's device address, 0 once freed (kernel.SameMemory).
+func (b *buf) Addr() uintptr { return b.ptr }
+
 func (b *buf) Slice(i, j int) kernel.Buf {
 	if i < 0 || j < i || j > b.n {
 		panic(fmt.Sprintf("gpu: Slice(%d, %d) of a buffer of %d values", i, j, b.n))
@@ -706,6 +717,17 @@ func (d *device) Alloc(n int) (kernel.Buf, error) {
 
 // alloc gives b (of b.n > 0 values) its memory. Called in exec.
 func (d *device) alloc(b *buf) error {
+	if c := d.capt; c != nil { // the recording's thread (exec waited for the others)
+		defer func() {
+			if b.ptr != 0 {
+				c.allocated[b.ptr] = true
+			}
+		}()
+		if ps := c.free[b.n]; len(ps) > 0 {
+			b.ptr, c.free[b.n] = ps[len(ps)-1], ps[:len(ps)-1]
+			return nil
+		}
+	}
 	if ps := d.free[b.n]; len(ps) > 0 {
 		b.ptr, d.free[b.n] = ps[len(ps)-1], ps[:len(ps)-1]
 		return nil
@@ -727,8 +749,12 @@ func (d *device) Free(kb kernel.Buf) {
 		return
 	}
 	d.mu.Lock()
+	d.waitCapture()
 	if b.ready == nil {
-		if !d.closed {
+		switch {
+		case d.capt != nil: // freed by the recording: the graph's memory
+			d.capt.free[b.n] = append(d.capt.free[b.n], b.ptr)
+		case !d.closed:
 			d.free[b.n] = append(d.free[b.n], b.ptr)
 		}
 		d.mu.Unlock()
@@ -788,6 +814,9 @@ var (
 // upload queues the copy of src to dst through the ring, in parts of at
 // most stagePart values. Called in exec.
 func (d *device) upload(dst C.uintptr_t, src []float32) error {
+	if d.capt != nil {
+		return errCapturing("Upload")
+	}
 	for off := 0; off < len(src); off += stagePart {
 		part := src[off:min(off+stagePart, len(src))]
 		if err := d.uploadPart(dst+C.uintptr_t(4*off), part); err != nil {
@@ -912,6 +941,9 @@ func (d *device) onThread(f func() error) error {
 
 // sync waits for everything queued on the stream. Called in exec.
 func (d *device) sync() error {
+	if d.capt != nil {
+		return errCapturing("a wait for the device")
+	}
 	if s := C.w_cudaStreamSynchronize(d.stream); s != 0 {
 		return rtErr("cudaStreamSynchronize", s)
 	}
@@ -948,6 +980,9 @@ func (d *device) Download(dst []float32, src kernel.Buf) error {
 	defer d.downMu.Unlock()
 	var upto uint64 // the ring's copies queued before the download
 	err = d.exec(func() error {
+		if d.capt != nil {
+			return errCapturing("Download")
+		}
 		n := 4 * len(dst)
 		if n > d.downN {
 			if d.down != nil {
@@ -1037,6 +1072,9 @@ func (d *device) UploadAhead(src []float32) (kernel.Buf, error) {
 	}
 	hostCopy(unsafe.Slice((*float32)(st.base), len(src)), src)
 	err := d.exec(func() error {
+		if d.capt != nil {
+			return errCapturing("UploadAhead")
+		}
 		if d.copies == nil {
 			if s := C.w_cudaStreamCreateNonBlocking(&d.copies); s != 0 {
 				d.copies = nil
@@ -1120,6 +1158,9 @@ func (d *device) Await(kb kernel.Buf) error {
 func (d *device) await(b *buf) error {
 	if b.ready == nil {
 		return nil
+	}
+	if d.capt != nil {
+		return errCapturing("Await")
 	}
 	if s := C.w_cudaStreamWaitEvent(d.stream, b.ready); s != 0 {
 		return rtErr("cudaStreamWaitEvent", s)

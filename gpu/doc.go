@@ -27,6 +27,9 @@
 // for everything queued before them. The device is a kernel.Prefetcher:
 // UploadAhead copies the next batch's images up on a second stream, beside
 // the current batch's work, and Await orders the passes that read it after
-// that copy. Every failed CUDA, cuBLAS, NVRTC or driver call is
-// an *Error naming the call and its status.
+// that copy. It is a kernel.Grapher: Capture records the work a function
+// queues as a CUDA Graph (stream capture), which autograd.TowerGraphs
+// replays for the vision tower's repeated passes without gradients. Every
+// failed CUDA, cuBLAS, NVRTC or driver call is an *Error naming the call
+// and its status.
 package gpu

@@ -15,7 +15,8 @@ var deviceTests = []string{"TestUploadDownload", "TestErrorNamesCall", "TestGemm
 	"TestRowwiseMatchesCPU", "TestTF32Option", "TestBlockMatchesCPU", "TestTrainingBlocksMatchCPU",
 	"TestCLIPTinyMatchesCPU", "TestSymEigMatchesCPU", "TestTowerOpsMatchCPU", "TestUploadRing",
 	"TestPrecisionMatchesCPU", "TestFusedMatchesCPU", "TestHalfMatchesCPU", "TestGatherRowsMatchesCPU", "TestDgemmMatchesCPU",
-	"TestPromptFeaturesMatchCPU", "TestAdamMatchesCPU", "TestSubTTAStepOnDevice", "TestUploadAhead", "TestUploadAheadConcurrent", "TestRunnerUploadsAheadOnDevice"}
+	"TestPromptFeaturesMatchCPU", "TestAdamMatchesCPU", "TestSubTTAStepOnDevice", "TestUploadAhead", "TestUploadAheadConcurrent", "TestRunnerUploadsAheadOnDevice",
+	"TestTowerGraph", "TestTowerGraphOff", "TestCapture", "TestCaptureWaits"}
 
 // TestFakeCUDA runs the device tests on a machine without CUDA against
 // testdata/fakecuda.c, built with gcc as the five libraries: a run of this

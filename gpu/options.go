@@ -14,6 +14,9 @@ type Options struct {
 	// in float32. The row-wise kernels (LayerNorm, softmax, activations)
 	// and the values kept in memory stay float32 in every precision.
 	Precision Precision
+	// NoGraphs turns the recording of passes off (kernel.Grapher: Capture
+	// then fails with kernel.ErrGraphsOff and every pass runs op by op).
+	NoGraphs bool
 }
 
 // Precision is the arithmetic of a device's products.

@@ -7,7 +7,8 @@
 #                          every device op against the CPU, clip-tiny end to
 #                          end, the bf16/fp16/tf32 products and features
 #   OUT/bench-subtta.txt   subtta bench --device cuda, fp32 (TF32 off), batch 64:
-#                          forward, forward+backward, the SubTTA step
+#                          forward, forward+backward, the SubTTA step; then
+#                          the forward lines again with --cuda-graphs=false
 #   OUT/bench-torch.json   PyTorch eager on the same GPU doing the same work
 #                          straight after (scripts/torch_vitb32_cuda.py), and its
 #                          forward pass at batch 64 and 256 in fp32, TF32 and
@@ -107,6 +108,11 @@ fi
 if want bench; then
   step "subtta bench, fp32, batch 64"
   timeout "$limit" cuda-bin/subtta bench --device cuda --reps 5 2>&1 | tee "$out/bench-subtta.txt" || status=1
+  # The passes without gradients replay a CUDA Graph above (its "graphs:"
+  # line says how many); here op by op, for the graphs' share.
+  step "subtta bench --only forward, fp32, batch 64, op by op (--cuda-graphs=false)"
+  timeout "$limit" cuda-bin/subtta bench --device cuda --only forward --reps 5 --cuda-graphs=false 2>&1 |
+    tee -a "$out/bench-subtta.txt" || status=1
   if [ -d "$clipsrc" ]; then
     step "PyTorch: the same work, then its forward matrix"
     PYTHONUNBUFFERED=1 timeout "$limit" python3 scripts/torch_vitb32_cuda.py --clip-src "$clipsrc" \
@@ -233,13 +239,14 @@ if [ "${NCU:-}" = 1 ] && command -v ncu >/dev/null; then
   # product's bias), split_heads (the split adding in_proj's bias, and the
   # merge, into 16 bits in bf16), softmax_rows and bias_act;
   # in bf16 also to_half16, in the first pass only (the weights); the rest
-  # is cuBLAS's.
+  # is cuBLAS's. Op by op (--cuda-graphs=false), so that the counts above
+  # hold; a replay runs the same kernels.
   step "ncu"
   timeout "$limit" ncu --launch-skip 240 --launch-count 60 --section SpeedOfLight \
-    cuda-bin/subtta bench --device cuda --only forward --reps 3 --batch-size 64 >"$out/ncu.txt" 2>&1 || status=1
+    cuda-bin/subtta bench --device cuda --only forward --reps 3 --batch-size 64 --cuda-graphs=false >"$out/ncu.txt" 2>&1 || status=1
   step "ncu, bf16"
   timeout "$limit" ncu --launch-skip 240 --launch-count 60 --section SpeedOfLight \
-    cuda-bin/subtta bench --device cuda --only forward --reps 3 --batch-size 64 --precision bf16 >"$out/ncu-bf16.txt" 2>&1 || status=1
+    cuda-bin/subtta bench --device cuda --only forward --reps 3 --batch-size 64 --precision bf16 --cuda-graphs=false >"$out/ncu-bf16.txt" 2>&1 || status=1
 fi
 step "done"
 exit $status

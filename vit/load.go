@@ -21,7 +21,7 @@ func New(s *weights.State, cfg *weights.CLIPConfig, opt Options) (*Model, error)
 	v, n := cfg.Vision, cfg.TensorNames().Vision
 	w, g := v.Width, v.Grid()
 	b := &build.Builder{State: s, F64: opt.Float64, Eps: cfg.LayerNormEps}
-	m := &Model{Config: v, EmbedDim: cfg.EmbedDim}
+	m := &Model{Config: v, EmbedDim: cfg.EmbedDim, graphs: &autograd.TowerGraphs{}}
 	// conv1 [width, 3, P, P] is a Linear over flattened patches.
 	conv := b.Weight(n.Conv, w, 3, v.PatchSize, v.PatchSize)
 	if b.Err != nil {

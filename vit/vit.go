@@ -30,6 +30,21 @@ type Model struct {
 	Params []autograd.Named
 
 	low *lowTower // nil unless SetPrecision chose int8 or bf16
+
+	// graphs keeps the recordings of the tower's passes without gradients
+	// on a device that records them (autograd.TowerGraphs); New makes it.
+	// A copy of the Model shares it: a recording is of given tensors, so
+	// the copy's own LayerNorms make passes of their own.
+	graphs *autograd.TowerGraphs
+}
+
+// Graphs returns what the recordings of the model's passes on a device did
+// (autograd.TowerGraphs): zero for a Model not made by New.
+func (m *Model) Graphs() autograd.GraphStats {
+	if m.graphs == nil {
+		return autograd.GraphStats{}
+	}
+	return m.graphs.Stats()
 }
 
 // Forward encodes images [batch, 3·H·W] (NCHW, preprocessed, one image per
@@ -49,7 +64,7 @@ func (m *Model) Forward(images smat.Tensor, trace Trace) smat.Tensor {
 		// On a device (SetDevice), a pass without gradients runs whole
 		// there: the images go up and the features come back.
 		tower := &autograd.VisionTower{Geometry: g, Patch: m.Patch, Class: m.Class, Pos: m.Pos, LNPre: m.LNPre,
-			Blocks: m.Blocks, LNPost: m.LNPost, Proj: m.Proj}
+			Blocks: m.Blocks, LNPost: m.LNPost, Proj: m.Proj, Graphs: m.graphs}
 		if y, ok := autograd.VisionTowerOnDevice(images, tower); ok {
 			return y
 		}

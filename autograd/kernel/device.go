@@ -3,6 +3,7 @@ package kernel
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"sync/atomic"
 )
 
@@ -154,6 +155,59 @@ type Prefetcher interface {
 	// Further calls for the same buffer do nothing.
 	Await(b Buf) error
 }
+
+// Grapher is a Device that can record the work a function queues on it as
+// a graph and replay that work later with one call (package gpu: a CUDA
+// Graph of its stream). A replay runs the recorded operations on the same
+// buffers, with the same shapes and scalars, as the function queued them:
+// the caller fills the buffers it reads before a launch and reads the
+// buffers it writes after. autograd records the passes without gradients of
+// a vision tower (TowerGraphs), where one launch replaces a few hundred.
+type Grapher interface {
+	// Capture calls f, which queues work on the device from the calling
+	// goroutine only, and returns that work as a Graph without running it.
+	// While f runs, the device's other callers wait; an operation of f that
+	// cannot be recorded (an upload or download through host memory, a
+	// wait on the host) fails, and so does Capture. Buffers that f
+	// allocates and frees belong to the graph from then on, until Release.
+	// An error wrapping ErrGraphsOff means recording is turned off.
+	Capture(f func() error) (Graph, error)
+}
+
+// Graph is recorded work (Grapher.Capture).
+type Graph interface {
+	// Launch queues the recorded work, after everything queued before it.
+	Launch() error
+	// Release frees the graph and the memory it owns; the buffers it reads
+	// and writes may then be reused. Further calls do nothing.
+	Release()
+}
+
+// SameMemory reports whether a and b are the same values of a device's
+// memory: the same buffer, or two that report the same address and length
+// (a method Addr() uintptr, as package gpu's buffers have: a slice made
+// again over the same memory is the same memory). A Graph reads and writes
+// memory by address, so this is what decides whether a recording still
+// applies.
+func SameMemory(a, b Buf) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	type addresser interface{ Addr() uintptr }
+	if x, ok := a.(addresser); ok {
+		y, ok := b.(addresser)
+		return ok && x.Addr() == y.Addr() && a.Len() == b.Len()
+	}
+	if x, ok := a.(HostBuf); ok {
+		y, ok := b.(HostBuf)
+		return ok && len(x) == len(y) && (len(x) == 0 || &x[0] == &y[0])
+	}
+	return reflect.TypeOf(a).Comparable() && a == b
+}
+
+// ErrGraphsOff is wrapped by Grapher.Capture's error when the device was
+// opened with graphs turned off.
+var ErrGraphsOff = errors.New("graph recording is turned off")
 
 // ErrUnsupported is wrapped by the errors of optional Device operations
 // that a device cannot run on this machine.

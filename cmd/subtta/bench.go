@@ -174,6 +174,13 @@ func (o *benchOptions) run(args []string) error {
 			if err := c.warmUp(); err != nil { // packs weights, fills pools
 				return err
 			}
+			if _, ok := dev.(kernel.Grapher); ok {
+				// A pass without gradients is recorded at its second run
+				// (autograd.TowerGraphs): not a timed one.
+				if err := c.warmUp(); err != nil {
+					return err
+				}
+			}
 		}
 		if err := startProfile(); err != nil {
 			return err
@@ -201,6 +208,15 @@ func (o *benchOptions) run(args []string) error {
 			}
 			fmt.Fprintf(o.stdout, "%-40s = %.2f× the fp32 forward pass above (median of %d ratios of passes timed back to back; GFLOP/s counts the same products as fp32)\n", "", median(ratios), len(ratios))
 		}
+	}
+	if _, ok := dev.(kernel.Grapher); ok {
+		// Which passes were replayed from a recording (scripts read this).
+		s := m.Graphs()
+		line := fmt.Sprintf("graphs: %d passes recorded, %d replayed", s.Recorded, s.Replayed)
+		if s.Err != nil {
+			line += "; a recording failed: " + s.Err.Error()
+		}
+		fmt.Fprintln(o.stdout, line)
 	}
 	fmt.Fprintf(o.stdout, "peak resident memory: %s\n", peakRSS())
 	if o.memProfile != "" {

@@ -18,23 +18,38 @@ import (
 // whatever the GPU. The host's share of a GPU figure is this time over
 // that figure's time per batch.
 //
+// Under "graphs/", the forward passes again on devicetest.NullGrapher,
+// which records them as package gpu does (autograd.TowerGraphs): the host's
+// share of a pass replayed with one launch.
+//
 //	go test -run '^$' -bench HostShare ./cmd/subtta
 func BenchmarkHostShare(b *testing.B) {
+	b.Run("ops", func(b *testing.B) { hostShare(b, &devicetest.Null{}, "") })
+	b.Run("graphs", func(b *testing.B) { hostShare(b, &devicetest.NullGrapher{}, "forward") })
+}
+
+// hostShare runs bench's cases with key (all for "") on d.
+func hostShare(b *testing.B, d kernel.Device, key string) {
 	cfg := vit.ViTB32()
 	m, err := vit.Random(cfg, 1, vit.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	autograd.SetDevice(&devicetest.Null{})
+	autograd.SetDevice(d)
 	defer autograd.SetDevice(nil)
 	cases, err := benchCases(cfg, m, 64, 1000, kernel.FP32, true)
 	if err != nil {
 		b.Fatal(err)
 	}
 	for _, c := range cases {
+		if key != "" && c.key != key {
+			continue
+		}
 		b.Run(c.name, func(b *testing.B) {
-			if err := c.warmUp(); err != nil {
-				b.Fatal(err)
+			for range 2 { // the second run records, where d does
+				if err := c.warmUp(); err != nil {
+					b.Fatal(err)
+				}
 			}
 			if c.finish != nil {
 				defer c.finish()
@@ -43,6 +58,9 @@ func BenchmarkHostShare(b *testing.B) {
 				if err := c.run(); err != nil {
 					b.Fatal(err)
 				}
+			}
+			if key != "" && m.Graphs().Replayed == 0 {
+				b.Fatalf("no pass replayed: %+v", m.Graphs())
 			}
 		})
 	}

@@ -50,6 +50,8 @@ func TestRunExitCodes(t *testing.T) {
 		{[]string{"bench", "--precision", "fp8"}, 2, `--precision "fp8": want fp32, bf16 or int8`},
 		{[]string{"eval", "--precision", "tf32"}, 2, `--precision tf32 needs --device cuda`},
 		{[]string{"bench", "--device", "cuda", "--tf32", "--precision", "fp16"}, 2, `--tf32 with --precision fp16: give one of them`},
+		{[]string{"bench", "--cuda-graphs=false"}, 2, `--cuda-graphs=false needs --device cuda`},
+		{[]string{"eval", "--cuda-graphs=false"}, 2, `--cuda-graphs=false needs --device cuda`},
 		{[]string{"classify", "--precision", "int4", "x.png"}, 2, `--precision "int4"`},
 		{[]string{"embed", "--precision", "", "--text", "a"}, 2, `--precision ""`},
 		{[]string{"eval", "--precision", "f32"}, 2, `--precision "f32"`},

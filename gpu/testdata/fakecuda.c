@@ -79,19 +79,74 @@ static void run_second_copies(long seq) { run_queue(&second_q, seq); }
 // library's state.
 void fake_run_all_copies(void) { run_own_copies(); }
 
+// rt_sym returns the runtime library's function name, wherever it is
+// called from: the state of the streams and of a capture is that
+// library's.
+static void *rt_sym(const char *name) {
+	void *h = dlopen("libcudart.so.13", RTLD_NOW | RTLD_NOLOAD);
+	void *f = h ? dlsym(h, name) : NULL;
+	if (!f) {
+		fprintf(stderr, "fake cuda: libcudart.so.13 is not loaded\n");
+		abort();
+	}
+	return f;
+}
+
 // run_all_copies runs the copies queued on the first stream: those of the
 // runtime library's state, wherever it is called from.
 static void run_all_copies(void) {
 	static void (*f)(void);
-	if (!f) {
-		void *h = dlopen("libcudart.so.13", RTLD_NOW | RTLD_NOLOAD);
-		if (h) *(void **)&f = dlsym(h, "fake_run_all_copies");
-		if (!f) {
-			fprintf(stderr, "fake cuda: libcudart.so.13 is not loaded\n");
-			abort();
-		}
-	}
+	if (!f) *(void **)&f = rt_sym("fake_run_all_copies");
 	f();
+}
+
+// Graphs. While the package's stream is captured (cudaStreamBeginCapture),
+// the kernels and products queued on it are recorded, not run; each
+// cudaGraphLaunch runs them in order with the parameters they were given.
+// A copy, an event recorded or waited for, or a synchronisation of that
+// stream while it is captured fails with cudaErrorStreamCaptureUnsupported
+// (900) and invalidates the capture, whose end then fails with
+// cudaErrorStreamCaptureInvalidated (901); so does a float64 product or a
+// solver call. So a pass that reads a result before the graph ran, or
+// that copies through host memory a replay would not copy again, fails
+// here.
+typedef struct { void (*run)(const void *); char data[232]; } graph_node;
+typedef struct { graph_node *nodes; int n, cap, invalid; } fake_graph;
+static fake_graph *capturing; // the runtime library's
+
+// fake_capture_push records run(data) when the package's stream is
+// captured, and returns 1; else 0.
+int fake_capture_push(void (*run)(const void *), const void *data, size_t len) {
+	if (!capturing) return 0;
+	if (len > sizeof capturing->nodes[0].data) abort();
+	if (capturing->n == capturing->cap) {
+		capturing->cap = capturing->cap ? 2 * capturing->cap : 64;
+		capturing->nodes = realloc(capturing->nodes, capturing->cap * sizeof(graph_node));
+	}
+	graph_node *nd = &capturing->nodes[capturing->n++];
+	nd->run = run;
+	memcpy(nd->data, data, len);
+	return 1;
+}
+
+// fake_capture_refuse invalidates the capture, if any, and returns 1 when
+// there was one: the call that asks must then fail.
+int fake_capture_refuse(void) {
+	if (!capturing) return 0;
+	capturing->invalid = 1;
+	return 1;
+}
+
+static int capture_push(void (*run)(const void *), const void *data, size_t len) {
+	static int (*f)(void (*)(const void *), const void *, size_t);
+	if (!f) *(void **)&f = rt_sym("fake_capture_push");
+	return f(run, data, len);
+}
+
+static int capture_refuse(void) {
+	static int (*f)(void);
+	if (!f) *(void **)&f = rt_sym("fake_capture_refuse");
+	return f();
 }
 
 // sync_device runs every queued copy of both streams (in the runtime
@@ -147,6 +202,7 @@ status cudaStreamCreateWithFlags(void **s, unsigned flags) {
 }
 status cudaStreamDestroy(void *s) { return s == STREAM || s == STREAM2 ? 0 : 400; }
 status cudaStreamSynchronize(void *s) {
+	if (s == STREAM && capture_refuse()) return 900;
 	if (s == STREAM2) {
 		run_second_copies(second_q.last);
 		return 0;
@@ -158,6 +214,7 @@ status cudaStreamSynchronize(void *s) {
 status cudaMemcpyAsync(void *dst, const void *src, size_t bytes, int kind, void *stream) {
 	if (stream != STREAM && stream != STREAM2) return 400;
 	if (kind != 1 && kind != 2) return 21;
+	if (stream == STREAM && capture_refuse()) return 900;
 	if (!is_pinned(kind == 1 ? src : dst, bytes)) {
 		fprintf(stderr, "fake cuda: cudaMemcpyAsync with pageable host memory\n");
 		return 1;
@@ -177,6 +234,7 @@ status cudaEventCreateWithFlags(void **e, unsigned flags) {
 status cudaEventDestroy(void *e) { free(e); return 0; }
 status cudaEventRecord(void *e, void *stream) {
 	if (stream != STREAM && stream != STREAM2) return 400;
+	if (stream == STREAM && capture_refuse()) return 900;
 	((event *)e)->seq = stream == STREAM ? main_q.last : second_q.last;
 	((event *)e)->recorded = 1;
 	((event *)e)->stream = stream;
@@ -195,6 +253,7 @@ status cudaEventSynchronize(void *e) {
 status cudaStreamWaitEvent(void *s, void *e, unsigned flags) {
 	event *ev = e;
 	if (flags != 0 || (s != STREAM && s != STREAM2)) return 1;
+	if (s == STREAM && capture_refuse()) return 900;
 	if (!ev->recorded) return 0; // CUDA: an event never recorded has passed
 	if (s == STREAM && ev->stream == STREAM2) run_second_copies(ev->seq);
 	if (s == STREAM2 && ev->stream == STREAM && ev->seq > second_q.after) second_q.after = ev->seq;
@@ -202,7 +261,50 @@ status cudaStreamWaitEvent(void *s, void *e, unsigned flags) {
 }
 status cudaMemcpy(void *dst, const void *src, size_t bytes, int kind) {
 	if (kind != 1 && kind != 2) return 21; // cudaErrorInvalidMemcpyDirection
+	if (capture_refuse()) return 900;
 	memcpy(dst, src, bytes);
+	return 0;
+}
+status cudaStreamBeginCapture(void *s, int mode) {
+	if (s != STREAM) return 400;
+	if (mode < 0 || mode > 2) return 1;
+	if (capturing) return 900;
+	capturing = calloc(1, sizeof *capturing);
+	return 0;
+}
+status cudaStreamEndCapture(void *s, void **g) {
+	if (s != STREAM) return 400;
+	if (!capturing) return 903; // cudaErrorStreamCaptureUnmatched
+	fake_graph *fg = capturing;
+	capturing = NULL;
+	if (fg->invalid) {
+		free(fg->nodes);
+		free(fg);
+		*g = NULL;
+		return 901;
+	}
+	*g = fg;
+	return 0;
+}
+typedef struct { fake_graph *g; } graph_exec;
+status cudaGraphInstantiateWithFlags(void **e, void *g, unsigned long long flags) {
+	if (!g || flags != 0) return 1;
+	graph_exec *x = malloc(sizeof *x);
+	x->g = g;
+	*e = x;
+	return 0;
+}
+status cudaGraphLaunch(void *e, void *s) {
+	if (s != STREAM) return 400;
+	if (capturing) return 900;
+	fake_graph *g = ((graph_exec *)e)->g;
+	for (int i = 0; i < g->n; i++) g->nodes[i].run(g->nodes[i].data);
+	return 0;
+}
+status cudaGraphExecDestroy(void *e) { free(e); return 0; }
+status cudaGraphDestroy(void *g) {
+	free(((fake_graph *)g)->nodes);
+	free(g);
 	return 0;
 }
 status cudaRuntimeGetVersion(int *v) { *v = 13000; return 0; }
@@ -216,6 +318,8 @@ const char *cudaGetErrorName(status s) {
 	switch (s) {
 	case 2: return "cudaErrorMemoryAllocation";
 	case 21: return "cudaErrorInvalidMemcpyDirection";
+	case 900: return "cudaErrorStreamCaptureUnsupported";
+	case 901: return "cudaErrorStreamCaptureInvalidated";
 	}
 	return "cudaErrorUnknown";
 }
@@ -341,10 +445,58 @@ static status check_gemm(int ta, int tb, int m, int n, int k, int lda, int ldb, 
 	return 0;
 }
 
+// A product recorded by a capture: every argument of the four float
+// products, and which one it was.
+typedef struct {
+	int kind; // 0 Sgemm, 1 SgemmStridedBatched, 2 GemmEx, 3 GemmStridedBatchedEx
+	int ta, tb, m, n, k, lda, ldb, ldc, atype, ctype, compute, batch;
+	float alpha, beta;
+	const void *a, *b;
+	void *c;
+	long long sa, sb, sc;
+} gemm_rec;
+
+status cublasSgemm_v2(void *, int, int, int, int, int, const float *, const float *, int, const float *, int, const float *, float *, int);
+status cublasSgemmStridedBatched(void *, int, int, int, int, int, const float *, const float *, int, long long,
+	const float *, int, long long, const float *, float *, int, long long, int);
+status cublasGemmEx(void *, int, int, int, int, int, const void *, const void *, int, int, const void *, int, int,
+	const void *, void *, int, int, int, int);
+status cublasGemmStridedBatchedEx(void *, int, int, int, int, int, const void *, const void *, int, int, long long,
+	const void *, int, int, long long, const void *, void *, int, int, long long, int, int, int);
+
+static void replay_gemm(const void *p) {
+	const gemm_rec *r = p;
+	status s = 0;
+	switch (r->kind) {
+	case 0:
+		s = cublasSgemm_v2(&handle_token, r->ta, r->tb, r->m, r->n, r->k, &r->alpha, r->a, r->lda, r->b, r->ldb, &r->beta, r->c, r->ldc);
+		break;
+	case 1:
+		s = cublasSgemmStridedBatched(&handle_token, r->ta, r->tb, r->m, r->n, r->k, &r->alpha, r->a, r->lda, r->sa,
+			r->b, r->ldb, r->sb, &r->beta, r->c, r->ldc, r->sc, r->batch);
+		break;
+	case 2:
+		s = cublasGemmEx(&handle_token, r->ta, r->tb, r->m, r->n, r->k, &r->alpha, r->a, r->atype, r->lda, r->b, r->atype, r->ldb,
+			&r->beta, r->c, r->ctype, r->ldc, r->compute, -1);
+		break;
+	case 3:
+		s = cublasGemmStridedBatchedEx(&handle_token, r->ta, r->tb, r->m, r->n, r->k, &r->alpha, r->a, r->atype, r->lda, r->sa,
+			r->b, r->atype, r->ldb, r->sb, &r->beta, r->c, r->ctype, r->ldc, r->sc, r->batch, r->compute, -1);
+		break;
+	}
+	if (s) {
+		fprintf(stderr, "fake cuda: a recorded product failed: %d\n", s);
+		abort();
+	}
+}
+
 status cublasSgemm_v2(void *h, int ta, int tb, int m, int n, int k, const float *alpha,
 		const float *a, int lda, const float *b, int ldb, const float *beta, float *c, int ldc) {
 	status s = check_gemm(ta, tb, m, n, k, lda, ldb, ldc);
 	if (s) return s;
+	gemm_rec r = {.kind = 0, .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb, .ldc = ldc,
+		.alpha = *alpha, .beta = *beta, .a = a, .b = b, .c = c};
+	if (capture_push(replay_gemm, &r, sizeof r)) return 0;
 	sgemm1(ta, tb, m, n, k, *alpha, a, lda, b, ldb, *beta, c, ldc, 0, 0);
 	return 0;
 }
@@ -354,6 +506,9 @@ status cublasSgemmStridedBatched(void *h, int ta, int tb, int m, int n, int k, c
 		const float *beta, float *c, int ldc, long long sc, int batch) {
 	status s = check_gemm(ta, tb, m, n, k, lda, ldb, ldc);
 	if (s) return s;
+	gemm_rec r = {.kind = 1, .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb, .ldc = ldc, .batch = batch,
+		.alpha = *alpha, .beta = *beta, .a = a, .b = b, .c = c, .sa = sa, .sb = sb, .sc = sc};
+	if (capture_push(replay_gemm, &r, sizeof r)) return 0;
 	for (int i = 0; i < batch; i++)
 		sgemm1(ta, tb, m, n, k, *alpha, a + i * sa, lda, b + i * sb, ldb, *beta, c + i * sc, ldc, 0, 0);
 	return 0;
@@ -376,6 +531,10 @@ status cublasGemmEx(void *h, int ta, int tb, int m, int n, int k, const void *al
 		const void *beta, void *c, int ctype, int ldc, int compute, int algo) {
 	status s = check_gemm(ta, tb, m, n, k, lda, ldb, ldc);
 	if (s || (s = check_ex(atype, btype, ctype, compute, algo))) return s;
+	gemm_rec r = {.kind = 2, .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb, .ldc = ldc,
+		.atype = atype, .ctype = ctype, .compute = compute,
+		.alpha = *(const float *)alpha, .beta = *(const float *)beta, .a = a, .b = b, .c = c};
+	if (capture_push(replay_gemm, &r, sizeof r)) return 0;
 	if (compute != 68) operand_rounding = compute;
 	sgemm1(ta, tb, m, n, k, *(const float *)alpha, a, lda, b, ldb, *(const float *)beta, c, ldc, atype, ctype);
 	return 0;
@@ -386,6 +545,10 @@ status cublasGemmStridedBatchedEx(void *h, int ta, int tb, int m, int n, int k, 
 		const void *beta, void *c, int ctype, int ldc, long long sc, int batch, int compute, int algo) {
 	status s = check_gemm(ta, tb, m, n, k, lda, ldb, ldc);
 	if (s || (s = check_ex(atype, btype, ctype, compute, algo))) return s;
+	gemm_rec r = {.kind = 3, .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb, .ldc = ldc, .batch = batch,
+		.atype = atype, .ctype = ctype, .compute = compute,
+		.alpha = *(const float *)alpha, .beta = *(const float *)beta, .a = a, .b = b, .c = c, .sa = sa, .sb = sb, .sc = sc};
+	if (capture_push(replay_gemm, &r, sizeof r)) return 0;
 	if (compute != 68) operand_rounding = compute;
 	size_t size = atype == 0 ? 4 : 2, csize = ctype == 0 ? 4 : 2; // an element: float32, or 16 bits
 	for (int i = 0; i < batch; i++)
@@ -413,6 +576,7 @@ status cusolverDnDsyevd_bufferSize(void *h, int jobz, int uplo, int n, const dou
 }
 
 status cusolverDnDsyevd(void *h, int jobz, int uplo, int n, double *a, int lda, double *w, double *work, int lwork, int *info) {
+	if (capture_refuse()) return 7; // CUSOLVER_STATUS_INTERNAL_ERROR: not recorded here
 	if (h != &solver_token || jobz != 1 || (uplo != 0 && uplo != 1) || n < 1 || lda < n || lwork < n * n) return 3;
 	if (solver_stream != STREAM) return 3; // on the package's stream
 	run_all_copies();
@@ -539,6 +703,7 @@ status nvrtcCompileProgram(void *p, int n, const char *const *opts) {
 		q += strlen("__global__ void ");
 		int len = strcspn(q, "( \t\n");
 		fprintf(f, "extern \"C\" void fake_launch_%.*s(void **p) { fake_call(%.*s, p); }\n", len, q, len, q);
+		fprintf(f, "extern \"C\" int fake_nargs_%.*s(void) { return fake_nargs(%.*s); }\n", len, q, len, q);
 	}
 	fclose(f);
 	snprintf(cmd, sizeof cmd, "'%s' -x c++ -std=c++17 -O1 -U_FORTIFY_SOURCE -D_FORTIFY_SOURCE=0 -Wall -Werror -Wno-sign-compare -Wno-unused-function -shared -fPIC -o '%s' '%s' > '%s' 2>&1",
@@ -589,7 +754,11 @@ status cuGetErrorName(status s, const char **name) { *name = "CUDA_ERROR_FAKE"; 
 
 // A module is the shared object nvrtcCompileProgram built; a function is
 // its launcher, run by the object's fake_run.
-typedef struct { void (*launch)(void **); int (*run)(void (*)(void **), void **, unsigned, unsigned, char *, int); } function;
+typedef struct {
+	void (*launch)(void **);
+	int (*run)(void (*)(void **), void **, unsigned, unsigned, char *, int);
+	int (*nargs)(void);
+} function;
 
 status cuModuleLoadData(void **m, const void *image) {
 	void *h = dlopen(image, RTLD_NOW | RTLD_LOCAL);
@@ -612,19 +781,17 @@ status cuModuleLoadData(void **m, const void *image) {
 status cuModuleGetFunction(void **f, void *m, const char *name) {
 	char sym[128];
 	snprintf(sym, sizeof sym, "fake_launch_%s", name);
-	function fn = {dlsym(m, sym), dlsym(m, "fake_run")};
-	if (!fn.launch || !fn.run) return 500; // CUDA_ERROR_NOT_FOUND
+	function fn = {dlsym(m, sym), dlsym(m, "fake_run"), NULL};
+	snprintf(sym, sizeof sym, "fake_nargs_%s", name);
+	*(void **)&fn.nargs = dlsym(m, sym);
+	if (!fn.launch || !fn.run || !fn.nargs) return 500; // CUDA_ERROR_NOT_FOUND
 	*f = malloc(sizeof fn);
 	memcpy(*f, &fn, sizeof fn);
 	return 0;
 }
 
-status cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-		unsigned shared, void *stream, void **params, void **extra) {
-	if (gx == 0 || gy != 1 || gz != 1 || bx == 0 || bx > 1024 || by != 1 || bz != 1 || extra != NULL) return 1;
-	if (stream != STREAM) return 400; // the package's kernels go to its stream
+static status launch_now(function *fn, unsigned gx, unsigned bx, void **params) {
 	run_all_copies();
-	function *fn = f;
 	char err[256];
 	if (fn->run(fn->launch, params, gx, bx, err, sizeof err) != 0) {
 		fprintf(stderr, "fake cuda: %s\n", err);
@@ -633,10 +800,39 @@ status cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned b
 	return 0;
 }
 
+typedef struct {
+	function *fn;
+	unsigned gx, bx;
+	int nargs;
+	uint64_t args[16];
+} kernel_rec;
+
+static void replay_kernel(const void *p) {
+	const kernel_rec *r = p;
+	void *params[16];
+	for (int i = 0; i < r->nargs; i++) params[i] = (void *)&r->args[i];
+	if (launch_now(r->fn, r->gx, r->bx, params) != 0) abort();
+}
+
+status cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+		unsigned shared, void *stream, void **params, void **extra) {
+	if (gx == 0 || gy != 1 || gz != 1 || bx == 0 || bx > 1024 || by != 1 || bz != 1 || extra != NULL) return 1;
+	if (stream != STREAM) return 400; // the package's kernels go to its stream
+	function *fn = f;
+	// Recorded: the parameters' values (the package passes each in an
+	// 8-byte slot), to be passed again at each launch of the graph.
+	kernel_rec r = {fn, gx, bx, fn->nargs()};
+	if (r.nargs > 16) return 1;
+	for (int i = 0; i < r.nargs; i++) memcpy(&r.args[i], params[i], 8);
+	if (capture_push(replay_kernel, &r, sizeof r)) return 0;
+	return launch_now(fn, gx, bx, params);
+}
+
 // cublasDgemm_v2: the float64 product (column-major, as cuBLAS), each sum
 // in double in order of k; the operands are not rounded.
 status cublasDgemm_v2(void *h, int ta, int tb, int m, int n, int k, const double *alpha,
 		const double *a, int lda, const double *b, int ldb, const double *beta, double *c, int ldc) {
+	if (capture_refuse()) return 14; // CUBLAS_STATUS_INTERNAL_ERROR: not recorded here
 	status s = check_gemm(ta, tb, m, n, k, lda, ldb, ldc);
 	if (s) return s;
 	for (int j = 0; j < n; j++)

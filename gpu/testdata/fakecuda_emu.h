@@ -145,3 +145,10 @@ template <typename... A>
 static void fake_call(void (*f)(A...), void **p) {
 	fake_call_(f, p, std::index_sequence_for<A...>{});
 }
+
+// fake_nargs is the number of parameters of kernel f, for a launch that a
+// graph records (fakecuda.c copies them).
+template <typename... A>
+static int fake_nargs(void (*)(A...)) {
+	return sizeof...(A);
+}
