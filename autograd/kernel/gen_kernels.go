@@ -1144,6 +1144,10 @@ func genInt8AVX2(vnni bool) string {
 		w("\tVPCMPEQW Y14, Y14, Y14")
 		w("\tVPSRLW $15, Y14, Y14") // int16 ones
 	}
+	if !vnni {
+		genInt8AVX2Halves(w, mr, aAt, cAt)
+		return b.String()
+	}
 	w("tileloop:")
 	w("\tMOVQ kg+0(FP), CX")
 	w("\tMOVQ R8, SI")
@@ -1208,6 +1212,85 @@ func genInt8AVX2(vnni bool) string {
 	w("\tVZEROUPPER")
 	w("\tRET")
 	return b.String()
+}
+
+// genInt8AVX2Halves writes the body of gemmInt8AVX2 (after the ones in
+// Y14), which reads weights of at most 7 bits (|q| ≤ 64, Int8Weight.half)
+// and activations of 7 (≤ 127): a VPMADDUBSW pair sum is then at most
+// 2·127·64 = 16,256 in magnitude, so two of them, from two consecutive
+// groups of 4 inputs, add in int16 (VPADDW) without overflow before one
+// VPMADDWD widens them: 3 multiplies per 64 products instead of 4. The 12
+// accumulators and the registers
+// this needs do not fit a 3×32 tile, so each tile runs as two halves of 16
+// columns, each a pass over k with its 4 B vectors of a pair of groups
+// held in registers (Y6–Y9), the rows' broadcasts in Y10–Y11, products in
+// Y12–Y13. kg (the groups of 4) is even.
+func genInt8AVX2Halves(w func(string, ...any), mr int, aAt func(int) string, cAt func(int, int) string) {
+	acc := func(r, v int) string { return fmt.Sprintf("Y%d", 2*r+v) }
+	w("tileloop:")
+	for h := 0; h < 2; h++ {
+		w("\tMOVQ kg+0(FP), CX")
+		w("\tSHRQ $1, CX")
+		w("\tMOVQ R8, SI")
+		w("\tMOVQ b+24(FP), DX")
+		if h == 1 {
+			w("\tADDQ $64, DX")
+		}
+		for r := 0; r < mr; r++ {
+			for v := 0; v < 2; v++ {
+				w("\tVPXOR %s, %s, %s", acc(r, v), acc(r, v), acc(r, v))
+			}
+		}
+		w("loop%d:", h)
+		w("\tVMOVDQU 0(DX), Y6")
+		w("\tVMOVDQU 32(DX), Y7")
+		w("\tVMOVDQU 128(DX), Y8")
+		w("\tVMOVDQU 160(DX), Y9")
+		for r := 0; r < mr; r++ {
+			w("\tVPBROADCASTD %s, Y10", aAt(r))
+			w("\tVPBROADCASTD %s, Y11", strings.Replace(aAt(r), "(SI)", "4(SI)", 1))
+			for v := 0; v < 2; v++ {
+				w("\tVPMADDUBSW Y%d, Y10, Y12", 6+v)
+				w("\tVPMADDUBSW Y%d, Y11, Y13", 8+v)
+				w("\tVPADDW Y13, Y12, Y12")
+				w("\tVPMADDWD Y14, Y12, Y12")
+				w("\tVPADDD Y12, %s, %s", acc(r, v), acc(r, v))
+			}
+		}
+		w("\tADDQ $8, SI")
+		w("\tADDQ $256, DX")
+		w("\tDECQ CX")
+		w("\tJNZ loop%d", h)
+		w("\tMOVQ bias+80(FP), AX")
+		w("\tMOVQ rowScale+48(FP), R10")
+		w("\tMOVQ rowZero+56(FP), R11")
+		w("\tMOVQ colSum+64(FP), DX")
+		w("\tMOVQ colScale+72(FP), R13")
+		for r := 0; r < mr; r++ {
+			w("\tVPBROADCASTD %d(R11), Y15", 4*r)
+			w("\tVBROADCASTSS %d(R10), Y12", 4*r)
+			for v := 0; v < 2; v++ {
+				a, off := acc(r, v), 32*(2*h+v)
+				w("\tVPMULLD %d(DX), Y15, Y13", off)
+				w("\tVPSUBD Y13, %s, %s", a, a)
+				w("\tVCVTDQ2PS %s, %s", a, a)
+				w("\tVMULPS %d(R13), Y12, Y13", off)
+				w("\tVMULPS Y13, %s, %s", a, a)
+				w("\tVADDPS %d(AX), %s, %s", off, a, a)
+				w("\tVMOVUPS %s, %s", a, cAt(r, 2*h+v))
+			}
+		}
+	}
+	w("\tADDQ $%d, rowScale+48(FP)", 4*mr)
+	w("\tADDQ $%d, rowZero+56(FP)", 4*mr)
+	w("\tIMUL3Q $%d, R12, AX", mr)
+	w("\tADDQ AX, R8")
+	w("\tIMUL3Q $%d, R9, AX", mr)
+	w("\tADDQ AX, DI")
+	w("\tDECQ BX")
+	w("\tJNZ tileloop")
+	w("\tVZEROUPPER")
+	w("\tRET")
 }
 
 // vpdpbusdVEX encodes the AVX-VNNI VPDPBUSD ymm(dst), ymm(src1), ymm(src2)

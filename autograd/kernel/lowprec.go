@@ -141,6 +141,7 @@ type lowKernel struct {
 	name   string
 	mr     int
 	levels int32  // int8: the largest code of the activations (255, or 127)
+	w7     bool   // int8: reads the weights at 7 bits (Int8Weight.half)
 	ref    string // an assembly kernel's Go reference, whose bits it gives; "" for a Go kernel
 }
 
@@ -184,14 +185,18 @@ func LowReference(prec Precision, name string) string {
 
 // LowArithmetic says how the arithmetic of the kernel that runs prec now
 // differs from that of the AVX512-VNNI and AVX512_BF16 kernels, or "" when
-// it does not: "7-bit activations" for the AVX2 int8 kernel, "TDPBF16PS
+// it does not: "7-bit activations and weights" for the AVX2 int8 kernel
+// ("7-bit activations" for a kernel with 8-bit weights), "TDPBF16PS
 // sums" for the AMX bf16 kernel (LowReference). Results then differ in
 // their last bits, or more, so records of results (eval's model identity,
 // embed's settings) name it; "" keeps the records made before it existed.
 func LowArithmetic(prec Precision) string {
 	switch prec {
 	case Int8:
-		if int8Active.levels != 255 {
+		switch {
+		case int8Active.w7:
+			return "7-bit activations and weights"
+		case int8Active.levels != 255:
 			return "7-bit activations"
 		}
 	case BF16:

@@ -70,7 +70,7 @@ func toBF16Row(dst []uint16, x []float32, asm bool) {
 var (
 	vnniKernel       = lowKernel{name: "avx512vnni", mr: lowMR, levels: 255, ref: "go"}
 	avxVNNIKernel    = lowKernel{name: "avxvnni", mr: 3, levels: 255, ref: "go"}
-	avx2Int8Kernel   = lowKernel{name: "avx2", mr: 3, levels: 127, ref: "go"}
+	avx2Int8Kernel   = lowKernel{name: "avx2", mr: 3, levels: 127, w7: true, ref: "go"}
 	avx512BF16Kernel = lowKernel{name: "avx512bf16", mr: lowMR, ref: "go"}
 )
 

@@ -18,6 +18,7 @@ func GemmInt8(m int, a []float32, lda int, q *Int8Weight, bias, c []float32, ldc
 	checkLow("GemmInt8", m, q.N, q.K, a, lda, bias, c, ldc)
 	pa := quantizeA(m, q.K, a, lda)
 	kern := int8Active
+	q = q.packFor(kern)
 	lowGemm(pa, q.N, bias, c, ldc, nil, func(at []uint8, t0, tiles, panel int, c []float32, ldc int, bias []float32) {
 		bp := q.data[panel*q.groups*lowNR*4 : (panel+1)*q.groups*lowNR*4]
 		j0 := panel * lowNR

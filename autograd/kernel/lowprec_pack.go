@@ -12,12 +12,66 @@ import (
 // Scale[j] = max_p |w[j, p]|/127 and q rounded to nearest (ties to even),
 // packed for the int8 kernels: per panel of 32 channels, for each group of
 // 4 consecutive inputs, each channel's 4 values (k padded with zeros).
+//
+// The AVX2 kernel reads the values halved, at 7 bits (half): its
+// VPMADDUBSW sums two products in int16, and with 7-bit weights two such
+// sums add in int16 too, which saves a quarter of its multiplies.
 type Int8Weight struct {
 	N, K   int
 	groups int       // k rounded up to a multiple of 4, over 4
 	data   []int8    // panels of groups·32·4 values
 	colSum []int32   // Σ_p q[j, p], padded to a multiple of 32
 	scale  []float32 // Scale[j], padded with zeros
+
+	halfOnce sync.Once
+	halved   *Int8Weight // half's result
+}
+
+// half returns the weight at 7 bits, for the kernels that read it so
+// (lowKernel.w7): q'[j, p] = RoundToEven(q[j, p]/2), so |q'| ≤ 64, with
+// Scale'[j] = 2·Scale[j] (exact), packed as the weight is, with k padded
+// with zeros to a multiple of 8 (an even number of groups: the kernel
+// takes two at a time). Made once, on first use.
+func (q *Int8Weight) half() *Int8Weight {
+	q.halfOnce.Do(func() {
+		g := (q.groups + 1) &^ 1
+		npad := len(q.colSum)
+		h := &Int8Weight{N: q.N, K: q.K, groups: g, data: make([]int8, npad*g*4), colSum: make([]int32, npad), scale: make([]float32, npad)}
+		for j := range q.scale {
+			h.scale[j] = 2 * q.scale[j]
+		}
+		// The same layout, panel by panel; the group added to an odd count
+		// stays zeros.
+		src, dst := q.groups*lowNR*4, g*lowNR*4
+		for p := 0; p < npad/lowNR; p++ {
+			in, out := q.data[p*src:(p+1)*src], h.data[p*dst:]
+			sums := h.colSum[p*lowNR : (p+1)*lowNR]
+			for i, v := range in {
+				hv := halfToEven(v)
+				out[i] = hv
+				sums[i/4%lowNR] += int32(hv)
+			}
+		}
+		q.halved = h
+	})
+	return q.halved
+}
+
+// halfToEven is v/2 rounded to nearest, ties to even.
+func halfToEven(v int8) int8 {
+	h := v >> 1 // floor(v/2)
+	if v&1 != 0 && h&1 != 0 {
+		h++ // v/2 = h + 1/2: the even neighbour is h + 1
+	}
+	return h
+}
+
+// packFor returns the weight kern reads: q itself, or half.
+func (q *Int8Weight) packFor(kern lowKernel) *Int8Weight {
+	if kern.w7 {
+		return q.half()
+	}
+	return q
 }
 
 // QuantizeInt8 quantises w [n, k] (row j the weights of output j) by
@@ -44,6 +98,9 @@ func QuantizeInt8(name string, w []float32, n, k int) (*Int8Weight, error) {
 			sum += int32(v)
 		}
 		q.colSum[j] = sum
+	}
+	if int8Active.w7 {
+		q.half() // now, with the rest of the packing, not in a pass
 	}
 	return q, nil
 }
@@ -315,7 +372,11 @@ func packRows(pa *packedA, m int, fill func(i int, row []uint8)) {
 // quantizeA quantises the m rows of x (leading dimension lda, k columns)
 // for the int8 kernels.
 func quantizeA(m, k int, x []float32, lda int) *packedA {
-	pa := getPackedA(m, (k+3)/4)
+	groups := (k + 3) / 4
+	if int8Active.w7 {
+		groups = (groups + 1) &^ 1 // as half pads the weight
+	}
+	pa := getPackedA(m, groups)
 	vec := quantGo
 	if int8Active.ref != "" {
 		vec = quantVecs()[len(quantVecs())-1]

@@ -90,15 +90,19 @@ func TestGemmInt8KernelsMatchReference(t *testing.T) {
 			// The Go reference with the activations quantised to the
 			// kernel's levels.
 			prev, _ := SetInt8Kernel(name)
-			levels := int8Active.levels
+			levels, w7 := int8Active.levels, int8Active.w7
 			goLevels := goInt8Kernel
-			goLevels.levels = levels
+			goLevels.levels, goLevels.w7 = levels, w7
 			int8Active = goLevels
 			want := append([]float32(nil), c...)
 			GemmInt8(s.m, a, lda, q, bias, want, ldc)
 			SetInt8Kernel(prev)
 			checkPadding(t, "go", want, s.m, s.n, ldc)
-			checkInt8Reference(t, s.m, s.n, s.k, a, lda, q, bias, want, ldc, levels)
+			ref := q
+			if w7 {
+				ref = q.half()
+			}
+			checkInt8Reference(t, s.m, s.n, s.k, a, lda, ref, bias, want, ldc, levels)
 			got := append([]float32(nil), c...)
 			withKernel(t, SetInt8Kernel, name, func() { GemmInt8(s.m, a, lda, q, bias, got, ldc) })
 			checkPadding(t, name, got, s.m, s.n, ldc)
@@ -108,6 +112,101 @@ func TestGemmInt8KernelsMatchReference(t *testing.T) {
 	for _, name := range []string{"amx", "avx512vnni", "avxvnni", "avx2"} {
 		if !slices.Contains(Int8Kernels(), name) {
 			t.Logf("int8 kernel %s: not on this CPU, not tested here", name)
+		}
+	}
+}
+
+// TestGemmInt8Extremes: every kernel gives its reference's bits where the
+// sums are largest: activations all at the top code and weights all at
+// ±127 (±64 halved), of one sign and of alternating signs, over a
+// ViT-sized k: the int16 sums of the AVX2 kernel must not saturate.
+func TestGemmInt8Extremes(t *testing.T) {
+	const m, n, k = 5, 40, 771
+	a := make([]float32, m*k)
+	for i := range a {
+		a[i] = 3 // one value per row: every code at the top
+	}
+	for p := 0; p < k; p++ {
+		a[4*k+p] = -3 // a row at the bottom code: the zero point at the top
+	}
+	w := make([]float32, n*k)
+	for j := 0; j < n; j++ {
+		for p := 0; p < k; p++ {
+			switch {
+			case j%3 == 0:
+				w[j*k+p] = 1
+			case j%3 == 1:
+				w[j*k+p] = -1
+			case p%2 == 0:
+				w[j*k+p] = 1
+			default:
+				w[j*k+p] = -1
+			}
+		}
+	}
+	q, err := QuantizeInt8("w", w, n, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range Int8Kernels() {
+		prev, _ := SetInt8Kernel(name)
+		goLevels := goInt8Kernel
+		goLevels.levels, goLevels.w7 = int8Active.levels, int8Active.w7
+		int8Active = goLevels
+		want := make([]float32, m*n)
+		GemmInt8(m, a, k, q, nil, want, n)
+		SetInt8Kernel(prev)
+		got := make([]float32, m*n)
+		withKernel(t, SetInt8Kernel, name, func() { GemmInt8(m, a, k, q, nil, got, n) })
+		sameBits(t, name, got, want)
+		for j := 0; j < n; j++ { // the first row: ±3·k where all signs agree
+			if wantV := float32(3 * k); j%3 == 0 && math.Abs(float64(got[j]-wantV)) > 0.02*float64(wantV) {
+				t.Fatalf("%s: C[0, %d] = %v, want about %v", name, j, got[j], wantV)
+			}
+		}
+	}
+}
+
+// TestInt8Half: the 7-bit weight the AVX2 kernel reads is each value
+// halved, rounded to nearest even, with the scale doubled, k padded to an
+// even number of groups with zeros.
+func TestInt8Half(t *testing.T) {
+	for v := -128; v <= 127; v++ {
+		if got, want := halfToEven(int8(v)), math.RoundToEven(float64(v)/2); float64(got) != want {
+			t.Fatalf("halfToEven(%d) = %d, want %v", v, got, want)
+		}
+	}
+	r := rand.New(rand.NewPCG(17, 18))
+	for _, s := range lowShapes {
+		q, err := QuantizeInt8("w", randSlice(r, s.n*s.k), s.n, s.k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := q.half()
+		if h.groups%2 != 0 || h.groups < q.groups || h.groups > q.groups+1 {
+			t.Fatalf("%v: %d groups halved from %d", s, h.groups, q.groups)
+		}
+		for j := 0; j < s.n; j++ {
+			if h.scale[j] != 2*q.scale[j] {
+				t.Fatalf("%v: scale %d = %v, want %v", s, j, h.scale[j], 2*q.scale[j])
+			}
+			var sum int32
+			for p := 0; p < h.groups*4; p++ {
+				var want int8
+				if p < s.k {
+					want = halfToEven(q.at(j, p))
+				}
+				if got := h.at(j, p); got != want || got > 64 || got < -64 {
+					t.Fatalf("%v: value [%d, %d] = %d, want %d", s, j, p, got, want)
+				}
+				sum += int32(h.at(j, p))
+			}
+			if h.colSum[j] != sum {
+				t.Fatalf("%v: column sum %d = %d, want %d", s, j, h.colSum[j], sum)
+			}
+		}
+		if q.half() != h {
+			t.Fatal("half made twice")
 		}
 	}
 }
@@ -598,13 +697,13 @@ func TestGemmBF16ActMatchesUnfused(t *testing.T) {
 
 // TestLowArithmetic: records of results name the kernels whose arithmetic
 // differs from the AVX-512 kernels' (the AVX2 int8 kernel's 7-bit
-// activations, TDPBF16PS's sums), and only those.
+// activations and weights, TDPBF16PS's sums), and only those.
 func TestLowArithmetic(t *testing.T) {
 	cases := []struct {
 		prec       Precision
 		kern, want string
 	}{
-		{Int8, "go", ""}, {Int8, "avx512vnni", ""}, {Int8, "amx", ""}, {Int8, "avxvnni", ""}, {Int8, "avx2", "7-bit activations"},
+		{Int8, "go", ""}, {Int8, "avx512vnni", ""}, {Int8, "amx", ""}, {Int8, "avxvnni", ""}, {Int8, "avx2", "7-bit activations and weights"},
 		{BF16, "go", ""}, {BF16, "avx512bf16", ""}, {BF16, "go-amx", "TDPBF16PS sums"}, {BF16, "amx", "TDPBF16PS sums"},
 	}
 	for _, c := range cases {

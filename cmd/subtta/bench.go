@@ -212,7 +212,7 @@ func (o *benchOptions) run(args []string) error {
 	if _, ok := dev.(kernel.Grapher); ok {
 		// Which passes were replayed from a recording (scripts read this).
 		s := m.Graphs()
-		line := fmt.Sprintf("graphs: %d passes recorded, %d replayed", s.Recorded, s.Replayed)
+		line := fmt.Sprintf("graphs: passes recorded %d, replayed %d", s.Recorded, s.Replayed)
 		if s.Err != nil {
 			line += "; a recording failed: " + s.Err.Error()
 		}
