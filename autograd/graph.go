@@ -67,7 +67,7 @@ type graphSet struct {
 
 // towerGraph is one recording, or the count of passes before it.
 type towerGraph struct {
-	mu   sync.Mutex // held through a replay: in and out are shared
+	mu   sync.Mutex // held through a replay: in and out are shared (TryLock)
 	key  towerKey
 	runs int  // passes seen
 	off  bool // the device does not record (ErrGraphsOff)
@@ -142,8 +142,8 @@ func (s *graphSet) release() {
 	}
 }
 
-// entry returns the recording of key, made (empty) if there is none, with
-// its mutex held, and marks it the most recently used.
+// entry returns the recording of key, made (empty) if there is none, and
+// marks it the most recently used.
 func (s *graphSet) entry(key *towerKey) *towerGraph {
 	s.mu.Lock()
 	var e *towerGraph
@@ -169,7 +169,6 @@ func (s *graphSet) entry(key *towerKey) *towerGraph {
 		old.drop()
 		old.mu.Unlock()
 	}
-	e.mu.Lock()
 	return e
 }
 
@@ -221,6 +220,12 @@ func (op *towerOp) replay() (smat.Tensor, bool) {
 		pre: v.LNPre, post: v.LNPost, blocks: v.Blocks, tensors: v.operands()}
 	s := v.Graphs.graphs()
 	e := s.entry(key)
+	if !e.mu.TryLock() {
+		// Another goroutine replays it (its images and features are in the
+		// recording's buffers): this pass runs op by op beside it rather
+		// than waiting, as concurrent passes did before recordings.
+		return nil, false
+	}
 	defer e.mu.Unlock()
 	e.runs++
 	if e.off || e.g == nil && e.runs < 2 {
