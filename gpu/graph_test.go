@@ -15,10 +15,6 @@ import (
 
 	"github.com/subtta/subtta/autograd"
 	"github.com/subtta/subtta/autograd/kernel"
-	"github.com/subtta/subtta/clip"
-	"github.com/subtta/subtta/internal/fixture"
-	"github.com/subtta/subtta/internal/fixturefile"
-	"github.com/subtta/subtta/weights"
 )
 
 // sameBits fails unless got and want hold the same bits: a replay runs the
@@ -43,20 +39,7 @@ func sameBits(t *testing.T, name string, got, want []float32) {
 // again.
 func TestTowerGraph(t *testing.T) {
 	d := openOrSkip(t, Options{})
-	const rel = "fixtures/clip-tiny.openai.safetensors"
-	m, err := clip.Load(fixture.Path(t, rel), clip.Options{Config: fixturefile.Config(t, rel)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pre, err := weights.Open(fixture.Path(t, "fixtures/preprocess.safetensors"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pre.Close()
-	px, shape, err := pre.Float32("pixel_values")
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, px, shape := tinyImages(t)
 	batch, cols := shape[0], len(px)/shape[0]
 	v := m.Vision
 	c := v.Config

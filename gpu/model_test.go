@@ -175,20 +175,7 @@ func TestTrainingBlocksMatchCPU(t *testing.T) {
 // (what adaptation computes), against the CPU.
 func TestCLIPTinyMatchesCPU(t *testing.T) {
 	d := openOrSkip(t, Options{})
-	const rel = "fixtures/clip-tiny.openai.safetensors"
-	m, err := clip.Load(fixture.Path(t, rel), clip.Options{Config: fixturefile.Config(t, rel)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pre, err := weights.Open(fixture.Path(t, "fixtures/preprocess.safetensors"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pre.Close()
-	px, shape, err := pre.Float32("pixel_values")
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, px, shape := tinyImages(t)
 	ref, err := weights.Open(fixture.Path(t, "fixtures/forward.safetensors"))
 	if err != nil {
 		t.Fatal(err)
@@ -278,9 +265,9 @@ func TestCLIPTinyMatchesCPU(t *testing.T) {
 	}
 }
 
-// tinyImageFeatures returns clip-tiny's image features of the fixture's
-// images on d and on the CPU.
-func tinyImageFeatures(t *testing.T, d kernel.Device) (got, want []float32) {
+// tinyImages returns clip-tiny and the fixture's preprocessed images
+// [shape[0], 3·H·W].
+func tinyImages(t *testing.T) (m *clip.Model, px []float32, shape []int) {
 	t.Helper()
 	const rel = "fixtures/clip-tiny.openai.safetensors"
 	m, err := clip.Load(fixture.Path(t, rel), clip.Options{Config: fixturefile.Config(t, rel)})
@@ -292,10 +279,18 @@ func tinyImageFeatures(t *testing.T, d kernel.Device) (got, want []float32) {
 		t.Fatal(err)
 	}
 	defer pre.Close()
-	px, shape, err := pre.Float32("pixel_values")
+	px, shape, err = pre.Float32("pixel_values")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return m, px, shape
+}
+
+// tinyImageFeatures returns clip-tiny's image features of the fixture's
+// images on d and on the CPU.
+func tinyImageFeatures(t *testing.T, d kernel.Device) (got, want []float32) {
+	t.Helper()
+	m, px, shape := tinyImages(t)
 	encode := func() []float32 {
 		i, err := m.EncodeImage(px, shape[0])
 		if err != nil {

@@ -1182,6 +1182,17 @@ func genInt8AVX2(vnni bool) string {
 	w("\tADDQ $128, DX")
 	w("\tDECQ CX")
 	w("\tJNZ loop")
+	genInt8Store(w, mr, []int{0, 1, 2, 3}, acc, cAt)
+	genInt8NextTile(w, mr)
+	return b.String()
+}
+
+// genInt8Store writes the int8 AVX2 kernels' epilogue: for each of the mr
+// rows and each column vector cols[i] (8 columns), the accumulator acc(r,
+// i) less the row's zero point times the columns' sums, scaled by the
+// row's and the columns' scales, plus the bias, stored at cAt(r, cols[i]).
+// It uses Y12, Y13 and Y15.
+func genInt8Store(w func(string, ...any), mr int, cols []int, acc func(r, i int) string, cAt func(r, v int) string) {
 	w("\tMOVQ bias+80(FP), AX")
 	w("\tMOVQ rowScale+48(FP), R10")
 	w("\tMOVQ rowZero+56(FP), R11")
@@ -1190,17 +1201,22 @@ func genInt8AVX2(vnni bool) string {
 	for r := 0; r < mr; r++ {
 		w("\tVPBROADCASTD %d(R11), Y15", 4*r)
 		w("\tVBROADCASTSS %d(R10), Y12", 4*r)
-		for v := 0; v < 4; v++ {
-			a := acc(r, v)
-			w("\tVPMULLD %d(DX), Y15, Y13", 32*v)
+		for i, v := range cols {
+			a, off := acc(r, i), 32*v
+			w("\tVPMULLD %d(DX), Y15, Y13", off)
 			w("\tVPSUBD Y13, %s, %s", a, a)
 			w("\tVCVTDQ2PS %s, %s", a, a)
-			w("\tVMULPS %d(R13), Y12, Y13", 32*v)
+			w("\tVMULPS %d(R13), Y12, Y13", off)
 			w("\tVMULPS Y13, %s, %s", a, a)
-			w("\tVADDPS %d(AX), %s, %s", 32*v, a, a)
+			w("\tVADDPS %d(AX), %s, %s", off, a, a)
 			w("\tVMOVUPS %s, %s", a, cAt(r, v))
 		}
 	}
+}
+
+// genInt8NextTile writes the int8 AVX2 kernels' step to the next tile of
+// mr rows, and the return after the last.
+func genInt8NextTile(w func(string, ...any), mr int) {
 	w("\tADDQ $%d, rowScale+48(FP)", 4*mr)
 	w("\tADDQ $%d, rowZero+56(FP)", 4*mr)
 	w("\tIMUL3Q $%d, R12, AX", mr)
@@ -1211,7 +1227,6 @@ func genInt8AVX2(vnni bool) string {
 	w("\tJNZ tileloop")
 	w("\tVZEROUPPER")
 	w("\tRET")
-	return b.String()
 }
 
 // genInt8AVX2Halves writes the body of gemmInt8AVX2 (after the ones in
@@ -1261,36 +1276,9 @@ func genInt8AVX2Halves(w func(string, ...any), mr int, aAt func(int) string, cAt
 		w("\tADDQ $256, DX")
 		w("\tDECQ CX")
 		w("\tJNZ loop%d", h)
-		w("\tMOVQ bias+80(FP), AX")
-		w("\tMOVQ rowScale+48(FP), R10")
-		w("\tMOVQ rowZero+56(FP), R11")
-		w("\tMOVQ colSum+64(FP), DX")
-		w("\tMOVQ colScale+72(FP), R13")
-		for r := 0; r < mr; r++ {
-			w("\tVPBROADCASTD %d(R11), Y15", 4*r)
-			w("\tVBROADCASTSS %d(R10), Y12", 4*r)
-			for v := 0; v < 2; v++ {
-				a, off := acc(r, v), 32*(2*h+v)
-				w("\tVPMULLD %d(DX), Y15, Y13", off)
-				w("\tVPSUBD Y13, %s, %s", a, a)
-				w("\tVCVTDQ2PS %s, %s", a, a)
-				w("\tVMULPS %d(R13), Y12, Y13", off)
-				w("\tVMULPS Y13, %s, %s", a, a)
-				w("\tVADDPS %d(AX), %s, %s", off, a, a)
-				w("\tVMOVUPS %s, %s", a, cAt(r, 2*h+v))
-			}
-		}
+		genInt8Store(w, mr, []int{2 * h, 2*h + 1}, acc, cAt)
 	}
-	w("\tADDQ $%d, rowScale+48(FP)", 4*mr)
-	w("\tADDQ $%d, rowZero+56(FP)", 4*mr)
-	w("\tIMUL3Q $%d, R12, AX", mr)
-	w("\tADDQ AX, R8")
-	w("\tIMUL3Q $%d, R9, AX", mr)
-	w("\tADDQ AX, DI")
-	w("\tDECQ BX")
-	w("\tJNZ tileloop")
-	w("\tVZEROUPPER")
-	w("\tRET")
+	genInt8NextTile(w, mr)
 }
 
 // vpdpbusdVEX encodes the AVX-VNNI VPDPBUSD ymm(dst), ymm(src1), ymm(src2)
