@@ -76,7 +76,6 @@ type towerGraph struct {
 	out  kernel.Buf   // the features it writes
 	seen []kernel.Buf // the parameter buffers it reads, in the pass's order
 	keep []any        // the weights' device copies it reads (devRun.keep)
-	set  *graphSet    // for the statistics
 }
 
 // towerKey is what makes two passes the same pass: the device, the batch,
@@ -156,7 +155,7 @@ func (s *graphSet) entry(key *towerKey) *towerGraph {
 	}
 	var old *towerGraph
 	if e == nil {
-		e = &towerGraph{key: *key, set: s}
+		e = &towerGraph{key: *key}
 		if len(s.entries) == MaxTowerGraphs {
 			old = s.entries[0]
 			s.entries = s.entries[1:]

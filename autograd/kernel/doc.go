@@ -31,7 +31,10 @@
 // every choice (GEMM micro-kernel, int8 kernel, the activations'
 // quantisation loops; Kernels and CheckPrecision say which) is the one an
 // AVX2 CPU without VNNI gets. The runtime's own parser warns that it does
-// not know avxvnni; the setting takes effect all the same.
+// not know avxvnni; the setting takes effect all the same. Give it to the
+// test binary only (go test -exec 'env GODEBUG=...'), not to the go
+// command: the compiler would print the warning too, and the build cache
+// would replay it with the packages' output in later builds.
 //
 // Device is the seam to memory and kernels apart from the CPU's (a GPU's,
 // in package gpu); Host implements it with this package's functions. Half

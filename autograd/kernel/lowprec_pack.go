@@ -34,7 +34,7 @@ type Int8Weight struct {
 // takes two at a time). Made once, on first use.
 func (q *Int8Weight) half() *Int8Weight {
 	q.halfOnce.Do(func() {
-		g := (q.groups + 1) &^ 1
+		g := int8Groups(q.K, true)
 		npad := len(q.colSum)
 		h := &Int8Weight{N: q.N, K: q.K, groups: g, data: make([]int8, npad*g*4), colSum: make([]int32, npad), scale: make([]float32, npad)}
 		for j := range q.scale {
@@ -64,6 +64,18 @@ func halfToEven(v int8) int8 {
 		h++ // v/2 = h + 1/2: the even neighbour is h + 1
 	}
 	return h
+}
+
+// int8Groups is the number of groups of 4 inputs a row of k values is
+// packed in: rounded up to an even number for a kernel that reads 7-bit
+// weights (w7), which takes two groups at a time; the weight (half) and
+// the activations (quantizeA) are padded alike.
+func int8Groups(k int, w7 bool) int {
+	g := (k + 3) / 4
+	if w7 {
+		g = (g + 1) &^ 1
+	}
+	return g
 }
 
 // packFor returns the weight kern reads: q itself, or half.
@@ -372,11 +384,7 @@ func packRows(pa *packedA, m int, fill func(i int, row []uint8)) {
 // quantizeA quantises the m rows of x (leading dimension lda, k columns)
 // for the int8 kernels.
 func quantizeA(m, k int, x []float32, lda int) *packedA {
-	groups := (k + 3) / 4
-	if int8Active.w7 {
-		groups = (groups + 1) &^ 1 // as half pads the weight
-	}
-	pa := getPackedA(m, groups)
+	pa := getPackedA(m, int8Groups(k, int8Active.w7))
 	vec := quantGo
 	if int8Active.ref != "" {
 		vec = quantVecs()[len(quantVecs())-1]
