@@ -40,6 +40,7 @@ static struct {
 	status (*cublasDestroy)(void *handle);
 	status (*cublasSetMathMode)(void *handle, int mode);
 	status (*cublasSetStream)(void *handle, void *stream);
+	status (*cublasSetWorkspace)(void *handle, void *workspace, size_t bytes); // NULL where cuBLAS lacks it
 	status (*cublasGemmEx)(void *handle, int transa, int transb, int m, int n, int k,
 		const void *alpha, const void *a, int atype, int lda, const void *b, int btype, int ldb,
 		const void *beta, void *c, int ctype, int ldc, int compute, int algo);
@@ -126,6 +127,7 @@ static const char *sub_bind(void *rt, void *blas, void *rtc, void *drv) {
 	BIND(drv, cuModuleGetFunction, "cuModuleGetFunction")
 	BIND(drv, cuLaunchKernel, "cuLaunchKernel")
 	BIND(drv, cuGetErrorName, "cuGetErrorName")
+	*(void **)&api.cublasSetWorkspace = dlsym(blas, "cublasSetWorkspace_v2");
 	return NULL;
 }
 
@@ -165,6 +167,8 @@ static status w_cublasCreate(void **h) { return api.cublasCreate(h); }
 static status w_cublasDestroy(void *h) { return api.cublasDestroy(h); }
 static status w_cublasSetMathMode(void *h, int mode) { return api.cublasSetMathMode(h, mode); }
 static status w_cublasSetStream(void *h, void *s) { return api.cublasSetStream(h, s); }
+static int has_cublasSetWorkspace(void) { return api.cublasSetWorkspace != NULL; }
+static status w_cublasSetWorkspace(void *h, uintptr_t w, size_t bytes) { return api.cublasSetWorkspace(h, (void *)w, bytes); }
 // The products with a compute type (cublasComputeType_t), the default
 // algorithm (-1): A and B of type abtype (cudaDataType_t: CUDA_R_32F = 0,
 // or CUDA_R_16F = 2, CUDA_R_16BF = 14), C float32 (w_gemmEx's of type
@@ -399,6 +403,9 @@ type device struct {
 	blas    unsafe.Pointer
 	stream  unsafe.Pointer
 	compute C.int                     // the products' cublasComputeType_t; 32F: cublasSgemm
+	work    C.uintptr_t               // cuBLAS's workspace (blasWorkspace), 0 where cuBLAS keeps its own
+	workN   int                       // its bytes
+	major   int                       // the compute capability's major number
 	solver  unsafe.Pointer            // the cuSOLVER handle, made by the first SymEig
 	fn      map[string]unsafe.Pointer // the row-wise kernels by name
 	free    map[int][]uintptr         // freed buffers by length, for reuse
@@ -509,6 +516,9 @@ func open(o Options) (*device, error) {
 			C.w_cudaStreamDestroy(d.stream)
 		}
 		C.w_cublasDestroy(d.blas)
+		if d.work != 0 {
+			C.w_cudaFree(d.work)
+		}
 		return nil, err
 	}
 	mode, tf32 := C.int(cublasDefaultMath), "off"
@@ -530,6 +540,17 @@ func open(o Options) (*device, error) {
 	if s := C.w_cublasSetStream(d.blas, d.stream); s != 0 {
 		return fail(blasErr("cublasSetStream_v2", s))
 	}
+	// After cublasSetStream, which puts cuBLAS back on its own workspace.
+	d.major = int(major)
+	if C.has_cublasSetWorkspace() != 0 {
+		d.workN = blasWorkspace(d.major)
+		if s := C.w_cudaMalloc(&d.work, C.size_t(d.workN)); s != 0 {
+			return fail(rtErr("cudaMalloc (cuBLAS's workspace)", s))
+		}
+		if s := C.w_cublasSetWorkspace(d.blas, d.work, C.size_t(d.workN)); s != 0 {
+			return fail(blasErr("cublasSetWorkspace_v2", s))
+		}
+	}
 	if err := d.compile(int(major)*10 + int(minor)); err != nil {
 		return fail(err)
 	}
@@ -539,7 +560,25 @@ func open(o Options) (*device, error) {
 	if prec == BF16 || prec == FP16 {
 		d.name = strings.TrimSuffix(d.name, ")") + ", " + prec.String() + " products, float32 sums)"
 	}
+	if d.work == 0 {
+		d.name = strings.TrimSuffix(d.name, ")") + ", cuBLAS without cublasSetWorkspace: its own workspace)"
+	}
 	return d, nil
+}
+
+// blasWorkspace is the memory given to cuBLAS for its products' workspace
+// on a GPU of compute capability major.x: what cuBLAS's documentation of
+// cublasSetWorkspace recommends, 32 MiB on Hopper (sm_90) and later, 4 MiB
+// before, the sizes PyTorch gives its handles too. With a workspace of our
+// own the products recorded in a CUDA Graph (Capture) use the same memory,
+// of the same size, as those run op by op; on cuBLAS's default pool each
+// recording may allocate a workspace of its own, and repeated recordings
+// grow the device's memory (pytorch/pytorch#83461).
+func blasWorkspace(major int) int {
+	if major >= 9 {
+		return 32 << 20
+	}
+	return 4 << 20
 }
 
 // compile builds rowwiseSource with NVRTC for sm_<arch> and loads the
@@ -665,6 +704,10 @@ func (d *device) Close() error {
 		errs = append(errs, d.closeSolver())
 		if s := C.w_cublasDestroy(d.blas); s != 0 {
 			errs = append(errs, blasErr("cublasDestroy_v2", s))
+		}
+		if d.work != 0 {
+			C.w_cudaFree(d.work)
+			d.work = 0
 		}
 		if s := C.w_cudaStreamDestroy(d.stream); s != 0 {
 			errs = append(errs, rtErr("cudaStreamDestroy", s))

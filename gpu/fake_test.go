@@ -16,7 +16,7 @@ var deviceTests = []string{"TestUploadDownload", "TestErrorNamesCall", "TestGemm
 	"TestCLIPTinyMatchesCPU", "TestSymEigMatchesCPU", "TestTowerOpsMatchCPU", "TestUploadRing",
 	"TestPrecisionMatchesCPU", "TestFusedMatchesCPU", "TestHalfMatchesCPU", "TestGatherRowsMatchesCPU", "TestDgemmMatchesCPU",
 	"TestPromptFeaturesMatchCPU", "TestAdamMatchesCPU", "TestSubTTAStepOnDevice", "TestUploadAhead", "TestUploadAheadConcurrent", "TestRunnerUploadsAheadOnDevice",
-	"TestTowerGraph", "TestTowerGraphOff", "TestCapture", "TestCaptureWaits"}
+	"TestTowerGraph", "TestTowerGraphOff", "TestCapture", "TestCaptureWaits", "TestBLASWorkspace"}
 
 // TestFakeCUDA runs the device tests on a machine without CUDA against
 // testdata/fakecuda.c, built with gcc as the five libraries: a run of this

@@ -276,3 +276,25 @@ func TestCaptureWaits(t *testing.T) {
 		t.Fatalf("after launching the empty graph: %g, want 1 (the other goroutine's Add was recorded)", got)
 	}
 }
+
+// TestBLASWorkspace checks that the device gives cuBLAS a workspace of the
+// size cuBLAS's documentation recommends for the GPU. On the stand-in a
+// product recorded without it is refused, so TestCapture and TestTowerGraph
+// fail there if the workspace is lost (cublasSetStream_v2 resets it).
+func TestBLASWorkspace(t *testing.T) {
+	d := openOrSkip(t, Options{})
+	if d.work == 0 {
+		t.Fatalf("no workspace given to cuBLAS (%s)", d.Name())
+	}
+	if want := blasWorkspace(d.major); d.workN != want {
+		t.Errorf("cuBLAS's workspace on sm_%dx: %d bytes, want %d", d.major, d.workN, want)
+	}
+}
+
+func TestBLASWorkspaceSizes(t *testing.T) {
+	for _, c := range []struct{ major, bytes int }{{7, 4 << 20}, {8, 4 << 20}, {9, 32 << 20}, {10, 32 << 20}} {
+		if got := blasWorkspace(c.major); got != c.bytes {
+			t.Errorf("blasWorkspace(%d) = %d, want %d", c.major, got, c.bytes)
+		}
+	}
+}

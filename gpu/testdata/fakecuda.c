@@ -137,6 +137,9 @@ int fake_capture_refuse(void) {
 	return 1;
 }
 
+// fake_capturing reports whether the package's stream is captured.
+int fake_capturing(void) { return capturing != NULL; }
+
 static int capture_push(void (*run)(const void *), const void *data, size_t len) {
 	static int (*f)(void (*)(const void *), const void *, size_t);
 	if (!f) *(void **)&f = rt_sym("fake_capture_push");
@@ -146,6 +149,12 @@ static int capture_push(void (*run)(const void *), const void *data, size_t len)
 static int capture_refuse(void) {
 	static int (*f)(void);
 	if (!f) *(void **)&f = rt_sym("fake_capture_refuse");
+	return f();
+}
+
+static int capture_active(void) {
+	static int (*f)(void);
+	if (!f) *(void **)&f = rt_sym("fake_capturing");
 	return f();
 }
 
@@ -173,8 +182,8 @@ status cudaGetDeviceCount(int *n) { *n = 1; return 0; }
 status cudaMalloc(void **p, size_t bytes) {
 	run_all_copies();
 	if (bytes > ((size_t)1 << 36)) return 2; // cudaErrorMemoryAllocation
-	*p = malloc(bytes ? bytes : 1);
-	return *p ? 0 : 2;
+	// Aligned to 256 bytes, as cudaMalloc's memory is.
+	return posix_memalign(p, 256, bytes ? bytes : 1) ? 2 : 0;
 }
 status cudaFree(void *p) { sync_device(); free(p); return 0; }
 status cudaMallocHost(void **p, size_t bytes) {
@@ -328,8 +337,26 @@ const char *cudaGetErrorName(status s) {
 
 static int handle_token, math_mode;
 static void *blas_stream;
-status cublasCreate_v2(void **h) { *h = &handle_token; blas_stream = NULL; math_mode = 0; return 0; }
+// blas_workspace is the memory cublasSetWorkspace_v2 gave the handle; NULL
+// while cuBLAS would use its default pool, which cublasSetStream_v2 goes
+// back to, as cuBLAS's does.
+static void *blas_workspace;
+static size_t blas_workspace_bytes;
+status cublasCreate_v2(void **h) {
+	*h = &handle_token;
+	blas_stream = blas_workspace = NULL;
+	math_mode = 0;
+	return 0;
+}
 status cublasDestroy_v2(void *h) { return h == &handle_token ? 0 : 1; }
+// cublasSetWorkspace_v2 refuses memory not aligned to 256 bytes, as
+// cuBLAS does (CUBLAS_STATUS_INVALID_VALUE).
+status cublasSetWorkspace_v2(void *h, void *w, size_t bytes) {
+	if (h != &handle_token || (uintptr_t)w % 256 != 0 || (w == NULL) != (bytes == 0)) return 7;
+	blas_workspace = w;
+	blas_workspace_bytes = bytes;
+	return 0;
+}
 status cublasSetMathMode(void *h, int mode) {
 	if (mode != 0 && mode != 3) return 7;
 	math_mode = mode;
@@ -338,6 +365,8 @@ status cublasSetMathMode(void *h, int mode) {
 status cublasSetStream_v2(void *h, void *s) {
 	if (h != &handle_token || s != STREAM) return 7;
 	blas_stream = s;
+	blas_workspace = NULL;
+	blas_workspace_bytes = 0;
 	return 0;
 }
 
@@ -438,6 +467,11 @@ static void sgemm1(int ta, int tb, int m, int n, int k, float alpha, const void 
 
 static status check_gemm(int ta, int tb, int m, int n, int k, int lda, int ldb, int ldc) {
 	if (blas_stream != STREAM) return 7; // the package's products go to its stream
+	// A product recorded on cuBLAS's default pool would have the recording
+	// allocate a workspace of its own: refused (CUBLAS_STATUS_NOT_SUPPORTED),
+	// so that a test recording a pass fails unless the package gave the
+	// handle its workspace after its last cublasSetStream_v2.
+	if (!blas_workspace && capture_active()) return 15;
 	run_all_copies();
 	operand_rounding = math_mode == 3 ? 77 : 68;
 	if (ta < 0 || ta > 1 || tb < 0 || tb > 1 || m < 0 || n < 0 || k < 0) return 7; // INVALID_VALUE
