@@ -404,8 +404,6 @@ type device struct {
 	stream  unsafe.Pointer
 	compute C.int                     // the products' cublasComputeType_t; 32F: cublasSgemm
 	work    C.uintptr_t               // cuBLAS's workspace (blasWorkspace), 0 where cuBLAS keeps its own
-	workN   int                       // its bytes
-	major   int                       // the compute capability's major number
 	solver  unsafe.Pointer            // the cuSOLVER handle, made by the first SymEig
 	fn      map[string]unsafe.Pointer // the row-wise kernels by name
 	free    map[int][]uintptr         // freed buffers by length, for reuse
@@ -541,13 +539,12 @@ func open(o Options) (*device, error) {
 		return fail(blasErr("cublasSetStream_v2", s))
 	}
 	// After cublasSetStream, which puts cuBLAS back on its own workspace.
-	d.major = int(major)
 	if C.has_cublasSetWorkspace() != 0 {
-		d.workN = blasWorkspace(d.major)
-		if s := C.w_cudaMalloc(&d.work, C.size_t(d.workN)); s != 0 {
+		n := C.size_t(blasWorkspace(int(major)))
+		if s := C.w_cudaMalloc(&d.work, n); s != 0 {
 			return fail(rtErr("cudaMalloc (cuBLAS's workspace)", s))
 		}
-		if s := C.w_cublasSetWorkspace(d.blas, d.work, C.size_t(d.workN)); s != 0 {
+		if s := C.w_cublasSetWorkspace(d.blas, d.work, n); s != 0 {
 			return fail(blasErr("cublasSetWorkspace_v2", s))
 		}
 	}

@@ -277,17 +277,15 @@ func TestCaptureWaits(t *testing.T) {
 	}
 }
 
-// TestBLASWorkspace checks that the device gives cuBLAS a workspace of the
-// size cuBLAS's documentation recommends for the GPU. On the stand-in a
-// product recorded without it is refused, so TestCapture and TestTowerGraph
-// fail there if the workspace is lost (cublasSetStream_v2 resets it).
+// TestBLASWorkspace checks that the device gave cuBLAS a workspace of its
+// own (a CUDA 11 or later cuBLAS has cublasSetWorkspace_v2). On the
+// stand-in a product recorded without it is refused, so TestCapture and
+// TestTowerGraph fail there too if the workspace is lost
+// (cublasSetStream_v2 resets it).
 func TestBLASWorkspace(t *testing.T) {
 	d := openOrSkip(t, Options{})
 	if d.work == 0 {
 		t.Fatalf("no workspace given to cuBLAS (%s)", d.Name())
-	}
-	if want := blasWorkspace(d.major); d.workN != want {
-		t.Errorf("cuBLAS's workspace on sm_%dx: %d bytes, want %d", d.major, d.workN, want)
 	}
 }
 

@@ -341,7 +341,6 @@ static void *blas_stream;
 // while cuBLAS would use its default pool, which cublasSetStream_v2 goes
 // back to, as cuBLAS's does.
 static void *blas_workspace;
-static size_t blas_workspace_bytes;
 status cublasCreate_v2(void **h) {
 	*h = &handle_token;
 	blas_stream = blas_workspace = NULL;
@@ -354,7 +353,6 @@ status cublasDestroy_v2(void *h) { return h == &handle_token ? 0 : 1; }
 status cublasSetWorkspace_v2(void *h, void *w, size_t bytes) {
 	if (h != &handle_token || (uintptr_t)w % 256 != 0 || (w == NULL) != (bytes == 0)) return 7;
 	blas_workspace = w;
-	blas_workspace_bytes = bytes;
 	return 0;
 }
 status cublasSetMathMode(void *h, int mode) {
@@ -366,7 +364,6 @@ status cublasSetStream_v2(void *h, void *s) {
 	if (h != &handle_token || s != STREAM) return 7;
 	blas_stream = s;
 	blas_workspace = NULL;
-	blas_workspace_bytes = 0;
 	return 0;
 }
 
