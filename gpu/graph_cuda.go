@@ -35,8 +35,6 @@ static const char *graph_bind(void *lib) {
 	return NULL;
 }
 
-static void *graph_dlopen(const char *name) { return dlopen(name, RTLD_NOW | RTLD_LOCAL); }
-
 // Relaxed capture (cudaStreamCaptureModeRelaxed): the pool may call
 // cudaMalloc while a pass is recorded, which the other modes refuse.
 static graph_status w_beginCapture(void *s) { return graphs.begin(s, 2); }

@@ -33,8 +33,6 @@ static const char *solver_bind(void *lib) {
 	return NULL;
 }
 
-static void *solver_dlopen(const char *name) { return dlopen(name, RTLD_NOW | RTLD_LOCAL); }
-
 static solver_status w_solverCreate(void **h) { return solver.create(h); }
 static solver_status w_solverDestroy(void *h) { return solver.destroy(h); }
 static solver_status w_solverSetStream(void *h, void *s) { return solver.setStream(h, s); }
@@ -67,15 +65,7 @@ var (
 // needs: without it the device works and SymEig says so.
 func loadSolver() error {
 	solverOnce.Do(func() {
-		var h unsafe.Pointer
-		for _, n := range solverNames {
-			cn := C.CString(n)
-			h = C.solver_dlopen(cn)
-			C.free(unsafe.Pointer(cn))
-			if h != nil {
-				break
-			}
-		}
+		h := dlopenFirst(solverNames)
 		if h == nil {
 			solverErr = fmt.Errorf("%s not found: %w", soNames(solverNames), kernel.ErrUnsupported)
 			return
