@@ -3,6 +3,7 @@ package eval
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -231,8 +232,17 @@ func (c Config) withDefaults() (Config, error) {
 	if err := c.MethodOptions.check(c.Methods); err != nil {
 		return c, err
 	}
-	if c.Classes < 0 {
+	switch {
+	case c.Classes < 0:
 		return c, fmt.Errorf("eval: classes %d must not be negative", c.Classes)
+	case c.Classes == 1 || len(c.ClassNames) == 1:
+		// One class is always right: its accuracy says nothing.
+		return c, fmt.Errorf("eval: a run of one class is always right: keep at least 2 classes")
+	case c.ClassSeed != 0 && c.Classes == 0:
+		return c, fmt.Errorf("eval: class seed %d draws nothing without a number of classes to draw", c.ClassSeed)
+	}
+	if c.SubsetList != "" && c.Dataset != "imagenet-c" {
+		return c, fmt.Errorf("eval: the subset list %s names ImageNet images (<wnid>/<file>): it applies to imagenet-c, not %s", c.SubsetList, c.Dataset)
 	}
 	if isVariant(c.Dataset) {
 		// One domain, the test set itself.
@@ -344,11 +354,17 @@ func protocol(name string) (online.Protocol, error) {
 		return online.Continual, nil
 	}
 	p, err := online.ParseProtocol(name)
+	if errors.Is(err, online.ErrUnknownProtocol) {
+		return 0, fmt.Errorf("eval: %w %q (want %s)", online.ErrUnknownProtocol, name, strings.Join(Protocols, ", "))
+	}
 	if err != nil {
 		return 0, fmt.Errorf("eval: %w", err)
 	}
 	return p, nil
 }
+
+// Protocols are the names Config.Protocol takes.
+var Protocols = []string{"reset", "continual", "mixed", "episodic", online.Gradual}
 
 // perDomain reports whether a protocol runs each domain as a stream of
 // its own (reset, episodic), checkpointed and stored domain by domain.

@@ -17,8 +17,8 @@
 //     and cut to Limit images;
 //  4. for each method, builds its zero-shot head from its preset's prompt
 //     templates (tta.Lookup) and streams the domains not yet done through
-//     it with online.Runner, resetting before each domain (or continually, or
-//     mixed);
+//     it with online.Runner, resetting before each domain (or continually,
+//     mixed, episodically, or over gradual severities);
 //  5. appends each finished domain to Out/results.jsonl at once (in the
 //     continual and mixed protocols, at the end of the stream), with its
 //     per-batch diagnostics, and every batch to Out/batches.jsonl;
@@ -40,7 +40,11 @@
 // an uninterrupted one. The continual and mixed protocols are one stream
 // through all domains: they are checkpointed likewise, in one file for the
 // stream, and continue from it (the mixed stream's batch lines count each
-// domain's images, online.BatchRecord.Domains).
+// domain's images, online.BatchRecord.Domains). Every file Run writes in
+// Out/state ends in a CRC-32C of its bytes: one that is damaged or cut short (or a
+// checkpoint written before checksums) is removed with a warning on
+// Options.Log, and what it held is computed again. A domain computed again
+// replaces its record in results.jsonl, which holds each domain once.
 //
 // # Shards
 //

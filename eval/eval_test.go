@@ -310,6 +310,22 @@ func cancelContinuesMidDomain(t *testing.T, workers, cut int) {
 			}
 			os.WriteFile(files[0], []byte("not a checkpoint"), 0o644)
 		}, 0, "not a partial-domain checkpoint"},
+		{"flipped byte", func(t *testing.T, out string) {
+			editCheckpoint(t, out, func(b []byte) []byte { b[len(b)/2] ^= 0x10; return b })
+		}, 0, "checksum does not match"},
+		{"cut short", func(t *testing.T, out string) {
+			editCheckpoint(t, out, func(b []byte) []byte { return b[:len(b)-9] })
+		}, 0, "checksum does not match"},
+		{"cut to its header", func(t *testing.T, out string) {
+			editCheckpoint(t, out, func(b []byte) []byte { return b[:len(partialMagic)+10] })
+		}, 0, "cut short"},
+		{"checkpoint of an earlier build", func(t *testing.T, out string) {
+			// The format before checksums: the same, with the v1 magic and
+			// no checksum.
+			editCheckpoint(t, out, func(b []byte) []byte {
+				return append([]byte(partialMagicV1), b[len(partialMagic):len(b)-crcLen]...)
+			})
+		}, 0, "without a checksum"},
 		{"batch log without the domain", func(t *testing.T, out string) {
 			if err := pruneBatches(filepath.Join(out, BatchesFile), "tent", func(s string, _ int) bool { return strings.HasPrefix(s, "contrast") }); err != nil {
 				t.Fatal(err)
@@ -349,6 +365,23 @@ func cancelContinuesMidDomain(t *testing.T, workers, cut int) {
 			}
 			sameAsUninterrupted(t, sum, ref, cfg.Out, clean.Out)
 		})
+	}
+}
+
+// editCheckpoint replaces the one domain checkpoint of tent in the results
+// folder out by edit's result.
+func editCheckpoint(t *testing.T, out string, edit func([]byte) []byte) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(out, stateDir, "tent.partial.*.bin"))
+	if len(files) != 1 {
+		t.Fatalf("checkpoints %v, want one", files)
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(files[0], edit(b), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -460,7 +493,11 @@ func TestRunBadInput(t *testing.T) {
 		{"unknown method", func(c *Config) { c.Methods = []string{"magic"} }, `"magic"`},
 		{"unknown dataset", func(c *Config) { c.Dataset = "mnist-c" }, `"mnist-c"`},
 		{"bad severity", func(c *Config) { c.Severities = []int{6} }, "severity 6"},
-		{"bad protocol", func(c *Config) { c.Protocol = "sometimes" }, `"sometimes"`},
+		{"bad protocol", func(c *Config) { c.Protocol = "sometimes" }, `"sometimes" (want reset, continual, mixed, episodic, gradual)`},
+		{"one class", func(c *Config) { c.Classes = 1 }, "keep at least 2 classes"},
+		{"one class name", func(c *Config) { c.ClassNames = []string{"cat"} }, "keep at least 2 classes"},
+		{"class seed alone", func(c *Config) { c.ClassSeed = 3 }, "class seed 3 draws nothing"},
+		{"subset list on CIFAR", func(c *Config) { c.SubsetList = c.Vocab }, "it applies to imagenet-c, not cifar10-c"},
 		{"not a dataset", func(c *Config) { c.Data = c.Vocab }, "not an image folder"},
 		{"missing model", func(c *Config) { c.Model = filepath.Join(t.TempDir(), "m.safetensors") }, "m.safetensors"},
 	}
@@ -562,6 +599,17 @@ func TestStateFileRoundTrip(t *testing.T) {
 	if _, err := readState(path); err == nil || !strings.Contains(err.Error(), "truncated") {
 		t.Errorf("truncated file: err = %v", err)
 	}
+	b[len(stateMagic)+8+5] ^= 1
+	os.WriteFile(path, b, 0o644)
+	if _, err := readState(path); !errors.Is(err, errDamagedPartial) || !strings.Contains(err.Error(), path) {
+		t.Errorf("a byte changed: err = %v", err)
+	}
+	// A version-2 file (no checksum) reads by its length.
+	v2 := binary.LittleEndian.AppendUint64([]byte(stateMagicV2), uint64(len(v)))
+	os.WriteFile(path, append(v2, v...), 0o644)
+	if got, err := readState(path); err != nil || !slices.Equal(got, v) {
+		t.Fatalf("version 2: got %v, %v; want %v", got, err, v)
+	}
 	if _, err := readState(filepath.Join(t.TempDir(), "none")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: err = %v", err)
 	}
@@ -586,6 +634,83 @@ func TestResumeWithoutStateRedoes(t *testing.T) {
 	}
 	if sum.Computed != 3 || len(sum.Records) != 3 {
 		t.Fatalf("computed %d, %d records; want 3 and 3", sum.Computed, len(sum.Records))
+	}
+	if recs := untimedRecords(t, cfg.Out); len(recs) != 3 {
+		t.Errorf("%s holds %d records, want 3 (each domain once):\n%s", ResultsFile, len(recs), strings.Join(recs, "\n"))
+	}
+}
+
+// TestResumeDamagedState: a carried state whose bytes changed is not
+// resumed from: the run warns, naming it, and redoes the prefix, each
+// domain then stored once with the results of a clean run.
+func TestResumeDamagedState(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	cfg.Methods, cfg.Corruptions = []string{"subtta-m"}, []string{"gaussian_noise", "contrast"}
+	if _, err := Run(context.Background(), cfg, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(cfg.Out, stateDir, "subtta-m.2.*.f64"))
+	if len(files) != 1 {
+		t.Fatalf("state files %v, want one", files)
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x40
+	os.WriteFile(files[0], b, 0o644)
+	cfg.Corruptions = append(cfg.Corruptions, "pixelate")
+	var log strings.Builder
+	sum, err := Run(context.Background(), cfg, Options{Log: &log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Computed != 3 || !strings.Contains(log.String(), "warning: subtta-m: ignoring the carried state: "+files[0]) {
+		t.Errorf("computed %d, log:\n%s", sum.Computed, log.String())
+	}
+	clean := cfg
+	clean.Out = t.TempDir()
+	if _, err := Run(context.Background(), clean, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := untimedRecords(t, cfg.Out), untimedRecords(t, clean.Out); !slices.Equal(got, want) {
+		t.Errorf("records:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestResumeAfterCutRecord: a results file whose last record was cut short
+// (a run killed while writing it, or a file damaged) loses that domain, and
+// with it the carried state of the prefix before it: the resumed run redoes
+// the method's domains, and the file then holds each domain once, with the
+// results of the first run.
+func TestResumeAfterCutRecord(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	cfg.Methods, cfg.Corruptions = []string{"source", "subtta-m"}, []string{"gaussian_noise", "contrast", "pixelate"}
+	if _, err := Run(context.Background(), cfg, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	want := untimedRecords(t, cfg.Out)
+	path := filepath.Join(cfg.Out, ResultsFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := bytes.LastIndexByte(b[:len(b)-1], '\n') + 1
+	if err := os.WriteFile(path, b[:last+(len(b)-last)/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := Run(context.Background(), cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Computed != 3 || sum.Resumed != 3 {
+		t.Errorf("computed %d, resumed %d; want 3 and 3", sum.Computed, sum.Resumed)
+	}
+	got := untimedRecords(t, cfg.Out)
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("records after resuming:\n%s\nwant (each domain once):\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 

@@ -8,8 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"gonum.org/v1/gonum/mat"
@@ -40,7 +42,7 @@ type methodRun struct {
 	batches *os.File
 	stats   map[string]*domainStats // per domain, from the batch records
 	build   string                  // report.Environment.Build, for the records
-	order   []int                   // Config.Order's, nil for the shuffle
+	order   *sampleOrder            // Config.Order's, nil for the shuffle
 
 	// The domain in progress (reset and continual protocols): its index, when this attempt
 	// at it started, the counts and time of the batches a checkpoint
@@ -82,12 +84,9 @@ func (r *methodRun) run() error {
 		// SubTTA's EMA covariance flows from one domain to the next: resume
 		// only after a finished prefix whose state was saved, redoing what
 		// follows it.
-		start = r.resumePoint()
+		var v []byte
+		start, v = r.resumePoint()
 		if start > 0 {
-			v, err := readState(r.statePath(start))
-			if err != nil {
-				return err
-			}
 			if err := r.method.UnmarshalCarried(v); err != nil {
 				return fmt.Errorf("eval: %s: %w", r.statePath(start), err)
 			}
@@ -151,14 +150,19 @@ func (r *methodRun) run() error {
 		}
 		if v != nil {
 			// The state goes to disk before the record, so that every
-			// finished prefix has the state that follows it.
+			// finished prefix has the state that follows it; the state
+			// before the domain goes once the record is stored, so that a
+			// run stopped before then resumes with this domain rather than
+			// from the start.
 			if err := writeState(r.statePath(i+1), v); err != nil {
 				return err
 			}
-			os.Remove(r.statePath(i))
 		}
 		if err := r.store(rec); err != nil {
 			return err
+		}
+		if v != nil {
+			os.Remove(r.statePath(i))
 		}
 		os.Remove(r.partialPath(i))
 	}
@@ -232,7 +236,7 @@ func (r *methodRun) runWhole(proto online.Protocol) error {
 			return r.batchCount(j), nil
 		}
 		if err := r.method.UnmarshalBinary(part.state); err != nil {
-			return 0, fmt.Errorf("%s: %w", r.streamPartialPath(), err)
+			return 0, fmt.Errorf("%s: %w (delete the file to compute the stream from its start)", r.streamPartialPath(), err)
 		}
 		return part.batches, nil
 	}
@@ -433,8 +437,17 @@ func (r *methodRun) record(d *domain, res online.DomainResult, el time.Duration)
 	return rec
 }
 
+// store stores a domain's record in the results file: appended, or, for
+// a domain the file already holds (one redone because the state carried
+// into it was not on disk, or a stream redone whole), in place of the
+// earlier record, so that the file holds each domain once.
 func (r *methodRun) store(rec report.Record) error {
-	if err := report.AppendRecord(filepath.Join(r.cfg.Out, ResultsFile), rec); err != nil {
+	path := filepath.Join(r.cfg.Out, ResultsFile)
+	if r.done[[2]string{rec.Method, rec.Domain}] {
+		if err := replaceRecord(path, rec); err != nil {
+			return err
+		}
+	} else if err := report.AppendRecord(path, rec); err != nil {
 		return fmt.Errorf("eval: %w", err)
 	}
 	r.done[[2]string{rec.Method, rec.Domain}] = true
@@ -444,6 +457,44 @@ func (r *methodRun) store(rec report.Record) error {
 		r.opt.AfterDomain(rec)
 	}
 	return nil
+}
+
+// replaceRecord rewrites the results file at path (atomically) with rec in
+// place of the records of its method and domain, appended after the
+// others, which keep their bytes; a last line cut short by a kill goes,
+// as report.AppendRecord drops it.
+func replaceRecord(path string, rec report.Record) error {
+	line, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("eval: %s: %s on %s: %w", path, rec.Method, rec.Domain, err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("eval: %w", err)
+	}
+	kept := make([]byte, 0, len(b)+len(line)+1)
+	for _, l := range bytes.SplitAfter(b, []byte("\n")) {
+		if len(bytes.TrimSpace(l)) == 0 {
+			continue
+		}
+		var id struct {
+			Method string `json:"method"`
+			Domain string `json:"domain"`
+		}
+		if json.Unmarshal(l, &id) != nil {
+			if !bytes.HasSuffix(l, []byte("\n")) {
+				continue // cut short
+			}
+			return fmt.Errorf("eval: %s: %w: %q", path, report.ErrDamagedLine, l)
+		}
+		if id.Method == rec.Method && id.Domain == rec.Domain {
+			continue
+		}
+		kept = append(kept, bytes.TrimRight(l, "\n")...)
+		kept = append(kept, '\n')
+	}
+	kept = append(append(kept, line...), '\n')
+	return writeFileAtomic(path, kept)
 }
 
 // interrupted wraps an error that stopped a method mid-way.
@@ -464,19 +515,28 @@ type interruptedError struct {
 func (e interruptedError) Error() string { return e.msg }
 func (e interruptedError) Unwrap() error { return e.err }
 
-// resumePoint is the length of the longest finished prefix of the domains
-// whose carried state is on disk (0 needs none).
-func (r *methodRun) resumePoint() int {
+// resumePoint is the length k of the longest finished prefix of the
+// domains whose carried state is on disk and intact (0 needs none), and
+// that state. A state file that is damaged (readState) is removed with a
+// warning, and a shorter prefix is looked for.
+func (r *methodRun) resumePoint() (int, []byte) {
 	k := 0
 	for k < len(r.domains) && r.done[[2]string{r.name(), r.domains[k].name}] {
 		k++
 	}
 	for ; k > 0; k-- {
-		if exists(r.statePath(k)) {
-			break
+		path := r.statePath(k)
+		if !exists(path) {
+			continue
 		}
+		v, err := readState(path)
+		if err == nil {
+			return k, v
+		}
+		r.logf("warning: %s: ignoring the carried state: %s; computing the domains after it again", r.name(), strings.TrimPrefix(err.Error(), "eval: "))
+		os.Remove(path)
 	}
-	return k
+	return 0, nil
 }
 
 // statePath is the file of the carried state after the first k domains.
@@ -499,14 +559,18 @@ func domainsHash(ds []*domain) []byte {
 	return h.Sum(nil)[:8]
 }
 
-// Carried-state files: a magic line, the payload's length, and the
-// payload (tta.Method.MarshalCarried). Version 1 files, written before
-// methods encoded their own carried state, hold a count of float64 values
-// and the values in little-endian order, the very bytes SubTTA's
-// MarshalCarried returns; they are read as such.
+// Carried-state files: a magic line, the payload's length, the payload
+// (tta.Method.MarshalCarried), and a CRC-32C of every byte before it (4
+// bytes, big-endian, as the checkpoints of partial domains). Version 2
+// files, written before the checksum, are read by their length alone, as
+// that build did. Version 1 files, written before methods encoded their
+// own carried state, hold a count of float64 values and the values in
+// little-endian order, the very bytes SubTTA's MarshalCarried returns;
+// they are read as such.
 const (
 	stateMagicV1 = "subtta-carried-v1"
-	stateMagic   = "subtta-carried-v2"
+	stateMagicV2 = "subtta-carried-v2"
+	stateMagic   = "subtta-carried-v3"
 )
 
 // writeState stores a carried state.
@@ -514,10 +578,11 @@ func writeState(path string, v []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("eval: %w", err)
 	}
-	b := make([]byte, 0, len(stateMagic)+8+len(v))
+	b := make([]byte, 0, len(stateMagic)+8+len(v)+crcLen)
 	b = append(b, stateMagic...)
 	b = binary.LittleEndian.AppendUint64(b, uint64(len(v)))
 	b = append(b, v...)
+	b = binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 	return writeFileAtomic(path, b)
 }
 
@@ -527,17 +592,23 @@ func readState(path string) ([]byte, error) {
 		return nil, fmt.Errorf("eval: %w", err)
 	}
 	width := uint64(1) // bytes per announced unit
+	sum := 0           // the checksum's length
 	switch {
 	case len(b) >= len(stateMagic)+8 && string(b[:len(stateMagic)]) == stateMagic:
+		sum = crcLen
+	case len(b) >= len(stateMagicV2)+8 && string(b[:len(stateMagicV2)]) == stateMagicV2:
 	case len(b) >= len(stateMagicV1)+8 && string(b[:len(stateMagicV1)]) == stateMagicV1:
 		width = 8
 	default:
 		return nil, fmt.Errorf("eval: %s: not a carried-state file", path)
 	}
-	h := len(stateMagic) + 8
+	h := len(stateMagic) + 8 // the magics are as long
 	n := binary.LittleEndian.Uint64(b[len(stateMagic):])
-	if uint64(len(b)-h) != width*n {
-		return nil, fmt.Errorf("eval: %s: truncated (%d bytes announced, %d present)", path, width*n, len(b)-h)
+	if uint64(len(b)-h) != width*n+uint64(sum) {
+		return nil, fmt.Errorf("eval: %s: truncated (%d bytes announced, %d present)", path, width*n+uint64(sum), len(b)-h)
 	}
-	return b[h:], nil
+	if end := len(b) - sum; sum > 0 && crc32.Checksum(b[:end], castagnoli) != binary.BigEndian.Uint32(b[end:]) {
+		return nil, fmt.Errorf("eval: %s: %w: its checksum does not match its %d bytes", path, errDamagedPartial, len(b))
+	}
+	return b[h : len(b)-sum], nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"time"
@@ -29,9 +30,35 @@ type partialDomain struct {
 	lines   []batchLine
 }
 
+// A checkpoint's bytes are, in this order: partialMagic, or streamMagic
+// and the index of the stream's domain in progress (8 bytes); the batches
+// done (8 bytes) and the time taken (8 bytes, nanoseconds), little-endian;
+// the method's state; and a CRC-32C of every byte before it (4 bytes,
+// big-endian, as serve's stream states), so that a damaged or cut-short
+// checkpoint is never adapted on: readPartial refuses it
+// (errDamagedPartial), and the domain is computed from its start.
+//
+// Checkpoints of the format before checksums (partialMagicV1,
+// streamMagicV1) cannot be checked: they are refused likewise
+// (errUncheckedPartial), losing at most the batches since the domain's
+// start.
 const (
-	partialMagic = "subtta-partial-domain-v1\n"
-	streamMagic  = "subtta-partial-stream-v1\n" // then the domain's index
+	partialMagic   = "subtta-partial-domain-v2\n"
+	streamMagic    = "subtta-partial-stream-v2\n" // then the domain's index
+	partialMagicV1 = "subtta-partial-domain-v1\n"
+	streamMagicV1  = "subtta-partial-stream-v1\n"
+)
+
+// crcLen is the length of a checkpoint's checksum.
+const crcLen = 4
+
+// castagnoli is CRC-32C's table (hardware-accelerated on amd64 and arm64).
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Why readPartial refuses a checkpoint that is there.
+var (
+	errDamagedPartial   = errors.New("damaged checkpoint")
+	errUncheckedPartial = errors.New("checkpoint of an earlier build, without a checksum")
 )
 
 // partialPath is the checkpoint file of domain i in progress. Like
@@ -81,7 +108,7 @@ func (r *methodRun) loadPartials() (map[int]*partialDomain, error) {
 				continue
 			}
 			if err != nil {
-				r.logf("%s: ignoring %s: %v", r.name(), path, err)
+				r.logf("warning: %s: ignoring %s (%v): computing %s from its start", r.name(), path, err, r.domains[i].name)
 				continue
 			}
 			if p.lines = batchPrefix(lines[r.domains[i].name], p.batches); p.lines == nil {
@@ -139,7 +166,7 @@ func (r *methodRun) loadStreamPartial(proto online.Protocol) *partialDomain {
 		p.lines = append(p.lines, pre...)
 	}
 	if err != nil {
-		r.logf("%s: ignoring %s: %v", r.name(), path, err)
+		r.logf("warning: %s: ignoring %s (%v): computing the stream from its start", r.name(), path, err)
 		os.Remove(path)
 		return nil
 	}
@@ -218,7 +245,7 @@ func (r *methodRun) checkpoint(rec *online.BatchRecord) error {
 	if err := r.batches.Sync(); err != nil {
 		return fmt.Errorf("eval: %s: %w", BatchesFile, err)
 	}
-	b := make([]byte, 0, len(streamMagic)+24+len(st))
+	b := make([]byte, 0, len(streamMagic)+24+len(st)+crcLen)
 	path := r.partialPath(r.current)
 	if proto, _ := protocol(r.cfg.Protocol); !perDomain(proto) {
 		// One file for the stream, which says which domain it is in.
@@ -231,6 +258,7 @@ func (r *methodRun) checkpoint(rec *online.BatchRecord) error {
 	b = binary.LittleEndian.AppendUint64(b, uint64(batches))
 	b = binary.LittleEndian.AppendUint64(b, uint64(r.priorTime+time.Since(r.started)))
 	b = append(b, st...)
+	b = binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("eval: %w", err)
 	}
@@ -241,34 +269,47 @@ func (r *methodRun) checkpoint(rec *online.BatchRecord) error {
 	return nil
 }
 
+// readPartial reads the checkpoint at path; one that is damaged or cut
+// short (its checksum fails) is an error wrapping errDamagedPartial, one
+// of the format before checksums errUncheckedPartial.
 func readPartial(path string) (*partialDomain, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
+	var magic, head int // the lengths of the magic, and of it and the fields before the state
+	switch {
+	case bytes.HasPrefix(b, []byte(streamMagic)):
+		magic, head = len(streamMagic), len(streamMagic)+24
+	case bytes.HasPrefix(b, []byte(partialMagic)):
+		magic, head = len(partialMagic), len(partialMagic)+16
+	case bytes.HasPrefix(b, []byte(streamMagicV1)), bytes.HasPrefix(b, []byte(partialMagicV1)):
+		return nil, errUncheckedPartial
+	default:
+		return nil, errors.New("not a partial-domain checkpoint")
+	}
+	if len(b) < head+crcLen {
+		return nil, fmt.Errorf("%w: cut short (%d bytes)", errDamagedPartial, len(b))
+	}
+	end := len(b) - crcLen
+	if crc32.Checksum(b[:end], castagnoli) != binary.BigEndian.Uint32(b[end:]) {
+		return nil, fmt.Errorf("%w: its checksum does not match its %d bytes", errDamagedPartial, len(b))
+	}
 	domain := -1
+	f := b[magic:head]
 	if bytes.HasPrefix(b, []byte(streamMagic)) {
-		if len(b) < len(streamMagic)+8 {
-			return nil, errors.New("truncated stream checkpoint")
-		}
-		i := binary.LittleEndian.Uint64(b[len(streamMagic):])
+		i := binary.LittleEndian.Uint64(f)
 		if i > 1<<20 {
 			return nil, fmt.Errorf("bad domain index %d", i)
 		}
-		domain = int(i)
-		// The rest reads as a domain checkpoint's.
-		b = append([]byte(partialMagic), b[len(streamMagic)+8:]...)
+		domain, f = int(i), f[8:]
 	}
-	h := len(partialMagic) + 16
-	if len(b) < h || string(b[:len(partialMagic)]) != partialMagic {
-		return nil, errors.New("not a partial-domain checkpoint")
-	}
-	n := binary.LittleEndian.Uint64(b[len(partialMagic):])
-	el := time.Duration(binary.LittleEndian.Uint64(b[len(partialMagic)+8:]))
+	n := binary.LittleEndian.Uint64(f)
+	el := time.Duration(binary.LittleEndian.Uint64(f[8:]))
 	if n == 0 || n > 1<<31 || el < 0 {
 		return nil, fmt.Errorf("bad batch count %d or time %v", n, el)
 	}
-	return &partialDomain{domain: domain, batches: int(n), elapsed: el, state: b[h:]}, nil
+	return &partialDomain{domain: domain, batches: int(n), elapsed: el, state: b[head:end]}, nil
 }
 
 // resume is the runner's Resume hook: it restores the state of the domain
@@ -280,7 +321,7 @@ func (r *methodRun) resume(stream string) (int, error) {
 		return 0, nil
 	}
 	if err := r.method.UnmarshalBinary(p.state); err != nil {
-		return 0, fmt.Errorf("%s: %w", r.partialPath(r.current), err)
+		return 0, fmt.Errorf("%s: %w (delete the file to compute %s from its start)", r.partialPath(r.current), err, stream)
 	}
 	for _, l := range p.lines {
 		r.addStats(l.BatchRecord)

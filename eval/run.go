@@ -27,7 +27,7 @@ import (
 
 // Files of a results folder.
 const (
-	ResultsFile  = "results.jsonl" // one report.Record per finished domain, appended
+	ResultsFile  = "results.jsonl" // one report.Record per finished domain, appended (a domain computed again replaces its record)
 	BatchesFile  = "batches.jsonl" // one line per batch: the runner's record and the method
 	RunFile      = "run.json"      // the configuration the stored results belong to
 	MarkdownFile = "results.md"
@@ -208,7 +208,7 @@ type evaluation struct {
 	pre   *data.Preprocessor
 	tok   textenc.Tokenizer
 	src   *source
-	order []int // --order's stream order, nil for the shuffle
+	order *sampleOrder // Config.Order's stream order, nil for the shuffle
 
 	// The results folder (lockResults, readResults).
 	lock        *dirlock.Lock
@@ -586,7 +586,7 @@ func (e *evaluation) writeReports() error {
 	if err != nil {
 		return fmt.Errorf("eval: %w", err)
 	}
-	e.sum.Records = report.Latest(recs) // a redone domain appears twice in the file
+	e.sum.Records = report.Latest(recs) // a folder of an earlier build may hold a redone domain twice
 	e.sum.Finished = time.Now()
 	files, err := writeTables(e.cfg, recs, e.sum)
 	e.sum.Files = files

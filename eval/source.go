@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/subtta/subtta/data"
 	"github.com/subtta/subtta/data/corrupt"
@@ -93,6 +94,11 @@ func openSourceFor(cfg Config, modelClasses []string) (*source, error) {
 			return s, nil
 		}
 		ds, err := data.OpenImageNetFolder(cfg.Data, data.ImageNetOptions{Classes: labels.Classes, SubsetList: cfg.SubsetList})
+		if err != nil && !hasCorruptionFolder(cfg.Data) {
+			if cerr := classFoldersError(cfg.Data, len(labels.Classes)); cerr != nil {
+				return nil, cerr
+			}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("eval: %s is neither ImageNet-C (no %s folder) nor a clean ImageNet folder: %w", cfg.Data, cfg.Corruptions[0], err)
 		}
@@ -155,7 +161,14 @@ func (s *source) open(name string, severity int) (data.Dataset, error) {
 	case "cifar-c":
 		return data.OpenCIFARC(s.cfg.Data, name, severity, s.classes)
 	case "imagenet-c":
-		return data.OpenImageNetC(s.cfg.Data, name, severity, data.ImageNetOptions{Classes: s.classes, SubsetList: s.cfg.SubsetList})
+		ds, err := data.OpenImageNetC(s.cfg.Data, name, severity, data.ImageNetOptions{Classes: s.classes, SubsetList: s.cfg.SubsetList})
+		if err != nil {
+			if cerr := classFoldersError(filepath.Join(s.cfg.Data, name, strconv.Itoa(severity)), len(s.classes)); cerr != nil {
+				return nil, cerr
+			}
+			return nil, err
+		}
+		return ds, nil
 	case "variant":
 		if name != s.cfg.Dataset {
 			return nil, fmt.Errorf("eval: %s has no domain %q", s.cfg.Dataset, name)
@@ -178,6 +191,41 @@ func (s *source) open(name string, severity int) (data.Dataset, error) {
 		return corruptOnTheFly(s.clean, name, severity, corrupt.Config{Preset: s.preset, FrostDir: s.cfg.FrostDir}, s.cfg.CorruptSeed)
 	}
 	return nil, fmt.Errorf("eval: unknown source %q", s.kind)
+}
+
+// classFoldersError is the error, in eval's terms, for an ImageNet tree
+// dir that holds another number of class folders than the classes it is
+// read with (the folders, sorted, are taken in the order of the classes),
+// nil when the counts agree: data's advice, a wnid list, has no flag in
+// eval.
+func classFoldersError(dir string, classes int) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	folders := 0
+	for _, e := range entries {
+		if e.IsDir() {
+			folders++
+		}
+	}
+	if folders == 0 || folders == classes {
+		return nil
+	}
+	return fmt.Errorf("eval: %s: %d class folders for the %d classes of the labels (--labels, or the model's): the folders, sorted by name, are taken as the classes in order;"+
+		" for a tree of %d classes give --labels a folder whose imagenet_classes_openai.txt names those %d in the order of their folders,"+
+		" or use the tree of all %d and keep fewer with --classes or --class-names", dir, folders, classes, folders, folders, classes)
+}
+
+// hasCorruptionFolder reports whether the folder dir holds a folder named
+// after a corruption: ImageNet-C rather than a tree of class folders.
+func hasCorruptionFolder(dir string) bool {
+	for _, c := range corrupt.Names() {
+		if isDir(filepath.Join(dir, c)) {
+			return true
+		}
+	}
+	return false
 }
 
 // describe says in a few words where the images come from.

@@ -15,7 +15,6 @@ import (
 
 	"github.com/subtta/subtta/data"
 	"github.com/subtta/subtta/tta"
-	"github.com/subtta/subtta/tta/online"
 )
 
 // MethodOptions are method options by name (tta.Preset.Set): under a
@@ -270,36 +269,61 @@ func (s *source) subset(ds data.Dataset) data.Dataset {
 	return data.ClassSubset(ds, s.keep)
 }
 
-// readOrder reads Config.Order, nil when none is given.
-func (c Config) readOrder() ([]int, error) {
+// sampleOrder is Config.Order's file read: the sample indices in order,
+// with the line of the file each is on, for errors that point at it.
+type sampleOrder struct {
+	path  string
+	index []int
+	line  []int
+}
+
+// readOrder reads Config.Order, nil when none is given: whitespace-separated
+// sample indices (as online.ReadOrder reads them), each given once.
+func (c Config) readOrder() (*sampleOrder, error) {
 	if c.Order == "" {
 		return nil, nil
 	}
-	f, err := os.Open(c.Order)
+	b, err := os.ReadFile(c.Order)
 	if err != nil {
 		return nil, fmt.Errorf("eval: order: %w", err)
 	}
-	defer f.Close()
-	order, err := online.ReadOrder(f)
-	if err != nil {
-		return nil, fmt.Errorf("eval: %s: %w", c.Order, err)
+	o := &sampleOrder{path: c.Order}
+	first := map[int]int{} // sample index → its line
+	for n, l := range strings.Split(string(b), "\n") {
+		for _, f := range strings.Fields(l) {
+			v, err := strconv.Atoi(f)
+			if err != nil || v < 0 {
+				return nil, fmt.Errorf("eval: order file %s: line %d: %q is not a sample index (a non-negative integer)", c.Order, n+1, f)
+			}
+			if at, dup := first[v]; dup {
+				return nil, fmt.Errorf("eval: order file %s: sample index %d is given twice (lines %d and %d): an order gives each sample once", c.Order, v, at, n+1)
+			}
+			first[v] = n + 1
+			o.index, o.line = append(o.index, v), append(o.line, n+1)
+		}
 	}
-	if len(order) == 0 {
-		return nil, fmt.Errorf("eval: %s: no sample index", c.Order)
+	if len(o.index) == 0 {
+		return nil, fmt.Errorf("eval: order file %s: no sample index", c.Order)
 	}
-	return order, nil
+	return o, nil
 }
 
 // streamOrder is the runner's Order for a fixed order: the same for every
-// stream, which must be as long.
-func streamOrder(order []int) func(string, int) ([]int, error) {
+// stream, which must be as long; its indices, each given once (readOrder),
+// are then a permutation of the stream's.
+func streamOrder(order *sampleOrder) func(string, int) ([]int, error) {
 	if order == nil {
 		return nil
 	}
 	return func(stream string, n int) ([]int, error) {
-		if n != len(order) {
-			return nil, fmt.Errorf("eval: the order has %d entries, stream %s has %d samples", len(order), stream, n)
+		if n != len(order.index) {
+			return nil, fmt.Errorf("eval: order file %s has %d entries, stream %s has %d samples", order.path, len(order.index), stream, n)
 		}
-		return slices.Clone(order), nil
+		for i, v := range order.index {
+			if v >= n {
+				return nil, fmt.Errorf("eval: order file %s: line %d: sample index %d is beyond stream %s, whose samples are 0…%d", order.path, order.line[i], v, stream, n-1)
+			}
+		}
+		return slices.Clone(order.index), nil
 	}
 }

@@ -422,6 +422,21 @@ func TestOrderFile(t *testing.T) {
 	if _, err := Run(context.Background(), short, Options{}); err == nil || !strings.Contains(err.Error(), "3 entries") {
 		t.Errorf("an order of 3 for 12 images: err = %v", err)
 	}
+	// A bad entry is named by its line of the file.
+	for _, tc := range []struct{ order, want string }{
+		{"0 1 2 3\n4 5 6 7\n8 9 10 3\n", "sample index 3 is given twice (lines 1 and 3)"},
+		{"0 1 2 3\n4 5 6 7\n8 9 10 12\n", "line 3: sample index 12 is beyond stream contrast/5, whose samples are 0…11"},
+		{"0 1 2 3\n4 x\n", `line 2: "x" is not a sample index`},
+		{"0 1 2 -3\n", `line 1: "-3" is not a sample index`},
+	} {
+		os.WriteFile(file, []byte(tc.order), 0o644)
+		bad := withOrder
+		bad.Out = t.TempDir()
+		_, err := Run(context.Background(), bad, Options{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "order file "+file) {
+			t.Errorf("order %q: err = %v, want the file and %q", tc.order, err, tc.want)
+		}
+	}
 }
 
 // TestImageNetVariantRun runs ImageNet-R on a generated tree of its 200
@@ -474,5 +489,31 @@ func TestImageNetVariantRun(t *testing.T) {
 	bad.Out = t.TempDir()
 	if _, err := Run(context.Background(), bad, Options{}); err == nil || !strings.Contains(err.Error(), missing) {
 		t.Errorf("missing class folder: err = %v", err)
+	}
+}
+
+// TestImageNetCFewerClassFolders: an ImageNet-C tree of 10 class folders,
+// read with ImageNet's 1000 class names, is refused with what to do in
+// eval's terms (--labels naming its classes, or the whole tree and
+// --classes), not data's advice of a wnid list, which eval takes no flag for.
+func TestImageNetCFewerClassFolders(t *testing.T) {
+	root := t.TempDir()
+	for i := range 10 {
+		dir := filepath.Join(root, "fog", "5", data.ImageNetWNIDs[i*100])
+		os.MkdirAll(dir, 0o755)
+		f, err := os.Create(filepath.Join(dir, "x.png"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		imagepng.Encode(f, image.NewNRGBA(image.Rect(0, 0, 16, 16)))
+		f.Close()
+	}
+	cfg := testConfig(t, t.TempDir())
+	cfg.Dataset, cfg.Data, cfg.Labels = "imagenet-c", root, fixture.Path(t, "assets/labels")
+	cfg.Methods, cfg.Corruptions = []string{"source"}, []string{"fog"}
+	_, err := Run(context.Background(), cfg, Options{})
+	if err == nil || !strings.Contains(err.Error(), "10 class folders for the 1000 classes") || !strings.Contains(err.Error(), "--labels") ||
+		strings.Contains(err.Error(), "wnid list") {
+		t.Errorf("err = %v, want the folders counted and --labels named", err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/builtin"
+	"github.com/subtta/subtta/data"
 	"github.com/subtta/subtta/data/corrupt"
 	"github.com/subtta/subtta/eval"
 	"github.com/subtta/subtta/tta"
@@ -56,6 +57,7 @@ func newEvalCmd(stdout, stderr io.Writer) *cobra.Command {
 	fs := c.Flags()
 	f := newEvalFlags(fs)
 	f.cf = configFlags(fs, stdout)
+	f.stderr = stderr
 	// results.json's config names, where they are not the flags'.
 	f.cf.opt.Aliases = map[string]string{"method-options": "set", "frost-dir": "frost", "subset-list": "subset"}
 	f.cf.own = eval.WrittenConfig
@@ -65,7 +67,7 @@ func newEvalCmd(stdout, stderr io.Writer) *cobra.Command {
 	c.RegisterFlagCompletionFunc("methods", completeList(tta.Methods))
 	c.RegisterFlagCompletionFunc("corruptions", completeList(func() []string { return append([]string{"all", "clean"}, corrupt.Names()...) }))
 	c.RegisterFlagCompletionFunc("dataset", completeChoices(append(slices.Clone(tta.PresetDatasets), "imagenet-r", "imagenet-a", "imagenet-k")...))
-	c.RegisterFlagCompletionFunc("protocol", completeChoices("reset", "continual", "mixed", "episodic", "gradual"))
+	c.RegisterFlagCompletionFunc("protocol", completeChoices(eval.Protocols...))
 	return c
 }
 
@@ -90,14 +92,17 @@ func (o *evalCmdOptions) run(ctx context.Context, args []string) error {
 	if *f.studies.wnids {
 		return printWNIDs(stdout, *f.dataset)
 	}
-	if *f.studies.list != "" {
+	if fs.Changed("options") {
+		if strings.TrimSpace(*f.studies.list) == "" {
+			return usagef("--options %q: give a method, whose options it lists (%s)", *f.studies.list, strings.Join(tta.Methods(), ", "))
+		}
 		return printOptions(stdout, cmp.Or(*f.dataset, "cifar10-c"), *f.studies.list)
 	}
 	cfg, err := f.config()
 	if err != nil {
 		return err
 	}
-	seeds, err := f.seedList(cfg)
+	seeds, err := f.seedList(cfg, stderr)
 	if err != nil {
 		return err
 	}
@@ -186,8 +191,10 @@ func evalSeeds(ctx context.Context, cfg eval.Config, opt eval.Options, seeds []u
 }
 
 // seedList is the seeds of --seeds, nil without it; cfg is the run's
-// configuration, which must give no other seed nor shard.
-func (f *evalFlags) seedList(cfg eval.Config) ([]uint64, error) {
+// configuration, which must give no other seed nor shard, and in which
+// the seed must change something (seedMatters; a warning on stderr when
+// it changes only some methods' results).
+func (f *evalFlags) seedList(cfg eval.Config, stderr io.Writer) ([]uint64, error) {
 	given := map[string]bool{}
 	f.fs.Visit(func(fl *pflag.Flag) { given[fl.Name] = true })
 	if !given["seeds"] {
@@ -199,8 +206,18 @@ func (f *evalFlags) seedList(cfg eval.Config) ([]uint64, error) {
 	case cfg.Shard != nil:
 		return nil, usagef("--seeds runs every seed here: shard the run of one seed (--seed N --shard I/N) instead")
 	}
+	if err := seedMatters(cfg, stderr); err != nil {
+		return nil, err
+	}
 	var seeds []uint64
-	for _, x := range splitList(*f.seeds) {
+	if len(splitList(*f.seeds)) == 0 {
+		return nil, usagef("--seeds %q: no seed", *f.seeds)
+	}
+	entries, err := listFlag(*f.seeds, "seed")
+	if err != nil {
+		return nil, usagef("--seeds %v", err)
+	}
+	for _, x := range entries {
 		s, err := strconv.ParseUint(x, 10, 64)
 		if err != nil {
 			return nil, usagef("--seeds %q: %q is not a seed (a non-negative integer)", *f.seeds, x)
@@ -210,16 +227,59 @@ func (f *evalFlags) seedList(cfg eval.Config) ([]uint64, error) {
 		}
 		seeds = append(seeds, s)
 	}
-	if len(seeds) == 0 {
-		return nil, usagef("--seeds %q: no seed", *f.seeds)
-	}
 	return seeds, nil
+}
+
+// seedMatters refuses --seeds where the seed changes nothing, and warns
+// on stderr where it changes the results of some methods only. The seed
+// shuffles each stream, and draws the random views of multi-view methods
+// (tta.MultiView; eval's domains seed them with it); with --no-shuffle or
+// --order the shuffle goes, but for the mixed protocol's pool, which
+// --order permutes and the seed still shuffles unless --no-shuffle.
+func seedMatters(cfg eval.Config, stderr io.Writer) error {
+	orderOnly := cfg.Order != "" && !cfg.NoShuffle && cfg.Protocol == "mixed"
+	if !cfg.NoShuffle && cfg.Order == "" || orderOnly {
+		return nil
+	}
+	why := "--no-shuffle"
+	if cfg.Order != "" {
+		why = "--order"
+	}
+	methods := cfg.Methods
+	if len(methods) == 0 {
+		methods = eval.DefaultMethods
+		if cfg.Data == "" {
+			methods = builtinMethods
+		}
+	}
+	var views, single []string
+	for _, m := range methods {
+		p, err := tta.Lookup(cmp.Or(cfg.Dataset, "cifar10-c"), m)
+		if err != nil {
+			return nil // eval.Run names the method
+		}
+		if p.Views > 0 {
+			views = append(views, m)
+		} else {
+			single = append(single, m)
+		}
+	}
+	switch {
+	case len(views) == 0:
+		return usagef("--seeds with %s: the seeds would all stream the same order, and no method draws random views (%s), so every seed's results would be the same; leave out %s or --seeds",
+			why, strings.Join(single, ", "), why)
+	case len(single) > 0:
+		fmt.Fprintf(stderr, "warning: --seeds with %s: the seeds draw only the random views of %s; the results of %s are the same for every seed\n",
+			why, strings.Join(views, ", "), strings.Join(single, ", "))
+	}
+	return nil
 }
 
 // evalFlags are eval's flags; config turns those given into an eval.Config.
 type evalFlags struct {
 	fs                                                *pflag.FlagSet
 	cf                                                *configFile // --config and --print-config; nil without
+	stderr                                            io.Writer   // for warnings; nil: none
 	model, modelConfig, arch, vocab, seeds            *string
 	dataset, data, labels, subset                     *string
 	methods, corruptions, severities, protocol, frost *string
@@ -241,17 +301,17 @@ func newEvalFlags(fs *pflag.FlagSet) *evalFlags {
 		dataset:      fs.String("dataset", "", "benchmark: "+strings.Join(tta.PresetDatasets, ", ")+" (default cifar10-c); or imagenet-r, imagenet-a, imagenet-k (ImageNet-Sketch): one domain each, folders of wnids, ImageNet-C's presets"),
 		data:         fs.String("data", "", "the -C files (CIFAR-C .npy folder, ImageNet-C folders), or a clean test set to corrupt on the fly (CIFAR binaries, image folder, .tar/.tar.gz); default: the built-in 2,000 CIFAR-10 test images"),
 		labels:       fs.String("labels", "", "folder of class-name files (cifar10_classes.txt, cifar100_classes.txt, imagenet_classes_openai.txt)"),
-		subset:       fs.String("subset", "", "ImageNet: list of <wnid>/<file> to keep (robustbench's 5,000 images)"),
+		subset:       fs.String("subset", "", "--dataset imagenet-c: list of <wnid>/<file> to keep (robustbench's 5,000 images)"),
 		methods:      fs.String("methods", "", "comma-separated methods (default source,subtta-m; on the built-in images "+strings.Join(builtinMethods, ",")+"): "+strings.Join(tta.Methods(), ", ")),
 		corruptions:  fs.String("corruptions", "", "comma-separated corruptions; all stands for the 15 (the default); clean adds the uncorrupted images"),
 		severities:   fs.String("severities", "", "comma-separated severities 1–5 (default 5)"),
 		limit:        fs.Int("limit", 0, fmt.Sprintf("keep the first N images of every domain's stream (0: all; on the built-in images %d unless given)", builtinLimit)),
 		batchSize:    fs.Int("batch-size", 0, "batch size for every method (0: each preset's)"),
-		views:        fs.Int("views", 0, "views per image of every multi-view method (vte, zero, tpt, memo, dmn; 0: the paper's)"),
+		views:        fs.Int("views", 0, "views per image of every multi-view method (vte, zero, tpt, memo, dmn, sts; 0: the paper's)"),
 		protocol:     fs.String("protocol", "", "reset (default; reset before every corruption), continual, mixed, episodic (batch size 1, the weights reset before every image) or gradual (each corruption at severities 1…5…1, no reset)"),
 		noShuffle:    fs.Bool("no-shuffle", false, "stream every domain in file order instead of the official seeded shuffle"),
 		seed:         fs.Uint64("seed", 1, "shuffle seed (Python's random.seed; the official protocol uses 1)"),
-		seeds:        fs.String("seeds", "", "run each of these comma-separated shuffle seeds into OUT/seed-N, then write their table of mean ± std\n(subtta report) into OUT; each seed's folder resumes as a run does"),
+		seeds:        fs.String("seeds", "", "run each of these comma-separated shuffle seeds into OUT/seed-N, then write their table of mean ± std\n(subtta report) into OUT; each seed's folder resumes as a run does. With --no-shuffle or --order the seeds\ndraw only multi-view methods' random views: refused when no method has any"),
 		corruptSeed:  fs.Uint64("corrupt-seed", 1, "seed of on-the-fly corruptions"),
 		frost:        fs.String("frost", "", "folder with frost1.png … frost5.jpg (default: $SUBTTA_FROST, else downloaded into the cache)"),
 		out:          fs.String("out", "", "results folder (default subtta-results); an interrupted run resumes there"),
@@ -295,7 +355,9 @@ func (f *evalFlags) config() (eval.Config, error) {
 		case "vocab":
 			cfg.Vocab = *f.vocab
 		case "dataset":
-			cfg.Dataset = *f.dataset
+			if cfg.Dataset = *f.dataset; cfg.Dataset == "" {
+				err = fmt.Errorf(`"": give a dataset (%s), or leave the flag out for cifar10-c`, strings.Join(tta.PresetDatasets, ", "))
+			}
 		case "data":
 			cfg.Data = *f.data
 		case "labels":
@@ -303,24 +365,31 @@ func (f *evalFlags) config() (eval.Config, error) {
 		case "subset":
 			cfg.SubsetList = *f.subset
 		case "methods":
-			if cfg.Methods = splitList(*f.methods); len(cfg.Methods) == 0 {
-				err = fmt.Errorf("%q: no method (the default is given by leaving the flag out)", *f.methods)
+			if cfg.Methods, err = listFlag(*f.methods, "method"); err == nil {
+				err = noDuplicates(*f.methods, "method", cfg.Methods)
 			}
 		case "corruptions":
+			var names []string
 			cfg.Corruptions = nil
-			if len(splitList(*f.corruptions)) == 0 {
-				err = fmt.Errorf("%q: no corruption (the default is given by leaving the flag out)", *f.corruptions)
+			if names, err = listFlag(*f.corruptions, "corruption"); err != nil {
+				break
 			}
-			for _, c := range splitList(*f.corruptions) {
+			for _, c := range names {
 				if c == "all" { // the 15, in the benchmark's order ("clean,all" too)
 					cfg.Corruptions = append(cfg.Corruptions, corrupt.Names()...)
 				} else {
 					cfg.Corruptions = append(cfg.Corruptions, c)
 				}
 			}
+			if err = noDuplicates(*f.corruptions, "corruption", cfg.Corruptions); err != nil && slices.Contains(names, "all") {
+				err = fmt.Errorf("%v (all stands for the 15)", err)
+			}
 		case "severities":
-			if cfg.Severities, err = parseInts(*f.severities); err == nil && len(cfg.Severities) == 0 {
-				err = fmt.Errorf("%q: no severity (the default is given by leaving the flag out)", *f.severities)
+			var sev []string
+			if sev, err = listFlag(*f.severities, "severity"); err == nil {
+				if cfg.Severities, err = parseInts(*f.severities, sev); err == nil {
+					err = noDuplicates(*f.severities, "severity", sev)
+				}
 			}
 		case "limit":
 			cfg.Limit = *f.limit
@@ -332,7 +401,9 @@ func (f *evalFlags) config() (eval.Config, error) {
 				err = fmt.Errorf("%d: want at least 2 views per image (the base view and a random one)", cfg.Views)
 			}
 		case "protocol":
-			cfg.Protocol = *f.protocol
+			if cfg.Protocol = *f.protocol; !slices.Contains(eval.Protocols, cfg.Protocol) {
+				err = fmt.Errorf("%q: want %s (reset, the default, when the flag is left out)", cfg.Protocol, strings.Join(eval.Protocols, ", "))
+			}
 		case "no-shuffle":
 			cfg.NoShuffle = *f.noShuffle
 		case "seed":
@@ -342,7 +413,9 @@ func (f *evalFlags) config() (eval.Config, error) {
 		case "frost":
 			cfg.FrostDir = *f.frost
 		case "out":
-			cfg.Out = *f.out
+			if cfg.Out = *f.out; cfg.Out == "" {
+				err = errors.New(`"": give a results folder, or leave the flag out for subtta-results`)
+			}
 		case "plot":
 			cfg.Plot = *f.plot
 		case "workers":
@@ -389,7 +462,52 @@ func (f *evalFlags) config() (eval.Config, error) {
 	if cfg.Data == "" && cfg.Dataset != "cifar10-c" {
 		return cfg, usagef("--data is required for %s (the built-in images are CIFAR-10's)", cfg.Dataset)
 	}
-	return cfg, nil
+	return cfg, f.checkCombinations(cfg)
+}
+
+// checkCombinations refuses flags that cfg, the run's configuration, would
+// leave unused, and files of flags that do not exist, naming the flag; of
+// --frost, which a file of flags may give every run, it only warns.
+func (f *evalFlags) checkCombinations(cfg eval.Config) error {
+	given := map[string]bool{}
+	f.fs.Visit(func(fl *pflag.Flag) { given[fl.Name] = true })
+	for _, name := range []string{"model-config", "vocab", "labels", "subset", "order", "frost"} {
+		v := f.fs.Lookup(name).Value.String()
+		if !given[name] || v == "" {
+			continue // empty: none, in place of a config file's
+		}
+		if _, err := os.Stat(v); errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("--%s %s: no such file or folder", name, v)
+		} else if err != nil {
+			return fmt.Errorf("--%s: %w", name, err)
+		}
+	}
+	switch {
+	case given["subset"] && cfg.SubsetList != "" && cfg.Dataset != "imagenet-c":
+		return usagef("--subset lists ImageNet images (<wnid>/<file>): it applies to --dataset imagenet-c, not %s", cfg.Dataset)
+	case given["classes"] && given["class-names"]:
+		return usagef("--classes draws the classes, --class-names names them: give one of them")
+	case given["class-seed"] && cfg.Classes == 0:
+		return usagef("--class-seed draws the classes of --classes N: give --classes, or leave out --class-seed")
+	case given["order"] && cfg.Order != "" && cfg.NoShuffle && cfg.Protocol != "mixed":
+		// The mixed protocol's pool takes each domain's images shuffled,
+		// or in file order with --no-shuffle, before --order permutes it.
+		return usagef("--order gives every stream's order in place of the shuffle: leave out --no-shuffle")
+	}
+	if given["frost"] && cfg.FrostDir != "" && !usesFrost(cfg) && f.stderr != nil {
+		fmt.Fprintf(f.stderr, "warning: --frost %s is not used: this run computes no frost corruption\n", cfg.FrostDir)
+	}
+	return nil
+}
+
+// usesFrost reports whether a run of cfg may make frost on the fly: frost
+// is among its corruptions (all 15 by default), unless its dataset is an
+// ImageNet variant, which has none.
+func usesFrost(cfg eval.Config) bool {
+	if slices.Contains(data.ImageNetVariants, cfg.Dataset) {
+		return false
+	}
+	return len(cfg.Corruptions) == 0 || slices.Contains(cfg.Corruptions, "frost")
 }
 
 // useBuiltinData points cfg at the built-in evaluation images and frost
@@ -488,9 +606,37 @@ func splitList(s string) []string {
 	return out
 }
 
-func parseInts(s string) ([]int, error) {
+// listFlag splits the value s of a comma-separated list flag of what
+// (method, corruption), refusing an empty list (the default is had by
+// leaving the flag out) and an empty entry ("source,,tent").
+func listFlag(s, what string) ([]string, error) {
+	out := splitList(s)
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%q: no %s (the default is given by leaving the flag out)", s, what)
+	}
+	for i, x := range strings.Split(s, ",") {
+		if strings.TrimSpace(x) == "" {
+			return nil, fmt.Errorf("%q: entry %d is empty", s, i+1)
+		}
+	}
+	return out, nil
+}
+
+// noDuplicates refuses a list (the value s of a list flag of what) that
+// gives an entry twice.
+func noDuplicates(s, what string, list []string) error {
+	for i, x := range list {
+		if slices.Contains(list[:i], x) {
+			return fmt.Errorf("%q: %s %q given twice", s, what, x)
+		}
+	}
+	return nil
+}
+
+// parseInts parses the entries of s, the value of a list flag.
+func parseInts(s string, entries []string) ([]int, error) {
 	var out []int
-	for _, x := range splitList(s) {
+	for _, x := range entries {
 		v, err := strconv.Atoi(x)
 		if err != nil {
 			return nil, fmt.Errorf("%q: %q is not an integer", s, x)

@@ -30,12 +30,12 @@ func newStudyFlags(fs *pflag.FlagSet) *studyFlags {
 	f := &studyFlags{}
 	fs.Var(&f.set, "set", "method option METHOD.KEY=VALUE, repeated (METHOD: a method, or a family such as subtta for every subtta-*), e.g. subtta-m.rank=8, subtta.align=false, tent.lr=5e-4; subtta eval --options METHOD lists a method's")
 	fs.Var(&f.templates, "templates", "prompt templates of every method, repeated: a template with {}, @FILE (one per line), or a set: "+strings.Join(tta.TemplateSetNames, ", "))
-	f.order = fs.String("order", "", "file of sample indices giving every stream's order in place of the shuffle (each domain's, or the mixed pool; as long as the stream)")
+	f.order = fs.String("order", "", "file of sample indices giving every stream's order in place of the shuffle (each domain's, or the mixed pool; as long as the stream);\nnot with --no-shuffle, but under --protocol mixed, whose pool takes each domain's images shuffled, or in file order with it")
 	f.wnids = fs.Bool("wnids", false, "print the wnids of the class folders of --dataset imagenet-r, imagenet-a or imagenet-k, one per line, and exit")
 	f.list = fs.String("options", "", "list the options of a method (with its preset's values on --dataset) and exit")
-	f.classes = fs.Int("classes", 0, "keep N classes, drawn with --class-seed: the head and the images together (0: all)")
-	f.classSeed = fs.Uint64("class-seed", 0, "seed of the classes --classes draws")
-	f.classNames = fs.String("class-names", "", "keep these classes: comma-separated names, or @FILE with one per line")
+	f.classes = fs.Int("classes", 0, "keep N classes (at least 2), drawn with --class-seed: the head and the images together (default: all)")
+	f.classSeed = fs.Uint64("class-seed", 0, "seed of the classes --classes draws (only with --classes)")
+	f.classNames = fs.String("class-names", "", "keep these classes (at least 2): comma-separated names, or @FILE with one per line")
 	return f
 }
 
@@ -68,8 +68,8 @@ func (f *studyFlags) apply(name string, cfg *eval.Config) error {
 		}
 	case "classes":
 		cfg.Classes = *f.classes
-		if cfg.Classes < 1 {
-			return fmt.Errorf("%d: want at least 1 class", cfg.Classes)
+		if cfg.Classes < 2 {
+			return fmt.Errorf("%d: want at least 2 classes (one is always right)", cfg.Classes)
 		}
 	case "order":
 		cfg.Order = *f.order
@@ -86,6 +86,17 @@ func (f *studyFlags) apply(name string, cfg *eval.Config) error {
 		}
 		if len(names) == 0 {
 			return fmt.Errorf("%q: no class", *f.classNames)
+		}
+		if !strings.HasPrefix(*f.classNames, "@") {
+			if _, err := listFlag(*f.classNames, "class"); err != nil {
+				return err
+			}
+		}
+		if err := noDuplicates(*f.classNames, "class", names); err != nil {
+			return err
+		}
+		if len(names) < 2 {
+			return fmt.Errorf("%q: want at least 2 classes (one is always right)", *f.classNames)
 		}
 		cfg.ClassNames = names
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"image"
 	"image/png"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/subtta/subtta/builtin"
 	"github.com/subtta/subtta/data"
+	"github.com/subtta/subtta/eval"
 	"github.com/subtta/subtta/internal/fixture"
 	"github.com/subtta/subtta/report"
 )
@@ -72,6 +74,8 @@ func TestEvalBadInput(t *testing.T) {
 	dir := t.TempDir()
 	badCfg := filepath.Join(dir, "bad.json")
 	os.WriteFile(badCfg, []byte(`{"methodz": ["source"]}`), 0o644)
+	resultsJSON := filepath.Join(dir, "results.json")
+	os.WriteFile(resultsJSON, []byte(`{"config": {"methods": ["source"]}}`), 0o644)
 	for _, tc := range []struct {
 		args   []string
 		status int
@@ -86,7 +90,36 @@ func TestEvalBadInput(t *testing.T) {
 		{evalArgs(t, dir, "stray"), 2, `unexpected argument "stray"`},
 		{evalArgs(t, dir, "--limit", "-5"), 2, "--limit -5: must not be negative"},
 		{evalArgs(t, dir, "--diag-workers", "-2"), 2, "--diag-workers -2: want -1 (none)"},
-		{evalArgs(t, dir, "--severities", "5,5"), 1, "severity 5 given twice"},
+		// Duplicates and empty entries in lists are usage errors alike.
+		{evalArgs(t, dir, "--severities", "5,5"), 2, `--severities "5,5": severity "5" given twice`},
+		{evalArgs(t, dir, "--methods", "source,source"), 2, `--methods "source,source": method "source" given twice`},
+		{evalArgs(t, dir, "--corruptions", "fog,fog"), 2, `--corruptions "fog,fog": corruption "fog" given twice`},
+		{evalArgs(t, dir, "--corruptions", "all,fog"), 2, `corruption "fog" given twice (all stands for the 15)`},
+		{evalArgs(t, dir, "--seeds", "1,1"), 2, `--seeds "1,1": seed 1 given twice`},
+		{evalArgs(t, dir, "--class-names", "cat,dog,cat"), 2, `--class-names "cat,dog,cat": class "cat" given twice`},
+		{evalArgs(t, dir, "--methods", "source,,tent"), 2, `--methods "source,,tent": entry 2 is empty`},
+		{evalArgs(t, dir, "--corruptions", "fog,"), 2, `--corruptions "fog,": entry 2 is empty`},
+		{evalArgs(t, dir, "--seeds", "1,,2"), 2, `--seeds "1,,2": entry 2 is empty`},
+		// An explicitly empty value where empty means nothing.
+		{evalArgs(t, dir, "--options", ""), 2, `--options "": give a method`},
+		{evalArgs(t, dir, "--protocol", ""), 2, `--protocol "": want reset, continual, mixed, episodic, gradual`},
+		{evalArgs(t, dir, "--protocol", "bogus"), 2, `--protocol "bogus": want reset, continual, mixed, episodic, gradual`},
+		{evalArgs(t, dir, "--dataset", ""), 2, `--dataset "": give a dataset`},
+		{evalArgs(t, dir, "--out", ""), 2, `--out "": give a results folder`},
+		// Fewer than 2 classes, and flags the run would ignore.
+		{evalArgs(t, dir, "--classes", "1"), 2, "--classes 1: want at least 2 classes"},
+		{evalArgs(t, dir, "--class-names", "cat"), 2, `--class-names "cat": want at least 2 classes`},
+		{evalArgs(t, dir, "--classes", "2", "--class-names", "cat,dog"), 2, "give one of them"},
+		{evalArgs(t, dir, "--class-seed", "3"), 2, "--class-seed draws the classes of --classes N"},
+		{evalArgs(t, dir, "--subset", badCfg), 2, "--subset lists ImageNet images (<wnid>/<file>): it applies to --dataset imagenet-c, not cifar10-c"},
+		{evalArgs(t, dir, "--order", badCfg, "--no-shuffle"), 2, "--order gives every stream's order in place of the shuffle: leave out --no-shuffle"},
+		{evalArgs(t, dir, "--seeds", "1,2", "--no-shuffle"), 2, "--seeds with --no-shuffle: the seeds would all stream the same order"},
+		{evalArgs(t, dir, "--seeds", "1,2", "--order", badCfg, "--methods", "tent"), 2, "--seeds with --order: the seeds would all stream the same order, and no method draws random views (tent)"},
+		{[]string{"eval", "--config", resultsJSON, "--print-config"}, 2, `whose "config" member eval --config reads as it is; --print-config prints only files of flags`},
+		// Missing files are named by their flag.
+		{evalArgs(t, dir, "--subset", filepath.Join(dir, "x")), 1, "--subset " + filepath.Join(dir, "x") + ": no such file or folder"},
+		{evalArgs(t, dir, "--vocab", filepath.Join(dir, "x")), 1, "--vocab " + filepath.Join(dir, "x") + ": no such file or folder"},
+		{evalArgs(t, dir, "--order", filepath.Join(dir, "x")), 1, "--order " + filepath.Join(dir, "x") + ": no such file or folder"},
 	} {
 		var stdout, stderr bytes.Buffer
 		st := run(tc.args, &stdout, &stderr)
@@ -94,6 +127,44 @@ func TestEvalBadInput(t *testing.T) {
 			strings.Contains(stderr.String(), "eval: eval:") {
 			t.Errorf("run(%q) = %d, stderr %q; want %d and %q", tc.args[1:], st, stderr.String(), tc.status, tc.stderr)
 		}
+	}
+}
+
+// TestEvalSeedsWithoutShuffle: --seeds with --no-shuffle or --order is
+// refused where the seed changes nothing (TestEvalBadInput), allowed with
+// a mixed protocol's --order (the seed still shuffles its pool), and
+// allowed with a warning naming the methods it does not change where some
+// draw random views with it.
+func TestEvalSeedsWithoutShuffle(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  eval.Config
+		warn string
+	}{
+		{eval.Config{NoShuffle: true, Methods: []string{"source", "vte"}}, "draw only the random views of vte; the results of source are the same"},
+		{eval.Config{NoShuffle: true, Methods: []string{"zero"}}, ""},
+		{eval.Config{Order: "o.txt", Protocol: "mixed", Methods: []string{"tent"}}, ""},
+		{eval.Config{Methods: []string{"tent"}}, ""},
+	} {
+		var stderr bytes.Buffer
+		if err := seedMatters(tc.cfg, &stderr); err != nil || !strings.Contains(stderr.String(), tc.warn) || (tc.warn == "") != (stderr.Len() == 0) {
+			t.Errorf("%+v: err %v, stderr %q; want %q", tc.cfg, err, stderr.String(), tc.warn)
+		}
+	}
+	for _, c := range []eval.Config{{NoShuffle: true}, {Order: "o.txt", Protocol: "mixed", NoShuffle: true, Methods: []string{"tent"}}} {
+		if err := seedMatters(c, io.Discard); err == nil {
+			t.Errorf("%+v: no error", c)
+		}
+	}
+}
+
+// TestEvalFrostUnused: --frost on a run without frost warns (a file of
+// flags may give it every run) and runs.
+func TestEvalFrostUnused(t *testing.T) {
+	out := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	args := evalArgs(t, out, "--methods", "source", "--corruptions", "contrast", "--limit", "4", "--frost", t.TempDir())
+	if st := run(args, &stdout, &stderr); st != 0 || !strings.Contains(stderr.String(), "is not used: this run computes no frost corruption") {
+		t.Errorf("status %d, stderr %s", st, stderr.String())
 	}
 }
 
