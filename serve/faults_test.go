@@ -320,6 +320,54 @@ func TestUnreachableStoreDoesNotStep(t *testing.T) {
 	}
 }
 
+// A stream whose state file is a directory is refused with a 500 that
+// says so, every time (not a 503 to retry: it does not pass), by GET and
+// DELETE too, whether the server held the stream or not; the directory
+// stays. Once the operator removes it, the stream is served again.
+func TestStateFileNotRegular(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(t)
+	cfg.BatchSize, cfg.StateDir = 1, dir
+	_, ts := startServer(t, cfg)
+	img := images(t, 1)[0]
+	// cam was never saved; cam2 is in memory, saved, when its file turns
+	// into a directory.
+	if err := os.Mkdir(filepath.Join(dir, "cam.stream"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, r := classify(t, ts, "?stream=cam2", img); r.status != http.StatusOK {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	path2 := filepath.Join(dir, "cam2.stream")
+	if err := os.Rename(path2, path2+".saved"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(path2, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"cam", "cam2"} {
+		for _, req := range []struct{ method, path string }{
+			{"POST", "/v1/classify?stream=" + id}, {"POST", "/v1/classify?stream=" + id},
+			{"GET", "/v1/streams/" + id}, {"DELETE", "/v1/streams/" + id},
+		} {
+			r := do(t, req.method, ts.URL+req.path, "image/jpeg", img)
+			if r.status != http.StatusInternalServerError || r.header.Get("Retry-After") != "" ||
+				!strings.Contains(string(r.body), "stream "+id+": its state file in the state store is a directory, not a regular file") || strings.Contains(string(r.body), dir) {
+				t.Errorf("%s %s: %d (Retry-After %q) %s; want 500 saying the state file is a directory, without the path", req.method, req.path, r.status, r.header.Get("Retry-After"), r.body)
+			}
+		}
+		if fi, err := os.Stat(filepath.Join(dir, id+".stream")); err != nil || !fi.IsDir() {
+			t.Fatalf("stream %s: %v; want the directory left in place", id, err)
+		}
+	}
+	if err := os.Remove(filepath.Join(dir, "cam.stream")); err != nil {
+		t.Fatal(err)
+	}
+	if _, r := classify(t, ts, "?stream=cam", img); r.status != http.StatusOK {
+		t.Fatalf("with the directory removed: %d %s", r.status, r.body)
+	}
+}
+
 // A stream saved once whose state has gone from the store without a
 // DELETE (a Redis restarted without persistence, a file removed) is an
 // error naming the stream, not a new stream; a DELETE through the API, or

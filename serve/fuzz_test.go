@@ -35,7 +35,6 @@ func FuzzRequestBody(f *testing.F) {
 	w.Write(img)
 	mw.WriteField("labels", "cat,dog,truck")
 	mw.WriteField("template", "a photo of a {}.")
-	mw.WriteField("normalize", "true")
 	mw.Close()
 	var texts bytes.Buffer
 	mw = multipart.NewWriter(&texts)

@@ -100,9 +100,6 @@ func (s *Server) handleClassify(w http.ResponseWriter, r *http.Request) error {
 	if in.image == nil {
 		return errorf(http.StatusBadRequest, "no image: send it as the body, or as the image part of a multipart form")
 	}
-	if in.texts != nil {
-		return errorf(http.StatusBadRequest, "text is a field of /v1/embed, not of /v1/classify")
-	}
 	resp := ClassifyResponse{Model: s.cfg.ModelVersion, RequestID: requestID(r)}
 	var logits []float64
 	var pred int
@@ -185,9 +182,7 @@ func (s *Server) handleEmbed(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	switch {
-	case in.labels != nil || in.templates != nil || in.stream != "":
-		return errorf(http.StatusBadRequest, "/v1/embed takes an image or texts, and normalize; labels, template and stream are for /v1/classify")
+	switch { // readInput refused classify's parameters
 	case in.image != nil && len(in.texts) > 0:
 		return errorf(http.StatusBadRequest, "give an image or texts, not both")
 	case in.image == nil && len(in.texts) == 0:
@@ -252,14 +247,28 @@ func (s *Server) handleStreamGet(w http.ResponseWriter, r *http.Request) error {
 	// Another key's stream is not found (but by an admin); a stream whose
 	// loading failed is on its way out.
 	ok = ok && (st.owner == owner || c.admin) && !(isClosed(st.ready) && st.loadErr != nil)
-	sv, err := s.readHead(id) // the head alone: counters, owner, stamp
+	loaded := ok && isClosed(st.ready) && st.loadErr == nil
+	// A stream in memory is reported from memory, the head of its saved
+	// state saying whether another server saved it since. Any other is
+	// reported from its saved state read whole and checked, as a request
+	// to it would read it, so that a damaged state gets a request's 500
+	// rather than the counters of its head.
+	var sv *streamHead
+	if loaded {
+		sv, err = s.readHead(id) // the head alone: counters, owner, stamp
+	} else {
+		sv, err = s.peekState(id)
+	}
 	if sv != nil && sv.Owner != owner && !c.admin {
 		sv = nil
 	}
-	if ok && isClosed(st.ready) && st.loadErr == nil {
+	if loaded {
+		if permanent(err) {
+			return s.storeError(id, err) // as its next request gets
+		}
 		if err != nil {
-			// The state cannot be read: the stream's next save will
-			// say so; its copy in memory is what there is.
+			// The state cannot be read now: the stream's next save
+			// will say so; its copy in memory is what there is.
 			s.log.Error("serve: reading stream state", "stream", id, "err", err)
 			sv = nil
 		}

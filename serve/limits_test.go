@@ -152,7 +152,7 @@ func TestLongInputsAreCut(t *testing.T) {
 		{"stream id to delete", "DELETE", "/v1/streams/" + id, "", nil, 400, len(id)},
 		{"unknown path", "GET", "/" + id, "", nil, 404, len(id) + 1},
 		{"unknown parameter", "POST", "/v1/classify?" + text + "=1", "image/jpeg", img, 400, len(text)},
-		{"normalize", "POST", "/v1/classify", normType, normBody, 400, len(text)},
+		{"normalize", "POST", "/v1/embed", normType, normBody, 400, len(text)},
 		{"unknown form field", "POST", "/v1/classify", fieldType, fieldBody, 400, len(text)},
 		{"content type", "POST", "/v1/classify", "text/" + text, img, 415, len(text) + 5},
 		{"JSON field", "POST", "/v1/embed", "application/json", []byte(`{"` + text + `": 1}`), 400, len(`json: unknown field "` + text + `"`)}, // the decoder's message

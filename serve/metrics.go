@@ -85,7 +85,7 @@ func newMetrics(s *Server) *metrics {
 	m.damaged = prometheus.NewCounter(prometheus.CounterOpts{Name: "subtta_state_damaged_total",
 		Help: "Reads of a saved state found damaged (a checksum that fails, a number not finite); the state is set aside and the stream refused."})
 	m.storeErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "subtta_state_read_errors_total",
-		Help: "Failures to read the state store (unreachable, I/O errors): the request got 503."})
+		Help: "Failures to read the state store (unreachable, I/O errors): the request got 503; or 500 where a stream's state file is not a regular file."})
 	m.lostStates = prometheus.NewCounter(prometheus.CounterOpts{Name: "subtta_state_lost_total",
 		Help: "Streams saved before, not deleted through the API, whose state the store no longer holds."})
 	m.degraded = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "subtta_stream_unconfirmed_total",

@@ -11,8 +11,10 @@ import (
 	"fmt"
 	"image"
 	"io"
+	"maps"
 	"mime"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -34,10 +36,31 @@ type input struct {
 // maxFieldBytes limits a form field other than the image.
 const maxFieldBytes = 1 << 20
 
+// The parameters each endpoint takes, in the query string or as form
+// fields (with the image, and embed's text fields): another endpoint's,
+// which would do nothing, is refused as an unknown one is.
+var (
+	classifyParams = []string{"labels", "template", "stream"}
+	embedParams    = []string{"normalize"}
+)
+
+// paramError is the error of a query parameter or form field (what)
+// named name that the endpoint path, taking want, does not take.
+func paramError(what, name, path string, want []string) error {
+	other, otherPath := embedParams, "/v1/embed"
+	if path == otherPath {
+		other, otherPath = classifyParams, "/v1/classify"
+	}
+	if slices.Contains(other, name) {
+		return errorf(http.StatusBadRequest, "%s %s is for %s, not %s (which takes %s)", what, name, otherPath, path, strings.Join(want, ", "))
+	}
+	return errorf(http.StatusBadRequest, "unknown %s %s (want %s)", what, quote(name, maxEcho), strings.Join(want, ", "))
+}
+
 // readInput parses a request: the raw body with an image content type, a
-// multipart form, or (when jsonOK) a JSON object; labels, templates,
-// stream and normalize from the query string or the form.
-func (s *Server) readInput(w http.ResponseWriter, r *http.Request, jsonOK bool) (*input, error) {
+// multipart form, or for embed a JSON object; the endpoint's parameters
+// (classifyParams or embedParams) from the query string or the form.
+func (s *Server) readInput(w http.ResponseWriter, r *http.Request, embed bool) (*input, error) {
 	// Every way a body arrives (a raw image, a multipart part or field, a
 	// JSON object) reads it through body, so that no more than MaxBodyBytes
 	// of it is ever read; a declared length beyond it is refused before any
@@ -49,17 +72,17 @@ func (s *Server) readInput(w http.ResponseWriter, r *http.Request, jsonOK bool) 
 	r.Body = body // r.MultipartReader reads r.Body
 	defer discard(body)
 	in := &input{}
+	params, path, jsonOK := classifyParams, "/v1/classify", false
+	if embed {
+		params, path, jsonOK = embedParams, "/v1/embed", true
+	}
 	q := r.URL.Query()
 	fields := map[string][]string{}
-	for _, k := range []string{"labels", "template", "stream", "normalize"} {
-		if v, ok := q[k]; ok {
-			fields[k] = v
+	for _, k := range slices.Sorted(maps.Keys(q)) {
+		if !slices.Contains(params, k) {
+			return nil, paramError("parameter", k, path, params)
 		}
-	}
-	for k := range q {
-		if _, ok := fields[k]; !ok {
-			return nil, errorf(http.StatusBadRequest, "unknown parameter %s (want labels, template, stream, normalize)", quote(k, maxEcho))
-		}
+		fields[k] = q[k]
 	}
 	ct := r.Header.Get("Content-Type")
 	mt, _, err := mime.ParseMediaType(ct)
@@ -85,15 +108,15 @@ func (s *Server) readInput(w http.ResponseWriter, r *http.Request, jsonOK bool) 
 				return nil, readError(err)
 			}
 			name := p.FormName()
-			switch name {
-			case "image":
+			switch {
+			case name == "image":
 				if in.image != nil {
 					return nil, errorf(http.StatusBadRequest, "one image per request")
 				}
 				if in.image, err = io.ReadAll(p); err != nil {
 					return nil, readError(err)
 				}
-			case "labels", "template", "stream", "normalize", "text":
+			case slices.Contains(params, name) || name == "text" && embed:
 				b, err := io.ReadAll(io.LimitReader(p, maxFieldBytes+1))
 				if err != nil {
 					return nil, readError(err)
@@ -106,26 +129,21 @@ func (s *Server) readInput(w http.ResponseWriter, r *http.Request, jsonOK bool) 
 				} else {
 					fields[name] = append(fields[name], string(b))
 				}
+			case name == "text":
+				return nil, errorf(http.StatusBadRequest, "form field text is for /v1/embed, not /v1/classify")
 			default:
-				return nil, errorf(http.StatusBadRequest, "unknown form field %s (want image, labels, template, stream, normalize, text)", quote(name, maxEcho))
+				want := append([]string{"image"}, params...)
+				if embed {
+					want = append(want, "text")
+				}
+				return nil, paramError("form field", name, path, want)
 			}
 			p.Close()
 		}
 	case mt == "application/json" && jsonOK:
-		var req struct {
-			Texts     []string `json:"texts"`
-			Normalize bool     `json:"normalize"`
+		if in.texts, in.normalize, err = readJSON(body); err != nil {
+			return nil, err
 		}
-		dec := json.NewDecoder(body)
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			var mb *http.MaxBytesError
-			if errors.As(err, &mb) {
-				return nil, err
-			}
-			return nil, errorf(http.StatusBadRequest, "JSON body: %s (want {\"texts\": [...], \"normalize\": bool})", shorten(err.Error(), maxEcho))
-		}
-		in.texts, in.normalize = req.Texts, req.Normalize
 	default:
 		want := "an image (image/jpeg, image/png, image/gif) or multipart/form-data with an image part"
 		if jsonOK {
@@ -179,6 +197,53 @@ func (s *Server) readInput(w http.ResponseWriter, r *http.Request, jsonOK bool) 
 		}
 	}
 	return in, nil
+}
+
+// jsonWant is the JSON body embed takes, for error messages.
+const jsonWant = `(want {"texts": [...], "normalize": bool})`
+
+// readJSON reads embed's JSON body: one object, with texts (strings, not
+// null) and normalize (a bool, not null), and nothing after it.
+func readJSON(body io.Reader) (texts []string, normalize bool, err error) {
+	var req struct {
+		Texts     []*string       `json:"texts"`
+		Normalize json.RawMessage `json:"normalize"`
+	}
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	tooLarge := func(err error) bool {
+		var mb *http.MaxBytesError
+		return errors.As(err, &mb)
+	}
+	if err := dec.Decode(&req); err != nil {
+		if tooLarge(err) {
+			return nil, false, err
+		}
+		return nil, false, errorf(http.StatusBadRequest, "JSON body: %s %s", shorten(err.Error(), maxEcho), jsonWant)
+	}
+	end := dec.InputOffset()
+	switch _, err := dec.Token(); {
+	case errors.Is(err, io.EOF):
+	case tooLarge(err):
+		return nil, false, err
+	default:
+		return nil, false, errorf(http.StatusBadRequest, "JSON body: data after the object, which ends at byte %d: send one object %s", end, jsonWant)
+	}
+	for i, t := range req.Texts {
+		if t == nil {
+			return nil, false, errorf(http.StatusBadRequest, "JSON body: texts[%d] is null: want a string", i)
+		}
+		texts = append(texts, *t)
+	}
+	if req.Normalize != nil {
+		if string(req.Normalize) == "null" {
+			return nil, false, errorf(http.StatusBadRequest, "JSON body: normalize is null: want true or false")
+		}
+		if err := json.Unmarshal(req.Normalize, &normalize); err != nil {
+			return nil, false, errorf(http.StatusBadRequest, "JSON body: normalize: %s %s", shorten(err.Error(), maxEcho), jsonWant)
+		}
+	}
+	return texts, normalize, nil
 }
 
 // readError is the error of a body that could not be read: too large

@@ -424,6 +424,19 @@ func TestBadRequests(t *testing.T) {
 	mw2 := multipart.NewWriter(&unknownField)
 	mw2.WriteField("label", "a,b")
 	mw2.Close()
+	// A form field of the other endpoint, with an image.
+	otherField := func(name string) (string, []byte) {
+		var b bytes.Buffer
+		mw := multipart.NewWriter(&b)
+		w, _ := mw.CreateFormFile("image", "x.jpg")
+		w.Write(img)
+		mw.WriteField(name, "true")
+		mw.Close()
+		return mw.FormDataContentType(), b.Bytes()
+	}
+	normalizeType, normalizeForm := otherField("normalize")
+	textType, textForm := otherField("text")
+	streamType, streamForm := otherField("stream")
 	for _, tc := range []struct {
 		name, method, path, ctype string
 		body                      []byte
@@ -457,6 +470,17 @@ func TestBadRequests(t *testing.T) {
 		{"embed nothing", "POST", "/v1/embed", "application/json", []byte(`{"texts": []}`), 400},
 		{"embed bad JSON", "POST", "/v1/embed", "application/json", []byte(`{"texts": "a"}`), 400},
 		{"embed with labels", "POST", "/v1/embed?labels=a,b", "image/jpeg", img, 400},
+		// A parameter of the other endpoint would do nothing.
+		{"classify with normalize", "POST", "/v1/classify?normalize=true", "image/jpeg", img, 400},
+		{"classify with a normalize field", "POST", "/v1/classify", normalizeType, normalizeForm, 400},
+		{"classify with a text field", "POST", "/v1/classify", textType, textForm, 400},
+		{"embed with a stream field", "POST", "/v1/embed", streamType, streamForm, 400},
+		{"embed with a stream", "POST", "/v1/embed?stream=cam", "image/jpeg", img, 400},
+		// JSON: one object, no null for a string or a bool.
+		{"embed two objects", "POST", "/v1/embed", "application/json", []byte(`{"texts":["a"]}{"texts":["b"]}`), 400},
+		{"embed data after the object", "POST", "/v1/embed", "application/json", []byte(`{"texts":["a"]} x`), 400},
+		{"embed a null text", "POST", "/v1/embed", "application/json", []byte(`{"texts":[null]}`), 400},
+		{"embed normalize null", "POST", "/v1/embed", "application/json", []byte(`{"texts":["a"],"normalize":null}`), 400},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			checkError(t, do(t, tc.method, ts.URL+tc.path, tc.ctype, tc.body), tc.status)
@@ -465,6 +489,27 @@ func TestBadRequests(t *testing.T) {
 				t.Fatalf("after %s: %d %s", tc.name, r.status, r.body)
 			}
 		})
+	}
+	// The messages name what is wrong.
+	for _, tc := range []struct{ path, ctype, body, want string }{
+		{"/v1/classify?normalize=true", "image/jpeg", string(img), "parameter normalize is for /v1/embed, not /v1/classify"},
+		{"/v1/classify", normalizeType, string(normalizeForm), "form field normalize is for /v1/embed"},
+		{"/v1/classify", textType, string(textForm), "form field text is for /v1/embed"},
+		{"/v1/embed?template=x", "image/jpeg", string(img), "parameter template is for /v1/classify"},
+		{"/v1/embed?norm=1", "image/jpeg", string(img), `unknown parameter "norm" (want normalize)`},
+		{"/v1/embed", "application/json", `{"texts":["a"]}{"texts":["b"]}`, "data after the object, which ends at byte 15"},
+		{"/v1/embed", "application/json", `{"texts":["a",null]}`, "texts[1] is null"},
+	} {
+		r := do(t, http.MethodPost, ts.URL+tc.path, tc.ctype, []byte(tc.body))
+		var e struct{ Error string }
+		json.Unmarshal(r.body, &e)
+		if r.status != http.StatusBadRequest || !strings.Contains(e.Error, tc.want) {
+			t.Errorf("%s %.60q: %d %s; want 400 saying %q", tc.path, tc.body, r.status, r.body, tc.want)
+		}
+	}
+	// Whitespace after the object is not data.
+	if r := do(t, http.MethodPost, ts.URL+"/v1/embed", "application/json", []byte("{\"texts\":[\"a\"]} \n")); r.status != http.StatusOK {
+		t.Errorf("an object and a newline: %d %s", r.status, r.body)
 	}
 	r := do(t, http.MethodPut, ts.URL+"/v1/streams/x", "", nil)
 	if checkError(t, r, http.StatusMethodNotAllowed); r.header.Get("Allow") != "DELETE, GET" {

@@ -128,6 +128,20 @@ func (s *Server) readState(id string) (*savedStream, error) {
 	return s.store.Load(context.Background(), id)
 }
 
+// peekState reads a stream's saved state whole, checking it as a
+// request's load would but setting nothing aside (stateStore.Peek), and
+// returns its head; nil when there is none or a tombstone.
+func (s *Server) peekState(id string) (*streamHead, error) {
+	if s.store == nil {
+		return nil, nil
+	}
+	sv, err := s.store.Peek(context.Background(), id)
+	if sv == nil || sv.Deleted {
+		return nil, err
+	}
+	return &sv.streamHead, err
+}
+
 // readHead reads the head of a stream's saved state, or returns nil when
 // there is none or a tombstone.
 func (s *Server) readHead(id string) (*streamHead, error) {
@@ -142,9 +156,10 @@ func (s *Server) readHead(id string) (*streamHead, error) {
 }
 
 // storeError is what a client is told of a store's error about stream
-// id: a damaged state is a 500 naming the stream and why (never where it
-// is kept: the log says that), a store that cannot be read a 503 with
-// Retry-After. It is logged in full.
+// id: a damaged state, or a state file that is not a regular file, is a
+// 500 naming the stream and why (never where it is kept: the log says
+// that), a store that cannot be read a 503 with Retry-After. It is logged
+// in full.
 func (s *Server) storeError(id string, err error) error {
 	var he *httpError
 	if err == nil || errors.As(err, &he) {
@@ -155,12 +170,20 @@ func (s *Server) storeError(id string, err error) error {
 		s.m.damaged.Inc()
 		s.log.Error("serve: damaged stream state", "stream", id, "err", err)
 		msg := fmt.Sprintf("stream %s: its saved state is damaged (%s)", id, be.reason())
-		if be.aside != "" && be.err != errSetAside {
+		switch {
+		case be.aside != "" && be.err != errSetAside:
 			msg += "; it was set aside for the operator, and the stream is refused until it is deleted (DELETE /v1/streams/" + id + ")"
+		case be.aside == "":
+			msg += "; the stream is refused until it is deleted (DELETE /v1/streams/" + id + ")"
 		}
 		return errorf(http.StatusInternalServerError, "%s", msg)
 	}
 	s.m.storeErrors.Inc()
+	var nf *notFileError
+	if errors.As(err, &nf) {
+		s.log.Error("serve: stream state is not a regular file: the stream is refused until it is removed", "stream", id, "err", err)
+		return errorf(http.StatusInternalServerError, "stream %s: its state file in the state store is %s, not a regular file: the operator must remove it (the server log says where); the stream is refused until then", id, nf.kind)
+	}
 	s.log.Error("serve: state store", "stream", id, "err", err)
 	return &httpError{status: http.StatusServiceUnavailable, header: map[string]string{"Retry-After": "2"},
 		msg: fmt.Sprintf("stream %s: the state store cannot be read now; retry later", id)}

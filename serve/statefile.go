@@ -22,13 +22,15 @@ import (
 //	the body                    stateBody, gob-encoded
 //	the checksum                4 bytes, big-endian: CRC-32C of every byte before it
 //
-// The head is what GET /v1/streams/{id}, DELETE's owner check and a save's
-// compare-and-swap need: it is read alone, without reading or decoding the
+// The head is what DELETE's owner check, a save's compare-and-swap, the
+// check of a stream's stamp before a step and GET /v1/streams/{id} of a
+// stream in memory need: it is read alone, without reading or decoding the
 // body (the Method's state and the saved answers, megabytes on a large
 // model), and checked by its own checksum; reading the whole checks the
-// last checksum too, so that no byte of a damaged state is adapted on. A
-// state whose checksum fails, or whose numbers are not finite, is damaged
-// (errDamaged).
+// last checksum too, so that no byte of a damaged state is adapted on (and
+// GET of a stream not in memory reads it whole, to report a damaged state
+// as a request would). A state whose checksum fails, or whose numbers are
+// not finite, is damaged (errBadState).
 //
 // Bytes that start with v3Magic are of the format before checksums (no
 // checksum fields: magic, length, head, body): read, and written in the

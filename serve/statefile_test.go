@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -167,6 +168,15 @@ func TestStoreHeadWithoutBody(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// Peek says so too, and sets nothing aside.
+			for range 2 {
+				if _, err := s.Peek(ctx, "cam"); !errors.Is(err, errBadState) {
+					t.Fatalf("Peek of a state cut within its body: %v; want errBadState", err)
+				}
+			}
+			if h, err := s.Head(ctx, "cam"); err != nil || h == nil || h.Stamp != g2 {
+				t.Fatalf("Head after Peek: %+v, %v; want the state in place", h, err)
+			}
 			if _, err := s.Load(ctx, "cam"); !errors.Is(err, errBadState) {
 				t.Fatalf("Load of a state cut within its body: %v; want errBadState", err)
 			}
@@ -313,10 +323,12 @@ func TestRedisHeadBehindStamp(t *testing.T) {
 	}
 }
 
-// GET /v1/streams/{id} reads the saved state's head only: a server that
-// does not hold the stream reports it from a file whose body is cut off,
-// and the server holding it saves its next step over that file (its
-// compare-and-swap reads the stamp in the head).
+// A save's compare-and-swap reads the saved state's head only: the server
+// holding a stream saves its next step over a file whose body is cut off
+// (reading the stamp in its head). A server that does not hold the
+// stream reads the file whole for GET /v1/streams/{id}, as a request to
+// the stream would: it answers 500, the state is damaged, rather than the
+// counters of the head, and sets nothing aside (a GET changes nothing).
 func TestStreamStateHeadOnly(t *testing.T) {
 	const size = 2
 	batches := batchesOf(images(t, 2*size), size)
@@ -347,9 +359,14 @@ func TestStreamStateHeadOnly(t *testing.T) {
 	}
 
 	_, tsB := startServer(t, config())
-	st, code := streamStatus(t, tsB, "cam")
-	if code != http.StatusOK || st.InMemory || st.Images != size || st.Batches != 1 || st.Method != a.preset.Method || !slices.Equal(st.Labels, h.Labels) {
-		t.Fatalf("GET from a server without the stream: status %d, %+v; want its 2 images in 1 batch", code, st)
+	for i := range 2 {
+		r := do(t, http.MethodGet, tsB.URL+"/v1/streams/cam", "", nil)
+		if r.status != http.StatusInternalServerError || !strings.Contains(string(r.body), "stream cam: its saved state is damaged") || strings.Contains(string(r.body), dir) {
+			t.Fatalf("GET %d from a server without the stream: %d %s; want 500 saying the state is damaged, without the path", i, r.status, r.body)
+		}
+	}
+	if _, err := os.Stat(path + ".damaged"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("after GET: %v; want nothing set aside", err)
 	}
 	if cut, err := os.ReadFile(path); err != nil {
 		t.Fatal(err)
@@ -365,8 +382,8 @@ func TestStreamStateHeadOnly(t *testing.T) {
 	if !ok || sv.Stats.Images != 2*size || sv.Stamp.Generation != h.Stamp.Generation+1 || sv.Stamp.Birth != h.Stamp.Birth {
 		t.Fatalf("saved after the next batch: %+v; want %d images, the next generation", sv.streamHead, 2*size)
 	}
-	if st, code := streamStatus(t, tsB, "cam"); code != http.StatusOK || st.Images != 2*size {
-		t.Errorf("GET after the next batch: status %d, %d images", code, st.Images)
+	if st, code := streamStatus(t, tsB, "cam"); code != http.StatusOK || st.InMemory || st.Images != 2*size || st.Batches != 2 || st.Method != a.preset.Method || !slices.Equal(st.Labels, h.Labels) {
+		t.Errorf("GET after the next batch from a server without the stream: status %d, %+v; want its %d images in 2 batches", code, st, 2*size)
 	}
 }
 

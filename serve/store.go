@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -18,6 +19,10 @@ type stateStore interface {
 	// set aside first, where no request reads it again, and the error
 	// says so; where only such a state remains, Load says so too.
 	Load(ctx context.Context, id string) (*savedStream, error)
+	// Peek is Load without setting anything aside: it reads the state
+	// whole and checks it as Load does, for GET /v1/streams/{id} of a
+	// stream not in memory, which changes nothing in the store.
+	Peek(ctx context.Context, id string) (*savedStream, error)
 	// Head returns the head of the stream's saved state (all but the
 	// Method's state and the saved answers), or nil when there is none,
 	// without reading the rest where the state is of the current format;
@@ -39,6 +44,30 @@ type stateStore interface {
 	Where(id string) string
 	// Close releases the store's connections.
 	Close() error
+}
+
+// notFileError is a store's error for a stream whose state's place holds
+// something other than a saved state's bytes: a folder's ID.stream that is
+// a directory, say. Unlike an I/O error it does not pass, and unlike a
+// damaged state it cannot be set aside or replaced by a save or a DELETE:
+// the stream is refused (500) until the operator removes it.
+type notFileError struct {
+	where string // the path
+	kind  string // what it is: "a directory", ...
+}
+
+func (e *notFileError) Error() string {
+	return fmt.Sprintf("serve: %s is %s, not a regular file: remove it", e.where, e.kind)
+}
+
+// permanent says whether a store's error about a stream's state is one
+// that does not pass, whatever the store does: a damaged state
+// (errBadState), or one that is not a file (notFileError). The stream is
+// refused (500) until it is deleted or the operator mends it, where a
+// store that cannot be read now gets 503.
+func permanent(err error) bool {
+	var nf *notFileError
+	return errors.Is(err, errBadState) || errors.As(err, &nf)
 }
 
 // tombstone is the state a Delete leaves of a stream whose state carried

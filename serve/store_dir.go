@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,18 +51,53 @@ func (d *dirStore) Close() error { return nil }
 func (d *dirStore) asidePath(id string) string { return d.path(id) + ".damaged" }
 
 func (d *dirStore) Load(_ context.Context, id string) (*savedStream, error) {
-	b, err := os.ReadFile(d.path(id))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, d.asideErr(id)
-	}
-	if err != nil {
-		return nil, err
-	}
-	sv, err := decodeState(b, id, d.path(id))
-	if errors.Is(err, errBadState) {
+	b, sv, err := d.read(id)
+	if errors.Is(err, errBadState) && b != nil {
 		return nil, d.setAside(id, b, err)
 	}
 	return sv, err
+}
+
+func (d *dirStore) Peek(_ context.Context, id string) (*savedStream, error) {
+	_, sv, err := d.read(id)
+	return sv, err
+}
+
+// read reads the stream's state file whole and decodes it, returning its
+// bytes too (nil where there is no file).
+func (d *dirStore) read(id string) ([]byte, *savedStream, error) {
+	f, err := d.open(id)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil, d.asideErr(id)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return nil, nil, fmt.Errorf("serve: reading %s: %w", d.path(id), err)
+	}
+	sv, err := decodeState(b, id, d.path(id))
+	return b, sv, err
+}
+
+// open opens the stream's state file. A path that holds something other
+// than a regular file (a directory, a pipe, a device), which reading would
+// fail on, or wait on, every time, is a notFileError.
+func (d *dirStore) open(id string) (*os.File, error) {
+	fi, err := os.Stat(d.path(id))
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		kind := "a directory"
+		if !fi.IsDir() {
+			kind = fmt.Sprintf("a file of type %s", fi.Mode().Type())
+		}
+		return nil, &notFileError{where: d.path(id), kind: kind}
+	}
+	return os.Open(d.path(id))
 }
 
 // setAside renames the state file, found damaged as b (err says why), to
@@ -100,7 +136,7 @@ func (d *dirStore) asideErr(id string) error {
 // Head reads the file's head only (the whole of a file of the earlier
 // format).
 func (d *dirStore) Head(_ context.Context, id string) (*streamHead, error) {
-	f, err := os.Open(d.path(id))
+	f, err := d.open(id)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, d.asideErr(id)
 	}

@@ -78,18 +78,32 @@ const tombstoneStamp = "deleted"
 func (r *redisStore) Load(ctx context.Context, id string) (*savedStream, error) {
 	ctx, cancel := context.WithTimeout(ctx, redisTimeout)
 	defer cancel()
-	b, err := r.c.HGet(ctx, r.key(id), "state").Bytes()
-	if errors.Is(err, redis.Nil) {
-		return nil, r.asideErr(ctx, r.c, id)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("serve: loading %s: %w", r.Where(id), err)
-	}
-	sv, err := decodeState(b, id, r.Where(id))
-	if errors.Is(err, errBadState) {
+	b, sv, err := r.read(ctx, id)
+	if errors.Is(err, errBadState) && b != nil {
 		return nil, r.setAside(ctx, id, b, err)
 	}
 	return sv, err
+}
+
+func (r *redisStore) Peek(ctx context.Context, id string) (*savedStream, error) {
+	ctx, cancel := context.WithTimeout(ctx, redisTimeout)
+	defer cancel()
+	_, sv, err := r.read(ctx, id)
+	return sv, err
+}
+
+// read reads the stream's state field whole and decodes it, returning its
+// bytes too (nil where there is no key).
+func (r *redisStore) read(ctx context.Context, id string) ([]byte, *savedStream, error) {
+	b, err := r.c.HGet(ctx, r.key(id), "state").Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil, r.asideErr(ctx, r.c, id)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("serve: loading %s: %w", r.Where(id), err)
+	}
+	sv, err := decodeState(b, id, r.Where(id))
+	return b, sv, err
 }
 
 // setAside renames the stream's key, whose state was found damaged as b

@@ -600,7 +600,7 @@ func (s *Server) confirm(st *stream) (stale bool, err error) {
 // The stream does not adapt, and nothing is saved.
 func (s *Server) unconfirmed(st *stream, jobs []*job, got map[*job]answer, err error) {
 	mode := s.cfg.Degraded
-	if errors.Is(err, errBadState) {
+	if permanent(err) {
 		e := s.storeError(st.id, err)
 		for _, j := range jobs {
 			got[j] = answer{err: e}

@@ -13,12 +13,14 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/builtin"
@@ -92,6 +94,7 @@ type serveOptions struct {
 	keyBurst        int
 	guard           serve.GuardConfig
 
+	flags          *pflag.FlagSet // the command's, to tell a flag given empty from one left out
 	stdout, stderr io.Writer
 }
 
@@ -120,10 +123,11 @@ func (o *serveOptions) command() *cobra.Command {
 		Long:  summary,
 	}
 	f := c.Flags()
+	o.flags = f
 	configFlags(f, o.stdout)
 	f.StringVar(&o.addr, "addr", "127.0.0.1:8080", "address to listen on")
 	addModelFlags(f, &o.model, "", true)
-	f.StringVar(&o.labels, "labels", "", `comma-separated labels when a request gives none (default: those the model records, as train's models do; else with the built-in model or --dataset cifar10, CIFAR-10's classes)`)
+	f.StringVar(&o.labels, "labels", "", `comma-separated labels when a request gives none, at least 2 (default: those the model records, as train's models do; else with the built-in model or --dataset cifar10, CIFAR-10's classes)`)
 	f.Var(&o.templates, "template", `prompt template when a request gives none, "{}" for the label (repeatable; default: those the model records, else the method's preset, "a photo of a {}.")`)
 	f.StringVar(&o.dataset, "dataset", "cifar10", "whose preset hyperparameters streams adapt with: cifar10, cifar100 or imagenet (or "+strings.Join(tta.PresetDatasets, ", ")+")")
 	f.StringVar(&o.method, "method", "subtta-m", "adaptation method of streams: "+strings.Join(tta.Methods(), ", "))
@@ -258,6 +262,21 @@ func (o *serveOptions) run(ctx context.Context, args []string, ready func(addr s
 			o.maxConc, batchFrom, batchSize, batchSize)
 	}
 	classes := splitList(o.labels)
+	if o.flags.Changed("labels") {
+		// Given, the labels are checked here, naming the flag, not by
+		// serve.New, which would name its Config.
+		switch len(classes) {
+		case 0:
+			return usagef("--labels %q: no label (leave the flag out for the default: the model's own classes, or CIFAR-10's)", o.labels)
+		case 1:
+			return usagef("--labels %q: 1 label; a classifier needs at least 2", o.labels)
+		}
+		for i, l := range classes {
+			if slices.Contains(classes[:i], l) {
+				return usagef("--labels: %q is given twice", l)
+			}
+		}
+	}
 	b, err := o.model.open(kernel.FP32, o.stderr)
 	if err != nil {
 		return err
@@ -426,19 +445,26 @@ func newLoadtestCmd(stdout, stderr io.Writer) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "loadtest",
 		Short: summary,
-		Long:  summary,
-		RunE:  func(cmd *cobra.Command, args []string) error { return o.run(args) },
+		Long: summary + `
+
+It prints the report (--json: as JSON), with the first error of each kind
+(the status and the server's message, or why there was no answer), and
+exits 1 when any request sent failed (after its retries), or when its
+answers were not each given exactly once or could not be checked to be
+(every stream's image count grown by its answers); requests not sent
+before --duration are not failures.`,
+		RunE: func(cmd *cobra.Command, args []string) error { return o.run(args) },
 	}
 	f := c.Flags()
 	f.StringVar(&o.addr, "addr", "127.0.0.1:8080", "address of a subtta serve on this machine (loopback only)")
 	f.IntVar(&o.streams, "streams", 4, "number of streams (with --frozen: of clients)")
 	f.IntVar(&o.requests, "requests", 50, "requests per stream")
 	f.IntVar(&o.conc, "concurrency", 8, "requests in flight per stream; a batch fills only up to it")
-	f.DurationVar(&o.duration, "duration", 2*time.Minute, "time limit: no request is sent after it (those in flight finish)")
+	f.DurationVar(&o.duration, "duration", 2*time.Minute, "time limit: no request is sent, nor sent again, after it (those in flight finish)")
 	f.BoolVar(&o.frozen, "frozen", false, "requests without a stream: the frozen model answers")
-	f.StringVar(&o.prefix, "prefix", "loadtest-", "stream ids are PREFIX0, PREFIX1, ...")
+	f.StringVar(&o.prefix, "prefix", loadtest.DefaultStreamPrefix, "stream ids are PREFIX0, PREFIX1, ... (not empty)")
 	f.BoolVar(&o.shared, "shared", false, "other clients send to the same streams (another loadtest, through another server on the same state store): skip the check that each stream's image count grew by this test's answers, and print the answers by stream for the caller's own check")
-	f.IntVar(&o.retries, "retries", loadtest.DefaultRetries, "times a request is sent again, with the same Idempotency-Key, after its connection failed or it got 429, 502, 503 or 504 (0: never)")
+	f.IntVar(&o.retries, "retries", loadtest.DefaultRetries, "times a request is sent again, with the same Idempotency-Key, after its connection failed or it got 429, 502, 503 or 504, waiting 100 ms doubling up to 2 s, within --duration (0: never)")
 	f.BoolVar(&o.jsonOut, "json", false, "print the report as JSON")
 	f.StringVar(&o.key, "key", "", "API key to send (Authorization: Bearer); default $"+apiKeyEnv)
 	f.StringVar(&o.cacert, "cacert", "", "PEM certificates to trust for an https:// --addr (a server's self-signed certificate)")
@@ -458,6 +484,12 @@ func (o *loadtestOptions) run(args []string) error {
 	}
 	if o.streams < 1 || o.requests < 1 || o.conc < 1 {
 		return usagef("--streams, --requests and --concurrency must be positive")
+	}
+	if o.prefix == "" {
+		return usagef(`--prefix "": want the start of the stream ids (leave the flag out for %s)`, loadtest.DefaultStreamPrefix)
+	}
+	if o.duration <= 0 {
+		return usagef("--duration %v: want a positive duration", o.duration)
 	}
 	imgs, err := builtin.JPEGs(o.streams * o.requests)
 	if err != nil {
@@ -500,8 +532,15 @@ func (o *loadtestOptions) run(args []string) error {
 	if rep.ByStatus[http.StatusUnauthorized] > 0 {
 		fmt.Fprintf(o.stderr, "loadtest: %d requests were refused with 401: give the server's API key with --key or $%s\n", rep.ByStatus[http.StatusUnauthorized], apiKeyEnv)
 	}
-	if !rep.ExactlyOnce {
+	switch {
+	case rep.Errors > 0:
+		return fmt.Errorf("%d of %d requests sent failed (the report names the first error of each kind)", rep.Errors, rep.Sent)
+	case len(rep.Problems) > 0:
 		return errors.New("some requests were not answered exactly once")
+	case rep.Unchecked != "":
+		return errors.New("the streams' image counts could not be checked against their answers")
+	case !rep.ExactlyOnce:
+		return errors.New("no request was answered")
 	}
 	return nil
 }

@@ -84,14 +84,14 @@ func TestServeKeysTLSAndHangup(t *testing.T) {
 		t.Fatalf("loadtest with $%s: status %d, %v, %s", apiKeyEnv, st, rep, errs)
 	}
 	// Another key: the streams are not found; the frozen model answers it.
-	if _, rep, _ := loadtest("--key", keyB); rep["ok"] != 0.0 || rep["by_status"].(map[string]any)["404"] != 8.0 {
+	if st, rep, _ := loadtest("--key", keyB); st != 1 || rep["ok"] != 0.0 || rep["by_status"].(map[string]any)["404"] != 8.0 {
 		t.Errorf("another key's loadtest on the streams: %v", rep)
 	}
 	if st, rep, _ := loadtest("--key", keyB, "--frozen"); st != 0 || rep["ok"] != 8.0 {
 		t.Errorf("another key's frozen loadtest: %d %v", st, rep)
 	}
 	t.Setenv(apiKeyEnv, "")
-	if st, rep, errs := loadtest("--frozen"); st != 0 || rep["by_status"].(map[string]any)["401"] != 8.0 || !strings.Contains(errs, "--key") {
+	if st, rep, errs := loadtest("--frozen"); st != 1 || rep["by_status"].(map[string]any)["401"] != 8.0 || !strings.Contains(errs, "--key") {
 		t.Errorf("loadtest without a key: %d %v %s", st, rep, errs)
 	}
 
@@ -104,7 +104,7 @@ func TestServeKeysTLSAndHangup(t *testing.T) {
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if st, rep, _ := loadtest("--key", keyB, "--frozen", "--streams", "1", "--requests", "1"); st == 0 && rep["by_status"].(map[string]any)["401"] == 1.0 {
+		if st, rep, _ := loadtest("--key", keyB, "--frozen", "--streams", "1", "--requests", "1"); st == 1 && rep["by_status"].(map[string]any)["401"] == 1.0 {
 			break
 		}
 		if time.Now().After(deadline) {

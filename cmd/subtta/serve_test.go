@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // syncBuffer is a bytes.Buffer safe for the server's goroutines.
@@ -97,6 +99,15 @@ func TestServeCommand(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil || rep.OK != 2 || !rep.ExactlyOnce {
 		t.Errorf("frozen loadtest JSON %s: %v", out.String(), err)
 	}
+	// Requests the server refuses fail the load test, with the server's
+	// message.
+	out.Reset()
+	errb.Reset()
+	if st := run([]string{"loadtest", "--addr", addr, "--streams", "1", "--requests", "2", "--prefix", "bad prefix"}, &out, &errb); st != 1 ||
+		!strings.Contains(out.String(), `status 400 (2 requests), the first error: stream "bad prefix0": want 1 to 64 letters`) ||
+		strings.Contains(out.String(), "exactly once") || !strings.Contains(errb.String(), "2 of 2 requests sent failed") {
+		t.Errorf("loadtest with a bad prefix: status %d\n%s%s", st, out.String(), errb.String())
+	}
 	if err := stop(); err != nil {
 		t.Fatalf("drain: %v\n%s", err, log)
 	}
@@ -149,6 +160,14 @@ func TestServeBadFlags(t *testing.T) {
 		{[]string{"serve", "--guard-max-class-share", "1.5"}, "--guard-max-class-share 1.5: want 0 (off) up to 1"},
 		{[]string{"serve", "--key-images-per-second", "-2"}, "--key-images-per-second -2"},
 		{[]string{"serve", "--guard-patience", "0"}, "--guard-patience 0: want 1 or more"},
+		// Labels given are checked naming the flag; given empty, they
+		// are an error, not the default.
+		{[]string{"serve", "--labels", ""}, `--labels "": no label`},
+		{[]string{"serve", "--labels", " , "}, `--labels " , ": no label`},
+		{[]string{"serve", "--labels", "cat"}, `--labels "cat": 1 label; a classifier needs at least 2`},
+		{[]string{"serve", "--labels", "a,b,a"}, `--labels: "a" is given twice`},
+		{[]string{"loadtest", "--prefix", ""}, `--prefix "": want the start of the stream ids`},
+		{[]string{"loadtest", "--duration", "0s"}, "--duration 0s: want a positive duration"},
 	} {
 		var out, errb bytes.Buffer
 		if got := run(tc.args, &out, &errb); got != 2 || !strings.Contains(errb.String(), tc.stderr) {
@@ -158,6 +177,28 @@ func TestServeBadFlags(t *testing.T) {
 	var out, errb bytes.Buffer
 	if got := run([]string{"loadtest", "--addr", "192.0.2.1:8080", "--requests", "1"}, &out, &errb); got != 1 || !strings.Contains(errb.String(), "not a loopback address") {
 		t.Errorf("loadtest elsewhere: %d %q", got, errb.String())
+	}
+}
+
+// A load test of an address where nothing listens fails (status 1) at its
+// time limit, not after every request's retries, naming the transport
+// error, and claims nothing of exactly once.
+func TestLoadtestNothingListens(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	var out, errb bytes.Buffer
+	start := time.Now()
+	st := run([]string{"loadtest", "--addr", addr, "--streams", "2", "--requests", "2", "--duration", "2s"}, &out, &errb)
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("took %v with --duration 2s", took)
+	}
+	if st != 1 || !strings.Contains(out.String(), "no answer (4 requests), the first error: ") || !strings.Contains(out.String(), "connection refused") ||
+		strings.Contains(out.String(), "every request answered exactly once") || !strings.Contains(errb.String(), "4 of 4 requests sent failed") {
+		t.Errorf("status %d\n%s%s", st, out.String(), errb.String())
 	}
 }
 

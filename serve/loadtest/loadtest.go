@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,7 +25,8 @@ import (
 // Config configures a bounded load test of a server on this machine:
 // Sources senders (streams, or frozen clients), each sending Requests
 // images with up to Concurrency of them in flight, until all are sent or
-// Duration has passed (requests in flight then still finish).
+// Duration has passed: no request is sent, nor sent again, after it
+// (requests in flight then still finish).
 type Config struct {
 	// URL is the server's base URL; its host must be a loopback address.
 	URL         string
@@ -33,7 +35,7 @@ type Config struct {
 	Concurrency int
 	Duration    time.Duration
 	// Frozen sends requests without a stream; otherwise source i sends to
-	// stream StreamPrefix+i.
+	// stream StreamPrefix+i (default prefix "loadtest-").
 	Frozen       bool
 	StreamPrefix string
 	// Shared says that other clients send to the same streams (another
@@ -47,7 +49,10 @@ type Config struct {
 	// Retries is how many times a request is sent again, with the same
 	// Idempotency-Key, after its connection failed or it got 429, 502,
 	// 503 or 504 (default 40; negative: never), waiting 100 ms, then
-	// twice as long each time up to 2 s. Every request carries a key
+	// twice as long each time up to 2 s, and never after Duration has
+	// passed (the request then counts as an error, in OutOfTime too):
+	// a server that cannot be reached ends the test at Duration, not
+	// after every request's retries. Every request carries a key
 	// unique to this test, so that a request the server adapted on but
 	// could not answer (it died after saving) is answered from its saved
 	// answer rather than stepped again.
@@ -71,19 +76,35 @@ type Report struct {
 	// Retried counts the requests sent more than once; Replayed, the
 	// stream answers that were the saved answer of an earlier send
 	// (StreamAnswer.Replayed).
-	Retried  int         `json:"retried"`
-	Replayed int         `json:"replayed"`
+	Retried  int `json:"retried"`
+	Replayed int `json:"replayed"`
+	// OutOfTime counts the errors that would have been sent again but
+	// for the time limit (Config.Duration).
+	OutOfTime int `json:"out_of_time"`
+	// ByStatus counts the requests sent by the status of their last
+	// answer: 0 for those without one (a transport error).
 	ByStatus map[int]int `json:"by_status"`
-	Seconds  float64     `json:"seconds"`
-	PerSec   float64     `json:"requests_per_second"` // answered with 200, per second
-	P50      float64     `json:"p50_seconds"`
-	P99      float64     `json:"p99_seconds"`
-	Max      float64     `json:"max_seconds"`
-	// ExactlyOnce holds when every request sent got exactly one answer
-	// carrying its own X-Request-Id, and (for streams not Shared) every
-	// stream's image count grew by exactly its number of 200 answers.
+	// FirstErrors holds, by status as ByStatus (0: no answer), the first
+	// error of the requests that ended with it: the server's error
+	// message, or the transport error.
+	FirstErrors map[int]string `json:"first_errors,omitempty"`
+
+	Seconds float64 `json:"seconds"`
+	PerSec  float64 `json:"requests_per_second"` // answered with 200, per second
+	P50     float64 `json:"p50_seconds"`
+	P99     float64 `json:"p99_seconds"`
+	Max     float64 `json:"max_seconds"`
+	// ExactlyOnce holds when every request sent was answered with 200,
+	// exactly once, with its own X-Request-Id, and (for streams not
+	// Shared) every stream's image count, read before and after the
+	// test, grew by exactly its number of 200 answers. It is false when
+	// a request failed (Errors), when the answers broke it (Problems),
+	// and when the image counts could not be read (Unchecked).
 	ExactlyOnce bool     `json:"exactly_once"`
 	Problems    []string `json:"problems,omitempty"`
+	// Unchecked says why the streams' image counts could not be compared
+	// with their answers ("" when they were, or need not be).
+	Unchecked string `json:"unchecked,omitempty"`
 	// OKByStream and FailedByStream count, by stream id, the requests
 	// answered with 200 and those sent but not (another status, or no
 	// answer); nil with Frozen.
@@ -114,7 +135,7 @@ func (lt Config) Run(ctx context.Context) (*Report, error) {
 		lt.Duration = time.Minute
 	}
 	if lt.StreamPrefix == "" {
-		lt.StreamPrefix = "loadtest-"
+		lt.StreamPrefix = DefaultStreamPrefix
 	}
 	if lt.Retries == 0 {
 		lt.Retries = DefaultRetries
@@ -129,20 +150,29 @@ func (lt Config) Run(ctx context.Context) (*Report, error) {
 		c = keyClient(c, lt.Key)
 	}
 	cpu0, _ := Metric(ctx, c, base, "process_cpu_seconds_total")
+	counts := !lt.Frozen && !lt.Shared // the streams' image counts are checked
+	var countErrs []error
 	before := map[int]int64{}
-	if !lt.Frozen && !lt.Shared {
+	if counts {
 		for i := range lt.Sources {
-			before[i] = lt.streamImages(ctx, c, base, i)
+			n, err := lt.streamImages(ctx, c, base, i)
+			if err != nil {
+				countErrs = append(countErrs, fmt.Errorf("before the test: %w", err))
+				continue
+			}
+			before[i] = n
 		}
 	}
 
 	type outcome struct {
-		status   int
-		id       string // request_id of the answer
-		seconds  float64
-		err      error
-		sends    int
-		replayed bool
+		status    int
+		id        string // request_id of the answer
+		seconds   float64
+		err       error
+		sends     int
+		replayed  bool
+		outOfTime bool      // not sent again for the time limit
+		end       time.Time // when the last send ended
 	}
 	outcomes := make([][]outcome, lt.Sources)
 	sent := make([][]bool, lt.Sources)
@@ -174,7 +204,12 @@ func (lt Config) Run(ctx context.Context) (*Report, error) {
 						req.Header.Set("X-Request-Id", id)
 						req.Header.Set("Idempotency-Key", run+"-"+id)
 						o.status, o.id, o.replayed, o.err = send(c, req)
+						o.end = time.Now()
 						if !retryable(o.status, o.err) || o.sends > lt.Retries || ctx.Err() != nil {
+							break
+						}
+						if o.end.Add(wait).After(stop) {
+							o.outOfTime = true
 							break
 						}
 						select {
@@ -199,13 +234,14 @@ func (lt Config) Run(ctx context.Context) (*Report, error) {
 		})
 	}
 	wg.Wait()
-	rep := &Report{ByStatus: map[int]int{}, Seconds: time.Since(t0).Seconds(), ExactlyOnce: true}
+	rep := &Report{ByStatus: map[int]int{}, Seconds: time.Since(t0).Seconds()}
 	if !lt.Frozen {
 		rep.OKByStream, rep.FailedByStream = map[string]int{}, map[string]int{}
 	}
 	var lat []float64
 	okBySource := make([]int, lt.Sources)
 	seen := map[string]int{}
+	firstAt := map[int]time.Time{} // when FirstErrors' errors ended
 	for src := range lt.Sources {
 		for k, o := range outcomes[src] {
 			if !sent[src][k] {
@@ -223,8 +259,20 @@ func (lt Config) Run(ctx context.Context) (*Report, error) {
 			stream := lt.StreamPrefix + strconv.Itoa(src)
 			if o.err != nil || o.status != http.StatusOK {
 				rep.Errors++
+				if o.outOfTime {
+					rep.OutOfTime++
+				}
 				if !lt.Frozen {
 					rep.FailedByStream[stream]++
+				}
+				if at, ok := firstAt[o.status]; !ok || o.end.Before(at) {
+					if rep.FirstErrors == nil {
+						rep.FirstErrors = map[int]string{}
+					}
+					firstAt[o.status], rep.FirstErrors[o.status] = o.end, o.err.Error()
+					if se := (*statusError)(nil); errors.As(o.err, &se) {
+						rep.FirstErrors[o.status] = se.message()
+					}
 				}
 				continue
 			}
@@ -246,15 +294,23 @@ func (lt Config) Run(ctx context.Context) (*Report, error) {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("request_id %s answered %d times", id, n))
 		}
 	}
-	if !lt.Frozen && !lt.Shared {
+	if counts {
 		for src := range lt.Sources {
-			after := lt.streamImages(ctx, c, base, src)
-			if d := after - before[src]; d != int64(okBySource[src]) {
+			after, err := lt.streamImages(ctx, c, base, src)
+			if err != nil {
+				countErrs = append(countErrs, fmt.Errorf("after the test: %w", err))
+				continue
+			}
+			b, ok := before[src]
+			if d := after - b; ok && d != int64(okBySource[src]) {
 				rep.Problems = append(rep.Problems, fmt.Sprintf("stream %s%d adapted on %d images for %d answers", lt.StreamPrefix, src, d, okBySource[src]))
 			}
 		}
 	}
-	rep.ExactlyOnce = len(rep.Problems) == 0
+	if len(countErrs) > 0 {
+		rep.Unchecked = fmt.Sprintf("%d of %d reads of the streams' image counts failed; the first: %v", len(countErrs), 2*lt.Sources, countErrs[0])
+	}
+	rep.ExactlyOnce = rep.Sent > 0 && rep.Errors == 0 && len(rep.Problems) == 0 && rep.Unchecked == ""
 	if rep.Seconds > 0 {
 		rep.PerSec = float64(rep.OK) / rep.Seconds
 	}
@@ -274,8 +330,13 @@ func (lt Config) Run(ctx context.Context) (*Report, error) {
 // DefaultRetries is Config.Retries's default.
 const DefaultRetries = 40
 
+// DefaultStreamPrefix is Config.StreamPrefix's default.
+const DefaultStreamPrefix = "loadtest-"
+
 // send sends one request of the load test and reads its answer: the
-// status, the answer's request_id and whether the stream replayed it.
+// status (0 without an answer), the answer's request_id and whether the
+// stream replayed it. Any answer but a 200 that reads as one is an error:
+// a statusError for another status.
 func send(c *http.Client, req *http.Request) (status int, id string, replayed bool, err error) {
 	resp, err := c.Do(req)
 	if err != nil {
@@ -284,40 +345,116 @@ func send(c *http.Client, req *http.Request) (status int, id string, replayed bo
 	b, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if err != nil {
-		return resp.StatusCode, "", false, err
+		return resp.StatusCode, "", false, fmt.Errorf("status %d, reading the answer: %w", resp.StatusCode, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return resp.StatusCode, "", false, nil
+		return resp.StatusCode, "", false, &statusError{status: resp.StatusCode, msg: errorMessage(b)}
 	}
 	var body classifyAnswer
 	if err := json.Unmarshal(b, &body); err != nil {
-		return resp.StatusCode, "", false, err
+		return resp.StatusCode, "", false, fmt.Errorf("status 200, an answer that is not a classify answer: %w", err)
 	}
 	return resp.StatusCode, body.RequestID, body.Stream != nil && body.Stream.Replayed, nil
+}
+
+// statusError is a request's answer other than 200: its status and the
+// server's message.
+type statusError struct {
+	status int
+	msg    string
+}
+
+func (e *statusError) Error() string { return fmt.Sprintf("status %d: %s", e.status, e.message()) }
+
+// message is the server's message, or the status's text where the answer
+// had none.
+func (e *statusError) message() string {
+	if e.msg == "" {
+		return http.StatusText(e.status) + " (an answer without a message)"
+	}
+	return e.msg
+}
+
+// maxMessage bounds the characters of an answer's body kept in a
+// statusError.
+const maxMessage = 300
+
+// errorMessage is the message of an error answer's body b: the "error" of
+// subtta serve's JSON, else the body's text (a balancer's page, say) on one
+// line, cut to maxMessage characters.
+func errorMessage(b []byte) string {
+	var e struct {
+		Error string `json:"error"`
+	}
+	msg := string(b)
+	if json.Unmarshal(b, &e) == nil && e.Error != "" {
+		msg = e.Error
+	}
+	msg = strings.Join(strings.Fields(msg), " ")
+	if r := []rune(msg); len(r) > maxMessage {
+		msg = string(r[:maxMessage]) + "…"
+	}
+	return msg
 }
 
 // retryable says whether a request may have failed on its way (a lost
 // connection, a server or proxy that could not answer) rather than for
 // what it is: sent again with its Idempotency-Key, it is answered once.
+// An error of TLS (a certificate not trusted, a server that does not speak
+// TLS) is what it is.
 func retryable(status int, err error) bool {
-	if err != nil {
-		return true
-	}
 	switch status {
+	case 0:
+		return !tlsError(err)
 	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 		return true
 	}
 	return false
 }
 
+// tlsError says whether err is one of TLS: sending again changes nothing.
+func tlsError(err error) bool {
+	var (
+		rh  tls.RecordHeaderError
+		cv  *tls.CertificateVerificationError
+		ua  x509.UnknownAuthorityError
+		he  x509.HostnameError
+		ci  x509.CertificateInvalidError
+		alt tls.AlertError
+	)
+	switch {
+	case errors.As(err, &rh), errors.As(err, &cv), errors.As(err, &ua), errors.As(err, &he), errors.As(err, &ci), errors.As(err, &alt):
+		return true
+	}
+	// net/http's error for a plain HTTP answer to a TLS handshake wraps
+	// nothing.
+	return strings.Contains(err.Error(), "server gave HTTP response to HTTPS client")
+}
+
 // Write prints the report in a few lines.
 func (r *Report) Write(w io.Writer) {
 	fmt.Fprintf(w, "%d requests sent (%d not sent before the time limit) in %.1f s: %d OK, %d errors %v\n",
 		r.Sent, r.Unsent, r.Seconds, r.OK, r.Errors, r.ByStatus)
+	for _, status := range slices.Sorted(maps.Keys(r.FirstErrors)) {
+		kind := fmt.Sprintf("status %d", status)
+		if status == 0 {
+			kind = "no answer"
+		}
+		n := r.ByStatus[status]
+		if status == http.StatusOK {
+			n -= r.OK // answers with 200 that did not read as one
+		}
+		fmt.Fprintf(w, "%s (%d requests), the first error: %s\n", kind, n, r.FirstErrors[status])
+	}
 	if r.Retried > 0 {
 		fmt.Fprintf(w, "%d requests sent again after a failure, %d of them answered with the stream's saved answer\n", r.Retried, r.Replayed)
 	}
-	fmt.Fprintf(w, "%.2f requests/s; latency p50 %.3f s, p99 %.3f s, max %.3f s\n", r.PerSec, r.P50, r.P99, r.Max)
+	if r.OutOfTime > 0 {
+		fmt.Fprintf(w, "%d failed requests not sent again: the time limit had passed\n", r.OutOfTime)
+	}
+	if r.OK > 0 {
+		fmt.Fprintf(w, "%.2f requests/s; latency p50 %.3f s, p99 %.3f s, max %.3f s\n", r.PerSec, r.P50, r.P99, r.Max)
+	}
 	if r.CPUSeconds > 0 && r.OK > 0 {
 		fmt.Fprintf(w, "server CPU %.1f s, %.1f ms per answer\n", r.CPUSeconds, 1000*r.CPUSeconds/float64(r.OK))
 	}
@@ -338,10 +475,21 @@ func (r *Report) Write(w io.Writer) {
 		}
 		fmt.Fprintf(w, "by stream: %s\n", strings.Join(parts, "; "))
 	}
+	// The claim only where it holds; else each reason it does not.
 	if r.ExactlyOnce {
 		fmt.Fprintln(w, "every request answered exactly once")
-	} else {
+	}
+	if r.Sent == 0 {
+		fmt.Fprintln(w, "no request sent")
+	}
+	if r.Errors > 0 {
+		fmt.Fprintf(w, "NOT every request answered: %d of %d failed\n", r.Errors, r.Sent)
+	}
+	if len(r.Problems) > 0 {
 		fmt.Fprintf(w, "NOT exactly once: %s\n", strings.Join(r.Problems, "; "))
+	}
+	if r.Unchecked != "" {
+		fmt.Fprintf(w, "the streams' image counts NOT checked against their answers: %s\n", r.Unchecked)
 	}
 }
 
@@ -375,21 +523,35 @@ func loopbackOnly(host string) error {
 	return fmt.Errorf("loadtest: %q is not a loopback address; the load test only runs against this machine", host)
 }
 
-// streamImages is a stream's image count (0 when it does not exist yet).
-func (lt Config) streamImages(ctx context.Context, c *http.Client, base *url.URL, src int) int64 {
+// streamImages is a stream's image count (0 when it does not exist yet:
+// 404), or an error naming the stream when it cannot be read.
+func (lt Config) streamImages(ctx context.Context, c *http.Client, base *url.URL, src int) (int64, error) {
+	id := lt.StreamPrefix + strconv.Itoa(src)
 	u := *base
-	u.Path = strings.TrimSuffix(u.Path, "/") + "/v1/streams/" + lt.StreamPrefix + strconv.Itoa(src)
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	u.Path = strings.TrimSuffix(u.Path, "/") + "/v1/streams/" + id
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return 0, fmt.Errorf("GET stream %s: %w", id, err)
+	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return -1
+		return 0, fmt.Errorf("GET stream %s: %w", id, err)
 	}
 	defer resp.Body.Close()
-	var st streamImages
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&st) != nil {
-		return 0
+	b, err := io.ReadAll(resp.Body)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("GET stream %s: %w", id, err)
+	case resp.StatusCode == http.StatusNotFound:
+		return 0, nil
+	case resp.StatusCode != http.StatusOK:
+		return 0, fmt.Errorf("GET stream %s: %w", id, &statusError{status: resp.StatusCode, msg: errorMessage(b)})
 	}
-	return st.Images
+	var st streamImages
+	if err := json.Unmarshal(b, &st); err != nil {
+		return 0, fmt.Errorf("GET stream %s: %w", id, err)
+	}
+	return st.Images, nil
 }
 
 // Metric reads an unlabelled metric from the server's /metrics.
