@@ -39,6 +39,9 @@ type progress struct {
 	Elapsed float64 `json:"elapsed_s"`
 	// OptimizerSteps is each parameter's Adam step count.
 	OptimizerSteps map[string]int `json:"optimizer_steps"`
+	// legacyData is set when the checkpoint records no training set (one
+	// written before DataIdentity): it was resumed unchecked.
+	legacyData bool
 }
 
 // modelMetadata is the safetensors metadata of an exported model.
@@ -94,6 +97,11 @@ func (t *Trainer) saveCheckpoint(path string, pr progress) error {
 		return err
 	}
 	meta["train_config"] = string(tc)
+	dj, err := json.Marshal(t.dataIdentity())
+	if err != nil {
+		return err
+	}
+	meta[dataMetadata] = string(dj)
 	pr.Step = t.Step
 	pr.OptimizerSteps = map[string]int{}
 	var ts []weights.Tensor
@@ -120,12 +128,23 @@ func (t *Trainer) saveCheckpoint(path string, pr progress) error {
 	return weights.WriteFile(path, ts, meta)
 }
 
-// errConfigDiffers is wrapped when a checkpoint was made with other settings.
-var errConfigDiffers = errors.New("the checkpoint was made with other settings")
+// dataMetadata is the checkpoint's metadata key of the training set's
+// DataIdentity, as JSON.
+const dataMetadata = "train_data"
+
+var (
+	// errConfigDiffers is wrapped when a checkpoint was made with other settings.
+	errConfigDiffers = errors.New("the checkpoint was made with other settings")
+	// errDataDiffers is wrapped when a checkpoint was made on another training set.
+	errDataDiffers = errors.New("the checkpoint was made on other training data")
+)
 
 // loadCheckpoint rebuilds a trainer from a checkpoint written by
-// saveCheckpoint. The checkpoint's settings must equal cfg.
-func loadCheckpoint(path string, cfg Config, train *Images) (*Trainer, progress, error) {
+// saveCheckpoint. The checkpoint's settings must equal cfg, and the
+// training set it records must be train, whose identity is id. A
+// checkpoint that records none (an earlier build's) is loaded with
+// progress.legacyData set.
+func loadCheckpoint(path string, cfg Config, train *Images, id DataIdentity) (*Trainer, progress, error) {
 	var pr progress
 	raw, err := weights.Load(path)
 	if err != nil {
@@ -140,9 +159,20 @@ func loadCheckpoint(path string, cfg Config, train *Images) (*Trainer, progress,
 	if string(a) != string(b) {
 		return nil, pr, fmt.Errorf("pretrain: %s: %w: %s (this run: %s); use another folder or the same settings", path, errConfigDiffers, diffJSON(a, b), diffJSON(b, a))
 	}
+	if dj, ok := raw.Metadata[dataMetadata]; ok {
+		var saved DataIdentity
+		if err := json.Unmarshal([]byte(dj), &saved); err != nil || saved.SHA256 == "" {
+			return nil, pr, fmt.Errorf("pretrain: %s: unreadable record of the training set: %q", path, dj)
+		}
+		if !saved.Same(id) {
+			return nil, pr, fmt.Errorf("pretrain: %s: %w: %s; this run's: %s; use another folder or the same data", path, errDataDiffers, saved, id)
+		}
+	}
 	if err := json.Unmarshal([]byte(raw.Metadata["progress"]), &pr); err != nil {
 		return nil, pr, fmt.Errorf("pretrain: %s: no readable progress record: %w", path, err)
 	}
+	_, recorded := raw.Metadata[dataMetadata]
+	pr.legacyData = !recorded
 	params := weights.NewState(path)
 	moments := map[string]map[string][]float32{}
 	for _, name := range raw.Names() {
@@ -191,6 +221,7 @@ func loadCheckpoint(path string, cfg Config, train *Images) (*Trainer, progress,
 		return nil, pr, fmt.Errorf("pretrain: %s: %w", path, err)
 	}
 	t.Step = pr.Step
+	t.dataID = id
 	return t, pr, nil
 }
 

@@ -1,6 +1,9 @@
 package pretrain
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
 
@@ -15,10 +18,68 @@ type Images struct {
 	Classes []string
 	Pix     []uint8 // image i is Pix[i·3·Size² : (i+1)·3·Size²], HWC
 	Labels  []int
+	// Source says where the images were read from (a path), for messages:
+	// a checkpoint records it with the set's identity, which it is no
+	// part of.
+	Source string
 }
 
 // Len returns the number of images.
 func (s *Images) Len() int { return len(s.Labels) }
+
+// DataIdentity identifies a training set. A checkpoint records the one it
+// was trained on, and a run resumes only on the same: on other images the
+// step count, the epochs, the shuffles and the learning-rate schedule
+// would silently mean other things.
+type DataIdentity struct {
+	Images int `json:"images"`
+	// SHA256 is the hex SHA-256 of the image size, the class names, the
+	// labels and the pixels, in the set's order (the order decides the
+	// batches): the same images read from CIFAR-10's binaries or from an
+	// image folder are the same set. About 0.15 s for CIFAR-10's 50,000
+	// training images, a fraction of their decoding.
+	SHA256 string `json:"sha256"`
+	// Source is Images.Source, for messages; it is not compared.
+	Source string `json:"source,omitempty"`
+}
+
+// Identity returns the identity of the set.
+func (s *Images) Identity() DataIdentity {
+	h := sha256.New()
+	var b [8]byte
+	put := func(v int) {
+		binary.LittleEndian.PutUint64(b[:], uint64(v))
+		h.Write(b[:])
+	}
+	put(s.Size)
+	put(len(s.Classes))
+	for _, c := range s.Classes {
+		put(len(c))
+		h.Write([]byte(c))
+	}
+	put(len(s.Labels))
+	lb := make([]byte, 0, 8*len(s.Labels))
+	for _, l := range s.Labels {
+		lb = binary.LittleEndian.AppendUint64(lb, uint64(l))
+	}
+	h.Write(lb)
+	h.Write(s.Pix)
+	return DataIdentity{Images: s.Len(), SHA256: hex.EncodeToString(h.Sum(nil)), Source: s.Source}
+}
+
+// Same reports whether d and o identify the same images (their sources
+// may differ).
+func (d DataIdentity) Same(o DataIdentity) bool { return d.Images == o.Images && d.SHA256 == o.SHA256 }
+
+// String describes the set for messages: the number of images, the
+// fingerprint's first 12 digits and the source.
+func (d DataIdentity) String() string {
+	s := fmt.Sprintf("%d images (sha256 %.12s)", d.Images, d.SHA256)
+	if d.Source != "" {
+		s += " from " + d.Source
+	}
+	return s
+}
 
 // Image returns image i (sharing Pix).
 func (s *Images) Image(i int) *data.RGB {
@@ -28,13 +89,13 @@ func (s *Images) Image(i int) *data.RGB {
 
 // LoadImages decodes every image of ds into memory. Every image must be
 // size×size (CIFAR's 32×32); progress, if not nil, is called after each
-// chunk with the number decoded so far.
+// chunk with the number decoded so far. The set's Source is ds.Name().
 func LoadImages(ds data.Dataset, size, workers int, progress func(done, total int)) (*Images, error) {
 	n := ds.Len()
 	if n == 0 {
 		return nil, fmt.Errorf("pretrain: %s: no images", ds.Name())
 	}
-	s := &Images{Size: size, Classes: ds.Classes(), Pix: make([]uint8, n*3*size*size), Labels: make([]int, n)}
+	s := &Images{Size: size, Classes: ds.Classes(), Pix: make([]uint8, n*3*size*size), Labels: make([]int, n), Source: ds.Name()}
 	const chunk = 1000
 	idx := make([]int, 0, chunk)
 	for lo := 0; lo < n; lo += chunk {

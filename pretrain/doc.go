@@ -24,7 +24,9 @@
 // (weights, Adam moments, step) every CheckpointEvery steps, at the end of
 // every epoch and when its context is cancelled, and resumes from it. All
 // random draws are functions of the seed and the step, so a resumed run
-// computes the same weights, bit for bit, as one never interrupted. After
+// computes the same weights, bit for bit, as one never interrupted. A
+// checkpoint resumes only with the settings (Config) and the training set
+// (DataIdentity: its images, labels and order) it was made with. After
 // each epoch it classifies a test set zero-shot and appends an EpochRecord
 // to log.jsonl.
 package pretrain

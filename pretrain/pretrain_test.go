@@ -2,11 +2,16 @@ package pretrain
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 
 	smat "github.com/nlpodyssey/spago/mat"
@@ -193,6 +198,107 @@ func TestResumeRefusesOtherSettings(t *testing.T) {
 		t.Fatal("a checkpoint of other settings was resumed")
 	}
 	t.Log(err)
+}
+
+// TestResumeRefusesOtherData resumes a run folder on other images: of
+// another number, or as many but others, or the same in another order.
+// The same images read again (another Images, another source) resume.
+func TestResumeRefusesOtherData(t *testing.T) {
+	cfg := tinyConfig()
+	size, k := cfg.Model.Vision.ImageSize, len(cfg.Classes)
+	train := syntheticImages(8, size, k, 1)
+	train.Source = "first/set"
+	dir := t.TempDir()
+	if _, err := Run(context.Background(), cfg, train, RunOptions{Dir: dir, StopAfter: 1}); err != nil {
+		t.Fatal(err)
+	}
+	reordered := syntheticImages(8, size, k, 1)
+	n := 3 * size * size
+	reordered.Pix = append(slices.Clone(train.Pix[n:]), train.Pix[:n]...)
+	reordered.Labels = append(slices.Clone(train.Labels[1:]), train.Labels[0])
+	for _, tc := range []struct {
+		name  string
+		other *Images
+	}{
+		{"fewer images", syntheticImages(4, size, k, 1)},
+		{"other images", syntheticImages(8, size, k, 2)},
+		{"other labels", func() *Images { s := syntheticImages(8, size, k, 1); s.Labels[0] = (s.Labels[0] + 1) % k; return s }()},
+		{"another order", reordered},
+	} {
+		tc.other.Source = "second/set"
+		_, err := Run(context.Background(), cfg, tc.other, RunOptions{Dir: dir})
+		if !errors.Is(err, errDataDiffers) {
+			t.Errorf("%s: error %v, want %v", tc.name, err, errDataDiffers)
+			continue
+		}
+		for _, want := range []string{"8 images", "from first/set", fmt.Sprintf("%d images", tc.other.Len()), "from second/set"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: %q does not say %q", tc.name, err, want)
+			}
+		}
+	}
+	same := syntheticImages(8, size, k, 1)
+	same.Source = "a/copy"
+	tr, err := Run(context.Background(), cfg, same, RunOptions{Dir: dir, StopAfter: 1, Warn: func(m string) { t.Errorf("warning %q", m) }})
+	if err != nil || tr.Step != 2 {
+		t.Fatalf("resuming on the same images: error %v, want step 2", err)
+	}
+}
+
+// TestResumeLegacyCheckpoint resumes a checkpoint that records no
+// training set (as earlier builds wrote them): with a warning, and the
+// next checkpoint records the set.
+func TestResumeLegacyCheckpoint(t *testing.T) {
+	cfg := tinyConfig()
+	train := syntheticImages(8, cfg.Model.Vision.ImageSize, len(cfg.Classes), 1)
+	dir := t.TempDir()
+	if _, err := Run(context.Background(), cfg, train, RunOptions{Dir: dir, StopAfter: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ck := filepath.Join(dir, CheckpointFile)
+	stripDataRecord(t, ck)
+	var warned []string
+	tr, err := Run(context.Background(), cfg, train, RunOptions{Dir: dir, StopAfter: 1, Warn: func(m string) { warned = append(warned, m) }})
+	if err != nil || tr.Step != 2 {
+		t.Fatalf("resuming a checkpoint without a data record: error %v, want step 2", err)
+	}
+	if len(warned) != 1 || !strings.Contains(warned[0], "records no training set") || !strings.Contains(warned[0], "8 images") {
+		t.Errorf("warnings %q", warned)
+	}
+	raw, err := weights.Load(ck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id DataIdentity
+	if err := json.Unmarshal([]byte(raw.Metadata[dataMetadata]), &id); err != nil || !id.Same(train.Identity()) {
+		t.Errorf("the next checkpoint records %q (%v), want %v", raw.Metadata[dataMetadata], err, train.Identity())
+	}
+}
+
+// stripDataRecord rewrites the checkpoint at path without its record of
+// the training set.
+func stripDataRecord(t *testing.T, path string) {
+	t.Helper()
+	raw, err := weights.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := raw.Metadata[dataMetadata]; !ok {
+		t.Fatalf("%s records no training set", path)
+	}
+	meta := maps.Clone(raw.Metadata)
+	delete(meta, dataMetadata)
+	var ts []weights.Tensor
+	for _, name := range raw.Names() {
+		p, err := raw.Param(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts = append(ts, weights.Tensor{Name: name, DType: weights.F32, Shape: p.Shape, Data: p.Data})
+	}
+	if err := weights.WriteFile(path, ts, meta); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestInterruptSavesCheckpoint cancels a run; it must leave a checkpoint

@@ -35,6 +35,10 @@ type RunOptions struct {
 	Progress func(Progress)
 	// Epoch, if not nil, is called with each epoch's record.
 	Epoch func(EpochRecord)
+	// Warn, if not nil, is called with what the caller should be told
+	// but that does not stop the run: that a checkpoint of an earlier
+	// build, which records no training set, is resumed unchecked.
+	Warn func(string)
 }
 
 // Progress describes the run after a step.
@@ -62,7 +66,9 @@ type EpochRecord struct {
 }
 
 // Open returns the trainer of the run in dir: resumed from its checkpoint
-// if there is one (its settings must equal cfg), else new.
+// if there is one (its settings must equal cfg, its training set train),
+// else new. A checkpoint of an earlier build, which records no training
+// set, is resumed without that check (Run warns of it).
 func Open(dir string, cfg Config, train *Images) (*Trainer, error) {
 	t, _, err := open(dir, cfg, train)
 	return t, err
@@ -72,9 +78,12 @@ func open(dir string, cfg Config, train *Images) (*Trainer, progress, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, progress{}, err
 	}
+	if train == nil {
+		return nil, progress{}, errors.New("pretrain: no training images")
+	}
 	ck := filepath.Join(dir, CheckpointFile)
 	if fileExists(ck) {
-		return loadCheckpoint(ck, cfg, train)
+		return loadCheckpoint(ck, cfg, train, train.Identity())
 	}
 	t, err := NewTrainer(cfg, train)
 	return t, progress{}, err
@@ -101,11 +110,15 @@ func Run(ctx context.Context, cfg Config, train *Images, opt RunOptions) (*Train
 	if err != nil {
 		return nil, err
 	}
+	ck := filepath.Join(opt.Dir, CheckpointFile)
+	if pr.legacyData && opt.Warn != nil {
+		opt.Warn(fmt.Sprintf("%s records no training set (an earlier build wrote it): resuming at step %d on %s unchecked; make sure it is the data the run began with (the next checkpoint records it)",
+			ck, t.Step, t.dataIdentity()))
+	}
 	if t.StepsPerEpoch() == 0 {
 		return nil, fmt.Errorf("pretrain: %d images make no batch of %d", train.Len(), cfg.BatchSize)
 	}
 	start, resumed := time.Now(), t.Step
-	ck := filepath.Join(opt.Dir, CheckpointFile)
 	save := func() error {
 		p := pr
 		p.Elapsed += time.Since(start).Seconds()

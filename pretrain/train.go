@@ -41,6 +41,7 @@ type Trainer struct {
 	opt      *optim.Adam[float32] // linear and projection weights (decayed)
 	optPlain *optim.Adam[float32] // everything else
 	train    *Images
+	dataID   DataIdentity // train's, recorded in checkpoints; computed when first needed
 	pre      *data.Preprocessor
 	tok      textenc.ByteTokenizer
 }
@@ -105,6 +106,15 @@ func (t *Trainer) setTrainable(on bool) {
 			p.Value.ZeroGrad()
 		}
 	}
+}
+
+// dataIdentity returns the identity of the training set, computing it
+// once.
+func (t *Trainer) dataIdentity() DataIdentity {
+	if t.dataID.SHA256 == "" {
+		t.dataID = t.train.Identity()
+	}
+	return t.dataID
 }
 
 // StepsPerEpoch is the number of full batches in the training set (the

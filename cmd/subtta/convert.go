@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -25,6 +26,7 @@ type convertOptions struct {
 	modelConfig, arch string
 	random            bool
 	seed              uint64
+	seedGiven         bool // --seed was given (it takes --random)
 
 	stdout, stderr io.Writer
 }
@@ -36,10 +38,14 @@ func newConvertCmd(stdout, stderr io.Writer) *cobra.Command {
 		Use:   "convert SRC DST",
 		Short: "rewrite a checkpoint as OpenAI-named safetensors (fp16/bf16/int8, zstd)",
 		Long: "rewrite a checkpoint as OpenAI-named safetensors (fp16/bf16/int8, zstd)\n\n" +
+			"DST is written whole or not at all (a temporary file beside it, renamed), and may not be SRC or one of its files.\n\n" +
 			"With --random (convert --random --arch ViT-B-32 DST), write a model of that architecture with random weights\n" +
 			"(OpenAI's initialisation) instead: a real model's shapes and cost, for timing eval, embed or serve\n" +
 			"without a checkpoint; its text tower takes the byte-level tokenizer (no vocabulary needed). Its predictions mean nothing.",
-		RunE: func(cmd *cobra.Command, args []string) error { return o.run(args) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.seedGiven = cmd.Flags().Changed("seed")
+			return o.run(args)
+		},
 	}
 	f := c.Flags()
 	f.StringVar(&o.dtype, "dtype", "f32", "storage type of float tensors: f32, f16, bf16, or int8 (the weights --precision int8 quantises stored as it quantises them, per output channel with float32 scales; every other tensor f32)")
@@ -60,6 +66,8 @@ func (o *convertOptions) run(args []string) error {
 		}
 	} else if len(args) != 2 {
 		return usagef("want SRC and DST")
+	} else if o.seedGiven {
+		return usagef("--seed %d needs --random (the seed of its weights): a conversion takes none", o.seed)
 	}
 	var dt weights.DType
 	switch strings.ToLower(o.dtype) {
@@ -81,6 +89,9 @@ func (o *convertOptions) run(args []string) error {
 	if o.random {
 		return o.writeRandom(c, dt, args[0])
 	}
+	if err := checkConvertTarget(args[0], args[1]); err != nil {
+		return err
+	}
 	cfg, err := weights.Convert(args[0], args[1], weights.ConvertOptions{DType: dt, Zstd: o.zstd, Config: c})
 	if err != nil {
 		return err
@@ -95,6 +106,44 @@ func (o *convertOptions) run(args []string) error {
 	}
 	fmt.Fprintf(o.stdout, "wrote %s (%s; vision %d×%d, patch %d; text %d×%d; embed %d)\n", args[1], stored,
 		cfg.Vision.Layers, cfg.Vision.Width, cfg.Vision.PatchSize, cfg.Text.Layers, cfg.Text.Width, cfg.EmbedDim)
+	return nil
+}
+
+// checkConvertTarget refuses a DST that would replace SRC: the same file
+// under any spelling or link, or, when SRC is a folder, one of its files
+// (its model.safetensors, a shard, ...). The output is written to a
+// temporary file renamed over DST once complete (weights.WriteFile), so
+// that an interrupted conversion leaves DST as it was; only this check
+// keeps it from replacing the source.
+func checkConvertTarget(src, dst string) error {
+	sd, err := os.Stat(dst)
+	if err != nil {
+		return nil // nothing there to lose; errors other than absence show when DST is written
+	}
+	ss, err := os.Stat(src)
+	if err != nil {
+		return nil // weights.Convert says why SRC cannot be read
+	}
+	if os.SameFile(ss, sd) {
+		return usagef("DST %s is SRC %s: write the conversion to another file", dst, src)
+	}
+	if !ss.IsDir() || sd.IsDir() {
+		return nil
+	}
+	var found string
+	filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		if st, err := os.Stat(path); err == nil && os.SameFile(st, sd) {
+			found = path
+			return filepath.SkipAll
+		}
+		return nil
+	})
+	if found != "" {
+		return usagef("DST %s is %s, a file of SRC %s: write the conversion to another file", dst, found, src)
+	}
 	return nil
 }
 

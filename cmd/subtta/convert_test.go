@@ -319,3 +319,41 @@ func TestConvertInt8Errors(t *testing.T) {
 		t.Errorf("NaN weight: status %d, stderr %q; want 1 and the tensor %s named", st, errb.String(), bad)
 	}
 }
+
+// TestConvertRefusesSource: a DST that is SRC, under another spelling,
+// through a link either way or as a file of a SRC folder, is refused and
+// SRC is left as it was; --seed without --random is a usage error.
+func TestConvertRefusesSource(t *testing.T) {
+	dir := t.TempDir()
+	model := filepath.Join(dir, "model.safetensors.zst")
+	if err := os.WriteFile(model, builtin.ModelBytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.safetensors.zst")
+	if err := os.Symlink("model.safetensors.zst", link); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ src, dst, stderr string }{
+		{model, model, "is SRC"},
+		{model, dir + "/./sub/../model.safetensors.zst", "is SRC"},
+		{model, link, "is SRC"},
+		{link, model, "is SRC"},
+		{dir, model, "a file of SRC " + dir},
+	} {
+		var out, errb bytes.Buffer
+		if st := run([]string{"convert", "--dtype", "int8", c.src, c.dst}, &out, &errb); st != 2 || !strings.Contains(errb.String(), c.stderr) ||
+			!strings.Contains(errb.String(), "write the conversion to another file") {
+			t.Errorf("convert %s %s: status %d, stderr %q; want 2 and %q", c.src, c.dst, st, errb.String(), c.stderr)
+		}
+		if b, err := os.ReadFile(model); err != nil || !bytes.Equal(b, builtin.ModelBytes()) {
+			t.Fatalf("convert %s %s changed the source (%v)", c.src, c.dst, err)
+		}
+	}
+	var out, errb bytes.Buffer
+	if st := run([]string{"convert", "--seed", "5", model, filepath.Join(dir, "other.safetensors")}, &out, &errb); st != 2 || !strings.Contains(errb.String(), "--seed 5 needs --random") {
+		t.Errorf("--seed without --random: status %d, stderr %q", st, errb.String())
+	}
+}

@@ -60,7 +60,7 @@ func newTrainCmd(stdout, stderr io.Writer) *cobra.Command {
 	configFlags(f, stdout)
 	f.StringVar(&o.trainPath, "data", "", "CIFAR-10 training set: the official binaries (.tar.gz or folder), or an image folder (folder, .tar, .tar.gz) with one folder per class")
 	f.StringVar(&o.testPath, "test", "", "CIFAR-10 test set in the same forms, classified zero-shot after every epoch (optional)")
-	f.StringVar(&o.out, "out", "subtta-train", "run folder: checkpoint, model, log.jsonl; an interrupted run resumes there")
+	f.StringVar(&o.out, "out", "subtta-train", "run folder: checkpoint, model, log.jsonl; an interrupted run resumes there (with the same settings and --data only)")
 	f.IntVar(&o.epochs, "epochs", def.Epochs, "epochs")
 	f.IntVar(&o.batch, "batch-size", def.BatchSize, "images per step")
 	f.Float64Var(&o.lr, "lr", def.LR, "peak learning rate (AdamW)")
@@ -71,9 +71,9 @@ func newTrainCmd(stdout, stderr io.Writer) *cobra.Command {
 	f.IntVar(&o.visionLayers, "vision-layers", def.Model.Vision.Layers, "blocks of the image tower")
 	f.IntVar(&o.textLayers, "text-layers", def.Model.Text.Layers, "blocks of the text tower")
 	f.IntVar(&o.heads, "heads", def.Model.Vision.Heads, "attention heads of both towers")
-	f.IntVar(&o.evalLimit, "eval-limit", 0, "classify only the first N test images after each epoch (0: all)")
+	f.IntVar(&o.evalLimit, "eval-limit", 0, "with --test: classify only its first N images after each epoch (0: all)")
 	f.IntVar(&o.every, "checkpoint-every", 100, "also write a checkpoint every N steps (0: at the end of each epoch only)")
-	f.StringVar(&o.final, "export", "", "when training ends, also write the model here (.safetensors, or .safetensors.zst for zstd)")
+	f.StringVar(&o.final, "export", "", "when training ends, also write the model here (.safetensors, or .safetensors.zst for zstd); its folder is checked before the training starts")
 	f.BoolVar(&o.plot, "plot", false, "write OUT/accuracy.png, the test accuracy and training loss per epoch")
 	f.BoolVar(&o.quiet, "quiet", false, "no progress bar")
 	addDeviceFlags(f, &o.device)
@@ -112,6 +112,15 @@ func (o *trainOptions) run(args []string) error {
 			return usagef("--%s %d: want 0 or more", c.name, c.v)
 		}
 	}
+	if o.evalLimit > 0 && o.testPath == "" {
+		return usagef("--eval-limit %d needs --test (the set it limits)", o.evalLimit)
+	}
+	if o.final != "" {
+		// Checked now, not after the training.
+		if err := checkExportPath(o.final, o.out); err != nil {
+			return err
+		}
+	}
 	cfg := pretrain.DefaultConfig(data.CIFAR10Classes, data.CIFAR10Templates)
 	cfg.Epochs, cfg.BatchSize, cfg.LR, cfg.WarmupSteps, cfg.WeightDecay, cfg.Seed = o.epochs, o.batch, o.lr, o.warmup, o.wd, o.seed
 	cfg.MinLR = min(cfg.MinLR, cfg.LR)
@@ -128,6 +137,7 @@ func (o *trainOptions) run(args []string) error {
 	if err != nil {
 		return err
 	}
+	train.Source = o.trainPath // named in the checkpoint's record of the set
 	if len(train.Classes) != len(cfg.Classes) {
 		return fmt.Errorf("%s: %d classes, want CIFAR-10's %d", o.trainPath, len(train.Classes), len(cfg.Classes))
 	}
@@ -143,6 +153,7 @@ func (o *trainOptions) run(args []string) error {
 	var bar *progressBar
 	started := time.Now()
 	opt := pretrain.RunOptions{Dir: o.out, Test: test, EvalLimit: o.evalLimit, CheckpointEvery: o.every}
+	opt.Warn = func(msg string) { fmt.Fprintf(o.stderr, "warning: %s\n", msg) }
 	opt.Progress = func(p pretrain.Progress) {
 		if o.quiet {
 			return
@@ -190,6 +201,56 @@ func (o *trainOptions) run(args []string) error {
 	}
 	fmt.Fprintf(o.stdout, "trained %d steps; model in %s\n", t.Step, filepath.Join(o.out, pretrain.ModelFile))
 	return nil
+}
+
+// checkExportPath reports why the model could not be written to path
+// (--export) when the training ends: a folder, a folder that does not
+// exist or cannot be written, or a file of the run folder out. A file
+// in out itself passes: out is made before the training starts.
+func checkExportPath(path, out string) error {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return usagef("--export %s is a folder: give a file name (.safetensors, or .safetensors.zst)", path)
+	}
+	for _, name := range []string{pretrain.CheckpointFile, pretrain.LogFile} {
+		if samePath(path, filepath.Join(out, name)) {
+			return usagef("--export %s is the run's %s: give another file", path, name)
+		}
+	}
+	dir := filepath.Dir(path)
+	if samePath(dir, out) {
+		return nil // the run folder, made (or refused) before the training starts
+	}
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("--export %s: folder %s does not exist", path, dir)
+	case err != nil:
+		return fmt.Errorf("--export %s: %w", path, err)
+	case !st.IsDir():
+		return fmt.Errorf("--export %s: %s is not a folder", path, dir)
+	}
+	// A file made and removed where the model will be written (as
+	// weights.WriteFile does) finds a folder that cannot be written.
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".check*")
+	if err != nil {
+		return fmt.Errorf("--export %s: the model cannot be written there: %w", path, err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}
+
+// samePath reports whether paths a and b name the same file: the same
+// file if both exist (through links or other spellings), else the same
+// absolute path.
+func samePath(a, b string) bool {
+	sa, errA := os.Stat(a)
+	sb, errB := os.Stat(b)
+	if errA == nil && errB == nil {
+		return os.SameFile(sa, sb)
+	}
+	aa, errA := filepath.Abs(a)
+	ab, errB := filepath.Abs(b)
+	return errA == nil && errB == nil && aa == ab
 }
 
 // loadImageSet reads a CIFAR-style set into memory: the official binaries

@@ -125,3 +125,71 @@ func TestTrainRecordsLabels(t *testing.T) {
 		t.Errorf("classify of a model without classes: status %d, stderr %q", st, errb.String())
 	}
 }
+
+// TestTrainFlagErrors: flags that cannot work are refused before the
+// training set is read or the run folder made, not after the training.
+func TestTrainFlagErrors(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run0 := filepath.Join(dir, "run")
+	for _, tc := range []struct {
+		args   []string
+		status int
+		stderr string
+	}{
+		{[]string{"--eval-limit", "5"}, 2, "--eval-limit 5 needs --test"},
+		{[]string{"--export", dir}, 2, "--export " + dir + " is a folder: give a file name"},
+		{[]string{"--export", filepath.Join(dir, "none", "m.safetensors")}, 1, "folder " + filepath.Join(dir, "none") + " does not exist"},
+		{[]string{"--export", filepath.Join(file, "m.safetensors")}, 1, file + " is not a folder"},
+		{[]string{"--export", filepath.Join(run0, "checkpoint.safetensors")}, 2, "is the run's checkpoint.safetensors"},
+		{[]string{"--export", dir + "/./run/log.jsonl"}, 2, "is the run's log.jsonl"},
+	} {
+		args := append([]string{"train", "--data", builtinImages(t), "--epochs", "1", "--width", "32", "--vision-layers", "1",
+			"--text-layers", "1", "--heads", "2", "--batch-size", "1000", "--out", run0, "--quiet"}, tc.args...)
+		var out, errb bytes.Buffer
+		if st := run(args, &out, &errb); st != tc.status || !strings.Contains(errb.String(), tc.stderr) {
+			t.Errorf("train %q: status %d, stderr %q; want %d and %q", tc.args, st, errb.String(), tc.status, tc.stderr)
+		}
+		if _, err := os.Stat(run0); err == nil {
+			t.Errorf("train %q made the run folder before failing", tc.args)
+			os.RemoveAll(run0)
+		}
+	}
+}
+
+// TestTrainResumeOtherData: a run folder resumes on the same images read
+// from another form (the archive extracted), and refuses other images,
+// naming both sets.
+func TestTrainResumeOtherData(t *testing.T) {
+	dir := t.TempDir()
+	archive := extractBuiltin(t, dir)
+	folder := filepath.Join(dir, "test")
+	train := func(data string) (int, string) {
+		var out, errb bytes.Buffer
+		st := run([]string{"train", "--data", data, "--epochs", "1", "--width", "32", "--vision-layers", "1", "--text-layers", "1",
+			"--heads", "2", "--batch-size", "1000", "--out", filepath.Join(dir, "run"), "--quiet"}, &out, &errb)
+		return st, errb.String()
+	}
+	if st, stderr := train(archive); st != 0 {
+		t.Fatalf("train: status %d: %s", st, stderr)
+	}
+	if st, stderr := train(folder); st != 0 {
+		t.Fatalf("the same images as a folder: status %d: %s", st, stderr)
+	}
+	cats, err := filepath.Glob(filepath.Join(folder, "cat", "*"))
+	if err != nil || len(cats) == 0 {
+		t.Fatalf("no cat in %s: %v", folder, err)
+	}
+	if err := os.Remove(cats[0]); err != nil {
+		t.Fatal(err)
+	}
+	st, stderr := train(folder)
+	for _, want := range []string{"made on other training data", "2000 images", "from " + archive, "1999 images", "from " + folder} {
+		if st != 1 || !strings.Contains(stderr, want) {
+			t.Errorf("one image fewer: status %d, stderr %q; want 1 and %q", st, stderr, want)
+		}
+	}
+}
