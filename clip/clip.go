@@ -41,7 +41,17 @@ type Options struct {
 	// with the checkpoint or read off its tensor shapes (which takes
 	// OpenAI's heads = width/64); it is validated against the tensors.
 	Config *weights.CLIPConfig
+	// StoredWins makes Config only fill in what the checkpoint does not
+	// store: where the checkpoint stores an architecture, a Config other
+	// than it is ErrArchDiffers (Create sets this: a user's architecture
+	// is for checkpoints without one, and one that contradicts the
+	// checkpoint's is more likely a mistake than a fix).
+	StoredWins bool
 }
+
+// ErrArchDiffers: Options.StoredWins is set and Options.Config is not the
+// architecture the checkpoint stores.
+var ErrArchDiffers = errors.New("the checkpoint stores another architecture")
 
 // Load reads a CLIP checkpoint in any supported format and layout (see
 // weights.LoadCLIP) and builds both towers.
@@ -53,12 +63,25 @@ func Load(path string, opt Options) (*Model, error) {
 	if opt.Config != nil {
 		c := *opt.Config
 		c.HasLogitScale = s.Has("logit_scale")
+		c.Inferred = false
+		if opt.StoredWins && !cfg.Inferred && c != *cfg {
+			return nil, fmt.Errorf("%w: %s stores %s; given %s", ErrArchDiffers, path, archSummary(cfg), archSummary(&c))
+		}
 		if err := c.Validate(s); err != nil {
 			return nil, err
 		}
 		cfg = &c
 	}
 	return New(s, cfg, opt)
+}
+
+// archSummary describes c in a line: the fields an architecture given by
+// hand most often gets wrong.
+func archSummary(c *weights.CLIPConfig) string {
+	return fmt.Sprintf("vision %d×%d (%d heads, MLP %d, patch %d, %d px), text %d×%d (%d heads, MLP %d, context %d, vocabulary %d), embed %d, %s, LayerNorm eps %g",
+		c.Vision.Layers, c.Vision.Width, c.Vision.Heads, c.Vision.MLPWidth, c.Vision.PatchSize, c.Vision.ImageSize,
+		c.Text.Layers, c.Text.Width, c.Text.Heads, c.Text.MLPWidth, c.Text.ContextLength, c.Text.VocabSize,
+		c.EmbedDim, c.Activation, c.LayerNormEps)
 }
 
 // New builds a model from a state in OpenAI names and its configuration.
@@ -94,6 +117,10 @@ func New(s *weights.State, cfg *weights.CLIPConfig, opt Options) (*Model, error)
 			return nil, fmt.Errorf("clip: %w", err)
 		}
 		m.LogitScale = math.Exp(float64(ls))
+		if math.IsInf(m.LogitScale, 0) {
+			// Every logit would be ±Inf and every probability NaN.
+			return nil, fmt.Errorf("clip: logit_scale %g: its exponential, the logits' scale, overflows", ls)
+		}
 	}
 	return m, nil
 }

@@ -133,7 +133,7 @@ func Create(s Spec) (*Bundle, error) {
 	if err != nil {
 		return nil, err
 	}
-	opt := Options{Float64: s.Float64, Config: arch}
+	opt := Options{Float64: s.Float64, Config: arch, StoredWins: true}
 	var m *Model
 	if load, ok := registered(s.Model); ok {
 		if arch != nil {
@@ -142,7 +142,13 @@ func Create(s Spec) (*Bundle, error) {
 		if m, err = load(opt); err != nil {
 			return nil, fmt.Errorf("clip: model %s: %w", s.Model, err)
 		}
-	} else if m, err = Load(s.Model, opt); err != nil {
+	} else if m, err = Load(s.Model, opt); errors.Is(err, ErrArchDiffers) {
+		field := "Arch"
+		if s.ModelConfig != "" {
+			field = "ModelConfig"
+		}
+		return nil, &SpecError{field, err}
+	} else if err != nil {
 		return nil, err
 	}
 	pre, err := m.Preprocessor()

@@ -231,3 +231,102 @@ func TestSpecTokenizer(t *testing.T) {
 		t.Errorf("Bundle.Tokenizer twice: %v, %v, same %v, %d FindVocab calls", err1, err2, t1 == t2, calls)
 	}
 }
+
+// TestCreateStoredArch: an architecture given for a checkpoint that stores
+// one must be that one (ErrArchDiffers, a SpecError of the field that gave
+// it); for a checkpoint that stores none it is the architecture.
+func TestCreateStoredArch(t *testing.T) {
+	const rel = "fixtures/clip-tiny.openai.safetensors"
+	stored := fixture.Path(t, rel)
+	s, cfg, err := weights.LoadCLIP(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Inferred {
+		t.Skipf("%s stores no architecture", rel)
+	}
+	dir := t.TempDir()
+	bare := filepath.Join(dir, "bare.safetensors")
+	if err := weights.WriteFile(bare, s.Tensors(weights.F32), nil); err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, c weights.CLIPConfig) string {
+		b, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	same := write("same.json", *cfg)
+	// Another head count the tensors allow: the tensors cannot tell it
+	// from the stored one, only the stored configuration can.
+	other := *cfg
+	other.Vision.Heads = 1
+	if cfg.Vision.Heads == 1 {
+		other.Vision.Heads = cfg.Vision.Width
+	}
+	otherPath := write("other.json", other)
+	for _, tc := range []struct {
+		name  string
+		spec  Spec
+		heads int   // vision heads built
+		is    error // the error, when not nil
+	}{
+		{"stored, none given", Spec{Model: stored}, cfg.Vision.Heads, nil},
+		{"stored, the same given", Spec{Model: stored, ModelConfig: same}, cfg.Vision.Heads, nil},
+		{"stored, another given", Spec{Model: stored, ModelConfig: otherPath}, 0, ErrArchDiffers},
+		{"none stored, another given", Spec{Model: bare, ModelConfig: otherPath}, other.Vision.Heads, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := Create(tc.spec)
+			if tc.is != nil {
+				var se *SpecError
+				if !errors.Is(err, tc.is) || !errors.As(err, &se) || se.Field != "ModelConfig" {
+					t.Fatalf("Create: %v, want %v in a SpecError of ModelConfig", err, tc.is)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := b.Model.Config.Vision.Heads; got != tc.heads {
+				t.Errorf("%d vision heads, want %d", got, tc.heads)
+			}
+		})
+	}
+}
+
+// TestLogitScaleOverflow: a logit_scale whose exponential overflows (every
+// probability would be NaN) is refused at load; a large finite one is not.
+func TestLogitScaleOverflow(t *testing.T) {
+	const rel = "fixtures/clip-tiny.openai.safetensors"
+	s, cfg, err := weights.LoadCLIP(fixture.Path(t, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.HasLogitScale {
+		t.Skipf("%s has no logit_scale", rel)
+	}
+	for _, tc := range []struct {
+		value float32
+		ok    bool
+	}{{80, true}, {1000, false}} {
+		p, err := s.Param("logit_scale")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Data[0] = tc.value
+		path := filepath.Join(t.TempDir(), "m.safetensors")
+		if err := weights.WriteFile(path, s.Tensors(weights.F32), nil); err != nil {
+			t.Fatal(err)
+		}
+		_, err = Load(path, Options{Config: cfg})
+		if (err == nil) != tc.ok {
+			t.Errorf("logit_scale %g: Load error %v, want error: %v", tc.value, err, !tc.ok)
+		}
+	}
+}

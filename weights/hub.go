@@ -159,6 +159,9 @@ func (h *Hub) Pull(ctx context.Context, repo string, files []RemoteFile, cacheDi
 	if err := checkRelPath(repo); err != nil || strings.Count(repo, "/") > 1 {
 		return nil, fmt.Errorf("weights: pull: bad repository name %q", repo)
 	}
+	if err := h.checkBaseURL(); err != nil {
+		return nil, err
+	}
 	var paths []string
 	for _, f := range files {
 		if err := checkRelPath(f.Name); err != nil {
@@ -171,6 +174,24 @@ func (h *Hub) Pull(ctx context.Context, repo string, files []RemoteFile, cacheDi
 		paths = append(paths, p)
 	}
 	return paths, nil
+}
+
+// ErrHubURL is wrapped by Pull's error when Hub.BaseURL is not an http or
+// https URL with a host.
+var ErrHubURL = errors.New("the hub's address is not an http:// or https:// URL")
+
+// checkBaseURL refuses a BaseURL that no request could reach, which would
+// otherwise fail every retry with the HTTP client's words for it. It
+// names $HF_ENDPOINT, where HubFromEnv takes the address from.
+func (h *Hub) checkBaseURL() error {
+	if h.BaseURL == "" {
+		return nil
+	}
+	u, err := url.Parse(h.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("weights: pull: %q (Hub.BaseURL, $HF_ENDPOINT): %w", h.BaseURL, ErrHubURL)
+	}
+	return nil
 }
 
 // checkRelPath rejects names that could escape the cache directory.

@@ -226,6 +226,18 @@ func TestPullRejects(t *testing.T) {
 	}
 }
 
+// TestPullBadBaseURL: an address no request could reach ($HF_ENDPOINT
+// mistyped) is refused before any request, naming it, not retried.
+func TestPullBadBaseURL(t *testing.T) {
+	for _, base := range []string{"not-a-url", "ftp://mirror.example/", "https://", "://x"} {
+		hub := &Hub{BaseURL: base, Retry: fastRetry}
+		_, err := hub.Pull(context.Background(), "org/tiny", []RemoteFile{{Name: "config.json"}}, t.TempDir(), nil)
+		if !errors.Is(err, ErrHubURL) || !strings.Contains(err.Error(), "HF_ENDPOINT") {
+			t.Errorf("BaseURL %q: %v, want ErrHubURL naming HF_ENDPOINT", base, err)
+		}
+	}
+}
+
 // fastRetry retries at once, for tests.
 var fastRetry = Retry{Initial: time.Millisecond, Max: 2 * time.Millisecond}
 

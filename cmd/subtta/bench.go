@@ -38,6 +38,7 @@ var benchViewMethods = []string{"vte", "zero", "dmn", "sts"}
 type benchOptions struct {
 	batch, reps, classes   int
 	only                   string
+	onlyGiven              bool // whether --only was given
 	cpuProfile, memProfile string
 	model                  modelOptions
 	precision              precisionFlag
@@ -54,7 +55,13 @@ func newBenchCmd(stdout, stderr io.Writer) *cobra.Command {
 		Use:   "bench",
 		Short: summary,
 		Long:  summary + "\n\nWith --precision bf16 or int8, the forward pass is timed in it too, beside fp32 in the same run (the ratio is printed).",
-		RunE:  func(cmd *cobra.Command, args []string) error { return o.run(args) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("batch") && cmd.Flags().Changed("batch-size") {
+				return usagef("--batch and --batch-size are the same setting: give one")
+			}
+			o.onlyGiven = cmd.Flags().Changed("only")
+			return o.run(args)
+		},
 	}
 	f := c.Flags()
 	f.IntVar(&o.batch, "batch-size", 64, "images per batch")
@@ -99,7 +106,30 @@ func (o *benchOptions) run(args []string) error {
 		if !slices.Contains(benchNames, name) && !slices.Contains(benchViewMethods, name) {
 			return usagef("--only: unknown measurement %q (want %s)", name, strings.Join(append(slices.Clone(benchNames), benchViewMethods...), ", "))
 		}
+		if selected[name] {
+			return usagef("--only: %q is given twice", name)
+		}
 		selected[name] = true
+	}
+	if o.onlyGiven && len(selected) == 0 {
+		return usagef("--only %q: no measurement (leave the flag out for all of them)", o.only)
+	}
+	// The profiles' files are created before the measurements, so that a
+	// path that cannot be written fails at once rather than after them.
+	var cpuProf, memProf *os.File
+	for _, p := range []struct {
+		flag, path string
+		f          **os.File
+	}{{"cpuprofile", o.cpuProfile, &cpuProf}, {"memprofile", o.memProfile, &memProf}} {
+		if p.path == "" {
+			continue
+		}
+		f, err := os.Create(p.path)
+		if err != nil {
+			return usagef("--%s: %v", p.flag, err)
+		}
+		defer f.Close()
+		*p.f = f
 	}
 	if o.memProfile != "" {
 		runtime.MemProfileRate = 64 << 10
@@ -133,19 +163,14 @@ func (o *benchOptions) run(args []string) error {
 	fmt.Fprintf(o.stdout, "%s, batch %d, %s\n", name, o.batch, where)
 	profiling := false
 	startProfile := func() error {
-		if o.cpuProfile == "" || profiling {
+		if cpuProf == nil || profiling {
 			return nil
 		}
-		f, err := os.Create(o.cpuProfile)
-		if err != nil {
-			return err
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			f.Close()
+		if err := pprof.StartCPUProfile(cpuProf); err != nil {
 			return fmt.Errorf("bench: --cpuprofile: %w", err)
 		}
 		profiling = true
-		stopProfile = func() { pprof.StopCPUProfile(); f.Close() }
+		stopProfile = pprof.StopCPUProfile
 		return nil
 	}
 	defer func() { stopProfile() }()
@@ -219,14 +244,12 @@ func (o *benchOptions) run(args []string) error {
 		fmt.Fprintln(o.stdout, line)
 	}
 	fmt.Fprintf(o.stdout, "peak resident memory: %s\n", peakRSS())
-	if o.memProfile != "" {
-		f, err := os.Create(o.memProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
+	if memProf != nil {
 		runtime.GC() // the profile is as of the last completed collection
-		if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		if err := pprof.Lookup("allocs").WriteTo(memProf, 0); err != nil {
+			return fmt.Errorf("bench: --memprofile: %w", err)
+		}
+		if err := memProf.Close(); err != nil {
 			return fmt.Errorf("bench: --memprofile: %w", err)
 		}
 	}

@@ -52,7 +52,7 @@ func addBulkFlags(fs *pflag.FlagSet, texts bool, outHelp string) *bulkFlags {
 		batch:  fs.Int("batch-size", 64, "images (or texts) per forward pass with --images or --texts"),
 	}
 	if texts {
-		b.texts = fs.String("texts", "", "many texts at once: a file of one text a line")
+		b.texts = fs.String("texts", "", "many texts at once: a file of one text a line (blank lines skipped)")
 	}
 	return b
 }
@@ -60,6 +60,21 @@ func addBulkFlags(fs *pflag.FlagSet, texts bool, outHelp string) *bulkFlags {
 // given reports whether the bulk form was asked for.
 func (b *bulkFlags) given() bool {
 	return *b.images != "" || (b.texts != nil && *b.texts != "")
+}
+
+// checkUnused refuses the bulk form's own flags (--out, --batch-size) in
+// a run without --images or --texts, where nothing would read them.
+func (b *bulkFlags) checkUnused(fs *pflag.FlagSet) error {
+	bulk := "--images"
+	if b.texts != nil {
+		bulk += " or --texts"
+	}
+	for _, name := range []string{"out", "batch-size"} {
+		if fs.Changed(name) {
+			return usagef("--%s is for %s (without them the results are printed)", name, bulk)
+		}
+	}
+	return nil
 }
 
 // check validates the flags of the bulk form.
@@ -326,14 +341,27 @@ func bulkEmbed(bf *bulkFlags, b *clip.Bundle, model string, prec kernel.Choice, 
 			return usagef("--texts: %v", err)
 		}
 		var texts []string
-		for _, l := range strings.Split(strings.ReplaceAll(string(raw), "\r\n", "\n"), "\n") {
+		blank := 0
+		lines := strings.Split(strings.TrimSuffix(strings.ReplaceAll(string(raw), "\r\n", "\n"), "\n"), "\n")
+		for _, l := range lines {
 			if strings.TrimSpace(l) != "" {
 				texts = append(texts, l)
+			} else {
+				blank++
 			}
 		}
 		if len(texts) == 0 {
 			return usagef("--texts %s: no text", *bf.texts)
 		}
+		if blank > 0 {
+			// The rows then no longer follow the file's line numbers.
+			fmt.Fprintf(stderr, "note: --texts %s: %d blank lines skipped: row i of texts.npy is the text on line i of texts.jsonl\n", *bf.texts, blank)
+		}
+		tok, err := b.Tokenizer()
+		if err != nil {
+			return err
+		}
+		warnCut(stderr, tok, texts, b.Model.Config.Text.ContextLength)
 		f, err := embedfile.Open(*bf.out, "texts", embedfile.Settings{Model: id, Precision: withDevicePrecision(prec), Normalize: normalize, BatchSize: *bf.batch, Rows: len(texts), Dim: dim})
 		if err != nil {
 			return err

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/builtin"
@@ -153,19 +154,35 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// progressPrinter reports download progress on one line of stderr.
+// progressPrinter reports download progress on one line of stderr, or,
+// where w is not a terminal (a log), as a line every
+// progressLogInterval and one at the end.
 func progressPrinter(w io.Writer) func(weights.Progress) {
+	terminal := isTerminal(w)
+	var last time.Time
 	return func(p weights.Progress) {
+		done := p.Total > 0 && p.Done == p.Total
+		if !terminal && !p.Skipped && !done {
+			now := time.Now()
+			if now.Sub(last) < progressLogInterval {
+				return
+			}
+			last = now
+		}
+		cr, nl := "\r", ""
+		if !terminal {
+			cr, nl = "", "\n"
+		}
 		switch {
 		case p.Skipped:
 			fmt.Fprintf(w, "%s: cached\n", p.File)
 		case p.Total > 0:
-			fmt.Fprintf(w, "\r%s: %5.1f%% of %s", p.File, 100*float64(p.Done)/float64(p.Total), humanBytes(p.Total))
-			if p.Done == p.Total {
+			fmt.Fprintf(w, "%s%s: %5.1f%% of %s%s", cr, p.File, 100*float64(p.Done)/float64(p.Total), humanBytes(p.Total), nl)
+			if done && terminal {
 				fmt.Fprintln(w)
 			}
 		default:
-			fmt.Fprintf(w, "\r%s: %s", p.File, humanBytes(p.Done))
+			fmt.Fprintf(w, "%s%s: %s%s", cr, p.File, humanBytes(p.Done), nl)
 		}
 	}
 }

@@ -61,7 +61,7 @@ func configFlags(f *pflag.FlagSet, stdout io.Writer) *configFile {
 
 // newConfigFile is the value of a --config flag printing to stdout.
 func newConfigFile(stdout io.Writer) *configFile {
-	return &configFile{stdout: stdout, opt: flagfile.Options{Skip: []string{"config", "print-config"}},
+	return &configFile{stdout: stdout, opt: flagfile.Options{Skip: []string{"config", "print-config", "help"}},
 		own: func([]byte) ([]byte, bool) { return nil, false }}
 }
 
@@ -99,7 +99,7 @@ func (c *configFile) read(fs flagfile.FlagSet) error {
 		return nil
 	}
 	if c.isOwn {
-		return usagef("--print-config: %s is a results folder's file, which only eval reads; give a file of flags", c.path)
+		return usagef("--print-config: %s is a results folder's file, whose \"config\" member eval --config reads as it is; --print-config prints only files of flags: leave it out to run that configuration", c.path)
 	}
 	header := fmt.Sprintf("subtta %s: the flags it runs with (--config, command line, defaults); run it with\n"+
 		"subtta %s --config FILE. A key left out, or set to its flag's default, keeps the default.", fs.Name(), fs.Name())

@@ -61,7 +61,14 @@ func newEmbedCmd(stdout, stderr io.Writer) *cobra.Command {
 		Use:   "embed",
 		Short: summary,
 		Long:  summary,
-		RunE:  func(cmd *cobra.Command, args []string) error { return o.run(args) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !o.bulk.given() {
+				if err := o.bulk.checkUnused(cmd.Flags()); err != nil {
+					return err
+				}
+			}
+			return o.run(args)
+		},
 	}
 	f := c.Flags()
 	configFlags(f, stdout)
@@ -128,6 +135,7 @@ func (o *embedOptions) run(args []string) error {
 		if err != nil {
 			return err
 		}
+		warnCut(o.stderr, tok, o.texts, m.Config.Text.ContextLength)
 		ids := make([][]int, len(o.texts))
 		for i, t := range o.texts {
 			if ids[i], err = tok.Tokenize(t, m.Config.Text.ContextLength, true); err != nil {
@@ -191,7 +199,18 @@ func newClassifyCmd(stdout, stderr io.Writer) *cobra.Command {
 		Short: summary,
 		Long:  summary,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.labelsGiven = cmd.Flags().Changed("labels")
+			fs := cmd.Flags()
+			o.labelsGiven = fs.Changed("labels")
+			if fs.Changed("template") && strings.TrimSpace(o.template) == "" {
+				return usagef("--template %q: no template (leave the flag out for the default)", o.template)
+			}
+			if o.bulk.given() {
+				if o.jsonOut {
+					return usagef("--json is for images given as arguments: with --images, --out's extension (.csv or .jsonl) chooses the format")
+				}
+			} else if err := o.bulk.checkUnused(fs); err != nil {
+				return err
+			}
 			return o.run(args)
 		},
 	}

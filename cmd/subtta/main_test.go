@@ -58,6 +58,17 @@ func TestRunExitCodes(t *testing.T) {
 		{[]string{"serve", "--precision", "int16"}, 2, `--precision "int16"`},
 		{[]string{"classify", "--labels", "cat,dog,cat", "x.png"}, 2, `"cat" is given twice`},
 		{[]string{"version", "now"}, 2, "version takes no arguments"},
+		{[]string{"completion", "bsh"}, 2, `unknown command "bsh"`},
+		// A flag that would be ignored is refused.
+		{[]string{"bench", "--batch", "8", "--batch-size", "4"}, 2, "--batch and --batch-size are the same setting"},
+		{[]string{"bench", "--only", ""}, 2, `--only "": no measurement`},
+		{[]string{"bench", "--only", "forward,forward"}, 2, `--only: "forward" is given twice`},
+		{[]string{"bench", "--cpuprofile", os.TempDir()}, 2, "--cpuprofile: "},
+		{[]string{"classify", "--out", "x.csv", "x.png"}, 2, "--out is for --images"},
+		{[]string{"classify", "--batch-size", "8", "x.png"}, 2, "--batch-size is for --images"},
+		{[]string{"classify", "--json", "--images", "d", "--out", "x.csv"}, 2, "--json is for images given as arguments"},
+		{[]string{"classify", "--template", " ", "x.png"}, 2, `--template " ": no template`},
+		{[]string{"embed", "--out", "d", "--text", "a"}, 2, "--out is for --images or --texts"},
 		// A list flag given empty is an error, not the default.
 		{[]string{"classify", "--labels", ",,,", "x.png"}, 2, `--labels ",,,": no label`},
 		{[]string{"classify", "--labels", "", "x.png"}, 2, `--labels "": no label`},

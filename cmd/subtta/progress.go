@@ -51,10 +51,14 @@ type progressBar struct {
 	methodsLeft             int
 }
 
+// progressLogInterval is how often progress is written where it is not
+// drawn on a terminal (a log file, a pipe).
+const progressLogInterval = 5 * time.Second
+
 // newProgress starts a bar for total items of work, labelled label.
 func newProgress(w io.Writer, label string, total int) *progressBar {
 	p := &progressBar{w: w, label: label, total: total, start: time.Now(), terminal: isTerminal(w), width: 24, drawn: -1}
-	p.every = 5 * time.Second
+	p.every = progressLogInterval
 	if p.terminal {
 		p.every = 100 * time.Millisecond
 	}

@@ -123,6 +123,14 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		parent.AddCommand(c)
 		byName[name] = c
 	}
+	// cobra's completion command prints its help, successfully, when
+	// given a shell it does not know ("completion bsh"): built here
+	// rather than at Execute, it runs its help only without arguments, so
+	// that an unknown shell is the usage error of an unknown command.
+	root.InitDefaultCompletionCmd()
+	if comp, _, err := root.Find([]string{"completion"}); err == nil && comp != root && comp.RunE == nil && comp.Run == nil {
+		comp.RunE = func(c *cobra.Command, args []string) error { return c.Help() }
+	}
 	return root
 }
 

@@ -87,13 +87,25 @@ func tokenizeTokenizer(vocab string, stderr io.Writer) (textenc.Tokenizer, error
 	return t, nil
 }
 
+// warnCutShown is how many cut texts warnCut names one by one; the rest
+// are counted.
+const warnCutShown = 5
+
 // warnCut prints a warning for each text that does not fit in the context
 // and is therefore cut (CLIP truncates silently: a long template can make
-// every prompt the same).
+// every prompt the same), the first warnCutShown by name and the number
+// of the others.
 func warnCut(w io.Writer, tok textenc.Tokenizer, texts []string, context int) {
+	cut := 0
 	for _, t := range texts {
 		if n := len(tok.Encode(t)) + 2; n > context {
-			fmt.Fprintf(w, "warning: %q is %d tokens, more than the context of %d: it is cut\n", t, n, context)
+			if cut < warnCutShown {
+				fmt.Fprintf(w, "warning: %q is %d tokens, more than the context of %d: it is cut\n", t, n, context)
+			}
+			cut++
 		}
+	}
+	if cut > warnCutShown {
+		fmt.Fprintf(w, "warning: %d more texts are longer than the context of %d and cut\n", cut-warnCutShown, context)
 	}
 }

@@ -83,7 +83,8 @@ func Read(path string) (map[string]any, error) {
 
 // Parse reads a file's contents as Read does.
 func Parse(b []byte) (map[string]any, error) {
-	j, err := yaml.YAMLToJSON(b)
+	// Strict: a key given twice is an error, not the last one silently.
+	j, err := yaml.YAMLToJSONStrict(b)
 	if err != nil {
 		return nil, err
 	}
@@ -108,8 +109,9 @@ func Parse(b []byte) (map[string]any, error) {
 // sets its flag as the same value on the command line would, its
 // default's value included (a flag whose meaning depends on being given,
 // such as eval's --limit, keeps it); null leaves the flag unset. A list sets
-// a List flag once per element, and any other flag once to its elements
-// joined with commas; a block sets a Map flag once per leaf, KEY=VALUE
+// a List flag once per element, and a String flag whose help says
+// "comma-separated" (CommaSeparated) once to its elements joined with
+// commas (an element with a comma of its own is refused); a block sets a Map flag once per leaf, KEY=VALUE
 // with the path of dotted keys. Errors wrap ErrUnknownKey, ErrBadValue or
 // ErrTwice and name the key.
 func Apply(fs FlagSet, values map[string]any, opt Options) error {
@@ -198,6 +200,14 @@ func flagArgs(f Flag, v any) ([]string, error) {
 		if f.Kind == List || f.Kind == Map {
 			return out, nil
 		}
+		if !CommaSeparated(f) {
+			return nil, fmt.Errorf("%w: a list, but --%s takes one value", ErrBadValue, f.Name)
+		}
+		for _, e := range out {
+			if strings.Contains(e, ",") {
+				return nil, fmt.Errorf("%w: list element %q holds a comma, which --%s splits on", ErrBadValue, e, f.Name)
+			}
+		}
 		return []string{strings.Join(out, ",")}, nil
 	case map[string]any:
 		if f.Kind != Map {
@@ -229,6 +239,12 @@ func flagArgs(f Flag, v any) ([]string, error) {
 		return nil, err
 	}
 	return []string{s}, nil
+}
+
+// CommaSeparated reports whether f, a String flag, takes a comma-separated
+// list: by the convention of its help, which says "comma-separated".
+func CommaSeparated(f Flag) bool {
+	return f.Kind == String && strings.Contains(f.Usage, "comma-separated")
 }
 
 // scalar is a file's string, number or boolean as a flag argument.

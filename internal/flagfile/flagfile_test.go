@@ -18,6 +18,7 @@ import (
 type testFlags struct {
 	fs        *flag.FlagSet
 	model     *string
+	methods   *string
 	limit     *int
 	seed      *uint64
 	lr        *float64
@@ -40,6 +41,7 @@ func newTestFlags() *testFlags {
 	f := &testFlags{fs: fs}
 	fs.String("config", "", "config file")
 	f.model = fs.String("model", "", "checkpoint")
+	f.methods = fs.String("methods", "", "comma-separated methods")
 	f.limit = fs.Int("limit", 0, "images per domain")
 	f.seed = fs.Uint64("seed", 1, "shuffle seed")
 	f.lr = fs.Float64("lr", 1e-3, "learning rate")
@@ -90,20 +92,20 @@ templates: ["a photo of a {}.", "a {}, drawn"]
 	}
 }
 
-// A list given to a flag of one value is joined with commas; a key equal
-// to the default sets its flag all the same (as on the command line), and
-// null leaves it unset.
+// A list given to a comma-separated flag is joined with commas; a key
+// equal to the default sets its flag all the same (as on the command
+// line), and null leaves it unset.
 func TestApplyListAndDefault(t *testing.T) {
 	f := newTestFlags()
-	if err := apply(t, f, "model: [a, b]\nseed: 1\nmax-wait: 2000ms\nlimit: null\n"); err != nil {
+	if err := apply(t, f, "methods: [a, b]\nseed: 1\nmax-wait: 2000ms\nlimit: null\n"); err != nil {
 		t.Fatal(err)
 	}
-	if *f.model != "a,b" {
-		t.Errorf("model %q", *f.model)
+	if *f.methods != "a,b" {
+		t.Errorf("methods %q", *f.methods)
 	}
 	var set []string
 	f.fs.Visit(func(fl *flag.Flag) { set = append(set, fl.Name) })
-	if want := []string{"max-wait", "model", "seed"}; !slices.Equal(set, want) {
+	if want := []string{"max-wait", "methods", "seed"}; !slices.Equal(set, want) {
 		t.Errorf("flags set: %q, want %q", set, want)
 	}
 }
@@ -124,11 +126,16 @@ func TestApplyErrors(t *testing.T) {
 		{"max_wait: 1s\nmax-wait: 2s\n", ErrTwice, "max-wait and max_wait both name --max-wait"},
 		{"set: [norank]\n", ErrBadValue, `set: bad value: "norank"`},
 		{"templates: [[a]]\n", ErrBadValue, "templates: bad value: a list or block"},
+		{"model: [a, b]\n", ErrBadValue, "model: bad value: a list, but --model takes one value"},
+		{"methods: [a, \"b, c\"]\n", ErrBadValue, `methods: bad value: list element "b, c" holds a comma, which --methods splits on`},
 	} {
 		err := apply(t, newTestFlags(), tc.file)
 		if !errors.Is(err, tc.err) || !strings.Contains(err.Error(), tc.msg) {
 			t.Errorf("%q: error %v, want %v containing %q", tc.file, err, tc.err, tc.msg)
 		}
+	}
+	if _, err := Parse([]byte("limit: 1\nlimit: 2\n")); err == nil || !strings.Contains(err.Error(), "limit") {
+		t.Errorf("a key given twice: error %v, want one naming the key", err)
 	}
 	if _, err := Parse([]byte("- a\n- b\n")); !errors.Is(err, ErrNotMapping) {
 		t.Errorf("a list: error %v, want %v", err, ErrNotMapping)

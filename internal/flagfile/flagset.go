@@ -12,8 +12,9 @@ import (
 type Kind int
 
 const (
-	// String flags take any scalar as written; a list is joined with
-	// commas (--methods source,tent).
+	// String flags take any scalar as written; a list only where the
+	// flag's help says "comma-separated" (--methods source,tent), joined
+	// with commas.
 	String Kind = iota
 	Bool
 	Int
