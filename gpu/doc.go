@@ -13,7 +13,8 @@
 // binary was built without the tag. With the tag, the CUDA libraries are
 // not linked but opened at run time with dlopen: libcudart and libcublas
 // (sonames .so.13, .so.12, then CUDA 11's, tried in that order), libnvrtc
-// and the driver's libcuda.so.1. The few C signatures used are declared in
+// and the driver's libcuda.so.1; libcusolver (.so.12, .so.11) is opened at
+// the first SymEig, and without it only SymEig fails. The few C signatures used are declared in
 // the package, so it builds where CUDA is not installed (only -ldl is
 // linked) and the binary runs on a machine that has it; without it,
 // Available names the library it did not find.

@@ -35,11 +35,14 @@
 // The methods: [Source] (zero-shot), [TENT], [BATCLIP], [MINT] (the SubTTA
 // repo's "mint" and the official code's "mint-official"), [SubTTA]
 // (subtta-s, -t, -b, -m by its second-step loss), [WATT] (watt-s,
-// watt-lite) and [TDA]. Each forward pass records the vision tower on a
-// fresh tape; the method's loss on the features (package feature, float64)
+// watt-lite), [TDA], [ECALP], [VTE], [Zero], [DMN], [TPT], [MEMO], [RoTTA]
+// and [STS]. A method that trains records the vision tower's forward pass
+// on a fresh tape; its loss on the features (package feature, float64)
 // gives ∂L/∂F, which is injected on the feature node and propagated by
 // ag.Backward to the visual LayerNorm parameters; an optimizer of package
-// optim, chosen by an [optim.Config], updates them in place.
+// optim, chosen by an [optim.Config], updates them in place. TPT learns
+// prompt context through the text tower instead, and STS a steering vector
+// of the head; TDA, ECALP, VTE, ZERO and DMN train nothing.
 //
 // # Where things go
 //

@@ -56,6 +56,9 @@
 //     entropy, read by a similarity-weighted attention that always includes
 //     the class's text embedding; p_txt + w·p_mem with a fixed w. Its state
 //     saves through Entries and SetEntries.
+//   - STS's head spectrum and steering: [Spectrum] / [NewSpectrum], the
+//     head steered by a vector γ ([Spectrum.Steer]) and the steering loss
+//     with its gradient ([Spectrum.SteeringLoss], [SteeringResult]).
 //   - Diagnostics: [PrincipalAngleCosines], [SemanticConcentration],
 //     [PredictedClassCosine].
 //

@@ -1,7 +1,7 @@
 // Package online is the online test-time adaptation protocol: how a
 // Method (package tta) meets a test stream. It holds the Domain a stream
 // is read from, the protocols that move between domains (reset per
-// domain, continual, mixed), the Runner that cuts streams into batches and
+// domain, continual, mixed, episodic, and gradual severities), the Runner that cuts streams into batches and
 // scores them, the one place where a stream is ordered (Python's
 // random.shuffle with a seed, as the official code does, explicit order
 // files, limits), and the text subspace the per-batch diagnostics are
