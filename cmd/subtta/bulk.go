@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
@@ -513,33 +512,91 @@ func embedTexts(texts []string, b *clip.Bundle, f *embedfile.File, normalize boo
 	return f.Finish()
 }
 
-// bulkClassify classifies every image of --images into --out: CSV (path,
-// label, prediction, probability, then one column per class) or, for a
-// name ending in .jsonl, one JSON object a line.
-func bulkClassify(bf *bulkFlags, b *clip.Bundle, head *clip.ZeroShot, classes []string, stderr io.Writer) error {
+// classifySettings is what the rows of a classify --images run depend
+// on: a run interrupted leaves its rows in OUT.part and its progress in
+// OUT.part.json, and a later run resumes them only with the same
+// settings.
+type classifySettings struct {
+	Model     string   `json:"model"`
+	Precision string   `json:"precision"`
+	Classes   []string `json:"classes"`
+	Templates []string `json:"templates"`
+	BatchSize int      `json:"batch_size"`
+	// Images is the number of images and ImagesSHA256 a digest of their
+	// ids in order: the rows written must be of the same images.
+	Images       int    `json:"images"`
+	ImagesSHA256 string `json:"images_sha256"`
+	Format       string `json:"format"` // csv or jsonl
+}
+
+// classifyProgress is OUT.part.json: the settings and how much of
+// OUT.part is complete, written after each batch's rows are synced, so
+// that a run killed at any moment resumes after the last batch recorded
+// (the bytes of a batch written but not recorded are cut off).
+type classifyProgress struct {
+	Settings classifySettings `json:"settings"`
+	Rows     int              `json:"rows"`
+	Bytes    int64            `json:"bytes"`
+}
+
+// bulkClassify writes the predictions of --images into --out (.csv or
+// .jsonl), batch by batch into OUT.part, renamed to OUT when every image
+// is done; an interrupted run resumes there (classifyProgress).
+func bulkClassify(bf *bulkFlags, b *clip.Bundle, model string, prec kernel.Choice, head *clip.ZeroShot, classes, templates []string, stderr io.Writer) error {
 	out := *bf.out
 	csvOut := !strings.HasSuffix(strings.ToLower(out), ".jsonl")
 	if csvOut && !strings.HasSuffix(strings.ToLower(out), ".csv") {
 		return usagef("--out %s: want a .csv or .jsonl file", out)
+	}
+	id, err := modelIdentity(model)
+	if err != nil {
+		return err
 	}
 	set, err := openImageSet(*bf.images)
 	if err != nil {
 		return err
 	}
 	defer set.close()
-	var buf bytes.Buffer
-	w := bufio.NewWriter(&buf)
-	cw := csv.NewWriter(w)
+	ids := sha256.New()
+	for _, p := range set.ids {
+		ids.Write([]byte(p))
+		ids.Write([]byte{0})
+	}
+	settings := classifySettings{Model: id, Precision: withDevicePrecision(prec), Classes: classes, Templates: templates,
+		BatchSize: *bf.batch, Images: len(set.ids), ImagesSHA256: hex.EncodeToString(ids.Sum(nil)), Format: "jsonl"}
 	if csvOut {
+		settings.Format = "csv"
+	}
+	if dir := filepath.Dir(out); dir != "." {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	partPath, progPath := out+".part", out+".part.json"
+	prog, f, err := openClassifyPart(partPath, progPath, settings)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if prog.Rows == 0 && prog.Bytes == 0 && csvOut {
+		var buf bytes.Buffer
+		cw := csv.NewWriter(&buf)
 		cw.Write(append([]string{"path", "label", "prediction", "probability"}, classes...))
+		cw.Flush()
+		if err := prog.commit(f, progPath, buf.Bytes(), 0); err != nil {
+			return err
+		}
+	} else if prog.Rows > 0 {
+		fmt.Fprintf(stderr, "resuming %s after %d of %d images\n", partPath, prog.Rows, len(set.ids))
 	}
 	type labelProb struct {
 		Label string  `json:"label"`
 		Prob  float64 `json:"prob"`
 	}
-	bar := newProgress(stderr, "classifying", len(set.ids))
-	batches := readBatches(set, b.Preprocessor, 0, len(set.ids), *bf.batch)
+	bar := newProgress(stderr, "classifying", len(set.ids)-prog.Rows)
+	batches := readBatches(set, b.Preprocessor, prog.Rows, len(set.ids), *bf.batch)
 	defer batches.Close()
+	var buf bytes.Buffer
 	for {
 		batch, ok, err := batches.Next()
 		if err != nil {
@@ -549,13 +606,15 @@ func bulkClassify(bf *bulkFlags, b *clip.Bundle, head *clip.ZeroShot, classes []
 		if !ok {
 			break
 		}
-		f, err := b.Model.EncodeImage(batch.px, batch.hi-batch.lo)
+		feat, err := b.Model.EncodeImage(batch.px, batch.hi-batch.lo)
 		batch.release()
 		if err != nil {
 			bar.Done()
 			return err
 		}
-		for k, p := range clip.Softmax(b.Model.Classify(head, f)) {
+		buf.Reset()
+		cw := csv.NewWriter(&buf)
+		for k, p := range clip.Softmax(b.Model.Classify(head, feat)) {
 			i := batch.lo + k
 			best := 0
 			for j := range p {
@@ -582,23 +641,91 @@ func bulkClassify(bf *bulkFlags, b *clip.Bundle, head *clip.ZeroShot, classes []
 				r.Probs = append(r.Probs, labelProb{c, p[j]})
 			}
 			line, _ := json.Marshal(r)
-			w.Write(append(line, '\n'))
+			buf.Write(append(line, '\n'))
+		}
+		cw.Flush()
+		if err := cw.Error(); err != nil {
+			bar.Done()
+			return err
+		}
+		if err := prog.commit(f, progPath, buf.Bytes(), batch.hi-batch.lo); err != nil {
+			bar.Done()
+			return err
 		}
 		bar.Add(batch.hi - batch.lo)
 	}
 	bar.Done()
-	cw.Flush()
-	if err := errors.Join(cw.Error(), w.Flush()); err != nil {
+	if err := f.Close(); err != nil {
 		return err
 	}
-	if dir := filepath.Dir(out); dir != "." {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
+	if err := os.Rename(partPath, out); err != nil {
+		return err
 	}
-	if err := atomicfile.Write(out, buf.Bytes()); err != nil {
+	if err := os.Remove(progPath); err != nil {
 		return err
 	}
 	fmt.Fprintf(stderr, "%d images classified into %s\n", len(set.ids), out)
 	return nil
+}
+
+// openClassifyPart opens the rows file at partPath for appending: that of
+// an interrupted run with settings s, cut to its last recorded batch
+// (progPath), or a new one.
+func openClassifyPart(partPath, progPath string, s classifySettings) (*classifyProgress, *os.File, error) {
+	prog := &classifyProgress{Settings: s}
+	raw, err := os.ReadFile(progPath)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		f, err := os.OpenFile(partPath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+		return prog, f, err
+	case err != nil:
+		return nil, nil, err
+	}
+	var saved classifyProgress
+	if err := json.Unmarshal(raw, &saved); err != nil {
+		return nil, nil, fmt.Errorf("%s: unreadable (%v): remove it and %s, or give another --out", progPath, err, partPath)
+	}
+	a, _ := json.Marshal(saved.Settings)
+	b, _ := json.Marshal(s)
+	if !bytes.Equal(a, b) {
+		return nil, nil, fmt.Errorf("%s: an interrupted run with other settings (model, precision, labels, templates, batch size, images or format): give another --out, or remove it and %s", progPath, partPath)
+	}
+	f, err := os.OpenFile(partPath, os.O_RDWR, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s records %d images done, but: %w", progPath, saved.Rows, err)
+	}
+	st, err := f.Stat()
+	if err == nil && st.Size() < saved.Bytes {
+		err = fmt.Errorf("%s is %d bytes, shorter than the %d that %s records: remove both, or give another --out", partPath, st.Size(), saved.Bytes, progPath)
+	}
+	if err == nil {
+		err = f.Truncate(saved.Bytes) // a batch written but not recorded
+	}
+	if err == nil {
+		_, err = f.Seek(saved.Bytes, io.SeekStart)
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	prog.Rows, prog.Bytes = saved.Rows, saved.Bytes
+	return prog, f, nil
+}
+
+// commit appends rows, the rows of n images, to f, syncs it, and records
+// the progress at progPath.
+func (p *classifyProgress) commit(f *os.File, progPath string, rows []byte, n int) error {
+	if _, err := f.Write(rows); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	p.Rows += n
+	p.Bytes += int64(len(rows))
+	b, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(progPath, b)
 }

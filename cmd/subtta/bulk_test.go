@@ -7,11 +7,13 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -423,5 +425,93 @@ func TestBulkClassify(t *testing.T) {
 		if st := run(tc.args, &stdout, &errb); st != 2 || !strings.Contains(errb.String(), tc.msg) {
 			t.Errorf("%q: status %d, %q; want 2 and %q", tc.args, st, errb.String(), tc.msg)
 		}
+	}
+}
+
+// TestBulkClassifyResumes: classify --images stopped by an error in its
+// second batch keeps the first batch's rows (OUT.part, OUT.part.json); the
+// same command resumes after them, dropping bytes written but not
+// recorded, and writes the file an uninterrupted run writes, byte for
+// byte; other settings are refused while the .part is there.
+func TestBulkClassifyResumes(t *testing.T) {
+	dir := t.TempDir()
+	extractBuiltin(t, dir)
+	folder := filepath.Join(dir, "small")
+	for _, c := range []string{"cat", "ship"} {
+		os.MkdirAll(filepath.Join(folder, c), 0o755)
+		ents, _ := os.ReadDir(filepath.Join(dir, "test", c))
+		for _, e := range ents[:12] {
+			b, _ := os.ReadFile(filepath.Join(dir, "test", c, e.Name()))
+			os.WriteFile(filepath.Join(folder, c, e.Name()), b, 0o644)
+		}
+	}
+	const batch = 8
+	classify := func(out string, extra ...string) (int, string) {
+		var stdout, errb bytes.Buffer
+		args := append([]string{"classify", "--images", folder, "--out", out, "--batch-size", strconv.Itoa(batch)}, extra...)
+		st := run(args, &stdout, &errb)
+		return st, errb.String()
+	}
+	ref := filepath.Join(dir, "ref.csv")
+	if st, msg := classify(ref); st != 0 {
+		t.Fatalf("status %d: %s", st, msg)
+	}
+	want, _ := os.ReadFile(ref)
+	for _, left := range []string{ref + ".part", ref + ".part.json"} {
+		if _, err := os.Stat(left); err == nil {
+			t.Errorf("%s left after a complete run", left)
+		}
+	}
+	rows := strings.Split(strings.TrimSpace(string(want)), "\n")[1:]
+	if len(rows) != 24 {
+		t.Fatalf("%d rows, want 24", len(rows))
+	}
+	// The 12th image (in the second batch) made unreadable.
+	victim := filepath.Join(folder, filepath.FromSlash(strings.Split(rows[11], ",")[0]))
+	if _, err := os.Stat(victim); err != nil {
+		victim = strings.Split(rows[11], ",")[0]
+	}
+	good, err := os.ReadFile(victim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(victim, []byte("not an image"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out.csv")
+	if st, msg := classify(out); st == 0 || !strings.Contains(msg, filepath.Base(victim)) {
+		t.Fatalf("an unreadable image: status %d, %q", st, msg)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Fatal("out.csv written by a run that failed")
+	}
+	var prog classifyProgress
+	b, err := os.ReadFile(out + ".part.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &prog); err != nil || prog.Rows != batch {
+		t.Fatalf("progress %+v (%v), want %d rows", prog, err, batch)
+	}
+	// Bytes past the recorded batch, as a kill during a write leaves.
+	f, err := os.OpenFile(out+".part", os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("small/cat/torn.png,cat,ca")
+	f.Close()
+	os.WriteFile(victim, good, 0o644)
+	if st, msg := classify(out, "--labels", "cat,ship"); st != 1 || !strings.Contains(msg, "other settings") {
+		t.Errorf("other labels over the .part: status %d, %q", st, msg)
+	}
+	st, msg := classify(out)
+	if st != 0 || !strings.Contains(msg, fmt.Sprintf("after %d of 24 images", batch)) {
+		t.Fatalf("resume: status %d, %q", st, msg)
+	}
+	if got, _ := os.ReadFile(out); !bytes.Equal(got, want) {
+		t.Errorf("resumed file differs from the uninterrupted one:\n%s\nwant\n%s", got, want)
+	}
+	if _, err := os.Stat(out + ".part.json"); err == nil {
+		t.Error(".part.json left after the resumed run completed")
 	}
 }

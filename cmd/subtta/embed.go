@@ -216,7 +216,7 @@ func newClassifyCmd(stdout, stderr io.Writer) *cobra.Command {
 	}
 	f := c.Flags()
 	configFlags(f, stdout)
-	o.bulk = addBulkFlags(f, false, "with --images: the .csv (path, label, prediction, probability, a column per class) or .jsonl file to write")
+	o.bulk = addBulkFlags(f, false, "with --images: the .csv (path, label, prediction, probability, a column per class) or .jsonl file to write; it grows in OUT.part, and an interrupted run resumes there")
 	addModelFlags(f, &o.model, "", true)
 	f.StringVar(&o.labels, "labels", "", `comma-separated labels, e.g. "a diagram,a dog,a cat" (default: those the model records, as train's models do; with the built-in model CIFAR-10's classes)`)
 	f.StringVar(&o.template, "template", "", `prompt template; {} is replaced by each label (e.g. "a photo of a {}."; default "{}", or with the built-in model the 18 CIFAR-10 templates, averaged)`)
@@ -284,7 +284,7 @@ func (o *classifyOptions) run(args []string) error {
 		return err
 	}
 	if o.bulk.given() {
-		return bulkClassify(o.bulk, b, head, classes, o.stderr)
+		return bulkClassify(o.bulk, b, o.model.model, prec, head, classes, templates, o.stderr)
 	}
 	px, err := preprocessImages(b.Preprocessor, args)
 	if err != nil {
