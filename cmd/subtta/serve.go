@@ -277,6 +277,15 @@ func (o *serveOptions) run(ctx context.Context, args []string, ready func(addr s
 			}
 		}
 	}
+	// Likewise the templates given.
+	for i, t := range o.templates {
+		switch {
+		case !strings.Contains(t, "{}"):
+			return usagef("--template %q: no {} for the label (e.g. \"a photo of a {}.\")", t)
+		case slices.Contains(o.templates[:i], t):
+			return usagef("--template %q is given twice", t)
+		}
+	}
 	b, err := o.model.open(kernel.FP32, o.stderr)
 	if err != nil {
 		return err

@@ -166,6 +166,9 @@ func TestServeBadFlags(t *testing.T) {
 		{[]string{"serve", "--labels", " , "}, `--labels " , ": no label`},
 		{[]string{"serve", "--labels", "cat"}, `--labels "cat": 1 label; a classifier needs at least 2`},
 		{[]string{"serve", "--labels", "a,b,a"}, `--labels: "a" is given twice`},
+		{[]string{"serve", "--template", ""}, `--template "": no {} for the label`},
+		{[]string{"serve", "--template", "a photo"}, `--template "a photo": no {} for the label`},
+		{[]string{"serve", "--template", "a {}", "--template", "a {}"}, `--template "a {}" is given twice`},
 		{[]string{"loadtest", "--prefix", ""}, `--prefix "": want the start of the stream ids`},
 		{[]string{"loadtest", "--duration", "0s"}, "--duration 0s: want a positive duration"},
 	} {
