@@ -194,6 +194,15 @@ func (h *Hub) checkBaseURL() error {
 	return nil
 }
 
+// syncFile flushes the file at path to the disk.
+func syncFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	return errors.Join(f.Sync(), f.Close())
+}
+
 // checkRelPath rejects names that could escape the cache directory.
 func checkRelPath(p string) error {
 	if p == "" || strings.HasPrefix(p, "/") || strings.Contains(p, "\\") || path.Clean(p) != p {
@@ -237,6 +246,11 @@ func (h *Hub) pullOne(ctx context.Context, repo string, f RemoteFile, dst string
 	part := dst + ".part"
 	if err := h.retry(ctx, repo, f.Name, want, part, progress); err != nil {
 		return "", err
+	}
+	// On disk before the rename: a file in the cache is taken as whole
+	// (and, without a SHA-256 to check, unread) by later pulls.
+	if err := syncFile(part); err != nil {
+		return "", fmt.Errorf("weights: pull: %w", err)
 	}
 	if err := os.Rename(part, dst); err != nil {
 		return "", fmt.Errorf("weights: pull: %w", err)

@@ -272,6 +272,11 @@ func writeFile(path string, tensors []Tensor, metadata map[string]string, compre
 	if err = tmp.Chmod(0o644); err != nil { // CreateTemp makes it private
 		return fmt.Errorf("weights: %s: %w", path, err)
 	}
+	// On disk before the rename: a crash after it must not leave path
+	// naming a file whose data never reached the disk.
+	if err = tmp.Sync(); err != nil {
+		return fmt.Errorf("weights: %s: %w", path, err)
+	}
 	if err = tmp.Close(); err != nil {
 		return fmt.Errorf("weights: %s: %w", path, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/subtta/subtta/data"
+	"github.com/subtta/subtta/internal/atomicfile"
 )
 
 // frostBaseURL is the public home of the frost overlays
@@ -98,24 +99,5 @@ func downloadFrost(url, dst string) (err error) {
 	if _, err := data.Decode(url, b); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if _, err := f.Write(b); err != nil {
-		return err
-	}
-	if err := f.Chmod(0o644); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), dst)
+	return atomicfile.Write(dst, b)
 }
