@@ -349,7 +349,7 @@ func (o *serveOptions) run(ctx context.Context, args []string, ready func(addr s
 		access = "API keys from " + o.authKeys
 	}
 	if o.guard.On() {
-		access += "; collapse o.guard on"
+		access += "; collapse guard on"
 	}
 	fmt.Fprintf(o.stderr, "subtta serve: %s, %s with batches of %d (max wait %v), %d labels; %s; listening on %s://%s\n",
 		version, o.method, s.BatchSize(), o.maxWait, len(classes), access, scheme, ln.Addr())
