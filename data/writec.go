@@ -3,6 +3,7 @@ package data
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -50,6 +51,35 @@ type WriteOptions struct {
 	// any work, then as images are done. Images of files that already
 	// exist are not counted. Calls are serialised.
 	Progress func(done, total int)
+	// Context, if set, stops the writer when it is done (an interrupt):
+	// no new image is started, every file finished is kept, and the
+	// writer returns an *Interrupted. Running again resumes.
+	Context context.Context
+}
+
+// Interrupted is the error of a writer stopped by its
+// WriteOptions.Context: Written of the Total corrupted images it had to
+// write are in finished files (a CIFAR-C file holds a corruption's images
+// of all severities, so one cut short is not kept). It wraps the
+// context's error.
+type Interrupted struct {
+	Written, Total int
+	Err            error
+}
+
+func (e *Interrupted) Error() string {
+	return fmt.Sprintf("data: interrupted (%v): %d of %d corrupted images written", e.Err, e.Written, e.Total)
+}
+
+func (e *Interrupted) Unwrap() error { return e.Err }
+
+// stopped returns the error of opts.Context once it is done, nil before
+// or without one.
+func (opts WriteOptions) stopped() error {
+	if opts.Context == nil {
+		return nil
+	}
+	return opts.Context.Err()
 }
 
 // ManifestFile, in a folder that WriteCIFARC or WriteImageNetC writes,
@@ -227,7 +257,11 @@ func WriteCIFARC(dir string, clean Dataset, corruptions []string, opts WriteOpti
 
 	// The clean images, read once for all corruptions (3 KB each).
 	imgs := make([]*RGB, n)
+	total := len(todo) * Severities * n
 	err = parallelFor(n, opts.Workers, func(i int) error {
+		if err := opts.stopped(); err != nil {
+			return err
+		}
 		img, _, err := clean.Item(i)
 		if err != nil {
 			return err
@@ -238,6 +272,9 @@ func WriteCIFARC(dir string, clean Dataset, corruptions []string, opts WriteOpti
 		return nil
 	})
 	if err != nil {
+		if serr := opts.stopped(); serr != nil {
+			return &Interrupted{Written: 0, Total: total, Err: serr}
+		}
 		return err
 	}
 	if newManifest {
@@ -252,8 +289,11 @@ func WriteCIFARC(dir string, clean Dataset, corruptions []string, opts WriteOpti
 	}
 
 	buf := make([]byte, Severities*n*rowBytes)
-	for _, c := range todo {
+	for k, c := range todo {
 		err := parallelFor(n, opts.Workers, func(i int) error {
+			if err := opts.stopped(); err != nil {
+				return err
+			}
 			for sev := 1; sev <= Severities; sev++ {
 				out, err := corruptImage(imgs[i], i, c, sev, cfg, opts.Seed)
 				if err != nil {
@@ -265,6 +305,9 @@ func WriteCIFARC(dir string, clean Dataset, corruptions []string, opts WriteOpti
 			return nil
 		})
 		if err != nil {
+			if serr := opts.stopped(); serr != nil {
+				return &Interrupted{Written: k * Severities * n, Total: total, Err: serr}
+			}
 			return err
 		}
 		err = writeFileAtomic(filepath.Join(dir, c+".npy"), true, func(w io.Writer) error {
@@ -427,7 +470,11 @@ func WriteImageNetC(dir string, clean Dataset, corruptions []string, severities 
 			work = append(work, i)
 		}
 	}
-	return parallelFor(len(work), opts.Workers, func(k int) error {
+	var written atomic.Int64
+	err = parallelFor(len(work), opts.Workers, func(k int) error {
+		if err := opts.stopped(); err != nil {
+			return err
+		}
 		i := work[k]
 		img, _, err := clean.Item(i)
 		if err != nil {
@@ -439,6 +486,9 @@ func WriteImageNetC(dir string, clean Dataset, corruptions []string, severities 
 		}
 		var buf bytes.Buffer
 		for _, j := range todo[i] {
+			if err := opts.stopped(); err != nil {
+				return err
+			}
 			c := corruptions[j.c]
 			out, err := corruptImage(in, i, c, j.sev, cfg, opts.Seed)
 			if err != nil {
@@ -455,10 +505,17 @@ func WriteImageNetC(dir string, clean Dataset, corruptions []string, severities 
 			}); err != nil {
 				return err
 			}
+			written.Add(1)
 			prog.add(1)
 		}
 		return nil
 	})
+	if err != nil {
+		if serr := opts.stopped(); serr != nil {
+			return &Interrupted{Written: int(written.Load()), Total: total, Err: serr}
+		}
+	}
+	return err
 }
 
 // checkSeverities checks a list of distinct severities in 1…5.

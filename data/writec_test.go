@@ -2,6 +2,8 @@ package data
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"image"
 	"image/png"
 	"os"
@@ -366,4 +368,47 @@ func TestWriteCIFARCFrostInManifest(t *testing.T) {
 		t.Fatalf("other corruptions into a folder with frost: %v", err)
 	}
 	mustErr(t, WriteCIFARC(dir, clean, []string{"frost", "contrast"}, WriteOptions{Seed: 1, FrostDir: other}), ManifestFile, "frost overlays")
+}
+
+// TestWriteInterrupted cancels WriteOptions.Context midway: the writers
+// stop with an *Interrupted that counts the images in finished files,
+// keep those files and leave no temporary one; running again writes only
+// the rest.
+func TestWriteInterrupted(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		write       func(dir string, opts WriteOptions) error
+		total, stop int // images to write; cancel once stop are done
+		written     int // images in finished files when stopped
+	}{
+		{"cifar-c", func(dir string, opts WriteOptions) error {
+			return WriteCIFARC(dir, cifarLike(4), []string{"gaussian_noise", "contrast"}, opts)
+		}, 2 * 5 * 4, 5*4 + 5, 5 * 4}, // the second file, cut short, is not kept
+		{"imagenet-c", func(dir string, opts WriteOptions) error {
+			return WriteImageNetC(dir, imageNetTree(t), []string{"gaussian_noise", "contrast"}, []int{1, 5}, opts)
+		}, 2 * 2 * 3, 5, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			opts := WriteOptions{Seed: 3, Workers: 1, Context: ctx}
+			opts.Progress = func(done, total int) {
+				if done >= tc.stop {
+					cancel()
+				}
+			}
+			err := tc.write(dir, opts)
+			var ie *Interrupted
+			if !errors.As(err, &ie) || !errors.Is(err, context.Canceled) || ie.Written != tc.written || ie.Total != tc.total {
+				t.Fatalf("got %v (%+v), want *Interrupted: %d of %d written", err, ie, tc.written, tc.total)
+			}
+			noTempFiles(t, dir)
+			var log progressLog
+			if err := tc.write(dir, WriteOptions{Seed: 3, Progress: log.fn}); err != nil {
+				t.Fatal(err)
+			}
+			log.check(t, tc.total-tc.written)
+		})
+	}
 }

@@ -178,7 +178,7 @@ func writtenConfig(b []byte) ([]byte, bool) {
 	if json.Unmarshal(b, &top) != nil || top["config"] == nil {
 		return nil, false
 	}
-	run := []string{"identity", "config"}
+	run := []string{"identity", "config", "classes"}
 	results := []string{"config", "command", "started", "finished", "seconds", "methods", "records", "diagnostics", "environment", "builds"}
 	for k := range top {
 		if !slices.Contains(run, k) && !slices.Contains(results, k) {

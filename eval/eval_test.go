@@ -550,6 +550,9 @@ func TestRunUnreadableFiles(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := cfg
 			c.Data, c.Out = tc.data, t.TempDir()
+			if tc.data == folder {
+				c.Labels = writeLabels(t, "cat", "dog") // the folder's two classes
+			}
 			_, err := Run(context.Background(), c, Options{})
 			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
 				t.Fatalf("err = %v, want one line naming %s", err, tc.want)

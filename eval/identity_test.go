@@ -211,7 +211,7 @@ func TestDataIdentifiedByContent(t *testing.T) {
 		t.Fatalf("test images of %d and %d bytes: want two different images of one size", len(ba), len(bb))
 	}
 	cfg := smallRun(t, filepath.Join(dir, "out"), "contrast")
-	cfg.Data = data
+	cfg.Data, cfg.Labels = data, writeLabels(t, "airplane", "automobile") // the folder's two classes
 	mustRun(t, cfg)
 	if sum := mustRun(t, cfg); sum.Resumed != 1 || sum.Computed != 0 {
 		t.Fatalf("unchanged data: resumed %d, computed %d; want 1 and 0", sum.Resumed, sum.Computed)
@@ -238,7 +238,7 @@ func TestLegacyDataFingerprint(t *testing.T) {
 	data := filepath.Join(dir, "data")
 	writeFolderData(t, data, 3)
 	cfg := smallRun(t, filepath.Join(dir, "out"), "contrast")
-	cfg.Data = data
+	cfg.Data, cfg.Labels = data, writeLabels(t, "airplane", "automobile") // the folder's two classes
 	mustRun(t, cfg)
 	runPath := filepath.Join(cfg.Out, RunFile)
 	var rf runFile

@@ -90,7 +90,7 @@ func readShardFolder(dir string) (*shardFolder, error) {
 	if f.run.Config.Shard == nil {
 		return nil, fmt.Errorf("%w: %s is a run of its own, not a shard (its %s names none)", ErrShardMismatch, dir, RunFile)
 	}
-	recs, err := readRecords(filepath.Join(dir, ResultsFile))
+	recs, err := readRecords(filepath.Join(dir, ResultsFile), evalDamageAdvice)
 	if err != nil {
 		return nil, err
 	}

@@ -151,6 +151,10 @@ type batchLine struct {
 type runFile struct {
 	Identity identity `json:"identity"`
 	Config   Config   `json:"config"`
+	// Classes are the run's class names in label order (those kept, with
+	// Config.Classes or ClassNames): what the data's labels were read as.
+	// They are no part of the identity; a merged folder has none.
+	Classes []string `json:"classes,omitempty"`
 }
 
 // Run evaluates every method of cfg on every domain, appending each finished
@@ -186,6 +190,11 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Summary, error) {
 	}
 	if cfg.Shard != nil {
 		e.logf("shard %s: %d of the run's %d units", cfg.Shard, len(e.mine), len(cfg.Methods)*len(e.domains))
+		if len(e.mine) == 0 {
+			// Not an error: a batch system's array may have more tasks
+			// than the run has units (ShardFromEnv).
+			e.logf("warning: shard %s has nothing to do: all %d units of the run go to other shards", cfg.Shard, len(cfg.Methods)*len(e.domains))
+		}
 	}
 	e.planRemaining()
 	for _, name := range cfg.Methods {
@@ -263,8 +272,17 @@ func (e *evaluation) openInputs() error {
 	if e.order, err = cfg.readOrder(); err != nil {
 		return err
 	}
+	if err := checkDataLayout(cfg); err != nil {
+		return err
+	}
 	if e.src, err = openSourceFor(cfg, e.model.Classes); err != nil {
 		return err
+	}
+	for _, check := range []func(Config, *source) error{checkCleanClasses, checkImageNetCTree} {
+		if err := check(cfg, e.src); err != nil {
+			e.src.Close()
+			return err
+		}
 	}
 	if err := e.src.restrictClasses(cfg); err != nil {
 		e.src.Close()
@@ -327,7 +345,7 @@ func (e *evaluation) abandon(created []string, err error) error {
 func (e *evaluation) readResults() error {
 	e.resultsPath = filepath.Join(e.cfg.Out, ResultsFile)
 	var err error
-	if e.prior, err = readRecords(e.resultsPath); err != nil {
+	if e.prior, err = readRecords(e.resultsPath, evalDamageAdvice); err != nil {
 		return err
 	}
 	if err := e.resolveFrost(); err != nil {
@@ -354,10 +372,10 @@ func (e *evaluation) readResults() error {
 	if err := checkRecords(e.resultsPath, e.prior, id, vouched); err != nil {
 		return err
 	}
-	if err := checkCounts(e.resultsPath, filepath.Join(e.cfg.Out, BatchesFile), e.prior); err != nil {
+	if err := checkCounts(e.resultsPath, filepath.Join(e.cfg.Out, BatchesFile), e.prior, evalLineAdvice); err != nil {
 		return err
 	}
-	if err := writeRunFile(e.cfg, id); err != nil {
+	if err := writeRun(e.cfg.Out, runFile{Identity: id, Config: e.cfg, Classes: e.src.classes}); err != nil {
 		return err
 	}
 	if err := cache.save(); err != nil {
@@ -374,12 +392,22 @@ func (e *evaluation) readResults() error {
 	return nil
 }
 
+// Advice for a record of a results file that is damaged or does not add
+// up: eval computes the domain again once its line is gone, and its --out
+// may name a fresh folder; report only reads the folder (its --out is the
+// report's), so the line is computed again by eval on that folder.
+const (
+	evalLineAdvice   = "delete its line to compute it again, or use another --out"
+	evalDamageAdvice = "delete that line (the domain it held is then computed again), or use another --out"
+	reportLineAdvice = "delete its line, then run the eval that wrote the folder once more to compute it"
+)
+
 // readRecords reads a results file; a damaged line is an error that says
-// how to recover.
-func readRecords(path string) ([]report.Record, error) {
+// how to recover (advice: evalDamageAdvice or reportLineAdvice).
+func readRecords(path, advice string) ([]report.Record, error) {
 	recs, err := report.ReadRecordsFile(path)
 	if errors.Is(err, report.ErrDamagedLine) {
-		return nil, fmt.Errorf("eval: %w; delete that line (the domain it held is then computed again), or use another --out", err)
+		return nil, fmt.Errorf("eval: %w; %s", err, advice)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("eval: %w", err)
@@ -450,7 +478,7 @@ func planDomains(cfg Config) []plannedDomain {
 // are closed.
 func (e *evaluation) openDomains() error {
 	e.src.frost = e.opt.Frost
-	e.logf("data: %s", e.src.describe())
+	e.logf("data: %s; %s", e.src.describe(), describeClasses(e.cfg, e.src, e.model.Classes))
 	pre := e.pre
 	plan := planDomains(e.cfg)
 	domains := make([]*domain, 0, len(plan))
@@ -665,11 +693,16 @@ func readRunFile(out string) (storedRunFile, error) {
 
 // writeRunFile records the run's identity and configuration in run.json.
 func writeRunFile(cfg Config, id identity) error {
-	b, err := json.MarshalIndent(runFile{Identity: id, Config: cfg}, "", "  ")
+	return writeRun(cfg.Out, runFile{Identity: id, Config: cfg})
+}
+
+// writeRun writes rf as the run.json of the results folder out.
+func writeRun(out string, rf runFile) error {
+	b, err := json.MarshalIndent(rf, "", "  ")
 	if err != nil {
 		return fmt.Errorf("eval: %w", err)
 	}
-	return writeFileAtomic(filepath.Join(cfg.Out, RunFile), append(b, '\n'))
+	return writeFileAtomic(filepath.Join(out, RunFile), append(b, '\n'))
 }
 
 // checkRecords refuses records made by another run: each record that
@@ -700,8 +733,9 @@ func checkRecords(path string, recs []report.Record, id identity, vouched bool) 
 // samples, accuracy must be 100·correct/samples (to 1e-9 percent: both are
 // written from the same integers), and where batches.jsonl holds the
 // domain's batches for the method exactly once (their sizes adding up to
-// samples), their correct counts must add up to correct.
-func checkCounts(path, batchesPath string, recs []report.Record) error {
+// samples), their correct counts must add up to correct. advice says how
+// to recover (evalLineAdvice, reportLineAdvice).
+func checkCounts(path, batchesPath string, recs []report.Record, advice string) error {
 	type key struct{ method, stream string }
 	var sums map[key][2]int // size, correct
 	for _, r := range recs {
@@ -733,8 +767,8 @@ func checkCounts(path, batchesPath string, recs []report.Record) error {
 			}
 		}
 		if bad != "" {
-			return fmt.Errorf("eval: %s: the record of %s on %s does not add up (%s): delete its line to compute it again, or use another --out",
-				path, r.Method, r.Domain, bad)
+			return fmt.Errorf("eval: %s: the record of %s on %s does not add up (%s): %s",
+				path, r.Method, r.Domain, bad, advice)
 		}
 	}
 	return nil

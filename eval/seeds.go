@@ -37,11 +37,19 @@ type Folder struct {
 }
 
 // ReadFolder reads the results folder dir, refusing one without run.json
-// or results, the folder of a shard (merge the shards first), and one
-// whose records another configuration computed.
+// or results, the folder of a shard (merge the shards first), one whose
+// records another configuration computed, one holding two records of one
+// method and domain (which is meant is not for the reader to guess), and
+// one whose record does not add up (accuracy not 100·correct/samples, as
+// eval refuses it on resuming). A folder holding the seed-N folders of
+// eval --seeds is refused with the advice to pass those.
 func ReadFolder(dir string) (*Folder, error) {
 	b, err := os.ReadFile(filepath.Join(dir, RunFile))
 	if errors.Is(err, os.ErrNotExist) {
+		if seeds, _ := filepath.Glob(filepath.Join(dir, "seed-*", RunFile)); len(seeds) > 0 {
+			return nil, fmt.Errorf("eval: %s is not a results folder (no %s) but holds the seed folders of eval --seeds: pass those (%s)",
+				dir, RunFile, filepath.Join(dir, "seed-*"))
+		}
 		return nil, fmt.Errorf("eval: %s is not a results folder (no %s)", dir, RunFile)
 	}
 	if err != nil {
@@ -55,7 +63,7 @@ func ReadFolder(dir string) (*Folder, error) {
 		return nil, fmt.Errorf("eval: %s holds shard %s of a run: join the shards with subtta eval merge first", dir, rf.Config.Shard)
 	}
 	path := filepath.Join(dir, ResultsFile)
-	recs, err := readRecords(path)
+	recs, err := readRecords(path, reportLineAdvice)
 	if err != nil {
 		return nil, err
 	}
@@ -63,6 +71,19 @@ func ReadFolder(dir string) (*Folder, error) {
 		return nil, fmt.Errorf("eval: %s holds no results yet (%s)", dir, ResultsFile)
 	}
 	if err := checkRecords(path, recs, rf.Identity, true); err != nil {
+		return nil, err
+	}
+	type key struct{ method, domain string }
+	line := map[key]int{}
+	for i, r := range recs {
+		k := key{r.Method, r.Domain}
+		if at, ok := line[k]; ok {
+			return nil, fmt.Errorf("eval: %s: %s holds two records of %s on %s (records %d and %d): delete the one that is not meant",
+				dir, ResultsFile, r.Method, r.Domain, at+1, i+1)
+		}
+		line[k] = i
+	}
+	if err := checkCounts(path, filepath.Join(dir, BatchesFile), recs, reportLineAdvice); err != nil {
 		return nil, err
 	}
 	return &Folder{Dir: dir, Config: rf.Config, Records: report.Latest(recs), id: rf.Identity}, nil

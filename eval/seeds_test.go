@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/subtta/subtta/report"
 )
 
 // TestCompareSeeds runs one small run at three seeds, and at another
@@ -79,5 +81,51 @@ func TestWriteSeedReport(t *testing.T) {
 		if i >= len(files) || files[i] != filepath.Join(out, name) {
 			t.Errorf("files %q, want %s at %d", files, name, i)
 		}
+	}
+}
+
+// TestReadFolderRefusesBadRecords: a results.jsonl with two records of
+// one method and domain, one whose accuracy is not 100·correct/samples,
+// or a damaged line is refused, naming the folder (or file), the method
+// and the domain, with advice that fits report (whose --out is the
+// report's, not the results folder's); a folder holding the seed-N
+// folders of eval --seeds is refused with the advice to pass those.
+func TestReadFolderRefusesBadRecords(t *testing.T) {
+	root := t.TempDir()
+	good := filepath.Join(root, "seeds", "seed-1")
+	mustRun(t, smallRun(t, good, "contrast"))
+	line, err := os.ReadFile(filepath.Join(good, ResultsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// copyWith copies the folder with its results.jsonl replaced by results.
+	copyWith := func(name string, results []byte) string {
+		dir := filepath.Join(root, name)
+		os.MkdirAll(dir, 0o755)
+		for _, f := range []string{RunFile, BatchesFile} {
+			b, _ := os.ReadFile(filepath.Join(good, f))
+			os.WriteFile(filepath.Join(dir, f), b, 0o644)
+		}
+		os.WriteFile(filepath.Join(dir, ResultsFile), results, 0o644)
+		return dir
+	}
+	twice := copyWith("twice", append(append([]byte{}, line...), line...))
+	acc := copyWith("accuracy", line)
+	rewriteRecords(t, acc, func(r *report.Record) { r.Accuracy = 99 })
+	damaged := copyWith("damaged", append([]byte("garbage{\n"), line...))
+	for _, tc := range []struct{ dir, msg string }{
+		{twice, twice + ": results.jsonl holds two records of source on contrast/5 (records 1 and 2): delete the one that is not meant"},
+		{acc, filepath.Join(acc, ResultsFile) + ": the record of source on contrast/5 does not add up (accuracy 99, but correct "},
+		{damaged, "line 1: damaged record"},
+		{filepath.Join(root, "seeds"), filepath.Join(root, "seeds") + " is not a results folder (no run.json) but holds the seed folders of eval --seeds: pass those (" +
+			filepath.Join(root, "seeds", "seed-*") + ")"},
+	} {
+		_, err := ReadFolder(tc.dir)
+		if err == nil || !strings.Contains(err.Error(), tc.msg) || strings.Contains(err.Error(), "--out") {
+			t.Errorf("%s: %v, want %q and no --out", tc.dir, err, tc.msg)
+		}
+	}
+	if _, err := ReadFolder(good); err != nil {
+		t.Error(err)
 	}
 }

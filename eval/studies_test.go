@@ -315,7 +315,7 @@ func TestClassSubsetRun(t *testing.T) {
 	cfg := smallRun(t, t.TempDir(), "contrast")
 	cfg.Limit = 0
 	cfg.Classes, cfg.ClassSeed = 2, 1
-	cfg.Data = writeSmallFolder(t)
+	cfg.Data, cfg.Labels = writeSmallFolder(t), writeLabels(t, "airplane", "automobile", "bird", "cat")
 	sum := mustRun(t, cfg)
 	r := sum.Records[0]
 	if r.Samples != 2*3 {
@@ -395,7 +395,7 @@ func TestGradualProtocol(t *testing.T) {
 // is part of the identity, and a wrong length is refused.
 func TestOrderFile(t *testing.T) {
 	cfg := smallRun(t, t.TempDir(), "contrast")
-	cfg.Data = writeSmallFolder(t)
+	cfg.Data, cfg.Labels = writeSmallFolder(t), writeLabels(t, "airplane", "automobile", "bird", "cat")
 	cfg.Limit = 0
 	cfg.Methods = []string{"tent"}
 	ref := mustRun(t, cfg)

@@ -1,12 +1,16 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -36,7 +40,10 @@ func newCorruptCmd(stdout, stderr io.Writer) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "corrupt",
 		Short: "write CIFAR-10/100-C or ImageNet-C from a clean dataset",
-		Long:  "write CIFAR-10/100-C or ImageNet-C from a clean dataset",
+		Long: "write CIFAR-10/100-C or ImageNet-C from a clean dataset\n\n" +
+			"Running again into the same --out resumes: finished files are kept. Ctrl-C (SIGINT, SIGTERM) stops at the\n" +
+			"next image and keeps every finished file; for CIFAR-C, whose file holds a corruption's every image, the\n" +
+			"corruption in progress is computed again.",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.sevsGiven = cmd.Flags().Changed("severities")
 			return o.run(args)
@@ -109,6 +116,9 @@ func (o *corruptOptions) run(args []string) error {
 	}
 	defer clean.Close()
 	name := clean.Name()
+	if o.limit > clean.Len() {
+		fmt.Fprintf(o.stderr, "note: --limit %d, but %s holds %d images: writing all %d\n", o.limit, name, clean.Len(), clean.Len())
+	}
 	clean = data.Spread(clean, o.limit)
 
 	source, err := cleanSource(o.dataset, o.dataPath, o.subset, o.labels)
@@ -120,6 +130,11 @@ func (o *corruptOptions) run(args []string) error {
 		if opts.FrostDir, err = frostDir(o.frost, o.stderr); err != nil {
 			return err
 		}
+	}
+	// The writers make --out too; made here, a plain file there is named
+	// by its flag.
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return fmt.Errorf("--out: %w", err)
 	}
 	n := clean.Len()
 	if isCIFAR {
@@ -142,6 +157,11 @@ func (o *corruptOptions) run(args []string) error {
 			last = done
 		}
 	}
+	// On SIGINT or SIGTERM the writer stops at the next image, keeping
+	// every file it finished; running again resumes.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	opts.Context = ctx
 	start := time.Now()
 	if isCIFAR {
 		err = data.WriteCIFARC(o.out, clean, names, opts)
@@ -150,6 +170,14 @@ func (o *corruptOptions) run(args []string) error {
 	}
 	if bar != nil {
 		bar.Done()
+	}
+	if ie := (*data.Interrupted)(nil); errors.As(err, &ie) {
+		lost := ""
+		if isCIFAR && last > ie.Written {
+			lost = fmt.Sprintf(" (the %d images of the corruption in progress are not kept: a CIFAR-C file is written whole)", last-ie.Written)
+		}
+		fmt.Fprintf(o.stderr, "interrupted: %d of %d written%s; the same command resumes\n", ie.Written, ie.Total, lost)
+		return errInterrupted // exit status 130
 	}
 	if err != nil {
 		return err

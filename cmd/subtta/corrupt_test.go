@@ -6,10 +6,14 @@ import (
 	"image/png"
 	"math/rand/v2"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/subtta/subtta/data"
 	"github.com/subtta/subtta/data/corrupt"
@@ -229,6 +233,9 @@ func TestCorruptBadInput(t *testing.T) {
 	tmp := t.TempDir()
 	clean := filepath.Join(tmp, "clean")
 	writeNoisePNGs(t, clean, 32, 32, "a/0.png")
+	labels := filepath.Join(tmp, "labels")
+	os.MkdirAll(labels, 0o755)
+	os.WriteFile(filepath.Join(labels, "cifar10_classes.txt"), []byte("a\nb\nc\nd\ne\nf\ng\nh\ni\nj\n"), 0o644)
 	for _, tc := range []struct {
 		args   []string
 		status int
@@ -250,6 +257,7 @@ func TestCorruptBadInput(t *testing.T) {
 		{[]string{"--dataset", "cifar10", "--data", filepath.Join(tmp, "missing"), "--out", tmp}, 1, "missing: no such file"},
 		{[]string{"--dataset", "imagenet", "--data", clean, "--out", tmp, "--corruptions", "frost", "--frost", tmp}, 1, "lacks frost1.png"},
 		{[]string{"--dataset", "imagenet", "--data", clean, "--out", tmp, "--subset", filepath.Join(tmp, "nolist.txt")}, 1, "nolist.txt"},
+		{[]string{"--dataset", "cifar10", "--data", clean, "--out", filepath.Join(clean, "a", "0.png"), "--labels", labels, "--corruptions", "contrast"}, 1, "corrupt: --out: mkdir " + filepath.Join(clean, "a", "0.png") + ": not a directory"},
 	} {
 		st, _, stderr := runCLI(append([]string{"corrupt"}, tc.args...)...)
 		if st != tc.status || !strings.Contains(stderr, tc.stderr) {
@@ -330,5 +338,78 @@ func TestCorruptFolderRecordsItsMaker(t *testing.T) {
 	}
 	if st, stdout, stderr := runCLI(with("--seed", "1", "--severities", "1,2")...); st != 0 || !strings.Contains(stdout, "nothing to write") {
 		t.Errorf("the same command again: status %d, stdout %q, stderr %q", st, stdout, stderr)
+	}
+}
+
+// writeCIFAR10Binary writes n random images as the CIFAR-10 binary
+// version's test batch into dir.
+func writeCIFAR10Binary(t *testing.T, dir string, n int) {
+	t.Helper()
+	bin := filepath.Join(dir, "cifar-10-batches-bin")
+	os.MkdirAll(bin, 0o755)
+	r := rand.New(rand.NewPCG(1, 2))
+	recs := make([]byte, 0, n*3073)
+	for k := range n {
+		recs = append(recs, byte(k%10))
+		for range 3072 {
+			recs = append(recs, byte(r.IntN(256)))
+		}
+	}
+	if err := os.WriteFile(filepath.Join(bin, "test_batch.bin"), recs, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCorruptLimitOverImages: a --limit above the dataset's images writes
+// them all and says so on stderr.
+func TestCorruptLimitOverImages(t *testing.T) {
+	tmp := t.TempDir()
+	writeCIFAR10Binary(t, tmp, 4)
+	st, stdout, stderr := runCLI("corrupt", "--dataset", "cifar10", "--data", tmp, "--out", filepath.Join(tmp, "c"), "--corruptions", "contrast", "--limit", "9")
+	if st != 0 || !strings.Contains(stderr, "note: --limit 9, but cifar10-test holds 4 images: writing all 4\n") ||
+		!strings.Contains(stdout, "wrote 20 corrupted images") {
+		t.Errorf("status %d, stdout %q, stderr %q", st, stdout, stderr)
+	}
+}
+
+// TestCorruptInterrupted sends SIGINT once the first of three CIFAR-C files
+// is written: corrupt stops with status 130, says how much it wrote and
+// keeps the finished files; the same command then writes the rest.
+func TestCorruptInterrupted(t *testing.T) {
+	tmp := t.TempDir()
+	clean := filepath.Join(tmp, "clean")
+	writeCIFAR10Binary(t, clean, 600)
+	out := filepath.Join(tmp, "c")
+	args := []string{"corrupt", "--dataset", "cifar10", "--data", clean, "--out", out, "--corruptions", "contrast,glass_blur,zoom_blur", "--workers", "1"}
+	// The test's own handler keeps a SIGINT that comes after corrupt has
+	// stopped listening from ending the test binary.
+	mine := make(chan os.Signal, 1)
+	signal.Notify(mine, os.Interrupt)
+	defer signal.Stop(mine)
+	stop := make(chan bool)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			if _, err := os.Stat(filepath.Join(out, "contrast.npy")); err == nil {
+				syscall.Kill(os.Getpid(), syscall.SIGINT)
+				return
+			}
+		}
+	}()
+	st, stdout, stderr := runCLI(args...)
+	close(stop)
+	if st != 130 || !regexp.MustCompile(`interrupted: (3000|6000) of 9000 written.*; the same command resumes\n$`).MatchString(stderr) || stdout != "" {
+		t.Fatalf("status %d, stdout %q, stderr %q: want 130 and the images written", st, stdout, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(out, "contrast.npy")); err != nil {
+		t.Error(err)
+	}
+	st, stdout, stderr = runCLI(args...)
+	if st != 0 || !strings.Contains(stdout, "were already there") {
+		t.Errorf("resumed: status %d, stdout %q, stderr %q", st, stdout, stderr)
 	}
 }

@@ -52,7 +52,16 @@ func newEvalCmd(stdout, stderr io.Writer) *cobra.Command {
 		Long: summary + "\n\nWith no flags: the built-in model on the embedded CIFAR-10 test images, corrupted on the fly,\nfor " +
 			strings.Join(builtinMethods, ", ") + " on " + strconv.Itoa(builtinLimit) + " images per corruption (about four minutes on two cores).",
 		Args: cobra.ArbitraryArgs, // run refuses them, naming the first
-		RunE: func(cmd *cobra.Command, args []string) error { return o.run(cmd.Context(), args) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				// eval takes no arguments, but has subcommands: a
+				// misspelt one (merg) is named.
+				if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+					return usagef("unexpected argument %q: did you mean subtta eval %s? (eval's inputs are flags)", args[0], strings.Join(s, " or "))
+				}
+			}
+			return o.run(cmd.Context(), args)
+		},
 	}
 	fs := c.Flags()
 	f := newEvalFlags(fs)
@@ -298,7 +307,7 @@ func newEvalFlags(fs *pflag.FlagSet) *evalFlags {
 		modelConfig:  fs.String("model-config", "", modelConfigHelp),
 		arch:         fs.String("arch", "", archHelp),
 		vocab:        fs.String("vocab", "", "CLIP vocabulary (see subtta tokenize -h)"),
-		dataset:      fs.String("dataset", "", "benchmark: "+strings.Join(tta.PresetDatasets, ", ")+" (default cifar10-c); or imagenet-r, imagenet-a, imagenet-k (ImageNet-Sketch): one domain each, folders of wnids, ImageNet-C's presets"),
+		dataset:      fs.String("dataset", "", "benchmark: "+strings.Join(tta.PresetDatasets, ", ")+"; required with --data (which would not tell CIFAR-10-C from CIFAR-100-C), cifar10-c without (the built-in images); or imagenet-r, imagenet-a, imagenet-k (ImageNet-Sketch): one domain each, folders of wnids, ImageNet-C's presets"),
 		data:         fs.String("data", "", "the -C files (CIFAR-C .npy folder, ImageNet-C folders), or a clean test set to corrupt on the fly (CIFAR binaries, image folder, .tar/.tar.gz); default: the built-in 2,000 CIFAR-10 test images"),
 		labels:       fs.String("labels", "", "folder of class-name files (cifar10_classes.txt, cifar100_classes.txt, imagenet_classes_openai.txt)"),
 		subset:       fs.String("subset", "", "--dataset imagenet-c: list of <wnid>/<file> to keep (robustbench's 5,000 images)"),

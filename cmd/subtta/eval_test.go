@@ -87,7 +87,8 @@ func TestEvalBadInput(t *testing.T) {
 		{evalArgs(t, dir, "--corruptions", "rain"), 1, `"rain"`},
 		{evalArgs(t, dir, "--data", filepath.Join(dir, "missing")), 1, "no such file or folder"},
 		{evalArgs(t, dir, "--config", badCfg), 2, "unknown key methodz; did you mean methods?"},
-		{evalArgs(t, dir, "stray"), 2, `unexpected argument "stray"`},
+		{evalArgs(t, dir, "stray"), 2, `unexpected argument "stray" (all inputs are flags)`},
+		{[]string{"eval", "merg", "a", "b"}, 2, `unexpected argument "merg": did you mean subtta eval merge?`},
 		{evalArgs(t, dir, "--limit", "-5"), 2, "--limit -5: must not be negative"},
 		{evalArgs(t, dir, "--diag-workers", "-2"), 2, "--diag-workers -2: want -1 (none)"},
 		// Duplicates and empty entries in lists are usage errors alike.

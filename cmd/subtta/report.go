@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -32,7 +33,9 @@ func newReportCmd(stdout, stderr io.Writer) *cobra.Command {
 			"Reads the results folders of the seeds of one run (eval --seed N, or eval --seeds 1,2,3) and prints the paper's\n" +
 			"table with mean ± sample standard deviation over the seeds per cell and per mean, the number of seeds and the\n" +
 			"difference to source; writes it into --out as report.md, report.csv and report.json (and report.png, --plot).\n" +
-			"Refuses folders whose runs differ in anything but the seed (model, data, limit, ...), naming it.",
+			"Refuses folders whose runs differ in anything but the seed (model, data, limit, ...), naming it, and a\n" +
+			"results.jsonl with two records of one method and domain or one that does not add up. Give the seed\n" +
+			"folders (OUT/seed-*), not the OUT of eval --seeds.",
 		RunE: func(cmd *cobra.Command, args []string) error { return o.run(args) },
 	}
 	f := c.Flags()
@@ -53,6 +56,9 @@ func (o *reportOptions) run(dirs []string) error {
 // writes the report into out and prints its table.
 func writeReport(out string, dirs []string, plot bool, stdout, stderr io.Writer) error {
 	c, files, err := eval.WriteSeedReport(out, dirs, plot)
+	if pe := (*fs.PathError)(nil); errors.As(err, &pe) && pe.Op == "mkdir" {
+		return fmt.Errorf("--out: %w", pe) // the report folder
+	}
 	if err != nil {
 		// "subtta report: eval: …" says where the code is, not the user.
 		return errors.New(strings.TrimPrefix(err.Error(), "eval: "))

@@ -128,6 +128,24 @@ func TestEvalSeedsReport(t *testing.T) {
 		t.Errorf("report: status %d, %s\n%s", st, stderr.String(), stdout.String())
 	}
 
+	// --out a plain file is named by its flag; the folder eval --seeds
+	// wrote is refused with the advice to pass its seed folders.
+	afile := filepath.Join(t.TempDir(), "afile")
+	os.WriteFile(afile, nil, 0o644)
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{append([]string{"report", "--out", afile}, dirs...), "subtta report: --out: mkdir " + afile + ": not a directory\n"},
+		{[]string{"report", "--out", t.TempDir(), out}, "subtta report: " + out + " is not a results folder (no run.json) but holds the seed folders of eval --seeds: pass those (" +
+			filepath.Join(out, "seed-*") + ")\n"},
+	} {
+		stderr.Reset()
+		if st := run(tc.args, &stdout, &stderr); st != 1 || stderr.String() != tc.msg {
+			t.Errorf("%q: status %d, %q; want 1 and %q", tc.args, st, stderr.String(), tc.msg)
+		}
+	}
+
 	// Another limit, another model: refused by name.
 	other := filepath.Join(t.TempDir(), "limit40")
 	if st := run(seedArgs(other, "--seed", "4", "--limit", "40"), &stdout, &stderr); st != 0 {

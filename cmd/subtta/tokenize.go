@@ -62,7 +62,11 @@ func (o *tokenizeOptions) run(texts []string) error {
 			return err
 		}
 		warnCut(o.stderr, tok, []string{text}, o.context)
-		out = append(out, row{Text: text, IDs: tok.Encode(text), Padded: padded})
+		ids := tok.Encode(text)
+		if ids == nil {
+			ids = []int{} // "ids": [] for an empty text, not null
+		}
+		out = append(out, row{Text: text, IDs: ids, Padded: padded})
 	}
 	return writeJSON(o.stdout, out)
 }
