@@ -156,7 +156,7 @@ func checkShards(folders []*shardFolder) (Config, identity, error) {
 		}
 	}
 	for _, f := range folders {
-		if err := checkRecords(filepath.Join(f.dir, ResultsFile), f.records, id, true); err != nil {
+		if err := checkRecords(filepath.Join(f.dir, ResultsFile), f.records, id, true, evalLineAdvice); err != nil {
 			return cfg, id, fmt.Errorf("%w: %w", ErrShardMismatch, err)
 		}
 	}

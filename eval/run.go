@@ -369,7 +369,7 @@ func (e *evaluation) readResults() error {
 	if err := checkShardFolder(e.cfg, old, haveResults); err != nil {
 		return err
 	}
-	if err := checkRecords(e.resultsPath, e.prior, id, vouched); err != nil {
+	if err := checkRecords(e.resultsPath, e.prior, id, vouched, evalLineAdvice); err != nil {
 		return err
 	}
 	if err := checkCounts(e.resultsPath, filepath.Join(e.cfg.Out, BatchesFile), e.prior, evalLineAdvice); err != nil {
@@ -708,8 +708,9 @@ func writeRun(out string, rf runFile) error {
 // checkRecords refuses records made by another run: each record that
 // names its run must name id's digest for its domain (identity.digest);
 // records that name none (written before records did) are trusted only
-// when the folder's run.json vouched for them.
-func checkRecords(path string, recs []report.Record, id identity, vouched bool) error {
+// when the folder's run.json vouched for them. advice says what to do
+// about a record of another run (evalLineAdvice, reportLineAdvice).
+func checkRecords(path string, recs []report.Record, id identity, vouched bool, advice string) error {
 	unnamed := 0
 	for _, r := range recs {
 		if r.Run == "" {
@@ -717,8 +718,8 @@ func checkRecords(path string, recs []report.Record, id identity, vouched bool) 
 			continue
 		}
 		if want := id.digest(r.Corruption); r.Run != want {
-			return fmt.Errorf("eval: %s: the record of %s on %s was computed by another configuration (run %s; this run is %s): delete its line to compute it again, or use another --out",
-				path, r.Method, r.Domain, r.Run, want)
+			return fmt.Errorf("eval: %s: the record of %s on %s was computed by another configuration (run %s; this run is %s): %s",
+				path, r.Method, r.Domain, r.Run, want, advice)
 		}
 	}
 	if unnamed > 0 && !vouched {

@@ -70,7 +70,7 @@ func ReadFolder(dir string) (*Folder, error) {
 	if len(recs) == 0 {
 		return nil, fmt.Errorf("eval: %s holds no results yet (%s)", dir, ResultsFile)
 	}
-	if err := checkRecords(path, recs, rf.Identity, true); err != nil {
+	if err := checkRecords(path, recs, rf.Identity, true, reportLineAdvice); err != nil {
 		return nil, err
 	}
 	type key struct{ method, domain string }

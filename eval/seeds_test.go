@@ -113,7 +113,10 @@ func TestReadFolderRefusesBadRecords(t *testing.T) {
 	acc := copyWith("accuracy", line)
 	rewriteRecords(t, acc, func(r *report.Record) { r.Accuracy = 99 })
 	damaged := copyWith("damaged", append([]byte("garbage{\n"), line...))
+	other := copyWith("other-run", line)
+	rewriteRecords(t, other, func(r *report.Record) { r.Run = "0123456789abcdef" })
 	for _, tc := range []struct{ dir, msg string }{
+		{other, "the record of source on contrast/5 was computed by another configuration (run 0123456789abcdef; this run is "},
 		{twice, twice + ": results.jsonl holds two records of source on contrast/5 (records 1 and 2): delete the one that is not meant"},
 		{acc, filepath.Join(acc, ResultsFile) + ": the record of source on contrast/5 does not add up (accuracy 99, but correct "},
 		{damaged, "line 1: damaged record"},

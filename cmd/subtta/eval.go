@@ -365,7 +365,7 @@ func (f *evalFlags) config() (eval.Config, error) {
 			cfg.Vocab = *f.vocab
 		case "dataset":
 			if cfg.Dataset = *f.dataset; cfg.Dataset == "" {
-				err = fmt.Errorf(`"": give a dataset (%s), or leave the flag out for cifar10-c`, strings.Join(tta.PresetDatasets, ", "))
+				err = fmt.Errorf(`"": give a dataset (%s), or leave the flag out for cifar10-c on the built-in images`, strings.Join(tta.PresetDatasets, ", "))
 			}
 		case "data":
 			cfg.Data = *f.data
