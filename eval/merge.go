@@ -252,8 +252,20 @@ func writeMerged(cfg Config, id identity, recs []report.Record, folders []*shard
 	if err := writeFileAtomic(filepath.Join(cfg.Out, ResultsFile), results.Bytes()); err != nil {
 		return nil, err
 	}
-	// run.json last: a folder without it holds nothing a run resumes.
-	if err := writeRunFile(cfg, id); err != nil {
+	// run.json last: a folder without it holds nothing a run resumes. The
+	// class names are the shards', where every shard that records them
+	// records the same (they share the identity, so they read one data).
+	var classes []string
+	for _, f := range folders {
+		switch {
+		case f.run.Classes == nil:
+		case classes == nil:
+			classes = f.run.Classes
+		case !slices.Equal(classes, f.run.Classes):
+			return nil, fmt.Errorf("%w: %s and another shard record other class names", ErrShardMismatch, f.dir)
+		}
+	}
+	if err := writeRun(cfg.Out, runFile{Identity: id, Config: cfg, Classes: classes}); err != nil {
 		return nil, err
 	}
 	sum := &Summary{Config: cfg, Records: recs, Resumed: len(recs)}

@@ -153,7 +153,7 @@ type runFile struct {
 	Config   Config   `json:"config"`
 	// Classes are the run's class names in label order (those kept, with
 	// Config.Classes or ClassNames): what the data's labels were read as.
-	// They are no part of the identity; a merged folder has none.
+	// They are no part of the identity; a merged folder has its shards'.
 	Classes []string `json:"classes,omitempty"`
 }
 

@@ -2,6 +2,7 @@ package eval
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -320,6 +321,23 @@ func TestShardedRunEqualsSingle(t *testing.T) {
 	b, _ := os.ReadFile(filepath.Join(merged, MarkdownFile))
 	if len(a) == 0 || withoutTimings(string(a)) != withoutTimings(string(b)) {
 		t.Errorf("results.md differs:\n%s\nsingle:\n%s", b, a)
+	}
+	// run.json names the classes as the single run's does.
+	var singleRun, mergedRun runFile
+	for _, x := range []struct {
+		dir string
+		rf  *runFile
+	}{{cfg.Out, &singleRun}, {merged, &mergedRun}} {
+		b, err := os.ReadFile(filepath.Join(x.dir, RunFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, x.rf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(singleRun.Classes) == 0 || !reflect.DeepEqual(mergedRun.Classes, singleRun.Classes) {
+		t.Errorf("merged run.json classes %q, the single run's %q", mergedRun.Classes, singleRun.Classes)
 	}
 	// The merged folder resumes as the single run's folder does.
 	c := cfg
