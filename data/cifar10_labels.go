@@ -1,5 +1,11 @@
 package data
 
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
 // CIFAR10Classes are CIFAR-10's class names in label order (the dataset's
 // batches.meta.txt).
 var CIFAR10Classes = []string{"airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"}
@@ -25,4 +31,39 @@ var CIFAR10Templates = []string{
 	"a good photo of the {}.",
 	"a photo of the small {}.",
 	"a photo of the big {}.",
+}
+
+// ErrCIFARClassFolders is wrapped by CheckCIFARClassFolders's error.
+var ErrCIFARClassFolders = errors.New("the class folders are not the dataset's classes")
+
+// CheckCIFARClassFolders checks the sorted class folder names of a clean
+// image folder read as set ("cifar10" or "cifar100") without a class list:
+// their sorted order is then taken as the label order, which is the
+// dataset's only when the folders are its classes, all of them (10 or 100;
+// for CIFAR-10, its names, whose sorted order is its label order). The
+// error wraps ErrCIFARClassFolders and names the first difference.
+func CheckCIFARClassFolders(set string, folders []string) error {
+	n := map[string]int{"cifar10": 10, "cifar100": 100}[set]
+	if n == 0 {
+		return fmt.Errorf("data: CheckCIFARClassFolders: unknown set %q", set)
+	}
+	if len(folders) != n {
+		shown := folders
+		if len(shown) > 5 {
+			shown = shown[:5]
+		}
+		more := ""
+		if len(folders) > len(shown) {
+			more = ", …"
+		}
+		return fmt.Errorf("%w: %d class folders (%s%s), %s has %d", ErrCIFARClassFolders, len(folders), strings.Join(shown, ", "), more, set, n)
+	}
+	if set == "cifar10" {
+		for i, c := range folders {
+			if c != CIFAR10Classes[i] {
+				return fmt.Errorf("%w: class folder %q is not CIFAR-10's class %q (the folders, sorted, are taken as CIFAR-10's classes in order)", ErrCIFARClassFolders, c, CIFAR10Classes[i])
+			}
+		}
+	}
+	return nil
 }

@@ -111,29 +111,11 @@ func checkCleanClasses(cfg Config, s *source) error {
 		return nil
 	}
 	set := strings.TrimSuffix(cfg.Dataset, "-c")
-	got := f.Classes()
-	fix := fmt.Sprintf("give --labels DIR, a folder whose %s_classes.txt names the classes its folders are named after;"+
-		" or, to run on fewer classes, use a folder of all %d and keep some with --classes or --class-names", set, want)
-	if len(got) != want {
-		return fmt.Errorf("eval: %s has %d class folders (%s), %s has %d: %s", cfg.Data, len(got), firstNames(got, 5), cfg.Dataset, want, fix)
-	}
-	if cfg.Dataset == "cifar10-c" {
-		for i, c := range got {
-			if c != data.CIFAR10Classes[i] {
-				return fmt.Errorf("eval: %s: class folder %q is not CIFAR-10's class %q (its folders, sorted, are taken as CIFAR-10's classes in order): %s",
-					cfg.Data, c, data.CIFAR10Classes[i], fix)
-			}
-		}
+	if err := data.CheckCIFARClassFolders(set, f.Classes()); err != nil {
+		return fmt.Errorf("eval: %s: %w: give --labels DIR, a folder whose %s_classes.txt names the classes its folders are named after;"+
+			" or, to run on fewer classes, use a folder of all %d and keep some with --classes or --class-names", cfg.Data, err, set, want)
 	}
 	return nil
-}
-
-// firstNames joins the first n names, with "…" for the rest.
-func firstNames(names []string, n int) string {
-	if len(names) <= n {
-		return strings.Join(names, ", ")
-	}
-	return strings.Join(names[:n], ", ") + ", …"
 }
 
 // checkImageNetCTree checks the domains of an ImageNet-C tree before they

@@ -96,11 +96,11 @@ func TestCleanFolderClasses(t *testing.T) {
 		labels  []string
 		want    string
 	}{
-		{"two of ten", "cifar10-c", []string{"bar", "foo"}, nil, "has 2 class folders (bar, foo), cifar10-c has 10: give --labels DIR"},
+		{"two of ten", "cifar10-c", []string{"bar", "foo"}, nil, "2 class folders (bar, foo), cifar10 has 10: give --labels DIR"},
 		{"CIFAR-10 names, too few", "cifar10-c", []string{"airplane", "cat"}, nil, "--classes or --class-names"},
 		{"ten, not CIFAR-10's", "cifar10-c", ten, nil, `class folder "aclass" is not CIFAR-10's class "airplane"`},
 		{"all of CIFAR-10", "cifar10-c", data.CIFAR10Classes, nil, ""},
-		{"two of a hundred", "cifar100-c", []string{"bar", "foo"}, nil, "cifar100-c has 100: give --labels DIR, a folder whose cifar100_classes.txt"},
+		{"two of a hundred", "cifar100-c", []string{"bar", "foo"}, nil, "cifar100 has 100: give --labels DIR, a folder whose cifar100_classes.txt"},
 		{"placed by labels", "cifar10-c", []string{"bar", "foo"}, []string{"foo", "bar"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

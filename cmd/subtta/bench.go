@@ -102,17 +102,22 @@ func (o *benchOptions) run(args []string) error {
 		}
 	}
 	selected := map[string]bool{}
-	for _, name := range splitList(o.only) {
-		if !slices.Contains(benchNames, name) && !slices.Contains(benchViewMethods, name) {
-			return usagef("--only: unknown measurement %q (want %s)", name, strings.Join(append(slices.Clone(benchNames), benchViewMethods...), ", "))
+	if o.onlyGiven {
+		// Given, the list is checked as eval's lists are: no empty
+		// entry, none twice.
+		names, err := listFlag(o.only, "measurement")
+		if err == nil {
+			err = noDuplicates(o.only, "measurement", names)
 		}
-		if selected[name] {
-			return usagef("--only: %q is given twice", name)
+		if err != nil {
+			return usagef("--only %v", err)
 		}
-		selected[name] = true
-	}
-	if o.onlyGiven && len(selected) == 0 {
-		return usagef("--only %q: no measurement (leave the flag out for all of them)", o.only)
+		for _, name := range names {
+			if !slices.Contains(benchNames, name) && !slices.Contains(benchViewMethods, name) {
+				return usagef("--only: unknown measurement %q (want %s)", name, strings.Join(append(slices.Clone(benchNames), benchViewMethods...), ", "))
+			}
+			selected[name] = true
+		}
 	}
 	// The profiles' files are created before the measurements, so that a
 	// path that cannot be written fails at once rather than after them.

@@ -290,9 +290,16 @@ func openCleanCIFAR(set, path, labelsDir string) (data.Dataset, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s is neither the %s binary version (%v) nor an image folder (%v)", path, set, binErr, err)
 	}
-	if len(f.Classes()) != nclasses {
+	switch {
+	case labelsDir == "":
+		// The sorted folders become the labels: they must be the set's.
+		if err := data.CheckCIFARClassFolders(set, f.Classes()); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("%s: %w: give --labels DIR (a folder with %s_classes.txt) to place them", path, err, set)
+		}
+	case len(f.Classes()) != nclasses:
 		f.Close()
-		return nil, fmt.Errorf("%s has %d class folders, %s has %d: give --labels DIR (a folder with %s_classes.txt) to place them", path, len(f.Classes()), set, nclasses, set)
+		return nil, fmt.Errorf("%s: --labels %s names %d classes, %s has %d", path, labelsDir, len(f.Classes()), set, nclasses)
 	}
 	return f, nil
 }

@@ -62,7 +62,8 @@ func TestRunExitCodes(t *testing.T) {
 		// A flag that would be ignored is refused.
 		{[]string{"bench", "--batch", "8", "--batch-size", "4"}, 2, "--batch and --batch-size are the same setting"},
 		{[]string{"bench", "--only", ""}, 2, `--only "": no measurement`},
-		{[]string{"bench", "--only", "forward,forward"}, 2, `--only: "forward" is given twice`},
+		{[]string{"bench", "--only", "forward,,backward"}, 2, `--only "forward,,backward": entry 2 is empty`},
+		{[]string{"bench", "--only", "forward,forward"}, 2, `--only "forward,forward": measurement "forward" given twice`},
 		{[]string{"bench", "--cpuprofile", os.TempDir()}, 2, "--cpuprofile: "},
 		{[]string{"classify", "--out", "x.csv", "x.png"}, 2, "--out is for --images"},
 		{[]string{"classify", "--batch-size", "8", "x.png"}, 2, "--batch-size is for --images"},
