@@ -17,6 +17,10 @@
 #
 # Usage: [SHARED=DIR] [CLIPSRC=DIR] scripts/gpu-pack.sh
 set -euo pipefail
+# SHARED and CLIPSRC are taken from where the script is called; ../shared
+# from the repository root.
+clipsrc=${CLIPSRC:+$(realpath -m "$CLIPSRC")}
+[ -z "${SHARED:-}" ] || SHARED=$(realpath -m "$SHARED")
 cd "$(dirname "$0")/.."
 shared=$(realpath "${SHARED:-../shared}")
 budget=$((64 * 1024 * 1024))
@@ -33,9 +37,15 @@ for f in preprocess.safetensors forward.safetensors; do # mostly structure: xz t
 done
 cp "$shared/assets/cifar10/test-jpg.tar.gz" .cache/shared/assets/cifar10/
 cp "$shared/assets/labels/imagenet_classes_openai.txt" .cache/shared/assets/labels/
-if [ -n "${CLIPSRC:-}" ]; then
+if [ -n "$clipsrc" ] && [ "$clipsrc" != "$(realpath -m .cache/clipsrc)" ]; then
+  [ -f "$clipsrc/clip/model.py" ] || {
+    echo "gpu-pack: CLIPSRC=$CLIPSRC has no clip/model.py: give extract_openai_clip.sh's output" >&2
+    exit 1
+  }
+  rm -rf .cache/clipsrc.tmp
+  cp -r "$clipsrc" .cache/clipsrc.tmp
   rm -rf .cache/clipsrc
-  cp -r "$CLIPSRC" .cache/clipsrc
+  mv .cache/clipsrc.tmp .cache/clipsrc
 fi
 [ -d .cache/clipsrc ] || echo "gpu-pack: no .cache/clipsrc (CLIPSRC=DIR): the bench call will have no PyTorch figures" >&2
 
