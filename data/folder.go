@@ -99,7 +99,7 @@ func OpenFolder(path string, opts FolderOptions) (*Folder, error) {
 	}
 	var folders []string // every class folder, whether or not Files selects from it
 	if st.IsDir() && opts.Files != nil {
-		folders, err = classDirs(d.root)
+		folders, err = ClassDirs(d.root)
 	} else if !st.IsDir() {
 		members, d.prefix, err = archiveRoot(path, members, opts.Root)
 		folders = classFolders(members)
@@ -437,8 +437,10 @@ func classFolders(items []folderItem) []string {
 	return folders
 }
 
-// classDirs returns the sorted class folder names under root.
-func classDirs(root string) ([]string, error) {
+// ClassDirs returns the class folders of the image folder root as
+// OpenFolder reads them, sorted by name: its directories and links to
+// directories, except hidden ones (a name starting with ".").
+func ClassDirs(root string) ([]string, error) {
 	entries, err := os.ReadDir(root)
 	if err != nil {
 		return nil, fmt.Errorf("data: %w", err)

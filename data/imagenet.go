@@ -52,7 +52,7 @@ func OpenImageNetC(dir, corruption string, severity int, opts ImageNetOptions) (
 	}
 	cdir := filepath.Join(dir, corruption)
 	if _, err := os.Stat(cdir); err != nil {
-		have, _ := classDirs(dir)
+		have, _ := ClassDirs(dir)
 		if _, lerr := corrupt.Lookup(corruption); lerr != nil {
 			return nil, fmt.Errorf("data: %s: unknown corruption %q (the benchmark's are %s)", dir, corruption, strings.Join(corrupt.Names(), ", "))
 		}

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -83,22 +82,6 @@ func severityFolders(dir string) []int {
 	return out
 }
 
-// classFolderNames lists the folders of dir, sorted.
-func classFolderNames(dir string) ([]string, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, e := range entries {
-		if e.IsDir() {
-			out = append(out, e.Name())
-		}
-	}
-	slices.Sort(out)
-	return out, nil
-}
-
 // checkCleanClasses refuses a clean CIFAR image folder whose class folders
 // are not the benchmark's classes (10 or 100 of them; for CIFAR-10, its
 // names) when no --labels places them: its sorted folder names would be
@@ -148,7 +131,7 @@ func checkImageNetCTree(cfg Config, s *source) error {
 			}
 			return fmt.Errorf("eval: %s: severity %d of %s is missing (%s has severities %s)", cfg.Data, p.severity, p.corruption, p.corruption, joinInts(have))
 		}
-		got, err := classFolderNames(dir)
+		got, err := data.ClassDirs(dir)
 		if err != nil {
 			return fmt.Errorf("eval: %w", err)
 		}

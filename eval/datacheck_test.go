@@ -181,6 +181,16 @@ func TestImageNetCTreeChecks(t *testing.T) {
 			}
 		})
 	}
+	// Class folders are those data reads: a link to a folder is one, a
+	// hidden folder is not (n2 is a link in fog/5, which also holds .cache).
+	root := writeTree(t, "gaussian_noise/5/n1", "gaussian_noise/5/n2", "fog/5/n1", "fog/5/.cache", "elsewhere/n2")
+	if err := os.Symlink(filepath.Join(root, "elsewhere", "n2"), filepath.Join(root, "fog", "5", "n2")); err != nil {
+		t.Fatal(err)
+	}
+	linked := Config{Dataset: "imagenet-c", Data: root, Corruptions: []string{"gaussian_noise", "fog"}, Severities: []int{5}}
+	if err := checkImageNetCTree(linked, &source{kind: "imagenet-c", classes: classes[:2]}); err != nil {
+		t.Errorf("a class folder that is a link, and a hidden folder: %v", err)
+	}
 	// A tree of all 1000 must hold ImageNet's wnids.
 	wnids := append([]string(nil), data.ImageNetWNIDs...)
 	wnids[7] = "n00000000"

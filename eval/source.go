@@ -199,16 +199,11 @@ func (s *source) open(name string, severity int) (data.Dataset, error) {
 // nil when the counts agree: data's advice, a wnid list, has no flag in
 // eval.
 func classFoldersError(dir string, classes int) error {
-	entries, err := os.ReadDir(dir)
+	dirs, err := data.ClassDirs(dir)
 	if err != nil {
 		return nil
 	}
-	folders := 0
-	for _, e := range entries {
-		if e.IsDir() {
-			folders++
-		}
-	}
+	folders := len(dirs)
 	if folders == 0 || folders == classes {
 		return nil
 	}

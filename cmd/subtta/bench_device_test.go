@@ -75,15 +75,7 @@ func TestBenchHeldImages(t *testing.T) {
 func TestBulkUploadsAhead(t *testing.T) {
 	dir := t.TempDir()
 	extractBuiltin(t, dir)
-	folder := filepath.Join(dir, "small")
-	for _, c := range []string{"bird", "truck"} {
-		os.MkdirAll(filepath.Join(folder, c), 0o755)
-		ents, _ := os.ReadDir(filepath.Join(dir, "test", c))
-		for _, e := range ents[:9] {
-			b, _ := os.ReadFile(filepath.Join(dir, "test", c, e.Name()))
-			os.WriteFile(filepath.Join(folder, c, e.Name()), b, 0o644)
-		}
-	}
+	folder := smallFolder(t, dir, 9, "bird", "truck")
 	const batches = 3 // 18 images in batches of 8
 	outputs := func(d kernel.Device, tag string) (csv, npy []byte) {
 		autograd.SetDevice(d)

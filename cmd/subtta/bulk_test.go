@@ -57,6 +57,33 @@ func extractBuiltin(t testing.TB, dir string) (archive string) {
 	return archive
 }
 
+// smallFolder copies the first n built-in images of each class (after
+// extractBuiltin(t, dir)) into class folders under dir/small, and returns
+// that folder.
+func smallFolder(t testing.TB, dir string, n int, classes ...string) string {
+	t.Helper()
+	folder := filepath.Join(dir, "small")
+	for _, c := range classes {
+		if err := os.MkdirAll(filepath.Join(folder, c), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		ents, err := os.ReadDir(filepath.Join(dir, "test", c))
+		if err != nil || len(ents) < n {
+			t.Fatalf("built-in class %s: %d images, want %d (%v)", c, len(ents), n, err)
+		}
+		for _, e := range ents[:n] {
+			b, err := os.ReadFile(filepath.Join(dir, "test", c, e.Name()))
+			if err == nil {
+				err = os.WriteFile(filepath.Join(folder, c, e.Name()), b, 0o644)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return folder
+}
+
 // readNPY reads a float32 .npy as bulk embedding writes it.
 func readNPY(t *testing.T, p string) (rows, dim int, v []float32) {
 	t.Helper()
@@ -339,16 +366,7 @@ func firstFile(t *testing.T, dir, class string, i int) string {
 func TestBulkClassify(t *testing.T) {
 	dir := t.TempDir()
 	extractBuiltin(t, dir)
-	// Three classes of 12 images, in class folders.
-	folder := filepath.Join(dir, "small")
-	for _, c := range []string{"bird", "frog", "truck"} {
-		os.MkdirAll(filepath.Join(folder, c), 0o755)
-		ents, _ := os.ReadDir(filepath.Join(dir, "test", c))
-		for _, e := range ents[:12] {
-			b, _ := os.ReadFile(filepath.Join(dir, "test", c, e.Name()))
-			os.WriteFile(filepath.Join(folder, c, e.Name()), b, 0o644)
-		}
-	}
+	folder := smallFolder(t, dir, 12, "bird", "frog", "truck")
 	jsonl := filepath.Join(dir, "out", "cls.jsonl")
 	var stdout, errb bytes.Buffer
 	if st := run([]string{"classify", "--images", folder, "--out", jsonl, "--batch-size", "16"}, &stdout, &errb); st != 0 {
@@ -436,15 +454,7 @@ func TestBulkClassify(t *testing.T) {
 func TestBulkClassifyResumes(t *testing.T) {
 	dir := t.TempDir()
 	extractBuiltin(t, dir)
-	folder := filepath.Join(dir, "small")
-	for _, c := range []string{"cat", "ship"} {
-		os.MkdirAll(filepath.Join(folder, c), 0o755)
-		ents, _ := os.ReadDir(filepath.Join(dir, "test", c))
-		for _, e := range ents[:12] {
-			b, _ := os.ReadFile(filepath.Join(dir, "test", c, e.Name()))
-			os.WriteFile(filepath.Join(folder, c, e.Name()), b, 0o644)
-		}
-	}
+	folder := smallFolder(t, dir, 12, "cat", "ship")
 	const batch = 8
 	classify := func(out string, extra ...string) (int, string) {
 		var stdout, errb bytes.Buffer
