@@ -1,6 +1,7 @@
 package weights
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -41,6 +42,14 @@ type ConvertOptions struct {
 // records the scheme (Int8Quantization). A NaN or an infinity in such a
 // weight is an error wrapping kernel.ErrNonFinite that names it.
 func Convert(src, dst string, opts ConvertOptions) (*CLIPConfig, error) {
+	return ConvertContext(context.Background(), src, dst, opts)
+}
+
+// ConvertContext is Convert stopped by ctx: once ctx is done it stops
+// after reading src, after the tensor it is quantising, or at the next
+// buffer of data it writes, and returns an error wrapping ctx.Err(); dst
+// is left as it was (no temporary file stays beside it).
+func ConvertContext(ctx context.Context, src, dst string, opts ConvertOptions) (*CLIPConfig, error) {
 	dt := opts.DType
 	if dt == "" {
 		dt = F32
@@ -51,6 +60,9 @@ func Convert(src, dst string, opts ConvertOptions) (*CLIPConfig, error) {
 	s, cfg, err := LoadCLIPWith(src, opts.Config)
 	if err != nil {
 		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("weights: %s not written: %w", dst, err)
 	}
 	meta := map[string]string{
 		"format":        "pt",
@@ -76,6 +88,9 @@ func Convert(src, dst string, opts ConvertOptions) (*CLIPConfig, error) {
 	}
 	var tensors []Tensor
 	for _, name := range cfg.Names() {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("weights: %s not written: %w", dst, err)
+		}
 		p, err := s.Param(name)
 		if err != nil {
 			return nil, err
@@ -94,7 +109,7 @@ func Convert(src, dst string, opts ConvertOptions) (*CLIPConfig, error) {
 		}
 		tensors = append(tensors, w, scale)
 	}
-	if err := writeFile(dst, tensors, meta, opts.Zstd || filepath.Ext(dst) == ".zst"); err != nil {
+	if err := writeFile(ctx, dst, tensors, meta, opts.Zstd || filepath.Ext(dst) == ".zst"); err != nil {
 		return nil, err
 	}
 	return cfg, nil

@@ -2,6 +2,7 @@ package weights
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -244,12 +245,22 @@ func putFloat(p []byte, dt DType, v64 float64, v32 float32) {
 // readable by all (mode 0644), as a file written in one go would be; path
 // must not be a directory.
 func WriteFile(path string, tensors []Tensor, metadata map[string]string) error {
-	return writeFile(path, tensors, metadata, strings.HasSuffix(path, ".zst"))
+	return writeFile(context.Background(), path, tensors, metadata, strings.HasSuffix(path, ".zst"))
 }
 
-func writeFile(path string, tensors []Tensor, metadata map[string]string, compress bool) (err error) {
+// WriteFileContext is WriteFile stopped by ctx: once ctx is done, the
+// write stops at its next buffer of data, the temporary file is removed
+// and the error wraps ctx.Err(); the file at path is left as it was.
+func WriteFileContext(ctx context.Context, path string, tensors []Tensor, metadata map[string]string) error {
+	return writeFile(ctx, path, tensors, metadata, strings.HasSuffix(path, ".zst"))
+}
+
+func writeFile(ctx context.Context, path string, tensors []Tensor, metadata map[string]string, compress bool) (err error) {
 	if st, serr := os.Stat(path); serr == nil && st.IsDir() {
 		return fmt.Errorf("weights: %s is a directory: give a file name", path)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("weights: %s not written: %w", path, err)
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {
@@ -261,10 +272,14 @@ func writeFile(path string, tensors []Tensor, metadata map[string]string, compre
 			os.Remove(tmp.Name())
 		}
 	}()
+	w := ctxWriter{ctx, tmp}
 	if compress {
-		err = WriteZstd(tmp, tensors, metadata)
+		err = WriteZstd(w, tensors, metadata)
 	} else {
-		err = Write(tmp, tensors, metadata)
+		err = Write(w, tensors, metadata)
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		return fmt.Errorf("weights: %s not written: %w", path, cerr)
 	}
 	if err != nil {
 		return fmt.Errorf("%w (writing %s)", err, path)
@@ -284,4 +299,17 @@ func writeFile(path string, tensors []Tensor, metadata map[string]string, compre
 		return fmt.Errorf("weights: %w", err)
 	}
 	return nil
+}
+
+// ctxWriter writes to w until ctx is done, then returns ctx.Err().
+type ctxWriter struct {
+	ctx context.Context
+	w   io.Writer
+}
+
+func (c ctxWriter) Write(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.w.Write(p)
 }

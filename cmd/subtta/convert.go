@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -10,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -38,7 +40,8 @@ func newConvertCmd(stdout, stderr io.Writer) *cobra.Command {
 		Use:   "convert SRC DST",
 		Short: "rewrite a checkpoint as OpenAI-named safetensors (fp16/bf16/int8, zstd)",
 		Long: "rewrite a checkpoint as OpenAI-named safetensors (fp16/bf16/int8, zstd)\n\n" +
-			"DST is written whole or not at all (a temporary file beside it, renamed), and may not be SRC or one of its files.\n\n" +
+			"DST is written whole or not at all (a temporary file beside it, renamed), and may not be SRC or one of its files;\n" +
+			"Ctrl-C (SIGINT) or SIGTERM stops it with status 130, DST as it was and no temporary file left.\n\n" +
 			"With --random (convert --random --arch ViT-B-32 DST), write a model of that architecture with random weights\n" +
 			"(OpenAI's initialisation) instead: a real model's shapes and cost, for timing eval, embed or serve\n" +
 			"without a checkpoint; its text tower takes the byte-level tokenizer (no vocabulary needed). Its predictions mean nothing.",
@@ -86,15 +89,19 @@ func (o *convertOptions) run(args []string) error {
 	if err != nil {
 		return err
 	}
+	// SIGINT or SIGTERM stops the write and removes its temporary file
+	// (left beside DST when the signal ended the process).
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	if o.random {
-		return o.writeRandom(c, dt, args[0])
+		return o.interrupted(ctx, args[0], o.writeRandom(ctx, c, dt, args[0]))
 	}
 	if err := checkConvertTarget(args[0], args[1]); err != nil {
 		return err
 	}
-	cfg, err := weights.Convert(args[0], args[1], weights.ConvertOptions{DType: dt, Zstd: o.zstd, Config: c})
+	cfg, err := weights.ConvertContext(ctx, args[0], args[1], weights.ConvertOptions{DType: dt, Zstd: o.zstd, Config: c})
 	if err != nil {
-		return err
+		return o.interrupted(ctx, args[1], err)
 	}
 	// An inferred configuration is not written (see weights.Convert), so
 	// that the output's readers warn too.
@@ -107,6 +114,16 @@ func (o *convertOptions) run(args []string) error {
 	fmt.Fprintf(o.stdout, "wrote %s (%s; vision %d×%d, patch %d; text %d×%d; embed %d)\n", args[1], stored,
 		cfg.Vision.Layers, cfg.Vision.Width, cfg.Vision.PatchSize, cfg.Text.Layers, cfg.Text.Width, cfg.EmbedDim)
 	return nil
+}
+
+// interrupted turns err into errInterrupted (exit status 130), saying so,
+// when ctx ended it; dst is then as it was before.
+func (o *convertOptions) interrupted(ctx context.Context, dst string, err error) error {
+	if err == nil || ctx.Err() == nil || !errors.Is(err, context.Canceled) {
+		return err
+	}
+	fmt.Fprintf(o.stderr, "interrupted: %s not written (left as it was)\n", dst)
+	return errInterrupted
 }
 
 // checkConvertTarget refuses a DST that would replace SRC: the same file
@@ -150,7 +167,7 @@ func checkConvertTarget(src, dst string) error {
 // writeRandom writes a model of architecture c with OpenAI's random
 // initialisation (pretrain.RandomState) to dst, its float tensors stored
 // as dt.
-func (o *convertOptions) writeRandom(c *weights.CLIPConfig, dt weights.DType, dst string) error {
+func (o *convertOptions) writeRandom(ctx context.Context, c *weights.CLIPConfig, dt weights.DType, dst string) error {
 	if c == nil {
 		return usagef("--random needs --arch or --model-config (the architecture to make)")
 	}
@@ -188,7 +205,7 @@ func (o *convertOptions) writeRandom(c *weights.CLIPConfig, dt weights.DType, ds
 		}
 		tensors = append(tensors, weights.Tensor{Name: name, DType: dt, Shape: p.Shape, Data: p.Data})
 	}
-	if err := weights.WriteFile(dst, tensors, meta); err != nil {
+	if err := weights.WriteFileContext(ctx, dst, tensors, meta); err != nil {
 		return err
 	}
 	fmt.Fprintf(o.stdout, "wrote %s (%s, random weights, seed %d; vision %d×%d, patch %d, %d pixels; text %d×%d; embed %d)\n", dst, dt, o.seed,

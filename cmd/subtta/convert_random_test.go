@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"math"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/textenc"
@@ -89,5 +92,49 @@ func TestConvertRandom(t *testing.T) {
 		if st := run(tc.args, &stdout, &stderr); st != 2 || !strings.Contains(stderr.String(), tc.msg) {
 			t.Errorf("%q: status %d, %q; want 2 and %q", tc.args, st, stderr.String(), tc.msg)
 		}
+	}
+}
+
+// TestConvertInterrupted sends SIGINT while convert writes its temporary
+// file: convert stops with status 130, says DST was not written, and
+// leaves nothing in the folder (the temporary file stayed there when the
+// signal ended the process).
+func TestConvertInterrupted(t *testing.T) {
+	dir := t.TempDir()
+	arch := filepath.Join(dir, "arch.json")
+	// About 100 MB to write: a tenth of a second or more, against the
+	// millisecond the test takes to see the temporary file.
+	os.WriteFile(arch, []byte(`{"embed_dim": 512, "image_resolution": 224, "vision_layers": 4, "vision_width": 512,
+		"vision_patch_size": 32, "context_length": 77, "vocab_size": 49408, "transformer_width": 512,
+		"transformer_heads": 8, "transformer_layers": 4}`), 0o644)
+	out := filepath.Join(dir, "out")
+	os.Mkdir(out, 0o755)
+	// The test's own handler keeps a SIGINT that comes after convert has
+	// stopped listening from ending the test binary.
+	mine := make(chan os.Signal, 1)
+	signal.Notify(mine, os.Interrupt)
+	defer signal.Stop(mine)
+	stop := make(chan bool)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			if entries, _ := os.ReadDir(out); len(entries) > 0 && strings.HasPrefix(entries[0].Name(), ".x.safetensors.tmp") {
+				syscall.Kill(os.Getpid(), syscall.SIGINT)
+				return
+			}
+		}
+	}()
+	dst := filepath.Join(out, "x.safetensors")
+	st, stdout, stderr := runCLI("convert", "--random", "--model-config", arch, dst)
+	close(stop)
+	if st != 130 || stderr != "interrupted: "+dst+" not written (left as it was)\n" || stdout != "" {
+		t.Fatalf("status %d, stdout %q, stderr %q: want 130 and DST not written", st, stdout, stderr)
+	}
+	if entries, _ := os.ReadDir(out); len(entries) != 0 {
+		t.Errorf("%d files left in the folder: %s...", len(entries), entries[0].Name())
 	}
 }
