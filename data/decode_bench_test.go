@@ -21,7 +21,6 @@ func imageNetJPEGs(tb testing.TB, n int, noise bool) [][]byte {
 	for i := range out {
 		r := rand.New(rand.NewPCG(uint64(i), 7))
 		m := corrupt.NewImage(224, 224)
-		type blob struct{ x, y, s, c [3]float64 }
 		var fx, fy, ph [3]float64
 		for c := range 3 {
 			fx[c], fy[c], ph[c] = r.Float64()*0.1, r.Float64()*0.1, r.Float64()*6

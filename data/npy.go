@@ -88,7 +88,7 @@ func parseNPY(f *os.File) (*NPY, error) {
 		return nil, fmt.Errorf("unsupported .npy dtype %q (want an integer type such as '|u1' or '<i8')", descr)
 	}
 	if fortran && len(shape) > 1 {
-		return nil, errors.New("Fortran-order .npy arrays are not supported")
+		return nil, errors.New(".npy arrays in Fortran order are not supported")
 	}
 	n := int64(1)
 	for _, d := range shape {

@@ -22,9 +22,7 @@ func TestStepUploadsAhead(t *testing.T) {
 		_, ts := startServer(t, testConfig(t))
 		var out []ClassifyResponse
 		for b := range 2 {
-			for _, r := range streamBatch(t, ts, "ahead", imgs[4*b:4*b+4]) {
-				out = append(out, r)
-			}
+			out = append(out, streamBatch(t, ts, "ahead", imgs[4*b:4*b+4])...)
 		}
 		return out
 	}

@@ -115,7 +115,7 @@ func TestDeleteDamagedNeedsAdmin(t *testing.T) {
 	cfg.AuthKeysFile = writeFile(t, dir, "keys", keyA+" a\n"+keyB+" b\n")
 	withAdminKeys(&cfg, writeFile(t, dir, "admin", keyAdmin+" ops\n"))
 	_, ts := startServer(t, cfg)
-	a, b, admin := keyed{t, ts.URL, keyA}, keyed{t, ts.URL, keyB}, keyed{t, ts.URL, keyAdmin}
+	a := keyed{t, ts.URL, keyA}
 	img := images(t, 1)[0]
 	for _, id := range []string{"cam", "cam2"} {
 		if r := a.classify("?stream="+id, img); r.status != 200 {
@@ -123,7 +123,7 @@ func TestDeleteDamagedNeedsAdmin(t *testing.T) {
 		}
 	}
 	_, ts2 := startServer(t, cfg) // holds neither stream
-	a, b, admin = keyed{t, ts2.URL, keyA}, keyed{t, ts2.URL, keyB}, keyed{t, ts2.URL, keyAdmin}
+	a, b, admin := keyed{t, ts2.URL, keyA}, keyed{t, ts2.URL, keyB}, keyed{t, ts2.URL, keyAdmin}
 	path := filepath.Join(state, "cam.stream")
 	raw, err := os.ReadFile(path)
 	if err != nil {

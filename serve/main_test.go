@@ -125,6 +125,3 @@ func (c *child) stop(t *testing.T) {
 		t.Errorf("server process: %v\n%s", err, c.p.Log())
 	}
 }
-
-// kill ends the process at once (SIGKILL), as a crash would.
-func (c *child) kill() { c.p.Kill() }

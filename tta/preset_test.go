@@ -133,7 +133,7 @@ func TestPresetsRun(t *testing.T) {
 			t.Errorf("%s/%s: method named %q", p.Dataset, p.Method, meth.Name())
 		}
 		var res *Result
-		if mv, ok := meth.(MultiView); ok {
+		if _, ok := meth.(MultiView); ok {
 			// The fewest views the method works with, 4 images of them.
 			if _, err := meth.Step(px, 4); !errors.Is(err, ErrNeedsViews) {
 				t.Errorf("%s/%s: Step without views: err = %v", p.Dataset, p.Method, err)
@@ -144,8 +144,7 @@ func TestPresetsRun(t *testing.T) {
 			if meth, err = p.New(m, heads); err != nil {
 				t.Fatal(err)
 			}
-			mv = meth.(MultiView)
-			res, err = mv.StepViews(randPixels(rng, 4*p.MinViews, m.Config.Vision.ImageSize), 4, p.MinViews)
+			res, err = meth.(MultiView).StepViews(randPixels(rng, 4*p.MinViews, m.Config.Vision.ImageSize), 4, p.MinViews)
 		} else {
 			res, err = meth.Step(px, 4)
 		}

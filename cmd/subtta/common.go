@@ -13,7 +13,6 @@ import (
 	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/builtin"
 	"github.com/subtta/subtta/clip"
-	"github.com/subtta/subtta/textenc"
 	"github.com/subtta/subtta/weights"
 )
 
@@ -58,18 +57,6 @@ func findVocab(stderr io.Writer) (string, error) {
 		return "", fmt.Errorf("no vocabulary given (--vocab or SUBTTA_VOCAB) and the download failed: %w", err)
 	}
 	return filepath.Dir(paths[0]), nil
-}
-
-// loadTokenizer loads the CLIP BPE vocabulary of the --vocab flag, else
-// the one findVocab finds.
-func loadTokenizer(vocab string, stderr io.Writer) (*textenc.BPETokenizer, error) {
-	if vocab == "" {
-		var err error
-		if vocab, err = findVocab(stderr); err != nil {
-			return nil, err
-		}
-	}
-	return textenc.LoadBPETokenizer(vocab)
 }
 
 // modelFlagHelp is the help of every --model flag.

@@ -109,7 +109,8 @@ func (f *File) openParts() error {
 	done := min(npyRows, len(recs))
 	done -= done % f.settings.BatchSize // the same batches as without the interruption
 	recs = recs[:done]
-	if err := npy.Truncate(int64(len(hdr)) + int64(done)*rowBytes); err == nil {
+	err = npy.Truncate(int64(len(hdr)) + int64(done)*rowBytes)
+	if err == nil {
 		_, err = npy.WriteAt(hdr, 0)
 	}
 	if err == nil {
