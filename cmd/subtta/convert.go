@@ -41,7 +41,8 @@ func newConvertCmd(stdout, stderr io.Writer) *cobra.Command {
 		Short: "rewrite a checkpoint as OpenAI-named safetensors (fp16/bf16/int8, zstd)",
 		Long: "rewrite a checkpoint as OpenAI-named safetensors (fp16/bf16/int8, zstd)\n\n" +
 			"DST is written whole or not at all (a temporary file beside it, renamed), and may not be SRC or one of its files;\n" +
-			"Ctrl-C (SIGINT) or SIGTERM stops it with status 130, DST as it was and no temporary file left.\n\n" +
+			"Ctrl-C (SIGINT) or SIGTERM stops it with status 130, leaving DST as it was and no temporary file; while SRC is\n" +
+			"still being read it stops when the read is done, and a second Ctrl-C ends it at once.\n\n" +
 			"With --random (convert --random --arch ViT-B-32 DST), write a model of that architecture with random weights\n" +
 			"(OpenAI's initialisation) instead: a real model's shapes and cost, for timing eval, embed or serve\n" +
 			"without a checkpoint; its text tower takes the byte-level tokenizer (no vocabulary needed). Its predictions mean nothing.",
@@ -90,9 +91,15 @@ func (o *convertOptions) run(args []string) error {
 		return err
 	}
 	// SIGINT or SIGTERM stops the write and removes its temporary file
-	// (left beside DST when the signal ended the process).
+	// (left beside DST when the signal ended the process). Reading SRC
+	// or making random weights is not cut short: a second signal ends the
+	// process at once.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
 	if o.random {
 		return o.interrupted(ctx, args[0], o.writeRandom(ctx, c, dt, args[0]))
 	}
