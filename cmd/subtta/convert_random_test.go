@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"math"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -109,28 +107,13 @@ func TestConvertInterrupted(t *testing.T) {
 		"transformer_heads": 8, "transformer_layers": 4}`), 0o644)
 	out := filepath.Join(dir, "out")
 	os.Mkdir(out, 0o755)
-	// The test's own handler keeps a SIGINT that comes after convert has
-	// stopped listening from ending the test binary.
-	mine := make(chan os.Signal, 1)
-	signal.Notify(mine, os.Interrupt)
-	defer signal.Stop(mine)
-	stop := make(chan bool)
-	go func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Millisecond):
-			}
-			if entries, _ := os.ReadDir(out); len(entries) > 0 && strings.HasPrefix(entries[0].Name(), ".x.safetensors.tmp") {
-				syscall.Kill(os.Getpid(), syscall.SIGINT)
-				return
-			}
-		}
-	}()
+	stop := interruptWhen(t, time.Millisecond, func() bool {
+		entries, _ := os.ReadDir(out)
+		return len(entries) > 0 && strings.HasPrefix(entries[0].Name(), ".x.safetensors.tmp")
+	})
 	dst := filepath.Join(out, "x.safetensors")
 	st, stdout, stderr := runCLI("convert", "--random", "--model-config", arch, dst)
-	close(stop)
+	stop()
 	if st != 130 || stderr != "interrupted: "+dst+" not written (left as it was)\n" || stdout != "" {
 		t.Fatalf("status %d, stdout %q, stderr %q: want 130 and DST not written", st, stdout, stderr)
 	}

@@ -372,6 +372,33 @@ func TestCorruptLimitOverImages(t *testing.T) {
 	}
 }
 
+// interruptWhen sends the test process SIGINT once, when ready reports
+// true (asked every poll), as Ctrl-C would while a command runs in the
+// test; the returned stop ends the polling. The test's own handler, kept
+// until the test ends, keeps a SIGINT that comes after the command has
+// stopped listening from ending the test binary.
+func interruptWhen(t *testing.T, poll time.Duration, ready func() bool) (stop func()) {
+	t.Helper()
+	mine := make(chan os.Signal, 1)
+	signal.Notify(mine, os.Interrupt)
+	t.Cleanup(func() { signal.Stop(mine) })
+	done := make(chan bool)
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(poll):
+			}
+			if ready() {
+				syscall.Kill(os.Getpid(), syscall.SIGINT)
+				return
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
 // TestCorruptInterrupted sends SIGINT once the first of three CIFAR-C files
 // is written: corrupt stops with status 130, says how much it wrote and
 // keeps the finished files; the same command then writes the rest.
@@ -381,27 +408,12 @@ func TestCorruptInterrupted(t *testing.T) {
 	writeCIFAR10Binary(t, clean, 600)
 	out := filepath.Join(tmp, "c")
 	args := []string{"corrupt", "--dataset", "cifar10", "--data", clean, "--out", out, "--corruptions", "contrast,glass_blur,zoom_blur", "--workers", "1"}
-	// The test's own handler keeps a SIGINT that comes after corrupt has
-	// stopped listening from ending the test binary.
-	mine := make(chan os.Signal, 1)
-	signal.Notify(mine, os.Interrupt)
-	defer signal.Stop(mine)
-	stop := make(chan bool)
-	go func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-			if _, err := os.Stat(filepath.Join(out, "contrast.npy")); err == nil {
-				syscall.Kill(os.Getpid(), syscall.SIGINT)
-				return
-			}
-		}
-	}()
+	stop := interruptWhen(t, 5*time.Millisecond, func() bool {
+		_, err := os.Stat(filepath.Join(out, "contrast.npy"))
+		return err == nil
+	})
 	st, stdout, stderr := runCLI(args...)
-	close(stop)
+	stop()
 	if st != 130 || !regexp.MustCompile(`interrupted: (3000|6000) of 9000 written.*; the same command resumes\n$`).MatchString(stderr) || stdout != "" {
 		t.Fatalf("status %d, stdout %q, stderr %q: want 130 and the images written", st, stdout, stderr)
 	}
