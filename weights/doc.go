@@ -8,7 +8,9 @@
 //     gap or truncation, no duplicate names. Zstd-compressed files
 //     (.safetensors.zst) are decompressed into memory. Write, WriteZstd and
 //     WriteFile write them, converting float data to F16/BF16 with
-//     round-to-nearest-even (Float32ToHalf, Float32ToBFloat16).
+//     round-to-nearest-even (Float32ToHalf, Float32ToBFloat16); WriteFile
+//     writes a temporary file and renames it, and WriteFileContext stops it
+//     when its context is done, leaving no file.
 //   - PyTorch zip archives: torch.save state dicts and the TorchScript
 //     archives OpenAI distributes. Both pickle tensors as
 //     torch._utils._rebuild_tensor_v2 over storages in data/; a TorchScript
