@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -100,12 +101,22 @@ func (f *File) openParts() error {
 	if err != nil {
 		return err
 	}
-	st, _ := npy.Stat()
+	st, err := npy.Stat()
+	if err != nil {
+		npy.Close()
+		return err
+	}
 	npyRows := 0
 	if st.Size() >= int64(len(hdr)) {
 		npyRows = int((st.Size() - int64(len(hdr))) / rowBytes)
 	}
-	recs, _ := ReadRecords(f.Path(".jsonl.part"))
+	// Records that cannot be read (other than absent) stop the resume
+	// before the rows are cut: read as none, they would discard them all.
+	recs, err := ReadRecords(f.Path(".jsonl.part"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		npy.Close()
+		return fmt.Errorf("embedfile: resuming %s: %w", f.Path(".npy.part"), err)
+	}
 	done := min(npyRows, len(recs))
 	done -= done % f.settings.BatchSize // the same batches as without the interruption
 	recs = recs[:done]

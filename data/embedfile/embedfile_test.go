@@ -77,3 +77,37 @@ func TestResume(t *testing.T) {
 		t.Fatalf("a finished output reopens complete: %v, %+v", err, again)
 	}
 }
+
+// TestResumeUnreadableRecords: where the records of an interrupted run
+// cannot be read (here .jsonl.part is a folder), Open says so and leaves
+// the rows already written in .npy.part as they were, rather than read
+// no records and cut every row.
+func TestResumeUnreadableRecords(t *testing.T) {
+	dir := t.TempDir()
+	s := Settings{Model: "m", BatchSize: 2, Rows: 6, Dim: 3}
+	f, err := Open(dir, "texts", s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := [][]float64{{1, 2, 3}, {4, 5, 6}}
+	if err := f.Append(rows, []Record{{Index: 0, Text: "a"}, {Index: 1, Text: "b"}}); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	before, err := os.ReadFile(f.Path(".npy.part"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(f.Path(".jsonl.part")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(f.Path(".jsonl.part"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir, "texts", s); err == nil {
+		t.Fatal("resumed with records that cannot be read")
+	}
+	if after, _ := os.ReadFile(f.Path(".npy.part")); string(after) != string(before) {
+		t.Errorf(".npy.part holds %d bytes after the failed resume, %d before", len(after), len(before))
+	}
+}
