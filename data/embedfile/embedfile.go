@@ -91,7 +91,7 @@ func Open(dir, name string, s Settings) (*File, error) {
 
 // openParts opens the .part files, keeps their whole batches and cuts
 // off the rest.
-func (f *File) openParts() error {
+func (f *File) openParts() (err error) {
 	hdr, err := data.NPYHeader("<f4", []int{f.settings.Rows, f.settings.Dim})
 	if err != nil {
 		return err
@@ -101,9 +101,13 @@ func (f *File) openParts() error {
 	if err != nil {
 		return err
 	}
+	defer func() {
+		if err != nil {
+			npy.Close()
+		}
+	}()
 	st, err := npy.Stat()
 	if err != nil {
-		npy.Close()
 		return err
 	}
 	npyRows := 0
@@ -114,30 +118,25 @@ func (f *File) openParts() error {
 	// before the rows are cut: read as none, they would discard them all.
 	recs, err := ReadRecords(f.Path(".jsonl.part"))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		npy.Close()
 		return fmt.Errorf("embedfile: resuming %s: %w", f.Path(".npy.part"), err)
 	}
 	done := min(npyRows, len(recs))
 	done -= done % f.settings.BatchSize // the same batches as without the interruption
 	recs = recs[:done]
-	err = npy.Truncate(int64(len(hdr)) + int64(done)*rowBytes)
-	if err == nil {
-		_, err = npy.WriteAt(hdr, 0)
-	}
-	if err == nil {
-		_, err = npy.Seek(0, io.SeekEnd)
-	}
-	if err != nil {
-		npy.Close()
+	if err = npy.Truncate(int64(len(hdr)) + int64(done)*rowBytes); err != nil {
 		return err
 	}
-	if err := os.WriteFile(f.Path(".jsonl.part"), recordLines(recs), 0o644); err != nil {
-		npy.Close()
+	if _, err = npy.WriteAt(hdr, 0); err != nil {
+		return err
+	}
+	if _, err = npy.Seek(0, io.SeekEnd); err != nil {
+		return err
+	}
+	if err = os.WriteFile(f.Path(".jsonl.part"), recordLines(recs), 0o644); err != nil {
 		return err
 	}
 	jsonl, err := os.OpenFile(f.Path(".jsonl.part"), os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		npy.Close()
 		return err
 	}
 	f.done, f.written, f.npy, f.jsonl = done, recs, npy, jsonl
