@@ -54,9 +54,11 @@ func (r *devRun) blockForwardHalf(op *blockOp[float32], x kernel.Buf) bool {
 			return h.GemmHalf16(false, true, n, l.Out(), l.In(), 1, a16, l.In(), w16, l.In(), 0, y16, l.Out())
 		})
 	}
-	// ln writes ln(x) in 16 bits and res = x + bias in float32.
+	// ln writes ln(x) in 16 bits and res = x + bias in float32. Its γ and β
+	// are the device's resident copies, as in float32 (devRun.layerNorm):
+	// no upload a pass, and a pass a recording (TowerGraphs) can replay.
 	ln := func(x kernel.Buf, l *LayerNormParams, res, bias kernel.Buf) {
-		g, b := r.upload(values[float32](l.Gamma)), r.upload(values[float32](l.Beta))
+		g, b := r.resident(l.Gamma), r.resident(l.Beta)
 		r.do(func() error { return h.LayerNormHalf(h16, x, n, w, g, b, l.Eps, res, bias) })
 	}
 	x1 := r.alloc(n * w)

@@ -18,7 +18,12 @@ import (
 // operations too, by their names.
 type halfHost struct {
 	kernel.Device
-	gemms, converted atomic.Int32
+	gemms, converted, uploads atomic.Int32
+}
+
+func (d *halfHost) Upload(dst kernel.Buf, src []float32) error {
+	d.uploads.Add(1)
+	return d.Device.Upload(dst, src)
 }
 
 // count counts an operation of the 16-bit path on the launchCounter below,
@@ -223,7 +228,10 @@ func halfBlocks(s sizes, ins []input, data [][]float64, causal, keep bool) (smat
 // the 16-bit product, SoftmaxHalf, GemmBatchedHalf), and no float32 head
 // split, softmax or batched product runs, except where batch·tokens·width
 // is odd (q, k and v would not start on a float32 slot), where q|k|v's
-// product writes float32 and attention takes float32 operands. A pass that records for backward, and a block whose weights
+// product writes float32 and attention takes float32 operands. The second
+// pass uploads its input alone: the LayerNorms' γ and β are resident on the
+// device as the weights are (a pass that uploaded them could not be
+// replayed from a CUDA Graph). A pass that records for backward, and a block whose weights
 // are not kept on the device, take float32 operands and give the bits of
 // kernel.Host.
 func TestDeviceBlockHalf(t *testing.T) {
@@ -256,8 +264,12 @@ func TestDeviceBlockHalf(t *testing.T) {
 			withDevice(t, d, func() {
 				got = values[float32](TransformerBlocks(x, ps, s.batch))
 				d.Device.(*launchCounter).take()
+				d.uploads.Store(0)
 				again = values[float32](TransformerBlocks(x, ps, s.batch))
 			})
+			if u := d.uploads.Load(); u != 1 {
+				t.Errorf("second pass of two blocks: %d uploads, want 1 (the input; the weights and LayerNorms are resident)", u)
+			}
 			if g, c := d.gemms.Load(), d.converted.Load(); g != 2*2*4 || c != 2*4 {
 				t.Errorf("two passes of two blocks: %d products with 16-bit operands and %d weights converted, want 16 and 8", g, c)
 			}
