@@ -44,7 +44,10 @@ func TestKernelsCompileAsCUDA(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err := exec.Command(clang, "-x", "cuda", "--cuda-device-only", "--cuda-gpu-arch=sm_80",
-		"-nocudainc", "-nocudalib", "-std=c++17", "-include", prelude, "-S", "-o", ptx, src).CombinedOutput()
+		"-nocudainc", "-nocudalib", "-std=c++17", "-include", prelude, "-S", "-o", ptx,
+		// PTX 7.0 (CUDA 11.0), for the warp shuffles' _sync forms: clang
+		// without a CUDA installation assumes an older one.
+		"-Xclang", "-target-feature", "-Xclang", "+ptx70", src).CombinedOutput()
 	if err != nil {
 		t.Fatalf("clang++ -x cuda: %v\n%s", err, out)
 	}

@@ -1819,5 +1819,23 @@ func (d *device) heads(what string, s, m kernel.Buf, bias C.uintptr_t, batch, to
 	a.ptr(0) // h16: float32
 	a.i32(0)
 	a.ptr(bias)
-	return d.launch("split_heads", elementGrid(n), a)
+	w := runWidth(headDim, 4, 16, p[0], p[1])
+	a.i32(w)
+	return d.launch("split_heads", elementGrid(n/w), a)
+}
+
+// runWidth returns w where k is a multiple of w and every pointer one of
+// align bytes, else 1: how many values of a head's or a row's k a thread
+// of split_heads, split_heads_half or bias_act_half takes, moved as one
+// vector of align bytes when w > 1 (float4, uint4).
+func runWidth(k, w int, align uintptr, ps ...C.uintptr_t) int {
+	if k%w != 0 {
+		return 1
+	}
+	for _, p := range ps {
+		if uintptr(p)%align != 0 {
+			return 1
+		}
+	}
+	return w
 }

@@ -377,8 +377,10 @@ func TestTowerOpsMatchCPU(t *testing.T) {
 	}
 	exact("SpreadRows", download(t, d, wd, n), wantW)
 
-	tokens, heads, dh := 7, 3, 5
-	for _, groups := range []int{1, 3} {
+	// A head of 5 values moves one value a thread, one of 8 as two float4.
+	tokens, heads := 7, 3
+	for _, c := range []struct{ groups, dh int }{{1, 5}, {3, 5}, {1, 8}, {3, 8}} {
+		groups, dh := c.groups, c.dh
 		n := batch * tokens * groups * heads * dh
 		m := randSlice(rng, n)
 		wantS := make(kernel.HostBuf, n)
@@ -389,12 +391,12 @@ func TestTowerOpsMatchCPU(t *testing.T) {
 		if err := d.SplitHeads(sd, md, batch, tokens, groups, heads, dh); err != nil {
 			t.Fatal(err)
 		}
-		exact(fmt.Sprintf("SplitHeads, %d groups", groups), download(t, d, sd, n), wantS)
+		exact(fmt.Sprintf("SplitHeads, %d groups of %d", groups, dh), download(t, d, sd, n), wantS)
 		back := upload(t, d, make([]float32, n))
 		if err := d.MergeHeads(back, sd, batch, tokens, groups, heads, dh); err != nil {
 			t.Fatal(err)
 		}
-		exact(fmt.Sprintf("MergeHeads, %d groups", groups), download(t, d, back, n), m)
+		exact(fmt.Sprintf("MergeHeads, %d groups of %d", groups, dh), download(t, d, back, n), m)
 	}
 }
 

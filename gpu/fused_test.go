@@ -127,8 +127,30 @@ func TestFusedMatchesCPU(t *testing.T) {
 			}
 		}
 	}
-	// q|k|v split into heads with its bias added.
-	const batch, tokens, groups, heads, hd = 2, 7, 3, 4, 10
+	// q|k|v split into heads with its bias added: heads of 10 values one
+	// value a thread, of 12 four (a float4).
+	const batch, tokens, groups, heads = 2, 7, 3, 4
+	for _, hd := range []int{10, 12} {
+		splitHeadsBias(t, d, rng, batch, tokens, groups, heads, hd)
+	}
+
+	// Shapes that do not fit are errors.
+	small := upload(t, d, make([]float32, 4))
+	if err := d.LayerNormResidual(small, small, 2, 2, small, small, 1e-5, nil, nil, small.Slice(0, 3), nil); err == nil {
+		t.Error("LayerNormResidual of 2×2 into a residual of 3 values: no error")
+	}
+	if err := d.LayerNormBackwardResidual(nil, nil, nil, small, small, small, 2, 2, small, small, small); err == nil {
+		t.Error("LayerNormBackwardResidual without dx: no error")
+	}
+	if err := d.BiasActivation(small, nil, small, 2, 2, small.Slice(0, 1), kernel.GELUActivation, kernel.KeepNone); err == nil {
+		t.Error("BiasActivation with a bias of 1 value for 2 columns: no error")
+	}
+}
+
+// splitHeadsBias checks SplitHeadsBias against the CPU's, with and without
+// the bias, for heads of hd values.
+func splitHeadsBias(t *testing.T, d *device, rng *rand.Rand, batch, tokens, groups, heads, hd int) {
+	t.Helper()
 	n, row := batch*tokens*groups*heads*hd, groups*heads*hd
 	qkv, b := randSlice(rng, n), randSlice(rng, row)
 	for _, bias := range []bool{true, false} {
@@ -144,18 +166,6 @@ func TestFusedMatchesCPU(t *testing.T) {
 		if err := d.SplitHeadsBias(yd, upload(t, d, qkv), db, batch, tokens, groups, heads, hd); err != nil {
 			t.Fatal(err)
 		}
-		check(t, fmt.Sprintf("SplitHeadsBias bias=%v", bias), download(t, d, yd, n), want)
-	}
-
-	// Shapes that do not fit are errors.
-	small := upload(t, d, make([]float32, 4))
-	if err := d.LayerNormResidual(small, small, 2, 2, small, small, 1e-5, nil, nil, small.Slice(0, 3), nil); err == nil {
-		t.Error("LayerNormResidual of 2×2 into a residual of 3 values: no error")
-	}
-	if err := d.LayerNormBackwardResidual(nil, nil, nil, small, small, small, 2, 2, small, small, small); err == nil {
-		t.Error("LayerNormBackwardResidual without dx: no error")
-	}
-	if err := d.BiasActivation(small, nil, small, 2, 2, small.Slice(0, 1), kernel.GELUActivation, kernel.KeepNone); err == nil {
-		t.Error("BiasActivation with a bias of 1 value for 2 columns: no error")
+		check(t, fmt.Sprintf("SplitHeadsBias heads of %d, bias=%v", hd, bias), download(t, d, yd, n), want)
 	}
 }

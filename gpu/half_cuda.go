@@ -203,7 +203,12 @@ func (d *device) MergeHeadsHalf(x16, y kernel.Buf, batch, tokens, heads, headDim
 	a.ptr(px)
 	a.i32(f)
 	a.ptr(0) // no bias
-	return d.launch("split_heads", elementGrid(n), a)
+	w := 1
+	if uintptr(px)%8 == 0 { // four 16-bit values as one uint2
+		w = runWidth(headDim, 4, 16, py[0])
+	}
+	a.i32(w)
+	return d.launch("split_heads", elementGrid(n/w), a)
 }
 
 // biasActHalf checks what BiasActivationHalf and BiasActivationHalf16
@@ -340,7 +345,9 @@ func (d *device) SplitHeadsHalf16(y16, x16, bias kernel.Buf, batch, tokens, grou
 		a.i32(v)
 	}
 	a.i32(f)
-	return d.launch("split_heads_half", elementGrid(n), a)
+	w := runWidth(headDim, 8, 16, py, px)
+	a.i32(w)
+	return d.launch("split_heads_half", elementGrid(n/w), a)
 }
 
 // SoftmaxHalf runs softmax_rows or softmax writing 16 bits.
@@ -442,5 +449,7 @@ func (d *device) BiasActivationHalf16(y16, x16 kernel.Buf, rows, cols int, bias 
 	a.i32(cols)
 	a.i32(int(act))
 	a.i32(f)
-	return d.launch("bias_act_half", elementGrid(rows*cols), a)
+	w := runWidth(cols, 8, 16, py, px)
+	a.i32(w)
+	return d.launch("bias_act_half", elementGrid(rows*cols/w), a)
 }

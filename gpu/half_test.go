@@ -169,13 +169,15 @@ func TestHalfMatchesCPU(t *testing.T) {
 				}
 			}
 			yd, h16 := upload(t, d, make([]float32, rows*cols)), alloc16(t, d, rows*cols)
-			if err := d.MergeHeads(yd, vd, 2, 7, 1, 4, 10); err != nil {
-				t.Fatal(err)
+			for _, h := range []struct{ heads, dim int }{{4, 10}, {5, 8}} { // one value a thread; four
+				if err := d.MergeHeads(yd, vd, 2, 7, 1, h.heads, h.dim); err != nil {
+					t.Fatal(err)
+				}
+				if err := d.MergeHeadsHalf(h16, vd, 2, 7, h.heads, h.dim); err != nil {
+					t.Fatal(err)
+				}
+				same16(fmt.Sprintf("MergeHeadsHalf, heads of %d", h.dim), download16(t, d, h16, rows*cols), download(t, d, yd, rows*cols))
 			}
-			if err := d.MergeHeadsHalf(h16, vd, 2, 7, 4, 10); err != nil {
-				t.Fatal(err)
-			}
-			same16("MergeHeadsHalf", download16(t, d, h16, rows*cols), download(t, d, yd, rows*cols))
 			for _, act := range []kernel.Activation{kernel.QuickGELUActivation, kernel.GELUActivation} {
 				if err := d.BiasActivation(yd, nil, vd, rows, cols, bd, act, kernel.KeepNone); err != nil {
 					t.Fatal(err)
@@ -198,55 +200,72 @@ func TestHalfMatchesCPU(t *testing.T) {
 				vw[i] = halfValue(halfBits(vw[i], f), f)
 			}
 			vwd := upload(t, d, vw)
-			for _, act := range []kernel.Activation{kernel.QuickGELUActivation, kernel.GELUActivation} {
-				if err := d.BiasActivation(yd, nil, vwd, rows, cols, bd, act, kernel.KeepNone); err != nil {
-					t.Fatal(err)
+			// Rows of 40 values take eight a thread (a uint4), of 28 one.
+			for _, sh := range []struct{ rows, cols int }{{rows, cols}, {rows * cols / 28, 28}} {
+				r, c := sh.rows, sh.cols
+				for _, act := range []kernel.Activation{kernel.QuickGELUActivation, kernel.GELUActivation} {
+					if err := d.BiasActivation(yd, nil, vwd, r, c, bd, act, kernel.KeepNone); err != nil {
+						t.Fatal(err)
+					}
+					if err := d.BiasActivationHalf16(h16, v16, r, c, bd, act); err != nil {
+						t.Fatal(err)
+					}
+					want := download(t, d, yd, r*c)
+					name := fmt.Sprintf("BiasActivationHalf16 %d, rows of %d", act, c)
+					same16(name, download16(t, d, h16, r*c), want)
+					in := alloc16(t, d, r*c)
+					if err := d.ToHalf(in, vd, r*c); err != nil {
+						t.Fatal(err)
+					}
+					if err := d.BiasActivationHalf16(in, in, r, c, bd, act); err != nil {
+						t.Fatal(err)
+					}
+					same16(name+" in place", download16(t, d, in, r*c), want)
 				}
-				if err := d.BiasActivationHalf16(h16, v16, rows, cols, bd, act); err != nil {
-					t.Fatal(err)
-				}
-				want := download(t, d, yd, rows*cols)
-				same16(fmt.Sprintf("BiasActivationHalf16 %d", act), download16(t, d, h16, rows*cols), want)
-				in := alloc16(t, d, rows*cols)
-				if err := d.ToHalf(in, vd, rows*cols); err != nil {
-					t.Fatal(err)
-				}
-				if err := d.BiasActivationHalf16(in, in, rows, cols, bd, act); err != nil {
-					t.Fatal(err)
-				}
-				same16(fmt.Sprintf("BiasActivationHalf16 %d in place", act), download16(t, d, in, rows*cols), want)
 			}
 
 			// Attention's 16-bit operands: q|k|v split into heads with
 			// the bias (and without), the probabilities of short and long
 			// rows, causal or not.
-			const batch, tokens, heads, hd = 2, 7, 2, 10
-			qkv := randSlice(rng, batch*tokens*3*heads*hd)
-			qb := randSlice(rng, 3*heads*hd)
-			qkvd, qbd := upload(t, d, qkv), upload(t, d, qb)
-			// From a 16-bit q|k|v (its product written in 16 bits): the
-			// rounding of SplitHeadsBias of the widened values, bit for bit.
-			qkv16 := alloc16(t, d, len(qkv))
-			if err := d.ToHalf(qkv16, qkvd, len(qkv)); err != nil {
-				t.Fatal(err)
-			}
-			qw := make([]float32, len(qkv))
-			for i, v := range qkv {
-				qw[i] = halfValue(halfBits(v, f), f)
-			}
-			qwd := upload(t, d, qw)
-			for _, bias := range []kernel.Buf{qbd, nil} {
-				sd, s16 := upload(t, d, make([]float32, len(qkv))), alloc16(t, d, len(qkv))
-				if err := d.SplitHeadsBias(sd, qwd, bias, batch, tokens, 3, heads, hd); err != nil {
+			const batch, tokens, heads = 2, 7, 2
+			for _, hd := range []int{10, 16} { // one value a thread; eight (a uint4)
+				qkv := randSlice(rng, batch*tokens*3*heads*hd)
+				qb := randSlice(rng, 3*heads*hd)
+				qkvd, qbd := upload(t, d, qkv), upload(t, d, qb)
+				// From a 16-bit q|k|v (its product written in 16 bits): the
+				// rounding of SplitHeadsBias of the widened values, bit for bit.
+				qkv16 := alloc16(t, d, len(qkv))
+				if err := d.ToHalf(qkv16, qkvd, len(qkv)); err != nil {
 					t.Fatal(err)
 				}
-				if err := d.SplitHeadsHalf16(s16, qkv16, bias, batch, tokens, 3, heads, hd); err != nil {
-					t.Fatal(err)
+				qw := make([]float32, len(qkv))
+				for i, v := range qkv {
+					qw[i] = halfValue(halfBits(v, f), f)
 				}
-				same16(fmt.Sprintf("SplitHeadsHalf16 (bias %t)", bias != nil), download16(t, d, s16, len(qkv)), download(t, d, sd, len(qkv)))
-			}
-			if err := d.SplitHeadsHalf16(alloc16(t, d, len(qkv)), qkv16.Slice(0, len(qkv)/4), qbd, batch, tokens, 3, heads, hd); err == nil {
-				t.Error("SplitHeadsHalf16 with x16 too short: no error")
+				qwd := upload(t, d, qw)
+				for _, bias := range []kernel.Buf{qbd, nil} {
+					sd, s16 := upload(t, d, make([]float32, len(qkv))), alloc16(t, d, len(qkv))
+					if err := d.SplitHeadsBias(sd, qwd, bias, batch, tokens, 3, heads, hd); err != nil {
+						t.Fatal(err)
+					}
+					if err := d.SplitHeadsHalf16(s16, qkv16, bias, batch, tokens, 3, heads, hd); err != nil {
+						t.Fatal(err)
+					}
+					want := download(t, d, sd, len(qkv))
+					name := fmt.Sprintf("SplitHeadsHalf16, heads of %d (bias %t)", hd, bias != nil)
+					same16(name, download16(t, d, s16, len(qkv)), want)
+					// Into a buffer 4 bytes past a 16-byte boundary: one
+					// value a thread whatever hd.
+					off := alloc16(t, d, len(qkv)+8)
+					part := off.Slice(1, 1+kernel.HalfLen(len(qkv)))
+					if err := d.SplitHeadsHalf16(part, qkv16, bias, batch, tokens, 3, heads, hd); err != nil {
+						t.Fatal(err)
+					}
+					same16(name+", unaligned", download16(t, d, part, len(qkv)), want)
+				}
+				if err := d.SplitHeadsHalf16(alloc16(t, d, len(qkv)), qkv16.Slice(0, len(qkv)/4), qbd, batch, tokens, 3, heads, hd); err == nil {
+					t.Error("SplitHeadsHalf16 with x16 too short: no error")
+				}
 			}
 			for _, c := range []int{tokens, 1500} {
 				for _, causal := range []bool{false, true} {

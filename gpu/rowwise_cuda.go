@@ -116,31 +116,19 @@ __device__ float block_max(float v, float *s) {
 #define GROUPS (BLOCK / LANES)
 
 // group_sum returns the sum of v over the LANES threads of the caller's
-// group (threads LANES·g … LANES·g + LANES - 1). Every thread of the block
-// must call it.
-__device__ double group_sum(double v, double *s) {
-	s[threadIdx.x] = v;
-	__syncthreads();
-	for (int k = LANES / 2; k > 0; k >>= 1) {
-		if (threadIdx.x % LANES < k) s[threadIdx.x] += s[threadIdx.x + k];
-		__syncthreads();
-	}
-	double r = s[threadIdx.x - threadIdx.x % LANES];
-	__syncthreads();
-	return r;
+// group (threads LANES·g … LANES·g + LANES - 1, one warp), by warp
+// shuffles: lane i adds lane i+k's partial for k = LANES/2 … 1, the tree
+// of a shared-memory reduction, and every lane gets lane 0's sum. Every
+// thread of the warp must call it.
+__device__ double group_sum(double v) {
+	for (int k = LANES / 2; k > 0; k >>= 1) v += __shfl_down_sync(0xffffffffu, v, k);
+	return __shfl_sync(0xffffffffu, v, 0);
 }
 
 // group_max is group_sum's maximum.
-__device__ float group_max(float v, float *s) {
-	s[threadIdx.x] = v;
-	__syncthreads();
-	for (int k = LANES / 2; k > 0; k >>= 1) {
-		if (threadIdx.x % LANES < k) s[threadIdx.x] = fmaxf(s[threadIdx.x], s[threadIdx.x + k]);
-		__syncthreads();
-	}
-	float r = s[threadIdx.x - threadIdx.x % LANES];
-	__syncthreads();
-	return r;
+__device__ float group_max(float v) {
+	for (int k = LANES / 2; k > 0; k >>= 1) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, k));
+	return __shfl_sync(0xffffffffu, v, 0);
 }
 
 // The row of this thread's group in the short-row kernels, and whether it
@@ -155,20 +143,19 @@ __device__ float group_max(float v, float *s) {
 extern "C" __global__ void layer_norm_rows(float *y, const float *x, int rows, int cols,
 		const float *gamma, const float *beta, double eps, float *mean, float *rstd, unsigned short *y16, int fmt,
 		float *res, const float *bias) {
-	__shared__ double s[BLOCK];
 	GROUP_ROW(rows)
 	int n = has ? cols : 0;
 	const float *xr = x + row * cols;
 	float *yr = y + row * cols;
 	double sum = 0;
 	for (int j = lane; j < n; j += LANES) sum += xr[j];
-	double mu = group_sum(sum, s) / cols;
+	double mu = group_sum(sum) / cols;
 	double sq = 0;
 	for (int j = lane; j < n; j += LANES) {
 		double d = xr[j] - mu;
 		sq += d * d;
 	}
-	double rs = 1.0 / sqrt(group_sum(sq, s) / cols + eps);
+	double rs = 1.0 / sqrt(group_sum(sq) / cols + eps);
 	float m = (float)mu, q = (float)rs;
 	if (has && lane == 0 && mean) {
 		mean[row] = m;
@@ -188,22 +175,20 @@ extern "C" __global__ void layer_norm_rows(float *y, const float *x, int rows, i
 // than kept in y.
 extern "C" __global__ void softmax_rows(float *y, const float *x, int rows, int cols, float scale, int causal,
 		unsigned short *y16, int fmt) {
-	__shared__ double s[BLOCK];
-	__shared__ float f[BLOCK];
 	GROUP_ROW(rows)
 	int n = !has ? 0 : causal ? (int)(row % cols) + 1 : cols;
 	const float *xr = x + row * cols;
 	float *yr = y + row * cols;
 	float mx = __int_as_float(0xff800000); // -inf
 	for (int j = lane; j < n; j += LANES) mx = fmaxf(mx, xr[j] * scale);
-	mx = group_max(mx, f);
+	mx = group_max(mx);
 	double sum = 0;
 	for (int j = lane; j < n; j += LANES) {
 		float e = expf(xr[j] * scale - mx);
 		if (!y16) yr[j] = e;
 		sum += e;
 	}
-	float inv = (float)(1.0 / group_sum(sum, s));
+	float inv = (float)(1.0 / group_sum(sum));
 	if (y16) {
 		unsigned short *hr = y16 + row * cols;
 		for (int j = lane; j < n; j += LANES) hr[j] = to_half(expf(xr[j] * scale - mx) * inv, fmt);
@@ -218,14 +203,13 @@ extern "C" __global__ void softmax_rows(float *y, const float *x, int rows, int 
 
 // softmax_backward for short rows: GROUPS rows a block.
 extern "C" __global__ void softmax_backward_rows(float *dx, const float *dy, const float *y, int rows, int cols, float scale) {
-	__shared__ double s[BLOCK];
 	GROUP_ROW(rows)
 	int n = has ? cols : 0;
 	const float *yr = y + row * cols, *dyr = dy + row * cols;
 	float *dxr = dx + row * cols;
 	double dot = 0;
 	for (int j = lane; j < n; j += LANES) dot += yr[j] * dyr[j];
-	float d = (float)group_sum(dot, s);
+	float d = (float)group_sum(dot);
 	for (int j = lane; j < n; j += LANES) dxr[j] = scale * yr[j] * (dyr[j] - d);
 }
 
@@ -294,7 +278,6 @@ extern "C" __global__ void layer_norm_backward(float *dx, const float *dy, const
 // rows a block.
 extern "C" __global__ void layer_norm_backward_rows(float *dx, const float *dy, const float *x, int rows, int cols,
 		const float *gamma, const float *mean, const float *rstd, const float *res) {
-	__shared__ double s[BLOCK];
 	GROUP_ROW(rows)
 	int n = has ? cols : 0;
 	unsigned long long off = (unsigned long long)row * cols;
@@ -307,8 +290,8 @@ extern "C" __global__ void layer_norm_backward_rows(float *dx, const float *dy, 
 		sg += g;
 		sgh += (double)g * ((xr[j] - m) * q);
 	}
-	float mg = (float)(group_sum(sg, s) / cols);
-	float mgh = (float)(group_sum(sgh, s) / cols);
+	float mg = (float)(group_sum(sg) / cols);
+	float mgh = (float)(group_sum(sgh) / cols);
 	for (int j = lane; j < n; j += LANES) {
 		float v = q * (dyr[j] * gamma[j] - mg - (xr[j] - m) * q * mgh);
 		dxr[j] = res ? __fadd_rn(v, res[off + j]) : v;
@@ -539,34 +522,83 @@ __device__ unsigned split_index(unsigned i, int batch, int tokens, int groups, i
 // and m [batch, tokens, groups·heads·hd]; merge copies s into m, else m
 // into s. With h16 set (merging only), the copy's destination is h16
 // instead, in m's layout, in 16 bits (to_half).
-// One thread per value of s. The caller checks that the values fit
-// an int, so the index arithmetic is 32-bit (64-bit division is slow).
+// One thread per run of w values of s, within one head's row (the caller
+// sees that w divides hd): w = 4 moves them as one float4 (s and m 16-byte
+// aligned, h16 8-byte), any other w one value at a time; the index
+// arithmetic, divisions by the shapes, runs once a run. The caller checks
+// that the values fit an int, so it is 32-bit (64-bit division is slow).
 extern "C" __global__ void split_heads(float *s, float *m, int batch, int tokens, int groups, int heads, int hd, int merge,
-		unsigned short *h16, int fmt, const float *bias) {
-	unsigned n = (unsigned)groups * batch * heads * tokens * hd;
-	for (unsigned i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += gridDim.x * BLOCK) {
-		unsigned at;
+		unsigned short *h16, int fmt, const float *bias, int w) {
+	unsigned n = (unsigned)groups * batch * heads * tokens * hd, runs = n / w;
+	for (unsigned r = blockIdx.x * BLOCK + threadIdx.x; r < runs; r += gridDim.x * BLOCK) {
+		unsigned at, i = r * w;
 		unsigned j = split_index(i, batch, tokens, groups, heads, hd, &at);
-		if (h16) h16[j] = to_half(s[i], fmt); // merge into 16 bits
-		else if (merge) m[j] = s[i];
-		else if (bias) s[i] = m[j] + bias[at]; // a split adding q|k|v's bias
-		else s[i] = m[j];
+		if (w == 4) {
+			if (h16) { // merge into 16 bits
+				float4 v = *(const float4 *)(s + i);
+				uint2 o;
+				o.x = to_half(v.x, fmt) | (unsigned)to_half(v.y, fmt) << 16;
+				o.y = to_half(v.z, fmt) | (unsigned)to_half(v.w, fmt) << 16;
+				*(uint2 *)(h16 + j) = o;
+			} else if (merge) {
+				*(float4 *)(m + j) = *(const float4 *)(s + i);
+			} else {
+				float4 v = *(const float4 *)(m + j);
+				if (bias) { // a split adding q|k|v's bias
+					v.x = v.x + bias[at];
+					v.y = v.y + bias[at + 1];
+					v.z = v.z + bias[at + 2];
+					v.w = v.w + bias[at + 3];
+				}
+				*(float4 *)(s + i) = v;
+			}
+			continue;
+		}
+		for (int u = 0; u < w; u++) {
+			if (h16) h16[j + u] = to_half(s[i + u], fmt); // merge into 16 bits
+			else if (merge) m[j + u] = s[i + u];
+			else if (bias) s[i + u] = m[j + u] + bias[at + u]; // a split adding q|k|v's bias
+			else s[i + u] = m[j + u];
+		}
 	}
+}
+
+// split_pair is split_heads_half for two 16-bit values packed in p (the
+// first in the low half), adding b[at] and b[at+1] (b null: nothing).
+__device__ unsigned split_pair(unsigned p, const float *b, unsigned at, int fmt) {
+	float lo = from_half((unsigned short)(p & 0xffff), fmt), hi = from_half((unsigned short)(p >> 16), fmt);
+	if (b) {
+		lo = lo + b[at];
+		hi = hi + b[at + 1];
+	}
+	return to_half(lo, fmt) | (unsigned)to_half(hi, fmt) << 16;
 }
 
 // split_heads from and to 16 bits, splitting with the bias: h16 in s's
 // layout from m16 in m's (q|k|v's product written in 16 bits), each value
 // the rounding (to_half) of what split_heads writes for m16's values
 // widened, the bias (null: none) added in float32. h16 must not overlap
-// m16. One thread per value, 32-bit indices, as split_heads'.
+// m16. One thread per run of w values, as split_heads': w = 8 moves them
+// as one uint4 (m16 and h16 16-byte aligned), any other w one at a time.
 extern "C" __global__ void split_heads_half(unsigned short *h16, const unsigned short *m16, const float *bias, int batch, int tokens,
-		int groups, int heads, int hd, int fmt) {
-	unsigned n = (unsigned)groups * batch * heads * tokens * hd;
-	for (unsigned i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += gridDim.x * BLOCK) {
-		unsigned at;
+		int groups, int heads, int hd, int fmt, int w) {
+	unsigned n = (unsigned)groups * batch * heads * tokens * hd, runs = n / w;
+	for (unsigned r = blockIdx.x * BLOCK + threadIdx.x; r < runs; r += gridDim.x * BLOCK) {
+		unsigned at, i = r * w;
 		unsigned j = split_index(i, batch, tokens, groups, heads, hd, &at);
-		float v = from_half(m16[j], fmt);
-		h16[i] = to_half(bias ? v + bias[at] : v, fmt);
+		if (w == 8) {
+			uint4 a = *(const uint4 *)(m16 + j), o;
+			o.x = split_pair(a.x, bias, at, fmt);
+			o.y = split_pair(a.y, bias, at + 2, fmt);
+			o.z = split_pair(a.z, bias, at + 4, fmt);
+			o.w = split_pair(a.w, bias, at + 6, fmt);
+			*(uint4 *)(h16 + i) = o;
+			continue;
+		}
+		for (int u = 0; u < w; u++) {
+			float v = from_half(m16[j + u], fmt);
+			h16[i + u] = to_half(bias ? v + bias[at + u] : v, fmt);
+		}
 	}
 }
 
@@ -610,25 +642,53 @@ extern "C" __global__ void bias_act(float *y, float *aux, const float *x, const 
 	}
 }
 
+// act_value is bias_act's y for h = x + bias: act 0 quick_gelu's
+// arithmetic, 1 gelu's.
+__device__ float act_value(float h, int act) {
+	if (act == 0) {
+		float e = 1.0f + expf(-1.702f * h);
+		return h / e;
+	}
+	double v = h, phi = 0.5 * (1.0 + erf(v * 0.70710678118654752));
+	return (float)(v * phi);
+}
+
+// act_pair is bias_act_half for two 16-bit values packed in p (the first
+// in the low half), of columns c and c+1.
+__device__ unsigned act_pair(unsigned p, const float *bias, unsigned c, int act, int fmt) {
+	float lo = from_half((unsigned short)(p & 0xffff), fmt), hi = from_half((unsigned short)(p >> 16), fmt);
+	if (bias) {
+		lo = lo + bias[c];
+		hi = hi + bias[c + 1];
+	}
+	return to_half(act_value(lo, act), fmt) | (unsigned)to_half(act_value(hi, act), fmt) << 16;
+}
+
 // bias_act from and to 16 bits, keeping nothing: y16 = act(x + bias) for
 // the 16-bit x16 (a product's output in 16 bits), each value the rounding
 // of what bias_act gives for x16's values widened; act as there. y16 may
-// be x16. 32-bit indices, as fill_rows'.
+// be x16. One thread per run of w values of a row (w divides cols): w = 8
+// moves them as one uint4 (x16 and y16 16-byte aligned), any other w one
+// at a time; the column, a division, is found once a run. 32-bit indices,
+// as fill_rows'.
 extern "C" __global__ void bias_act_half(unsigned short *y16, const unsigned short *x16, const float *bias, int rows, int cols,
-		int act, int fmt) {
-	unsigned n = (unsigned)rows * cols;
-	for (unsigned i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += gridDim.x * BLOCK) {
-		float x = from_half(x16[i], fmt);
-		float h = bias ? x + bias[i % (unsigned)cols] : x;
-		float yv;
-		if (act == 0) {
-			float e = 1.0f + expf(-1.702f * h);
-			yv = h / e;
-		} else {
-			double v = h, phi = 0.5 * (1.0 + erf(v * 0.70710678118654752));
-			yv = (float)(v * phi);
+		int act, int fmt, int w) {
+	unsigned n = (unsigned)rows * cols, runs = n / w;
+	for (unsigned r = blockIdx.x * BLOCK + threadIdx.x; r < runs; r += gridDim.x * BLOCK) {
+		unsigned i = r * w, c = i % (unsigned)cols;
+		if (w == 8) {
+			uint4 a = *(const uint4 *)(x16 + i), o;
+			o.x = act_pair(a.x, bias, c, act, fmt);
+			o.y = act_pair(a.y, bias, c + 2, act, fmt);
+			o.z = act_pair(a.z, bias, c + 4, act, fmt);
+			o.w = act_pair(a.w, bias, c + 6, act, fmt);
+			*(uint4 *)(y16 + i) = o;
+			continue;
 		}
-		y16[i] = to_half(yv, fmt);
+		for (int u = 0; u < w; u++) {
+			float x = from_half(x16[i + u], fmt);
+			y16[i + u] = to_half(act_value(bias ? x + bias[c + u] : x, act), fmt);
+		}
 	}
 }
 `

@@ -24,6 +24,17 @@
 // shared memory.
 #define __shared__ static
 
+// CUDA's vector types that the kernels load and store whole.
+struct alignas(8) uint2 {
+	unsigned x, y;
+};
+struct alignas(16) uint4 {
+	unsigned x, y, z, w;
+};
+struct alignas(16) float4 {
+	float x, y, z, w;
+};
+
 struct fake_dim3 {
 	unsigned x, y, z;
 };
@@ -74,6 +85,33 @@ static void fake_yield(int state) {
 }
 
 extern "C" __attribute__((noinline)) void __syncthreads() { fake_yield(fake_waiting); }
+
+// Warp shuffles, for kernels whose threads all call them together (as a
+// warp's must on a GPU, and here the whole block's): the values pass
+// through a block-wide slot between two barriers.
+template <typename T>
+static T fake_exchange(T v, unsigned from) {
+	static T slot[fake_max_block];
+	slot[threadIdx.x] = v;
+	__syncthreads();
+	T r = slot[from];
+	__syncthreads();
+	return r;
+}
+
+// __shfl_down_sync returns lane+k's v, or the caller's own past the warp.
+template <typename T>
+static T __shfl_down_sync(unsigned, T v, unsigned k) {
+	unsigned t = threadIdx.x;
+	return fake_exchange(v, t % 32 + k < 32 ? t + k : t);
+}
+
+// __shfl_sync returns lane src's v.
+template <typename T>
+static T __shfl_sync(unsigned, T v, int src) {
+	unsigned t = threadIdx.x;
+	return fake_exchange(v, t - t % 32 + (unsigned)src);
+}
 
 // fake_thread is a fiber's whole life: one run of the kernel per block.
 static void fake_thread() {

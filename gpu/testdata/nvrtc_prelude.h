@@ -26,3 +26,39 @@ typedef __SIZE_TYPE__ size_t;
 #include "__clang_cuda_device_functions.h"
 #undef __DEVICE__
 #include "__clang_cuda_math.h"
+// CUDA's vector types (vector_types.h), which NVRTC declares too, and the
+// warp shuffles.
+struct __attribute__((aligned(8))) uint2 {
+	unsigned int x, y;
+};
+struct __attribute__((aligned(16))) uint4 {
+	unsigned int x, y, z, w;
+};
+struct __attribute__((aligned(16))) float4 {
+	float x, y, z, w;
+};
+// clang's __clang_cuda_intrinsics.h needs CUDA's headers for sm_70 and
+// later: the shuffles the kernels call, on clang's built-ins, as there
+// (full warps).
+static __device__ __forceinline__ int __shfl_down_sync(unsigned mask, int v, unsigned delta) {
+	return __nvvm_shfl_sync_down_i32(mask, v, delta, 0);
+}
+static __device__ __forceinline__ int __shfl_sync(unsigned mask, int v, int lane) {
+	return __nvvm_shfl_sync_idx_i32(mask, v, lane, 0x1f);
+}
+static __device__ __forceinline__ float __shfl_down_sync(unsigned mask, float v, unsigned delta) {
+	return __nvvm_shfl_sync_down_f32(mask, v, delta, 0);
+}
+static __device__ __forceinline__ float __shfl_sync(unsigned mask, float v, int lane) {
+	return __nvvm_shfl_sync_idx_f32(mask, v, lane, 0x1f);
+}
+static __device__ __forceinline__ double __shfl_down_sync(unsigned mask, double v, unsigned delta) {
+	long long x = __double_as_longlong(v);
+	int lo = __shfl_down_sync(mask, (int)x, delta), hi = __shfl_down_sync(mask, (int)(x >> 32), delta);
+	return __longlong_as_double((long long)hi << 32 | (unsigned)lo);
+}
+static __device__ __forceinline__ double __shfl_sync(unsigned mask, double v, int lane) {
+	long long x = __double_as_longlong(v);
+	int lo = __shfl_sync(mask, (int)x, lane), hi = __shfl_sync(mask, (int)(x >> 32), lane);
+	return __longlong_as_double((long long)hi << 32 | (unsigned)lo);
+}
