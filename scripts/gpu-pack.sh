@@ -63,7 +63,9 @@ call() { # call NAME PARTS PATHS...
   fi
   # A lent machine returns at most 8 files of 16 MiB from $OUT: the logs go back as one
   # archive, without feed's model and folder (half a gigabyte).
-  printf '%s: %d KiB of 65536 (%s)\n  carry: %s\n  run:   SHARED=.cache/shared scripts/gpu-run.sh %s; tar czf "$OUT/gpu-results-%s.tgz" --exclude=feed-work gpu-results\n' \
+  # The lent machine sets OUT to the folder that comes back: gpu-run.sh
+  # gets its own, and the archive goes to the machine's.
+  printf '%s: %d KiB of 65536 (%s)\n  carry: %s\n  run:   R=$OUT; OUT=gpu-results SHARED=.cache/shared scripts/gpu-run.sh %s; tar czf "$R/gpu-results-%s.tgz" --exclude=feed-work gpu-results\n' \
     "$name" $((total / 1024)) "$verdict" "$*" "$parts" "${name%%.*}"
 }
 echo "the repository's tracked files: $((tracked / 1024)) KiB"
