@@ -69,7 +69,7 @@ call() { # call NAME PARTS PATHS...
     "$name" $((total / 1024)) "$verdict" "$*" "$parts" "${name%%.*}"
 }
 echo "the repository's tracked files: $((tracked / 1024)) KiB"
-call "1. the comparison with PyTorch" "bench matrix" cuda-bin/subtta.xz .cache/clipsrc
+call "1. the comparison with PyTorch" "bench matrix profile" cuda-bin/subtta.xz .cache/clipsrc
 call "2. the README run, clean accuracy, feed" "eval clean feed" cuda-bin/subtta.xz .cache/shared/assets
 call "3. the device tests" "test" cuda-bin/gpu.test.xz .cache/shared/fixtures
 exit $status

@@ -32,6 +32,12 @@
 #                          and bench --only forward at the same batch size: both
 #                          images/s, their ratio (the aim: 70% or more) and the
 #                          host's cores
+#   OUT/profile-*.csv      with the part `profile` (not in all): ncu's duration of
+#                          every kernel of bench --only forward (fp32 and bf16,
+#                          batch 64, op by op) and of bench --only subtta (one
+#                          step after the warm-up), and OUT/profile.txt their sums
+#                          by kernel a pass (scripts/ncu_kernels.py); about a
+#                          minute
 #   OUT/ncu.txt            with NCU=1 only: ncu's duration of 60 kernels of a
 #                          forward pass at batch 64 (after the warm-up pass);
 #                          OUT/ncu-bf16.txt the same with --precision bf16
@@ -47,7 +53,7 @@
 # more.
 #
 # Usage: [OUT=DIR] [SHARED=DIR] [CLIPSRC=DIR] [NCU=1] scripts/gpu-run.sh [PART...]
-# (PART: test, bench, matrix, eval, clean, feed; all six by default; `clean` needs SHARED's assets/cifar10/test-jpg.tar.gz; `test` needs cuda-bin/gpu.test and SHARED, the others
+# (PART: test, bench, matrix, eval, clean, feed, profile; the first six by default; `clean` needs SHARED's assets/cifar10/test-jpg.tar.gz; `test` needs cuda-bin/gpu.test and SHARED, the others
 # cuda-bin/subtta and, for PyTorch, CLIPSRC; `feed` needs SHARED's
 # assets/cifar10/test-jpg.tar.gz and assets/labels/imagenet_classes_openai.txt,
 # and python3; FEED_IMAGES (default 10000) sets its number of images, WORK
@@ -229,6 +235,26 @@ n, step_s, wall_s = sum(b["size"] for b in steps), sum(b["seconds"] for b in ste
 print("feed: %d images; the method's steps %.2f s (%.1f img/s), the domains' wall time %.2f s (%.1f img/s): %.0f%% of it between steps"
       % (n, step_s, n / step_s, wall_s, n / wall_s, 100 * (wall_s - step_s) / wall_s))
 PY
+  fi
+fi
+if [[ $what == *" profile "* ]]; then
+  # Every kernel's duration, one metric (one replay a kernel: some 20 s a
+  # run): where a pass's and a step's GPU time goes, by kernel.
+  if command -v ncu >/dev/null; then
+    : >"$out/profile.txt"
+    for run in "forward-fp32:--only forward --precision fp32" "forward-bf16:--only forward --precision bf16" \
+      "subtta-step:--only subtta"; do
+      name=${run%%:*}
+      step "profile: ncu, $name"
+      # shellcheck disable=SC2086 # the options are words
+      timeout "$limit" ncu --metrics gpu__time_duration.sum --csv --print-units base \
+        cuda-bin/subtta bench --device cuda ${run#*:} --reps 1 --batch-size 64 --cuda-graphs=false \
+        >"$out/profile-$name.csv" 2>"$out/profile-$name.err" || status=1
+      python3 scripts/ncu_kernels.py "$out/profile-$name.csv" | tee -a "$out/profile.txt" || status=1
+    done
+  else
+    echo "profile: no ncu" | tee "$out/profile.txt"
+    status=1
   fi
 fi
 if [ "${NCU:-}" = 1 ] && command -v ncu >/dev/null; then
