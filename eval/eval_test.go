@@ -871,3 +871,37 @@ func untimedRecords(t *testing.T, dir string) []string {
 	}
 	return out
 }
+
+// TestStateFolderUnreadable: a saved-state folder that cannot be read (here
+// a file in its place) stops the run before it computes anything, naming
+// it, rather than being taken for no saved state.
+func TestStateFolderUnreadable(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	cfg.Methods, cfg.Corruptions = []string{"subtta-m"}, []string{"gaussian_noise"}
+	if _, err := Run(context.Background(), cfg, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(cfg.Out, stateDir)
+	if err := os.RemoveAll(state); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(state, []byte("not a folder"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(filepath.Join(cfg.Out, ResultsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Corruptions = append(cfg.Corruptions, "contrast")
+	_, err = Run(context.Background(), cfg, Options{})
+	if err == nil || !strings.Contains(err.Error(), "saved states") || !strings.Contains(err.Error(), state) {
+		t.Fatalf("Run with %s a file: %v, want an error naming it", state, err)
+	}
+	after, err := os.ReadFile(filepath.Join(cfg.Out, ResultsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(after) != string(before) {
+		t.Errorf("%s changed:\n%s", ResultsFile, after)
+	}
+}

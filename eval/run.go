@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -361,7 +362,12 @@ func (e *evaluation) readResults() error {
 		return err
 	}
 	vouched := old.exists // run.json vouches for what the folder holds, once checked
-	states, _ := os.ReadDir(filepath.Join(e.cfg.Out, stateDir))
+	states, err := os.ReadDir(filepath.Join(e.cfg.Out, stateDir))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		// Unread, saved checkpoints would look absent: the checks below
+		// would take the folder for a fresh one.
+		return fmt.Errorf("eval: the saved states of %s: %w", e.cfg.Out, err)
+	}
 	haveResults := len(e.prior) > 0 || len(states) > 0
 	if id, err = compareRunFile(e.cfg, id, old, haveResults, e.logf); err != nil {
 		return err
