@@ -8,7 +8,9 @@
 #                          end, the bf16/fp16/tf32 products and features
 #   OUT/bench-subtta.txt   subtta bench --device cuda, fp32 (TF32 off), batch 64:
 #                          forward, forward+backward, the SubTTA step; then
-#                          the forward lines again with --cuda-graphs=false
+#                          the forward lines again with --cuda-graphs=false,
+#                          and those of bf16 op by op (against matrix's bf16
+#                          line at batch 64, replayed)
 #   OUT/bench-torch.json   PyTorch eager on the same GPU doing the same work
 #                          straight after (scripts/torch_vitb32_cuda.py), and its
 #                          forward pass at batch 64 and 256 in fp32, TF32 and
@@ -118,6 +120,11 @@ if want bench; then
   # line says how many); here op by op, for the graphs' share.
   step "subtta bench --only forward, fp32, batch 64, op by op (--cuda-graphs=false)"
   timeout "$limit" cuda-bin/subtta bench --device cuda --only forward --reps 5 --cuda-graphs=false 2>&1 |
+    tee -a "$out/bench-subtta.txt" || status=1
+  # A bf16 pass is a quarter of fp32's time for as many launches: the same
+  # pair of lines there (matrix's bf16 line at batch 64 is the replayed one).
+  step "subtta bench --only forward, bf16, batch 64, op by op (--cuda-graphs=false)"
+  timeout "$limit" cuda-bin/subtta bench --device cuda --only forward --reps 5 --precision bf16 --cuda-graphs=false 2>&1 |
     tee -a "$out/bench-subtta.txt" || status=1
   if [ -d "$clipsrc" ]; then
     step "PyTorch: the same work, then its forward matrix"
