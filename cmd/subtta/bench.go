@@ -311,7 +311,8 @@ type benchCase struct {
 // run over a dataset does; and with the next batch uploaded ahead on
 // another goroutine while the pass runs (autograd.DeviceInput.Prefetch,
 // as eval's reader does), over two copies of the images in turn: how much
-// of the upload the overlap hides, between the two figures.
+// of the upload the overlap hides, between the two figures. So is the
+// SubTTA step, a second time with the next batch uploaded ahead.
 func benchCases(cfg *weights.CLIPConfig, m *vit.Model, batch, classes int, prec kernel.Precision, onDevice bool) ([]benchCase, error) {
 	v := cfg.Vision
 	size := 3 * v.ImageSize * v.ImageSize
@@ -403,10 +404,39 @@ func benchCases(cfg *weights.CLIPConfig, m *vit.Model, batch, classes int, prec 
 		cases = append(cases, benchCase{key: "forward", name: "forward, next batch uploaded ahead", prepare: fp32, run: ahead, flops: perImage,
 			finish: func() { cur.Release(); cur = nil }})
 	}
-	return append(cases,
+	cases = append(cases,
 		benchCase{key: "backward", name: "forward+backward (LayerNorm gradients)", prepare: fp32, run: backward, flops: 2 * perImage},
 		benchCase{key: "subtta", name: "SubTTA-MINT step (ImageNet-C preset)", prepare: fp32, run: subtta, flops: 5 * perImage},
-	), nil
+	)
+	if onDevice {
+		// The step as eval's runner takes it: the batch's pixels uploaded
+		// while the step before ran (autograd.HoldValues, Prefetch), over
+		// two copies in turn. Step finds the hold by the pixels' memory.
+		pair := [2][]float32{px, slices.Clone(px)}
+		var cur *autograd.DeviceInput
+		k := 0
+		ahead := func() error {
+			if cur == nil {
+				cur = autograd.HoldValues(pair[k])
+				if err := cur.Prefetch(); err != nil {
+					return err
+				}
+			}
+			next := autograd.HoldValues(pair[1-k])
+			up := make(chan error, 1)
+			go func() { up <- next.Prefetch() }()
+			_, err := method.Step(pair[k], batch)
+			if uerr := <-up; err == nil {
+				err = uerr
+			}
+			cur.Release()
+			cur, k = next, 1-k
+			return err
+		}
+		cases = append(cases, benchCase{key: "subtta", name: "SubTTA step, next batch uploaded ahead", prepare: fp32, run: ahead,
+			flops: 5 * perImage, finish: func() { cur.Release(); cur = nil }})
+	}
+	return cases, nil
 }
 
 // benchSample is one timed repetition of a benchCase.

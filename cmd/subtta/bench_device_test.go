@@ -67,6 +67,33 @@ func TestBenchHeldImages(t *testing.T) {
 	}
 }
 
+// TestBenchSubTTAUploadsAhead: on a device, bench --only subtta times the
+// SubTTA step twice: uploading its batch once a step (held for its passes),
+// and with the next batch uploaded ahead while the step runs, which the
+// step finds held by its pixels' memory (no upload of its own). Run on
+// kernel.Host's seam.
+func TestBenchSubTTAUploadsAhead(t *testing.T) {
+	const batch, reps = 5, 3
+	dev := &imageUploads{Device: kernel.Host, n: batch * 3 * 32 * 32}
+	autograd.SetDevice(dev)
+	defer autograd.SetDevice(nil)
+	var out, errb bytes.Buffer
+	if st := run([]string{"bench", "--model", "default", "--batch", strconv.Itoa(batch), "--reps", strconv.Itoa(reps), "--only", "subtta"}, &out, &errb); st != 0 {
+		t.Fatalf("exit %d: %s", st, errb.String())
+	}
+	text := out.String()
+	for _, re := range []string{`(?m)^SubTTA-MINT step \(ImageNet-C preset\) +[0-9.]+ images/s`, `(?m)^SubTTA step, next batch uploaded ahead +[0-9.]+ images/s`} {
+		if !regexp.MustCompile(re).MatchString(text) {
+			t.Errorf("no line matching %q in:\n%s", re, text)
+		}
+	}
+	// One upload a step (the warm-up and each repetition), then the
+	// warm-up's own batch and its next, and one next batch a repetition.
+	if want := (1 + reps) + (2 + reps); dev.count != want {
+		t.Errorf("%d uploads of the images, want %d: %d steps uploading theirs, %d uploads ahead", dev.count, want, 1+reps, 2+reps)
+	}
+}
+
 // TestBulkUploadsAhead: on a device that is a kernel.Prefetcher, classify
 // --images and embed --images upload each batch as it is read (beside the
 // pass on the batch before), the passes read those copies, and every copy
