@@ -10,10 +10,12 @@
 #   .cache/clipsrc                             OpenAI's clip package for PyTorch's figures
 #                                              (CLIPSRC=DIR: extract_openai_clip.sh's output)
 #
-# The checks do not fit one call: it prints three, each with the paths to
-# carry and their size, in the order to run them when device time is short
-# (the comparison with PyTorch first). scripts/gpu-run.sh unpacks the .xz
-# files it finds before it starts.
+# The checks do not fit one call: it prints two, each with the paths to
+# carry and their size: the command's (the comparison with PyTorch, the
+# kernel profile, the README run, clean accuracy, feed: three to four
+# minutes on an H200), then the device tests' (gpu.test and clip-tiny's weights
+# leave no room for the command). scripts/gpu-run.sh unpacks the .xz files
+# it finds before it starts.
 #
 # Usage: [SHARED=DIR] [CLIPSRC=DIR] scripts/gpu-pack.sh
 set -euo pipefail
@@ -69,7 +71,7 @@ call() { # call NAME PARTS PATHS...
     "$name" $((total / 1024)) "$verdict" "$*" "$parts" "${name%%.*}"
 }
 echo "the repository's tracked files: $((tracked / 1024)) KiB"
-call "1. the comparison with PyTorch" "bench matrix profile" cuda-bin/subtta.xz .cache/clipsrc
-call "2. the README run, clean accuracy, feed" "eval clean feed" cuda-bin/subtta.xz .cache/shared/assets
-call "3. the device tests" "test" cuda-bin/gpu.test.xz .cache/shared/fixtures
+call "1. the comparison with PyTorch, the profile, the README run, clean accuracy, feed" "bench matrix profile eval clean feed" \
+  cuda-bin/subtta.xz .cache/clipsrc .cache/shared/assets
+call "2. the device tests" "test" cuda-bin/gpu.test.xz .cache/shared/fixtures
 exit $status

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every GPU check of docs/gpu.md on a machine with an NVIDIA GPU and no
-# Go, in one go (about four minutes on an H200, measured), and writes the logs to OUT:
+# Go, in one go (two and a half minutes on an H200, measured), and writes the logs to OUT:
 #
 #   OUT/gpu.txt            nvidia-smi's name, driver and memory of the GPU
 #   OUT/gpu-test.txt       the gpu package's tests (cuda-bin/gpu.test -test.v):
