@@ -64,6 +64,49 @@ func CheckCIFARClassFolders(set string, folders []string) error {
 				return fmt.Errorf("%w: class folder %q is not CIFAR-10's class %q (the folders, sorted, are taken as CIFAR-10's classes in order)", ErrCIFARClassFolders, c, CIFAR10Classes[i])
 			}
 		}
+		return nil
+	}
+	// CIFAR-100's names are not known here. Folders named by the labels'
+	// numbers are, and sorted as names they leave the numbers' order ("10"
+	// before "2"): every class would get another's label.
+	for _, c := range folders {
+		if !isDecimal(c) {
+			return nil
+		}
+	}
+	width := 0
+	for _, c := range folders {
+		width = max(width, len(c))
+	}
+	pad := func(c string) string { return strings.Repeat("0", width-len(c)) + c }
+	for i := 1; i < len(folders); i++ {
+		if numericLess(folders[i], folders[i-1]) {
+			return fmt.Errorf("%w: the class folders are numbers, and sorted as names (the label order) %q comes before %q; pad them to one width (%q, %q) or name them by class",
+				ErrCIFARClassFolders, folders[i-1], folders[i], pad(folders[i]), pad(folders[i-1]))
+		}
 	}
 	return nil
+}
+
+// numericLess reports whether the decimal a is less than the decimal b
+// (digits alone, of any length).
+func numericLess(a, b string) bool {
+	a, b = strings.TrimLeft(a, "0"), strings.TrimLeft(b, "0")
+	if len(a) != len(b) {
+		return len(a) < len(b)
+	}
+	return a < b
+}
+
+// isDecimal reports whether s is digits alone.
+func isDecimal(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
 }
