@@ -69,13 +69,11 @@ func CheckCIFARClassFolders(set string, folders []string) error {
 	// CIFAR-100's names are not known here. Folders named by the labels'
 	// numbers are, and sorted as names they leave the numbers' order ("10"
 	// before "2"): every class would get another's label.
+	width := 0
 	for _, c := range folders {
 		if !isDecimal(c) {
 			return nil
 		}
-	}
-	width := 0
-	for _, c := range folders {
 		width = max(width, len(c))
 	}
 	pad := func(c string) string { return strings.Repeat("0", width-len(c)) + c }

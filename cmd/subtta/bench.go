@@ -371,6 +371,7 @@ func benchCases(cfg *weights.CLIPConfig, m *vit.Model, batch, classes int, prec 
 	if prec != kernel.FP32 {
 		cases = append(cases, benchCase{key: "forward", name: fmt.Sprintf("forward, %v (%s)", prec, kernel.LowKernel(prec)), prepare: in(prec), run: forward, flops: perImage, prec: prec})
 	}
+	var aheadCases []benchCase // the SubTTA step's, after the step uploading its batch
 	if onDevice {
 		var held *autograd.DeviceInput
 		cases = append(cases, benchCase{key: "forward", name: "forward, images held on the device", run: forward, flops: perImage,
@@ -381,62 +382,71 @@ func benchCases(cfg *weights.CLIPConfig, m *vit.Model, batch, classes int, prec 
 				return fp32()
 			},
 			finish: func() { held.Release(); held = nil }})
-		pair := [2]*smat.Dense[float32]{images, smat.NewDense[float32](smat.WithShape(batch, size), smat.WithBacking(slices.Clone(px)))}
-		var cur *autograd.DeviceInput // pair[k]'s hold, uploaded ahead
-		k := 0
-		ahead := func() error {
-			if cur == nil {
-				cur = autograd.HoldOnDevice(pair[k])
-				if err := cur.Prefetch(); err != nil {
+		// Two copies of the batch in turn, the next one uploaded while the
+		// current one is computed on, as eval's reader feeds the device.
+		pair := [2][]float32{px, slices.Clone(px)}
+		fwd := &uploadsAhead{pair: pair}
+		cases = append(cases, benchCase{key: "forward", name: "forward, next batch uploaded ahead", prepare: fp32, flops: perImage,
+			run: func() error {
+				return fwd.run(func(x []float32) error {
+					m.SetTrainable(false)
+					m.Forward(smat.NewDense[float32](smat.WithShape(batch, size), smat.WithBacking(x)), nil)
+					return nil
+				})
+			},
+			finish: fwd.finish})
+		// The step finds its batch's hold by the pixels' memory.
+		step := &uploadsAhead{pair: pair}
+		aheadCases = append(aheadCases, benchCase{key: "subtta", name: "SubTTA step, next batch uploaded ahead", prepare: fp32, flops: 5 * perImage,
+			run: func() error {
+				return step.run(func(x []float32) error {
+					_, err := method.Step(x, batch)
 					return err
-				}
-			}
-			next := autograd.HoldOnDevice(pair[1-k])
-			up := make(chan error, 1)
-			go func() { up <- next.Prefetch() }()
-			m.SetTrainable(false)
-			m.Forward(pair[k], nil)
-			err := <-up
-			cur.Release()
-			cur, k = next, 1-k
-			return err
-		}
-		cases = append(cases, benchCase{key: "forward", name: "forward, next batch uploaded ahead", prepare: fp32, run: ahead, flops: perImage,
-			finish: func() { cur.Release(); cur = nil }})
+				})
+			},
+			finish: step.finish})
 	}
 	cases = append(cases,
 		benchCase{key: "backward", name: "forward+backward (LayerNorm gradients)", prepare: fp32, run: backward, flops: 2 * perImage},
 		benchCase{key: "subtta", name: "SubTTA-MINT step (ImageNet-C preset)", prepare: fp32, run: subtta, flops: 5 * perImage},
 	)
-	if onDevice {
-		// The step as eval's runner takes it: the batch's pixels uploaded
-		// while the step before ran (autograd.HoldValues, Prefetch), over
-		// two copies in turn. Step finds the hold by the pixels' memory.
-		pair := [2][]float32{px, slices.Clone(px)}
-		var cur *autograd.DeviceInput
-		k := 0
-		ahead := func() error {
-			if cur == nil {
-				cur = autograd.HoldValues(pair[k])
-				if err := cur.Prefetch(); err != nil {
-					return err
-				}
-			}
-			next := autograd.HoldValues(pair[1-k])
-			up := make(chan error, 1)
-			go func() { up <- next.Prefetch() }()
-			_, err := method.Step(pair[k], batch)
-			if uerr := <-up; err == nil {
-				err = uerr
-			}
-			cur.Release()
-			cur, k = next, 1-k
+	return append(cases, aheadCases...), nil
+}
+
+// uploadsAhead runs a pass or a step on two copies of a batch's pixels in
+// turn, the next copy held on the device (autograd.HoldValues) and
+// uploaded on another goroutine (Prefetch) while the current one is
+// computed on.
+type uploadsAhead struct {
+	pair [2][]float32
+	k    int                   // the copy of the next run
+	cur  *autograd.DeviceInput // pair[k]'s hold, uploaded ahead
+}
+
+// run runs f on the current copy while the other one goes up.
+func (u *uploadsAhead) run(f func(px []float32) error) error {
+	if u.cur == nil {
+		u.cur = autograd.HoldValues(u.pair[u.k])
+		if err := u.cur.Prefetch(); err != nil {
 			return err
 		}
-		cases = append(cases, benchCase{key: "subtta", name: "SubTTA step, next batch uploaded ahead", prepare: fp32, run: ahead,
-			flops: 5 * perImage, finish: func() { cur.Release(); cur = nil }})
 	}
-	return cases, nil
+	next := autograd.HoldValues(u.pair[1-u.k])
+	up := make(chan error, 1)
+	go func() { up <- next.Prefetch() }()
+	err := f(u.pair[u.k])
+	if uerr := <-up; err == nil {
+		err = uerr
+	}
+	u.cur.Release()
+	u.cur, u.k = next, 1-u.k
+	return err
+}
+
+// finish releases the copy uploaded for a run that did not come.
+func (u *uploadsAhead) finish() {
+	u.cur.Release()
+	u.cur = nil
 }
 
 // benchSample is one timed repetition of a benchCase.

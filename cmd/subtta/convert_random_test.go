@@ -102,11 +102,15 @@ func TestConvertInterrupted(t *testing.T) {
 	arch := filepath.Join(dir, "arch.json")
 	// About 100 MB to write: a tenth of a second or more, against the
 	// millisecond the test takes to see the temporary file.
-	os.WriteFile(arch, []byte(`{"embed_dim": 512, "image_resolution": 224, "vision_layers": 4, "vision_width": 512,
+	if err := os.WriteFile(arch, []byte(`{"embed_dim": 512, "image_resolution": 224, "vision_layers": 4, "vision_width": 512,
 		"vision_patch_size": 32, "context_length": 77, "vocab_size": 49408, "transformer_width": 512,
-		"transformer_heads": 8, "transformer_layers": 4}`), 0o644)
+		"transformer_heads": 8, "transformer_layers": 4}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	out := filepath.Join(dir, "out")
-	os.Mkdir(out, 0o755)
+	if err := os.Mkdir(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	stop := interruptWhen(t, time.Millisecond, func() bool {
 		entries, _ := os.ReadDir(out)
 		return len(entries) > 0 && strings.HasPrefix(entries[0].Name(), ".x.safetensors.tmp")
