@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -291,6 +292,9 @@ type benchCase struct {
 	flops     float64          // GEMM flops per image
 	images    int              // images per run, when not the batch size
 	prec      kernel.Precision // the linear layers' precision (forward only)
+	// phases (nil for none) returns the seconds of each phase of the last
+	// run, as the method timed them (tta.Diagnostics.Timings).
+	phases func() map[string]float64
 }
 
 // benchCases builds the three measurements on random images: the forward
@@ -361,10 +365,17 @@ func benchCases(cfg *weights.CLIPConfig, m *vit.Model, batch, classes int, prec 
 	if err != nil {
 		return nil, err
 	}
-	subtta := func() error {
-		_, err := method.Step(px, batch)
+	// The step's own timings of its last run, by phase (tta.Diagnostics).
+	var phases map[string]float64
+	lastPhases := func() map[string]float64 { return phases }
+	step := func(x []float32) error {
+		res, err := method.Step(x, batch)
+		if err == nil {
+			phases = res.Diag.Timings
+		}
 		return err
 	}
+	subtta := func() error { return step(px) }
 	perImage := imageFlops(v)
 	fp32 := in(kernel.FP32)
 	cases := []benchCase{{key: "forward", name: "forward", prepare: fp32, run: forward, flops: perImage}}
@@ -396,19 +407,13 @@ func benchCases(cfg *weights.CLIPConfig, m *vit.Model, batch, classes int, prec 
 			},
 			finish: fwd.finish})
 		// The step finds its batch's hold by the pixels' memory.
-		step := &uploadsAhead{pair: pair}
+		ahead := &uploadsAhead{pair: pair}
 		aheadCases = append(aheadCases, benchCase{key: "subtta", name: "SubTTA step, next batch uploaded ahead", prepare: fp32, flops: 5 * perImage,
-			run: func() error {
-				return step.run(func(x []float32) error {
-					_, err := method.Step(x, batch)
-					return err
-				})
-			},
-			finish: step.finish})
+			run: func() error { return ahead.run(step) }, phases: lastPhases, finish: ahead.finish})
 	}
 	cases = append(cases,
 		benchCase{key: "backward", name: "forward+backward (LayerNorm gradients)", prepare: fp32, run: backward, flops: 2 * perImage},
-		benchCase{key: "subtta", name: "SubTTA-MINT step (ImageNet-C preset)", prepare: fp32, run: subtta, flops: 5 * perImage},
+		benchCase{key: "subtta", name: "SubTTA-MINT step (ImageNet-C preset)", prepare: fp32, run: subtta, phases: lastPhases, flops: 5 * perImage},
 	)
 	return append(cases, aheadCases...), nil
 }
@@ -451,9 +456,10 @@ func (u *uploadsAhead) finish() {
 
 // benchSample is one timed repetition of a benchCase.
 type benchSample struct {
-	seconds    float64 // wall time of the run
-	peak, kern float64 // the FMA peak and the micro-kernel's rate measured just before, GFLOP/s (0 on a device)
-	idle       float64 // share of the time the cores sat idle
+	seconds    float64            // wall time of the run
+	peak, kern float64            // the FMA peak and the micro-kernel's rate measured just before, GFLOP/s (0 on a device)
+	idle       float64            // share of the time the cores sat idle
+	phases     map[string]float64 // seconds by phase (benchCase.phases)
 }
 
 // warmUp prepares b and runs it once untimed: it packs weights and fills
@@ -499,6 +505,9 @@ func (b benchCase) sample(onDevice bool) (benchSample, error) {
 		return x, err
 	}
 	x.seconds = time.Since(start).Seconds()
+	if b.phases != nil {
+		x.phases = maps.Clone(b.phases())
+	}
 	if cpu0 >= 0 {
 		x.idle = 1 - (cpuSeconds()-cpu0)/(float64(kernel.Threads())*x.seconds)
 	}
@@ -526,6 +535,13 @@ func (b benchCase) report(stdout io.Writer, batch int, samples []benchSample, on
 	rate := ips * b.flops / 1e9
 	fmt.Fprintf(stdout, "%-40s %7.2f images/s  (median of %d: %.2f s/batch, %.0f GFLOP/s)\n",
 		b.name, ips, len(samples), med, rate)
+	// Where a step's time went, after the line that scripts read below
+	// the rate.
+	defer func() {
+		if line := phaseLine(samples); line != "" {
+			fmt.Fprintf(stdout, "%-40s %s\n", "", line)
+		}
+	}()
 	if onDevice || b.prec != kernel.FP32 {
 		return ips
 	}
@@ -539,6 +555,53 @@ func (b benchCase) report(stdout io.Writer, batch int, samples []benchSample, on
 	}
 	fmt.Fprintf(stdout, "%-40s %s\n", "", detail)
 	return ips
+}
+
+// phaseOrder is the order in which a step's phases run (SubTTA's: align,
+// adapt, predict); phases not named here follow, sorted.
+var phaseOrder = []string{"encode", "align", "adapt", "predict"}
+
+// phaseLine says where a step's time goes: the median milliseconds of each
+// phase the method timed, and of what the phases leave of each run, or ""
+// when the samples carry no phases. On a device the phases are the host's
+// clock around work that waits for the device (each reads a result), so
+// they split the device's time as well.
+func phaseLine(samples []benchSample) string {
+	names := map[string]bool{}
+	for _, x := range samples {
+		for k := range x.phases {
+			names[k] = true
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	keys := slices.Sorted(maps.Keys(names))
+	slices.SortStableFunc(keys, func(a, b string) int {
+		ia, ib := slices.Index(phaseOrder, a), slices.Index(phaseOrder, b)
+		if ia < 0 {
+			ia = len(phaseOrder)
+		}
+		if ib < 0 {
+			ib = len(phaseOrder)
+		}
+		return ia - ib
+	})
+	parts := make([]string, 0, len(keys)+1)
+	rest := make([]float64, len(samples))
+	for i, x := range samples {
+		rest[i] = x.seconds
+	}
+	for _, k := range keys {
+		v := make([]float64, len(samples))
+		for i, x := range samples {
+			v[i] = x.phases[k]
+			rest[i] -= v[i]
+		}
+		parts = append(parts, fmt.Sprintf("%s %.1f", k, 1e3*median(v)))
+	}
+	parts = append(parts, fmt.Sprintf("outside them %.1f", 1e3*median(rest)))
+	return "phases, median ms a batch: " + strings.Join(parts, ", ")
 }
 
 // median returns the median of x (the upper one for an even count); it
@@ -611,9 +674,14 @@ func benchViewCase(name string, cfg *weights.CLIPConfig, m *vit.Model, classes i
 		px[i] = float32(r.NormFloat64())
 	}
 	fp32 := func() error { return m.SetPrecision(kernel.FP32) } // as --precision's forward left it
+	var phases map[string]float64
 	run := func() error {
-		_, err := mv.StepViews(px, 1, v)
+		res, err := mv.StepViews(px, 1, v)
+		if err == nil {
+			phases = res.Diag.Timings
+		}
 		return err
 	}
-	return benchCase{key: name, name: fmt.Sprintf("%s (%d views per image)", name, v), prepare: fp32, run: run, flops: float64(v) * imageFlops(cfg.Vision), images: 1}, nil
+	return benchCase{key: name, name: fmt.Sprintf("%s (%d views per image)", name, v), prepare: fp32, run: run,
+		phases: func() map[string]float64 { return phases }, flops: float64(v) * imageFlops(cfg.Vision), images: 1}, nil
 }

@@ -82,7 +82,10 @@ func TestBenchSubTTAUploadsAhead(t *testing.T) {
 		t.Fatalf("exit %d: %s", st, errb.String())
 	}
 	text := out.String()
-	for _, re := range []string{`(?m)^SubTTA-MINT step \(ImageNet-C preset\) +[0-9.]+ images/s`, `(?m)^SubTTA step, next batch uploaded ahead +[0-9.]+ images/s`} {
+	// Each step's line, then where its time went (the efficiency line
+	// between them on the CPU).
+	phases := `\n +phases, median ms a batch: align [0-9.]+, adapt [0-9.]+, predict [0-9.]+, outside them -?[0-9.]+\n`
+	for _, re := range []string{`(?m)^SubTTA-MINT step \(ImageNet-C preset\) +[0-9.]+ images/s.*` + phases, `(?m)^SubTTA step, next batch uploaded ahead +[0-9.]+ images/s.*` + phases} {
 		if !regexp.MustCompile(re).MatchString(text) {
 			t.Errorf("no line matching %q in:\n%s", re, text)
 		}
