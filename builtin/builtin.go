@@ -128,19 +128,37 @@ func Extract(dir string) (subset, frostDir string, err error) {
 	extractMu.Lock()
 	defer extractMu.Unlock()
 	subset = filepath.Join(dir, CIFARSubsetFile)
-	frostDir = filepath.Join(dir, "frost")
-	if err := os.MkdirAll(frostDir, 0o755); err != nil {
-		return "", "", fmt.Errorf("builtin: %w", err)
+	if frostDir, err = extractFrost(dir); err != nil {
+		return "", "", err
 	}
 	if err := writeIfChanged(subset, cifarSubset); err != nil {
 		return "", "", err
 	}
+	return subset, frostDir, nil
+}
+
+// ExtractFrost writes the embedded frost overlays into dir/frost, unless
+// they are there already with the same contents, and returns that folder:
+// what `subtta corrupt` and `eval` take as --frost for any clean set (the
+// overlays are the upstream files, unchanged).
+func ExtractFrost(dir string) (string, error) {
+	extractMu.Lock()
+	defer extractMu.Unlock()
+	return extractFrost(dir)
+}
+
+// extractFrost is ExtractFrost, with extractMu held.
+func extractFrost(dir string) (string, error) {
+	frostDir := filepath.Join(dir, "frost")
+	if err := os.MkdirAll(frostDir, 0o755); err != nil {
+		return "", fmt.Errorf("builtin: %w", err)
+	}
 	for name, b := range FrostFiles() {
 		if err := writeIfChanged(filepath.Join(frostDir, name), b); err != nil {
-			return "", "", err
+			return "", err
 		}
 	}
-	return subset, frostDir, nil
+	return frostDir, nil
 }
 
 // writeIfChanged writes b to path through a temporary file and a rename,

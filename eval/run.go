@@ -58,8 +58,8 @@ type Options struct {
 	// AfterDomain is called once a domain's record is stored.
 	AfterDomain func(report.Record)
 	// Frost finds the frost overlays (frost1.png … frost5.jpg) when frost
-	// is corrupted on the fly and Config.FrostDir is empty, for example by
-	// downloading them.
+	// is corrupted on the fly and Config.FrostDir is empty (the command
+	// line writes out the ones the binary embeds).
 	Frost func() (dir string, err error)
 	// Log receives a line for each notable event (what is resumed, files
 	// written); nil discards them.

@@ -56,7 +56,7 @@ func newCorruptCmd(stdout, stderr io.Writer) *cobra.Command {
 	f.StringVar(&o.corrs, "corruptions", "all", "comma-separated corruptions, or all (the benchmark's 15)")
 	f.StringVar(&o.sevs, "severities", "1,2,3,4,5", "comma-separated severities (imagenet; a CIFAR-C file holds all five)")
 	f.Uint64Var(&o.seed, "seed", 1, "random seed: image i of a corruption at a severity is the same for the same seed")
-	f.StringVar(&o.frost, "frost", "", "folder with frost1.png … frost5.jpg (default: $SUBTTA_FROST, else downloaded into the cache)")
+	f.StringVar(&o.frost, "frost", "", "folder with frost1.png … frost5.jpg (default: $SUBTTA_FROST, else the built-in ones)")
 	f.IntVar(&o.limit, "limit", 0, "write N clean images spread evenly over the dataset, so that every class of a class-ordered folder is kept (0: all)")
 	f.StringVar(&o.labels, "labels", "", "cifar10/100 image folder: the labels folder (cifar10_classes.txt, cifar100_classes.txt) that places its class folders; default: the sorted folder names, which must then be all 10 or 100")
 	f.StringVar(&o.subset, "subset", "", "imagenet: list of <wnid>/<file> to keep, in order (e.g. robustbench's imagenet_test_image_ids.txt)")
@@ -127,9 +127,11 @@ func (o *corruptOptions) run(args []string) error {
 	}
 	opts := data.WriteOptions{Seed: o.seed, Workers: o.workers, Source: source}
 	if slices.Contains(names, "frost") {
-		if opts.FrostDir, err = frostDir(o.frost, o.stderr); err != nil {
+		if opts.FrostDir, err = frostDir(o.frost); err != nil {
 			return err
 		}
+	} else if o.frost != "" {
+		fmt.Fprintf(o.stderr, "warning: --frost %s is not used: frost is not among the corruptions written\n", o.frost)
 	}
 	// The writers make --out too; made here, a plain file there is named
 	// by its flag.

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/subtta/subtta/builtin"
 	"github.com/subtta/subtta/data"
 	"github.com/subtta/subtta/data/corrupt"
 	"github.com/subtta/subtta/internal/fixture"
@@ -423,5 +424,47 @@ func TestCorruptInterrupted(t *testing.T) {
 	st, stdout, stderr = runCLI(args...)
 	if st != 0 || !strings.Contains(stdout, "were already there") {
 		t.Errorf("resumed: status %d, stdout %q, stderr %q", st, stdout, stderr)
+	}
+}
+
+// TestCorruptFrostBuiltin: frost without --frost or SUBTTA_FROST uses the
+// overlays the binary embeds (it used to download them), on the built-in
+// images, and gives what those overlays give.
+func TestCorruptFrostBuiltin(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv("SUBTTA_CACHE", cache)
+	t.Setenv("SUBTTA_FROST", "")
+	subset, frost, err := builtin.Extract(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	st, _, stderr := runCLI("corrupt", "--dataset", "cifar10", "--data", subset, "--out", out, "--corruptions", "frost", "--limit", "2")
+	if st != 0 {
+		t.Fatalf("status %d: %s", st, stderr)
+	}
+	if strings.Contains(stderr, "download") {
+		t.Errorf("stderr speaks of a download: %s", stderr)
+	}
+	clean, err := data.OpenFolder(subset, data.FolderOptions{Classes: data.CIFAR10Classes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer clean.Close()
+	checkCIFARC(t, out, data.Spread(clean, 2), []string{"frost"}, 2, 1, frost)
+}
+
+// TestCorruptUnusedFrost: --frost with no frost among the corruptions is
+// said, not ignored in silence.
+func TestCorruptUnusedFrost(t *testing.T) {
+	t.Setenv("SUBTTA_CACHE", t.TempDir())
+	subset, frost, err := builtin.Extract(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _, stderr := runCLI("corrupt", "--dataset", "cifar10", "--data", subset, "--out", t.TempDir(),
+		"--corruptions", "gaussian_noise", "--limit", "1", "--frost", frost)
+	if st != 0 || !strings.Contains(stderr, "warning: --frost "+frost+" is not used") {
+		t.Errorf("status %d, stderr %q: want 0 and a warning that --frost is not used", st, stderr)
 	}
 }

@@ -322,7 +322,7 @@ func newEvalFlags(fs *pflag.FlagSet) *evalFlags {
 		seed:         fs.Uint64("seed", 1, "shuffle seed (Python's random.seed; the official protocol uses 1)"),
 		seeds:        fs.String("seeds", "", "run each of these comma-separated shuffle seeds into OUT/seed-N, then write their table of mean ± std\n(subtta report) into OUT; each seed's folder resumes as a run does. With --no-shuffle or --order the seeds\ndraw only multi-view methods' random views: refused when no method has any"),
 		corruptSeed:  fs.Uint64("corrupt-seed", 1, "seed of on-the-fly corruptions"),
-		frost:        fs.String("frost", "", "folder with frost1.png … frost5.jpg (default: $SUBTTA_FROST, else downloaded into the cache)"),
+		frost:        fs.String("frost", "", "folder with frost1.png … frost5.jpg (default: $SUBTTA_FROST, else the built-in ones)"),
 		out:          fs.String("out", "", "results folder (default subtta-results); an interrupted run resumes there"),
 		plot:         fs.Bool("plot", false, "write PNG plots of accuracy and diagnostics into OUT/plots"),
 		workers:      fs.Int("workers", 0, "image decoding goroutines (0: GOMAXPROCS)"),
@@ -564,7 +564,7 @@ func evalOptions(cfg eval.Config, stderr io.Writer) (eval.Options, error) {
 		Model:     b.Model,
 		ModelID:   modelID,
 		Tokenizer: tok,
-		Frost:     func() (string, error) { return frostDir("", stderr) },
+		Frost:     func() (string, error) { return frostDir("") },
 	}, nil
 }
 
