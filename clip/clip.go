@@ -50,8 +50,9 @@ type Options struct {
 }
 
 // ErrArchDiffers: Options.StoredWins is set and Options.Config is not the
-// architecture the checkpoint stores.
-var ErrArchDiffers = errors.New("the checkpoint stores another architecture")
+// architecture the checkpoint stores (weights.ErrArchDiffers, the same
+// error as weights.LoadCLIPGiven's).
+var ErrArchDiffers = weights.ErrArchDiffers
 
 // Load reads a CLIP checkpoint in any supported format and layout (see
 // weights.LoadCLIP) and builds both towers.
@@ -65,7 +66,7 @@ func Load(path string, opt Options) (*Model, error) {
 		c.HasLogitScale = s.Has("logit_scale")
 		c.Inferred = false
 		if opt.StoredWins && !cfg.Inferred && c != *cfg {
-			return nil, fmt.Errorf("%w: %s stores %s; given %s", ErrArchDiffers, path, archSummary(cfg), archSummary(&c))
+			return nil, fmt.Errorf("%w: %s stores %s; given %s", ErrArchDiffers, path, cfg.Summary(), c.Summary())
 		}
 		if err := c.Validate(s); err != nil {
 			return nil, err
@@ -73,15 +74,6 @@ func Load(path string, opt Options) (*Model, error) {
 		cfg = &c
 	}
 	return New(s, cfg, opt)
-}
-
-// archSummary describes c in a line: the fields an architecture given by
-// hand most often gets wrong.
-func archSummary(c *weights.CLIPConfig) string {
-	return fmt.Sprintf("vision %d×%d (%d heads, MLP %d, patch %d, %d px), text %d×%d (%d heads, MLP %d, context %d, vocabulary %d), embed %d, %s, LayerNorm eps %g",
-		c.Vision.Layers, c.Vision.Width, c.Vision.Heads, c.Vision.MLPWidth, c.Vision.PatchSize, c.Vision.ImageSize,
-		c.Text.Layers, c.Text.Width, c.Text.Heads, c.Text.MLPWidth, c.Text.ContextLength, c.Text.VocabSize,
-		c.EmbedDim, c.Activation, c.LayerNormEps)
 }
 
 // New builds a model from a state in OpenAI names and its configuration.

@@ -1,10 +1,12 @@
 package weights
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -170,29 +172,48 @@ func parseHFConfig(data []byte) (*CLIPConfig, error) {
 	return c, nil
 }
 
+// openCLIPConfig is the part of an open_clip model config that
+// parseOpenCLIPConfig reads (its JSON keys are the ones UnreadConfigKeys
+// leaves out).
+type openCLIPConfig struct {
+	EmbedDim  int            `json:"embed_dim"`
+	QuickGELU bool           `json:"quick_gelu"`
+	Vision    openCLIPVision `json:"vision_cfg"`
+	Text      openCLIPText   `json:"text_cfg"`
+}
+
+// openCLIPVision is the part of open_clip's CLIPVisionCfg that
+// parseOpenCLIPConfig reads. Heads is not one of open_clip's keys (it
+// derives the heads from width/head_width): it is read only to refuse a
+// count the model would not have.
+type openCLIPVision struct {
+	ImageSize json.RawMessage `json:"image_size"`
+	Layers    json.RawMessage `json:"layers"`
+	Width     int             `json:"width"`
+	HeadWidth int             `json:"head_width"`
+	Heads     *int            `json:"heads"`
+	MLPRatio  float64         `json:"mlp_ratio"`
+	PatchSize int             `json:"patch_size"`
+	Timm      string          `json:"timm_model_name"`
+}
+
+// openCLIPText is the part of open_clip's CLIPTextCfg that
+// parseOpenCLIPConfig reads. HeadWidth is not one of open_clip's keys
+// there (the text tower takes heads): it is read only to refuse a width
+// the model's heads would not have.
+type openCLIPText struct {
+	ContextLength int     `json:"context_length"`
+	VocabSize     int     `json:"vocab_size"`
+	Width         int     `json:"width"`
+	Heads         int     `json:"heads"`
+	HeadWidth     *int    `json:"head_width"`
+	Layers        int     `json:"layers"`
+	MLPRatio      float64 `json:"mlp_ratio"`
+	HFModel       string  `json:"hf_model_name"`
+}
+
 func parseOpenCLIPConfig(data []byte) (*CLIPConfig, error) {
-	var o struct {
-		EmbedDim  int  `json:"embed_dim"`
-		QuickGELU bool `json:"quick_gelu"`
-		Vision    struct {
-			ImageSize json.RawMessage `json:"image_size"`
-			Layers    json.RawMessage `json:"layers"`
-			Width     int             `json:"width"`
-			HeadWidth int             `json:"head_width"`
-			MLPRatio  float64         `json:"mlp_ratio"`
-			PatchSize int             `json:"patch_size"`
-			Timm      string          `json:"timm_model_name"`
-		} `json:"vision_cfg"`
-		Text struct {
-			ContextLength int     `json:"context_length"`
-			VocabSize     int     `json:"vocab_size"`
-			Width         int     `json:"width"`
-			Heads         int     `json:"heads"`
-			Layers        int     `json:"layers"`
-			MLPRatio      float64 `json:"mlp_ratio"`
-			HFModel       string  `json:"hf_model_name"`
-		} `json:"text_cfg"`
-	}
+	var o openCLIPConfig
 	if err := json.Unmarshal(data, &o); err != nil {
 		return nil, err
 	}
@@ -224,9 +245,22 @@ func parseOpenCLIPConfig(data []byte) (*CLIPConfig, error) {
 	if textHeads == 0 {
 		textHeads = 8 // open_clip's CLIPTextCfg default
 	}
+	visionHeads := o.Vision.Width / headWidth
+	if h := o.Vision.Heads; h != nil && *h != visionHeads {
+		hint := ""
+		if *h > 0 && o.Vision.Width%*h == 0 {
+			hint = fmt.Sprintf(" (head_width %d gives %d heads)", o.Vision.Width / *h, *h)
+		}
+		return nil, fmt.Errorf("vision_cfg.heads %d: open_clip takes the vision heads from width/head_width, %d/%d = %d, and reads no heads key there: give head_width instead%s",
+			*h, o.Vision.Width, headWidth, visionHeads, hint)
+	}
+	if w := o.Text.HeadWidth; w != nil && (*w <= 0 || textHeads*(*w) != o.Text.Width) {
+		return nil, fmt.Errorf("text_cfg.head_width %d: open_clip takes the text heads from text_cfg.heads (%d, of width %d/%d) and reads no head_width key there: give heads instead",
+			*w, textHeads, o.Text.Width, textHeads)
+	}
 	return &CLIPConfig{
 		EmbedDim: o.EmbedDim,
-		Vision: VisionConfig{Width: o.Vision.Width, Layers: layers, Heads: o.Vision.Width / headWidth,
+		Vision: VisionConfig{Width: o.Vision.Width, Layers: layers, Heads: visionHeads,
 			MLPWidth: int(float64(o.Vision.Width) * vRatio), PatchSize: o.Vision.PatchSize, ImageSize: imageSize},
 		Text: TextConfig{Width: o.Text.Width, Layers: o.Text.Layers, Heads: textHeads,
 			MLPWidth: int(float64(o.Text.Width) * tRatio), ContextLength: o.Text.ContextLength, VocabSize: o.Text.VocabSize},
@@ -234,6 +268,61 @@ func parseOpenCLIPConfig(data []byte) (*CLIPConfig, error) {
 		LayerNormEps:  DefaultLayerNormEps,
 		Activation:    act,
 	}, nil
+}
+
+// UnreadConfigKeys returns the keys of an open_clip model config (the form
+// with vision_cfg and text_cfg, possibly under model_cfg) that ParseConfig
+// does not read, as "vision_cfg.ls_init_value", sorted: open_clip settings
+// the towers built here do not have (layer scale, another pooling, a
+// tokenizer of its own, ...) or misspelt keys, which would otherwise be
+// ignored without a word. A key set to null (open_clip's default) is not
+// counted. It returns nil for data in the other forms, whose files hold
+// many keys beside the architecture (a Hugging Face config.json's
+// id2label, a fixture's notes), and for data that is not such a JSON
+// object (ParseConfig says why).
+func UnreadConfigKeys(data []byte) []string {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(data, &top) != nil {
+		return nil
+	}
+	// The forms in ParseConfig's order.
+	switch {
+	case top["vision"] != nil && top["text"] != nil, top["vision_config"] != nil:
+		return nil
+	case top["model_cfg"] != nil:
+		var model map[string]json.RawMessage
+		if json.Unmarshal(top["model_cfg"], &model) != nil {
+			return nil
+		}
+		top = model
+	case top["vision_cfg"] == nil:
+		return nil
+	}
+	var unread []string
+	add := func(prefix string, m map[string]json.RawMessage, read reflect.Type) {
+		known := map[string]bool{}
+		for i := range read.NumField() {
+			name, _, _ := strings.Cut(read.Field(i).Tag.Get("json"), ",")
+			known[name] = true
+		}
+		for k, v := range m {
+			if !known[k] && string(bytes.TrimSpace(v)) != "null" {
+				unread = append(unread, prefix+k)
+			}
+		}
+	}
+	add("", top, reflect.TypeFor[openCLIPConfig]())
+	for _, t := range []struct {
+		key  string
+		read reflect.Type
+	}{{"vision_cfg", reflect.TypeFor[openCLIPVision]()}, {"text_cfg", reflect.TypeFor[openCLIPText]()}} {
+		var m map[string]json.RawMessage
+		if json.Unmarshal(top[t.key], &m) == nil {
+			add(t.key+".", m, t.read)
+		}
+	}
+	slices.Sort(unread)
+	return unread
 }
 
 // parseOpenAIKwargs reads clip.model.CLIP's keyword arguments. OpenAI
@@ -334,6 +423,15 @@ func (c *CLIPConfig) check() error {
 
 // Grid returns the number of patches along each side of the image.
 func (v VisionConfig) Grid() int { return v.ImageSize / v.PatchSize }
+
+// Summary describes c in a line: the fields an architecture given by hand
+// most often gets wrong, for errors that compare two.
+func (c *CLIPConfig) Summary() string {
+	return fmt.Sprintf("vision %d×%d (%d heads, MLP %d, patch %d, %d px), text %d×%d (%d heads, MLP %d, context %d, vocabulary %d), embed %d, %s, LayerNorm eps %g",
+		c.Vision.Layers, c.Vision.Width, c.Vision.Heads, c.Vision.MLPWidth, c.Vision.PatchSize, c.Vision.ImageSize,
+		c.Text.Layers, c.Text.Width, c.Text.Heads, c.Text.MLPWidth, c.Text.ContextLength, c.Text.VocabSize,
+		c.EmbedDim, c.Activation, c.LayerNormEps)
+}
 
 // InferConfig reads the configuration off the tensor shapes of an
 // OpenAI-layout state. What the shapes do not say takes the CLIP defaults:

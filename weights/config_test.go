@@ -209,3 +209,82 @@ func TestFixtureHeadsFromConfig(t *testing.T) {
 		t.Errorf("the .pt alone: %+v; want width/64 heads, marked Inferred, unlike the set's", guessed)
 	}
 }
+
+// TestOpenCLIPHeadKeys: open_clip takes the vision heads from
+// width/head_width and the text heads from heads; a vision_cfg.heads or a
+// text_cfg.head_width (keys open_clip has not) that disagrees with the
+// model built is refused naming the key, not ignored, and one that agrees
+// is accepted.
+func TestOpenCLIPHeadKeys(t *testing.T) {
+	config := func(vision, text string) []byte {
+		return []byte(`{"embed_dim": 32, "vision_cfg": {"image_size": 64, "layers": 1, "width": 96, "patch_size": 16` + vision +
+			`}, "text_cfg": {"context_length": 16, "vocab_size": 259, "width": 64, "heads": 2, "layers": 1` + text + `}}`)
+	}
+	for _, c := range []struct {
+		vision, text string
+		heads        [2]int // vision, text; zero: refused
+		want         string
+	}{
+		{``, ``, [2]int{1, 2}, ""},
+		{`, "heads": 1`, `, "head_width": 32`, [2]int{1, 2}, ""},
+		{`, "head_width": 32, "heads": 3`, ``, [2]int{3, 2}, ""},
+		{`, "heads": 3`, ``, [2]int{}, "vision_cfg.heads 3: open_clip takes the vision heads from width/head_width, 96/64 = 1"},
+		{`, "heads": 5`, ``, [2]int{}, "vision_cfg.heads 5"},
+		{``, `, "head_width": 16`, [2]int{}, "text_cfg.head_width 16: open_clip takes the text heads from text_cfg.heads (2"},
+	} {
+		got, err := ParseConfig(config(c.vision, c.text))
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s %s: %v", c.vision, c.text, err)
+		case c.want == "" && (got.Vision.Heads != c.heads[0] || got.Text.Heads != c.heads[1]):
+			t.Errorf("%s %s: %d vision and %d text heads, want %v", c.vision, c.text, got.Vision.Heads, got.Text.Heads, c.heads)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s %s: %v (%+v); want an error with %q", c.vision, c.text, err, got, c.want)
+		}
+	}
+	if _, err := ParseConfig(config(`, "heads": 3`, ``)); err == nil || !strings.Contains(err.Error(), "head_width 32 gives 3 heads") {
+		t.Errorf("vision_cfg.heads 3 of width 96: %v; want the head_width that gives 3", err)
+	}
+}
+
+// TestUnreadConfigKeys: the keys of an open_clip model config that
+// ParseConfig does not read are listed (at the top, in vision_cfg and
+// text_cfg, under model_cfg too), but not those set to null; other forms
+// list none.
+func TestUnreadConfigKeys(t *testing.T) {
+	ob, err := os.ReadFile(fixture.Path(t, "assets/clip/openclip-config.ViT-B-32.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb, err := os.ReadFile(fixture.Path(t, "assets/clip/hf-config.clip-vit-base-patch32.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kw, err := os.ReadFile(fixture.ModelConfig(t, "fixtures/clip-tiny.openai.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra := []byte(`{"embed_dim": 512, "init_logit_bias": -10, "custom_text": true,
+		"vision_cfg": {"image_size": 224, "layers": 12, "width": 768, "patch_size": 32, "ls_init_value": null, "no_ln_pre": true, "mlp_width": 3072},
+		"text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 512, "heads": 8, "layers": 12, "pool_type": "last"}}`)
+	want := []string{"custom_text", "init_logit_bias", "text_cfg.pool_type", "vision_cfg.mlp_width", "vision_cfg.no_ln_pre"}
+	for _, c := range []struct {
+		name string
+		data []byte
+		want []string
+	}{
+		{"open_clip ViT-B-32", ob, nil},
+		{"Hugging Face", hb, nil},
+		{"OpenAI keyword arguments", kw, nil},
+		{"open_clip with more keys", extra, want},
+		{"under model_cfg", []byte(`{"model_cfg": ` + string(extra) + `, "preprocess_cfg": {"mean": [0.5]}}`), want},
+		{"not JSON", []byte(`{`), nil},
+	} {
+		if got := UnreadConfigKeys(c.data); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
+	if _, err := ParseConfig(extra); err != nil {
+		t.Errorf("the config with unread keys: %v", err)
+	}
+}

@@ -21,6 +21,11 @@ type ConvertOptions struct {
 	// Config, when set, replaces the configuration found with or inferred
 	// from the source (it is fitted to the tensors: see CLIPConfig.For).
 	Config *CLIPConfig
+	// StoredWins makes Config stand only for the architecture of a source
+	// that stores none: where the source stores one, a Config other than it
+	// is an error wrapping ErrArchDiffers (LoadCLIPGiven), as for the
+	// models clip.Create loads.
+	StoredWins bool
 }
 
 // Convert reads the CLIP checkpoint at src (any format and layout Load
@@ -57,7 +62,11 @@ func ConvertContext(ctx context.Context, src, dst string, opts ConvertOptions) (
 	if !dt.IsFloat() && dt != I8 {
 		return nil, fmt.Errorf("weights: convert: dtype %s is not a float type or I8", dt)
 	}
-	s, cfg, err := LoadCLIPWith(src, opts.Config)
+	load := LoadCLIPWith
+	if opts.StoredWins {
+		load = LoadCLIPGiven
+	}
+	s, cfg, err := load(src, opts.Config)
 	if err != nil {
 		return nil, err
 	}

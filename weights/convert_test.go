@@ -1,10 +1,12 @@
 package weights
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/subtta/subtta/internal/fixture"
@@ -97,5 +99,40 @@ func TestConvertInferredConfig(t *testing.T) {
 		if !reflect.DeepEqual(reread, c.want) {
 			t.Errorf("%s: read back as %+v, want %+v", c.name, reread, c.want)
 		}
+	}
+}
+
+// TestConvertStoredWins: with StoredWins, a Config for a source that
+// stores another architecture is an error wrapping ErrArchDiffers that
+// describes both, even where every tensor has the shape it wants (only the
+// heads differ), and nothing is written; the stored one itself, or any
+// Config for a source that stores none, is converted.
+func TestConvertStoredWins(t *testing.T) {
+	want, _ := fixtureConfig(t)
+	stored := fixture.Path(t, "fixtures/clip-tiny.openai.safetensors")
+	_, ptConfig := fixtureCLIP(t, "fixtures/clip-tiny.openai-fp16.pt")
+	other := *want
+	other.Text.Heads = fixture.OtherHeads(other.Text.Width)
+	dir := t.TempDir()
+	dst := filepath.Join(dir, "out.safetensors")
+	_, err := Convert(stored, dst, ConvertOptions{Config: &other, StoredWins: true})
+	if !errors.Is(err, ErrArchDiffers) || !strings.Contains(err.Error(), stored+" stores "+want.Summary()+"; given "+other.Summary()) {
+		t.Errorf("another architecture: %v; want ErrArchDiffers describing both", err)
+	}
+	if _, err := os.Stat(dst); err == nil {
+		t.Error("another architecture: DST written")
+	}
+	for _, c := range []struct {
+		src string
+		cfg *CLIPConfig
+	}{{stored, want}, {fixture.Path(t, "fixtures/clip-tiny.openai-fp16.pt"), ptConfig}} {
+		got, err := Convert(c.src, dst, ConvertOptions{Config: c.cfg, StoredWins: true})
+		if err != nil || !reflect.DeepEqual(got, c.cfg) {
+			t.Errorf("%s: %+v, %v; want %+v", c.src, got, err, c.cfg)
+		}
+	}
+	// Without StoredWins, Config replaces the stored architecture.
+	if got, err := Convert(stored, dst, ConvertOptions{Config: &other}); err != nil || got.Text.Heads != other.Text.Heads {
+		t.Errorf("without StoredWins: %+v, %v; want the Config's %d text heads", got, err, other.Text.Heads)
 	}
 }

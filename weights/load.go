@@ -3,6 +3,7 @@ package weights
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -205,7 +206,28 @@ func LoadCLIPWith(path string, cfg *CLIPConfig) (*State, *CLIPConfig, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return clipState(path, raw, cfg)
+	return clipState(path, raw, cfg, false)
+}
+
+// ErrArchDiffers: LoadCLIPGiven was given an architecture other than the
+// one the checkpoint stores.
+var ErrArchDiffers = errors.New("the checkpoint stores another architecture")
+
+// LoadCLIPGiven is LoadCLIPWith for an architecture given by hand (a
+// --arch or --model-config): cfg stands for the architecture only of a
+// checkpoint that stores none. Where the checkpoint stores one, cfg must be
+// that one (its logit scale aside, which the tensors decide), else the
+// error wraps ErrArchDiffers and describes both: an architecture that
+// contradicts the checkpoint's own is more likely a mistake than a fix,
+// and comparing the two says what differs where the tensor shapes would
+// name one tensor. It is the rule clip.Create applies to the models it
+// loads.
+func LoadCLIPGiven(path string, cfg *CLIPConfig) (*State, *CLIPConfig, error) {
+	raw, err := Load(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	return clipState(path, raw, cfg, true)
 }
 
 // LoadCLIPBytes is LoadCLIP for a file's contents held in memory (a
@@ -220,30 +242,44 @@ func LoadCLIPBytes(name string, data []byte) (*State, *CLIPConfig, error) {
 	if err := raw.dequantizeInt8(); err != nil {
 		return nil, nil, err
 	}
-	return clipState(name, raw, nil)
+	return clipState(name, raw, nil, false)
 }
 
 // clipState renames raw to OpenAI's names and fits cfg to it, or finds its
-// configuration when cfg is nil.
-func clipState(path string, raw *State, cfg *CLIPConfig) (*State, *CLIPConfig, error) {
+// configuration when cfg is nil. With storedWins, a cfg for a checkpoint
+// that stores its configuration must be that one (LoadCLIPGiven).
+func clipState(path string, raw *State, cfg *CLIPConfig, storedWins bool) (*State, *CLIPConfig, error) {
 	s, err := ToOpenAI(raw)
 	if err != nil {
 		return nil, nil, err
 	}
 	var c *CLIPConfig
-	if cfg != nil {
+	switch {
+	case cfg != nil && (s.ConfigJSON == nil || !storedWins):
 		if c, err = cfg.For(s); err != nil {
 			return nil, nil, err
 		}
-	} else if s.ConfigJSON != nil {
+	case s.ConfigJSON != nil:
 		if c, err = ParseConfig(s.ConfigJSON); err != nil {
 			return nil, nil, fmt.Errorf("weights: %s: %w", path, err)
 		}
 		if c, err = c.For(s); err != nil {
 			return nil, nil, err
 		}
-	} else if c, err = InferConfig(s); err != nil {
-		return nil, nil, err
+		if cfg != nil {
+			// Compared before cfg is checked against the tensors, which
+			// would name the first tensor of another shape and not what
+			// differs.
+			given := *cfg
+			given.HasLogitScale, given.Inferred = c.HasLogitScale, false
+			if given != *c {
+				return nil, nil, fmt.Errorf("%w: %s stores %s; given %s", ErrArchDiffers, path, c.Summary(), given.Summary())
+			}
+		}
+	default:
+		if c, err = InferConfig(s); err != nil {
+			return nil, nil, err
+		}
 	}
 	return s, c, nil
 }

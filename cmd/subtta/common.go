@@ -8,11 +8,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/builtin"
 	"github.com/subtta/subtta/clip"
+	"github.com/subtta/subtta/textenc"
 	"github.com/subtta/subtta/weights"
 )
 
@@ -35,9 +37,19 @@ const tokenizerRepo = "openai/clip-vit-base-patch32"
 
 // findVocab is where the command line looks for the CLIP BPE vocabulary
 // when --vocab and the model give none (clip.Spec.FindVocab):
-// $SUBTTA_VOCAB, then the cache, downloading it on first use.
-func findVocab(stderr io.Writer) (string, error) {
+// $SUBTTA_VOCAB, then the cache, downloading it on first use. A
+// vocabulary $SUBTTA_VOCAB names is read here, so that an error names the
+// variable (the user may not know it is set), and it must fit the text
+// tower, of vocabSize ids (vocabMismatch).
+func findVocab(vocabSize int, stderr io.Writer) (string, error) {
 	if v := os.Getenv("SUBTTA_VOCAB"); v != "" {
+		tok, err := textenc.LoadBPETokenizer(v)
+		if err != nil {
+			return "", fmt.Errorf("SUBTTA_VOCAB: %w", err)
+		}
+		if why := vocabMismatch(vocabSize, tok.VocabSize()); why != "" {
+			return "", fmt.Errorf("SUBTTA_VOCAB %s: %s, so it does not fit the model: give --vocab, or unset SUBTTA_VOCAB", v, why)
+		}
 		return v, nil
 	}
 	dir, err := cacheDir()
@@ -59,6 +71,21 @@ func findVocab(stderr io.Writer) (string, error) {
 	return filepath.Dir(paths[0]), nil
 }
 
+// vocabMismatch says why a vocabulary of n ids does not fit a text tower
+// of vocabSize ids, or returns "" when it does: an id the tower has no
+// token embedding for would stop the first text that holds it, after the
+// model is loaded and perhaps after the images are done. A byte-level
+// tower (textenc.ByteVocabSize ids) takes no BPE vocabulary at all.
+func vocabMismatch(vocabSize, n int) string {
+	switch {
+	case n <= vocabSize:
+		return ""
+	case vocabSize == textenc.ByteVocabSize:
+		return fmt.Sprintf("the model's text tower takes byte-level tokens (vocabulary %d) and the given vocabulary has %d entries", vocabSize, n)
+	}
+	return fmt.Sprintf("the given vocabulary has %d entries and the model's text tower %d", n, vocabSize)
+}
+
 // modelFlagHelp is the help of every --model flag.
 const modelFlagHelp = "checkpoint: .safetensors, .pt or Hugging Face directory (default: the built-in CLIP trained on CIFAR-10)"
 
@@ -70,21 +97,40 @@ const modelFlagHelp = "checkpoint: .safetensors, .pt or Hugging Face directory (
 // given, is the architecture. A warning goes to stderr when the head
 // counts were inferred from the tensor shapes. The bundle's tokenizer
 // reads vocab, else the byte-level one for byte-level models, the model
-// folder's vocabulary, or findVocab's. The linear layers run in prec
-// (clip.Spec.Precision).
+// folder's vocabulary, or findVocab's. A vocab given is read here, before
+// any work, and refused when the text tower cannot take its ids
+// (vocabMismatch). The linear layers run in prec (clip.Spec.Precision).
 func openModel(path, configPath, arch, vocab string, prec kernel.Precision, stderr io.Writer) (*clip.Bundle, error) {
 	if isBuiltin(path) {
 		path = builtin.ModelName
 	}
+	// The text tower's vocabulary, for findVocab: set once Create returns,
+	// and FindVocab is called only later, by Bundle.Tokenizer.
+	textVocab := 0
 	b, err := clip.Create(clip.Spec{Model: path, Arch: arch, ModelConfig: configPath, Vocab: vocab, Precision: prec,
-		FindVocab: func() (string, error) { return findVocab(stderr) }})
+		FindVocab: func() (string, error) { return findVocab(textVocab, stderr) }})
 	if field := (*clip.SpecError)(nil); errors.As(err, &field) && field.Field == "Precision" {
 		return nil, fmt.Errorf("--precision %s: %w", prec, field.Err)
 	}
 	if err != nil {
 		return nil, specUsage(err)
 	}
+	textVocab = b.Model.Config.Text.VocabSize
+	if vocab != "" {
+		tok, err := b.Tokenizer()
+		if err != nil {
+			return nil, fmt.Errorf("--vocab: %w", err)
+		}
+		if why := vocabMismatch(textVocab, tok.VocabSize()); why != "" {
+			hint := ""
+			if textVocab == textenc.ByteVocabSize {
+				hint = ": leave it out (byte-level tokens need no vocabulary)"
+			}
+			return nil, usagef("--vocab %s: %s, so --vocab does not fit it%s", vocab, why, hint)
+		}
+	}
 	warnInferred(stderr, path, b.Model.Config)
+	warnUnreadConfig(stderr, configPath)
 	return b, nil
 }
 
@@ -122,6 +168,25 @@ func warnInferred(stderr io.Writer, path string, c *weights.CLIPConfig) {
 	if c.Inferred {
 		fmt.Fprintf(stderr, "warning: %s has no stored configuration: %d vision and %d text heads assumed (width/64, as OpenAI's models); give --arch or --model-config if it differs\n",
 			path, c.Vision.Heads, c.Text.Heads)
+	}
+}
+
+// warnUnreadConfig tells stderr which keys of the open_clip model config
+// at path (--model-config) are not read (weights.UnreadConfigKeys): the
+// model is built without what they say, which a user who wrote them
+// should know. It says nothing for a file it cannot read: the
+// configuration's reader reports that.
+func warnUnreadConfig(stderr io.Writer, path string) {
+	if path == "" {
+		return
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	if keys := weights.UnreadConfigKeys(b); len(keys) > 0 {
+		fmt.Fprintf(stderr, "warning: --model-config %s: %s not read: the model is built from the other keys (open_clip's plain ViT towers), without what these say\n",
+			path, strings.Join(keys, ", "))
 	}
 }
 

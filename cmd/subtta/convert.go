@@ -106,7 +106,19 @@ func (o *convertOptions) run(args []string) error {
 	if err := checkConvertTarget(args[0], args[1]); err != nil {
 		return err
 	}
-	cfg, err := weights.ConvertContext(ctx, args[0], args[1], weights.ConvertOptions{DType: dt, Zstd: o.zstd, Config: c})
+	if err := checkConvertFolder(args[1]); err != nil {
+		return err
+	}
+	warnUnreadConfig(o.stderr, o.modelConfig)
+	// An architecture given for a SRC that stores one must be that one,
+	// as for the models classify, embed or eval load (the same error).
+	cfg, err := weights.ConvertContext(ctx, args[0], args[1], weights.ConvertOptions{DType: dt, Zstd: o.zstd, Config: c, StoredWins: true})
+	if errors.Is(err, weights.ErrArchDiffers) {
+		if o.modelConfig != "" {
+			return usagef("--model-config: %v", err)
+		}
+		return usagef("--arch: %v", err)
+	}
 	if err != nil {
 		return o.interrupted(ctx, args[1], err)
 	}
@@ -171,6 +183,40 @@ func checkConvertTarget(src, dst string) error {
 	return nil
 }
 
+// checkConvertFolder refuses, before any work, a DST that cannot be
+// written: a folder, or a file in a folder that does not exist, is not a
+// folder or cannot be written (a file made and removed there, as
+// weights.WriteFile makes its temporary file beside DST). Without it, the
+// error would come once SRC is read or the random weights made, and would
+// name the temporary file rather than DST. The wording is train --export's
+// (checkExportPath).
+func checkConvertFolder(dst string) error {
+	if st, err := os.Stat(dst); err == nil && st.IsDir() {
+		return usagef("DST %s is a folder: give a file name (.safetensors, or .safetensors.zst)", dst)
+	}
+	dir := filepath.Dir(dst)
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("DST %s: folder %s does not exist", dst, dir)
+	case err != nil:
+		return fmt.Errorf("DST %s: %w", dst, err)
+	case !st.IsDir():
+		return fmt.Errorf("DST %s: %s is not a folder", dst, dir)
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(dst)+".check*")
+	if err != nil {
+		// The probe's name says nothing to the user: the reason alone.
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return fmt.Errorf("DST %s: folder %s cannot be written: %w", dst, dir, err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}
+
 // writeRandom writes a model of architecture c with OpenAI's random
 // initialisation (pretrain.RandomState) to dst, its float tensors stored
 // as dt.
@@ -184,6 +230,10 @@ func (o *convertOptions) writeRandom(ctx context.Context, c *weights.CLIPConfig,
 	case o.zstd || filepath.Ext(dst) == ".zst":
 		return usagef("--random: zstd does not shrink random weights: write a .safetensors file")
 	}
+	if err := checkConvertFolder(dst); err != nil {
+		return err
+	}
+	warnUnreadConfig(o.stderr, o.modelConfig)
 	// The text tower takes the byte-level vocabulary (259 tokens, as
 	// `train`'s models do): no BPE vocabulary is needed to use the model,
 	// and only the token embedding's rows differ from the architecture's.

@@ -125,3 +125,42 @@ func TestConvertInterrupted(t *testing.T) {
 		t.Errorf("%d files left in the folder: %s...", len(entries), entries[0].Name())
 	}
 }
+
+// TestConvertRandomOpenCLIPKeys: an open_clip --model-config whose
+// vision_cfg.heads is not the heads the model gets (open_clip's
+// width/head_width) is refused naming the key, not written with other
+// heads; one with keys the architecture is not read from is written with
+// a warning that names them.
+func TestConvertRandomOpenCLIPKeys(t *testing.T) {
+	dir := t.TempDir()
+	config := func(name, vision, text string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(`{"embed_dim": 32, "vision_cfg": {"image_size": 64, "layers": 1, "width": 96, "patch_size": 16`+vision+
+			`}, "text_cfg": {"context_length": 16, "vocab_size": 259, "width": 64, "heads": 2, "layers": 1`+text+`}}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	for _, c := range []struct {
+		config, warning, err string
+	}{
+		{config("heads.json", `, "heads": 3`, ``), "", "vision_cfg.heads 3"},
+		{config("plain.json", ``, ``), "", ""},
+		{config("more.json", `, "no_ln_pre": true, "ls_init_value": null`, `, "pool_type": "last"`), "text_cfg.pool_type, vision_cfg.no_ln_pre not read", ""},
+	} {
+		dst := filepath.Join(dir, filepath.Base(c.config)+".safetensors")
+		var stdout, stderr bytes.Buffer
+		st := run([]string{"convert", "--random", "--model-config", c.config, dst}, &stdout, &stderr)
+		_, statErr := os.Stat(dst)
+		switch {
+		case c.err != "" && (st == 0 || !strings.Contains(stderr.String(), c.err) || statErr == nil):
+			t.Errorf("%s: status %d, stderr %q, DST written %v; want an error with %q and no DST", c.config, st, stderr.String(), statErr == nil, c.err)
+		case c.err == "" && (st != 0 || statErr != nil):
+			t.Errorf("%s: status %d, stderr %q", c.config, st, stderr.String())
+		case c.err == "" && c.warning == "" && stderr.Len() > 0:
+			t.Errorf("%s: stderr %q; want nothing", c.config, stderr.String())
+		case c.warning != "" && !strings.Contains(stderr.String(), "warning: --model-config "+c.config+": "+c.warning):
+			t.Errorf("%s: stderr %q; want a warning with %q", c.config, stderr.String(), c.warning)
+		}
+	}
+}

@@ -357,3 +357,115 @@ func TestConvertRefusesSource(t *testing.T) {
 		t.Errorf("--seed without --random: status %d, stderr %q", st, errb.String())
 	}
 }
+
+// TestConvertFolder: a DST that cannot be written (in a folder that does
+// not exist, under a file, a folder itself, in a folder that cannot be
+// written) is refused before SRC is read or random weights are made, with
+// an error naming DST and its folder, in train --export's words, not the
+// temporary file beside DST.
+func TestConvertFolder(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "model.safetensors.zst")
+	if err := os.WriteFile(src, builtin.ModelBytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	arch := filepath.Join(dir, "tiny.json")
+	if err := os.WriteFile(arch, []byte(tinyKwargs), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "nodir")
+	cases := []struct {
+		args   []string
+		status int
+		want   string
+	}{
+		{[]string{src, filepath.Join(missing, "x.safetensors")}, 1, "DST " + filepath.Join(missing, "x.safetensors") + ": folder " + missing + " does not exist"},
+		{[]string{"--random", "--model-config", arch, filepath.Join(missing, "x.safetensors")}, 1, "DST " + filepath.Join(missing, "x.safetensors") + ": folder " + missing + " does not exist"},
+		// The folder is checked before SRC is read.
+		{[]string{filepath.Join(dir, "none.safetensors"), filepath.Join(missing, "x.safetensors")}, 1, "folder " + missing + " does not exist"},
+		{[]string{src, filepath.Join(file, "x.safetensors")}, 1, "DST " + filepath.Join(file, "x.safetensors") + ": " + file + " is not a folder"},
+		{[]string{src, dir}, 2, "DST " + dir + " is a folder: give a file name"},
+		{[]string{"--random", "--model-config", arch, dir}, 2, "DST " + dir + " is a folder: give a file name"},
+	}
+	if os.Geteuid() == 0 {
+		t.Log("the folder that cannot be written is not tried: root writes into any folder")
+	} else {
+		ro := filepath.Join(dir, "ro")
+		if err := os.Mkdir(ro, 0o555); err != nil {
+			t.Fatal(err)
+		}
+		cases = append(cases, struct {
+			args   []string
+			status int
+			want   string
+		}{[]string{src, filepath.Join(ro, "x.safetensors")}, 1, "DST " + filepath.Join(ro, "x.safetensors") + ": folder " + ro + " cannot be written: permission denied"})
+	}
+	for _, c := range cases {
+		var out, errb bytes.Buffer
+		args := append([]string{"convert"}, c.args...)
+		if st := run(args, &out, &errb); st != c.status || !strings.Contains(errb.String(), c.want) || strings.Contains(errb.String(), ".tmp") {
+			t.Errorf("%q: status %d, stderr %q; want %d and %q (no temporary file named)", args, st, errb.String(), c.status, c.want)
+		}
+	}
+}
+
+// tinyKwargs is a small architecture in OpenAI's CLIP keyword arguments:
+// a model of it is written and read in moments.
+const tinyKwargs = `{"embed_dim": 32, "image_resolution": 64, "vision_layers": 2, "vision_width": 64,
+	"vision_patch_size": 16, "context_length": 77, "vocab_size": 49408, "transformer_width": 64,
+	"transformer_heads": 2, "transformer_layers": 1}`
+
+// TestConvertArchDiffers: --arch or --model-config for a SRC that stores
+// another architecture is refused with the error classify gives for the
+// same model and flag (both towers described, not the first tensor of
+// another shape), also where every tensor has the shape the other
+// architecture wants (only its heads differ), and DST is not written.
+func TestConvertArchDiffers(t *testing.T) {
+	dir := t.TempDir()
+	arch := filepath.Join(dir, "tiny.json")
+	other := filepath.Join(dir, "other.json")
+	if err := os.WriteFile(arch, []byte(tinyKwargs), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// other differs from what the model stores (the byte-level
+	// vocabulary of convert --random) only in the text heads: every
+	// tensor has its shape.
+	otherKwargs := strings.NewReplacer(`"transformer_heads": 2`, `"transformer_heads": 4`, `"vocab_size": 49408`, `"vocab_size": 259`).Replace(tinyKwargs)
+	if err := os.WriteFile(other, []byte(otherKwargs), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	model := filepath.Join(dir, "tiny.safetensors")
+	var out, errb bytes.Buffer
+	if st := run([]string{"convert", "--random", "--model-config", arch, model}, &out, &errb); st != 0 {
+		t.Fatalf("convert --random: status %d: %s", st, errb.String())
+	}
+	img := filepath.Join(dir, "img.jpg")
+	jpegs, err := builtin.JPEGs(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(img, jpegs[0], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, flags := range [][]string{{"--arch", "ViT-B-32"}, {"--model-config", other}} {
+		dst := filepath.Join(dir, "out.safetensors")
+		out.Reset()
+		errb.Reset()
+		st := run(append([]string{"convert", model, dst}, flags...), &out, &errb)
+		convertErr := strings.TrimPrefix(errb.String(), "subtta convert: ")
+		out.Reset()
+		errb.Reset()
+		run(append([]string{"classify", "--model", model, "--labels", "a,b", img}, flags...), &out, &errb)
+		classifyErr := strings.TrimPrefix(errb.String(), "subtta classify: ")
+		if want := flags[0] + ": the checkpoint stores another architecture: " + model + " stores vision 2×64"; st != 2 || !strings.HasPrefix(convertErr, want) || convertErr != classifyErr {
+			t.Errorf("convert %q: status %d, error %q; want 2, %q..., classify's %q", flags, st, convertErr, want, classifyErr)
+		}
+		if _, err := os.Stat(dst); err == nil {
+			t.Errorf("convert %q wrote DST", flags)
+		}
+	}
+}

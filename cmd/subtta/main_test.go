@@ -371,8 +371,8 @@ func TestNaNWeightsRefused(t *testing.T) {
 }
 
 // TestTokenizeOffline: without --vocab (and $SUBTTA_VOCAB), tokenize uses
-// the built-in model's byte-level tokenizer, says so, and downloads
-// nothing.
+// the built-in model's byte-level tokenizer, padded to its context, says
+// so, and downloads nothing.
 func TestTokenizeOffline(t *testing.T) {
 	cache := t.TempDir()
 	t.Setenv("SUBTTA_CACHE", cache)
@@ -386,7 +386,7 @@ func TestTokenizeOffline(t *testing.T) {
 		t.Fatalf("output %q: %v", out.String(), err)
 	}
 	tok := textenc.ByteTokenizer{}
-	want, _ := tok.Tokenize("a photo of a cat.", 77, true)
+	want, _ := tok.Tokenize("a photo of a cat.", builtinContext(t), true)
 	if !slices.Equal(rows[0].IDs, tok.Encode("a photo of a cat.")) || !slices.Equal(rows[0].Padded, want) {
 		t.Errorf("ids %v, padded %v; want the byte-level tokenizer's", rows[0].IDs, rows[0].Padded)
 	}

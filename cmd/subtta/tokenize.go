@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/builtin"
 	"github.com/subtta/subtta/textenc"
 )
@@ -17,8 +18,9 @@ const maxContext = 4096
 
 // tokenizeOptions are the flags of tokenize.
 type tokenizeOptions struct {
-	vocab   string
-	context int
+	vocab        string
+	context      int
+	contextGiven bool // --context was given; else the model's (tokenizeTokenizer)
 
 	stdout, stderr io.Writer
 }
@@ -29,12 +31,17 @@ func newTokenizeCmd(stdout, stderr io.Writer) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "tokenize TEXT...",
 		Short: "CLIP BPE token ids of texts (JSON)",
-		Long:  "CLIP BPE token ids of texts (JSON)",
-		RunE:  func(cmd *cobra.Command, args []string) error { return o.run(args) },
+		Long: "CLIP BPE token ids of texts (JSON)\n\n" +
+			"With --vocab (or $SUBTTA_VOCAB), CLIP's BPE, padded to CLIP's context of 77; else the built-in model's\n" +
+			"byte-level tokens, padded to its context (64). A text longer than the context is cut, with a warning.",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.contextGiven = cmd.Flags().Changed("context")
+			return o.run(args)
+		},
 	}
 	f := c.Flags()
 	f.StringVar(&o.vocab, "vocab", "", "CLIP vocabulary: bpe_simple_vocab_16e6.txt.gz, vocab.json+merges.txt folder, or tokenizer.json (default: $SUBTTA_VOCAB, else the built-in model's byte-level tokenizer; nothing is downloaded)")
-	f.IntVar(&o.context, "context", 77, "context length of the padded ids")
+	f.IntVar(&o.context, "context", 0, "context length of the padded ids (default: the model's: 77 with a CLIP vocabulary, else the built-in model's 64)")
 	return c
 }
 
@@ -43,10 +50,14 @@ func (o *tokenizeOptions) run(texts []string) error {
 	if len(texts) == 0 {
 		return usagef("no text given")
 	}
-	if o.context < 2 || o.context > maxContext {
+	if o.contextGiven && (o.context < 2 || o.context > maxContext) {
 		return usagef("--context %d: want 2 to %d (the start and end tokens take two)", o.context, maxContext)
 	}
-	tok, err := tokenizeTokenizer(o.vocab, o.stderr)
+	context := 0 // the model's
+	if o.contextGiven {
+		context = o.context
+	}
+	tok, context, err := tokenizeTokenizer(o.vocab, context, o.stderr)
 	if err != nil {
 		return err
 	}
@@ -57,11 +68,11 @@ func (o *tokenizeOptions) run(texts []string) error {
 	}
 	var out []row
 	for _, text := range texts {
-		padded, err := tok.Tokenize(text, o.context, true)
+		padded, err := tok.Tokenize(text, context, true)
 		if err != nil {
 			return err
 		}
-		warnCut(o.stderr, tok, []string{text}, o.context)
+		warnCut(o.stderr, tok, []string{text}, context)
 		ids := tok.Encode(text)
 		if ids == nil {
 			ids = []int{} // "ids": [] for an empty text, not null
@@ -71,24 +82,43 @@ func (o *tokenizeOptions) run(texts []string) error {
 	return writeJSON(o.stdout, out)
 }
 
-// tokenizeTokenizer is tokenize's tokenizer: CLIP's BPE from vocab or
-// $SUBTTA_VOCAB, else the built-in model's byte-level tokenizer, with a
-// note on stderr saying so. It never downloads: a vocabulary is used only
-// when named, so that the command's output does not depend on the network
-// or on what a cache happens to hold.
-func tokenizeTokenizer(vocab string, stderr io.Writer) (textenc.Tokenizer, error) {
+// tokenizeTokenizer is tokenize's tokenizer and the context to pad to:
+// CLIP's BPE from vocab or $SUBTTA_VOCAB, else the built-in model's
+// byte-level tokenizer, with a note on stderr saying so. The context is
+// context when not 0, else that of the model the tokens are for: CLIP's
+// (textenc.ContextLength) with BPE, the built-in model's text context with
+// byte-level tokens. A padded sequence of another length would not be the
+// input of the model the tokens are said to be for, and would hide that a
+// text is cut. It never downloads: a vocabulary is used only when named,
+// so that the command's output does not depend on the network or on what
+// a cache happens to hold. Its errors name where the vocabulary came from
+// (--vocab or SUBTTA_VOCAB).
+func tokenizeTokenizer(vocab string, context int, stderr io.Writer) (textenc.Tokenizer, int, error) {
+	source := "--vocab"
 	if vocab == "" {
-		vocab = os.Getenv("SUBTTA_VOCAB")
+		source, vocab = "SUBTTA_VOCAB", os.Getenv("SUBTTA_VOCAB")
 	}
 	if vocab == "" {
-		fmt.Fprintln(stderr, "byte-level tokens (the built-in model's tokenizer); give --vocab or SUBTTA_VOCAB for CLIP's BPE")
-		return builtin.Tokenizer(), nil
+		if context != 0 {
+			fmt.Fprintln(stderr, "byte-level tokens (the built-in model's tokenizer); give --vocab or SUBTTA_VOCAB for CLIP's BPE")
+			return builtin.Tokenizer(), context, nil
+		}
+		b, err := openModel(builtin.ModelName, "", "", "", kernel.FP32, stderr)
+		if err != nil {
+			return nil, 0, err
+		}
+		context = b.Model.Config.Text.ContextLength
+		fmt.Fprintf(stderr, "byte-level tokens and the context of %d (the built-in model's tokenizer); give --vocab or SUBTTA_VOCAB for CLIP's BPE\n", context)
+		return builtin.Tokenizer(), context, nil
 	}
 	t, err := textenc.LoadBPETokenizer(vocab)
 	if err != nil {
-		return nil, fmt.Errorf("--vocab: %w", err)
+		return nil, 0, fmt.Errorf("%s: %w", source, err)
 	}
-	return t, nil
+	if context == 0 {
+		context = textenc.ContextLength
+	}
+	return t, context, nil
 }
 
 // warnCutShown is how many cut texts warnCut names one by one; the rest
