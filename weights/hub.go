@@ -156,8 +156,8 @@ func Pull(ctx context.Context, repo string, files []string, cacheDir string, pro
 // it as X-Linked-Etag, or ETag, for LFS files). progress, if not nil, is
 // called as data arrives.
 func (h *Hub) Pull(ctx context.Context, repo string, files []RemoteFile, cacheDir string, progress func(Progress)) ([]string, error) {
-	if err := checkRelPath(repo); err != nil || strings.Count(repo, "/") > 1 {
-		return nil, fmt.Errorf("weights: pull: bad repository name %q", repo)
+	if err := checkRepoID(repo); err != nil {
+		return nil, fmt.Errorf("weights: pull: bad repository name %q: %w", repo, err)
 	}
 	if err := h.checkBaseURL(); err != nil {
 		return nil, err
@@ -201,6 +201,40 @@ func syncFile(path string) error {
 		return err
 	}
 	return errors.Join(f.Sync(), f.Close())
+}
+
+// maxRepoName is the longest name the Hub gives a repository or its owner.
+const maxRepoName = 96
+
+// checkRepoID refuses a repository id the Hub would not have, before any
+// request: "NAME" or "OWNER/NAME", each part of letters, digits, '-', '_'
+// and '.', not starting or ending with '-' or '.', without "--" or "..",
+// at most maxRepoName long (the Hub's rule). Such a name would only be
+// answered 404 or 401, after the retries, and leave its folder in the
+// cache.
+func checkRepoID(repo string) error {
+	parts := strings.Split(repo, "/")
+	if len(parts) > 2 {
+		return errors.New(`want NAME or OWNER/NAME`)
+	}
+	for _, p := range parts {
+		switch {
+		case p == "":
+			return errors.New(`want NAME or OWNER/NAME`)
+		case len(p) > maxRepoName:
+			return fmt.Errorf("%q is longer than %d characters", p, maxRepoName)
+		case strings.Contains(p, "--") || strings.Contains(p, ".."):
+			return fmt.Errorf(`%q holds "--" or ".."`, p)
+		case strings.IndexAny(p[:1], "-.") == 0 || strings.IndexAny(p[len(p)-1:], "-.") == 0:
+			return fmt.Errorf("%q starts or ends with '-' or '.'", p)
+		}
+		for _, r := range p {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+				return fmt.Errorf("%q holds %q: letters, digits, '-', '_' and '.' only", p, r)
+			}
+		}
+	}
+	return nil
 }
 
 // checkRelPath rejects names that could escape the cache directory.

@@ -226,6 +226,43 @@ func TestPullRejects(t *testing.T) {
 	}
 }
 
+// TestCheckRepoID: the Hub's repository names pass, names it would not
+// have are refused before any request, saying what is wrong.
+func TestCheckRepoID(t *testing.T) {
+	for _, tc := range []struct{ repo, want string }{
+		{"openai/clip-vit-base-patch32", ""},
+		{"laion/CLIP-ViT-B-32-laion2B-s34B-b79K", ""},
+		{"timm/vit_base_patch16_clip_224.openai", ""},
+		{"gpt2", ""},
+		{"not a repo!!", `holds ' '`},
+		{"org/na$me", `holds '$'`},
+		{"a/b/c", "NAME or OWNER/NAME"},
+		{"/name", "NAME or OWNER/NAME"},
+		{"org/", "NAME or OWNER/NAME"},
+		{"", "NAME or OWNER/NAME"},
+		{"org/a--b", `"--" or ".."`},
+		{"../org", `"--" or ".."`},
+		{"org/-name", "starts or ends"},
+		{"org/name.", "starts or ends"},
+		{"org/" + strings.Repeat("x", 97), "longer than 96"},
+	} {
+		err := checkRepoID(tc.repo)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("checkRepoID(%q) = %v, want %q", tc.repo, err, tc.want)
+		}
+	}
+	// Pull refuses one with no request and nothing in the cache.
+	srv := newHubServer(t)
+	hub := &Hub{BaseURL: srv.URL, Client: srv.Client()}
+	cache := t.TempDir()
+	if _, err := hub.Pull(context.Background(), "not a repo!!", []RemoteFile{{Name: "config.json"}}, cache, nil); err == nil || !strings.Contains(err.Error(), "bad repository name") {
+		t.Errorf("Pull: %v, want a bad repository name", err)
+	}
+	if left, _ := os.ReadDir(cache); len(left) != 0 {
+		t.Errorf("the cache holds %v after a refused name", left)
+	}
+}
+
 // TestPullBadBaseURL: an address no request could reach ($HF_ENDPOINT
 // mistyped) is refused before any request, naming it, not retried.
 func TestPullBadBaseURL(t *testing.T) {

@@ -283,8 +283,9 @@ func newPullCmd(stdout, stderr io.Writer) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "pull REPO",
 		Short: "download a Hugging Face checkpoint into the cache",
-		Long:  "download a Hugging Face checkpoint into the cache",
-		RunE:  func(cmd *cobra.Command, args []string) error { return o.run(args) },
+		Long: "download a Hugging Face checkpoint into the cache\n\n" +
+			"Ctrl-C (SIGINT) or SIGTERM stops it with status 130, keeping what arrived as FILE.part: the same command resumes.",
+		RunE: func(cmd *cobra.Command, args []string) error { return o.run(args) },
 	}
 	f := c.Flags()
 	f.StringVar(&o.files, "files", "config.json,model.safetensors,vocab.json,merges.txt", "comma-separated files to fetch")
@@ -304,7 +305,7 @@ func (o *pullOptions) run(args []string) error {
 			return err
 		}
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var remote []weights.RemoteFile
 	for _, f := range strings.Split(o.files, ",") {
@@ -319,6 +320,13 @@ func (o *pullOptions) run(args []string) error {
 		fmt.Fprintf(lw, "%s; retrying in %.1f s\n", strings.TrimPrefix(err.Error(), "weights: pull "), wait.Seconds())
 	}
 	paths, err := hub.Pull(ctx, args[0], remote, dir, progressPrinter(lw))
+	if err != nil && ctx.Err() != nil {
+		if lw.last != '\n' && lw.last != 0 {
+			fmt.Fprintln(lw) // end the progress line
+		}
+		fmt.Fprintf(lw, "interrupted: what arrived is kept (FILE.part under %s); the same command resumes\n", filepath.Join(dir, filepath.FromSlash(args[0])))
+		return errInterrupted // exit status 130
+	}
 	if err != nil {
 		return err
 	}

@@ -6,8 +6,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -82,5 +85,72 @@ func TestPullOffline(t *testing.T) {
 	}
 	if st != 1 || d > 10*time.Second || !strings.HasPrefix(last, "subtta pull: ") || !strings.Contains(last, "gave up after") {
 		t.Errorf("status %d after %v, stderr %q; want 1 within 10 s, ending in one line that gives up", st, d, errb.String())
+	}
+}
+
+// TestPullInterrupted: SIGTERM mid-file stops pull with status 130, saying
+// that what arrived is kept; the same command then resumes from it.
+func TestPullInterrupted(t *testing.T) {
+	data := bytes.Repeat([]byte("weights."), 10000)
+	stall := make(chan struct{})
+	var mu sync.Mutex
+	var ranges []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/org/model/resolve/main/model.safetensors" {
+			http.NotFound(w, r)
+			return
+		}
+		mu.Lock()
+		ranges = append(ranges, r.Header.Get("Range"))
+		first := len(ranges) == 1
+		mu.Unlock()
+		if first { // half the file, then nothing until the client leaves
+			w.Header().Set("Content-Length", "80000")
+			w.Write(data[:40000])
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+			case <-stall:
+			}
+			return
+		}
+		http.ServeContent(w, r, "model.safetensors", time.Time{}, bytes.NewReader(data))
+	}))
+	defer srv.Close()
+	defer close(stall)
+	t.Setenv("HF_ENDPOINT", srv.URL)
+	t.Setenv("HF_HUB_CACHE", t.TempDir())
+	cache := t.TempDir()
+	part := filepath.Join(cache, "org", "model", "model.safetensors.part")
+	// The test's own handler: without pull's, SIGTERM would end the test.
+	mine := make(chan os.Signal, 1)
+	signal.Notify(mine, syscall.SIGTERM)
+	defer signal.Stop(mine)
+	go func() {
+		for range 500 {
+			if st, err := os.Stat(part); err == nil && st.Size() >= 40000 {
+				syscall.Kill(os.Getpid(), syscall.SIGTERM)
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	args := []string{"pull", "--files", "model.safetensors", "--cache", cache, "org/model"}
+	var out, errb bytes.Buffer
+	if st := run(args, &out, &errb); st != 130 || !strings.Contains(errb.String(), "interrupted: what arrived is kept") {
+		t.Fatalf("status %d, stderr %q; want 130 and what is kept", st, errb.String())
+	}
+	out.Reset()
+	errb.Reset()
+	if st := run(args, &out, &errb); st != 0 {
+		t.Fatalf("again: status %d: %s", st, errb.String())
+	}
+	if b, _ := os.ReadFile(filepath.Join(cache, "org", "model", "model.safetensors")); !bytes.Equal(b, data) {
+		t.Error("downloaded file differs")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ranges) < 2 || !strings.HasPrefix(ranges[len(ranges)-1], "bytes=40000-") {
+		t.Errorf("requests' ranges %q: want the last to resume at byte 40000", ranges)
 	}
 }
