@@ -201,7 +201,7 @@ func readCIFARArchive(p string, needed map[string]bool) (map[string][]byte, erro
 	defer fh.Close()
 	r, err := decompressed(fh, p)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("data: %w", err)
 	}
 	files := map[string][]byte{}
 	tr := tar.NewReader(r)
@@ -225,18 +225,18 @@ func readCIFARArchive(p string, needed map[string]bool) (map[string][]byte, erro
 	}
 }
 
-// decompressed returns r's contents, gunzipped if they start with the gzip
-// magic number.
+// decompressed returns f's contents, gunzipped if they start with the gzip
+// magic number. Its errors name the file (name) but not the package.
 func decompressed(f *os.File, name string) (io.Reader, error) {
 	var magic [2]byte
 	n, _ := io.ReadFull(f, magic[:])
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return nil, fmt.Errorf("data: %s: %w", name, err)
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	if n == 2 && magic == [2]byte{0x1f, 0x8b} {
 		zr, err := gzip.NewReader(f)
 		if err != nil {
-			return nil, fmt.Errorf("data: %s: %w", name, err)
+			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		return zr, nil
 	}

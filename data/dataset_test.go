@@ -27,20 +27,35 @@ type member struct {
 // parent folders' entries as tar does.
 func writeTar(t *testing.T, p string, gz bool, members []member) {
 	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
+	var entries []tarEntry
 	dirs := map[string]bool{}
 	for _, m := range members {
 		for d := filepath.Dir(m.name); d != "." && !dirs[d]; d = filepath.Dir(d) {
 			dirs[d] = true
-			if err := tw.WriteHeader(&tar.Header{Name: d + "/", Typeflag: tar.TypeDir, Mode: 0o755}); err != nil {
-				t.Fatal(err)
-			}
+			entries = append(entries, tarEntry{tar.Header{Name: d + "/", Typeflag: tar.TypeDir, Mode: 0o755}, nil})
 		}
-		if err := tw.WriteHeader(&tar.Header{Name: m.name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(m.data))}); err != nil {
+		entries = append(entries, tarEntry{tar.Header{Name: m.name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(m.data))}, m.data})
+	}
+	writeTarEntries(t, p, gz, entries)
+}
+
+// tarEntry is one member of a test archive as written: its header and,
+// for a regular file, its bytes.
+type tarEntry struct {
+	h    tar.Header
+	data []byte
+}
+
+// writeTarEntries writes entries to a .tar (gzipped if gz) at p.
+func writeTarEntries(t *testing.T, p string, gz bool, entries []tarEntry) {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range entries {
+		if err := tw.WriteHeader(&e.h); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := tw.Write(m.data); err != nil {
+		if _, err := tw.Write(e.data); err != nil {
 			t.Fatal(err)
 		}
 	}

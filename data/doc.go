@@ -4,6 +4,16 @@
 // ImageNet and ImageNet-C), and corrupted datasets made with the 15
 // corruptions of package corrupt. It knows nothing of the model.
 //
+// # Image folders
+//
+// OpenFolder reads an image-folder dataset (<class>/**/<image>, as
+// torchvision's ImageFolder) from a directory, a .tar or a .tar.gz. Its
+// parts are exported for other readers of image trees, so that they read
+// them by the same rules: WalkImages lists a folder's images,
+// ImageArchive indexes an archive's (reading a .tar in place, a .tar.gz
+// into memory), and ImageRoot finds the folder holding the class folders
+// (as test/ in an archive that wraps them). subtta's --images uses them.
+//
 // # Decoding
 //
 // ReadRGB and DecodeRGB read PNG, JPEG and GIF files into RGB, an 8-bit

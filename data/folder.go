@@ -1,10 +1,8 @@
 package data
 
 import (
-	"archive/tar"
 	"cmp"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -20,8 +18,8 @@ type FolderOptions struct {
 	// Root is the folder holding the class folders, relative to the path
 	// given to OpenFolder (for an archive, a member path such as "test").
 	// Empty means the path itself for a directory; for an archive it is
-	// inferred as the deepest folder holding all images, one level above
-	// the images if they are all in one folder.
+	// inferred (ImageRoot) as the deepest folder holding all images, one
+	// level above the images if they are all in one folder.
 	Root string
 	// Classes is the label space. Nil means the sorted class folder names
 	// (as torchvision's ImageFolder). Otherwise each class folder must be
@@ -48,31 +46,28 @@ type FolderOptions struct {
 // FolderOptions.Files, images are ordered as torchvision's ImageFolder
 // orders them: by class folder name, then folder path, then file name.
 //
-// The tree is indexed once, when it is opened: a directory is walked, an
-// uncompressed tar's member offsets are recorded (images are then read with
-// one ReadAt each), and a .tar.gz is decompressed once, keeping its
-// images' encoded bytes in memory (fine for CIFAR-sized archives; extract
-// larger ones, such as ImageNet, or keep them as .tar).
+// The tree is indexed once, when it is opened: a directory is walked
+// (WalkImages), and an archive is indexed by ImageArchive (an uncompressed
+// tar's member offsets are recorded, images then read with one ReadAt
+// each, and a .tar.gz is decompressed once, keeping its images' encoded
+// bytes in memory: fine for CIFAR-sized archives; extract larger ones,
+// such as ImageNet, or keep them as .tar).
 type Folder struct {
 	name    string
 	src     string // the directory or archive, for messages
 	classes []string
 	items   []folderItem
 
-	root    string   // directory mode: the root directory
-	prefix  string   // archive modes: the root's member path, with a final '/'
-	archive *os.File // uncompressed tar mode
-	blob    []byte   // .tar.gz mode: the images' bytes, back to back
+	root    string        // directory mode: the root directory
+	prefix  string        // archive mode: the root's member path, with a final '/'
+	archive *ImageArchive // archive mode
 }
 
 type folderItem struct {
 	rel    string // relative to the root: "<class>/<...>/<file>"
 	label  int
-	off, n int64 // tar modes: the member's bytes in archive or blob
+	member int // archive mode: the image's index in archive
 }
-
-// maxInMemoryArchive bounds the decompressed images a .tar.gz may hold.
-const maxInMemoryArchive = 4 << 30
 
 // OpenFolder indexes the image folder at path: a directory, a .tar, or a
 // .tar.gz / .tgz file (recognised by content, not name).
@@ -167,35 +162,69 @@ func walkImages(root string, files []string) ([]folderItem, error) {
 		if !isDirEntry(root, e) || strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
-		n := len(items)
-		// The trailing separator makes WalkDir enter a class folder that
-		// is a link; below it, links are not followed (ImageFolder's
+		// The trailing separator makes WalkImages enter a class folder
+		// that is a link; below it, links are not followed (ImageFolder's
 		// os.walk(followlinks=True) would).
-		err := filepath.WalkDir(filepath.Join(root, e.Name())+string(filepath.Separator), func(p string, de fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if de.IsDir() {
-				if strings.HasPrefix(de.Name(), ".") {
-					return filepath.SkipDir
-				}
-				return nil
-			}
-			if isImageName(de.Name()) {
-				rel, _ := filepath.Rel(root, p)
-				items = append(items, folderItem{rel: filepath.ToSlash(rel)})
-			}
-			return nil
-		})
+		rels, err := WalkImages(filepath.Join(root, e.Name())+string(filepath.Separator), nil)
 		if err != nil {
 			return nil, fmt.Errorf("data: %w", err)
 		}
-		if len(items) == n {
+		if len(rels) == 0 {
 			// An empty class would silently drop a class; ImageFolder refuses too.
 			return nil, fmt.Errorf("data: %s: class folder %q holds no images", root, e.Name())
 		}
+		for _, rel := range rels {
+			items = append(items, folderItem{rel: e.Name() + "/" + rel})
+		}
 	}
 	return items, nil
+}
+
+// WalkImages lists the images in the folder dir and in its folders, as
+// '/'-separated paths relative to dir, in filepath.WalkDir's order (each
+// folder's entries by name): the files with an image name (.jpg, .jpeg,
+// .png, .gif in any case, not starting with '.'), in folders that are
+// not hidden (a name starting with '.'; dir itself may be). Links are not
+// followed: a link to an image is listed, a link to a folder is not
+// entered (give dir a final separator to enter dir itself when it is a
+// link). Each other file, and each hidden folder, is passed to skip (if
+// not nil) as dir joined with its path, folder true for a folder, so
+// that the caller can say what it left out.
+//
+// It is the one walk of an image tree: OpenFolder lists each class
+// folder with it, and subtta's --images a whole folder.
+func WalkImages(dir string, skip func(path string, folder bool)) ([]string, error) {
+	var rels []string
+	err := filepath.WalkDir(dir, func(p string, de fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if p == dir {
+			return nil
+		}
+		if de.IsDir() {
+			if strings.HasPrefix(de.Name(), ".") {
+				if skip != nil {
+					skip(p, true)
+				}
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !isImageName(de.Name()) {
+			if skip != nil {
+				skip(p, false)
+			}
+			return nil
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		rels = append(rels, filepath.ToSlash(rel))
+		return nil
+	})
+	return rels, err
 }
 
 // isDirEntry reports whether e is a directory or a link to one.
@@ -210,67 +239,19 @@ func isDirEntry(dir string, e fs.DirEntry) bool {
 	return false
 }
 
-// indexArchive records the image members of a tar or tar.gz archive.
+// indexArchive indexes the archive at p (d.archive) and returns its
+// images, their rel the member path.
 func (d *Folder) indexArchive(p string) ([]folderItem, error) {
-	f, err := os.Open(p)
+	a, err := OpenImageArchive(p, ArchiveOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("data: %w", err)
 	}
-	r, err := decompressed(f, p)
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	gz := r != io.Reader(f)
-	if gz {
-		defer f.Close()
-	} else {
-		d.archive = f
-	}
-	var items []folderItem
-	tr := tar.NewReader(r)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("data: %s: not a readable tar archive: %w", p, err)
-		}
-		name := path.Clean(strings.TrimPrefix(h.Name, "./"))
-		if h.Typeflag != tar.TypeReg || !isImageName(path.Base(name)) || hiddenPath(name) {
-			continue
-		}
-		it := folderItem{rel: name, n: h.Size}
-		if gz {
-			if int64(len(d.blob))+h.Size > maxInMemoryArchive {
-				return nil, fmt.Errorf("data: %s: more than %d GiB of images; extract it or use an uncompressed .tar", p, maxInMemoryArchive>>30)
-			}
-			it.off = int64(len(d.blob))
-			d.blob = slices.Grow(d.blob, int(h.Size))
-			d.blob = d.blob[:len(d.blob)+int(h.Size)]
-			if _, err := io.ReadFull(tr, d.blob[it.off:]); err != nil {
-				return nil, fmt.Errorf("data: %s: %s: %w", p, h.Name, err)
-			}
-		} else {
-			// tar.Reader reads no further than the header, so the file
-			// position is the start of the member's data.
-			if it.off, err = f.Seek(0, io.SeekCurrent); err != nil {
-				return nil, fmt.Errorf("data: %s: %w", p, err)
-			}
-		}
-		items = append(items, it)
+	d.archive = a
+	items := make([]folderItem, a.Len())
+	for i := range items {
+		items[i] = folderItem{rel: a.Name(i), member: i}
 	}
 	return items, nil
-}
-
-func hiddenPath(name string) bool {
-	for _, c := range strings.Split(name, "/") {
-		if strings.HasPrefix(c, ".") {
-			return true
-		}
-	}
-	return false
 }
 
 // archiveRoot makes the members' paths relative to the root folder, drops
@@ -281,7 +262,11 @@ func archiveRoot(p string, items []folderItem, root string) (_ []folderItem, pre
 	}
 	root = strings.Trim(path.Clean("/"+root), "/")
 	if root == "" && len(items) > 0 {
-		root = inferRoot(items)
+		rels := make([]string, len(items))
+		for i, it := range items {
+			rels[i] = it.rel
+		}
+		root = ImageRoot(rels)
 	}
 	prefix = root + "/"
 	if root == "" {
@@ -305,19 +290,28 @@ func archiveRoot(p string, items []folderItem, root string) (_ []folderItem, pre
 	return out, prefix, nil
 }
 
-// inferRoot returns the deepest folder holding every image, or its parent
-// if every image lies directly in it (a single class).
-func inferRoot(items []folderItem) string {
-	common := path.Dir(items[0].rel)
-	for _, it := range items[1:] {
-		d := path.Dir(it.rel)
-		for common != "." && d != common && !strings.HasPrefix(d, common+"/") {
+// ImageRoot returns the folder whose folders are the classes of the
+// images at the '/'-separated relative paths rels (the files of a
+// folder, or the members of an archive): the deepest folder holding
+// every image, or its parent when every image lies directly in it (that
+// folder is then their one class); "" for the top. rels must not be
+// empty. (Absolute paths stop at "/".)
+//
+// It is the one rule for finding the class folders in a tree that wraps
+// them, such as an archive's test/: OpenFolder takes it as an archive's
+// root when none is given, and subtta's --images labels a folder's and
+// an archive's images by it.
+func ImageRoot(rels []string) string {
+	common := path.Dir(rels[0])
+	for _, r := range rels[1:] {
+		d := path.Dir(r)
+		for common != "." && common != "/" && d != common && !strings.HasPrefix(d, common+"/") {
 			common = path.Dir(common)
 		}
 	}
 	allDirect := true
-	for _, it := range items {
-		if path.Dir(it.rel) != common {
+	for _, r := range rels {
+		if path.Dir(r) != common {
 			allDirect = false
 			break
 		}
@@ -495,32 +489,26 @@ func (d *Folder) Item(i int) (*RGB, int, error) {
 // encoded returns the file bytes of image i and a name for messages.
 func (d *Folder) encoded(i int) ([]byte, string, error) {
 	it := &d.items[i]
-	switch {
-	case d.root != "":
+	if d.archive == nil {
 		p := filepath.Join(d.root, filepath.FromSlash(it.rel))
 		b, err := os.ReadFile(p)
 		if err != nil {
 			return nil, "", fmt.Errorf("data: %w", err)
 		}
 		return b, p, nil
-	case d.archive != nil:
-		name := d.src + ":" + d.prefix + it.rel
-		b := make([]byte, it.n)
-		if _, err := d.archive.ReadAt(b, it.off); err != nil {
-			return nil, "", fmt.Errorf("data: %s: %w", name, err)
-		}
-		return b, name, nil
 	}
-	return d.blob[it.off : it.off+it.n : it.off+it.n], d.src + ":" + d.prefix + it.rel, nil
+	name := d.src + ":" + d.prefix + it.rel
+	b, err := d.archive.Read(it.member)
+	if err != nil {
+		return nil, "", fmt.Errorf("data: %s: %w", name, err)
+	}
+	return b, name, nil
 }
 
 // Close closes an uncompressed archive and drops the in-memory one.
 func (d *Folder) Close() error {
-	d.blob = nil
 	if d.archive != nil {
-		err := d.archive.Close()
-		d.archive = nil
-		return err
+		return d.archive.Close()
 	}
 	return nil
 }

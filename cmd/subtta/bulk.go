@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"cmp"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/csv"
@@ -12,11 +14,14 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/spf13/pflag"
 
@@ -28,6 +33,7 @@ import (
 	"github.com/subtta/subtta/data/embedfile"
 	"github.com/subtta/subtta/eval"
 	"github.com/subtta/subtta/internal/atomicfile"
+	"github.com/subtta/subtta/internal/dirlock"
 	"github.com/subtta/subtta/internal/prefetch"
 )
 
@@ -46,7 +52,7 @@ type bulkFlags struct {
 // --texts) to fs.
 func addBulkFlags(fs *pflag.FlagSet, texts bool, outHelp string) *bulkFlags {
 	b := &bulkFlags{
-		images: fs.String("images", "", "many images at once: a folder (searched recursively; a file's first folder is its label), a .tar or .tar.gz of class folders, or a list file (one image path a line, relative to the list's folder, optionally a tab and a label)"),
+		images: fs.String("images", "", "many images at once: a folder (searched recursively), a .tar or .tar.gz read as the folder it extracts to (labels: the folders under the deepest folder holding every image), or a list file (one image path a line, relative to the list's folder, optionally a tab and a label)"),
 		out:    fs.String("out", "", outHelp),
 		batch:  fs.Int("batch-size", 64, "images (or texts) per forward pass with --images or --texts"),
 	}
@@ -76,19 +82,38 @@ func (b *bulkFlags) checkUnused(fs *pflag.FlagSet) error {
 	return nil
 }
 
-// check validates the flags of the bulk form.
+// check validates the flags of the bulk form, before anything is
+// computed: --out is embed's folder (b.texts set) or classify's .csv or
+// .jsonl file, and one of the other kind already there is refused by
+// name, not found when the results are to be written.
 func (b *bulkFlags) check(what string) error {
+	out := *b.out
 	switch {
-	case *b.out == "":
+	case out == "":
 		return usagef("--images%s needs --out (%s)", map[bool]string{true: " or --texts", false: ""}[b.texts != nil], what)
 	case *b.batch < 1:
 		return usagef("--batch-size %d: must be positive", *b.batch)
 	}
+	st, err := os.Stat(out)
+	if b.texts != nil {
+		if err == nil && !st.IsDir() {
+			return usagef("--out %s is a file: give a folder (for images.npy, images.jsonl, texts.npy, texts.jsonl)", out)
+		}
+		return nil
+	}
+	lower := strings.ToLower(out)
+	if !strings.HasSuffix(lower, ".csv") && !strings.HasSuffix(lower, ".jsonl") {
+		return usagef("--out %s: want a .csv or .jsonl file", out)
+	}
+	if err == nil && st.IsDir() {
+		return usagef("--out %s is a folder: give a .csv or .jsonl file to write", out)
+	}
 	return nil
 }
 
-// imageSet is a list of images to read: each has an id (its path as given,
-// or its member path in an archive) and a label when its folder names one.
+// imageSet is a list of images to read: each has an id (its path as
+// given for a folder or a list file, its member path in an archive) and a
+// label (imageLabels; a list file's own).
 type imageSet struct {
 	ids, labels []string
 	read        func(i int) (*data.RGB, error)
@@ -96,14 +121,17 @@ type imageSet struct {
 }
 
 // openImageSet opens a folder, an archive (recognised by content) or a
-// list file of images.
-func openImageSet(src string) (*imageSet, error) {
+// list file of images. A folder and an archive are read by one rule
+// (imageLabels: an archive as the folder it extracts to), and what they
+// skip, and a wrapping folder their labels are taken below, are said on
+// stderr.
+func openImageSet(src string, stderr io.Writer) (*imageSet, error) {
 	st, err := os.Stat(src)
 	if err != nil {
 		return nil, usagef("--images: %v", err)
 	}
 	if st.IsDir() {
-		return folderImages(src)
+		return folderImages(src, stderr)
 	}
 	head := make([]byte, 512)
 	f, err := os.Open(src)
@@ -115,68 +143,163 @@ func openImageSet(src string) (*imageSet, error) {
 	head = head[:n]
 	isTar := len(head) > 262 && string(head[257:262]) == "ustar"
 	if isTar || bytes.HasPrefix(head, []byte{0x1f, 0x8b}) {
-		return archiveImages(src)
+		return archiveImages(src, stderr)
 	}
 	return listImages(src)
 }
 
-// isImageFile reports whether name has an image extension and is not
-// hidden, as data.Folder reads them.
-func isImageFile(name string) bool {
-	if strings.HasPrefix(name, ".") {
-		return false
-	}
-	switch strings.ToLower(filepath.Ext(name)) {
-	case ".jpg", ".jpeg", ".png", ".gif":
-		return true
-	}
-	return false
+// skipped counts what a folder or an archive holds besides images: files
+// (or archive members) that are not images or are hidden, and hidden
+// folders, none of them read.
+type skipped struct {
+	files, folders int
+	first          string // the first skipped, for the note
 }
 
-func folderImages(root string) (*imageSet, error) {
-	s := &imageSet{close: func() error { return nil }}
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
+func (s *skipped) add(name string, folder bool) {
+	if s.first == "" {
+		s.first = name
+	}
+	if folder {
+		s.folders++
+	} else {
+		s.files++
+	}
+}
+
+// note says on w what was skipped in src, in one line, if anything.
+func (s *skipped) note(w io.Writer, src string) {
+	var what []string
+	if s.files > 0 {
+		what = append(what, counted(s.files, "file")+" not an image (.jpg, .jpeg, .png, .gif) or hidden")
+	}
+	if s.folders > 0 {
+		what = append(what, counted(s.folders, "hidden folder"))
+	}
+	if len(what) > 0 {
+		fmt.Fprintf(w, "note: --images %s: skipped %s (the first: %s)\n", src, strings.Join(what, " and "), s.first)
+	}
+}
+
+// counted is "1 file", "2 files".
+func counted(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// comparePaths orders '/'-separated paths folder by folder, each level by
+// name: the order filepath.WalkDir visits a folder in.
+func comparePaths(a, b string) int {
+	for a != "" && b != "" {
+		ca, ra, _ := strings.Cut(a, "/")
+		cb, rb, _ := strings.Cut(b, "/")
+		if c := strings.Compare(ca, cb); c != 0 {
+			return c
 		}
-		if d.IsDir() && p != root && strings.HasPrefix(d.Name(), ".") {
-			return filepath.SkipDir
+		a, b = ra, rb
+	}
+	return cmp.Compare(len(a), len(b))
+}
+
+// imageLabels gives the images at the '/'-separated paths rels, relative
+// to the folder or in the archive src, their labels, by one rule for a
+// folder and an archive (an archive is read as the folder it extracts
+// to): the label of an image is the folder under the root
+// (data.ImageRoot) it lies in, and an image directly in the root has
+// none (""), but is kept.
+// A root below the top (a folder that wraps the class folders, as test/
+// in the built-in archive), and images without a label beside images with
+// one, are said on stderr; paths are left whole.
+func imageLabels(src string, archive bool, rels []string, stderr io.Writer) []string {
+	root := data.ImageRoot(rels)
+	prefix := ""
+	if root != "" {
+		prefix = root + "/"
+		where := filepath.Join(src, filepath.FromSlash(root))
+		if archive {
+			where = prefix + " in the archive"
 		}
-		if d.IsDir() || !isImageFile(d.Name()) {
-			return nil
+		fmt.Fprintf(stderr, "note: --images %s: every image is under %s: the labels are the folders in it\n", src, where)
+	}
+	labels := make([]string, len(rels))
+	loose := 0
+	for i, r := range rels {
+		rel := strings.TrimPrefix(r, prefix)
+		if c, _, ok := strings.Cut(rel, "/"); ok {
+			labels[i] = c
+		} else {
+			loose++
 		}
-		rel, _ := filepath.Rel(root, p)
-		label := ""
-		if i := strings.IndexRune(rel, filepath.Separator); i > 0 {
-			label = rel[:i]
+	}
+	if loose > 0 && loose < len(rels) {
+		rootName := src
+		if root != "" {
+			rootName = prefix
 		}
-		s.ids, s.labels = append(s.ids, p), append(s.labels, label)
-		return nil
-	})
+		fmt.Fprintf(stderr, "note: --images %s: %s directly in %s, not in a class folder: kept, with an empty label\n", src, counted(loose, "image"), rootName)
+	}
+	return labels
+}
+
+// folderImages lists the images of the folder root, searched recursively
+// (data.WalkImages: hidden files and folders skipped), their ids the
+// paths to open.
+func folderImages(root string, stderr io.Writer) (*imageSet, error) {
+	var sk skipped
+	rels, err := data.WalkImages(root, sk.add)
 	if err != nil {
 		return nil, fmt.Errorf("--images %s: %w", root, err)
 	}
-	if len(s.ids) == 0 {
+	sk.note(stderr, root)
+	if len(rels) == 0 {
 		return nil, usagef("--images %s: no image (.jpg, .jpeg, .png, .gif) in the folder", root)
 	}
+	slices.SortStableFunc(rels, comparePaths)
+	s := &imageSet{close: func() error { return nil }}
+	for _, rel := range rels {
+		s.ids = append(s.ids, filepath.Join(root, filepath.FromSlash(rel)))
+	}
+	s.labels = imageLabels(root, false, rels, stderr)
 	s.read = func(i int) (*data.RGB, error) { return data.ReadRGB(s.ids[i]) }
 	return s, nil
 }
 
-func archiveImages(src string) (*imageSet, error) {
-	d, err := data.OpenFolder(src, data.FolderOptions{})
+// archiveImages lists the images of the .tar or .tar.gz archive src
+// (data.ImageArchive; members outside the folder it extracts to, absolute
+// or through "..", skipped), their ids their member paths (without a
+// leading "./"). A
+// .tar.gz is decompressed once, its images kept in memory; a .tar's are
+// read where they lie.
+func archiveImages(src string, stderr io.Writer) (*imageSet, error) {
+	a, err := data.OpenImageArchive(src, data.ArchiveOptions{SkipAbsolute: true})
 	if err != nil {
-		return nil, fmt.Errorf("--images: %w", err)
+		return nil, fmt.Errorf("--images %w", err)
 	}
-	s := &imageSet{close: d.Close}
-	classes := d.Classes()
-	for i := range d.Len() {
-		s.ids = append(s.ids, d.File(i))
-		s.labels = append(s.labels, classes[d.Label(i)])
+	var sk skipped
+	sk.files, sk.first = a.Skipped()
+	sk.note(stderr, src)
+	if a.Len() == 0 {
+		a.Close()
+		return nil, usagef("--images %s: no image (.jpg, .jpeg, .png, .gif) in the archive", src)
 	}
+	order := make([]int, a.Len()) // member indices, by path
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(i, j int) int { return comparePaths(a.Name(i), a.Name(j)) })
+	s := &imageSet{close: a.Close}
+	for _, m := range order {
+		s.ids = append(s.ids, a.Name(m))
+	}
+	s.labels = imageLabels(src, true, s.ids, stderr)
 	s.read = func(i int) (*data.RGB, error) {
-		img, _, err := d.Item(i)
-		return img, err
+		b, err := a.Read(order[i])
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", src, err)
+		}
+		return data.DecodeRGB(src+":"+s.ids[i], b)
 	}
 	return s, nil
 }
@@ -257,8 +380,12 @@ func (b *imageBatch) release() {
 // current batch's pass), and the caller releases it (imageBatch.release)
 // after encoding it. A batch is the caller's until its next call to Next;
 // the pipe must be closed.
+//
+// A batch larger than the images to read is as many as there are: its
+// memory is that of the images read, not of the batch size asked for.
 func readBatches(set *imageSet, pre *data.Preprocessor, from, n, batch int) *prefetch.Pipe[*imageBatch] {
 	L := pre.OutputLen()
+	batch = min(batch, max(n-from, 1))
 	count := (max(n-from, 0) + batch - 1) / batch
 	ahead := autograd.CurrentDevice() != nil
 	return prefetch.StartWith(count, func(i int, b *imageBatch) (*imageBatch, error) {
@@ -304,81 +431,120 @@ func modelIdentity(model string) (string, error) {
 	return filepath.Base(filepath.Clean(model)) + " " + fp, nil
 }
 
-// bulkEmbed writes the features of --images and --texts into --out.
+// bulkSignals is a context that the first SIGINT or SIGTERM ends, so
+// that a bulk run stops after the batch in progress, its rows kept; a
+// second signal ends the process at once (as convert's). stop releases
+// the signals.
+func bulkSignals() (ctx context.Context, stop context.CancelFunc) {
+	ctx, stop = signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	context.AfterFunc(ctx, stop)
+	return ctx, stop
+}
+
+// bulkEmbed writes the features of --images and --texts into --out; on
+// SIGINT or SIGTERM it stops after the batch in progress, saying how much
+// is kept, with errInterrupted (the same command resumes).
 func bulkEmbed(bf *bulkFlags, b *clip.Bundle, model string, prec kernel.Choice, normalize bool, stdout, stderr io.Writer) error {
 	id, err := modelIdentity(model)
 	if err != nil {
 		return err
 	}
-	m := b.Model
-	dim := m.Config.EmbedDim
+	ctx, stop := bulkSignals()
+	defer stop()
+	settings := embedfile.Settings{Model: id, Precision: withDevicePrecision(prec), Normalize: normalize, BatchSize: *bf.batch, Dim: b.Model.Config.EmbedDim}
 	if *bf.images != "" {
-		set, err := openImageSet(*bf.images)
-		if err != nil {
+		if err := bulkEmbedImages(ctx, *bf.images, *bf.out, settings, b, stdout, stderr); err != nil {
 			return err
 		}
-		defer set.close()
-		f, err := embedfile.Open(*bf.out, "images", embedfile.Settings{Model: id, Precision: withDevicePrecision(prec), Normalize: normalize, BatchSize: *bf.batch, Rows: len(set.ids), Dim: dim})
-		if err != nil {
-			return err
-		}
-		// The rows already written must be of these images.
-		if err := checkWritten(set, f, stderr); err != nil {
-			f.Close()
-			return err
-		}
-		if !f.Complete() {
-			if err := embedImages(set, b, f, normalize, stderr); err != nil {
-				return err
-			}
-		}
-		fmt.Fprintf(stdout, "%s (%d × %d float32), %s\n", f.Path(".npy"), len(set.ids), dim, f.Path(".jsonl"))
 	}
 	if *bf.texts != "" {
-		raw, err := os.ReadFile(*bf.texts)
-		if err != nil {
-			return usagef("--texts: %v", err)
-		}
-		var texts []string
-		blank := 0
-		lines := strings.Split(strings.TrimSuffix(strings.ReplaceAll(string(raw), "\r\n", "\n"), "\n"), "\n")
-		for _, l := range lines {
-			if strings.TrimSpace(l) != "" {
-				texts = append(texts, l)
-			} else {
-				blank++
-			}
-		}
-		if len(texts) == 0 {
-			return usagef("--texts %s: no text", *bf.texts)
-		}
-		if blank > 0 {
-			// The rows then no longer follow the file's line numbers.
-			fmt.Fprintf(stderr, "note: --texts %s: %d blank lines skipped: row i of texts.npy is the text on line i of texts.jsonl\n", *bf.texts, blank)
-		}
-		tok, err := b.Tokenizer()
-		if err != nil {
-			return err
-		}
-		warnCut(stderr, tok, texts, b.Model.Config.Text.ContextLength)
-		f, err := embedfile.Open(*bf.out, "texts", embedfile.Settings{Model: id, Precision: withDevicePrecision(prec), Normalize: normalize, BatchSize: *bf.batch, Rows: len(texts), Dim: dim})
-		if err != nil {
-			return err
-		}
-		for i, r := range f.Written() {
-			if r.Text != texts[i] {
-				f.Close()
-				return fmt.Errorf("%s: row %d was %q, now %q: give another --out, or remove it", f.Path(".jsonl"), i, r.Text, texts[i])
-			}
-		}
-		if !f.Complete() {
-			if err := embedTexts(texts, b, f, normalize, stderr); err != nil {
-				return err
-			}
-		}
-		fmt.Fprintf(stdout, "%s (%d × %d float32), %s\n", f.Path(".npy"), len(texts), dim, f.Path(".jsonl"))
+		return bulkEmbedTexts(ctx, *bf.texts, *bf.out, settings, b, stdout, stderr)
 	}
 	return nil
+}
+
+// bulkEmbedImages writes the features of the images of src into
+// out/images.npy, with settings s (but the number of rows).
+func bulkEmbedImages(ctx context.Context, src, out string, s embedfile.Settings, b *clip.Bundle, stdout, stderr io.Writer) error {
+	set, err := openImageSet(src, stderr)
+	if err != nil {
+		return err
+	}
+	defer set.close()
+	s.Rows = len(set.ids)
+	f, err := embedfile.Open(out, "images", s)
+	if err != nil {
+		return err
+	}
+	defer f.Close() // after Finish, nothing; else the .part files stay, for the next run to resume
+	// The rows already written must be of these images.
+	if err := checkWritten(ctx, set, f, stderr); err != nil {
+		return err
+	}
+	if !f.Complete() {
+		if err := embedImages(ctx, set, b, f, s.Normalize, stderr); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stdout, "%s (%d × %d float32), %s\n", f.Path(".npy"), s.Rows, s.Dim, f.Path(".jsonl"))
+	return nil
+}
+
+// bulkEmbedTexts writes the features of the lines of the file src into
+// out/texts.npy, with settings s (but the number of rows).
+func bulkEmbedTexts(ctx context.Context, src, out string, s embedfile.Settings, b *clip.Bundle, stdout, stderr io.Writer) error {
+	raw, err := os.ReadFile(src)
+	if err != nil {
+		return usagef("--texts: %v", err)
+	}
+	var texts []string
+	blank := 0
+	lines := strings.Split(strings.TrimSuffix(strings.ReplaceAll(string(raw), "\r\n", "\n"), "\n"), "\n")
+	for _, l := range lines {
+		if strings.TrimSpace(l) != "" {
+			texts = append(texts, l)
+		} else {
+			blank++
+		}
+	}
+	if len(texts) == 0 {
+		return usagef("--texts %s: no text", src)
+	}
+	if blank > 0 {
+		// The rows then no longer follow the file's line numbers.
+		fmt.Fprintf(stderr, "note: --texts %s: %d blank lines skipped: row i of texts.npy is the text on line i of texts.jsonl\n", src, blank)
+	}
+	tok, err := b.Tokenizer()
+	if err != nil {
+		return err
+	}
+	warnCut(stderr, tok, texts, b.Model.Config.Text.ContextLength)
+	s.Rows = len(texts)
+	f, err := embedfile.Open(out, "texts", s)
+	if err != nil {
+		return err
+	}
+	defer f.Close() // after Finish, nothing; else the .part files stay, for the next run to resume
+	for i, r := range f.Written() {
+		if r.Text != texts[i] {
+			return fmt.Errorf("%s: row %d was %q, now %q: give another --out, or remove it", f.Path(".jsonl"), i, r.Text, texts[i])
+		}
+	}
+	if !f.Complete() {
+		if err := embedTexts(ctx, texts, b, f, s.Normalize, stderr); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stdout, "%s (%d × %d float32), %s\n", f.Path(".npy"), s.Rows, s.Dim, f.Path(".jsonl"))
+	return nil
+}
+
+// bulkInterrupted says on stderr that a bulk run stopped on a signal, with
+// done of total items (what) kept in part, and returns errInterrupted
+// (exit status 130).
+func bulkInterrupted(stderr io.Writer, done, total int, what, part string) error {
+	fmt.Fprintf(stderr, "interrupted: %d of %d %s, kept in %s; the same command resumes\n", done, total, what, part)
+	return errInterrupted
 }
 
 // checkWritten verifies that the rows a resumed run finds written (recs)
@@ -386,13 +552,14 @@ func bulkEmbed(bf *bulkFlags, b *clip.Bundle, model string, prec kernel.Choice, 
 // digest). The images are decoded on every core, with progress, since a
 // run stopped late has most of them behind it; the first row that differs
 // (the lowest) is the error.
-func checkWritten(set *imageSet, f *embedfile.File, stderr io.Writer) error {
+//
+// On SIGINT or SIGTERM (ctx) it stops, with errInterrupted.
+func checkWritten(ctx context.Context, set *imageSet, f *embedfile.File, stderr io.Writer) error {
 	recs := f.Written()
 	if len(recs) == 0 {
 		return nil
 	}
 	bar := newProgress(stderr, "checking the rows already written", len(recs))
-	defer bar.Done()
 	var next atomic.Int64
 	var firstBad atomic.Int64 // the lowest row found to differ, len(recs) if none
 	firstBad.Store(int64(len(recs)))
@@ -405,7 +572,7 @@ func checkWritten(set *imageSet, f *embedfile.File, stderr io.Writer) error {
 			defer wg.Done()
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= len(recs) || int64(i) > firstBad.Load() {
+				if i >= len(recs) || int64(i) > firstBad.Load() || ctx.Err() != nil {
 					return
 				}
 				err := checkRow(set, recs[i], i, f)
@@ -426,6 +593,15 @@ func checkWritten(set *imageSet, f *embedfile.File, stderr io.Writer) error {
 		}()
 	}
 	wg.Wait()
+	bar.Done()
+	if ctx.Err() != nil {
+		written := f.Path(".npy.part")
+		if f.Complete() {
+			written = f.Path(".npy")
+		}
+		fmt.Fprintf(stderr, "interrupted while checking the %d rows already written in %s; the same command resumes\n", len(recs), written)
+		return errInterrupted
+	}
 	if i := int(firstBad.Load()); i < len(recs) {
 		return errs[i]
 	}
@@ -447,14 +623,20 @@ func checkRow(set *imageSet, r embedfile.Record, i int, f *embedfile.File) error
 	return nil
 }
 
-func embedImages(set *imageSet, b *clip.Bundle, f *embedfile.File, normalize bool, stderr io.Writer) error {
-	defer f.Close() // after Finish, nothing; else the .part files stay, for the next run to resume
+// embedImages embeds the images of set not yet written into f, and
+// finishes it; on SIGINT or SIGTERM (ctx) it stops after the batch in
+// progress, with errInterrupted.
+func embedImages(ctx context.Context, set *imageSet, b *clip.Bundle, f *embedfile.File, normalize bool, stderr io.Writer) error {
 	n := f.Settings().Rows
 	bar := newProgress(stderr, "embedding images", n-f.Done())
 	defer bar.Done()
 	batches := readBatches(set, b.Preprocessor, f.Done(), n, f.Settings().BatchSize)
 	defer batches.Close()
 	for {
+		if ctx.Err() != nil {
+			bar.Done()
+			return bulkInterrupted(stderr, f.Done(), n, "images embedded", f.Path(".npy.part"))
+		}
 		batch, ok, err := batches.Next()
 		if err != nil {
 			return err
@@ -481,16 +663,23 @@ func embedImages(set *imageSet, b *clip.Bundle, f *embedfile.File, normalize boo
 	return f.Finish()
 }
 
-func embedTexts(texts []string, b *clip.Bundle, f *embedfile.File, normalize bool, stderr io.Writer) error {
-	defer f.Close() // after Finish, nothing; else the .part files stay, for the next run to resume
+// embedTexts embeds the texts not yet written into f, and finishes it;
+// on SIGINT or SIGTERM (ctx) it stops after the batch in progress, with
+// errInterrupted.
+func embedTexts(ctx context.Context, texts []string, b *clip.Bundle, f *embedfile.File, normalize bool, stderr io.Writer) error {
 	tok, err := b.Tokenizer()
 	if err != nil {
 		return err
 	}
 	n, batch := f.Settings().Rows, f.Settings().BatchSize
 	bar := newProgress(stderr, "embedding texts", n-f.Done())
+	bar.SetUnit("texts")
 	defer bar.Done()
 	for lo := f.Done(); lo < n; lo += batch {
+		if ctx.Err() != nil {
+			bar.Done()
+			return bulkInterrupted(stderr, f.Done(), n, "texts embedded", f.Path(".npy.part"))
+		}
 		hi := min(lo+batch, n)
 		ids := make([][]int, hi-lo)
 		recs := make([]embedfile.Record, hi-lo)
@@ -541,18 +730,42 @@ type classifyProgress struct {
 
 // bulkClassify writes the predictions of --images into --out (.csv or
 // .jsonl), batch by batch into OUT.part, renamed to OUT when every image
-// is done; an interrupted run resumes there (classifyProgress).
+// is done; an interrupted run resumes there (classifyProgress). While it
+// writes, it holds the lock OUT.part.lock (internal/dirlock), so that
+// another run with the same --out is refused at once, and removes it when
+// done. On SIGINT or SIGTERM it stops after the batch in progress, with
+// errInterrupted.
 func bulkClassify(bf *bulkFlags, b *clip.Bundle, model string, prec kernel.Choice, head *clip.ZeroShot, classes, templates []string, stderr io.Writer) error {
 	out := *bf.out
 	csvOut := !strings.HasSuffix(strings.ToLower(out), ".jsonl")
-	if csvOut && !strings.HasSuffix(strings.ToLower(out), ".csv") {
-		return usagef("--out %s: want a .csv or .jsonl file", out)
+	if dir := filepath.Dir(out); dir != "." {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
 	}
+	partPath, progPath := out+".part", out+".part.json"
+	lock, err := dirlock.AcquireFile(out+".part.lock", out)
+	if err != nil {
+		if errors.Is(err, dirlock.ErrLocked) {
+			return fmt.Errorf("%w: another run is writing it (wait for it to end, or give another --out)", err)
+		}
+		return err
+	}
+	defer func() {
+		// The lock file stays beside a run to resume, and goes where
+		// there is none (a run refused, or done).
+		if _, err := os.Stat(progPath); errors.Is(err, fs.ErrNotExist) {
+			lock.Remove()
+		}
+		lock.Unlock()
+	}()
 	id, err := modelIdentity(model)
 	if err != nil {
 		return err
 	}
-	set, err := openImageSet(*bf.images)
+	ctx, stop := bulkSignals()
+	defer stop()
+	set, err := openImageSet(*bf.images, stderr)
 	if err != nil {
 		return err
 	}
@@ -564,15 +777,10 @@ func bulkClassify(bf *bulkFlags, b *clip.Bundle, model string, prec kernel.Choic
 	}
 	settings := classifySettings{Model: id, Precision: withDevicePrecision(prec), Classes: classes, Templates: templates,
 		BatchSize: *bf.batch, Images: len(set.ids), ImagesSHA256: hex.EncodeToString(ids.Sum(nil)), Format: "jsonl"}
+	settings = settings.effective()
 	if csvOut {
 		settings.Format = "csv"
 	}
-	if dir := filepath.Dir(out); dir != "." {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-	}
-	partPath, progPath := out+".part", out+".part.json"
 	prog, f, err := openClassifyPart(partPath, progPath, settings)
 	if err != nil {
 		return err
@@ -594,10 +802,14 @@ func bulkClassify(bf *bulkFlags, b *clip.Bundle, model string, prec kernel.Choic
 		Prob  float64 `json:"prob"`
 	}
 	bar := newProgress(stderr, "classifying", len(set.ids)-prog.Rows)
-	batches := readBatches(set, b.Preprocessor, prog.Rows, len(set.ids), *bf.batch)
+	batches := readBatches(set, b.Preprocessor, prog.Rows, len(set.ids), settings.BatchSize)
 	defer batches.Close()
 	var buf bytes.Buffer
 	for {
+		if ctx.Err() != nil {
+			bar.Done()
+			return bulkInterrupted(stderr, prog.Rows, len(set.ids), "images classified", partPath)
+		}
 		batch, ok, err := batches.Next()
 		if err != nil {
 			bar.Done()
@@ -664,8 +876,20 @@ func bulkClassify(bf *bulkFlags, b *clip.Bundle, model string, prec kernel.Choic
 	if err := os.Remove(progPath); err != nil {
 		return err
 	}
+	if err := lock.Remove(); err != nil {
+		return err
+	}
 	fmt.Fprintf(stderr, "%d images classified into %s\n", len(set.ids), out)
 	return nil
+}
+
+// effective is s with the batch size it makes: no batch holds more than
+// every image (as embedfile records it).
+func (s classifySettings) effective() classifySettings {
+	if s.Images > 0 && s.BatchSize > s.Images {
+		s.BatchSize = s.Images
+	}
+	return s
 }
 
 // openClassifyPart opens the rows file at partPath for appending: that of
@@ -685,7 +909,9 @@ func openClassifyPart(partPath, progPath string, s classifySettings) (*classifyP
 	if err := json.Unmarshal(raw, &saved); err != nil {
 		return nil, nil, fmt.Errorf("%s: unreadable (%v): remove it and %s, or give another --out", progPath, err, partPath)
 	}
-	a, _ := json.Marshal(saved.Settings)
+	// A batch size recorded above the number of images (as before the
+	// effective one was) makes the same batch as the number.
+	a, _ := json.Marshal(saved.Settings.effective())
 	b, _ := json.Marshal(s)
 	if !bytes.Equal(a, b) {
 		return nil, nil, fmt.Errorf("%s: an interrupted run with other settings (model, precision, labels, templates, batch size, images or format): give another --out, or remove it and %s", progPath, partPath)

@@ -4,7 +4,9 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,14 +15,20 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/builtin"
+	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/data"
 	"github.com/subtta/subtta/data/embedfile"
+	"github.com/subtta/subtta/internal/dirlock"
 )
 
 // extractBuiltin writes the built-in images as files under dir
@@ -175,12 +183,17 @@ func TestBulkEmbedEqualsOneByOne(t *testing.T) {
 	if rows != 2000 || len(recs) != rows {
 		t.Fatalf("%d rows, %d records; want 2,000", rows, len(recs))
 	}
+	// Paths are the archive's members (test/<class>/<file>), labelled by
+	// the folders in test/, which wraps them.
 	for i, r := range recs {
-		if r.Label != strings.Split(r.Path, "/")[0] || r.Index != i || len(r.SHA256) != 32 {
+		if parts := strings.Split(r.Path, "/"); len(parts) != 3 || parts[0] != "test" || r.Label != parts[1] || r.Index != i || len(r.SHA256) != 32 {
 			t.Fatalf("record %d: %+v", i, r)
 		}
 	}
-	file := func(i int) string { return filepath.Join(dir, "test", filepath.FromSlash(recs[i].Path)) }
+	if !strings.Contains(errb.String(), "every image is under test/ in the archive: the labels are the folders in it") {
+		t.Errorf("no note of the labels taken under test/: %s", errb.String())
+	}
+	file := func(i int) string { return filepath.Join(dir, filepath.FromSlash(recs[i].Path)) }
 	var worst float64
 	for lo := 0; lo < rows; lo += 64 {
 		hi := min(lo+64, rows)
@@ -523,5 +536,344 @@ func TestBulkClassifyResumes(t *testing.T) {
 	}
 	if _, err := os.Stat(out + ".part.json"); err == nil {
 		t.Error(".part.json left after the resumed run completed")
+	}
+}
+
+// writeTar writes the files (member path → bytes) as a .tar, or gzipped
+// when the name ends in .gz, in the order of names.
+func writeTar(t *testing.T, p string, names []string, files map[string][]byte) {
+	t.Helper()
+	var buf bytes.Buffer
+	var w io.Writer = &buf
+	var zw *gzip.Writer
+	if strings.HasSuffix(p, ".gz") {
+		zw = gzip.NewWriter(&buf)
+		w = zw
+	}
+	tw := tar.NewWriter(w)
+	for _, n := range names {
+		b := files[n]
+		if err := tw.WriteHeader(&tar.Header{Name: n, Mode: 0o644, Size: int64(len(b)), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write(b)
+	}
+	tw.Close()
+	if zw != nil {
+		zw.Close()
+	}
+	if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBulkFolderEqualsArchive: the same images as a folder and as an
+// archive of what is in it (the folder it extracts to, as a .tar and a
+// .tar.gz) give the same rows, in the same order, with the same labels,
+// by one rule: the labels are the folders under the deepest folder that
+// holds every image (its parent when they all lie directly in it), and
+// an image directly in that root is kept with an empty label. The paths
+// are the folder's files as found and the archive's whole member paths.
+// An archive of the folder itself (its name wrapping every member, as
+// `tar czf x.tar.gz x` makes) reads the same but where every image lies
+// directly in the folder: that folder is then their class. Wrapping
+// folders, unlabelled images among labelled ones and skipped files are
+// said on stderr.
+func TestBulkFolderEqualsArchive(t *testing.T) {
+	dir := t.TempDir()
+	jpegs, err := builtin.JPEGs(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		rels    []string // the images, relative to the folder
+		labels  []string // of rels, from the folder and an archive of what is in it
+		wrapped []string // from an archive of the folder itself; nil: labels
+		notes   []string // on stderr, from the folder (SRC: the source)
+	}{
+		{name: "wrapped", rels: []string{"test/cat/a.jpg", "test/cat/b.jpg", "test/dog/c.jpg"},
+			labels: []string{"cat", "cat", "dog"}, notes: []string{"every image is under"}},
+		{name: "mixed", rels: []string{"cat/a.jpg", "cat/b.jpg", "dog/c.jpg", "top.jpg"},
+			labels: []string{"cat", "cat", "dog", ""}, notes: []string{"1 image directly in", "kept, with an empty label"}},
+		{name: "nested", rels: []string{"cat/x/a.jpg", "cat/y/b.jpg", "dog/c.jpg"},
+			labels: []string{"cat", "cat", "dog"}},
+		{name: "one class", rels: []string{"cat/a.jpg", "cat/b.jpg"},
+			labels: []string{"cat", "cat"}},
+		{name: "flat", rels: []string{"a.jpg", "b.jpg"},
+			labels: []string{"", ""}, wrapped: []string{"flat", "flat"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := strings.ReplaceAll(tc.name, " ", "-")
+			folder := filepath.Join(dir, base)
+			files := map[string][]byte{}
+			wrappedFiles := map[string][]byte{}
+			var wrappedNames []string
+			for i, rel := range tc.rels {
+				p := filepath.Join(folder, filepath.FromSlash(rel))
+				os.MkdirAll(filepath.Dir(p), 0o755)
+				if err := os.WriteFile(p, jpegs[i%len(jpegs)], 0o644); err != nil {
+					t.Fatal(err)
+				}
+				files[rel] = jpegs[i%len(jpegs)]
+				wrappedFiles[base+"/"+rel] = jpegs[i%len(jpegs)]
+				wrappedNames = append(wrappedNames, base+"/"+rel)
+			}
+			// Not images: skipped, and said.
+			os.WriteFile(filepath.Join(folder, "README.txt"), []byte("x"), 0o644)
+			files["README.txt"] = []byte("x")
+			// The archives list their members out of order.
+			names := slices.Clone(tc.rels)
+			slices.Reverse(names)
+			names = append(names, "README.txt")
+			tarPath, tgzPath, wrapPath := filepath.Join(dir, base+".tar"), filepath.Join(dir, base+".tar.gz"), filepath.Join(dir, base+"-wrapped.tar.gz")
+			writeTar(t, tarPath, names, files)
+			writeTar(t, tgzPath, names, files)
+			writeTar(t, wrapPath, wrappedNames, wrappedFiles)
+			wrapped := tc.wrapped
+			if wrapped == nil {
+				wrapped = tc.labels
+			}
+			for _, src := range []struct {
+				path   string
+				paths  []string
+				labels []string
+			}{
+				{folder, nil, tc.labels},
+				{tarPath, tc.rels, tc.labels},
+				{tgzPath, tc.rels, tc.labels},
+				{wrapPath, wrappedNames, wrapped},
+			} {
+				if src.paths == nil {
+					for _, rel := range tc.rels {
+						src.paths = append(src.paths, filepath.Join(folder, filepath.FromSlash(rel)))
+					}
+				}
+				out := filepath.Join(t.TempDir(), "emb")
+				var stdout, errb bytes.Buffer
+				if st := run([]string{"embed", "--images", src.path, "--out", out}, &stdout, &errb); st != 0 {
+					t.Fatalf("%s: status %d: %s", src.path, st, errb.String())
+				}
+				recs := readJSONL(t, filepath.Join(out, "images.jsonl"))
+				var paths, labels []string
+				for _, r := range recs {
+					paths, labels = append(paths, r.Path), append(labels, r.Label)
+				}
+				if !slices.Equal(paths, src.paths) || !slices.Equal(labels, src.labels) {
+					t.Errorf("%s: rows %q labelled %q; want %q labelled %q", src.path, paths, labels, src.paths, src.labels)
+				}
+				msg := errb.String()
+				if src.path != wrapPath && !strings.Contains(msg, "skipped 1 file not an image") {
+					t.Errorf("%s: no note of README.txt skipped: %s", src.path, msg)
+				}
+				for _, n := range tc.notes {
+					if !strings.Contains(msg, "note: --images "+src.path+": ") || !strings.Contains(msg, n) {
+						t.Errorf("%s: no note %q: %s", src.path, n, msg)
+					}
+				}
+				if tc.notes == nil && src.path != wrapPath && strings.Count(msg, "note: ") != 1 {
+					t.Errorf("%s: notes other than the skipped file's: %s", src.path, msg)
+				}
+			}
+		})
+	}
+}
+
+// TestBulkSecondRunRefused: while a run writes an output (here its lock
+// held in this process, as the first run holds it), a second classify or
+// embed with the same --out is refused at once, naming the output and
+// saying another run writes it, and writes nothing there.
+func TestBulkSecondRunRefused(t *testing.T) {
+	if runtime.GOOS == "windows" || runtime.GOOS == "plan9" {
+		t.Skip("no advisory locks on this system")
+	}
+	dir := t.TempDir()
+	extractBuiltin(t, dir)
+	folder := smallFolder(t, dir, 2, "cat", "dog")
+
+	csvOut := filepath.Join(dir, "x.csv")
+	lock, err := dirlock.AcquireFile(csvOut+".part.lock", csvOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout, errb bytes.Buffer
+	st := run([]string{"classify", "--images", folder, "--out", csvOut}, &stdout, &errb)
+	want := fmt.Sprintf("subtta classify: %s is in use by process %d (lock file %s.part.lock): another run is writing it", csvOut, os.Getpid(), csvOut)
+	if st != 1 || !strings.HasPrefix(errb.String(), want) {
+		t.Errorf("classify: status %d, %q; want 1 and %q", st, errb.String(), want)
+	}
+	for _, p := range []string{csvOut, csvOut + ".part", csvOut + ".part.json"} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s written by the refused run", p)
+		}
+	}
+	lock.Unlock()
+
+	embOut := filepath.Join(dir, "emb")
+	first, err := embedfile.Open(embOut, "texts", embedfile.Settings{Model: "m", BatchSize: 1, Rows: 1, Dim: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	errb.Reset()
+	st = run([]string{"embed", "--images", folder, "--out", embOut}, &stdout, &errb)
+	want = fmt.Sprintf("subtta embed: %s is in use by process %d (lock file %s): another run is writing this output", embOut, os.Getpid(), filepath.Join(embOut, ".lock"))
+	if st != 1 || !strings.HasPrefix(errb.String(), want) {
+		t.Errorf("embed: status %d, %q; want 1 and %q", st, errb.String(), want)
+	}
+	if _, err := os.Stat(filepath.Join(embOut, "images.json")); err == nil {
+		t.Error("images.json written by the refused run")
+	}
+}
+
+// TestBulkOutOfTheWrongKind: an --out of the other kind already there
+// (a folder for classify's file, a file for embed's folder) is refused
+// before anything is computed, by name, with the usage status.
+func TestBulkOutOfTheWrongKind(t *testing.T) {
+	dir := t.TempDir()
+	extractBuiltin(t, dir)
+	folder := smallFolder(t, dir, 1, "cat")
+	aFolder := filepath.Join(dir, "d.csv")
+	aFile := filepath.Join(dir, "f")
+	os.Mkdir(aFolder, 0o755)
+	os.WriteFile(aFile, nil, 0o644)
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"classify", "--images", folder, "--out", aFolder}, "--out " + aFolder + " is a folder: give a .csv or .jsonl file"},
+		{[]string{"embed", "--images", folder, "--out", aFile}, "--out " + aFile + " is a file: give a folder"},
+		{[]string{"embed", "--texts", aFile, "--out", aFile}, "--out " + aFile + " is a file: give a folder"},
+	} {
+		var stdout, errb bytes.Buffer
+		if st := run(tc.args, &stdout, &errb); st != 2 || !strings.Contains(errb.String(), tc.msg) || strings.Contains(errb.String(), "classifying") {
+			t.Errorf("%q: status %d, %q; want 2 and %q before any work", tc.args, st, errb.String(), tc.msg)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); slices.ContainsFunc(ents, func(e os.DirEntry) bool { return strings.HasPrefix(e.Name(), "d.csv.") }) {
+		t.Error("classify left files beside the folder it refused")
+	}
+}
+
+// TestBulkBatchAboveImages: a batch size far above the number of images
+// holds the memory of the images there are (one image at a batch size of
+// 100,000: under 64 MB allocated, where 100,000 images' pixels are 1.2
+// GB), and is recorded as that number, so that a progress file an
+// earlier build left with the size given does not refuse the next run
+// with the default.
+func TestBulkBatchAboveImages(t *testing.T) {
+	dir := t.TempDir()
+	extractBuiltin(t, dir)
+	folder := smallFolder(t, dir, 1, "cat")
+	set, err := openImageSet(folder, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.close()
+	m, err := builtin.Model(clip.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pre, err := m.Preprocessor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	batches := readBatches(set, pre, 0, 1, 100000)
+	batch, ok, err := batches.Next()
+	if err != nil || !ok || batch.hi-batch.lo != 1 {
+		t.Fatalf("batch %v %v: %+v", ok, err, batch)
+	}
+	batches.Close()
+	runtime.ReadMemStats(&after)
+	if got := after.TotalAlloc - before.TotalAlloc; got > 64<<20 {
+		t.Fatalf("one image at a batch size of 100,000: %d MB allocated, want under 64", got>>20)
+	}
+
+	out := filepath.Join(dir, "a.csv")
+	var stdout, errb bytes.Buffer
+	if st := run([]string{"classify", "--images", folder, "--out", out, "--batch-size", "100000000"}, &stdout, &errb); st != 0 {
+		t.Fatalf("status %d: %s", st, errb.String())
+	}
+	want, _ := os.ReadFile(out)
+	// What an earlier build left when it died at that batch size: the
+	// header, and the size given.
+	os.Remove(out)
+	ids := sha256.Sum256([]byte(set.ids[0] + "\x00"))
+	var prog classifyProgress
+	prog.Settings = classifySettings{Model: "built-in, sha256 " + builtin.ModelSHA256()[:16], Classes: data.CIFAR10Classes, Templates: data.CIFAR10Templates,
+		BatchSize: 100000000, Images: 1, ImagesSHA256: hex.EncodeToString(ids[:]), Format: "csv"}
+	if !strings.Contains(string(want), "\n") {
+		t.Fatalf("output %q", want)
+	}
+	header := string(want[:strings.Index(string(want), "\n")+1])
+	prog.Bytes = int64(len(header))
+	b, _ := json.Marshal(prog)
+	os.WriteFile(out+".part.json", b, 0o644)
+	os.WriteFile(out+".part", []byte(header), 0o644)
+	errb.Reset()
+	if st := run([]string{"classify", "--images", folder, "--out", out}, &stdout, &errb); st != 0 {
+		t.Fatalf("after a progress file recording --batch-size 100000000: status %d: %s", st, errb.String())
+	}
+	if got, _ := os.ReadFile(out); !bytes.Equal(got, want) {
+		t.Errorf("output %q, want %q", got, want)
+	}
+
+	emb := filepath.Join(dir, "emb")
+	if st := run([]string{"embed", "--images", folder, "--out", emb, "--batch-size", "100000000"}, &stdout, &errb); st != 0 {
+		t.Fatalf("embed: status %d: %s", st, errb.String())
+	}
+	var s embedfile.Settings
+	if b, err := os.ReadFile(filepath.Join(emb, "images.json")); err != nil || json.Unmarshal(b, &s) != nil || s.BatchSize != 1 {
+		t.Errorf("images.json: %+v (%v), want batch size 1", s, err)
+	}
+	if st := run([]string{"embed", "--images", folder, "--out", emb}, &stdout, &errb); st != 0 {
+		t.Errorf("embed again with the default batch size: status %d: %s", st, errb.String())
+	}
+}
+
+// TestBulkInterrupted sends SIGINT once the first rows are written:
+// classify and embed stop after the batch in progress with status 130 and
+// say how many rows they keep and that the same command resumes, which it
+// does, to every row.
+func TestBulkInterrupted(t *testing.T) {
+	dir := t.TempDir()
+	extractBuiltin(t, dir)
+	folder := smallFolder(t, dir, 20, data.CIFAR10Classes...)
+	for _, tc := range []struct {
+		cmd, out, started string // started: a file there once rows are written
+		done              *regexp.Regexp
+	}{
+		{"classify", "x.csv", "x.csv.part.json", regexp.MustCompile(`interrupted: (\d+) of 200 images classified, kept in \S+x\.csv\.part; the same command resumes\n$`)},
+		{"embed", "emb", "emb/images.jsonl.part", regexp.MustCompile(`interrupted: (\d+) of 200 images embedded, kept in \S+images\.npy\.part; the same command resumes\n$`)},
+	} {
+		t.Run(tc.cmd, func(t *testing.T) {
+			out := filepath.Join(dir, tc.out)
+			args := []string{tc.cmd, "--images", folder, "--out", out, "--batch-size", "4"}
+			stop := interruptWhen(t, time.Millisecond, func() bool {
+				st, err := os.Stat(filepath.Join(dir, tc.started))
+				return err == nil && st.Size() > 0
+			})
+			var stdout, errb bytes.Buffer
+			st := run(args, &stdout, &errb)
+			stop()
+			m := tc.done.FindStringSubmatch(errb.String())
+			if st != 130 || m == nil || m[1] == "0" || m[1] == "200" {
+				t.Fatalf("status %d, stderr %q: want 130 and the rows kept", st, errb.String())
+			}
+			errb.Reset()
+			if st := run(args, &stdout, &errb); st != 0 {
+				t.Fatalf("resumed: status %d: %s", st, errb.String())
+			}
+			if tc.cmd == "classify" {
+				b, _ := os.ReadFile(out)
+				if !strings.Contains(errb.String(), "resuming "+out+".part after "+m[1]+" of 200 images") || strings.Count(string(b), "\n") != 201 {
+					t.Errorf("resumed: %d lines, stderr %q", strings.Count(string(b), "\n"), errb.String())
+				}
+			} else if recs := readJSONL(t, filepath.Join(out, "images.jsonl")); len(recs) != 200 {
+				t.Errorf("resumed: %d records, want 200", len(recs))
+			}
+		})
 	}
 }

@@ -111,9 +111,11 @@ func (o *embedOptions) run(args []string) error {
 	if o.bulk.given() {
 		return bulkEmbed(o.bulk, b, o.model.model, prec, o.normalize, o.stdout, o.stderr)
 	}
+	// A row is an image's (its "image" key) or a text's (its "text"
+	// key, there for the empty text too), never both.
 	type feature struct {
-		Image    string    `json:"image,omitempty"`
-		Text     string    `json:"text,omitempty"`
+		Image    *string   `json:"image,omitempty"`
+		Text     *string   `json:"text,omitempty"`
 		Features []float64 `json:"features"`
 	}
 	var out []feature
@@ -127,7 +129,7 @@ func (o *embedOptions) run(args []string) error {
 			return err
 		}
 		for i, row := range rows(f.Value().Data().F64(), len(o.images), o.normalize) {
-			out = append(out, feature{Image: o.images[i], Features: row})
+			out = append(out, feature{Image: &o.images[i], Features: row})
 		}
 	}
 	if len(o.texts) > 0 {
@@ -147,7 +149,7 @@ func (o *embedOptions) run(args []string) error {
 			return err
 		}
 		for i, row := range rows(f.Value().Data().F64(), len(o.texts), o.normalize) {
-			out = append(out, feature{Text: o.texts[i], Features: row})
+			out = append(out, feature{Text: &o.texts[i], Features: row})
 		}
 	}
 	return writeJSON(o.stdout, out)
@@ -248,16 +250,22 @@ func (o *classifyOptions) run(args []string) error {
 		return usagef("give at least one image")
 	}
 	var classes []string
-	for _, l := range strings.Split(o.labels, ",") {
-		if l = strings.TrimSpace(l); l != "" {
+	if o.labelsGiven {
+		for i, l := range strings.Split(o.labels, ",") {
+			if l = strings.TrimSpace(l); l == "" {
+				if strings.Trim(o.labels, ", \t") == "" {
+					return usagef("--labels %q: no label (leave the flag out for the model's own classes)", o.labels)
+				}
+				return usagef("--labels %q: entry %d is empty", o.labels, i+1)
+			}
 			if slices.Contains(classes, l) {
 				return usagef("--labels: %q is given twice", l)
 			}
 			classes = append(classes, l)
 		}
 	}
-	if o.labelsGiven && len(classes) == 0 {
-		return usagef("--labels %q: no label (leave the flag out for the model's own classes)", o.labels)
+	if o.template != "" && !strings.Contains(o.template, "{}") {
+		return usagef("--template %q has no {} for the label", o.template)
 	}
 	b, err := o.model.open(prec.Precision, o.stderr)
 	if err != nil {

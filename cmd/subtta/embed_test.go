@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -65,5 +66,40 @@ func TestProgressPrinterLog(t *testing.T) {
 	want := "a.bin:   1.0% of 100 B\na.bin: 100.0% of 100 B\nb.bin: cached\n"
 	if got != want {
 		t.Errorf("progress %q, want %q", got, want)
+	}
+}
+
+// TestEmbedTextRows: a text's row always carries its "text" key, the
+// empty text's too, so that it is never taken for an image's row; and
+// --texts counts its progress in texts a second, not images.
+func TestEmbedTextRows(t *testing.T) {
+	var out, errb bytes.Buffer
+	if st := run([]string{"embed", "--text", "", "--text", "a cat"}, &out, &errb); st != 0 {
+		t.Fatalf("status %d: %s", st, errb.String())
+	}
+	var rows []map[string]json.RawMessage
+	if err := json.Unmarshal(out.Bytes(), &rows); err != nil || len(rows) != 2 {
+		t.Fatalf("output %q: %v", out.String(), err)
+	}
+	for i, want := range []string{`""`, `"a cat"`} {
+		if got, ok := rows[i]["text"]; !ok || string(got) != want {
+			t.Errorf("row %d: text %s (present %v), want %s", i, got, ok, want)
+		}
+		if _, ok := rows[i]["image"]; ok {
+			t.Errorf("row %d of a text has an image key", i)
+		}
+	}
+
+	dir := t.TempDir()
+	list := filepath.Join(dir, "texts.txt")
+	if err := os.WriteFile(list, []byte("a cat\na dog\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	errb.Reset()
+	if st := run([]string{"embed", "--texts", list, "--out", filepath.Join(dir, "emb")}, &out, &errb); st != 0 {
+		t.Fatalf("status %d: %s", st, errb.String())
+	}
+	if !strings.Contains(errb.String(), "embedding texts") || !strings.Contains(errb.String(), " texts/s") || strings.Contains(errb.String(), "img/s") {
+		t.Errorf("progress of --texts: %q; want texts/s", errb.String())
 	}
 }

@@ -73,6 +73,9 @@ func TestRunExitCodes(t *testing.T) {
 		// A list flag given empty is an error, not the default.
 		{[]string{"classify", "--labels", ",,,", "x.png"}, 2, `--labels ",,,": no label`},
 		{[]string{"classify", "--labels", "", "x.png"}, 2, `--labels "": no label`},
+		{[]string{"classify", "--labels", "cat,,dog", "x.png"}, 2, `--labels "cat,,dog": entry 2 is empty`},
+		{[]string{"classify", "--labels", "cat,dog,", "x.png"}, 2, `--labels "cat,dog,": entry 3 is empty`},
+		{[]string{"classify", "--labels", "cat,dog", "--template", "a photo", "x.png"}, 2, `--template "a photo" has no {} for the label`},
 		{[]string{"eval", "--methods", ""}, 2, `--methods "": no method`},
 		{[]string{"eval", "--methods", "vte", "--views", "1"}, 2, "--views 1: want at least 2 views per image"},
 		{[]string{"eval", "--methods", "vte", "--views", "0"}, 2, "--views 0: want at least 2 views per image"},

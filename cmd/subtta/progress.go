@@ -43,6 +43,10 @@ type progressBar struct {
 	width    int
 	// every is the minimum time between two redraws.
 	every time.Duration
+	// unit names the items in the rate ("img", "texts"): unit/s.
+	unit string
+	// ended is set by Done.
+	ended bool
 
 	// The method in progress, for eval (setMethod); empty otherwise.
 	method                  string
@@ -55,9 +59,10 @@ type progressBar struct {
 // drawn on a terminal (a log file, a pipe).
 const progressLogInterval = 5 * time.Second
 
-// newProgress starts a bar for total items of work, labelled label.
+// newProgress starts a bar for total items of work, labelled label, its
+// rate in images a second (img/s; SetUnit for other items).
 func newProgress(w io.Writer, label string, total int) *progressBar {
-	p := &progressBar{w: w, label: label, total: total, start: time.Now(), terminal: isTerminal(w), width: 24, drawn: -1}
+	p := &progressBar{w: w, label: label, total: total, start: time.Now(), terminal: isTerminal(w), width: 24, drawn: -1, unit: "img"}
 	p.every = progressLogInterval
 	if p.terminal {
 		p.every = 100 * time.Millisecond
@@ -70,6 +75,13 @@ func newProgress(w io.Writer, label string, total int) *progressBar {
 func (p *progressBar) SetTotal(total int) {
 	p.mu.Lock()
 	p.total = total
+	p.mu.Unlock()
+}
+
+// SetUnit names the items of the rate: unit/s (as "texts/s").
+func (p *progressBar) SetUnit(unit string) {
+	p.mu.Lock()
+	p.unit = unit
 	p.mu.Unlock()
 }
 
@@ -111,10 +123,16 @@ func (p *progressBar) addAt(now time.Time, n int) {
 	}
 }
 
-// Done draws the final state, unless it is already shown, and ends the line.
+// Done draws the final state, unless it is already shown, and ends the
+// line; once: a later call (a deferred one after a message that needed the
+// line ended) does nothing.
 func (p *progressBar) Done() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.ended {
+		return
+	}
+	p.ended = true
 	if p.drawn != p.done {
 		p.draw(time.Now())
 	}
@@ -155,7 +173,7 @@ func (p *progressBar) draw(now time.Time) {
 			eta = formatDuration(time.Duration(float64(max(left, 0))/r*float64(time.Second))) + after
 		}
 	}
-	line := fmt.Sprintf("%s  %s  %d/%d  %3.0f%%  %s img/s  ETA %s", p.label, bar(frac, p.width), p.done, p.total, 100*frac, rate, eta)
+	line := fmt.Sprintf("%s  %s  %d/%d  %3.0f%%  %s %s/s  ETA %s", p.label, bar(frac, p.width), p.done, p.total, 100*frac, rate, p.unit, eta)
 	if p.terminal {
 		fmt.Fprintf(p.w, "\r%s\033[K", line)
 	} else {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/subtta/subtta/data"
 	"github.com/subtta/subtta/internal/atomicfile"
+	"github.com/subtta/subtta/internal/dirlock"
 )
 
 // ErrMadeOtherwise: the folder holds an output made with other settings,
@@ -51,14 +52,23 @@ type File struct {
 	// npy and jsonl are the .part files, positioned after the rows done;
 	// nil when the output is complete.
 	npy, jsonl *os.File
+	lock       *dirlock.Lock // the folder's, until Close or Finish
 }
 
 // Open prepares the output <name> in dir with settings s: it keeps the
 // whole batches of an earlier run with the same settings (Done, Written)
 // and positions the .part files after them. A complete output is done:
 // all rows, and Complete reports it. Settings that differ from those
-// recorded wrap ErrMadeOtherwise.
-func Open(dir, name string, s Settings) (*File, error) {
+// recorded wrap ErrMadeOtherwise. A batch size above the number of rows
+// makes the same one batch as the number of rows, and is recorded and
+// compared as that.
+//
+// The File holds the folder's lock (internal/dirlock) until Close or
+// Finish: while it is open, another Open of the folder, in this process
+// or another, is refused with an error that wraps dirlock.ErrLocked, so
+// that two runs never append to the same .part files.
+func Open(dir, name string, s Settings) (_ *File, err error) {
+	s.BatchSize = effectiveBatch(s.BatchSize, s.Rows)
 	f := &File{dir: dir, name: name, settings: s}
 	if s.BatchSize < 1 || s.Rows < 0 || s.Dim < 1 {
 		return nil, fmt.Errorf("embedfile: %s: batch size %d, %d rows of %d", f.Path(".npy"), s.BatchSize, s.Rows, s.Dim)
@@ -66,10 +76,22 @@ func Open(dir, name string, s Settings) (*File, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
+	lock, err := dirlock.Acquire(dir)
+	if err != nil {
+		if errors.Is(err, dirlock.ErrLocked) {
+			return nil, fmt.Errorf("%w: another run is writing this output (wait for it to end, or give another --out)", err)
+		}
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			lock.Unlock()
+		}
+	}()
 	want, _ := json.Marshal(s)
 	if old, err := os.ReadFile(f.Path(".json")); err == nil {
 		var o Settings
-		if json.Unmarshal(old, &o) != nil || o != s {
+		if json.Unmarshal(old, &o) != nil || o.effective() != s {
 			return nil, fmt.Errorf("%s was %w (%s; now %s): give another --out, or remove it", f.Path(".json"), ErrMadeOtherwise, bytes.TrimSpace(old), want)
 		}
 	} else if err := atomicfile.Write(f.Path(".json"), append(want, '\n')); err != nil {
@@ -77,16 +99,36 @@ func Open(dir, name string, s Settings) (*File, error) {
 	}
 	if _, err := os.Stat(f.Path(".npy")); err == nil {
 		recs, err := ReadRecords(f.Path(".jsonl"))
-		if err != nil || len(recs) != s.Rows {
-			return nil, fmt.Errorf("%s: %d records for %d rows (%v): remove the folder", f.Path(".jsonl"), len(recs), s.Rows, err)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w: remove the folder", f.Path(".jsonl"), err)
 		}
-		f.done, f.written = s.Rows, recs
+		if len(recs) != s.Rows {
+			return nil, fmt.Errorf("%s: %d whole records in order for the %d rows of %s: remove the folder", f.Path(".jsonl"), len(recs), s.Rows, f.Path(".npy"))
+		}
+		f.done, f.written, f.lock = s.Rows, recs, lock
 		return f, nil
 	}
 	if err := f.openParts(); err != nil {
 		return nil, err
 	}
+	f.lock = lock
 	return f, nil
+}
+
+// effectiveBatch is the batch size that batch makes for rows rows: no
+// batch holds more than every row.
+func effectiveBatch(batch, rows int) int {
+	if rows > 0 && batch > rows {
+		return rows
+	}
+	return batch
+}
+
+// effective is s with the batch size it makes (effectiveBatch), as Open
+// records it; settings recorded before were the batch size given.
+func (s Settings) effective() Settings {
+	s.BatchSize = effectiveBatch(s.BatchSize, s.Rows)
+	return s
 }
 
 // openParts opens the .part files, keeps their whole batches and cuts
@@ -194,8 +236,10 @@ func (f *File) Append(rows [][]float64, recs []Record) error {
 	return nil
 }
 
-// Finish closes the .part files and renames them into place.
+// Finish closes the .part files, renames them into place and releases
+// the folder.
 func (f *File) Finish() error {
+	defer f.unlock()
 	if f.npy == nil {
 		return nil
 	}
@@ -210,14 +254,23 @@ func (f *File) Finish() error {
 	return os.Rename(f.Path(".npy.part"), f.Path(".npy"))
 }
 
-// Close closes the .part files and leaves them for a later run to resume.
+// Close closes the .part files, leaving them for a later run to resume,
+// and releases the folder. It may be called more than once, and after
+// Finish.
 func (f *File) Close() error {
+	defer f.unlock()
 	if f.npy == nil {
 		return nil
 	}
 	err := errors.Join(f.npy.Close(), f.jsonl.Close())
 	f.npy, f.jsonl = nil, nil
 	return err
+}
+
+// unlock releases the folder's lock.
+func (f *File) unlock() {
+	f.lock.Unlock()
+	f.lock = nil
 }
 
 // ReadRecords reads the whole lines of a JSONL file of records, in order
