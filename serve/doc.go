@@ -7,8 +7,10 @@
 //     type (or application/octet-stream), or as the "image" part of a
 //     multipart form. Optional parameters, in the query string or as form
 //     fields: labels (comma-separated), template (repeatable; "{}" stands for
-//     the label) and stream. The answer holds the label probabilities in
-//     label order, the logits, the best label and the model's version.
+//     the label) and stream; a query string that does not parse, or a labels
+//     list with an empty entry, is refused (400), never read in part. The
+//     answer holds the label probabilities in label order, the logits, the
+//     best label and the model's version.
 //     Without stream the frozen (source) model answers at once. With stream,
 //     the request waits for its stream's next batch: requests of one stream
 //     are gathered until the method's batch size is reached or the oldest
@@ -24,7 +26,7 @@
 //     batch's losses and principal-angle cosines, requests waiting.
 //     DELETE /v1/streams/{id} forgets the stream and its saved state; its
 //     next request starts afresh from the source weights.
-//   - GET /healthz, and GET /metrics in the Prometheus text format.
+//   - GET (or HEAD) /healthz, and GET /metrics in the Prometheus text format.
 //
 // Every error is a JSON object {"error": "..."} with a 4xx or 5xx status; a
 // panic in a handler or an adaptation step becomes a 500 and the server
@@ -80,7 +82,9 @@
 // false). A save that fails after a step is tried again in the background;
 // the stream is not evicted meanwhile, and Shutdown tries until its context
 // ends (ErrUnsaved). A saved state carries CRC-32C checksums: a damaged one
-// is refused and set aside. DELETE leaves a tombstone, so that a state
+// is refused and set aside, and DELETE keeps the copy for the operator.
+// Without a store, streams live in memory only: their adaptation is lost
+// when the server stops. DELETE leaves a tombstone, so that a state
 // missing without one is known lost (refused unless Config.AllowLostState).
 //
 // Stream ids are folded to lower case: CAM1 and cam1 are one stream.

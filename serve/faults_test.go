@@ -52,7 +52,8 @@ func TestStateChecksum(t *testing.T) {
 // A saved state damaged on disk is refused, never adapted on: the client
 // gets a 500 naming the stream (not the server's path), the state is set
 // aside as ID.stream.damaged, and the stream stays refused until it is
-// deleted; then it starts afresh.
+// deleted; then it starts afresh, the copy set aside kept for the
+// operator.
 func TestDamagedStateRefused(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testConfig(t)
@@ -92,6 +93,9 @@ func TestDamagedStateRefused(t *testing.T) {
 			if r := do(t, http.MethodDelete, tsB.URL+"/v1/streams/cam", "", nil); r.status != http.StatusOK {
 				t.Fatalf("DELETE: %d %s", r.status, r.body)
 			}
+			if aside, err := os.ReadFile(path + ".damaged"); err != nil || !bytes.Equal(aside, b) {
+				t.Fatalf("after DELETE, the copy set aside: %v; want the damaged bytes kept", err)
+			}
 			out, r := classify(t, tsB, "?stream=cam", img)
 			if r.status != http.StatusOK || out.Stream.Batch != 0 {
 				t.Fatalf("after DELETE: %d %s; want a fresh stream", r.status, r.body)
@@ -106,7 +110,8 @@ func TestDamagedStateRefused(t *testing.T) {
 // With API keys, a stream whose saved head is damaged (its owner cannot be
 // read) is deleted only by an admin key: any other key, its owner's too,
 // gets 409 saying so, and the state stays. A state that cannot be read for
-// another reason (an I/O error) is not deleted, not even by an admin.
+// another reason (an I/O error) is not deleted, not even by an admin. The
+// admin's DELETE sets the damaged state aside, for the operator.
 func TestDeleteDamagedNeedsAdmin(t *testing.T) {
 	dir, state := t.TempDir(), t.TempDir()
 	const keyAdmin = "d0e1f2a3b4c5d6e7f8091a2b3c4d5e6f"
@@ -159,6 +164,11 @@ func TestDeleteDamagedNeedsAdmin(t *testing.T) {
 	}
 	if r := admin.delete("/v1/streams/cam"); r.status != http.StatusOK {
 		t.Fatalf("DELETE by the admin key: %d %s", r.status, r.body)
+	}
+	// The damaged state, which no request had set aside, is set aside
+	// rather than written over: the operator can look at it.
+	if aside, err := os.ReadFile(path + ".damaged"); err != nil || !bytes.Equal(aside, raw) {
+		t.Fatalf("after the admin's DELETE, the copy set aside: %v; want the damaged bytes", err)
 	}
 	if r := a.classify("?stream=cam", img); r.status != 200 {
 		t.Fatalf("after the admin's DELETE: %d %s", r.status, r.body)

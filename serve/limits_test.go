@@ -197,6 +197,11 @@ func TestConfigErrors(t *testing.T) {
 		{"negative timeout", func(c *Config) { c.Timeout = -time.Second }, "Config.Timeout -1s"},
 		{"concurrency below the batch", func(c *Config) { c.MaxConcurrent = 3 }, "Config.MaxConcurrent 3 is less than the batch size 4"},
 		{"a multi-view method", func(c *Config) { c.Method = "vte" }, "vte sees 64 views of each image"},
+		// Default labels too few for the method would refuse every stream
+		// request without labels of its own.
+		{"too few labels for the method", func(c *Config) { c.Labels = []string{"cat", "dog"} }, "Config.Labels: 2 labels, and subtta-m needs at least 3 (its text subspace"},
+		{"an empty label", func(c *Config) { c.Labels = []string{"cat", "", "dog"} }, "Config.Labels: label 2 is empty"},
+		{"a blank label", func(c *Config) { c.Labels = []string{"cat", "dog", " "} }, "Config.Labels: label 3 is empty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig(t)
@@ -205,6 +210,14 @@ func TestConfigErrors(t *testing.T) {
 				t.Errorf("New: %v; want an error with %q", err, tc.want)
 			}
 		})
+	}
+	// Two labels are enough for a method that needs two.
+	cfg := testConfig(t)
+	cfg.Labels, cfg.Method = []string{"cat", "dog"}, "tent"
+	if s, err := New(cfg); err != nil {
+		t.Errorf("New with 2 labels and tent: %v", err)
+	} else {
+		s.Shutdown(t.Context())
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"maps"
 	"mime"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -76,7 +77,10 @@ func (s *Server) readInput(w http.ResponseWriter, r *http.Request, embed bool) (
 	if embed {
 		params, path, jsonOK = embedParams, "/v1/embed", true
 	}
-	q := r.URL.Query()
+	q, err := parseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, err
+	}
 	fields := map[string][]string{}
 	for _, k := range slices.Sorted(maps.Keys(q)) {
 		if !slices.Contains(params, k) {
@@ -157,7 +161,9 @@ func (s *Server) readInput(w http.ResponseWriter, r *http.Request, embed bool) (
 		}
 	}
 	if v, ok := fields["labels"]; ok {
-		in.labels = splitLabels(v[0])
+		if in.labels, err = splitLabels(v[0]); err != nil {
+			return nil, errorf(http.StatusBadRequest, "labels %s: %v", quote(v[0], maxEcho), err)
+		}
 		if err := checkLabels(in.labels, s.cfg.MaxLabels, s.cfg.MaxLabelBytes); err != nil {
 			return nil, errorf(http.StatusBadRequest, "labels: %v", err)
 		}
@@ -296,15 +302,44 @@ func (s *Server) decode(b []byte) ([]float32, error) {
 	return px, nil
 }
 
-// splitLabels splits a comma-separated list, dropping blanks.
-func splitLabels(v string) []string {
-	out := []string{}
-	for _, l := range strings.Split(v, ",") {
-		if l = strings.TrimSpace(l); l != "" {
-			out = append(out, l)
+// parseQuery parses a request's query string. A query that does not parse
+// (a ";" between parameters, a "%" not followed by two hex digits) is
+// refused (400), naming the first pair that does not, rather than read
+// without that pair, as url.URL.Query does: a stream request whose stream=
+// was dropped would be answered by the frozen model, and its client would
+// believe its stream adapts.
+func parseQuery(raw string) (url.Values, error) {
+	q, err := url.ParseQuery(raw)
+	if err == nil {
+		return q, nil
+	}
+	bad := raw
+	for pair := range strings.SplitSeq(raw, "&") {
+		if _, perr := url.ParseQuery(pair); perr != nil {
+			bad, err = pair, perr
+			break
 		}
 	}
-	return out
+	return nil, errorf(http.StatusBadRequest, "query string: %s does not parse (%v): separate parameters with &, and percent-encode ;, %% and & in a value", quote(bad, maxEcho), err)
+}
+
+// splitLabels splits a comma-separated list of labels, trimming the spaces
+// around each. A list that is blank is no label (checkLabels says how many
+// it wants); an empty entry in a list ("cat,,dog", "cat,dog,") is an
+// error naming it, not dropped: a list whose labels were not all read is
+// not the list the client meant.
+func splitLabels(v string) ([]string, error) {
+	out := []string{}
+	if strings.TrimSpace(v) == "" {
+		return out, nil
+	}
+	for i, l := range strings.Split(v, ",") {
+		if l = strings.TrimSpace(l); l == "" {
+			return nil, fmt.Errorf("entry %d is empty", i+1)
+		}
+		out = append(out, l)
+	}
+	return out, nil
 }
 
 func checkLabels(labels []string, maxN, maxBytes int) error {
@@ -315,7 +350,10 @@ func checkLabels(labels []string, maxN, maxBytes int) error {
 		return fmt.Errorf("%d labels, more than the limit of %d", len(labels), maxN)
 	}
 	seen := make(map[string]bool, len(labels))
-	for _, l := range labels {
+	for i, l := range labels {
+		if strings.TrimSpace(l) == "" {
+			return fmt.Errorf("label %d is empty", i+1)
+		}
 		if err := checkText(l, maxBytes); err != nil {
 			return err
 		}

@@ -35,7 +35,8 @@ type Config struct {
 	// Dataset picks the preset's hyperparameters (tta.Lookup): "cifar10-c"
 	// (default), "cifar100-c" or "imagenet-c".
 	Dataset string
-	// Method is the adaptation method of streams (default "subtta-m").
+	// Method is the adaptation method of streams (default "subtta-m"): one
+	// of Methods; a multi-view method is refused (ErrMultiView).
 	Method string
 	// BatchSize overrides the preset's batch size when positive.
 	BatchSize int
@@ -44,7 +45,9 @@ type Config struct {
 	// (the default), kernel.BF16 or kernel.Int8. Streams adapt in float32,
 	// and the zero-shot heads, which streams share, are built in float32.
 	FrozenPrecision kernel.Precision
-	// Labels are the classes when a request names none.
+	// Labels are the classes when a request names none: at least as many
+	// as the method needs (tta.Preset.MinClasses), else New refuses them,
+	// since every stream request without labels would be refused.
 	Labels []string
 	// Templates are the prompt templates when a request gives none
 	// (default: the preset's).
@@ -82,7 +85,9 @@ type Config struct {
 	// Timeout limits the time a request may take (default 60s) to read,
 	// decode, and wait for its stream's batch. A request whose batch is
 	// being stepped gets that step's answer, however long it takes: the
-	// stream has adapted on its image.
+	// stream has adapted on its image. A Timeout not beyond MaxWait times
+	// out every request whose batch does not fill (subtta serve refuses
+	// such flags; tests use it to reach the 504).
 	Timeout time.Duration
 	// Logger receives errors and evictions (default: slog.Default()).
 	Logger *slog.Logger
@@ -335,6 +340,12 @@ func New(cfg Config) (*Server, error) {
 	if err := checkLabels(cfg.Labels, len(cfg.Labels), cfg.MaxLabelBytes); err != nil {
 		return nil, fmt.Errorf("serve: Config.Labels: %w", err)
 	}
+	// Labels are a stream's when its first request gives none: too few for
+	// the method would refuse every such request (400), blaming the client
+	// for the server's setting.
+	if n, why := minLabels(p); len(cfg.Labels) < n {
+		return nil, fmt.Errorf("serve: Config.Labels: %d labels, and %s needs at least %d%s: every stream request without labels of its own would be refused", len(cfg.Labels), p.Method, n, why)
+	}
 	if err := checkTemplates(cfg.Templates, cfg.MaxTemplates, cfg.MaxLabelBytes); err != nil {
 		return nil, fmt.Errorf("serve: Config.Templates: %w", err)
 	}
@@ -409,6 +420,25 @@ func New(cfg Config) (*Server, error) {
 // the server adapts on the requests' images alone.
 var ErrMultiView = errors.New("serve: multi-view methods are not served")
 
+// Methods lists the adaptation methods a Server serves (Config.Method), in
+// the registry's order (tta.Methods): every registered method but those
+// that see several views of each image (ErrMultiView), which a request, one
+// image, does not carry. It is read from the registry, so that help texts
+// list what New accepts. A method listed may still have no setting for a
+// dataset (tta.Lookup says so).
+func Methods() []string {
+	var out []string
+	for _, m := range tta.Methods() {
+		for _, d := range tta.PresetDatasets {
+			if p, err := tta.Lookup(d, m); err == nil && p.Views == 0 {
+				out = append(out, m)
+				break
+			}
+		}
+	}
+	return out
+}
+
 // minLabels is the fewest labels the preset's method adapts with, and why
 // (to tell a client): tta.Preset.MinClasses.
 func minLabels(p tta.Preset) (int, string) {
@@ -417,6 +447,14 @@ func minLabels(p tta.Preset) (int, string) {
 		why = " (" + why + ")"
 	}
 	return n, why
+}
+
+// Streams is the number of streams the server holds in memory now: without
+// a state store, the streams whose adaptation is lost when it stops.
+func (s *Server) Streams() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.streams)
 }
 
 // BatchSize is the number of requests a stream's step takes at most.
@@ -432,7 +470,9 @@ func (s *Server) Handler() http.Handler {
 	route("/v1/embed", "embed", true, map[string]handlerFunc{http.MethodPost: s.handleEmbed})
 	route("/v1/streams/{id}", "streams", false, map[string]handlerFunc{
 		http.MethodGet: s.handleStreamGet, http.MethodDelete: s.handleStreamDelete})
-	route("/healthz", "healthz", false, map[string]handlerFunc{http.MethodGet: s.handleHealth})
+	// HEAD too: a balancer's or an orchestrator's check may send it (net/http
+	// writes HEAD's headers and status, without the body).
+	route("/healthz", "healthz", false, map[string]handlerFunc{http.MethodGet: s.handleHealth, http.MethodHead: s.handleHealth})
 	metrics := s.m.handler()
 	route("/metrics", "metrics", false, map[string]handlerFunc{http.MethodGet: func(w http.ResponseWriter, r *http.Request) error {
 		metrics.ServeHTTP(w, r)

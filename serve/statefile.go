@@ -181,6 +181,13 @@ func (e *badStateError) Unwrap() error { return e.err }
 // bad marks err as saying why bytes are not a saved stream.
 func bad(err error) error { return &badStateError{err: err} }
 
+// wrongStream is why the state in the place of stream want is not its own:
+// it is the saved state of stream got (a file copied or renamed by hand, a
+// key renamed). Adapting it as want's would mix two streams.
+func wrongStream(got, want string) error {
+	return fmt.Errorf("it is the state of stream %q, not of %q: copied or renamed from the other stream's", got, want)
+}
+
 // errTruncated says that a saved stream's bytes end within its head.
 var errTruncated = errors.New("the head ends beyond the bytes")
 
@@ -233,7 +240,7 @@ func readStateBytes(r io.Reader, id string, body bool) (*savedStream, error) {
 		return nil, bad(fmt.Errorf("head: %w", err))
 	}
 	if sv.ID != id {
-		return nil, bad(fmt.Errorf("stream %q", sv.ID))
+		return nil, bad(wrongStream(sv.ID, id))
 	}
 	if body {
 		rest, err := io.ReadAll(r)
@@ -292,8 +299,11 @@ func decodeLegacy(b []byte, id string) (*savedStream, error) {
 	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&old); err != nil {
 		return nil, err
 	}
-	if old.Format != legacyFormat || old.ID != id {
-		return nil, fmt.Errorf("format %q, stream %q", old.Format, old.ID)
+	switch {
+	case old.Format != legacyFormat:
+		return nil, fmt.Errorf("format %q, not %q", old.Format, legacyFormat)
+	case old.ID != id:
+		return nil, wrongStream(old.ID, id)
 	}
 	return &savedStream{
 		streamHead: streamHead{ID: old.ID, ModelVersion: old.ModelVersion, Dataset: old.Dataset, Method: old.Method,

@@ -512,3 +512,27 @@ func FuzzDecodeState(f *testing.F) {
 		}
 	})
 }
+
+// A state in the place of another stream's (a file copied or renamed by
+// hand) is refused as not that stream's, the error naming both ids, in
+// either format, whole or its head alone.
+func TestStateOfAnotherStream(t *testing.T) {
+	sv := bigSaved("s1", stamp{Birth: 2, Generation: 3}, 4, 64)
+	const want = `it is the state of stream "s1", not of "s2"`
+	for _, tc := range []struct {
+		format string
+		b      []byte
+	}{
+		{"current", mustEncode(t, sv)},
+		{"earlier", legacyBytes(t, sv)},
+	} {
+		t.Run(tc.format, func(t *testing.T) {
+			if _, err := decodeState(tc.b, "s2", "s2.stream"); !errors.Is(err, errBadState) || !strings.Contains(err.Error(), want) {
+				t.Errorf("decodeState: %v; want errBadState saying %q", err, want)
+			}
+			if _, err := readHead(bytes.NewReader(tc.b), "s2", "s2.stream"); !errors.Is(err, errBadState) || !strings.Contains(err.Error(), want) {
+				t.Errorf("readHead: %v; want errBadState saying %q", err, want)
+			}
+		})
+	}
+}

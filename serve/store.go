@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // A stateStore keeps the saved states of streams, shared by every server
@@ -34,11 +37,13 @@ type stateStore interface {
 	// a tombstone), and returns errStale otherwise, storing nothing.
 	Save(ctx context.Context, sv *savedStream, prev *stamp) error
 	// Delete replaces the stream's state by a tombstone carrying its
-	// stamp, and removes a damaged state set aside, if allow says so of
-	// its head, checked and replaced at once: allow is given nil for a
-	// state proven damaged, whose owner cannot be read. An error reading
-	// the state (not proven damaged) deletes nothing. deleted says
-	// whether there was something, and it went.
+	// stamp, if allow says so of its head, checked and replaced at once:
+	// allow is given nil for a state proven damaged, whose owner cannot be
+	// read. A damaged state is kept set aside, for the operator (one whose
+	// head is damaged, not set aside yet, is set aside first: Delete reads
+	// the head alone). An error reading the state (not proven damaged)
+	// deletes nothing. deleted says whether there was something, and it
+	// went.
 	Delete(ctx context.Context, id string, allow func(*streamHead) bool) (deleted bool, err error)
 	// Where names the state of stream id in messages: a file, or a key.
 	Where(id string) string
@@ -103,15 +108,59 @@ func openStore(ctx context.Context, c *Config) (stateStore, error) {
 	} else if c.StateDir != "" && c.StateDir != c.StateStore {
 		return nil, fmt.Errorf("serve: Config.StateDir %q and Config.StateStore %q: give one", c.StateDir, c.StateStore)
 	}
+	if err := CheckStateStore(where); err != nil {
+		return nil, fmt.Errorf("serve: state store %w", err)
+	}
 	switch {
 	case where == "":
 		return nil, nil
-	case strings.HasPrefix(where, "redis://") || strings.HasPrefix(where, "rediss://"):
+	case isRedisURL(where):
 		return openRedisStore(ctx, where, c.Logger)
-	case strings.Contains(where, "://"):
-		return nil, fmt.Errorf("serve: state store %s: want a folder, or redis://host:port/db", quote(where, maxEcho))
 	}
 	return openDirStore(where)
+}
+
+// isRedisURL says whether a state store names a Redis database.
+func isRedisURL(where string) bool {
+	return strings.HasPrefix(where, "redis://") || strings.HasPrefix(where, "rediss://")
+}
+
+// CheckStateStore checks, without opening it or connecting to it, that
+// where names a state store (Config.StateStore): a folder, or a Redis URL
+// that parses; "" (none) passes. A command checks its flag with it before
+// loading a model, so that a value that can never work is refused as the
+// value it is, not found late as a failure to open. The error starts with
+// the value quoted, and never shows a password it may hold.
+func CheckStateStore(where string) error {
+	switch {
+	case isRedisURL(where):
+		if _, err := redis.ParseURL(where); err != nil {
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				err = ue.Err // url.Error quotes the whole URL, password and all
+			}
+			return fmt.Errorf("%s: %v", shownStore(where), err)
+		}
+	case strings.Contains(where, "://"):
+		return fmt.Errorf("%s: want a folder, or redis://host:port/db (rediss:// for TLS)", shownStore(where))
+	}
+	return nil
+}
+
+// shownStore is a state store's name as a message may show it, quoted: a
+// folder as it is, a URL with its password replaced by "xxxxx", and a URL
+// that does not parse, which might hold a password anywhere, by its
+// scheme alone.
+func shownStore(where string) string {
+	scheme, _, isURL := strings.Cut(where, "://")
+	if !isURL {
+		return quote(where, maxEcho)
+	}
+	u, err := url.Parse(where)
+	if err != nil {
+		return quote(scheme+"://…", maxEcho)
+	}
+	return quote(u.Redacted(), maxEcho)
 }
 
 // sameStamp says whether a stored state cur (nil: none) is the one a

@@ -205,10 +205,15 @@ func (d *dirStore) Save(ctx context.Context, sv *savedStream, prev *stamp) error
 	})
 }
 
-// Delete writes the stream's tombstone over its file (and removes a
-// damaged file set aside) under its lock, so that no save of another
-// server lands between its check and its write. Its lock file stays
-// (filelock).
+// Delete writes the stream's tombstone over its file under its lock, so
+// that no save of another server lands between its check and its write.
+// Its lock file stays (filelock). A damaged state stays for the operator to
+// look at: one set aside (ID.stream.damaged) is kept, and a file whose head
+// is damaged, not yet set aside (found by GET, which sets nothing aside,
+// or by no one), is set aside before the tombstone is written; a damaged
+// body Delete does not see, reading the head alone. The tombstone, not the
+// copy's absence, is what lets the stream start afresh: a copy set aside
+// counts only where the stream has no file (asideErr).
 func (d *dirStore) Delete(ctx context.Context, id string, allow func(*streamHead) bool) (deleted bool, err error) {
 	err = d.locked(id, func() error {
 		h, err := d.Head(ctx, id)
@@ -232,13 +237,19 @@ func (d *dirStore) Delete(ctx context.Context, id string, allow func(*streamHead
 				return err
 			}
 			deleted = true
-			return os.Remove(d.asidePath(id))
+			return nil
 		case err != nil: // the state file is damaged
 			if !allow(nil) {
 				return nil
 			}
+			if err := os.Rename(d.path(id), d.asidePath(id)); err != nil {
+				return fmt.Errorf("serve: setting %s aside: %w", d.path(id), err)
+			}
+			if err := d.writeTombstone(id, nil); err != nil {
+				return err
+			}
 			deleted = true
-			return d.writeTombstone(id, nil)
+			return nil
 		case h == nil || h.Deleted:
 			return nil
 		case !allow(h):

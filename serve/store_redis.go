@@ -228,10 +228,12 @@ func (r *redisStore) Save(ctx context.Context, sv *savedStream, prev *stamp) err
 	return err
 }
 
-// Delete writes the stream's tombstone over its key (and removes a
-// damaged state set aside) in an optimistic transaction on the head read
-// and checked (tried again while other clients change the key in
-// between).
+// Delete writes the stream's tombstone over its key in an optimistic
+// transaction on the head read and checked (tried again while other
+// clients change the key in between). A damaged state stays for the
+// operator, as dirStore.Delete keeps it: one set aside (subtta:damaged:ID)
+// is kept, and one whose head is damaged, not yet set aside, is renamed
+// there in the same transaction, before the tombstone is written.
 func (r *redisStore) Delete(ctx context.Context, id string, allow func(*streamHead) bool) (deleted bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, redisTimeout)
 	defer cancel()
@@ -246,8 +248,9 @@ func (r *redisStore) Delete(ctx context.Context, id string, allow func(*streamHe
 			var be *badStateError
 			var write func(p redis.Pipeliner)
 			// tomb writes the tombstone of the state whose head is h (nil:
-			// unknown, damaged) and removes a state set aside.
-			tomb := func(h *streamHead) error {
+			// unknown, damaged), setting the state aside first if
+			// setAside.
+			tomb := func(h *streamHead, setAside bool) error {
 				var was stamp
 				owner := ""
 				if h != nil {
@@ -258,8 +261,10 @@ func (r *redisStore) Delete(ctx context.Context, id string, allow func(*streamHe
 					return err
 				}
 				write = func(p redis.Pipeliner) {
+					if setAside {
+						p.Rename(ctx, key, aside)
+					}
 					p.HSet(ctx, key, "stamp", tombstoneStamp, "head", b[:headEnd], "state", b)
-					p.Del(ctx, aside)
 				}
 				return nil
 			}
@@ -274,20 +279,20 @@ func (r *redisStore) Delete(ctx context.Context, id string, allow func(*streamHe
 				if !allow(h) {
 					return nil
 				}
-				if err := tomb(h); err != nil {
+				if err := tomb(h, false); err != nil {
 					return err
 				}
 			case err != nil: // the state is damaged
 				if !allow(nil) {
 					return nil
 				}
-				if err := tomb(nil); err != nil {
+				if err := tomb(nil, true); err != nil {
 					return err
 				}
 			case h == nil || h.Deleted || !allow(h):
 				return nil
 			default:
-				if err := tomb(h); err != nil {
+				if err := tomb(h, false); err != nil {
 					return err
 				}
 			}

@@ -1,9 +1,12 @@
 package serve
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -171,6 +174,68 @@ func TestStoreConfigErrors(t *testing.T) {
 		_, err := New(cfg)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("StateDir %q, StateStore %q: %v; want %q", tc.dir, tc.store, err, tc.want)
+		}
+	}
+}
+
+// DELETE of a damaged state keeps it for the operator: a state set aside
+// (by a Load) stays set aside, and one whose head is damaged, not yet set
+// aside, is set aside rather than written over (Delete reads the head
+// alone: a body's damage it does not see). The tombstone lets the stream
+// start afresh.
+func TestStoreDeleteKeepsDamaged(t *testing.T) {
+	for _, st := range stores {
+		for _, setAside := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/set aside by a load %v", st.name, setAside), func(t *testing.T) {
+				ctx := context.Background()
+				s := st.open(t)
+				g1 := stamp{Birth: 4, Generation: 1}
+				if err := s.Save(ctx, saved("cam", g1, 2), nil); err != nil {
+					t.Fatal(err)
+				}
+				damaged, headEnd, err := encodeState(saved("cam", g1, 2))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if setAside {
+					damaged[len(damaged)-10] ^= 0x01 // in the body: Load finds it
+				} else {
+					damaged[len(stateMagic)+12] ^= 0x55 // in the head: Delete finds it
+				}
+				switch s := s.(type) {
+				case *dirStore:
+					err = os.WriteFile(s.path("cam"), damaged, 0o644)
+				case *redisStore:
+					err = s.c.HSet(ctx, s.key("cam"), "state", damaged, "head", damaged[:headEnd]).Err()
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if setAside {
+					if _, err := s.Load(ctx, "cam"); !errors.Is(err, errBadState) {
+						t.Fatalf("Load: %v; want errBadState", err)
+					}
+				}
+				if deleted, err := s.Delete(ctx, "cam", func(*streamHead) bool { return true }); err != nil || !deleted {
+					t.Fatalf("Delete: %v, %v", deleted, err)
+				}
+				var aside []byte
+				switch s := s.(type) {
+				case *dirStore:
+					aside, err = os.ReadFile(s.asidePath("cam"))
+				case *redisStore:
+					aside, err = s.c.HGet(ctx, s.asideKey("cam"), "state").Bytes()
+				}
+				if err != nil || !bytes.Equal(aside, damaged) {
+					t.Fatalf("the copy set aside after Delete: %d bytes, %v; want the damaged state's %d", len(aside), err, len(damaged))
+				}
+				if sv, err := s.Load(ctx, "cam"); err != nil || sv == nil || !sv.Deleted {
+					t.Fatalf("Load after Delete: %+v, %v; want the tombstone", sv, err)
+				}
+				if err := s.Save(ctx, saved("cam", stamp{Birth: 5, Generation: 1}, 1), nil); err != nil {
+					t.Fatalf("a new stream's first save after Delete: %v", err)
+				}
+			})
 		}
 	}
 }

@@ -33,7 +33,8 @@ import (
 
 // serveMain runs the server with the command line args until ctx ends,
 // then drains it: the batches waiting are stepped, the requests in flight
-// answered, every stream saved. ready, when not nil, is called with the
+// answered, every stream saved (without a state store, every stream's
+// adaptation is dropped, and the log says so). ready, when not nil, is called with the
 // address listened on.
 func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer, ready func(addr string)) error {
 	o := &serveOptions{stdout: stdout, stderr: stderr}
@@ -127,10 +128,10 @@ func (o *serveOptions) command() *cobra.Command {
 	configFlags(f, o.stdout)
 	f.StringVar(&o.addr, "addr", "127.0.0.1:8080", "address to listen on")
 	addModelFlags(f, &o.model, "", true)
-	f.StringVar(&o.labels, "labels", "", `comma-separated labels when a request gives none, at least 2 (default: those the model records, as train's models do; else with the built-in model or --dataset cifar10, CIFAR-10's classes)`)
+	f.StringVar(&o.labels, "labels", "", `comma-separated labels when a request gives none: none empty, at least 2, and as many as --method needs (3 for subtta-s, -t, -b, -m) (default: those the model records, as train's models do; else with the built-in model or --dataset cifar10, CIFAR-10's classes)`)
 	f.Var(&o.templates, "template", `prompt template when a request gives none, "{}" for the label (repeatable; default: those the model records, else the method's preset, "a photo of a {}.")`)
 	f.StringVar(&o.dataset, "dataset", "cifar10", "whose preset hyperparameters streams adapt with: cifar10, cifar100 or imagenet (or "+strings.Join(tta.PresetDatasets, ", ")+")")
-	f.StringVar(&o.method, "method", "subtta-m", "adaptation method of streams: "+strings.Join(tta.Methods(), ", "))
+	f.StringVar(&o.method, "method", "subtta-m", "adaptation method of streams: "+strings.Join(serve.Methods(), ", ")+" (eval's multi-view methods are not served: a request carries one image, not their views)")
 	f.IntVar(&o.batch, "batch-size", 0, "images per adaptation step (0: the preset's, 200 on CIFAR)")
 	f.DurationVar(&o.maxWait, "max-wait", serve.DefaultMaxWait, "how long a stream's oldest request waits for its batch to fill")
 	f.IntVar(&o.maxStreams, "max-streams", serve.DefaultMaxStreams, "streams kept in memory; beyond, the least recently used is evicted to --state-dir")
@@ -147,7 +148,7 @@ func (o *serveOptions) command() *cobra.Command {
 	f.IntVar(&o.maxLabels, "max-labels", serve.DefaultMaxLabels, "most labels (or texts) in one request")
 	f.IntVar(&o.maxConc, "max-concurrent", serve.DefaultMaxConcurrent, "requests served at once; beyond, 429 with Retry-After (a stream's batch fills only with its requests waiting at once)")
 	f.DurationVar(&o.timeout, "timeout", serve.DefaultTimeout, "longest time a request may wait for its batch (504 beyond); a request whose batch is being stepped gets its answer")
-	o.precision = addPrecisionFlag(f) // of frozen requests; streams adapt in fp32
+	o.precision = addCPUPrecisionFlag(f, "arithmetic of the linear layers in frozen requests' passes, classify's and embed's (streams adapt, and heads are built, in fp32; serve runs on the CPU)")
 	f.StringVar(&o.authKeys, "auth-keys", "", "file of the API keys that may use the server, one a line: KEY [NAME], or sha256:HEX [NAME] (the key's SHA-256 digest); requests then need Authorization: Bearer KEY, and a stream answers only the key that created it; reloaded on SIGHUP")
 	f.StringVar(&o.metricsKey, "metrics-key", "", "file of the keys (as --auth-keys) that may read /metrics, and the only ones (default: a key of --auth-keys, or none without it); reloaded on SIGHUP")
 	f.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate (chain) to serve HTTPS with (TLS 1.2 or later), with --tls-key; both reloaded on SIGHUP")
@@ -161,7 +162,7 @@ func (o *serveOptions) command() *cobra.Command {
 	f.IntVar(&o.guard.Patience, "guard-patience", serve.DefaultGuardPatience, "collapse guard: bad batches in a row that reset a stream to the source weights")
 	f.Float64Var(&o.guard.MaxClassShare, "guard-max-class-share", 0, "collapse guard: reset a stream when one label takes more than this share (0 to 1) of its last --guard-window predictions (0: not checked)")
 	f.IntVar(&o.guard.Window, "guard-window", 0, "collapse guard: predictions --guard-max-class-share is taken over (0: five batches)")
-	c.RegisterFlagCompletionFunc("method", completeChoices(tta.Methods()...))
+	c.RegisterFlagCompletionFunc("method", completeChoices(serve.Methods()...))
 	c.RegisterFlagCompletionFunc("dataset", completeChoices(append([]string{"cifar10", "cifar100", "imagenet"}, tta.PresetDatasets...)...))
 	c.RegisterFlagCompletionFunc("degraded", completeChoices(serve.DegradedRefuse, serve.DegradedFrozen))
 	return c
@@ -193,8 +194,15 @@ func (o *serveOptions) run(ctx context.Context, args []string, ready func(addr s
 		ds = a
 	}
 	preset, err := tta.Lookup(ds, o.method)
-	if err != nil {
+	switch {
+	case errors.Is(err, tta.ErrUnknownMethod):
+		return usagef("--method %s: unknown method %q (want one of %s)", o.method, o.method, strings.Join(serve.Methods(), ", "))
+	case err != nil:
 		return usagef("--dataset %s --method %s: %v", o.dataset, o.method, err)
+	case preset.Views > 0:
+		// serve.New refuses it too (ErrMultiView), after the model is
+		// loaded and as a failure rather than a usage error.
+		return usagef("--method %s sees %d views of each image, which a request (one image) does not carry: serve one of %s", o.method, preset.Views, strings.Join(serve.Methods(), ", "))
 	}
 	for _, l := range []struct {
 		flag     string
@@ -227,6 +235,22 @@ func (o *serveOptions) run(ctx context.Context, args []string, ready func(addr s
 	}
 	if o.stateDir != "" && o.stateStore != "" {
 		return usagef("--state-dir %s and --state-store (or --state-store-file): give one", o.stateDir)
+	}
+	// A store that names none serve can open is the value's fault: checked
+	// here, before the model is loaded, naming where the value came from
+	// (never the value itself in full: a Redis URL may hold a password).
+	storeFrom := "--state-store"
+	switch {
+	case o.stateStoreFile != "":
+		storeFrom = "--state-store-file " + o.stateStoreFile + ": its first line"
+	case !o.flags.Changed("state-store"):
+		storeFrom = "$" + stateStoreEnv
+	}
+	if err := serve.CheckStateStore(o.stateDir); err != nil {
+		return usagef("--state-dir %v", err)
+	}
+	if err := serve.CheckStateStore(o.stateStore); err != nil {
+		return usagef("%s %v", storeFrom, err)
 	}
 	if o.degraded != serve.DegradedRefuse && o.degraded != serve.DegradedFrozen {
 		return usagef("--degraded %s: want %s or %s", o.degraded, serve.DegradedRefuse, serve.DegradedFrozen)
@@ -261,6 +285,12 @@ func (o *serveOptions) run(ctx context.Context, args []string, ready func(addr s
 		return usagef("--max-concurrent %d is less than %s, %d: a stream's batch could never fill; give --max-concurrent %d or more, or a smaller --batch-size",
 			o.maxConc, batchFrom, batchSize, batchSize)
 	}
+	// A batch that does not fill goes after --max-wait: a request that
+	// must be answered sooner never is (504), whatever its client does.
+	if batchSize > 1 && o.timeout <= o.maxWait {
+		return usagef("--timeout %v is not longer than --max-wait %v: a stream request whose batch does not fill (fewer than %s, %d, requests of its stream waiting at once, as from a client sending one at a time) would always time out (504) before its batch is stepped; give a --timeout longer than --max-wait, or a shorter --max-wait",
+			o.timeout, o.maxWait, batchFrom, batchSize)
+	}
 	classes := splitList(o.labels)
 	if o.flags.Changed("labels") {
 		// Given, the labels are checked here, naming the flag, not by
@@ -270,6 +300,13 @@ func (o *serveOptions) run(ctx context.Context, args []string, ready func(addr s
 			return usagef("--labels %q: no label (leave the flag out for the default: the model's own classes, or CIFAR-10's)", o.labels)
 		case 1:
 			return usagef("--labels %q: 1 label; a classifier needs at least 2", o.labels)
+		}
+		// An empty entry is refused, as eval refuses one in --methods,
+		// rather than dropped: "a,,b" is not the two labels meant.
+		for i, l := range strings.Split(o.labels, ",") {
+			if strings.TrimSpace(l) == "" {
+				return usagef("--labels %q: entry %d is empty", o.labels, i+1)
+			}
 		}
 		for i, l := range classes {
 			if slices.Contains(classes[:i], l) {
@@ -301,6 +338,20 @@ func (o *serveOptions) run(ctx context.Context, args []string, ready func(addr s
 		return usagef("give --labels (CIFAR-10's classes are the default only with the built-in model or --dataset cifar10; a model of train has its own)")
 	}
 	classes, o.templates = chosen.Classes, chosen.Templates
+	// Too few labels for the method would refuse every stream request
+	// without labels of its own (400, blaming the client): refused here,
+	// naming the flags, as serve.New would refuse its Config.
+	if n, why := preset.MinClasses(); len(classes) < n {
+		if why != "" {
+			why = " (" + why + ")"
+		}
+		if o.flags.Changed("labels") {
+			return usagef("--labels %q: %d labels, and --method %s needs at least %d%s: every stream request without labels of its own would be refused; give %d or more labels, or another --method",
+				o.labels, len(classes), o.method, n, why, n)
+		}
+		return usagef("the model's own labels are %d (%s), and --method %s needs at least %d%s: every stream request without labels of its own would be refused; give --labels with %d or more, or another --method",
+			len(classes), strings.Join(classes, ","), o.method, n, why, n)
+	}
 	version, err := modelIdentity(o.model.model) // as eval names it
 	if err != nil {
 		return err
@@ -353,6 +404,10 @@ func (o *serveOptions) run(ctx context.Context, args []string, ready func(addr s
 	}
 	fmt.Fprintf(o.stderr, "subtta serve: %s, %s with batches of %d (max wait %v), %d labels; %s; listening on %s://%s\n",
 		version, o.method, s.BatchSize(), o.maxWait, len(classes), access, scheme, ln.Addr())
+	inMemory := o.stateDir == "" && o.stateStore == ""
+	if inMemory {
+		fmt.Fprintf(o.stderr, "subtta serve: no --state-dir or --state-store: streams live in memory only, their adaptation lost when the server stops; beyond --max-streams (%d) new streams get 503\n", o.maxStreams)
+	}
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
@@ -369,7 +424,12 @@ func (o *serveOptions) run(ctx context.Context, args []string, ready func(addr s
 		return err
 	case <-ctx.Done():
 	}
-	fmt.Fprintln(o.stderr, "subtta serve: draining: stepping the waiting batches and saving every stream")
+	if inMemory {
+		n := s.Streams()
+		fmt.Fprintf(o.stderr, "subtta serve: draining: stepping the waiting batches; the adaptation of every stream is dropped at exit (%s in memory; no --state-dir or --state-store to save them in)\n", nStreams(n))
+	} else {
+		fmt.Fprintln(o.stderr, "subtta serve: draining: stepping the waiting batches and saving every stream")
+	}
 	wait := o.shutdownTimeout
 	if wait == 0 {
 		wait = o.timeout + o.maxWait + 10*time.Second
@@ -386,6 +446,14 @@ func (o *serveOptions) run(ctx context.Context, args []string, ready func(addr s
 	}
 	fmt.Fprintln(o.stderr, "subtta serve: stopped")
 	return nil
+}
+
+// nStreams is "1 stream", "2 streams", "0 streams".
+func nStreams(n int) string {
+	if n == 1 {
+		return "1 stream"
+	}
+	return fmt.Sprintf("%d streams", n)
 }
 
 // reloadOnHangup calls reload on every signal from hup until ctx ends;

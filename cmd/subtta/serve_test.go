@@ -4,14 +4,22 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/subtta/subtta/builtin"
+	"github.com/subtta/subtta/serve"
+	"github.com/subtta/subtta/tta"
 )
 
 // syncBuffer is a bytes.Buffer safe for the server's goroutines.
@@ -138,6 +146,9 @@ func TestServeBadFlags(t *testing.T) {
 		stderr string
 	}{
 		{[]string{"serve", "--method", "nope"}, `unknown method "nope"`},
+		{[]string{"serve", "--method", "dmn"}, "--method dmn sees 32 views of each image"},
+		{[]string{"serve", "--state-store", "foo://x"}, `--state-store "foo://x": want a folder`},
+		{[]string{"serve", "--precision", "fp16"}, "--precision fp16 is an arithmetic of the GPU"},
 		{[]string{"serve", "extra"}, `unexpected argument "extra"`},
 		{[]string{"serve", "--batch-size", "-1"}, "--batch-size -1: want 0 or more"},
 		{[]string{"serve", "--max-streams", "0"}, "--max-streams 0: want 1 or more"},
@@ -222,5 +233,135 @@ func TestServeExposedAddress(t *testing.T) {
 	_, stop, _ = startServe(t, "--addr", "0.0.0.0:0", "--auth-keys", keys)
 	if err := stop(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// serveStart runs serve with args on a free loopback port, stopping it at
+// once if it starts, and returns whether it started and its error.
+func serveStart(t *testing.T, args ...string) (started bool, err error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	err = serveMain(ctx, append([]string{"--addr", "127.0.0.1:0"}, args...), io.Discard, io.Discard, func(string) {
+		started = true
+		cancel()
+	})
+	return started, err
+}
+
+// Settings under which serve could not do what it is asked are refused at
+// start as usage errors (exit status 2), naming the flags, and never with
+// a password a store's URL holds: default labels too few for the method or
+// with an empty entry, a --timeout that a lone stream request always
+// exceeds, a method or a store that serve cannot serve, a precision of the
+// GPU (serve has no --device). Their neighbours that work start.
+func TestServeRefusesAtStart(t *testing.T) {
+	storeFile := filepath.Join(t.TempDir(), "store")
+	if err := os.WriteFile(storeFile, []byte("gopher://u:secret@x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args      []string
+		env       string // $SUBTTA_STATE_STORE
+		want, not string
+	}{
+		{args: []string{"--labels", "cat,dog"}, want: `--labels "cat,dog": 2 labels, and --method subtta-m needs at least 3 (its text subspace`},
+		{args: []string{"--labels", "a,,b"}, want: `--labels "a,,b": entry 2 is empty`},
+		{args: []string{"--labels", "a,b,c,"}, want: `--labels "a,b,c,": entry 4 is empty`},
+		{args: []string{"--batch-size", "4", "--max-wait", "5s", "--timeout", "1s"}, want: "--timeout 1s is not longer than --max-wait 5s: a stream request whose batch does not fill (fewer than --batch-size, 4"},
+		{args: []string{"--max-wait", "2m"}, want: "--timeout 1m0s is not longer than --max-wait 2m0s"},
+		{args: []string{"--method", "dmn"}, want: "--method dmn sees 32 views of each image, which a request (one image) does not carry: serve one of source, tent,"},
+		{args: []string{"--method", "nope"}, want: `--method nope: unknown method "nope" (want one of source, tent,`, not: "dmn"},
+		{args: []string{"--state-store", "foo://x"}, want: `--state-store "foo://x": want a folder, or redis://host:port/db`},
+		{args: []string{"--state-store", "redis://u:secret%zz@127.0.0.1/0"}, want: `--state-store "redis://…": invalid URL escape`, not: "secret"},
+		{args: []string{"--state-store-file", storeFile}, want: "--state-store-file " + storeFile + `: its first line "gopher://u:xxxxx@x": want a folder`, not: "secret"},
+		{env: "ftp://u:secret@x", want: `$SUBTTA_STATE_STORE "ftp://u:xxxxx@x": want a folder`, not: "secret"},
+		{args: []string{"--precision", "fp16"}, want: "--precision fp16 is an arithmetic of the GPU, and this command runs on the CPU only: want fp32, bf16 or int8", not: "--device"},
+		{args: []string{"--precision", "tf32"}, want: "--precision tf32 is an arithmetic of the GPU", not: "--device"},
+		{args: []string{"--precision", "fp64"}, want: `--precision "fp64": want fp32, bf16 or int8`, not: "--device"},
+		// These work.
+		{args: []string{"--labels", "cat,dog", "--method", "tent"}},
+		{args: []string{"--batch-size", "1", "--max-wait", "5s", "--timeout", "1s"}},
+		{args: []string{"--batch-size", "4", "--max-wait", "1s", "--timeout", "2s"}},
+	} {
+		t.Run(strings.Join(tc.args, " ")+tc.env, func(t *testing.T) {
+			t.Setenv(stateStoreEnv, tc.env)
+			started, err := serveStart(t, tc.args...)
+			if tc.want == "" {
+				if !started {
+					t.Fatalf("not started: %v", err)
+				}
+				return
+			}
+			var ue usageError
+			if started || !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) || tc.not != "" && strings.Contains(err.Error(), tc.not) {
+				t.Errorf("started %v, %v; want a usage error saying %q, without %q", started, err, tc.want, tc.not)
+			}
+		})
+	}
+}
+
+// serve --help lists the methods it serves, from the registry, and says
+// what its --precision takes on the CPU, naming no --device; eval keeps
+// the help of --precision with --device.
+func TestServeHelp(t *testing.T) {
+	var out, errb bytes.Buffer
+	if st := run([]string{"serve", "--help"}, &out, &errb); st != 0 {
+		t.Fatalf("serve --help: %d %s", st, errb.String())
+	}
+	help := strings.Join(strings.Fields(out.String()), " ")
+	if !strings.Contains(help, "adaptation method of streams: "+strings.Join(serve.Methods(), ", ")+" (") {
+		t.Errorf("serve --help does not list %v:\n%s", serve.Methods(), out.String())
+	}
+	for _, m := range tta.Methods() {
+		named := regexp.MustCompile(`(^|[^a-z0-9-])` + m + `([^a-z0-9-]|$)`).MatchString(help)
+		if !slices.Contains(serve.Methods(), m) && named {
+			t.Errorf("serve --help names %s, which serve refuses", m)
+		}
+	}
+	if !strings.Contains(help, "frozen requests' passes") || !strings.Contains(help, "fp32, bf16 (AVX512_BF16") ||
+		strings.Contains(help, "--device") || strings.Contains(help, "fp16") || strings.Contains(help, "tf32") {
+		t.Errorf("serve --help's --precision:\n%s", out.String())
+	}
+	out.Reset()
+	if st := run([]string{"eval", "--help"}, &out, &errb); st != 0 || !strings.Contains(strings.Join(strings.Fields(out.String()), " "), precisionHelp) {
+		t.Errorf("eval --help: %d, without %q", st, precisionHelp)
+	}
+}
+
+// Without a state store, serve says at start that streams live in memory
+// only, and at the drain how many streams' adaptation it drops, rather
+// than that it saves them.
+func TestServeInMemorySaysSo(t *testing.T) {
+	addr, stop, log := startServe(t, "--batch-size", "1")
+	jpegs, err := builtin.JPEGs(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"cam1", "cam2"} {
+		resp, err := http.Post("http://"+addr+"/v1/classify?stream="+id, "image/jpeg", bytes.NewReader(jpegs[0]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("stream %s: %d", id, resp.StatusCode)
+		}
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	text := log.String()
+	for _, want := range []string{
+		"no --state-dir or --state-store: streams live in memory only, their adaptation lost when the server stops",
+		"draining: stepping the waiting batches; the adaptation of every stream is dropped at exit (2 streams in memory;",
+		"stopped",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("serve log lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "saving") {
+		t.Errorf("serve log says it saves, without a store:\n%s", text)
 	}
 }

@@ -431,10 +431,29 @@ func tlsError(err error) bool {
 	return strings.Contains(err.Error(), "server gave HTTP response to HTTPS client")
 }
 
+// statusCounts is " (by status: 62 × 200, 2 × 503, 1 × no answer)" for
+// Report.ByStatus (the statuses in order, no answer last), or "" where
+// there is none.
+func statusCounts(by map[int]int) string {
+	var parts []string
+	for _, status := range slices.Sorted(maps.Keys(by)) {
+		if status != 0 {
+			parts = append(parts, fmt.Sprintf("%d × %d", by[status], status))
+		}
+	}
+	if n := by[0]; n > 0 {
+		parts = append(parts, fmt.Sprintf("%d × no answer", n))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (by status: " + strings.Join(parts, ", ") + ")"
+}
+
 // Write prints the report in a few lines.
 func (r *Report) Write(w io.Writer) {
-	fmt.Fprintf(w, "%d requests sent (%d not sent before the time limit) in %.1f s: %d OK, %d errors %v\n",
-		r.Sent, r.Unsent, r.Seconds, r.OK, r.Errors, r.ByStatus)
+	fmt.Fprintf(w, "%d requests sent (%d not sent before the time limit) in %.1f s: %d OK, %d errors%s\n",
+		r.Sent, r.Unsent, r.Seconds, r.OK, r.Errors, statusCounts(r.ByStatus))
 	for _, status := range slices.Sorted(maps.Keys(r.FirstErrors)) {
 		kind := fmt.Sprintf("status %d", status)
 		if status == 0 {

@@ -124,3 +124,32 @@ func TestErrorMessage(t *testing.T) {
 		}
 	}
 }
+
+// TestReportStatuses: the report's first line counts the requests by
+// status readably, in order of status, those without an answer last.
+func TestReportStatuses(t *testing.T) {
+	for _, tc := range []struct {
+		by   map[int]int
+		want string
+	}{
+		{map[int]int{200: 64}, ": 64 OK, 0 errors (by status: 64 × 200)\n"},
+		{map[int]int{0: 1, 503: 2, 200: 61}, ": 61 OK, 3 errors (by status: 61 × 200, 2 × 503, 1 × no answer)\n"},
+		{map[int]int{}, ": 0 OK, 0 errors\n"},
+	} {
+		rep := Report{ByStatus: tc.by}
+		for status, n := range tc.by {
+			rep.Sent += n
+			if status == http.StatusOK {
+				rep.OK += n
+			} else {
+				rep.Errors += n
+			}
+		}
+		var out strings.Builder
+		rep.Write(&out)
+		first, _, _ := strings.Cut(out.String(), "\n")
+		if !strings.HasSuffix(first+"\n", tc.want) || strings.Contains(first, "map[") {
+			t.Errorf("%v: %q; want it to end %q", tc.by, first, tc.want)
+		}
+	}
+}
