@@ -310,6 +310,17 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
+// Check refuses a configuration Run would refuse before opening any
+// input: an unknown dataset, method, corruption or protocol, a severity
+// out of range or given twice, a method option out of its range, a
+// negative limit, and the like; the error names the value. It reads no
+// file: the inputs (model, data, ...) are checked by Run. A command line
+// calls it to tell a bad flag value (a usage error) from a run that fails.
+func (c Config) Check() error {
+	_, err := c.withDefaults()
+	return err
+}
+
 // preset is the one place a method's preset is resolved for this
 // configuration: tta.Lookup, its episodic form under the episodic
 // protocol, then BatchSize, Views, Templates and MethodOptions when set.

@@ -44,7 +44,16 @@
 // Out/state ends in a CRC-32C of its bytes: one that is damaged or cut short (or a
 // checkpoint written before checksums) is removed with a warning on
 // Options.Log, and what it held is computed again. A domain computed again
-// replaces its record in results.jsonl, which holds each domain once.
+// replaces its record in results.jsonl, which holds each domain once. A
+// record that eval cannot have written for the run (a field left out, a
+// domain other than its corruption at its severity, counts that its
+// stream cannot give) is refused, naming its line, as a damaged one is:
+// it would be resumed, and shown, as a result it is not.
+//
+// A method whose outputs (features, logits) become NaN or infinite, an
+// adaptation that diverged, stops the run at that batch, before its
+// predictions are counted: the error names the stream, the batch and the
+// options the run gave the method, and says what the folder keeps.
 //
 // # Shards
 //

@@ -481,6 +481,42 @@ func TestCancelKeepsFinishedDomains(t *testing.T) {
 	}
 }
 
+// TestInterruptedSaysWhatIsKept: an interrupted run says what the folder
+// keeps: the records of the finished domains, and the checkpoint of the
+// domain or stream in progress where there is one; a continual stream's
+// records are written at its end, so none is kept but its checkpoint
+// (the message said "finished domains are kept in OUT/results.jsonl",
+// which did not exist).
+func TestInterruptedSaysWhatIsKept(t *testing.T) {
+	for _, tc := range []struct {
+		protocol string
+		cancelAt int // images done
+		every    time.Duration
+		says     string // after "interrupted during source; ", OUT for the folder
+	}{
+		{"reset", 16, 0, "1 finished domain of source is kept in OUT/results.jsonl, and contrast/5, in progress, is checkpointed in OUT/state/source.partial.2."},
+		{"reset", 4, 0, "no domain of source had finished, so none is stored, and gaussian_noise/5, in progress, is checkpointed in OUT/state/source.partial.1."},
+		{"reset", 16, -1, "1 finished domain of source is kept in OUT/results.jsonl, and contrast/5, in progress, has no checkpoint: it is computed again from its start"},
+		{"continual", 16, 0, "source's continual stream stores its domains' records only once it ends: none is stored yet, and the stream, in progress, is checkpointed in OUT/state/source.continual."},
+	} {
+		t.Run(fmt.Sprintf("%s/%d/every=%v", tc.protocol, tc.cancelAt, tc.every), func(t *testing.T) {
+			cfg := testConfig(t, t.TempDir())
+			cfg.Methods, cfg.Corruptions, cfg.Protocol = []string{"source"}, []string{"gaussian_noise", "contrast"}, tc.protocol
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			_, err := Run(ctx, cfg, Options{DiagnosticWorkers: -1, CheckpointEvery: tc.every, Progress: func(p Progress) {
+				if p.Done == tc.cancelAt {
+					cancel()
+				}
+			}})
+			want := "eval: interrupted during source; " + strings.ReplaceAll(tc.says, "OUT/", cfg.Out+string(filepath.Separator))
+			if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), want) || !strings.HasSuffix(err.Error(), "; run again to resume") {
+				t.Fatalf("err = %v\nwant %q", err, want)
+			}
+		})
+	}
+}
+
 func TestRunBadInput(t *testing.T) {
 	base := testConfig(t, t.TempDir())
 	tests := []struct {

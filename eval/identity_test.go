@@ -403,3 +403,23 @@ func TestRecordCountsChecked(t *testing.T) {
 		t.Errorf("the record as written: resumed %d; want 1", sum.Resumed)
 	}
 }
+
+// TestIdentityDiffSaysNone: an input one run gave and the other did not
+// (labels, a subset list: "" in the identity) reads "none", not an empty
+// value ("labels was , now 7 files").
+func TestIdentityDiffSaysNone(t *testing.T) {
+	for _, tc := range []struct {
+		a, b identity
+		want string
+	}{
+		{identity{Limit: 8}, identity{Limit: 8, Labels: "7 files"}, "labels was none, now 7 files"},
+		{identity{Labels: "7 files"}, identity{}, "labels was 7 files, now none"},
+		{identity{SubsetList: "5000 lines"}, identity{Views: 4}, "subset_list was 5000 lines, now none; views was none, now 4"},
+		{identity{Limit: 8}, identity{Limit: 4}, "limit was 8, now 4"},
+		{identity{Labels: "7 files"}, identity{Labels: "7 files"}, ""},
+	} {
+		if got := identityDiff(tc.a, tc.b); got != tc.want {
+			t.Errorf("identityDiff(%+v, %+v) = %q, want %q", tc.a, tc.b, got, tc.want)
+		}
+	}
+}

@@ -77,7 +77,9 @@ type MergeOptions struct {
 	Log io.Writer
 }
 
-// readShardFolder reads a shard's run.json, records and batch log.
+// readShardFolder reads a shard's run.json, records and batch log,
+// refusing a record that eval cannot have written or that does not add
+// up (checkFields, checkCounts), as a run resuming the folder would.
 func readShardFolder(dir string) (*shardFolder, error) {
 	f := &shardFolder{dir: dir}
 	b, err := os.ReadFile(filepath.Join(dir, RunFile))
@@ -90,8 +92,15 @@ func readShardFolder(dir string) (*shardFolder, error) {
 	if f.run.Config.Shard == nil {
 		return nil, fmt.Errorf("%w: %s is a run of its own, not a shard (its %s names none)", ErrShardMismatch, dir, RunFile)
 	}
-	recs, err := readRecords(filepath.Join(dir, ResultsFile), evalDamageAdvice)
+	path := filepath.Join(dir, ResultsFile)
+	recs, lines, err := readRecords(path, evalDamageAdvice)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkFields(path, recs, lines, f.run.Config, evalLineAdvice); err != nil {
+		return nil, err
+	}
+	if err := checkCounts(path, filepath.Join(dir, BatchesFile), recs, lines, f.run.Config.Limit, evalLineAdvice); err != nil {
 		return nil, err
 	}
 	f.records = report.Latest(recs)
@@ -156,7 +165,7 @@ func checkShards(folders []*shardFolder) (Config, identity, error) {
 		}
 	}
 	for _, f := range folders {
-		if err := checkRecords(filepath.Join(f.dir, ResultsFile), f.records, id, true, evalLineAdvice); err != nil {
+		if _, err := checkRecords(filepath.Join(f.dir, ResultsFile), f.records, nil, id, true, evalLineAdvice); err != nil {
 			return cfg, id, fmt.Errorf("%w: %w", ErrShardMismatch, err)
 		}
 	}

@@ -122,14 +122,15 @@ func (r *methodRun) run() error {
 	}
 	var images int
 	var busy time.Duration
+	checked, finite := checkFinite(r.method, r.preset.BatchSize)
 	for _, i := range r.todo {
 		d := r.domains[i]
 		t0 := time.Now()
 		r.current, r.prior, r.priorTime, r.lastCheckpoint = i, online.DomainResult{}, 0, t0
 		r.started = t0
 		cfg := r.runnerConfig(proto)
-		cfg.Resume = r.resume
-		run := online.Runner{Method: r.method, Config: cfg}
+		cfg.Resume = finite.watch(r.resume)
+		run := online.Runner{Method: checked, Config: cfg}
 		rep, err := run.Run([]online.Domain{d})
 		if err != nil {
 			return r.interrupted(err)
@@ -240,7 +241,9 @@ func (r *methodRun) runWhole(proto online.Protocol) error {
 		}
 		return part.batches, nil
 	}
-	run := online.Runner{Method: r.method, Config: cfg}
+	checked, finite := checkFinite(r.method, r.preset.BatchSize)
+	cfg.Resume = finite.watch(cfg.Resume)
+	run := online.Runner{Method: checked, Config: cfg}
 	rep, err := run.Run(ds)
 	if err != nil {
 		return r.interrupted(err)
@@ -497,12 +500,56 @@ func replaceRecord(path string, rec report.Record) error {
 	return writeFileAtomic(path, kept)
 }
 
-// interrupted wraps an error that stopped a method mid-way.
+// interrupted wraps an error that stopped a method mid-way, saying what
+// of its results the folder keeps: an interruption, to be resumed, or a
+// step whose outputs were not finite (finiteMethod), with its likely cause.
 func (r *methodRun) interrupted(err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return interruptedError{fmt.Sprintf("eval: interrupted during %s; finished domains are kept in %s (and the one in progress checkpointed), run again to resume", r.name(), filepath.Join(r.cfg.Out, ResultsFile)), err}
+		return interruptedError{fmt.Sprintf("eval: interrupted during %s; %s; run again to resume", r.name(), r.kept(true)), err}
+	}
+	var d *divergedError
+	if errors.As(err, &d) {
+		return fmt.Errorf("eval: %w: %s; %s", d, d.why(r.cfg.MethodOptions.forMethod(r.name())), r.kept(false))
 	}
 	return fmt.Errorf("eval: %s: %w", r.name(), err)
+}
+
+// kept says what of the method's results the folder holds after it
+// stopped early: the records of its finished domains in results.jsonl
+// (those of a continual or mixed stream are written once the stream
+// ends) and, with checkpoints, the checkpoint of the domain or stream in
+// progress if there is one on disk.
+func (r *methodRun) kept(checkpoints bool) string {
+	n := 0
+	for _, d := range r.domains {
+		if r.done[[2]string{r.name(), d.name}] {
+			n++
+		}
+	}
+	proto, _ := protocol(r.cfg.Protocol)
+	var parts []string
+	switch {
+	case n == 1:
+		parts = append(parts, fmt.Sprintf("1 finished domain of %s is kept in %s", r.name(), filepath.Join(r.cfg.Out, ResultsFile)))
+	case n > 1:
+		parts = append(parts, fmt.Sprintf("%d finished domains of %s are kept in %s", n, r.name(), filepath.Join(r.cfg.Out, ResultsFile)))
+	case perDomain(proto):
+		parts = append(parts, fmt.Sprintf("no domain of %s had finished, so none is stored", r.name()))
+	default:
+		parts = append(parts, fmt.Sprintf("%s's %s stream stores its domains' records only once it ends: none is stored yet", r.name(), r.cfg.Protocol))
+	}
+	if checkpoints {
+		path, what := r.partialPath(r.current), r.domains[r.current].name
+		if !perDomain(proto) {
+			path, what = r.streamPartialPath(), "the stream"
+		}
+		if exists(path) {
+			parts = append(parts, fmt.Sprintf("%s, in progress, is checkpointed in %s", what, path))
+		} else {
+			parts = append(parts, fmt.Sprintf("%s, in progress, has no checkpoint: it is computed again from its start", what))
+		}
+	}
+	return strings.Join(parts, ", and ")
 }
 
 // interruptedError says where the results of an interrupted run are; it

@@ -1,6 +1,8 @@
 package eval
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +20,7 @@ import (
 	"github.com/subtta/subtta/autograd/kernel"
 	"github.com/subtta/subtta/clip"
 	"github.com/subtta/subtta/data"
+	"github.com/subtta/subtta/data/corrupt"
 	"github.com/subtta/subtta/internal/atomicfile"
 	"github.com/subtta/subtta/internal/dirlock"
 	"github.com/subtta/subtta/report"
@@ -68,7 +71,8 @@ type Options struct {
 	// in progress (the method's state after its latest batch, in Out/state),
 	// from which an interrupted run continues mid-domain; 0 means
 	// DefaultCheckpointEvery, a negative value none. A run being cancelled
-	// checkpoints at once. Only the reset protocol is checkpointed.
+	// checkpoints at once. The continual and mixed protocols checkpoint
+	// their one stream.
 	CheckpointEvery time.Duration
 	// DiagnosticWorkers is how many goroutines compute the batches'
 	// diagnostics while the method steps on the next batches
@@ -169,6 +173,9 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Summary, error) {
 		return nil, err
 	}
 	e := &evaluation{ctx: ctx, cfg: cfg, opt: opt, sum: &Summary{Config: cfg, Started: time.Now(), command: opt.Command}}
+	for _, w := range cfg.overridden() {
+		e.logf("%s", w)
+	}
 	// The model and the data are checked before anything is written.
 	if err := e.openInputs(); err != nil {
 		return nil, err
@@ -186,6 +193,9 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Summary, error) {
 		return nil, e.abandon(created, err)
 	}
 	defer closeDomains(e.domains)
+	if err := e.checkStreams(); err != nil {
+		return nil, err
+	}
 	if e.mine, err = shardUnits(cfg); err != nil {
 		return nil, err
 	}
@@ -224,6 +234,7 @@ type evaluation struct {
 	lock        *dirlock.Lock
 	resultsPath string
 	prior       []report.Record // the records stored before this run
+	priorLines  []recordLine    // where each of prior is in the results file
 
 	// The domains, in stream order, and what is left of them (planRemaining).
 	domains  []*domain
@@ -346,7 +357,10 @@ func (e *evaluation) abandon(created []string, err error) error {
 func (e *evaluation) readResults() error {
 	e.resultsPath = filepath.Join(e.cfg.Out, ResultsFile)
 	var err error
-	if e.prior, err = readRecords(e.resultsPath, evalDamageAdvice); err != nil {
+	if e.prior, e.priorLines, err = readRecords(e.resultsPath, evalDamageAdvice); err != nil {
+		return err
+	}
+	if err := checkFields(e.resultsPath, e.prior, e.priorLines, e.cfg, evalLineAdvice); err != nil {
 		return err
 	}
 	if err := e.resolveFrost(); err != nil {
@@ -375,10 +389,17 @@ func (e *evaluation) readResults() error {
 	if err := checkShardFolder(e.cfg, old, haveResults); err != nil {
 		return err
 	}
-	if err := checkRecords(e.resultsPath, e.prior, id, vouched, evalLineAdvice); err != nil {
+	unnamed, err := checkRecords(e.resultsPath, e.prior, e.priorLines, id, vouched, evalLineAdvice)
+	if err != nil {
 		return err
 	}
-	if err := checkCounts(e.resultsPath, filepath.Join(e.cfg.Out, BatchesFile), e.prior, evalLineAdvice); err != nil {
+	if unnamed > 0 {
+		// run.json, which matches this run, vouches for them: the folder
+		// was made by an earlier build of this configuration.
+		e.logf("warning: %s: %d records carry no run identity (written by an earlier build): taken as this run's because %s, which says what made the folder, is this run's",
+			e.resultsPath, unnamed, filepath.Join(e.cfg.Out, RunFile))
+	}
+	if err := checkCounts(e.resultsPath, filepath.Join(e.cfg.Out, BatchesFile), e.prior, e.priorLines, e.cfg.Limit, evalLineAdvice); err != nil {
 		return err
 	}
 	if err := writeRun(e.cfg.Out, runFile{Identity: id, Config: e.cfg, Classes: e.src.classes}); err != nil {
@@ -408,17 +429,77 @@ const (
 	reportLineAdvice = "delete its line, then run the eval that wrote the folder once more to compute it"
 )
 
-// readRecords reads a results file; a damaged line is an error that says
-// how to recover (advice: evalDamageAdvice or reportLineAdvice).
-func readRecords(path, advice string) ([]report.Record, error) {
+// readRecords reads a results file, and where each record is in it; a
+// damaged line is an error that says how to recover (advice:
+// evalDamageAdvice or reportLineAdvice).
+func readRecords(path, advice string) ([]report.Record, []recordLine, error) {
 	recs, err := report.ReadRecordsFile(path)
 	if errors.Is(err, report.ErrDamagedLine) {
-		return nil, fmt.Errorf("eval: %w; %s", err, advice)
+		return nil, nil, fmt.Errorf("eval: %w; %s", err, advice)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("eval: %w", err)
+	}
+	lines, err := recordLines(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(lines) != len(recs) {
+		return nil, nil, fmt.Errorf("eval: %s changed while it was read (%d records, then %d): read it again once nothing writes it", path, len(recs), len(lines))
+	}
+	return recs, lines, nil
+}
+
+// recordLine is where a record of a results file is: its line, and the
+// fields the line gives (a field left out reads as 0 or "").
+type recordLine struct {
+	line   int
+	fields map[string]bool
+}
+
+// recordLines returns, for each record of the results file at path in
+// the order report.ReadRecordsFile reads them, its line and fields: the
+// lines that are not blank, but for a last line cut short that does not
+// parse (a killed run's, which report.ReadRecordsFile drops).
+func recordLines(path string) ([]recordLine, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("eval: %w", err)
 	}
-	return recs, nil
+	defer f.Close()
+	br := bufio.NewReader(f) // a line may exceed any fixed token limit
+	var out []recordLine
+	for line := 1; ; line++ {
+		b, err := br.ReadBytes('\n')
+		if err != nil && err != io.EOF {
+			return nil, fmt.Errorf("eval: %s: line %d: %w", path, line, err)
+		}
+		if t := bytes.TrimSpace(b); len(t) > 0 {
+			var rec report.Record
+			var fields map[string]json.RawMessage
+			if json.Unmarshal(t, &rec) == nil && json.Unmarshal(t, &fields) == nil {
+				rl := recordLine{line: line, fields: map[string]bool{}}
+				for k := range fields {
+					rl.fields[k] = true
+				}
+				out = append(out, rl)
+			}
+		}
+		if err == io.EOF {
+			return out, nil
+		}
+	}
+}
+
+// at names the line of record i of the results file path, for messages.
+func at(path string, lines []recordLine, i int) string {
+	if i < len(lines) {
+		return fmt.Sprintf("%s: line %d", path, lines[i].line)
+	}
+	return path
 }
 
 // resolveFrost finds the frost overlays (Options.Frost) when this run makes
@@ -713,45 +794,146 @@ func writeRun(out string, rf runFile) error {
 
 // checkRecords refuses records made by another run: each record that
 // names its run must name id's digest for its domain (identity.digest);
-// records that name none (written before records did) are trusted only
-// when the folder's run.json vouched for them. advice says what to do
-// about a record of another run (evalLineAdvice, reportLineAdvice).
-func checkRecords(path string, recs []report.Record, id identity, vouched bool, advice string) error {
-	unnamed := 0
-	for _, r := range recs {
+// records that name none (written by a build before records did) are
+// trusted only when the folder's run.json vouched for them, and their
+// count is returned, for the caller to say so. advice says what to do
+// about a record of another run (evalLineAdvice, reportLineAdvice); lines
+// are where the records are (readRecords).
+func checkRecords(path string, recs []report.Record, lines []recordLine, id identity, vouched bool, advice string) (unnamed int, err error) {
+	for i, r := range recs {
 		if r.Run == "" {
 			unnamed++
 			continue
 		}
 		if want := id.digest(r.Corruption); r.Run != want {
-			return fmt.Errorf("eval: %s: the record of %s on %s was computed by another configuration (run %s; this run is %s): %s",
-				path, r.Method, r.Domain, r.Run, want, advice)
+			return unnamed, fmt.Errorf("eval: %s: the record of %s on %s was computed by another configuration (run %s; this run is %s): %s",
+				at(path, lines, i), r.Method, r.Domain, r.Run, want, advice)
 		}
 	}
 	if unnamed > 0 && !vouched {
-		return fmt.Errorf("eval: %s: %d records carry no run identity (written by an earlier build) and %s is missing, so nothing shows they belong to this configuration: restore %s, delete %s to compute them again, or use another --out",
+		return unnamed, fmt.Errorf("eval: %s: %d records carry no run identity (written by an earlier build) and %s is missing, so nothing shows they belong to this configuration: restore %s, delete %s to compute them again, or use another --out",
 			path, unnamed, RunFile, RunFile, path)
+	}
+	return unnamed, nil
+}
+
+// recordFields are the fields every build has written in every record
+// (report.Record's that are never left out): a line without one was not
+// written by eval, and what it lacks would be read as 0 or "".
+var recordFields = []string{"method", "domain", "corruption", "severity", "samples", "correct", "accuracy"}
+
+// checkFields refuses a record that eval cannot have written for a run
+// of cfg (its dataset and protocol): one that lacks a field of
+// recordFields or names no method or domain, one whose corruption is not
+// one of the dataset's, and one whose domain is not the one its
+// corruption and severity make (planDomains), which would be shown, and
+// resumed, as another domain's result. advice says how to recover
+// (evalLineAdvice, reportLineAdvice); lines are where the records are.
+func checkFields(path string, recs []report.Record, lines []recordLine, cfg Config, advice string) error {
+	for i, r := range recs {
+		var missing []string
+		for _, f := range recordFields {
+			if i < len(lines) && !lines[i].fields[f] {
+				missing = append(missing, f)
+			}
+		}
+		what := fmt.Sprintf("the record of %s on %s", r.Method, r.Domain)
+		bad := ""
+		switch {
+		case len(missing) > 0:
+			bad = "lacks the field " + missing[len(missing)-1]
+			if n := len(missing); n > 1 {
+				bad = "lacks the fields " + strings.Join(missing[:n-1], ", ") + " and " + missing[n-1]
+			}
+			if r.Method == "" || r.Domain == "" {
+				what = "the record"
+			}
+		case r.Method == "" || r.Domain == "":
+			what, bad = "the record", fmt.Sprintf("names no method or no domain (method %q, domain %q)", r.Method, r.Domain)
+		default:
+			bad = domainMismatch(r, cfg)
+		}
+		if bad != "" {
+			return fmt.Errorf("eval: %s: %s %s: %s", at(path, lines, i), what, bad, advice)
+		}
 	}
 	return nil
 }
 
+// domainMismatch says how record r's corruption, severity and domain
+// differ from those of a domain of a run of cfg (planDomains): "" when
+// they are one of them.
+func domainMismatch(r report.Record, cfg Config) string {
+	c, sev := r.Corruption, r.Severity
+	want := ""
+	switch {
+	case isVariant(cfg.Dataset):
+		if c != cfg.Dataset || sev != 0 {
+			return fmt.Sprintf("gives corruption %q at severity %d: %s has one domain, %s, of no corruption or severity", c, sev, cfg.Dataset, cfg.Dataset)
+		}
+		want = cfg.Dataset
+	case c == Clean:
+		if sev != 0 {
+			return fmt.Sprintf("gives severity %d for the clean images, which have none", sev)
+		}
+		want = Clean
+	case c == "" && cfg.Protocol == online.Gradual:
+		// The way down of the gradual protocol: "fog/4↓", of no
+		// corruption or severity (methodRun.record).
+		name, s, ok := strings.Cut(strings.TrimSuffix(r.Domain, "↓"), "/")
+		down := online.GradualSeverities[slices.Index(online.GradualSeverities, 5)+1:]
+		if n, err := strconv.Atoi(s); ok && err == nil && strings.HasSuffix(r.Domain, "↓") && slices.Contains(down, n) && sev == 0 {
+			if _, err := corrupt.Lookup(name); err == nil {
+				return ""
+			}
+		}
+		return fmt.Sprintf("gives no corruption and severity %d, which only a domain of the gradual protocol's way down has (such as fog/4↓, of severity 0)", sev)
+	default:
+		if _, err := corrupt.Lookup(c); err != nil {
+			return fmt.Sprintf("gives corruption %q, which is none of %s's", c, cfg.Dataset)
+		}
+		if sev < 1 || sev > 5 {
+			return fmt.Sprintf("gives %s at severity %d, which is not in 1…5", c, sev)
+		}
+		want = c + "/" + strconv.Itoa(sev)
+	}
+	if r.Domain != want {
+		return fmt.Sprintf("is of %s, whose domain is %s, not %s", describeDomain(c, sev), want, r.Domain)
+	}
+	return ""
+}
+
+// describeDomain names a corruption at a severity, for messages.
+func describeDomain(corruption string, severity int) string {
+	if severity == 0 {
+		return corruption
+	}
+	return fmt.Sprintf("%s at severity %d", corruption, severity)
+}
+
 // checkCounts refuses a record whose counts disagree (a line edited by
 // hand, or damaged in a way JSON does not show): correct must lie within
-// samples, accuracy must be 100·correct/samples (to 1e-9 percent: both are
+// samples, samples within limit (the run's --limit, when positive),
+// accuracy must be 100·correct/samples (to 1e-9 percent: both are
 // written from the same integers), and where batches.jsonl holds the
 // domain's batches for the method exactly once (their sizes adding up to
 // samples), their correct counts must add up to correct. advice says how
-// to recover (evalLineAdvice, reportLineAdvice).
-func checkCounts(path, batchesPath string, recs []report.Record, advice string) error {
+// to recover (evalLineAdvice, reportLineAdvice); lines are where the
+// records are (readRecords).
+func checkCounts(path, batchesPath string, recs []report.Record, lines []recordLine, limit int, advice string) error {
 	type key struct{ method, stream string }
 	var sums map[key][2]int // size, correct
-	for _, r := range recs {
+	for i, r := range recs {
 		bad := ""
 		switch {
 		case r.Samples < 0 || r.Correct < 0 || r.Correct > r.Samples:
 			bad = fmt.Sprintf("correct %d of %d samples", r.Correct, r.Samples)
+		case limit > 0 && r.Samples > limit:
+			bad = fmt.Sprintf("%d samples, more than the run's limit of %d images a domain", r.Samples, limit)
 		case r.Samples > 0 && math.Abs(r.Accuracy-100*float64(r.Correct)/float64(r.Samples)) > 1e-9:
 			bad = fmt.Sprintf("accuracy %v, but correct %d of %d samples is %v", r.Accuracy, r.Correct, r.Samples, 100*float64(r.Correct)/float64(r.Samples))
+		case r.Samples == 0 && r.Accuracy != 0:
+			bad = fmt.Sprintf("accuracy %v of no samples", r.Accuracy)
 		}
 		if bad == "" {
 			if sums == nil {
@@ -775,7 +957,32 @@ func checkCounts(path, batchesPath string, recs []report.Record, advice string) 
 		}
 		if bad != "" {
 			return fmt.Errorf("eval: %s: the record of %s on %s does not add up (%s): %s",
-				path, r.Method, r.Domain, bad, advice)
+				at(path, lines, i), r.Method, r.Domain, bad, advice)
+		}
+	}
+	return nil
+}
+
+// checkStreams refuses a stored record of a domain of this run whose
+// samples are not the images the run streams of that domain (its length,
+// cut to the limit): every finished domain counts each of them once.
+func (e *evaluation) checkStreams() error {
+	byName := map[string]*domain{}
+	for _, d := range e.domains {
+		byName[d.name] = d
+	}
+	for i, r := range e.prior {
+		d, ok := byName[r.Domain]
+		if !ok {
+			continue // a domain of another run into the folder
+		}
+		if want := online.Limited(d.Len(), e.cfg.Limit); r.Samples != want {
+			limit := ""
+			if e.cfg.Limit > 0 {
+				limit = fmt.Sprintf(", cut to the limit of %d", e.cfg.Limit)
+			}
+			return fmt.Errorf("eval: %s: the record of %s on %s does not add up (%d samples, but the stream of %s has %d images%s): %s",
+				at(e.resultsPath, e.priorLines, i), r.Method, r.Domain, r.Samples, d.name, want, limit, evalLineAdvice)
 		}
 	}
 	return nil
@@ -848,6 +1055,9 @@ func runIdentity(cfg Config, opt Options, tok textenc.Tokenizer, src *source, ca
 	return id, nil
 }
 
+// identityDiff says how identity b (this run's) differs from a (the
+// folder's), field by field ("limit was 8, now 4"; a field empty or left
+// out in one is "none"), for the refusal of a folder made with another.
 func identityDiff(a, b identity) string {
 	ja, _ := json.Marshal(a)
 	jb, _ := json.Marshal(b)
@@ -855,9 +1065,10 @@ func identityDiff(a, b identity) string {
 	json.Unmarshal(ja, &ma)
 	json.Unmarshal(jb, &mb)
 	// Every key of either: a field left out when empty (omitempty) may be
-	// set in one only.
+	// set in one only. An input not given (labels, a subset list) is "",
+	// which reads as none too.
 	show := func(m map[string]any, k string) string {
-		if v, ok := m[k]; ok {
+		if v, ok := m[k]; ok && v != "" {
 			return fmt.Sprint(v)
 		}
 		return "none"

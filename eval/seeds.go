@@ -40,9 +40,11 @@ type Folder struct {
 // or results, the folder of a shard (merge the shards first), one whose
 // records another configuration computed, one holding two records of one
 // method and domain (which is meant is not for the reader to guess), and
-// one whose record does not add up (accuracy not 100·correct/samples, as
-// eval refuses it on resuming). A folder holding the seed-N folders of
-// eval --seeds is refused with the advice to pass those.
+// one whose record eval cannot have written (a field missing, a domain
+// that is not its corruption at its severity: checkFields) or does not
+// add up (accuracy not 100·correct/samples, more samples than the limit),
+// as eval refuses them on resuming, naming the line. A folder holding the
+// seed-N folders of eval --seeds is refused with the advice to pass those.
 func ReadFolder(dir string) (*Folder, error) {
 	b, err := os.ReadFile(filepath.Join(dir, RunFile))
 	if errors.Is(err, os.ErrNotExist) {
@@ -63,27 +65,30 @@ func ReadFolder(dir string) (*Folder, error) {
 		return nil, fmt.Errorf("eval: %s holds shard %s of a run: join the shards with subtta eval merge first", dir, rf.Config.Shard)
 	}
 	path := filepath.Join(dir, ResultsFile)
-	recs, err := readRecords(path, reportLineAdvice)
+	recs, lines, err := readRecords(path, reportLineAdvice)
 	if err != nil {
 		return nil, err
 	}
 	if len(recs) == 0 {
 		return nil, fmt.Errorf("eval: %s holds no results yet (%s)", dir, ResultsFile)
 	}
-	if err := checkRecords(path, recs, rf.Identity, true, reportLineAdvice); err != nil {
+	if err := checkFields(path, recs, lines, rf.Config, reportLineAdvice); err != nil {
+		return nil, err
+	}
+	if _, err := checkRecords(path, recs, lines, rf.Identity, true, reportLineAdvice); err != nil {
 		return nil, err
 	}
 	type key struct{ method, domain string }
-	line := map[key]int{}
+	first := map[key]int{}
 	for i, r := range recs {
 		k := key{r.Method, r.Domain}
-		if at, ok := line[k]; ok {
-			return nil, fmt.Errorf("eval: %s: %s holds two records of %s on %s (records %d and %d): delete the one that is not meant",
-				dir, ResultsFile, r.Method, r.Domain, at+1, i+1)
+		if j, ok := first[k]; ok {
+			return nil, fmt.Errorf("eval: %s: %s holds two records of %s on %s (lines %d and %d): delete the one that is not meant",
+				dir, ResultsFile, r.Method, r.Domain, lines[j].line, lines[i].line)
 		}
-		line[k] = i
+		first[k] = i
 	}
-	if err := checkCounts(path, filepath.Join(dir, BatchesFile), recs, reportLineAdvice); err != nil {
+	if err := checkCounts(path, filepath.Join(dir, BatchesFile), recs, lines, rf.Config.Limit, reportLineAdvice); err != nil {
 		return nil, err
 	}
 	return &Folder{Dir: dir, Config: rf.Config, Records: report.Latest(recs), id: rf.Identity}, nil

@@ -86,8 +86,9 @@ func TestWriteSeedReport(t *testing.T) {
 
 // TestReadFolderRefusesBadRecords: a results.jsonl with two records of
 // one method and domain, one whose accuracy is not 100·correct/samples,
-// or a damaged line is refused, naming the folder (or file), the method
-// and the domain, with advice that fits report (whose --out is the
+// one whose domain is not its corruption at its severity, one of more
+// samples than the limit, or a damaged line is refused, naming the folder
+// (or file and line), the method and the domain, with advice that fits report (whose --out is the
 // report's, not the results folder's); a folder holding the seed-N
 // folders of eval --seeds is refused with the advice to pass those.
 func TestReadFolderRefusesBadRecords(t *testing.T) {
@@ -115,10 +116,16 @@ func TestReadFolderRefusesBadRecords(t *testing.T) {
 	damaged := copyWith("damaged", append([]byte("garbage{\n"), line...))
 	other := copyWith("other-run", line)
 	rewriteRecords(t, other, func(r *report.Record) { r.Run = "0123456789abcdef" })
+	domain := copyWith("domain", line)
+	rewriteRecords(t, domain, func(r *report.Record) { r.Domain = "contrast/4" })
+	limit := copyWith("limit", line)
+	rewriteRecords(t, limit, func(r *report.Record) { r.Samples, r.Correct, r.Accuracy = 400, 0, 0 })
 	for _, tc := range []struct{ dir, msg string }{
-		{other, "the record of source on contrast/5 was computed by another configuration (run 0123456789abcdef; this run is "},
-		{twice, twice + ": results.jsonl holds two records of source on contrast/5 (records 1 and 2): delete the one that is not meant"},
-		{acc, filepath.Join(acc, ResultsFile) + ": the record of source on contrast/5 does not add up (accuracy 99, but correct "},
+		{other, ": line 1: the record of source on contrast/5 was computed by another configuration (run 0123456789abcdef; this run is "},
+		{twice, twice + ": results.jsonl holds two records of source on contrast/5 (lines 1 and 2): delete the one that is not meant"},
+		{acc, filepath.Join(acc, ResultsFile) + ": line 1: the record of source on contrast/5 does not add up (accuracy 99, but correct "},
+		{domain, filepath.Join(domain, ResultsFile) + ": line 1: the record of source on contrast/4 is of contrast at severity 5, whose domain is contrast/5, not contrast/4"},
+		{limit, filepath.Join(limit, ResultsFile) + ": line 1: the record of source on contrast/5 does not add up (400 samples, more than the run's limit of 12 images a domain)"},
 		{damaged, "line 1: damaged record"},
 		{filepath.Join(root, "seeds"), filepath.Join(root, "seeds") + " is not a results folder (no run.json) but holds the seed folders of eval --seeds: pass those (" +
 			filepath.Join(root, "seeds", "seed-*") + ")"},

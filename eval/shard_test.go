@@ -415,6 +415,16 @@ func TestMergeRefuses(t *testing.T) {
 			})
 			return s
 		}, ErrShardMismatch, `by build "other-`},
+		{"domain not its corruption's", func(t *testing.T, s []string) []string {
+			edit(t, filepath.Join(s[1], ResultsFile), func(b string) string { return strings.Replace(b, `"severity":5`, `"severity":4`, 1) })
+			return s
+		}, nil, ": line 1: the record of "},
+		{"more samples than the limit", func(t *testing.T, s []string) []string {
+			edit(t, filepath.Join(s[1], ResultsFile), func(b string) string {
+				return strings.Replace(b, `"samples":8,`, `"samples":9,`, 1)
+			})
+			return s
+		}, nil, "(9 samples, more than the run's limit of 8 images a domain)"},
 		{"same shard twice", func(t *testing.T, s []string) []string {
 			return []string{s[0], s[1], s[1]}
 		}, ErrDuplicateUnit, "are both shard 1/2"},

@@ -96,6 +96,42 @@ func (o MethodOptions) forMethod(method string) map[string]string {
 	return out
 }
 
+// source returns the option key of method as the options give it: the
+// selector that gives it (the method's own name over its family's, as
+// forMethod) and its value; ok is false when none gives it.
+func (o MethodOptions) source(method, key string) (sel, value string, ok bool) {
+	for s, kv := range o {
+		v, has := kv[key]
+		if has && selects(s, method) && (!ok || len(s) > len(sel)) {
+			sel, value, ok = s, v, true
+		}
+	}
+	return sel, value, ok
+}
+
+// overridden says where a method option takes the place of BatchSize or
+// Views, which set every method's: the option, which names the method,
+// wins (Config.preset). Run logs each as a warning naming both, since the
+// flag alone would say another value.
+func (c Config) overridden() []string {
+	var out []string
+	for _, m := range c.Methods {
+		for _, f := range []struct {
+			flag, key string
+			v         int
+		}{{"--batch-size", "batch_size", c.BatchSize}, {"--views", "views", c.Views}} {
+			if f.v <= 0 {
+				continue
+			}
+			if sel, v, ok := c.MethodOptions.source(m, f.key); ok {
+				out = append(out, fmt.Sprintf("warning: %s %d and --set %s.%s=%s both give %s's %s: %s runs with %s, the --set's (a method's option wins over the flag for every method)",
+					f.flag, f.v, sel, f.key, v, m, f.key, m, v))
+			}
+		}
+	}
+	return out
+}
+
 // check refuses a selector that names no method of the run.
 func (o MethodOptions) check(methods []string) error {
 	for _, s := range slices.Sorted(maps.Keys(o)) {

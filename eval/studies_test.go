@@ -388,6 +388,60 @@ func TestGradualProtocol(t *testing.T) {
 	if again.Computed != 0 {
 		t.Errorf("rerun computed %d domains", again.Computed)
 	}
+	// A way down whose domain is not one (5↓) is refused, naming its line.
+	path := filepath.Join(cfg.Out, ResultsFile)
+	b, _ := os.ReadFile(path)
+	os.WriteFile(path, []byte(strings.Replace(string(b), `"domain":"fog/4↓"`, `"domain":"fog/5↓"`, 1)), 0o644)
+	_, err := Run(context.Background(), cfg, Options{})
+	if err == nil || !strings.Contains(err.Error(), path+": line 15: the record of tent on fog/5↓ gives no corruption and severity 0, which only a domain of the gradual protocol's way down has") {
+		t.Errorf("a way down of severity 5: err = %v", err)
+	}
+}
+
+// TestOptionOverridesFlag: a method option that sets what --batch-size or
+// --views sets for every method (tent.batch_size=6 with --batch-size 4)
+// wins, and the run says so, naming both, where it said nothing.
+func TestOptionOverridesFlag(t *testing.T) {
+	for _, tc := range []struct {
+		methods   []string
+		batchSize int
+		views     int
+		options   MethodOptions
+		want      []string
+	}{
+		{[]string{"tent"}, 4, 0, MethodOptions{"tent": {"batch_size": "6"}},
+			[]string{"warning: --batch-size 4 and --set tent.batch_size=6 both give tent's batch_size: tent runs with 6, the --set's (a method's option wins over the flag for every method)"}},
+		{[]string{"subtta-m", "tent"}, 4, 0, MethodOptions{"subtta": {"batch_size": "8"}, "subtta-m": {"batch_size": "6"}},
+			[]string{"warning: --batch-size 4 and --set subtta-m.batch_size=6 both give subtta-m's batch_size: subtta-m runs with 6, the --set's"}},
+		{[]string{"subtta-s", "subtta-m"}, 4, 0, MethodOptions{"subtta": {"batch_size": "8"}},
+			[]string{"--set subtta.batch_size=8 both give subtta-s's", "--set subtta.batch_size=8 both give subtta-m's"}},
+		{[]string{"tpt"}, 0, 4, MethodOptions{"tpt": {"views": "8"}},
+			[]string{"warning: --views 4 and --set tpt.views=8 both give tpt's views: tpt runs with 8, the --set's"}},
+		{[]string{"tent"}, 0, 0, MethodOptions{"tent": {"batch_size": "6"}}, nil},
+		{[]string{"tent"}, 4, 0, MethodOptions{"tent": {"lr": "1e-3"}}, nil},
+	} {
+		cfg := Config{Methods: tc.methods, BatchSize: tc.batchSize, Views: tc.views, MethodOptions: tc.options}
+		got := cfg.overridden()
+		if len(got) != len(tc.want) {
+			t.Errorf("%+v: %q, want %d warnings", cfg, got, len(tc.want))
+			continue
+		}
+		for i, w := range tc.want {
+			if !strings.Contains(got[i], w) {
+				t.Errorf("%+v: %q, want %q", cfg, got[i], w)
+			}
+		}
+	}
+	// A run logs them before anything else.
+	cfg := smallRun(t, t.TempDir(), "contrast")
+	cfg.Methods, cfg.MethodOptions = []string{"tent"}, MethodOptions{"tent": {"batch_size": "6"}}
+	var log strings.Builder
+	if _, err := Run(context.Background(), cfg, Options{Log: &log}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "warning: --batch-size 4 and --set tent.batch_size=6 both give tent's batch_size: tent runs with 6"; !strings.HasPrefix(log.String(), want) {
+		t.Errorf("log:\n%s\nwant it to start with %q", log.String(), want)
+	}
 }
 
 // TestOrderFile: --order gives every stream's order in place of the

@@ -123,6 +123,12 @@ func (o *evalCmdOptions) run(ctx context.Context, args []string) error {
 			return err
 		}
 	}
+	if err := cfg.Check(); err != nil {
+		// A value no run takes (--methods sourc, --severities 6, --set
+		// tent.lr=-1): bad usage, as the values refused above, before the
+		// model is loaded.
+		return usagef("%v", err)
+	}
 	opt, err := evalOptions(cfg, stderr)
 	if err != nil {
 		return err
@@ -160,7 +166,8 @@ func evalOnce(ctx context.Context, cfg eval.Config, opt eval.Options, quiet bool
 		bar.Done()
 	}
 	if errors.Is(err, context.Canceled) {
-		fmt.Fprintf(stderr, "subtta eval: %v\n", err)
+		// As finish writes an error: eval's own prefix once.
+		fmt.Fprintf(stderr, "subtta eval: %s\n", strings.TrimPrefix(err.Error(), "eval: "))
 		return nil, errInterrupted // exit status 130
 	}
 	return sum, err
@@ -405,9 +412,11 @@ func (f *evalFlags) config() (eval.Config, error) {
 		case "batch-size":
 			cfg.BatchSize = *f.batchSize
 		case "views":
+			// 0 is the default, each method's views from the paper, as the
+			// help and --print-config say: given, it is that default.
 			cfg.Views = *f.views
-			if cfg.Views <= 1 {
-				err = fmt.Errorf("%d: want at least 2 views per image (the base view and a random one)", cfg.Views)
+			if cfg.Views < 0 || cfg.Views == 1 {
+				err = fmt.Errorf("%d: want at least 2 views per image (the base view and a random one), or 0 for the paper's", cfg.Views)
 			}
 		case "protocol":
 			if cfg.Protocol = *f.protocol; !slices.Contains(eval.Protocols, cfg.Protocol) {

@@ -44,10 +44,20 @@ func newStudyFlags(fs *pflag.FlagSet) *studyFlags {
 func (f *studyFlags) apply(name string, cfg *eval.Config) error {
 	switch name {
 	case "set":
+		// One option given twice is refused, as a method given twice in
+		// --methods is: which was meant is not for eval to guess. (Over a
+		// results folder's --config, the flag's options take the place of
+		// the folder's of the same key.)
+		given := map[string]string{} // METHOD.KEY → the entry that gave it
 		for _, s := range f.set {
 			if err := cfg.MethodOptions.Add(s); err != nil {
 				return err
 			}
+			key, _, _ := strings.Cut(s, "=")
+			if prev, ok := given[key]; ok {
+				return fmt.Errorf("%q: option %q given twice (first as %q)", s, key, prev)
+			}
+			given[key] = s
 		}
 	case "templates":
 		cfg.Templates = nil
@@ -108,7 +118,7 @@ func (f *studyFlags) apply(name string, cfg *eval.Config) error {
 func printOptions(w io.Writer, dataset, method string) error {
 	p, err := tta.Lookup(dataset, method)
 	if err != nil {
-		return err
+		return usagef("%v", err) // a method or dataset no run takes, as eval.Config.Check refuses them
 	}
 	fmt.Fprintf(w, "%s on %s: --set %s.KEY=VALUE\n", method, dataset, method)
 	for _, o := range p.Options() {

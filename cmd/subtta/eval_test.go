@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"image"
 	"image/png"
 	"io"
@@ -12,6 +14,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/spf13/pflag"
 
 	"github.com/subtta/subtta/builtin"
 	"github.com/subtta/subtta/data"
@@ -76,6 +80,8 @@ func TestEvalBadInput(t *testing.T) {
 	os.WriteFile(badCfg, []byte(`{"methodz": ["source"]}`), 0o644)
 	resultsJSON := filepath.Join(dir, "results.json")
 	os.WriteFile(resultsJSON, []byte(`{"config": {"methods": ["source"]}}`), 0o644)
+	twoDocs := filepath.Join(dir, "two.yaml")
+	os.WriteFile(twoDocs, []byte("methods: source\n---\nlimit: 5\n"), 0o644)
 	for _, tc := range []struct {
 		args   []string
 		status int
@@ -84,7 +90,20 @@ func TestEvalBadInput(t *testing.T) {
 		{[]string{"eval", "--data", dir}, 2, "--dataset is required with --data"},
 		{[]string{"eval", "--dataset", "imagenet-c"}, 2, "--data is required for imagenet-c"},
 		{evalArgs(t, dir, "--severities", "x"), 2, `"x" is not an integer`},
-		{evalArgs(t, dir, "--corruptions", "rain"), 1, `"rain"`},
+		// A value no run takes is bad usage, whichever check finds it.
+		{evalArgs(t, dir, "--corruptions", "rain"), 2, `unknown corruption "rain"`},
+		{evalArgs(t, dir, "--methods", "sourc"), 2, `unknown method "sourc"`},
+		{evalArgs(t, dir, "--severities", "6"), 2, "severity 6 is not in 1…5"},
+		{evalArgs(t, dir, "--methods", "tent", "--set", "tent.lr=-1"), 2, "tent.lr=-1: out of range"},
+		{evalArgs(t, dir, "--methods", "source", "--set", "tent.lr=1"), 2, `method options for "tent": no method of this run is tent`},
+		{evalArgs(t, dir, "--protocol", "episodic", "--batch-size", "4"), 2, "the episodic protocol adapts to one sample at a time: batch size 4"},
+		{[]string{"eval", "--options", "sourc"}, 2, `unknown method "sourc"`},
+		{evalArgs(t, dir, "--views", "1"), 2, "--views 1: want at least 2 views per image (the base view and a random one), or 0 for the paper's"},
+		{evalArgs(t, dir, "--views", "-2"), 2, "--views -2: want at least 2 views per image"},
+		// One option given twice, as one method given twice.
+		{evalArgs(t, dir, "--methods", "tent", "--set", "tent.batch_size=40", "--set", "tent.batch_size=10", "--corruptions", "fog", "--limit", "4"), 2,
+			`--set "tent.batch_size=10": option "tent.batch_size" given twice (first as "tent.batch_size=40")`},
+		{evalArgs(t, dir, "--config", twoDocs, "--corruptions", "fog", "--limit", "4"), 2, "config " + twoDocs + ": more than one YAML document: the second (after ---) would not be read"},
 		{evalArgs(t, dir, "--data", filepath.Join(dir, "missing")), 1, "no such file or folder"},
 		{evalArgs(t, dir, "--config", badCfg), 2, "unknown key methodz; did you mean methods?"},
 		{evalArgs(t, dir, "stray"), 2, `unexpected argument "stray" (all inputs are flags)`},
@@ -128,6 +147,63 @@ func TestEvalBadInput(t *testing.T) {
 			strings.Contains(stderr.String(), "eval: eval:") {
 			t.Errorf("run(%q) = %d, stderr %q; want %d and %q", tc.args[1:], st, stderr.String(), tc.status, tc.stderr)
 		}
+	}
+}
+
+// TestEvalViews: --views 0 is the default, each method's views from the
+// paper, as the help and --print-config (# views: 0) say: given, it is
+// taken as that (it was refused, "want at least 2 views per image").
+func TestEvalViews(t *testing.T) {
+	for _, tc := range []struct {
+		value string
+		views int
+		err   string
+	}{
+		{"0", 0, ""},
+		{"4", 4, ""},
+		{"1", 0, "--views 1: want at least 2 views per image"},
+		{"-1", 0, "--views -1: want at least 2 views per image"},
+	} {
+		fs := pflag.NewFlagSet("eval", pflag.ContinueOnError)
+		f := newEvalFlags(fs)
+		if err := fs.Parse([]string{"--methods", "tpt", "--views", tc.value}); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := f.config()
+		switch {
+		case tc.err == "" && (err != nil || cfg.Views != tc.views):
+			t.Errorf("--views %s: %v, views %d; want %d", tc.value, err, cfg.Views, tc.views)
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("--views %s: %v; want %q", tc.value, err, tc.err)
+		}
+	}
+}
+
+// TestEvalInterruptedOnce: an interrupted run says "subtta eval:
+// interrupted during ...", eval's prefix once (it said "subtta eval:
+// eval: interrupted"), and what the folder keeps.
+func TestEvalInterruptedOnce(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	cfg := eval.Config{
+		Model:       fixture.Path(t, "fixtures/clip-tiny.openai.safetensors"),
+		ModelConfig: fixture.ModelConfig(t, "fixtures/clip-tiny.openai.safetensors"),
+		Vocab:       fixture.Path(t, "assets/clip/bpe_simple_vocab_16e6.txt.gz"),
+		Dataset:     "cifar10-c",
+		Data:        fixture.Path(t, "assets/cifar10/test-jpg.tar.gz"),
+		Methods:     []string{"source"},
+		Corruptions: []string{"contrast"},
+		Limit:       8,
+		BatchSize:   4,
+		Out:         t.TempDir(),
+	}
+	var stderr bytes.Buffer
+	_, err := evalOnce(ctx, cfg, eval.Options{}, true, &stderr)
+	if !errors.Is(err, errInterrupted) {
+		t.Fatalf("err = %v, want an interruption", err)
+	}
+	if want := "subtta eval: interrupted during source; no domain of source had finished"; !strings.Contains(stderr.String(), want) || strings.Contains(stderr.String(), "eval: eval:") {
+		t.Errorf("stderr %q, want %q", stderr.String(), want)
 	}
 }
 

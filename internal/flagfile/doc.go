@@ -1,9 +1,10 @@
 // Package flagfile reads a command's flags from a file and writes them back
 // as one: a config file is the command line written down.
 //
-// The file is YAML (JSON being YAML too) with one key per flag, the flag's
-// long name as on the command line ("batch-size"; "batch_size" is the same
-// key), its value as the flag would take it:
+// The file is YAML (JSON being YAML too), one document (a second, after
+// "---", is refused: it would not be read), with one key per flag, the
+// flag's long name as on the command line ("batch-size"; "batch_size" is
+// the same key), its value as the flag would take it:
 //
 //	methods: source,tent        # or a list: [source, tent], joined with commas
 //	limit: 50

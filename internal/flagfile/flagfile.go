@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	goyaml "go.yaml.in/yaml/v2"
 	"sigs.k8s.io/yaml"
 )
 
@@ -26,6 +27,9 @@ var (
 	ErrTwice = errors.New("key given twice")
 	// ErrNotMapping: the file is not a mapping of keys to values.
 	ErrNotMapping = errors.New("not a mapping of flag names to values")
+	// ErrDocuments: the file holds more than one YAML document ("---"
+	// between them), of which only the first would be read.
+	ErrDocuments = errors.New("more than one YAML document")
 )
 
 // Options adjust how a flag set meets a file.
@@ -81,11 +85,16 @@ func Read(path string) (map[string]any, error) {
 	return Parse(b)
 }
 
-// Parse reads a file's contents as Read does.
+// Parse reads a file's contents as Read does. A file of more than one
+// YAML document is refused (ErrDocuments): only the first would be read,
+// the keys of the others silently left out.
 func Parse(b []byte) (map[string]any, error) {
 	// Strict: a key given twice is an error, not the last one silently.
 	j, err := yaml.YAMLToJSONStrict(b)
 	if err != nil {
+		return nil, err
+	}
+	if err := oneDocument(b); err != nil {
 		return nil, err
 	}
 	if t := bytes.TrimSpace(j); len(t) == 0 || string(t) == "null" {
@@ -102,6 +111,25 @@ func Parse(b []byte) (map[string]any, error) {
 		return nil, ErrNotMapping
 	}
 	return m, nil
+}
+
+// oneDocument refuses YAML of more than one document, which
+// yaml.YAMLToJSONStrict reads the first of: a second document ("---"),
+// even an empty one, or anything after an end of document ("...").
+func oneDocument(b []byte) error {
+	dec := goyaml.NewDecoder(bytes.NewReader(b))
+	for n := 0; ; n++ {
+		var v any
+		err := dec.Decode(&v)
+		switch {
+		case err == io.EOF:
+			return nil
+		case err != nil:
+			return fmt.Errorf("%w: after the first: %w", ErrDocuments, err)
+		case n == 1:
+			return fmt.Errorf("%w: the second (after ---) would not be read; give every key in one", ErrDocuments)
+		}
+	}
 }
 
 // Apply sets from values (as Read returns them) every flag of fs that is

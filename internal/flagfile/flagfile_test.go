@@ -142,6 +142,40 @@ func TestApplyErrors(t *testing.T) {
 	}
 }
 
+// TestParseOneDocument: a file of more than one YAML document is refused
+// (only the first would be read: limit: 5 was silently left out); one
+// document, with or without its markers, is read.
+func TestParseOneDocument(t *testing.T) {
+	for _, tc := range []struct {
+		file string
+		keys int // read, when not refused
+		err  error
+		msg  string
+	}{
+		{"methods: source\n---\nlimit: 5\n", 0, ErrDocuments, "the second (after ---) would not be read"},
+		{"methods: source\n---\n", 0, ErrDocuments, "the second (after ---) would not be read"},
+		{"methods: source\n--- # the rest\n# limit: 5\n", 0, ErrDocuments, "the second"},
+		{"methods: source\n...\nlimit: 5\n", 0, ErrDocuments, "after the first"},
+		{"---\nmethods: source\nlimit: 5\n", 2, nil, ""},
+		{"methods: source\nlimit: 5\n...\n", 2, nil, ""},
+		{"%YAML 1.1\n---\nmethods: source\n", 1, nil, ""},
+		{`{"methods": "source", "limit": 5}`, 2, nil, ""},
+		{"methods: |\n  a\n  ---\n  b\n", 1, nil, ""}, // a marker indented is text
+		{"# nothing\n", 0, nil, ""},
+	} {
+		v, err := Parse([]byte(tc.file))
+		if tc.err != nil {
+			if !errors.Is(err, tc.err) || !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("%q: error %v, want %v containing %q", tc.file, err, tc.err, tc.msg)
+			}
+			continue
+		}
+		if err != nil || len(v) != tc.keys {
+			t.Errorf("%q: %v, %v; want %d keys", tc.file, v, err, tc.keys)
+		}
+	}
+}
+
 // Write writes every flag; Apply reads it back into the same values,
 // whatever the strings hold.
 func TestWriteRoundTrip(t *testing.T) {
