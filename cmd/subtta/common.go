@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -249,4 +250,36 @@ func humanBytes(n int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%d B", n)
+}
+
+// checkModelFile refuses, before any work, a model file path (named by
+// what: "DST", "--export") that cannot be written: a folder, or a file in
+// a folder that does not exist, is not a folder or cannot be written (a
+// file made and removed there, as weights.WriteFile makes its temporary
+// file beside the model).
+func checkModelFile(what, path string) error {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return usagef("%s %s is a folder: give a file name (.safetensors, or .safetensors.zst)", what, path)
+	}
+	dir := filepath.Dir(path)
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("%s %s: folder %s does not exist", what, path, dir)
+	case err != nil:
+		return fmt.Errorf("%s %s: %w", what, path, err)
+	case !st.IsDir():
+		return fmt.Errorf("%s %s: %s is not a folder", what, path, dir)
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".check*")
+	if err != nil {
+		// The probe's name says nothing to the user: the reason alone.
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return fmt.Errorf("%s %s: folder %s cannot be written: %w", what, path, dir, err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
 }

@@ -184,38 +184,10 @@ func checkConvertTarget(src, dst string) error {
 }
 
 // checkConvertFolder refuses, before any work, a DST that cannot be
-// written: a folder, or a file in a folder that does not exist, is not a
-// folder or cannot be written (a file made and removed there, as
-// weights.WriteFile makes its temporary file beside DST). Without it, the
-// error would come once SRC is read or the random weights made, and would
-// name the temporary file rather than DST. The wording is train --export's
-// (checkExportPath).
-func checkConvertFolder(dst string) error {
-	if st, err := os.Stat(dst); err == nil && st.IsDir() {
-		return usagef("DST %s is a folder: give a file name (.safetensors, or .safetensors.zst)", dst)
-	}
-	dir := filepath.Dir(dst)
-	st, err := os.Stat(dir)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return fmt.Errorf("DST %s: folder %s does not exist", dst, dir)
-	case err != nil:
-		return fmt.Errorf("DST %s: %w", dst, err)
-	case !st.IsDir():
-		return fmt.Errorf("DST %s: %s is not a folder", dst, dir)
-	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(dst)+".check*")
-	if err != nil {
-		// The probe's name says nothing to the user: the reason alone.
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err
-		}
-		return fmt.Errorf("DST %s: folder %s cannot be written: %w", dst, dir, err)
-	}
-	f.Close()
-	return os.Remove(f.Name())
-}
+// written (checkModelFile): without it, the error would come once SRC is
+// read or the random weights made, and would name the temporary file
+// rather than DST.
+func checkConvertFolder(dst string) error { return checkModelFile("DST", dst) }
 
 // writeRandom writes a model of architecture c with OpenAI's random
 // initialisation (pretrain.RandomState) to dst, its float tensors stored

@@ -216,27 +216,10 @@ func checkExportPath(path, out string) error {
 			return usagef("--export %s is the run's %s: give another file", path, name)
 		}
 	}
-	dir := filepath.Dir(path)
-	if samePath(dir, out) {
+	if samePath(filepath.Dir(path), out) {
 		return nil // the run folder, made (or refused) before the training starts
 	}
-	st, err := os.Stat(dir)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return fmt.Errorf("--export %s: folder %s does not exist", path, dir)
-	case err != nil:
-		return fmt.Errorf("--export %s: %w", path, err)
-	case !st.IsDir():
-		return fmt.Errorf("--export %s: %s is not a folder", path, dir)
-	}
-	// A file made and removed where the model will be written (as
-	// weights.WriteFile does) finds a folder that cannot be written.
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".check*")
-	if err != nil {
-		return fmt.Errorf("--export %s: the model cannot be written there: %w", path, err)
-	}
-	f.Close()
-	return os.Remove(f.Name())
+	return checkModelFile("--export", path)
 }
 
 // samePath reports whether paths a and b name the same file: the same
