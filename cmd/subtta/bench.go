@@ -1,17 +1,21 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
+	"os/signal"
 	"runtime"
 	"runtime/pprof"
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nlpodyssey/spago/ag"
@@ -40,6 +44,8 @@ type benchOptions struct {
 	batch, reps, classes   int
 	only                   string
 	onlyGiven              bool // whether --only was given
+	archGiven              bool // whether --arch was given
+	modelConfigGiven       bool // whether --model-config was given
 	cpuProfile, memProfile string
 	model                  modelOptions
 	precision              precisionFlag
@@ -61,6 +67,8 @@ func newBenchCmd(stdout, stderr io.Writer) *cobra.Command {
 				return usagef("--batch and --batch-size are the same setting: give one")
 			}
 			o.onlyGiven = cmd.Flags().Changed("only")
+			o.archGiven = cmd.Flags().Changed("arch")
+			o.modelConfigGiven = cmd.Flags().Changed("model-config")
 			return o.run(args)
 		},
 	}
@@ -70,7 +78,7 @@ func newBenchCmd(stdout, stderr io.Writer) *cobra.Command {
 	f.IntVar(&o.reps, "reps", 5, "timed repetitions of each measurement (the median is reported)")
 	f.IntVar(&o.classes, "classes", 1000, "classes of the random zero-shot head used by the SubTTA step")
 	f.StringVar(&o.only, "only", "", "comma-separated measurements to run, of forward, backward (forward+backward) and subtta (default all), or a multi-view method ("+strings.Join(benchViewMethods, ", ")+"): one image of its views per batch")
-	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed repetitions to this file (go tool pprof)")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile to this file (go tool pprof): from the first timed repetition to the last (the warm-up and set-up of the measurements after the first included); the CPU's ceilings are then measured before it starts, not between repetitions")
 	f.StringVar(&o.memProfile, "memprofile", "", "write a heap profile (allocations of every measurement) to this file at the end")
 	addModelFlags(f, &o.model, "the vision tower to time: default (the built-in model) or a checkpoint; without it ViT-B/32 with random weights", false)
 	o.precision = addPrecisionFlag(f)
@@ -78,6 +86,11 @@ func newBenchCmd(stdout, stderr io.Writer) *cobra.Command {
 	c.RegisterFlagCompletionFunc("only", completeList(func() []string { return append(slices.Clone(benchNames), benchViewMethods...) }))
 	return c
 }
+
+// benchCalibration is how long each of the CPU's ceilings
+// (kernel.PeakGFLOPS, kernel.KernelGFLOPS) is measured for a repetition;
+// tests shorten it.
+var benchCalibration = 50 * time.Millisecond
 
 // run times the measurements.
 func (o *benchOptions) run(args []string) error {
@@ -102,6 +115,9 @@ func (o *benchOptions) run(args []string) error {
 			return usagef("--%s %d: must be positive", f.name, f.v)
 		}
 	}
+	if err := o.checkArch(); err != nil {
+		return err
+	}
 	selected := map[string]bool{}
 	if o.onlyGiven {
 		// Given, the list is checked as eval's lists are: no empty
@@ -120,70 +136,118 @@ func (o *benchOptions) run(args []string) error {
 			selected[name] = true
 		}
 	}
-	// The profiles' files are created before the measurements, so that a
-	// path that cannot be written fails at once rather than after them.
-	var cpuProf, memProf *os.File
-	for _, p := range []struct {
-		flag, path string
-		f          **os.File
-	}{{"cpuprofile", o.cpuProfile, &cpuProf}, {"memprofile", o.memProfile, &memProf}} {
-		if p.path == "" {
-			continue
-		}
-		f, err := os.Create(p.path)
-		if err != nil {
-			return usagef("--%s: %v", p.flag, err)
-		}
-		defer f.Close()
-		*p.f = f
+	// SIGINT or SIGTERM stops the run after the repetition in progress:
+	// what was measured is printed, the profiles are written, and the exit
+	// status is 130. Building the model, a warm-up run or a repetition is
+	// not cut short: a second signal ends the process at once.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+	prof, err := createBenchProfiles(o.cpuProfile, o.memProfile)
+	if err != nil {
+		return err
 	}
 	if o.memProfile != "" {
 		runtime.MemProfileRate = 64 << 10
 	}
+	stopped, err := o.measure(ctx, prof, selected, prec)
+	written, perr := prof.finish()
+	if stopped != "" {
+		line := "interrupted " + stopped
+		if len(written) > 0 {
+			line += "; " + strings.Join(written, "; ")
+		}
+		fmt.Fprintln(o.stderr, line)
+	}
+	switch {
+	case err != nil && perr != nil:
+		return fmt.Errorf("%w (and %v)", err, perr)
+	case err != nil:
+		return err
+	case perr != nil:
+		return perr
+	case stopped != "":
+		return errInterrupted // exit status 130
+	}
+	return nil
+}
+
+// checkArch refuses --arch and --model-config where nothing would read
+// them: without --model bench times ViT-B/32 with random weights, and the
+// built-in model stores its own architecture.
+func (o *benchOptions) checkArch() error {
+	for _, f := range []struct {
+		name, value string
+		given       bool
+	}{{"arch", o.model.arch, o.archGiven}, {"model-config", o.model.modelConfig, o.modelConfigGiven}} {
+		switch {
+		case !f.given:
+		case o.model.model == "":
+			return usagef("--%s needs --model (a checkpoint): without --model bench times ViT-B/32 with random weights, whose architecture is fixed", f.name)
+		case isBuiltin(o.model.model):
+			return usagef("--%s does not apply to the built-in model (--model %s): it stores its own architecture", f.name, o.model.model)
+		case f.value == "":
+			return usagef("--%s is empty", f.name)
+		}
+	}
+	return nil
+}
+
+// measure builds the model and times the selected measurements, printing
+// each one's figures as it ends. Once ctx is done it stops after the
+// repetition in progress, prints what it measured, and returns where it
+// stopped (with what is above), for "interrupted …".
+func (o *benchOptions) measure(ctx context.Context, prof *benchProfiles, selected map[string]bool, prec kernel.Precision) (stopped string, err error) {
 	name, cfg, m, err := benchModel(o.model.model, o.model.modelConfig, o.model.arch, o.stderr)
 	if err != nil {
-		return err
+		return "", err
 	}
 	cases, err := benchCases(cfg, m, o.batch, o.classes, prec, autograd.CurrentDevice() != nil)
 	if err != nil {
-		return err
+		return "", err
 	}
 	for _, name := range benchViewMethods {
 		if selected[name] {
 			c, err := benchViewCase(name, cfg, m, o.classes)
 			if err != nil {
-				return err
+				return "", err
 			}
 			cases = append(cases, c)
 		}
+	}
+	if ctx.Err() != nil {
+		return "while the model was built: nothing was measured", nil
 	}
 	where := fmt.Sprintf("%d threads, GEMM kernel %s", runtime.GOMAXPROCS(0), kernel.Kernel())
 	if cpu := report.CurrentEnvironment().CPU; cpu != "" {
 		where = cpu + ", " + where
 	}
-	stopProfile := func() {}
 	dev := autograd.CurrentDevice()
 	if dev != nil {
 		where = "on " + dev.Name()
 	}
 	fmt.Fprintf(o.stdout, "%s, batch %d, %s\n", name, o.batch, where)
-	profiling := false
-	startProfile := func() error {
-		if cpuProf == nil || profiling {
-			return nil
-		}
-		if err := pprof.StartCPUProfile(cpuProf); err != nil {
-			return fmt.Errorf("bench: --cpuprofile: %w", err)
-		}
-		profiling = true
-		stopProfile = pprof.StopCPUProfile
-		return nil
+	// On the CPU its ceilings are measured for every repetition, just
+	// before it (benchCase.sample). With --cpuprofile they are measured
+	// before the profile starts instead, as many times as there are
+	// repetitions, so that the profile holds no calibration (pprof cannot
+	// pause); the figures say so.
+	var ceilings []benchSample
+	when := "measured between repetitions"
+	if prof.cpu != nil {
+		when = "measured before the profiled repetitions"
 	}
-	defer func() { stopProfile() }()
-	for i := 0; i < len(cases); i++ {
+	for i := 0; i < len(cases) && stopped == ""; i++ {
 		b := cases[i]
 		if len(selected) > 0 && !selected[b.key] {
 			continue
+		}
+		if ctx.Err() != nil {
+			stopped = "before " + b.name + ": what was measured is above"
+			break
 		}
 		images := o.batch
 		if b.images > 0 {
@@ -198,47 +262,77 @@ func (o *benchOptions) run(args []string) error {
 			i++
 		}
 		group := []benchCase{b}
+		names := b.name
 		if twin != nil {
 			group = append(group, *twin)
+			names += " and " + twin.name
 		}
 		for _, c := range group {
 			if err := c.warmUp(); err != nil { // packs weights, fills pools
-				return err
+				return "", err
 			}
 			if _, ok := dev.(kernel.Grapher); ok {
 				// A pass without gradients is recorded at its second run
 				// (autograd.TowerGraphs): not a timed one.
 				if err := c.warmUp(); err != nil {
-					return err
+					return "", err
 				}
 			}
 		}
-		if err := startProfile(); err != nil {
-			return err
+		if prof.cpu != nil && !prof.profiling {
+			if dev == nil {
+				for range o.reps {
+					if ctx.Err() != nil {
+						break
+					}
+					var x benchSample
+					x.peak, x.kern = benchCeilings()
+					ceilings = append(ceilings, x)
+				}
+			}
+			if ctx.Err() == nil {
+				if err := prof.start(); err != nil {
+					return "", err
+				}
+			}
 		}
 		samples := make([][]benchSample, len(group))
-		for range o.reps {
+		if ctx.Err() != nil {
+			stopped = "before the first repetition of " + names + ": what was measured is above"
+		}
+		for r := 0; r < o.reps && stopped == ""; r++ {
 			for j, c := range group {
-				x, err := c.sample(dev != nil)
+				x, err := c.sample(dev == nil && prof.cpu == nil)
 				if err != nil {
-					return err
+					return "", err
+				}
+				if ceilings != nil {
+					x.peak, x.kern = ceilings[r].peak, ceilings[r].kern
 				}
 				samples[j] = append(samples[j], x)
 			}
+			if r+1 < o.reps && ctx.Err() != nil {
+				stopped = fmt.Sprintf("after %d of %d repetitions of %s: what was measured is above, its figures over those %d", r+1, o.reps, names, r+1)
+			}
 		}
 		for j, c := range group {
-			c.report(o.stdout, images, samples[j], dev != nil)
+			if len(samples[j]) > 0 {
+				c.report(o.stdout, images, samples[j], dev != nil, when)
+			}
 			if c.finish != nil {
 				c.finish()
 			}
 		}
-		if twin != nil {
-			ratios := make([]float64, o.reps)
+		if twin != nil && len(samples[0]) > 0 {
+			ratios := make([]float64, len(samples[0]))
 			for r := range ratios {
 				ratios[r] = samples[0][r].seconds / samples[1][r].seconds
 			}
 			fmt.Fprintf(o.stdout, "%-40s = %.2f× the fp32 forward pass above (median of %d ratios of passes timed back to back; GFLOP/s counts the same products as fp32)\n", "", median(ratios), len(ratios))
 		}
+	}
+	if stopped == "" && ctx.Err() != nil {
+		stopped = "as the last measurement ended: every measurement is above"
 	}
 	if _, ok := dev.(kernel.Grapher); ok {
 		// Which passes were replayed from a recording (scripts read this).
@@ -250,16 +344,94 @@ func (o *benchOptions) run(args []string) error {
 		fmt.Fprintln(o.stdout, line)
 	}
 	fmt.Fprintf(o.stdout, "peak resident memory: %s\n", peakRSS())
-	if memProf != nil {
-		runtime.GC() // the profile is as of the last completed collection
-		if err := pprof.Lookup("allocs").WriteTo(memProf, 0); err != nil {
-			return fmt.Errorf("bench: --memprofile: %w", err)
+	return stopped, nil
+}
+
+// benchProfiles are the files of --cpuprofile and --memprofile (nil when
+// not given).
+type benchProfiles struct {
+	cpu, mem  *os.File
+	profiling bool // the CPU profile has started
+}
+
+// createBenchProfiles creates the profiles' files before the
+// measurements, so that a path that cannot be written fails at once
+// rather than after them.
+func createBenchProfiles(cpuPath, memPath string) (*benchProfiles, error) {
+	p := &benchProfiles{}
+	for _, f := range []struct {
+		flag, path string
+		f          **os.File
+	}{{"cpuprofile", cpuPath, &p.cpu}, {"memprofile", memPath, &p.mem}} {
+		if f.path == "" {
+			continue
 		}
-		if err := memProf.Close(); err != nil {
-			return fmt.Errorf("bench: --memprofile: %w", err)
+		file, err := os.Create(f.path)
+		if err != nil {
+			if p.cpu != nil { // not left empty
+				p.cpu.Close()
+				os.Remove(p.cpu.Name())
+			}
+			return nil, usagef("--%s: %v", f.flag, err)
+		}
+		*f.f = file
+	}
+	return p, nil
+}
+
+// start starts the CPU profile, if one was asked for and it has not
+// started.
+func (p *benchProfiles) start() error {
+	if p.cpu == nil || p.profiling {
+		return nil
+	}
+	if err := pprof.StartCPUProfile(p.cpu); err != nil {
+		return fmt.Errorf("bench: --cpuprofile: %w", err)
+	}
+	p.profiling = true
+	return nil
+}
+
+// finish stops the CPU profile and writes the heap profile (the
+// allocations so far), closing both files, and says what it wrote. A CPU
+// profile that never started (the run stopped before its first timed
+// repetition) is removed rather than left empty.
+func (p *benchProfiles) finish() (written []string, err error) {
+	if p.cpu != nil {
+		path := p.cpu.Name()
+		if p.profiling {
+			pprof.StopCPUProfile()
+			p.profiling = false
+			if cerr := p.cpu.Close(); cerr != nil {
+				err = fmt.Errorf("bench: --cpuprofile: %w", cerr)
+			} else {
+				written = append(written, "CPU profile written to "+path)
+			}
+		} else {
+			p.cpu.Close()
+			os.Remove(path)
+			written = append(written, "no CPU profile: nothing was timed ("+path+" removed)")
 		}
 	}
-	return nil
+	if p.mem != nil {
+		runtime.GC() // the profile is as of the last completed collection
+		merr := pprof.Lookup("allocs").WriteTo(p.mem, 0)
+		if cerr := p.mem.Close(); merr == nil {
+			merr = cerr
+		}
+		if merr != nil {
+			err = errors.Join(err, fmt.Errorf("bench: --memprofile: %w", merr))
+		} else {
+			written = append(written, "heap profile written to "+p.mem.Name())
+		}
+	}
+	return written, err
+}
+
+// benchCeilings measures the CPU's FMA peak and the GEMM micro-kernel's
+// rate on cache-resident operands, GFLOP/s, for benchCalibration each.
+func benchCeilings() (peak, kern float64) {
+	return kernel.PeakGFLOPS(benchCalibration), kernel.KernelGFLOPS(benchCalibration)
 }
 
 // benchModel is the vision tower to time: a checkpoint's, or ViT-B/32 with
@@ -457,7 +629,7 @@ func (u *uploadsAhead) finish() {
 // benchSample is one timed repetition of a benchCase.
 type benchSample struct {
 	seconds    float64            // wall time of the run
-	peak, kern float64            // the FMA peak and the micro-kernel's rate measured just before, GFLOP/s (0 on a device)
+	peak, kern float64            // the FMA peak and the micro-kernel's rate measured just before (with --cpuprofile, before the profile started), GFLOP/s (0 on a device)
 	idle       float64            // share of the time the cores sat idle
 	phases     map[string]float64 // seconds by phase (benchCase.phases)
 }
@@ -473,11 +645,13 @@ func (b benchCase) warmUp() error {
 	return b.run()
 }
 
-// sample prepares b (untimed) and times one run.
+// sample prepares b (untimed) and times one run, measuring the CPU's
+// ceilings (benchCeilings) first if ceilings is set.
 //
 // The FMA ceiling is measured before every repetition: on a shared machine
 // it moves, and the efficiency is only honest against the ceiling of the
-// same minutes.
+// same minutes. (With --cpuprofile, which would profile the measuring too,
+// the caller measures them before the profile starts instead.)
 //
 // So is the micro-kernel's own rate on cache-resident operands
 // (kernel.KernelGFLOPS): the fraction of it a figure reaches is the cost of
@@ -489,16 +663,15 @@ func (b benchCase) warmUp() error {
 // time)) shows waits at the ends of parallel sections and serial code. It
 // moves with the neighbours too: a core they slow down makes the other wait
 // at every barrier.
-func (b benchCase) sample(onDevice bool) (benchSample, error) {
+func (b benchCase) sample(ceilings bool) (benchSample, error) {
 	var x benchSample
 	if b.prepare != nil {
 		if err := b.prepare(); err != nil {
 			return x, err
 		}
 	}
-	if !onDevice {
-		x.peak = kernel.PeakGFLOPS(50 * time.Millisecond)
-		x.kern = kernel.KernelGFLOPS(50 * time.Millisecond)
+	if ceilings {
+		x.peak, x.kern = benchCeilings()
 	}
 	cpu0, start := cpuSeconds(), time.Now()
 	if err := b.run(); err != nil {
@@ -518,8 +691,9 @@ func (b benchCase) sample(onDevice bool) (benchSample, error) {
 // with what it is a fraction of, and returns the images per second. On a
 // device (onDevice) the CPU's ceilings say nothing, and for a reduced
 // precision the fp32 kernel's ceilings say little (the caller prints the
-// ratio to fp32): only the rate is printed.
-func (b benchCase) report(stdout io.Writer, batch int, samples []benchSample, onDevice bool) float64 {
+// ratio to fp32): only the rate is printed. when says when the ceilings
+// were measured ("measured between repetitions").
+func (b benchCase) report(stdout io.Writer, batch int, samples []benchSample, onDevice bool, when string) float64 {
 	haveCPU := cpuSeconds() >= 0
 	pick := func(f func(benchSample) float64) float64 {
 		v := make([]float64, len(samples))
@@ -549,7 +723,7 @@ func (b benchCase) report(stdout io.Writer, batch int, samples []benchSample, on
 	if peak > 0 {
 		detail += fmt.Sprintf(" and %.0f%% of the %.0f GFLOP/s FMA peak", 100*rate/peak, peak)
 	}
-	detail += " measured between repetitions"
+	detail += " " + when
 	if haveCPU {
 		detail += fmt.Sprintf("; cores idle %.1f%% of the time", 100*pick(func(x benchSample) float64 { return x.idle }))
 	}

@@ -153,7 +153,10 @@ func specUsage(err error) error {
 	case errors.Is(err, clip.ErrArchTwice):
 		return usagef("--model-config and --arch both give the architecture: give one")
 	case errors.Is(err, clip.ErrNamedArch):
-		return usagef("--model-config and --arch need --model: the built-in model has its own architecture")
+		// Create reports it for the built-in model (--model default, or
+		// no --model where that means the built-in one), whichever of
+		// the two was given.
+		return usagef("--model-config and --arch do not apply to the built-in model, which stores its own architecture: they need --model naming a checkpoint")
 	case errors.As(err, &field) && field.Field == "Arch":
 		return usagef("--arch: %v", field.Err)
 	case errors.As(err, &field) && field.Field == "ModelConfig":
