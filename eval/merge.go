@@ -44,7 +44,9 @@ type shardFolder struct {
 // asks for them, the plots. It refuses shards of different runs, identities,
 // builds or shard counts, a unit held by two shards, a unit held by a shard
 // the split does not give it to, and units that no shard holds, naming
-// them. out must not hold a run yet; a merged folder resumes like any other.
+// them. out must not hold a run yet, but for this merge's own: a merge that
+// stopped before it was done (killed, out of disk) is finished by running
+// it again. A merged folder resumes like any other.
 func Merge(out string, shards []string, opt MergeOptions) (*Summary, error) {
 	if len(shards) == 0 {
 		return nil, errors.New("eval: merge: no shard folders given")
@@ -232,37 +234,15 @@ func mergeRecords(cfg Config, folders []*shardFolder) ([]report.Record, error) {
 	return out, nil
 }
 
-// writeMerged writes the merged folder cfg.Out.
+// writeMerged writes the merged folder cfg.Out: batches.jsonl,
+// results.jsonl and the tables first, run.json last, so that a folder
+// with run.json holds a whole merge. A merge that stopped before run.json
+// (killed, out of disk, a file it could not write) is completed by the
+// same merge run again: the files it left are this merge's, and a folder
+// that holds anything else (checkMergeTarget), or a folder where a file
+// goes, is refused before anything is written.
 func writeMerged(cfg Config, id identity, recs []report.Record, folders []*shardFolder, opt MergeOptions) (*Summary, error) {
-	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
-		return nil, fmt.Errorf("eval: %w", err)
-	}
-	lock, err := dirlock.Acquire(cfg.Out)
-	if err != nil {
-		return nil, fmt.Errorf("eval: %w", err)
-	}
-	defer lock.Unlock()
-	for _, name := range []string{RunFile, ResultsFile} {
-		if exists(filepath.Join(cfg.Out, name)) {
-			return nil, fmt.Errorf("eval: merge: %s holds a run already (%s): merge into a new folder", cfg.Out, name)
-		}
-	}
-	var results bytes.Buffer
-	for _, r := range recs {
-		line, err := json.Marshal(r)
-		if err != nil {
-			return nil, fmt.Errorf("eval: %w", err)
-		}
-		results.Write(append(line, '\n'))
-	}
-	if err := writeFileAtomic(filepath.Join(cfg.Out, BatchesFile), mergeBatches(cfg, folders)); err != nil {
-		return nil, err
-	}
-	if err := writeFileAtomic(filepath.Join(cfg.Out, ResultsFile), results.Bytes()); err != nil {
-		return nil, err
-	}
-	// run.json last: a folder without it holds nothing a run resumes. The
-	// class names are the shards', where every shard that records them
+	// The class names are the shards', where every shard that records them
 	// records the same (they share the identity, so they read one data).
 	var classes []string
 	for _, f := range folders {
@@ -274,7 +254,38 @@ func writeMerged(cfg Config, id identity, recs []report.Record, folders []*shard
 			return nil, fmt.Errorf("%w: %s and another shard record other class names", ErrShardMismatch, f.dir)
 		}
 	}
-	if err := writeRun(cfg.Out, runFile{Identity: id, Config: cfg, Classes: classes}); err != nil {
+	rf := runFile{Identity: id, Config: cfg, Classes: classes}
+	var results bytes.Buffer
+	for _, r := range recs {
+		line, err := json.Marshal(r)
+		if err != nil {
+			return nil, fmt.Errorf("eval: %w", err)
+		}
+		results.Write(append(line, '\n'))
+	}
+	batches := mergeBatches(cfg, folders)
+	tables := cfg
+	tables.Plot = cfg.Plot || opt.Plot
+
+	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
+		return nil, fmt.Errorf("eval: merge: %w", err)
+	}
+	lock, err := dirlock.Acquire(cfg.Out)
+	if err != nil {
+		return nil, fmt.Errorf("eval: merge: %w", err)
+	}
+	defer lock.Unlock()
+	again, err := checkMergeTarget(rf, results.Bytes(), batches, tables.Plot)
+	if err != nil {
+		return nil, err
+	}
+	if again != "" && opt.Log != nil {
+		fmt.Fprintf(opt.Log, "%s: %s\n", cfg.Out, again)
+	}
+	if err := writeFileAtomic(filepath.Join(cfg.Out, BatchesFile), batches); err != nil {
+		return nil, err
+	}
+	if err := writeFileAtomic(filepath.Join(cfg.Out, ResultsFile), results.Bytes()); err != nil {
 		return nil, err
 	}
 	sum := &Summary{Config: cfg, Records: recs, Resumed: len(recs)}
@@ -287,16 +298,127 @@ func writeMerged(cfg Config, id identity, recs []report.Record, folders []*shard
 			sum.Finished = r.Finished
 		}
 	}
-	tables := cfg
-	tables.Plot = cfg.Plot || opt.Plot
 	files, err := writeTables(tables, recs, sum)
+	if err != nil {
+		return nil, fmt.Errorf("%w (the merge is not finished: %s is not written; run the same merge again to finish it)", err, RunFile)
+	}
+	// run.json last: a folder without it holds no finished merge.
+	if err := writeRun(cfg.Out, rf); err != nil {
+		return nil, err
+	}
 	sum.Files = files
 	if log := opt.Log; log != nil {
-		for _, f := range append([]string{filepath.Join(cfg.Out, RunFile), filepath.Join(cfg.Out, ResultsFile), filepath.Join(cfg.Out, BatchesFile)}, files...) {
+		for _, f := range append([]string{filepath.Join(cfg.Out, BatchesFile), filepath.Join(cfg.Out, ResultsFile)}, append(files, filepath.Join(cfg.Out, RunFile))...) {
 			fmt.Fprintf(log, "wrote %s\n", f)
 		}
 	}
-	return sum, err
+	return sum, nil
+}
+
+// checkMergeTarget refuses to merge into a folder that holds anything a
+// merge would overwrite other than what this merge writes, and a folder
+// in the way of a file the merge writes (results.md made a folder), before
+// anything is written. A folder that an earlier run of this merge left,
+// finished (its run.json is rf, its results.jsonl and batches.jsonl are
+// results and batches) or stopped before run.json (the files it has are
+// these), is merged into again: the returned note says so, "" for a fresh
+// folder.
+func checkMergeTarget(rf runFile, results, batches []byte, plot bool) (again string, err error) {
+	out := rf.Config.Out
+	names := []string{RunFile, ResultsFile, BatchesFile, MarkdownFile, CSVFile, JSONFile}
+	if plot {
+		names = append(names, filepath.Join(PlotsDir, report.AccuracyPlot), filepath.Join(PlotsDir, report.PrincipalAnglesPlot),
+			filepath.Join(PlotsDir, report.SemanticConcentrationPlot), filepath.Join(PlotsDir, report.ClassCosinePlot),
+			filepath.Join(PlotsDir, report.LatencyPlot))
+		if fi, err := os.Stat(filepath.Join(out, PlotsDir)); err == nil && !fi.IsDir() {
+			return "", fmt.Errorf("eval: merge: %s is a file, where the merge writes the plots' folder: remove it, or merge into a new folder", filepath.Join(out, PlotsDir))
+		}
+	}
+	for _, name := range names {
+		if fi, err := os.Lstat(filepath.Join(out, name)); err == nil && fi.IsDir() {
+			return "", fmt.Errorf("eval: merge: %s is a folder, where the merge writes a file: remove it, or merge into a new folder", filepath.Join(out, name))
+		}
+	}
+	// The files a run resumes from must be this merge's, or absent.
+	same := func(name string, want []byte) (have, equal bool, err error) {
+		equal, err = fileHolds(filepath.Join(out, name), want)
+		if errors.Is(err, os.ErrNotExist) {
+			return false, false, nil
+		}
+		if err != nil {
+			return false, false, fmt.Errorf("eval: merge: %w", err)
+		}
+		return true, equal, nil
+	}
+	haveRun := false
+	if b, err := os.ReadFile(filepath.Join(out, RunFile)); err == nil {
+		haveRun = true
+		var old runFile
+		if json.Unmarshal(b, &old) != nil || !sameMerge(old, rf) {
+			return "", fmt.Errorf("eval: merge: %s holds a run already (%s, not this merge's): merge into a new folder", out, RunFile)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("eval: merge: %w", err)
+	}
+	found := 0
+	for _, f := range []struct {
+		name string
+		want []byte
+	}{{ResultsFile, results}, {BatchesFile, batches}} {
+		have, equal, err := same(f.name, f.want)
+		if err != nil {
+			return "", err
+		}
+		if have && !equal {
+			return "", fmt.Errorf("eval: merge: %s holds a %s other than the one this merge writes: merge into a new folder (or, if an earlier merge of other shards left it, remove it)",
+				out, f.name)
+		}
+		if have {
+			found++
+		}
+	}
+	switch {
+	case haveRun:
+		return "merged before from these shards; writing it again", nil
+	case found > 0:
+		return fmt.Sprintf("finishing an earlier merge of these shards that stopped before %s", RunFile), nil
+	}
+	return "", nil
+}
+
+// fileHolds reports whether the file at path holds want, reading it a
+// piece at a time (a batch log runs to gigabytes).
+func fileHolds(path string, want []byte) (bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || fi.Size() != int64(len(want)) {
+		return false, err
+	}
+	buf := make([]byte, 1<<20)
+	for len(want) > 0 {
+		n, err := io.ReadFull(f, buf[:min(len(buf), len(want))])
+		if !bytes.Equal(buf[:n], want[:n]) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		want = want[n:]
+	}
+	return true, nil
+}
+
+// sameMerge reports whether the run.json old of a merged folder is the
+// run.json new of this merge, wherever its folder was named from.
+func sameMerge(old, new runFile) bool {
+	old.Config.Out, new.Config.Out = "", ""
+	a, err1 := json.Marshal(old)
+	b, err2 := json.Marshal(new)
+	return err1 == nil && err2 == nil && bytes.Equal(a, b)
 }
 
 // mergeBatches joins the shards' batch logs in run order: method by

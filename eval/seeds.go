@@ -2,12 +2,14 @@ package eval
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/subtta/subtta/report"
@@ -25,6 +27,11 @@ const (
 // ErrNotSeeds: results folders compared as seeds of one run differ in
 // more than the seed.
 var ErrNotSeeds = errors.New("not seeds of one run")
+
+// ErrSeedsSame: the seeds compared cannot differ: their runs stream every
+// domain in one order (--no-shuffle, --order) and no method draws random
+// views, as eval --seeds refuses to run them.
+var ErrSeedsSame = errors.New("every seed's results are the same")
 
 // A Folder is a results folder read back: its run's configuration and
 // identity (run.json) and its records (results.jsonl), the latest of
@@ -101,16 +108,26 @@ func (f *Folder) Seed() uint64 { return f.id.Seed }
 // one run, and returns their table of mean ± standard deviation
 // (report.CompareSeeds). Folders whose identity differs in anything but
 // the seed are refused with ErrNotSeeds, naming what differs, as are two
-// folders of one seed.
+// folders of one seed and folders whose runs were made with other methods
+// or domains (what a seed lacks then is no unfinished run). Seeds of runs
+// that stream every domain in one order (--no-shuffle, --order) and whose
+// methods draw no random views are refused with ErrSeedsSame, as eval
+// --seeds refuses to run them: every seed's results are the same.
 func CompareSeeds(dirs []string) (*report.Comparison, error) {
+	c, _, err := compareSeeds(dirs)
+	return c, err
+}
+
+// compareSeeds is CompareSeeds, which also returns the folders read.
+func compareSeeds(dirs []string) (*report.Comparison, []*Folder, error) {
 	if len(dirs) == 0 {
-		return nil, errors.New("eval: no results folder given")
+		return nil, nil, errors.New("eval: no results folder given")
 	}
 	var folders []*Folder
 	for _, d := range dirs {
 		f, err := ReadFolder(d)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		folders = append(folders, f)
 	}
@@ -122,15 +139,110 @@ func CompareSeeds(dirs []string) (*report.Comparison, error) {
 				break
 			}
 			if g.Seed() == f.Seed() {
-				return nil, fmt.Errorf("eval: %s and %s: %w: both hold seed %d", g.Dir, f.Dir, ErrNotSeeds, f.Seed())
+				return nil, nil, fmt.Errorf("eval: %s and %s: %w: both hold seed %d", g.Dir, f.Dir, ErrNotSeeds, f.Seed())
 			}
 		}
 		if diff := seedDiff(first, f); diff != "" {
-			return nil, fmt.Errorf("eval: %s and %s are %w: %s", first.Dir, f.Dir, ErrNotSeeds, diff)
+			return nil, nil, fmt.Errorf("eval: %s and %s are %w: %s", first.Dir, f.Dir, ErrNotSeeds, diff)
+		}
+		if !sameUnits(first, f) {
+			if diff := planDiff(first, f); diff != "" {
+				return nil, nil, fmt.Errorf("eval: %s (seed %d) and %s (seed %d) are %w: they were run with %s, and seeds are compared on the same ones: give their runs the same --methods, --corruptions and --severities (eval into a seed's folder with more of them computes what it lacks)",
+					first.Dir, first.Seed(), f.Dir, f.Seed(), ErrNotSeeds, diff)
+			}
 		}
 		runs = append(runs, report.SeedRun{Seed: f.Seed(), Name: f.Dir, Records: f.Records})
 	}
-	return report.CompareSeeds(runs, tta.SourceName)
+	if fixed, views, same := SeedEffect(first.Config); fixed != "" && len(views) == 0 {
+		names := make([]string, len(folders))
+		for i, f := range folders {
+			names[i] = f.Dir
+		}
+		return nil, nil, fmt.Errorf("eval: %s: %w: the runs were made with %s, so every seed streamed the same order, and no method draws random views (%s): compare the seeds of a run without %s",
+			strings.Join(names, ", "), ErrSeedsSame, fixed, strings.Join(same, ", "), fixed)
+	}
+	c, err := report.CompareSeeds(runs, tta.SourceName)
+	return c, folders, err
+}
+
+// SeedEffect says what the seed changes in a run of cfg, whose methods it
+// takes as given (a run.json's configuration names them). The seed shuffles
+// each stream and draws the random views of multi-view methods; fixed is
+// what keeps every stream in one order ("--no-shuffle" or "--order"; the
+// mixed protocol's pool, which --order permutes, is still shuffled unless
+// --no-shuffle), "" when the seed shuffles the streams. With fixed, views
+// are the methods whose random views the seed draws and same those whose
+// results it leaves the same; eval --seeds and report refuse seeds where
+// views is empty.
+func SeedEffect(cfg Config) (fixed string, views, same []string) {
+	switch {
+	case cfg.NoShuffle:
+		fixed = "--no-shuffle"
+	case cfg.Order != "" && cfg.Protocol != "mixed":
+		fixed = "--order"
+	default:
+		return "", nil, nil
+	}
+	for _, m := range cfg.Methods {
+		p, err := tta.Lookup(cmp.Or(cfg.Dataset, "cifar10-c"), m)
+		if err == nil && p.Views > 0 {
+			views = append(views, m)
+		} else {
+			same = append(same, m)
+		}
+	}
+	return fixed, views, same
+}
+
+// sameUnits reports whether a and b hold records of the same (method,
+// domain) units.
+func sameUnits(a, b *Folder) bool {
+	units := func(f *Folder) []Unit {
+		var u []Unit
+		for _, r := range f.Records {
+			u = append(u, Unit{r.Method, r.Domain})
+		}
+		slices.SortFunc(u, func(x, y Unit) int { return cmp.Or(cmp.Compare(x.Method, y.Method), cmp.Compare(x.Domain, y.Domain)) })
+		return slices.Compact(u)
+	}
+	return slices.Equal(units(a), units(b))
+}
+
+// planDiff says how the methods, corruptions and severities that b's run
+// was made with differ from a's ("other methods (source in A; source, tent
+// in B)"), "" when they are the same. Methods compare as sets, as do the
+// domains where each domain starts afresh; in a continual or mixed stream
+// their order counts too.
+func planDiff(a, b *Folder) string {
+	ca, err1 := a.Config.planDefaults()
+	cb, err2 := b.Config.planDefaults()
+	if err1 != nil || err2 != nil {
+		return "" // report.CompareSeeds names the cells that differ
+	}
+	proto, _ := protocol(ca.Protocol)
+	ordered := !perDomain(proto)
+	var parts []string
+	differ := func(what string, x, y []string, inOrder bool) {
+		sx, sy := slices.Clone(x), slices.Clone(y)
+		if !inOrder {
+			slices.Sort(sx)
+			slices.Sort(sy)
+		}
+		if !slices.Equal(sx, sy) {
+			parts = append(parts, fmt.Sprintf("other %s (%s in %s; %s in %s)", what, strings.Join(x, ", "), a.Dir, strings.Join(y, ", "), b.Dir))
+		}
+	}
+	severities := func(c Config) []string {
+		var s []string
+		for _, v := range c.Severities {
+			s = append(s, fmt.Sprint(v))
+		}
+		return s
+	}
+	differ("methods", ca.Methods, cb.Methods, false)
+	differ("corruptions", ca.Corruptions, cb.Corruptions, ordered)
+	differ("severities", severities(ca), severities(cb), ordered)
+	return strings.Join(parts, " and ")
 }
 
 // seedDiff names the fields of the identities of a and b that differ,
@@ -178,25 +290,48 @@ func show(v any) string {
 	return fmt.Sprint(v)
 }
 
+// A SeedReport is what WriteSeedReport compared and wrote.
+type SeedReport struct {
+	*report.Comparison
+	// Files are the paths written.
+	Files []string
+	// Removed are the plots of an earlier report in the folder that this
+	// report has not (SeedPlotFile without plot, report-N.png beyond its
+	// tables): they would be taken for this report's.
+	Removed []string
+	// Fixed, when the seeds' runs stream every domain in one order, says
+	// how ("--no-shuffle", "--order"), and Same names the methods whose
+	// results the seeds then leave the same (SeedEffect): their spread is
+	// zero by construction.
+	Fixed string
+	Same  []string
+}
+
 // WriteSeedReport compares the results folders dirs as CompareSeeds does
 // and writes the table into out: SeedMarkdownFile, SeedCSVFile,
-// SeedJSONFile and, with plot, SeedPlotFile. It returns the comparison
-// and the paths written.
-func WriteSeedReport(out string, dirs []string, plot bool) (*report.Comparison, []string, error) {
-	c, err := CompareSeeds(dirs)
+// SeedJSONFile and, with plot, SeedPlotFile (report-2.png … for further
+// tables). Plots of an earlier report that this one does not draw are
+// removed, so that the folder holds this report alone.
+func WriteSeedReport(out string, dirs []string, plot bool) (*SeedReport, error) {
+	c, folders, err := compareSeeds(dirs)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
+	}
+	r := &SeedReport{Comparison: c}
+	if fixed, _, same := SeedEffect(folders[0].Config); len(same) > 0 {
+		r.Fixed, r.Same = fixed, same
 	}
 	if err := os.MkdirAll(out, 0o755); err != nil {
-		return c, nil, fmt.Errorf("eval: %w", err)
+		return r, fmt.Errorf("eval: %w", err)
 	}
-	var files []string
+	written := map[string]bool{}
 	write := func(name string, b []byte) error {
 		path := filepath.Join(out, name)
 		if err := writeFileAtomic(path, b); err != nil {
 			return err
 		}
-		files = append(files, path)
+		r.Files = append(r.Files, path)
+		written[name] = true
 		return nil
 	}
 	for _, f := range []struct {
@@ -209,26 +344,62 @@ func WriteSeedReport(out string, dirs []string, plot bool) (*report.Comparison, 
 	} {
 		var b bytes.Buffer
 		if err := f.write(&b); err != nil {
-			return c, files, err
+			return r, err
 		}
 		if err := write(f.name, b.Bytes()); err != nil {
-			return c, files, err
+			return r, err
 		}
 	}
 	if plot {
 		pngs, err := c.Plots()
 		if err != nil {
-			return c, files, err
+			return r, err
 		}
 		for i, png := range pngs {
-			name := SeedPlotFile
-			if i > 0 {
-				name = fmt.Sprintf("%s-%d.png", strings.TrimSuffix(SeedPlotFile, ".png"), i+1)
-			}
-			if err := write(name, png); err != nil {
-				return c, files, err
+			if err := write(seedPlotName(i), png); err != nil {
+				return r, err
 			}
 		}
 	}
-	return c, files, nil
+	// An earlier report's plots, which this one does not replace.
+	entries, err := os.ReadDir(out)
+	if err != nil {
+		return r, fmt.Errorf("eval: %w", err)
+	}
+	for _, e := range entries {
+		if !isSeedPlot(e.Name()) || written[e.Name()] || !e.Type().IsRegular() {
+			continue
+		}
+		path := filepath.Join(out, e.Name())
+		if err := os.Remove(path); err != nil {
+			return r, fmt.Errorf("eval: the earlier report's plot: %w", err)
+		}
+		r.Removed = append(r.Removed, path)
+	}
+	return r, nil
+}
+
+// seedPlotName is the name of the plot of the report's table i (from 0).
+func seedPlotName(i int) string {
+	if i == 0 {
+		return SeedPlotFile
+	}
+	return fmt.Sprintf("%s-%d.png", strings.TrimSuffix(SeedPlotFile, ".png"), i+1)
+}
+
+// isSeedPlot reports whether name is one WriteSeedReport gives a plot:
+// report.png, report-2.png, ….
+func isSeedPlot(name string) bool {
+	if name == SeedPlotFile {
+		return true
+	}
+	n, ok := strings.CutPrefix(name, strings.TrimSuffix(SeedPlotFile, ".png")+"-")
+	if !ok {
+		return false
+	}
+	if n, ok = strings.CutSuffix(n, ".png"); !ok {
+		return false
+	}
+	i, err := strconv.Atoi(n)
+	return err == nil && i >= 2 && strconv.Itoa(i) == n
 }

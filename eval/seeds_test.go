@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -62,7 +63,10 @@ func TestCompareSeeds(t *testing.T) {
 	}
 }
 
-// TestWriteSeedReport writes the report's files.
+// TestWriteSeedReport writes the report's files; a report without plots
+// written over one with removes the earlier report's plots (report.png,
+// report-2.png), which would be taken for this report's, and leaves other
+// files alone.
 func TestWriteSeedReport(t *testing.T) {
 	root := t.TempDir()
 	var dirs []string
@@ -73,14 +77,124 @@ func TestWriteSeedReport(t *testing.T) {
 		dirs = append(dirs, cfg.Out)
 	}
 	out := filepath.Join(root, "report")
-	_, files, err := WriteSeedReport(out, dirs, true)
+	r, err := WriteSeedReport(out, dirs, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, name := range []string{SeedMarkdownFile, SeedCSVFile, SeedJSONFile, SeedPlotFile} {
-		if i >= len(files) || files[i] != filepath.Join(out, name) {
-			t.Errorf("files %q, want %s at %d", files, name, i)
+		if i >= len(r.Files) || r.Files[i] != filepath.Join(out, name) {
+			t.Errorf("files %q, want %s at %d", r.Files, name, i)
 		}
+	}
+	if len(r.Removed) != 0 || r.Fixed != "" || len(r.Same) != 0 {
+		t.Errorf("a fresh report: removed %q, fixed %q, same %q", r.Removed, r.Fixed, r.Same)
+	}
+	for _, name := range []string{"report-2.png", "report-10.png", "report-x.png", "report-02.png", "7.png", "notes.txt"} {
+		os.WriteFile(filepath.Join(out, name), []byte("x"), 0o644)
+	}
+	r, err = WriteSeedReport(out, dirs, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Files) != 3 {
+		t.Errorf("without plot: files %q", r.Files)
+	}
+	var removed []string
+	for _, p := range r.Removed {
+		removed = append(removed, filepath.Base(p))
+	}
+	slices.Sort(removed)
+	if want := []string{"report-10.png", "report-2.png", SeedPlotFile}; !slices.Equal(removed, want) {
+		t.Errorf("removed %q, want %q", removed, want)
+	}
+	for _, name := range []string{"report-x.png", "report-02.png", "7.png", "notes.txt", SeedMarkdownFile} {
+		if !exists(filepath.Join(out, name)) {
+			t.Errorf("%s was removed", name)
+		}
+	}
+	for _, name := range []string{SeedPlotFile, "report-2.png", "report-10.png"} {
+		if exists(filepath.Join(out, name)) {
+			t.Errorf("the earlier report's %s is still there", name)
+		}
+	}
+}
+
+// TestCompareSeedsWithoutShuffle: the seeds of runs that stream every
+// domain in file order and whose methods draw no random views are
+// refused, as eval --seeds refuses to run them; SeedEffect says which
+// methods the seeds leave the same.
+func TestCompareSeedsWithoutShuffle(t *testing.T) {
+	root := t.TempDir()
+	var dirs []string
+	for _, s := range []uint64{1, 2} {
+		cfg := smallRun(t, filepath.Join(root, "seed-"+string(rune('0'+s))), "contrast")
+		cfg.Seed, cfg.NoShuffle = s, true
+		mustRun(t, cfg)
+		dirs = append(dirs, cfg.Out)
+	}
+	_, err := CompareSeeds(dirs)
+	if !errors.Is(err, ErrSeedsSame) || !strings.Contains(err.Error(), "the runs were made with --no-shuffle") ||
+		!strings.Contains(err.Error(), "no method draws random views (source)") {
+		t.Errorf("--no-shuffle seeds of source: %v", err)
+	}
+	if _, err := WriteSeedReport(filepath.Join(root, "report"), dirs, false); !errors.Is(err, ErrSeedsSame) || exists(filepath.Join(root, "report")) {
+		t.Errorf("WriteSeedReport: %v", err)
+	}
+	for _, tc := range []struct {
+		cfg         Config
+		fixed       string
+		views, same []string
+	}{
+		{Config{Dataset: "cifar10-c", Methods: []string{"source", "vte"}}, "", nil, nil},
+		{Config{Dataset: "cifar10-c", Methods: []string{"source", "vte"}, NoShuffle: true}, "--no-shuffle", []string{"vte"}, []string{"source"}},
+		{Config{Dataset: "cifar10-c", Methods: []string{"source", "tent"}, Order: "order.txt"}, "--order", nil, []string{"source", "tent"}},
+		{Config{Dataset: "cifar10-c", Methods: []string{"source"}, Order: "order.txt", Protocol: "mixed"}, "", nil, nil},
+		{Config{Dataset: "cifar10-c", Methods: []string{"source"}, Order: "order.txt", Protocol: "mixed", NoShuffle: true}, "--no-shuffle", nil, []string{"source"}},
+	} {
+		fixed, views, same := SeedEffect(tc.cfg)
+		if fixed != tc.fixed || !slices.Equal(views, tc.views) || !slices.Equal(same, tc.same) {
+			t.Errorf("%+v: %q %q %q, want %q %q %q", tc.cfg, fixed, views, same, tc.fixed, tc.views, tc.same)
+		}
+	}
+}
+
+// TestCompareSeedsOtherPlans: seeds whose runs were made with other
+// methods or corruptions are refused as such (what one lacks is no
+// unfinished run), while seeds of one plan of which one is unfinished are
+// refused as unfinished.
+func TestCompareSeedsOtherPlans(t *testing.T) {
+	root := t.TempDir()
+	dir := func(name string) string { return filepath.Join(root, name) }
+	one := smallRun(t, dir("one"), "contrast")
+	mustRun(t, one)
+	methods := smallRun(t, dir("methods"), "contrast")
+	methods.Seed, methods.Methods = 2, []string{"source", "tent"}
+	mustRun(t, methods)
+	corruptions := smallRun(t, dir("corruptions"), "contrast", "pixelate")
+	corruptions.Seed = 3
+	mustRun(t, corruptions)
+	for _, tc := range []struct {
+		dirs []string
+		msg  string
+	}{
+		{[]string{dir("one"), dir("methods")}, "they were run with other methods (source in " + dir("one") + "; source, tent in " + dir("methods") + "), and seeds are compared on the same ones"},
+		{[]string{dir("methods"), dir("one")}, "other methods (source, tent in " + dir("methods") + "; source in " + dir("one") + ")"},
+		{[]string{dir("one"), dir("corruptions")}, "other corruptions (contrast in " + dir("one") + "; contrast, pixelate in " + dir("corruptions") + ")"},
+	} {
+		_, err := CompareSeeds(tc.dirs)
+		if !errors.Is(err, ErrNotSeeds) || !strings.Contains(err.Error(), tc.msg) || strings.Contains(err.Error(), "finish") {
+			t.Errorf("%q: %v, want %q", tc.dirs, err, tc.msg)
+		}
+	}
+	// One plan, one seed unfinished: the run is to be finished.
+	unfinished := smallRun(t, dir("unfinished"), "contrast", "pixelate")
+	unfinished.Seed = 4
+	mustRun(t, unfinished)
+	b, _ := os.ReadFile(filepath.Join(dir("unfinished"), ResultsFile))
+	first, _, _ := strings.Cut(string(b), "\n")
+	os.WriteFile(filepath.Join(dir("unfinished"), ResultsFile), []byte(first+"\n"), 0o644)
+	if _, err := CompareSeeds([]string{dir("corruptions"), dir("unfinished")}); err == nil || !strings.Contains(err.Error(), "finish its run") {
+		t.Errorf("an unfinished seed: %v", err)
 	}
 }
 

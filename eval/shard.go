@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -195,20 +196,38 @@ func shardUnits(cfg Config) (map[Unit]bool, error) {
 	return mine, nil
 }
 
-// checkShardFolder refuses a results folder that holds results of another
-// shard of the run: its run.json names a shard, and not this one. A folder
-// of a whole run can be sharded into, and a shard's folder completed by a
-// run of the whole.
+// ErrShardFolder: the results folder of a run holds the results of a
+// shard that is not this run's: another shard of the run, or, for a run
+// without a shard, any shard. It is bad usage (another --out, or the
+// folder's shard, is meant).
+var ErrShardFolder = errors.New("eval: the results folder of another shard")
+
+// shardFolderError is an error that matches ErrShardFolder.
+type shardFolderError string
+
+func (e shardFolderError) Error() string        { return string(e) }
+func (e shardFolderError) Is(target error) bool { return target == ErrShardFolder }
+
+// checkShardFolder refuses a results folder that holds results of a shard
+// other than the run's: its run.json names a shard, and not this one. A
+// run without a shard does not complete a shard's folder either: it would
+// make the folder a run of its own, which Merge refuses (to keep a shard's
+// records for a run of the whole, copy its results.jsonl into the whole
+// run's folder: the records carry their run's digest). A folder of a whole
+// run can be sharded into.
 func checkShardFolder(cfg Config, stored storedRunFile, haveResults bool) error {
-	if cfg.Shard == nil || !haveResults || !stored.exists || stored.parseErr != nil {
+	if !haveResults || !stored.exists || stored.parseErr != nil {
 		return nil // compareRunFile says what is wrong with a run.json
 	}
 	old := stored.runFile
-	if old.Config.Shard == nil {
+	switch {
+	case old.Config.Shard == nil:
 		return nil
-	}
-	if *old.Config.Shard != *cfg.Shard {
-		return fmt.Errorf("eval: %s holds shard %s of the run, not shard %s: use the shard's own folder", cfg.Out, old.Config.Shard, cfg.Shard)
+	case cfg.Shard == nil:
+		return shardFolderError(fmt.Sprintf("eval: %s holds shard %s of a run, which a run without --shard would make a run of its own (one eval merge refuses): give --shard %s (or --shard-from-env, in its array task) to continue the shard, or another --out for a run of the whole (with a copy of %s there to keep the shard's records)",
+			cfg.Out, old.Config.Shard, old.Config.Shard, filepath.Join(cfg.Out, ResultsFile)))
+	case *old.Config.Shard != *cfg.Shard:
+		return shardFolderError(fmt.Sprintf("eval: %s holds shard %s of the run, not shard %s: use the shard's own folder", cfg.Out, old.Config.Shard, cfg.Shard))
 	}
 	return nil
 }
@@ -233,7 +252,8 @@ func checkCarried(cfg Config, p tta.Preset, m tta.Method) error {
 // ShardFromEnv returns the shard a batch system's array task names: Slurm's
 // SLURM_ARRAY_TASK_ID with SLURM_ARRAY_TASK_COUNT, or without the count
 // (Slurm before 21.08) SLURM_ARRAY_TASK_MIN and SLURM_ARRAY_TASK_MAX of an
-// array numbered without gaps; or a Kubernetes Indexed Job's
+// array numbered without gaps (a SLURM_ARRAY_TASK_STEP other than 1 is
+// refused); or a Kubernetes Indexed Job's
 // JOB_COMPLETION_INDEX, whose count (the Job's completions) count gives,
 // since Kubernetes does not put it in the environment. getenv reads the
 // environment.
@@ -251,6 +271,18 @@ func ShardFromEnv(getenv func(string) string, count int) (Shard, error) {
 		id, err := atoi("SLURM_ARRAY_TASK_ID")
 		if err != nil {
 			return sh, err
+		}
+		// A stepped array (--array=0-6:2) numbers its tasks with gaps:
+		// neither MIN and MAX nor ID say which shard a task is.
+		if step := getenv("SLURM_ARRAY_TASK_STEP"); step != "" {
+			n, err := atoi("SLURM_ARRAY_TASK_STEP")
+			if err != nil {
+				return sh, err
+			}
+			if n != 1 {
+				return sh, fmt.Errorf("%w: the Slurm array steps by %d ($SLURM_ARRAY_TASK_STEP is %d; $SLURM_ARRAY_TASK_MIN %q, $SLURM_ARRAY_TASK_MAX %q): submit it as --array=0-N without a step (a %% throttle is fine)",
+					ErrBadShard, n, n, getenv("SLURM_ARRAY_TASK_MIN"), getenv("SLURM_ARRAY_TASK_MAX"))
+			}
 		}
 		lo, hi := 0, 0
 		switch {

@@ -1,6 +1,7 @@
 package eval
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -178,6 +179,10 @@ func TestShardFromEnv(t *testing.T) {
 		{"slurm min max", map[string]string{"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_MAX": "4"}, 0, Shard{2, 4}, ""},
 		{"slurm all three", map[string]string{"SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_MAX": "3", "SLURM_ARRAY_TASK_COUNT": "4"}, 4, Shard{0, 4}, ""},
 		{"slurm step", map[string]string{"SLURM_ARRAY_TASK_ID": "2", "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_MAX": "6", "SLURM_ARRAY_TASK_COUNT": "4"}, 0, Shard{}, "not one per index"},
+		{"slurm old step", map[string]string{"SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_MAX": "4", "SLURM_ARRAY_TASK_STEP": "2"}, 0, Shard{}, "steps by 2 ($SLURM_ARRAY_TASK_STEP is 2; $SLURM_ARRAY_TASK_MIN \"0\", $SLURM_ARRAY_TASK_MAX \"4\")"},
+		{"slurm step with count", map[string]string{"SLURM_ARRAY_TASK_ID": "2", "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_MAX": "4", "SLURM_ARRAY_TASK_COUNT": "3", "SLURM_ARRAY_TASK_STEP": "2"}, 0, Shard{}, "steps by 2"},
+		{"slurm step 1", map[string]string{"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_MAX": "4", "SLURM_ARRAY_TASK_STEP": "1"}, 0, Shard{2, 4}, ""},
+		{"slurm step not a number", map[string]string{"SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_STEP": "x"}, 0, Shard{}, `$SLURM_ARRAY_TASK_STEP is "x"`},
 		{"slurm count disagrees", map[string]string{"SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_COUNT": "4"}, 3, Shard{}, "count given is 3"},
 		{"slurm no size", map[string]string{"SLURM_ARRAY_TASK_ID": "1"}, 0, Shard{}, "SLURM_ARRAY_TASK_COUNT"},
 		{"slurm not a number", map[string]string{"SLURM_ARRAY_TASK_ID": "x", "SLURM_ARRAY_TASK_COUNT": "4"}, 0, Shard{}, `"x", not an integer`},
@@ -469,8 +474,10 @@ func TestMergeRefuses(t *testing.T) {
 	}
 }
 
-// TestShardFolderRefusesOtherShard runs shard 1/2 into the folder of shard
-// 0/2.
+// TestShardFolderRefusesOtherShard runs shard 1/2, and the whole run
+// without a shard, into the folder of shard 0/2: both are refused with
+// ErrShardFolder, the folder left as it was (a run of the whole would
+// make it a run of its own, which Merge refuses).
 func TestShardFolderRefusesOtherShard(t *testing.T) {
 	cfg, opt := builtinRun(t, t.TempDir())
 	cfg.Methods, cfg.Corruptions, cfg.Limit = []string{"source"}, []string{"gaussian_noise", "contrast"}, 8
@@ -478,8 +485,107 @@ func TestShardFolderRefusesOtherShard(t *testing.T) {
 	if _, err := Run(context.Background(), cfg, opt); err != nil {
 		t.Fatal(err)
 	}
+	before := map[string][]byte{}
+	for _, name := range []string{RunFile, ResultsFile} {
+		before[name], _ = os.ReadFile(filepath.Join(cfg.Out, name))
+	}
 	cfg.Shard = &Shard{1, 2}
-	if _, err := Run(context.Background(), cfg, opt); err == nil || !strings.Contains(err.Error(), "holds shard 0/2 of the run, not shard 1/2") {
+	if _, err := Run(context.Background(), cfg, opt); !errors.Is(err, ErrShardFolder) || !strings.Contains(err.Error(), "holds shard 0/2 of the run, not shard 1/2") {
 		t.Fatalf("err = %v", err)
+	}
+	cfg.Shard = nil
+	_, err := Run(context.Background(), cfg, opt)
+	if !errors.Is(err, ErrShardFolder) || !strings.Contains(err.Error(), cfg.Out+" holds shard 0/2 of a run") ||
+		!strings.Contains(err.Error(), "give --shard 0/2") || !strings.Contains(err.Error(), "another --out") {
+		t.Fatalf("a run without a shard: err = %v", err)
+	}
+	for name, b := range before {
+		if after, _ := os.ReadFile(filepath.Join(cfg.Out, name)); !bytes.Equal(after, b) {
+			t.Errorf("a refused run changed %s", name)
+		}
+	}
+}
+
+// TestMergeRerun: a merge that stopped (a folder where results.md goes;
+// killed before run.json) is finished by running it again, as is one that
+// finished; the obstacle is refused before anything is written; a folder
+// holding another run's files is refused.
+func TestMergeRerun(t *testing.T) {
+	dir := t.TempDir()
+	cfg, opt := builtinRun(t, "")
+	cfg.Methods, cfg.Corruptions, cfg.Limit = []string{"source"}, []string{"gaussian_noise", "contrast"}, 8
+	folders := runShards(t, cfg, opt, dir, 2)
+	out := filepath.Join(dir, "merged")
+
+	// results.md is a folder: refused, nothing written.
+	if err := os.MkdirAll(filepath.Join(out, MarkdownFile), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Merge(out, folders, MergeOptions{})
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(out, MarkdownFile)+" is a folder, where the merge writes a file") {
+		t.Fatalf("results.md a folder: %v", err)
+	}
+	for _, name := range []string{RunFile, ResultsFile, BatchesFile} {
+		if exists(filepath.Join(out, name)) {
+			t.Errorf("a refused merge wrote %s", name)
+		}
+	}
+	os.Remove(filepath.Join(out, MarkdownFile))
+	// plots a file, with --plot: refused.
+	os.WriteFile(filepath.Join(out, PlotsDir), nil, 0o644)
+	if _, err := Merge(out, folders, MergeOptions{Plot: true}); err == nil || !strings.Contains(err.Error(), "where the merge writes the plots' folder") {
+		t.Fatalf("plots a file: %v", err)
+	}
+	os.Remove(filepath.Join(out, PlotsDir))
+
+	var log strings.Builder
+	if _, err := Merge(out, folders, MergeOptions{Log: &log}); err != nil {
+		t.Fatalf("merge after the obstacle went: %v", err)
+	}
+	if strings.Contains(log.String(), "earlier merge") || strings.Contains(log.String(), "merged before") {
+		t.Errorf("a fresh merge said %q", log.String())
+	}
+	want, _ := os.ReadFile(filepath.Join(out, ResultsFile))
+	wantRun, _ := os.ReadFile(filepath.Join(out, RunFile))
+
+	// Stopped before run.json and the tables: finished by the same merge.
+	for _, name := range []string{RunFile, MarkdownFile, CSVFile, JSONFile} {
+		os.Remove(filepath.Join(out, name))
+	}
+	log.Reset()
+	if _, err := Merge(out, folders, MergeOptions{Log: &log}); err != nil {
+		t.Fatalf("merge again after one stopped before run.json: %v", err)
+	}
+	if !strings.Contains(log.String(), "finishing an earlier merge of these shards that stopped before run.json") {
+		t.Errorf("log %q", log.String())
+	}
+	got, _ := os.ReadFile(filepath.Join(out, ResultsFile))
+	gotRun, _ := os.ReadFile(filepath.Join(out, RunFile))
+	if !bytes.Equal(got, want) || !bytes.Equal(gotRun, wantRun) || !exists(filepath.Join(out, MarkdownFile)) {
+		t.Errorf("the finished merge differs from the first")
+	}
+	// Finished: the same merge again (the folder named otherwise) writes
+	// the same.
+	log.Reset()
+	if _, err := Merge(out+string(filepath.Separator), folders, MergeOptions{Log: &log}); err != nil {
+		t.Fatalf("merge again after one finished: %v", err)
+	}
+	if !strings.Contains(log.String(), "merged before from these shards") {
+		t.Errorf("log %q", log.String())
+	}
+	// A results.jsonl other than the merge's, with or without run.json,
+	// is kept and refused.
+	lines := strings.SplitAfter(string(want), "\n")
+	other := []byte(lines[0])
+	os.WriteFile(filepath.Join(out, ResultsFile), other, 0o644)
+	if _, err := Merge(out, folders, MergeOptions{}); err == nil || !strings.Contains(err.Error(), "holds a results.jsonl other than the one this merge writes") {
+		t.Errorf("another results.jsonl beside the merge's run.json: %v", err)
+	}
+	os.Remove(filepath.Join(out, RunFile))
+	if _, err := Merge(out, folders, MergeOptions{}); err == nil || !strings.Contains(err.Error(), "holds a results.jsonl other than the one this merge writes") {
+		t.Errorf("another results.jsonl without run.json: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(out, ResultsFile)); !bytes.Equal(b, other) {
+		t.Errorf("a refused merge overwrote results.jsonl")
 	}
 }

@@ -170,6 +170,11 @@ func evalOnce(ctx context.Context, cfg eval.Config, opt eval.Options, quiet bool
 		fmt.Fprintf(stderr, "subtta eval: %s\n", strings.TrimPrefix(err.Error(), "eval: "))
 		return nil, errInterrupted // exit status 130
 	}
+	if errors.Is(err, eval.ErrShardFolder) {
+		// --out names another shard's folder: another --out or --shard is
+		// meant.
+		return nil, usagef("%s", strings.TrimPrefix(err.Error(), "eval: "))
+	}
 	return sum, err
 }
 
@@ -253,34 +258,20 @@ func (f *evalFlags) seedList(cfg eval.Config, stderr io.Writer) ([]uint64, error
 // --order the shuffle goes, but for the mixed protocol's pool, which
 // --order permutes and the seed still shuffles unless --no-shuffle.
 func seedMatters(cfg eval.Config, stderr io.Writer) error {
-	orderOnly := cfg.Order != "" && !cfg.NoShuffle && cfg.Protocol == "mixed"
-	if !cfg.NoShuffle && cfg.Order == "" || orderOnly {
-		return nil
-	}
-	why := "--no-shuffle"
-	if cfg.Order != "" {
-		why = "--order"
-	}
-	methods := cfg.Methods
-	if len(methods) == 0 {
-		methods = eval.DefaultMethods
+	if len(cfg.Methods) == 0 {
+		cfg.Methods = eval.DefaultMethods
 		if cfg.Data == "" {
-			methods = builtinMethods
+			cfg.Methods = builtinMethods
 		}
 	}
-	var views, single []string
-	for _, m := range methods {
-		p, err := tta.Lookup(cmp.Or(cfg.Dataset, "cifar10-c"), m)
-		if err != nil {
+	for _, m := range cfg.Methods {
+		if _, err := tta.Lookup(cmp.Or(cfg.Dataset, "cifar10-c"), m); err != nil {
 			return nil // eval.Run names the method
 		}
-		if p.Views > 0 {
-			views = append(views, m)
-		} else {
-			single = append(single, m)
-		}
 	}
+	why, views, single := eval.SeedEffect(cfg) // the rule report applies too
 	switch {
+	case why == "":
 	case len(views) == 0:
 		return usagef("--seeds with %s: the seeds would all stream the same order, and no method draws random views (%s), so every seed's results would be the same; leave out %s or --seeds",
 			why, strings.Join(single, ", "), why)
@@ -716,7 +707,9 @@ func (o *evalMergeOptions) run(args []string) error {
 	}
 	sum, err := eval.Merge(args[0], args[1:], eval.MergeOptions{Plot: o.plot, Log: lineWriter{o.stderr, new(*progressBar)}})
 	if err != nil {
-		return err
+		// "subtta eval merge: eval: merge: …" says where the code is, not
+		// the user.
+		return errors.New(strings.TrimPrefix(strings.TrimPrefix(err.Error(), "eval: "), "merge: "))
 	}
 	md, err := os.ReadFile(filepath.Join(sum.Config.Out, eval.MarkdownFile))
 	if err != nil {

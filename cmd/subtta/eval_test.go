@@ -397,7 +397,35 @@ func TestEvalShards(t *testing.T) {
 		}
 	}
 	stderr.Reset()
-	if st := run([]string{"eval", "merge", filepath.Join(dir, "m2"), filepath.Join(dir, "s0")}, &stdout, &stderr); st != 1 || !strings.Contains(stderr.String(), "units of the run are missing") {
+	if st := run([]string{"eval", "merge", filepath.Join(dir, "m2"), filepath.Join(dir, "s0")}, &stdout, &stderr); st != 1 ||
+		!strings.HasPrefix(stderr.String(), "subtta eval merge: units of the run are missing: ") || strings.Contains(stderr.String(), "eval:") {
 		t.Errorf("merge of one shard of two: status %d, stderr %q", st, stderr.String())
+	}
+	// A merge stopped by a folder where results.md goes says so without
+	// "eval: merge:", and runs again once it is gone.
+	m3 := filepath.Join(dir, "m3")
+	os.MkdirAll(filepath.Join(m3, "results.md"), 0o755)
+	stderr.Reset()
+	shards := []string{filepath.Join(dir, "s0"), filepath.Join(dir, "s1")}
+	if st := run(append([]string{"eval", "merge", m3}, shards...), &stdout, &stderr); st != 1 ||
+		stderr.String() != "subtta eval merge: "+filepath.Join(m3, "results.md")+" is a folder, where the merge writes a file: remove it, or merge into a new folder\n" {
+		t.Errorf("merge into a folder holding a folder results.md: status %d, stderr %q", st, stderr.String())
+	}
+	os.Remove(filepath.Join(m3, "results.md"))
+	stderr.Reset()
+	if st := run(append([]string{"eval", "merge", m3}, shards...), &stdout, &stderr); st != 0 {
+		t.Errorf("merge again: status %d, stderr %q", st, stderr.String())
+	}
+	// eval without --shard on a shard's folder: refused as bad usage,
+	// the folder left a shard's.
+	stderr.Reset()
+	if st := run(append(slices.Clone(base), "--out", filepath.Join(dir, "s0")), &stdout, &stderr); st != 2 ||
+		!strings.Contains(stderr.String(), "subtta eval: "+filepath.Join(dir, "s0")+" holds shard 0/2 of a run") ||
+		!strings.Contains(stderr.String(), "give --shard 0/2") {
+		t.Errorf("eval without --shard on shard 0/2's folder: status %d, stderr %q", st, stderr.String())
+	}
+	stderr.Reset()
+	if st := run([]string{"eval", "merge", filepath.Join(dir, "m4"), filepath.Join(dir, "s0"), filepath.Join(dir, "s1")}, &stdout, &stderr); st != 0 {
+		t.Errorf("merge after the refused run: status %d, stderr %q", st, stderr.String())
 	}
 }

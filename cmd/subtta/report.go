@@ -33,9 +33,11 @@ func newReportCmd(stdout, stderr io.Writer) *cobra.Command {
 			"Reads the results folders of the seeds of one run (eval --seed N, or eval --seeds 1,2,3) and prints the paper's\n" +
 			"table with mean ± sample standard deviation over the seeds per cell and per mean, the number of seeds and the\n" +
 			"difference to source; writes it into --out as report.md, report.csv and report.json (and report.png, --plot).\n" +
-			"Refuses folders whose runs differ in anything but the seed (model, data, limit, ...), naming it, and a\n" +
-			"results.jsonl with two records of one method and domain or one that does not add up. Give the seed\n" +
-			"folders (OUT/seed-*), not the OUT of eval --seeds.",
+			"Refuses folders whose runs differ in anything but the seed (model, data, limit, ...), naming it, runs made\n" +
+			"with other methods or corruptions, seeds of --no-shuffle (or --order) runs whose methods draw no random views\n" +
+			"(every seed's results are the same, as eval --seeds refuses), and a results.jsonl with two records of one\n" +
+			"method and domain or one that does not add up. Give the seed folders (OUT/seed-*), not the OUT of eval\n" +
+			"--seeds. An earlier report's plots in --out that this report does not draw are removed.",
 		RunE: func(cmd *cobra.Command, args []string) error { return o.run(args) },
 	}
 	f := c.Flags()
@@ -53,9 +55,11 @@ func (o *reportOptions) run(dirs []string) error {
 }
 
 // writeReport compares the results folders dirs (eval.WriteSeedReport),
-// writes the report into out and prints its table.
+// writes the report into out and prints its table, with a warning where
+// the seeds leave some methods' results the same and a line per plot of an
+// earlier report removed from out.
 func writeReport(out string, dirs []string, plot bool, stdout, stderr io.Writer) error {
-	c, files, err := eval.WriteSeedReport(out, dirs, plot)
+	r, err := eval.WriteSeedReport(out, dirs, plot)
 	if pe := (*fs.PathError)(nil); errors.As(err, &pe) && pe.Op == "mkdir" {
 		return fmt.Errorf("--out: %w", pe) // the report folder
 	}
@@ -64,10 +68,17 @@ func writeReport(out string, dirs []string, plot bool, stdout, stderr io.Writer)
 		return errors.New(strings.TrimPrefix(err.Error(), "eval: "))
 	}
 	var b bytes.Buffer
-	if err := c.Markdown(&b); err != nil {
+	if err := r.Markdown(&b); err != nil {
 		return err
 	}
 	stdout.Write(b.Bytes())
-	fmt.Fprintf(stderr, "%s compared; report in %s (%d files)\n", report.Seeds(len(c.Seeds)), out, len(files))
+	if len(r.Same) > 0 {
+		fmt.Fprintf(stderr, "warning: the runs were made with %s: the seeds streamed every domain in the same order, so the results of %s are the same for every seed (± 0 by construction)\n",
+			r.Fixed, strings.Join(r.Same, ", "))
+	}
+	for _, p := range r.Removed {
+		fmt.Fprintf(stderr, "removed %s: an earlier report's plot, which this report does not draw\n", p)
+	}
+	fmt.Fprintf(stderr, "%s compared; report in %s (%d files)\n", report.Seeds(len(r.Seeds)), out, len(r.Files))
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -192,6 +193,87 @@ func TestReportBadInput(t *testing.T) {
 		st := run(tc.args, &stdout, &stderr)
 		if st != tc.status || !strings.Contains(stderr.String(), tc.stderr) || strings.Count(stderr.String(), "\n") != 1 {
 			t.Errorf("run(%q) = %d, %q; want %d and one line with %q", tc.args, st, stderr.String(), tc.status, tc.stderr)
+		}
+	}
+}
+
+// TestReportRefusesWhatSeedsCannotShow runs tiny built-in runs and checks
+// that report refuses seeds of --no-shuffle runs whose methods draw no
+// random views as eval --seeds does, refuses seeds made with other methods
+// as such (not as an unfinished run), and removes, saying so, the plot an
+// earlier report left in --out.
+func TestReportRefusesWhatSeedsCannotShow(t *testing.T) {
+	t.Setenv("SUBTTA_CACHE", t.TempDir())
+	t.Setenv("SUBTTA_FROST", "")
+	dir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	tiny := func(name string, extra ...string) string {
+		out := filepath.Join(dir, name)
+		args := append([]string{"eval", "--methods", "source", "--corruptions", "fog", "--limit", "20", "--quiet", "--out", out}, extra...)
+		if st := run(args, &stdout, &stderr); st != 0 {
+			t.Fatalf("%q: status %d: %s", args, st, stderr.String())
+		}
+		return out
+	}
+	ns1, ns2 := tiny("ns1", "--no-shuffle", "--seed", "1"), tiny("ns2", "--no-shuffle", "--seed", "2")
+	r1, r2 := tiny("r1", "--seed", "1"), tiny("r2", "--seed", "2")
+	q2 := tiny("q2", "--seed", "2", "--methods", "source,tent")
+
+	// As eval --seeds refuses --no-shuffle of source alone.
+	stderr.Reset()
+	if st := run([]string{"eval", "--methods", "source", "--corruptions", "fog", "--limit", "20", "--no-shuffle", "--seeds", "1,2", "--out", filepath.Join(dir, "nss")}, &stdout, &stderr); st != 2 ||
+		!strings.Contains(stderr.String(), "every seed's results would be the same") {
+		t.Errorf("eval --no-shuffle --seeds: status %d, %q", st, stderr.String())
+	}
+	for _, tc := range []struct {
+		dirs []string
+		says string
+	}{
+		{[]string{ns1, ns2}, "every seed's results are the same: the runs were made with --no-shuffle, so every seed streamed the same order, and no method draws random views (source)"},
+		{[]string{r1, q2}, "are not seeds of one run: they were run with other methods (source in " + r1 + "; source, tent in " + q2 + "), and seeds are compared on the same ones"},
+	} {
+		stderr.Reset()
+		stdout.Reset()
+		st := run(append([]string{"report", "--out", filepath.Join(dir, "refused")}, tc.dirs...), &stdout, &stderr)
+		if st != 1 || !strings.Contains(stderr.String(), tc.says) || strings.Contains(stderr.String(), "finish its run") ||
+			strings.Count(stderr.String(), "\n") != 1 || stdout.Len() != 0 {
+			t.Errorf("report %q: status %d, %q; want 1 and one line with %q", tc.dirs, st, stderr.String(), tc.says)
+		}
+	}
+
+	rs := filepath.Join(dir, "rs")
+	stderr.Reset()
+	if st := run([]string{"report", "--out", rs, "--plot", r1, r2}, &stdout, &stderr); st != 0 || !strings.Contains(stderr.String(), "(4 files)") {
+		t.Fatalf("report --plot: status %d, %q", st, stderr.String())
+	}
+	stderr.Reset()
+	if st := run([]string{"report", "--out", rs, r1, r2}, &stdout, &stderr); st != 0 ||
+		!strings.Contains(stderr.String(), "removed "+filepath.Join(rs, eval.SeedPlotFile)+": an earlier report's plot") ||
+		!strings.Contains(stderr.String(), "(3 files)") {
+		t.Errorf("report without --plot over one with: status %d, %q", st, stderr.String())
+	}
+	if _, err := os.Stat(filepath.Join(rs, eval.SeedPlotFile)); err == nil {
+		t.Errorf("the earlier report's %s is still in %s", eval.SeedPlotFile, rs)
+	}
+}
+
+// TestReportSeedRuleIsEvals: report (eval.SeedEffect) refuses seeds where
+// eval --seeds (seedMatters) refuses to run them, and only there.
+func TestReportSeedRuleIsEvals(t *testing.T) {
+	for _, c := range []eval.Config{
+		{Methods: []string{"source"}},
+		{Methods: []string{"source"}, NoShuffle: true},
+		{Methods: []string{"source", "vte"}, NoShuffle: true},
+		{Methods: []string{"tent", "zero"}, Order: "o.txt"},
+		{Methods: []string{"tent"}, Order: "o.txt"},
+		{Methods: []string{"tent"}, Order: "o.txt", Protocol: "mixed"},
+		{Methods: []string{"tent"}, Order: "o.txt", Protocol: "mixed", NoShuffle: true},
+		{Methods: []string{"dmn", "memo"}, NoShuffle: true, Dataset: "imagenet-c"},
+	} {
+		evalRefuses := seedMatters(c, io.Discard) != nil
+		fixed, views, _ := eval.SeedEffect(c)
+		if reportRefuses := fixed != "" && len(views) == 0; reportRefuses != evalRefuses {
+			t.Errorf("%+v: eval --seeds refuses: %v, report: %v", c, evalRefuses, reportRefuses)
 		}
 	}
 }
