@@ -17,9 +17,13 @@ type FolderOptions struct {
 	Name string
 	// Root is the folder holding the class folders, relative to the path
 	// given to OpenFolder (for an archive, a member path such as "test").
-	// Empty means the path itself for a directory; for an archive it is
-	// inferred (ImageRoot) as the deepest folder holding all images, one
-	// level above the images if they are all in one folder.
+	// Empty means it is inferred (ImageRoot), for a directory as for an
+	// archive, so that a directory reads as the archive it was made from:
+	// the deepest folder holding all images, one level above the images
+	// if they are all in one folder. A directory whose folders are the
+	// classes is its own root. With Files and no Root, a directory's root
+	// is the directory itself (the listed files are checked, the tree is
+	// not walked).
 	Root string
 	// Classes is the label space. Nil means the sorted class folder names
 	// (as torchvision's ImageFolder). Otherwise each class folder must be
@@ -82,9 +86,7 @@ func OpenFolder(path string, opts FolderOptions) (*Folder, error) {
 	}
 	var members []folderItem // rel relative to the archive until the root is known
 	if st.IsDir() {
-		d.root = filepath.Join(path, filepath.FromSlash(opts.Root))
-		d.src = d.root
-		members, err = walkImages(d.root, opts.Files)
+		members, err = d.walkDir(path, opts.Root, opts.Files)
 	} else {
 		members, err = d.indexArchive(path)
 	}
@@ -133,33 +135,78 @@ func isImageName(name string) bool {
 	return false
 }
 
-// walkImages lists the images under root's class folders, or checks that
-// the listed files exist.
-func walkImages(root string, files []string) ([]folderItem, error) {
-	st, err := os.Stat(root)
+// walkDir sets the root of the directory path (path joined with root,
+// or, when root and files are empty, the one ImageRoot infers from the
+// images found) and lists the images of its class folders, or checks
+// that the listed files exist.
+func (d *Folder) walkDir(path, root string, files []string) ([]folderItem, error) {
+	d.root = filepath.Join(path, filepath.FromSlash(root))
+	d.src = d.root
+	st, err := os.Stat(d.root)
 	if err != nil {
 		return nil, fmt.Errorf("data: image folder: %w", err)
 	}
 	if !st.IsDir() {
-		return nil, fmt.Errorf("data: image folder %s is not a directory", root)
+		return nil, fmt.Errorf("data: image folder %s is not a directory", d.root)
 	}
 	if files != nil {
 		items := make([]folderItem, len(files))
 		for i, rel := range files {
-			if _, err := os.Stat(filepath.Join(root, filepath.FromSlash(rel))); err != nil {
-				return nil, fmt.Errorf("data: %s: listed image %d of %d: %w", root, i+1, len(files), err)
+			if _, err := os.Stat(filepath.Join(d.root, filepath.FromSlash(rel))); err != nil {
+				return nil, fmt.Errorf("data: %s: listed image %d of %d: %w", d.root, i+1, len(files), err)
 			}
 			items[i] = folderItem{rel: rel}
 		}
 		return items, nil
 	}
+	items, direct, empty, err := classFolderImages(d.root)
+	if err != nil {
+		return nil, err
+	}
+	if root == "" && len(items) > 0 && !direct {
+		// An image directly in path makes path the root (ImageRoot's
+		// rule); else the deepest folder holding every image is.
+		rels := make([]string, len(items))
+		for i, it := range items {
+			rels[i] = it.rel
+		}
+		if r := ImageRoot(rels); r != "" {
+			d.root = filepath.Join(path, filepath.FromSlash(r))
+			d.src = d.root
+			if items, direct, empty, err = classFolderImages(d.root); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if empty != "" {
+		// An empty class would silently drop a class; ImageFolder refuses too.
+		return nil, fmt.Errorf("data: %s: class folder %q holds no images", d.root, empty)
+	}
+	if len(items) == 0 {
+		if direct {
+			return nil, fmt.Errorf("data: %s: no class folders under the root %s: its images lie directly in it, in no class (want <root>/<class>/<image>)", path, d.root)
+		}
+		return nil, fmt.Errorf("data: %s: no images (.jpg, .jpeg, .png, .gif) in class folders under the root %s", path, d.root)
+	}
+	return items, nil
+}
+
+// classFolderImages lists the images in the class folders of the folder
+// root (its folders and links to folders, not hidden), as
+// "<class>/<...>/<file>"; direct reports an image directly in root (in
+// no class), and empty names the first class folder holding no image
+// ("" if none).
+func classFolderImages(root string) (items []folderItem, direct bool, empty string, err error) {
 	entries, err := os.ReadDir(root)
 	if err != nil {
-		return nil, fmt.Errorf("data: %w", err)
+		return nil, false, "", fmt.Errorf("data: %w", err)
 	}
-	var items []folderItem
 	for _, e := range entries {
-		if !isDirEntry(root, e) || strings.HasPrefix(e.Name(), ".") {
+		if strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		if !isDirEntry(root, e) {
+			direct = direct || isImageName(e.Name()) // a file or a link to one, as WalkImages lists them
 			continue
 		}
 		// The trailing separator makes WalkImages enter a class folder
@@ -167,17 +214,16 @@ func walkImages(root string, files []string) ([]folderItem, error) {
 		// os.walk(followlinks=True) would).
 		rels, err := WalkImages(filepath.Join(root, e.Name())+string(filepath.Separator), nil)
 		if err != nil {
-			return nil, fmt.Errorf("data: %w", err)
+			return nil, false, "", fmt.Errorf("data: %w", err)
 		}
-		if len(rels) == 0 {
-			// An empty class would silently drop a class; ImageFolder refuses too.
-			return nil, fmt.Errorf("data: %s: class folder %q holds no images", root, e.Name())
+		if len(rels) == 0 && empty == "" {
+			empty = e.Name()
 		}
 		for _, rel := range rels {
 			items = append(items, folderItem{rel: e.Name() + "/" + rel})
 		}
 	}
-	return items, nil
+	return items, direct, empty, nil
 }
 
 // WalkImages lists the images in the folder dir and in its folders, as
@@ -470,6 +516,17 @@ func (d *Folder) Label(i int) int { return d.items[i].label }
 // "cat/0001.jpg".
 func (d *Folder) File(i int) string { return d.items[i].rel }
 
+// Path returns where image i is read from, for messages: the file's path
+// (the root, which OpenFolder may have inferred below the path it was
+// given, joined with File(i)), or ARCHIVE:MEMBER for an archive. Item's
+// errors name the image so.
+func (d *Folder) Path(i int) string {
+	if d.archive == nil {
+		return filepath.Join(d.root, filepath.FromSlash(d.items[i].rel))
+	}
+	return d.src + ":" + d.prefix + d.items[i].rel
+}
+
 // Item reads and decodes image i.
 func (d *Folder) Item(i int) (*RGB, int, error) {
 	if err := checkIndex(d.src, i, len(d.items)); err != nil {
@@ -488,17 +545,15 @@ func (d *Folder) Item(i int) (*RGB, int, error) {
 
 // encoded returns the file bytes of image i and a name for messages.
 func (d *Folder) encoded(i int) ([]byte, string, error) {
-	it := &d.items[i]
+	name := d.Path(i)
 	if d.archive == nil {
-		p := filepath.Join(d.root, filepath.FromSlash(it.rel))
-		b, err := os.ReadFile(p)
+		b, err := os.ReadFile(name)
 		if err != nil {
 			return nil, "", fmt.Errorf("data: %w", err)
 		}
-		return b, p, nil
+		return b, name, nil
 	}
-	name := d.src + ":" + d.prefix + it.rel
-	b, err := d.archive.Read(it.member)
+	b, err := d.archive.Read(d.items[i].member)
 	if err != nil {
 		return nil, "", fmt.Errorf("data: %s: %w", name, err)
 	}

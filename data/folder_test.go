@@ -7,6 +7,7 @@ import (
 	"image/color"
 	"image/gif"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -108,6 +109,71 @@ func TestFolderSources(t *testing.T) {
 			t.Error(err)
 		}
 	}
+}
+
+// TestFolderRootAsArchive: a directory is read by the rule an archive is
+// (ImageRoot), so that a directory equals the archive it was made from:
+// the same root, images, order, labels and classes, whether the class
+// folders are the directory's own (it is its root, as before), wrapped in
+// folders, or the images all in one class. A directory with images but
+// no class folders is refused, naming its root.
+func TestFolderRootAsArchive(t *testing.T) {
+	dir := t.TempDir()
+	one := []member{{"only/cat/a.png", pngOf(t, 2, 1, 1, 2, 3)}, {"only/cat/b.png", pngOf(t, 3, 1, 1, 2, 3)}, {"only/notes.txt", []byte("x")}}
+	for _, tc := range []struct {
+		name    string
+		members []member
+		root    string // the root inferred, relative to the tree
+		files   []string
+		classes []string
+	}{
+		{"class folders", folderMembers(t, ""), "", folderFiles, []string{"ant", "bee", "cat"}},
+		{"wrapped", folderMembers(t, "test/"), "test", folderFiles, []string{"ant", "bee", "cat"}},
+		{"wrapped twice", append(folderMembers(t, "a/test/"), member{".hidden/x.png", pngOf(t, 1, 1, 1, 2, 3)}), "a/test", folderFiles, []string{"ant", "bee", "cat"}},
+		{"one class", one, "only", []string{"cat/a.png", "cat/b.png"}, []string{"cat"}},
+	} {
+		tree := filepath.Join(dir, tc.name)
+		writeTree(t, tree, tc.members)
+		writeTar(t, tree+".tar.gz", true, tc.members)
+		for _, p := range []string{tree, tree + ".tar.gz"} {
+			ds, err := OpenFolder(p, FolderOptions{})
+			if err != nil {
+				t.Errorf("%s: %v", p, err)
+				continue
+			}
+			var files []string
+			for i := range ds.Len() {
+				files = append(files, ds.File(i))
+			}
+			if !slices.Equal(files, tc.files) || !slices.Equal(ds.Classes(), tc.classes) {
+				t.Errorf("%s: images %q, classes %q; want %q, %q", p, files, ds.Classes(), tc.files, tc.classes)
+			}
+			want := filepath.Join(tree, filepath.FromSlash(tc.root), filepath.FromSlash(tc.files[0]))
+			if p != tree {
+				want = p + ":" + path.Join(tc.root, tc.files[0])
+			}
+			if got := ds.Path(0); got != want {
+				t.Errorf("%s: image 0 is read from %s, want %s", p, got, want)
+			}
+			ds.Close()
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		members []member
+		want    []string
+	}{
+		{"flat", []member{{"a.png", pngOf(t, 2, 1, 1, 2, 3)}, {"b.png", pngOf(t, 2, 1, 1, 2, 3)}}, []string{"no class folders under the root", "flat: its images lie directly in it"}},
+		{"no images", []member{{"cat/a.txt", []byte("x")}, {"b.txt", []byte("x")}}, []string{`class folder "cat" holds no images`}},
+	} {
+		tree := filepath.Join(dir, tc.name)
+		writeTree(t, tree, tc.members)
+		_, err := OpenFolder(tree, FolderOptions{})
+		mustErr(t, err, append(tc.want, tree)...)
+	}
+	// A root given is taken as it is.
+	_, err := OpenFolder(filepath.Join(dir, "wrapped"), FolderOptions{Root: ".", Classes: []string{"ant", "bee", "cat"}})
+	mustErr(t, err, `class folder "test" is not one of the 3 classes`)
 }
 
 func TestFolderClassMapping(t *testing.T) {

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,6 +41,10 @@ type progress struct {
 	Elapsed float64 `json:"elapsed_s"`
 	// OptimizerSteps is each parameter's Adam step count.
 	OptimizerSteps map[string]int `json:"optimizer_steps"`
+	// Untested, if not nil, is the record of the epoch the checkpoint
+	// ends, trained but not yet tested nor logged: its test pass was
+	// interrupted. Run tests and logs it before training on.
+	Untested *EpochRecord `json:"untested_epoch,omitempty"`
 	// legacyData is set when the checkpoint records no training set (one
 	// written before DataIdentity): it was resumed unchecked.
 	legacyData bool
@@ -96,7 +102,7 @@ func (t *Trainer) saveCheckpoint(path string, pr progress) error {
 	if err != nil {
 		return err
 	}
-	meta["train_config"] = string(tc)
+	meta[configMetadata] = string(tc)
 	dj, err := json.Marshal(t.dataIdentity())
 	if err != nil {
 		return err
@@ -128,6 +134,50 @@ func (t *Trainer) saveCheckpoint(path string, pr progress) error {
 	return weights.WriteFile(path, ts, meta)
 }
 
+// configMetadata is the checkpoint's metadata key of the training
+// settings (Config, as JSON): what makes a safetensors file a run's
+// checkpoint rather than a model.
+const configMetadata = "train_config"
+
+// IsCheckpoint reports whether the file at path is a training run's
+// checkpoint (its metadata holds training settings), reading only its
+// header: such a file must not be overwritten by a model, which would
+// end the run's resumption. A file that is absent or no safetensors file
+// is not one.
+func IsCheckpoint(path string) bool {
+	f, err := weights.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	_, ok := f.Metadata[configMetadata]
+	return ok
+}
+
+// CheckSettings returns the *SettingsError Run would return for the run
+// folder dir with settings cfg, reading only the checkpoint's header: nil
+// when dir holds no checkpoint or one of the same settings. It lets a
+// caller refuse other settings before it reads the training set.
+func CheckSettings(dir string, cfg Config) error {
+	path := filepath.Join(dir, CheckpointFile)
+	if !fileExists(path) {
+		return nil
+	}
+	f, err := weights.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var saved Config
+	if err := json.Unmarshal([]byte(f.Metadata[configMetadata]), &saved); err != nil {
+		return fmt.Errorf("pretrain: %s: no readable training settings: %w", path, err)
+	}
+	if diffs := diffSettings(saved, cfg); len(diffs) > 0 {
+		return &SettingsError{Path: path, Diffs: diffs}
+	}
+	return nil
+}
+
 // dataMetadata is the checkpoint's metadata key of the training set's
 // DataIdentity, as JSON.
 const dataMetadata = "train_data"
@@ -151,13 +201,11 @@ func loadCheckpoint(path string, cfg Config, train *Images, id DataIdentity) (*T
 		return nil, pr, err
 	}
 	var saved Config
-	if err := json.Unmarshal([]byte(raw.Metadata["train_config"]), &saved); err != nil {
+	if err := json.Unmarshal([]byte(raw.Metadata[configMetadata]), &saved); err != nil {
 		return nil, pr, fmt.Errorf("pretrain: %s: no readable training settings: %w", path, err)
 	}
-	a, _ := json.Marshal(saved)
-	b, _ := json.Marshal(cfg)
-	if string(a) != string(b) {
-		return nil, pr, fmt.Errorf("pretrain: %s: %w: %s (this run: %s); use another folder or the same settings", path, errConfigDiffers, diffJSON(a, b), diffJSON(b, a))
+	if diffs := diffSettings(saved, cfg); len(diffs) > 0 {
+		return nil, pr, &SettingsError{Path: path, Diffs: diffs}
 	}
 	if dj, ok := raw.Metadata[dataMetadata]; ok {
 		var saved DataIdentity
@@ -225,23 +273,68 @@ func loadCheckpoint(path string, cfg Config, train *Images, id DataIdentity) (*T
 	return t, pr, nil
 }
 
-// diffJSON returns the top-level keys of JSON object a whose values differ
-// from b's, with a's values.
-func diffJSON(a, b []byte) string {
-	var ma, mb map[string]json.RawMessage
-	json.Unmarshal(a, &ma)
-	json.Unmarshal(b, &mb)
-	var out []string
-	for k, v := range ma {
-		if string(mb[k]) != string(v) {
-			out = append(out, k+"="+string(v))
+// SettingDiff is one setting in which a run differs from its checkpoint.
+type SettingDiff struct {
+	// Key is the setting's place in Config's JSON form, its keys joined
+	// by dots: "lr", "model.vision.heads".
+	Key string
+	// Was and Now are its JSON values in the checkpoint and in this run.
+	Was, Now string
+}
+
+// SettingsError is the error of a resumption whose settings differ from
+// the checkpoint's: it names each setting that differs, with both
+// values, rather than the whole configuration. It wraps errConfigDiffers.
+type SettingsError struct {
+	Path  string // the checkpoint
+	Diffs []SettingDiff
+}
+
+func (e *SettingsError) Error() string {
+	parts := make([]string, len(e.Diffs))
+	for i, d := range e.Diffs {
+		parts[i] = fmt.Sprintf("%s %s, was %s", d.Key, d.Now, d.Was)
+	}
+	return fmt.Sprintf("pretrain: %s: %v: %s; use another folder or the same settings", e.Path, errConfigDiffers, strings.Join(parts, "; "))
+}
+
+func (e *SettingsError) Unwrap() error { return errConfigDiffers }
+
+// diffSettings returns the settings in which now differs from was, in
+// the order of their keys: the leaves of their JSON forms (a list, such
+// as the classes, is one leaf).
+func diffSettings(was, now Config) []SettingDiff {
+	var a, b any
+	ja, _ := json.Marshal(was)
+	jb, _ := json.Marshal(now)
+	json.Unmarshal(ja, &a)
+	json.Unmarshal(jb, &b)
+	var out []SettingDiff
+	var walk func(key string, a, b any)
+	walk = func(key string, a, b any) {
+		ma, okA := a.(map[string]any)
+		mb, okB := b.(map[string]any)
+		if okA && okB {
+			keys := slices.Sorted(maps.Keys(ma))
+			for k := range mb {
+				if _, ok := ma[k]; !ok {
+					keys = append(keys, k)
+				}
+			}
+			slices.Sort(keys)
+			for _, k := range slices.Compact(keys) {
+				walk(strings.TrimPrefix(key+"."+k, "."), ma[k], mb[k])
+			}
+			return
+		}
+		va, _ := json.Marshal(a)
+		vb, _ := json.Marshal(b)
+		if string(va) != string(vb) {
+			out = append(out, SettingDiff{Key: key, Was: string(va), Now: string(vb)})
 		}
 	}
-	if len(out) == 0 {
-		return "(same keys)"
-	}
-	slices.Sort(out)
-	return strings.Join(out, ", ")
+	walk("", a, b)
+	return out
 }
 
 // fileExists reports whether path names an existing file.

@@ -1,6 +1,7 @@
 package pretrain
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -92,6 +93,12 @@ func (s *Images) Image(i int) *data.RGB {
 // size×size (CIFAR's 32×32); progress, if not nil, is called after each
 // chunk with the number decoded so far. The set's Source is ds.Name().
 func LoadImages(ds data.Dataset, size, workers int, progress func(done, total int)) (*Images, error) {
+	return LoadImagesContext(context.Background(), ds, size, workers, progress)
+}
+
+// LoadImagesContext is LoadImages, stopping with ctx's error between
+// chunks of images once ctx ends.
+func LoadImagesContext(ctx context.Context, ds data.Dataset, size, workers int, progress func(done, total int)) (*Images, error) {
 	n := ds.Len()
 	if n == 0 {
 		return nil, fmt.Errorf("pretrain: %s: no images", ds.Name())
@@ -100,6 +107,9 @@ func LoadImages(ds data.Dataset, size, workers int, progress func(done, total in
 	const chunk = 1000
 	idx := make([]int, 0, chunk)
 	for lo := 0; lo < n; lo += chunk {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		idx = idx[:0]
 		for i := lo; i < min(lo+chunk, n); i++ {
 			idx = append(idx, i)
@@ -111,7 +121,7 @@ func LoadImages(ds data.Dataset, size, workers int, progress func(done, total in
 		for k, img := range imgs {
 			i := idx[k]
 			if img.W != size || img.H != size {
-				return nil, fmt.Errorf("pretrain: %s: image %d is %d×%d, want %d×%d", ds.Name(), i, img.W, img.H, size, size)
+				return nil, fmt.Errorf("pretrain: %s is %d×%d, want %d×%d (every image of the set must be that size)", imageName(ds, i), img.W, img.H, size, size)
 			}
 			copy(s.Pix[i*3*size*size:], img.Pix)
 			s.Labels[i] = labels[k]
@@ -121,6 +131,15 @@ func LoadImages(ds data.Dataset, size, workers int, progress func(done, total in
 		}
 	}
 	return s, nil
+}
+
+// imageName names image i of ds for messages: where it is read from when
+// ds says (data.Folder's Path), else its place in ds.
+func imageName(ds data.Dataset, i int) string {
+	if p, ok := ds.(interface{ Path(int) string }); ok {
+		return p.Path(i)
+	}
+	return fmt.Sprintf("%s: image %d of %d", ds.Name(), i+1, ds.Len())
 }
 
 // Augment writes into dst (size×size) a random crop of src zero-padded by

@@ -26,7 +26,10 @@
 // random draws are functions of the seed and the step, so a resumed run
 // computes the same weights, bit for bit, as one never interrupted. A
 // checkpoint resumes only with the settings (Config) and the training set
-// (DataIdentity: its images, labels and order) it was made with. After
+// (DataIdentity: its images, labels and order) it was made with; other
+// settings are refused naming each that differs (SettingsError). After
 // each epoch it classifies a test set zero-shot and appends an EpochRecord
-// to log.jsonl.
+// to log.jsonl; an epoch whose test pass is interrupted is kept in the
+// checkpoint as untested and tested and logged first on resumption, so
+// that no epoch is logged without its test accuracy.
 package pretrain

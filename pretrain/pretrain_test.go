@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -183,8 +184,109 @@ func TestResumeEqualsUninterrupted(t *testing.T) {
 	}
 }
 
-// TestResumeRefusesOtherSettings resumes a run folder with another
-// learning rate.
+// TestInterruptedTestResumes interrupts runs during an epoch's test pass
+// (the context ends once the epoch's last step is taken) and resumes
+// them: the interruption is a *TestInterruptedError, the epoch is not
+// logged without its test accuracy, and the resumed run's log equals the
+// uninterrupted run's, every epoch with its test accuracy.
+func TestInterruptedTestResumes(t *testing.T) {
+	cfg := tinyConfig()
+	cfg.Epochs = 3
+	train := syntheticImages(13, cfg.Model.Vision.ImageSize, len(cfg.Classes), 9) // 3 steps per epoch
+	test := syntheticImages(7, cfg.Model.Vision.ImageSize, len(cfg.Classes), 10)
+	whole := t.TempDir()
+	if _, err := Run(context.Background(), cfg, train, RunOptions{Dir: whole, Test: test}); err != nil {
+		t.Fatal(err)
+	}
+	want, err := ReadLog(filepath.Join(whole, LogFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		stopAt int  // the step whose epoch's test pass is interrupted
+		again  bool // the resumed test pass is interrupted too (the context ended before Run)
+	}{
+		{"first epoch", 3, false},
+		{"last epoch", 9, false},
+		{"twice", 6, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			ctx, cancel := context.WithCancel(context.Background())
+			var logged []int
+			opt := RunOptions{Dir: dir, Test: test, Epoch: func(r EpochRecord) { logged = append(logged, r.Epoch) },
+				Progress: func(p Progress) {
+					if p.Step == tc.stopAt {
+						cancel()
+					}
+				}}
+			_, err := Run(ctx, cfg, train, opt)
+			var ti *TestInterruptedError
+			if !errors.As(err, &ti) || ti.Epoch != tc.stopAt/3 || !errors.Is(err, context.Canceled) {
+				t.Errorf("interrupted in epoch %d's test: error %v, want a TestInterruptedError of that epoch", tc.stopAt/3, err)
+			}
+			if recs, _ := ReadLog(filepath.Join(dir, LogFile)); len(recs) != tc.stopAt/3-1 {
+				t.Errorf("%d epochs logged after the interruption, want %d (the untested epoch is not)", len(recs), tc.stopAt/3-1)
+			}
+			if tc.again {
+				if _, err := Run(ctx, cfg, train, opt); !errors.As(err, &ti) || ti.Epoch != tc.stopAt/3 {
+					t.Fatalf("resumed with the context ended: %v, want epoch %d's test interrupted again", err, tc.stopAt/3)
+				}
+			}
+			opt.Progress = nil
+			if _, err := Run(context.Background(), cfg, train, opt); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(logged, []int{1, 2, 3}) {
+				t.Errorf("epochs reported %v, want each once: 1, 2, 3", logged)
+			}
+			got, err := ReadLog(filepath.Join(dir, LogFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(want) {
+				t.Fatalf("%d epochs logged, want %d", len(got), len(want))
+			}
+			for i := range want {
+				w, g := want[i], got[i]
+				w.Seconds, g.Seconds = 0, 0
+				if g != w || g.TestImages != test.Len() {
+					t.Errorf("epoch %d: resumed %+v, uninterrupted %+v", i+1, g, w)
+				}
+			}
+		})
+	}
+}
+
+// TestRunLeavesNothingOnRefusal: a run refused before it trains (a
+// training set smaller than one batch, images of another size) makes no
+// run folder, and one refused in a folder it made leaves nothing there.
+func TestRunLeavesNothingOnRefusal(t *testing.T) {
+	cfg := tinyConfig()
+	size, k := cfg.Model.Vision.ImageSize, len(cfg.Classes)
+	for _, tc := range []struct {
+		name  string
+		train *Images
+		want  string
+	}{
+		{"fewer images than a batch", syntheticImages(cfg.BatchSize-1, size, k, 1), "3 images make no batch of 4"},
+		{"other image size", syntheticImages(8, size*2, k, 1), "images are 16×16, the model takes 8×8"},
+	} {
+		dir := filepath.Join(t.TempDir(), "run")
+		_, err := Run(context.Background(), cfg, tc.train, RunOptions{Dir: dir})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want %q", tc.name, err, tc.want)
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: the run folder is left behind (%v)", tc.name, err)
+		}
+	}
+}
+
+// TestResumeRefusesOtherSettings resumes a run folder with other
+// settings: refused, naming each setting that differs with both values,
+// and nothing else of the configuration.
 func TestResumeRefusesOtherSettings(t *testing.T) {
 	cfg := tinyConfig()
 	train := syntheticImages(8, cfg.Model.Vision.ImageSize, len(cfg.Classes), 1)
@@ -192,12 +294,65 @@ func TestResumeRefusesOtherSettings(t *testing.T) {
 	if _, err := Run(context.Background(), cfg, train, RunOptions{Dir: dir, StopAfter: 1}); err != nil {
 		t.Fatal(err)
 	}
-	cfg.LR *= 2
-	_, err := Run(context.Background(), cfg, train, RunOptions{Dir: dir})
-	if err == nil {
-		t.Fatal("a checkpoint of other settings was resumed")
+	for _, tc := range []struct {
+		name   string
+		change func(*Config)
+		want   []SettingDiff
+	}{
+		{"learning rate", func(c *Config) { c.LR *= 2 }, []SettingDiff{{"lr", "0.001", "0.002"}}},
+		{"heads and epochs", func(c *Config) { c.Model.Vision.Heads, c.Model.Text.Heads, c.Epochs = 4, 4, 5 },
+			[]SettingDiff{{"epochs", "2", "5"}, {"model.text.heads", "2", "4"}, {"model.vision.heads", "2", "4"}}},
+		{"classes", func(c *Config) { c.Classes = []string{"cat", "dog", "car"} },
+			[]SettingDiff{{"classes", `["cat","dog","ship"]`, `["cat","dog","car"]`}}},
+	} {
+		other := tinyConfig()
+		tc.change(&other)
+		_, err := Run(context.Background(), other, train, RunOptions{Dir: dir})
+		var se *SettingsError
+		if !errors.As(err, &se) || !errors.Is(err, errConfigDiffers) {
+			t.Errorf("%s: error %v, want a SettingsError", tc.name, err)
+			continue
+		}
+		if !reflect.DeepEqual(se.Diffs, tc.want) {
+			t.Errorf("%s: differences %q, want %q", tc.name, se.Diffs, tc.want)
+		}
+		if msg := err.Error(); strings.Contains(msg, "model=") || strings.Contains(msg, "{") {
+			t.Errorf("%s: the error holds more than the differing settings: %s", tc.name, msg)
+		}
+		// CheckSettings says the same from the checkpoint's header.
+		if cerr := CheckSettings(dir, other); !errors.As(cerr, &se) || !reflect.DeepEqual(se.Diffs, tc.want) {
+			t.Errorf("%s: CheckSettings: %v, want the differences %q", tc.name, cerr, tc.want)
+		}
 	}
-	t.Log(err)
+	if err := CheckSettings(dir, cfg); err != nil {
+		t.Errorf("CheckSettings with the same settings: %v", err)
+	}
+	if err := CheckSettings(t.TempDir(), cfg); err != nil {
+		t.Errorf("CheckSettings of a folder without a checkpoint: %v", err)
+	}
+}
+
+// TestIsCheckpoint: a run's checkpoint is told from its model, and from
+// files that are no safetensors or absent.
+func TestIsCheckpoint(t *testing.T) {
+	cfg := tinyConfig()
+	train := syntheticImages(8, cfg.Model.Vision.ImageSize, len(cfg.Classes), 1)
+	dir := t.TempDir()
+	if _, err := Run(context.Background(), cfg, train, RunOptions{Dir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	junk := filepath.Join(dir, "junk.safetensors")
+	if err := os.WriteFile(junk, []byte("not a model"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		want bool
+	}{{CheckpointFile, true}, {ModelFile, false}, {LogFile, false}, {"junk.safetensors", false}, {"absent.safetensors", false}} {
+		if got := IsCheckpoint(filepath.Join(dir, tc.name)); got != tc.want {
+			t.Errorf("IsCheckpoint(%s) = %v, want %v", tc.name, got, tc.want)
+		}
+	}
 }
 
 // TestResumeRefusesOtherData resumes a run folder on other images: of

@@ -89,15 +89,48 @@ func open(dir string, cfg Config, train *Images) (*Trainer, progress, error) {
 	return t, progress{}, err
 }
 
+// TestInterruptedError is Run's error when its context ends during an
+// epoch's test pass: the epoch is trained and its checkpoint written, but
+// not yet logged; the run resumed from that checkpoint tests it first,
+// then logs it, so that no epoch is logged without its test accuracy.
+// It wraps the context's error.
+type TestInterruptedError struct {
+	Epoch int // 1-based
+	Err   error
+}
+
+func (e *TestInterruptedError) Error() string {
+	return fmt.Sprintf("pretrain: epoch %d's test pass interrupted (the resumed run does it first): %v", e.Epoch, e.Err)
+}
+
+func (e *TestInterruptedError) Unwrap() error { return e.Err }
+
 // Run trains the run in opt.Dir to its last epoch, resuming from the
 // checkpoint there. After every epoch it evaluates, appends a record to
 // the log and writes a checkpoint and the model; when ctx is cancelled it
 // writes a checkpoint at the current step and returns ctx's error, so that
-// the same call resumes where it stopped. It returns the trainer.
+// the same call resumes where it stopped. Cancelled during an epoch's test
+// pass, it records the epoch in the checkpoint as trained but untested and
+// returns a *TestInterruptedError; the resumed run tests and logs that
+// epoch before it trains on, so that its log equals an uninterrupted
+// run's. A training set smaller than one batch is refused before opt.Dir
+// is made, and a folder this call made is removed again when it fails
+// before writing a checkpoint. It returns the trainer.
 func Run(ctx context.Context, cfg Config, train *Images, opt RunOptions) (*Trainer, error) {
 	if opt.Dir == "" {
 		return nil, errors.New("pretrain: no run folder")
 	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if train == nil {
+		return nil, errors.New("pretrain: no training images")
+	}
+	if train.Len() < cfg.BatchSize {
+		return nil, fmt.Errorf("pretrain: %d images make no batch of %d", train.Len(), cfg.BatchSize)
+	}
+	_, statErr := os.Stat(opt.Dir)
+	made := errors.Is(statErr, os.ErrNotExist)
 	if err := os.MkdirAll(opt.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("pretrain: %w", err)
 	}
@@ -105,24 +138,76 @@ func Run(ctx context.Context, cfg Config, train *Images, opt RunOptions) (*Train
 	if err != nil {
 		return nil, fmt.Errorf("pretrain: %w", err)
 	}
-	defer lock.Unlock()
+	ck := filepath.Join(opt.Dir, CheckpointFile)
+	defer func() {
+		// A folder made here that holds nothing of the run is not left
+		// behind (an empty folder, or one with only its lock file).
+		if made && !fileExists(ck) && lock.Remove() == nil {
+			os.Remove(opt.Dir)
+			return
+		}
+		lock.Unlock()
+	}()
 	t, pr, err := open(opt.Dir, cfg, train)
 	if err != nil {
 		return nil, err
 	}
-	ck := filepath.Join(opt.Dir, CheckpointFile)
 	if pr.legacyData && opt.Warn != nil {
 		opt.Warn(fmt.Sprintf("%s records no training set (an earlier build wrote it): resuming at step %d on %s unchecked; make sure it is the data the run began with (the next checkpoint records it)",
 			ck, t.Step, t.dataIdentity()))
-	}
-	if t.StepsPerEpoch() == 0 {
-		return nil, fmt.Errorf("pretrain: %d images make no batch of %d", train.Len(), cfg.BatchSize)
 	}
 	start, resumed := time.Now(), t.Step
 	save := func() error {
 		p := pr
 		p.Elapsed += time.Since(start).Seconds()
 		return t.saveCheckpoint(ck, p)
+	}
+	// endEpoch tests the epoch of rec (when there is a test set), logs it
+	// and writes the model and the checkpoint. Interrupted in the test, it
+	// keeps rec in the checkpoint as the untested epoch instead.
+	endEpoch := func(rec EpochRecord) error {
+		if opt.Test != nil {
+			acc, err := t.Accuracy(ctx, opt.Test, opt.EvalLimit)
+			if err != nil && ctx.Err() == nil {
+				return err
+			}
+			if err != nil {
+				pr.Untested = &rec
+				if serr := save(); serr != nil {
+					return errors.Join(err, serr)
+				}
+				return &TestInterruptedError{Epoch: rec.Epoch, Err: err}
+			}
+			rec.TestAcc, rec.TestImages = acc, opt.Test.Len()
+			if opt.EvalLimit > 0 {
+				rec.TestImages = min(opt.EvalLimit, opt.Test.Len())
+			}
+		}
+		rec.Seconds = pr.Elapsed + time.Since(start).Seconds()
+		if err := appendLog(filepath.Join(opt.Dir, LogFile), rec); err != nil {
+			return err
+		}
+		if err := t.SaveModel(filepath.Join(opt.Dir, ModelFile)); err != nil {
+			return err
+		}
+		pr.Untested = nil
+		if err := save(); err != nil {
+			return err
+		}
+		if opt.Epoch != nil {
+			opt.Epoch(rec)
+		}
+		return nil
+	}
+	if pr.Untested != nil {
+		// The checkpoint is at the end of an epoch whose test pass was
+		// interrupted: that epoch is tested and logged first.
+		if opt.Test == nil && opt.Warn != nil {
+			opt.Warn(fmt.Sprintf("epoch %d's test pass was interrupted and this run has no test set: it is logged without test accuracy", pr.Untested.Epoch))
+		}
+		if err := endEpoch(*pr.Untested); err != nil {
+			return t, err
+		}
 	}
 	total, spe := t.TotalSteps(), t.StepsPerEpoch()
 	for t.Step < total {
@@ -149,31 +234,9 @@ func Run(ctx context.Context, cfg Config, train *Images, opt RunOptions) (*Train
 		case t.Step%spe == 0:
 			rec := EpochRecord{Epoch: t.Step / spe, Step: t.Step, TrainLoss: pr.EpochLoss / float64(spe),
 				TrainAcc: float64(pr.EpochCorrect) / float64(pr.EpochImages), LR: res.LR, LogitScale: t.LogitScale()}
-			if opt.Test != nil {
-				acc, err := t.Accuracy(ctx, opt.Test, opt.EvalLimit)
-				if err != nil && ctx.Err() == nil {
-					return t, err
-				}
-				if err == nil {
-					rec.TestAcc, rec.TestImages = acc, opt.Test.Len()
-					if opt.EvalLimit > 0 {
-						rec.TestImages = min(opt.EvalLimit, opt.Test.Len())
-					}
-				}
-			}
 			pr.EpochLoss, pr.EpochCorrect, pr.EpochImages = 0, 0, 0
-			rec.Seconds = pr.Elapsed + time.Since(start).Seconds()
-			if err := appendLog(filepath.Join(opt.Dir, LogFile), rec); err != nil {
+			if err := endEpoch(rec); err != nil {
 				return t, err
-			}
-			if err := t.SaveModel(filepath.Join(opt.Dir, ModelFile)); err != nil {
-				return t, err
-			}
-			if err := save(); err != nil {
-				return t, err
-			}
-			if opt.Epoch != nil {
-				opt.Epoch(rec)
 			}
 		case opt.CheckpointEvery > 0 && t.Step%opt.CheckpointEvery == 0:
 			if err := save(); err != nil {

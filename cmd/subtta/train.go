@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -60,7 +62,7 @@ func newTrainCmd(stdout, stderr io.Writer) *cobra.Command {
 	configFlags(f, stdout)
 	f.StringVar(&o.trainPath, "data", "", "CIFAR-10 training set: the official binaries (.tar.gz or folder), or an image folder (folder, .tar, .tar.gz) with one folder per class")
 	f.StringVar(&o.testPath, "test", "", "CIFAR-10 test set in the same forms, classified zero-shot after every epoch (optional)")
-	f.StringVar(&o.out, "out", "subtta-train", "run folder: checkpoint, model, log.jsonl; an interrupted run resumes there (with the same settings and --data only)")
+	f.StringVar(&o.out, "out", "subtta-train", "run folder: checkpoint, model, log.jsonl; an interrupted run resumes there (with the same settings and --data only; other settings are refused, naming them, before the data is read)")
 	f.IntVar(&o.epochs, "epochs", def.Epochs, "epochs")
 	f.IntVar(&o.batch, "batch-size", def.BatchSize, "images per step")
 	f.Float64Var(&o.lr, "lr", def.LR, "peak learning rate (AdamW)")
@@ -73,8 +75,8 @@ func newTrainCmd(stdout, stderr io.Writer) *cobra.Command {
 	f.IntVar(&o.heads, "heads", def.Model.Vision.Heads, "attention heads of both towers")
 	f.IntVar(&o.evalLimit, "eval-limit", 0, "with --test: classify only its first N images after each epoch (0: all)")
 	f.IntVar(&o.every, "checkpoint-every", 100, "also write a checkpoint every N steps (0: at the end of each epoch only)")
-	f.StringVar(&o.final, "export", "", "when training ends, also write the model here (.safetensors, or .safetensors.zst for zstd); its folder is checked before the training starts")
-	f.BoolVar(&o.plot, "plot", false, "write OUT/accuracy.png, the test accuracy and training loss per epoch")
+	f.StringVar(&o.final, "export", "", "when training ends, also write the model here (.safetensors, or .safetensors.zst for zstd), replacing a model there; its folder is checked before the training starts, and a training run's checkpoint is refused")
+	f.BoolVar(&o.plot, "plot", false, "write OUT/accuracy.png from OUT/log.jsonl: the training accuracy and, with --test, the test accuracy per epoch; redrawn after every epoch and when the command ends (also for a run already finished)")
 	f.BoolVar(&o.quiet, "quiet", false, "no progress bar")
 	addDeviceFlags(f, &o.device)
 	return c
@@ -115,8 +117,15 @@ func (o *trainOptions) run(args []string) error {
 	if o.evalLimit > 0 && o.testPath == "" {
 		return usagef("--eval-limit %d needs --test (the set it limits)", o.evalLimit)
 	}
+	// SIGINT or SIGTERM from here on stops the decoding (nothing is
+	// written then) and the training at the next step, with a checkpoint.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	// Checked now, before the data is read, not after the training.
+	if err := checkRunFolder(o.out); err != nil {
+		return err
+	}
 	if o.final != "" {
-		// Checked now, not after the training.
 		if err := checkExportPath(o.final, o.out); err != nil {
 			return err
 		}
@@ -132,8 +141,12 @@ func (o *trainOptions) run(args []string) error {
 	if err := cfg.Validate(); err != nil {
 		return usagef("%v", err)
 	}
+	// A run folder of other settings is refused before the data is read.
+	if err := pretrain.CheckSettings(o.out, cfg); err != nil {
+		return settingsError(o.out, err)
+	}
 
-	train, err := loadImageSet(o.trainPath, data.Train, cfg.Model.Vision.ImageSize, "training", o.stderr, o.quiet)
+	train, err := loadImageSet(ctx, o.trainPath, data.Train, cfg.Model.Vision.ImageSize, "training", o.batch, o.stderr, o.quiet)
 	if err != nil {
 		return err
 	}
@@ -143,13 +156,10 @@ func (o *trainOptions) run(args []string) error {
 	}
 	var test *pretrain.Images
 	if o.testPath != "" {
-		if test, err = loadImageSet(o.testPath, data.Test, cfg.Model.Vision.ImageSize, "test", o.stderr, o.quiet); err != nil {
+		if test, err = loadImageSet(ctx, o.testPath, data.Test, cfg.Model.Vision.ImageSize, "test", 0, o.stderr, o.quiet); err != nil {
 			return err
 		}
 	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	var bar *progressBar
 	started := time.Now()
 	opt := pretrain.RunOptions{Dir: o.out, Test: test, EvalLimit: o.evalLimit, CheckpointEvery: o.every}
@@ -186,14 +196,31 @@ func (o *trainOptions) run(args []string) error {
 	if bar != nil {
 		bar.Done()
 	}
-	if errors.Is(err, context.Canceled) && t != nil {
+	var untested *pretrain.TestInterruptedError
+	switch {
+	case errors.Is(err, context.Canceled) && t != nil && !interruptedOnly(err):
+		return fmt.Errorf("interrupted at step %d, but the checkpoint could not be written (the run resumes from the last one written): %w", t.Step, err)
+	case errors.As(err, &untested) && t != nil:
+		fmt.Fprintf(o.stderr, "interrupted in epoch %d's test pass, at step %d; the checkpoint is in %s: run the same command to resume (it tests epoch %d first)\n", untested.Epoch, t.Step, o.out, untested.Epoch)
+		return errInterrupted
+	case errors.Is(err, context.Canceled) && t != nil:
 		fmt.Fprintf(o.stderr, "interrupted at step %d; the checkpoint is in %s: run the same command to resume\n", t.Step, o.out)
 		return errInterrupted
+	case err != nil:
+		return settingsError(o.out, err)
 	}
-	if err != nil {
-		return err
+	if o.plot {
+		// Drawn after every epoch above; drawn here too for a run that
+		// was already finished (no epoch ran).
+		if err := plotTraining(o.out); err != nil {
+			return fmt.Errorf("--plot: %w", err)
+		}
 	}
 	if o.final != "" {
+		// Checked again: a run may have begun there since.
+		if pretrain.IsCheckpoint(o.final) {
+			return exportOverCheckpoint(o.final)
+		}
 		if err := t.SaveModel(o.final); err != nil {
 			return err
 		}
@@ -203,10 +230,28 @@ func (o *trainOptions) run(args []string) error {
 	return nil
 }
 
+// interruptedOnly reports whether err, an error of an interrupted
+// pretrain.Run, says the interruption alone: not joined with the failure
+// to write the checkpoint.
+func interruptedOnly(err error) bool {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if !errors.Is(e, context.Canceled) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // checkExportPath reports why the model could not be written to path
 // (--export) when the training ends: a folder, a folder that does not
-// exist or cannot be written, or a file of the run folder out. A file
-// in out itself passes: out is made before the training starts.
+// exist or cannot be written (checkModelFile, as convert's DST), a file
+// of the run folder out, or another run's checkpoint, which the model
+// would replace (ending that run's resumption). A file in out itself
+// passes: out is checked first (checkRunFolder) and made before the
+// training starts. An earlier model (an export, a run's model) may be
+// replaced.
 func checkExportPath(path, out string) error {
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		return usagef("--export %s is a folder: give a file name (.safetensors, or .safetensors.zst)", path)
@@ -216,10 +261,95 @@ func checkExportPath(path, out string) error {
 			return usagef("--export %s is the run's %s: give another file", path, name)
 		}
 	}
+	if pretrain.IsCheckpoint(path) {
+		return exportOverCheckpoint(path)
+	}
 	if samePath(filepath.Dir(path), out) {
-		return nil // the run folder, made (or refused) before the training starts
+		return nil // the run folder, made before the training starts
 	}
 	return checkModelFile("--export", path)
+}
+
+// exportOverCheckpoint is the usage error of an --export that names a
+// training run's checkpoint.
+func exportOverCheckpoint(path string) error {
+	return usagef("--export %s is a training run's checkpoint (its metadata holds training settings): writing the model over it would end that run's resumption; give another file", path)
+}
+
+// checkRunFolder refuses, before any data is read, an --out that cannot
+// be the run folder: a file, or a path through a file (usage errors), or
+// one whose nearest existing folder cannot be written (a file made and
+// removed there finds it).
+func checkRunFolder(out string) error {
+	st, err := os.Stat(out)
+	if err == nil && !st.IsDir() {
+		return usagef("--out %s is a file: give a folder (the run folder, made if absent)", out)
+	}
+	dir := out
+	for err != nil {
+		// The nearest existing folder above, where out will be made.
+		up := filepath.Dir(dir)
+		if up == dir {
+			return fmt.Errorf("--out %s: %w", out, err)
+		}
+		dir = up
+		if st, err = os.Stat(dir); err == nil && !st.IsDir() {
+			return usagef("--out %s: %s is a file, not a folder", out, dir)
+		}
+	}
+	f, err := os.CreateTemp(dir, ".subtta-train.check*")
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the probe's name says nothing to the user
+		}
+		return fmt.Errorf("--out %s: folder %s cannot be written: %w", out, dir, err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}
+
+// trainFlags names the flags of train's settings by their place in
+// pretrain.Config's JSON form, each flag's first key giving its values
+// (--width sets the embedding and both towers' widths, the MLPs 4×; --lr
+// also the minimum learning rate when below 1e-5).
+var trainFlags = []struct{ flag, key string }{
+	{"--epochs", "epochs"}, {"--batch-size", "batch_size"}, {"--lr", "lr"}, {"--lr", "min_lr"},
+	{"--warmup", "warmup_steps"}, {"--weight-decay", "weight_decay"}, {"--seed", "seed"},
+	{"--width", "model.vision.width"}, {"--width", "model.text.width"}, {"--width", "model.embed_dim"},
+	{"--width", "model.vision.mlp_width"}, {"--width", "model.text.mlp_width"},
+	{"--vision-layers", "model.vision.layers"}, {"--text-layers", "model.text.layers"},
+	{"--heads", "model.vision.heads"}, {"--heads", "model.text.heads"},
+}
+
+// settingsError says a *pretrain.SettingsError by train's flags, in
+// trainFlags' order: each flag whose value differs from the run's in out
+// once ("--heads 2, was 4"), then each setting no flag sets by its key.
+// Other errors are returned as they are.
+func settingsError(out string, err error) error {
+	var se *pretrain.SettingsError
+	if !errors.As(err, &se) {
+		return err
+	}
+	diffs := map[string]pretrain.SettingDiff{}
+	for _, d := range se.Diffs {
+		diffs[d.Key] = d
+	}
+	var parts []string
+	said, flagged := map[string]bool{}, map[string]bool{}
+	for _, f := range trainFlags {
+		flagged[f.key] = true
+		if d, ok := diffs[f.key]; ok && !said[f.flag] {
+			said[f.flag] = true // the flag's first key that differs gives its values
+			parts = append(parts, fmt.Sprintf("%s %s, was %s", f.flag, d.Now, d.Was))
+		}
+	}
+	for _, d := range se.Diffs {
+		if !flagged[d.Key] {
+			parts = append(parts, fmt.Sprintf("setting %s %s, was %s", d.Key, d.Now, d.Was))
+		}
+	}
+	return fmt.Errorf("--out %s holds a run begun with other settings (%s): %s; give the same settings to resume it, or another --out", out, se.Path, strings.Join(parts, "; "))
 }
 
 // samePath reports whether paths a and b name the same file: the same
@@ -237,8 +367,12 @@ func samePath(a, b string) bool {
 }
 
 // loadImageSet reads a CIFAR-style set into memory: the official binaries
-// (split chooses data_batch_* or test_batch), else an image folder.
-func loadImageSet(path string, split data.Split, size int, what string, stderr io.Writer, quiet bool) (*pretrain.Images, error) {
+// (split chooses data_batch_* or test_batch), else an image folder. A set
+// of fewer images than batch (when batch > 0, the training set) is
+// refused before it is decoded (usage error: --batch-size cannot work
+// with it). When ctx ends, the decoding stops with errInterrupted,
+// saying so.
+func loadImageSet(ctx context.Context, path string, split data.Split, size int, what string, batch int, stderr io.Writer, quiet bool) (*pretrain.Images, error) {
 	var ds data.Dataset
 	bin, errBin := data.OpenCIFAR10(path, split)
 	if errBin == nil {
@@ -251,12 +385,15 @@ func loadImageSet(path string, split data.Split, size int, what string, stderr i
 		ds = fd
 	}
 	defer ds.Close()
+	if batch > ds.Len() {
+		return nil, usagef("--batch-size %d: the %s set %s holds %d images, fewer than one batch", batch, what, path, ds.Len())
+	}
 	var bar *progressBar
 	if !quiet {
 		bar = newProgress(stderr, "decoding the "+what+" set", ds.Len())
 	}
 	last := 0
-	set, err := pretrain.LoadImages(ds, size, 0, func(done, total int) {
+	set, err := pretrain.LoadImagesContext(ctx, ds, size, 0, func(done, total int) {
 		if bar != nil {
 			bar.Add(done - last)
 		}
@@ -264,6 +401,10 @@ func loadImageSet(path string, split data.Split, size int, what string, stderr i
 	})
 	if bar != nil {
 		bar.Done()
+	}
+	if err != nil && ctx.Err() != nil {
+		fmt.Fprintf(stderr, "interrupted while decoding the %s set %s; nothing was written: the same command starts the run again (or resumes it from its checkpoint)\n", what, path)
+		return nil, errInterrupted
 	}
 	return set, err
 }
