@@ -59,8 +59,7 @@ func TestPhaseLine(t *testing.T) {
 // (asked every poll), as Ctrl-C or a scheduler's SIGTERM would while a
 // command runs in the test; the returned stop ends the polling. The
 // test's own handler, kept until the test ends, keeps a signal that comes
-// after the command has stopped listening from ending the test binary
-// (interruptWhen, for SIGTERM too).
+// after the command has stopped listening from ending the test binary.
 func signalWhen(t *testing.T, sig syscall.Signal, poll time.Duration, ready func() bool) (stop func()) {
 	t.Helper()
 	mine := make(chan os.Signal, 1)

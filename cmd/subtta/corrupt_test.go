@@ -6,7 +6,6 @@ import (
 	"image/png"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -375,29 +374,10 @@ func TestCorruptLimitOverImages(t *testing.T) {
 
 // interruptWhen sends the test process SIGINT once, when ready reports
 // true (asked every poll), as Ctrl-C would while a command runs in the
-// test; the returned stop ends the polling. The test's own handler, kept
-// until the test ends, keeps a SIGINT that comes after the command has
-// stopped listening from ending the test binary.
+// test (signalWhen).
 func interruptWhen(t *testing.T, poll time.Duration, ready func() bool) (stop func()) {
 	t.Helper()
-	mine := make(chan os.Signal, 1)
-	signal.Notify(mine, os.Interrupt)
-	t.Cleanup(func() { signal.Stop(mine) })
-	done := make(chan bool)
-	go func() {
-		for {
-			select {
-			case <-done:
-				return
-			case <-time.After(poll):
-			}
-			if ready() {
-				syscall.Kill(os.Getpid(), syscall.SIGINT)
-				return
-			}
-		}
-	}()
-	return func() { close(done) }
+	return signalWhen(t, syscall.SIGINT, poll, ready)
 }
 
 // TestCorruptInterrupted sends SIGINT once the first of three CIFAR-C files

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -122,19 +121,11 @@ func TestPullInterrupted(t *testing.T) {
 	t.Setenv("HF_HUB_CACHE", t.TempDir())
 	cache := t.TempDir()
 	part := filepath.Join(cache, "org", "model", "model.safetensors.part")
-	// The test's own handler: without pull's, SIGTERM would end the test.
-	mine := make(chan os.Signal, 1)
-	signal.Notify(mine, syscall.SIGTERM)
-	defer signal.Stop(mine)
-	go func() {
-		for range 500 {
-			if st, err := os.Stat(part); err == nil && st.Size() >= 40000 {
-				syscall.Kill(os.Getpid(), syscall.SIGTERM)
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}()
+	stop := signalWhen(t, syscall.SIGTERM, 10*time.Millisecond, func() bool {
+		st, err := os.Stat(part)
+		return err == nil && st.Size() >= 40000
+	})
+	defer stop()
 	args := []string{"pull", "--files", "model.safetensors", "--cache", cache, "org/model"}
 	var out, errb bytes.Buffer
 	if st := run(args, &out, &errb); st != 130 || !strings.Contains(errb.String(), "interrupted: what arrived is kept") {
