@@ -208,7 +208,7 @@ func evalSeeds(ctx context.Context, cfg eval.Config, opt eval.Options, seeds []u
 		fmt.Fprintf(stderr, "seed %d: %s\n", s, computed(sum))
 		dirs = append(dirs, c.Out)
 	}
-	return writeReport(out, dirs, cfg.Plot, stdout, stderr)
+	return writeReport(out, dirs, cfg.Plot, true, stdout, stderr) // seedMatters warned
 }
 
 // seedList is the seeds of --seeds, nil without it; cfg is the run's

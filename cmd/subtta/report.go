@@ -51,14 +51,15 @@ func (o *reportOptions) run(dirs []string) error {
 	if len(dirs) == 0 {
 		return usagef("want at least one results folder")
 	}
-	return writeReport(o.out, dirs, o.plot, o.stdout, o.stderr)
+	return writeReport(o.out, dirs, o.plot, false, o.stdout, o.stderr)
 }
 
 // writeReport compares the results folders dirs (eval.WriteSeedReport),
 // writes the report into out and prints its table, with a warning where
-// the seeds leave some methods' results the same and a line per plot of an
-// earlier report removed from out.
-func writeReport(out string, dirs []string, plot bool, stdout, stderr io.Writer) error {
+// the seeds leave some methods' results the same (unless warned: the caller
+// said so already, as eval --seeds does before its runs) and a line per
+// plot of an earlier report removed from out.
+func writeReport(out string, dirs []string, plot, warned bool, stdout, stderr io.Writer) error {
 	r, err := eval.WriteSeedReport(out, dirs, plot)
 	if pe := (*fs.PathError)(nil); errors.As(err, &pe) && pe.Op == "mkdir" {
 		return fmt.Errorf("--out: %w", pe) // the report folder
@@ -72,7 +73,7 @@ func writeReport(out string, dirs []string, plot bool, stdout, stderr io.Writer)
 		return err
 	}
 	stdout.Write(b.Bytes())
-	if len(r.Same) > 0 {
+	if len(r.Same) > 0 && !warned {
 		fmt.Fprintf(stderr, "warning: the runs were made with %s: the seeds streamed every domain in the same order, so the results of %s are the same for every seed (± 0 by construction)\n",
 			r.Fixed, strings.Join(r.Same, ", "))
 	}

@@ -277,3 +277,26 @@ func TestReportSeedRuleIsEvals(t *testing.T) {
 		}
 	}
 }
+
+// TestEvalSeedsWarnsOnce: eval --seeds of a fixed order where only some
+// methods draw random views says once that the others' results are the
+// same for every seed (before the runs), not again beside the table; report
+// over the same folders says it.
+func TestEvalSeedsWarnsOnce(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "seeds")
+	var stdout, stderr bytes.Buffer
+	args := []string{"eval", "--methods", "source,zero", "--set", "zero.views=4", "--corruptions", "fog", "--severities", "5",
+		"--limit", "8", "--batch-size", "4", "--no-shuffle", "--seeds", "1,2", "--out", out, "--quiet"}
+	if st := run(args, &stdout, &stderr); st != 0 {
+		t.Fatalf("status %d: %s", st, stderr.String())
+	}
+	if n := strings.Count(stderr.String(), "the same for every seed"); n != 1 {
+		t.Errorf("eval --seeds warned %d times that results are the same for every seed, want once:\n%s", n, stderr.String())
+	}
+	stderr.Reset()
+	if st := run([]string{"report", "--out", filepath.Join(dir, "r"), filepath.Join(out, "seed-1"), filepath.Join(out, "seed-2")}, &stdout, &stderr); st != 0 ||
+		strings.Count(stderr.String(), "the same for every seed") != 1 {
+		t.Errorf("report: status %d, stderr %q; want 0 and the warning once", st, stderr.String())
+	}
+}
