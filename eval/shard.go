@@ -221,6 +221,11 @@ func checkShardFolder(cfg Config, stored storedRunFile, haveResults bool) error 
 	}
 	old := stored.runFile
 	switch {
+	case old.Config.Shard == nil && cfg.Shard != nil:
+		// The whole run's records would stay beside the shard's, and eval
+		// merge refuses a folder holding more than its shard.
+		return shardFolderError(fmt.Sprintf("eval: %s holds a run of the whole, not a shard: give the shard %s a folder of its own (--out), which eval merge joins with the others",
+			cfg.Out, cfg.Shard))
 	case old.Config.Shard == nil:
 		return nil
 	case cfg.Shard == nil:

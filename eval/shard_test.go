@@ -506,6 +506,26 @@ func TestShardFolderRefusesOtherShard(t *testing.T) {
 	}
 }
 
+// TestShardIntoWholeRunRefused: a shard is not run into the folder of a
+// run of the whole (the whole run's records would stay beside the
+// shard's), and the folder is left as it was.
+func TestShardIntoWholeRunRefused(t *testing.T) {
+	cfg, opt := builtinRun(t, t.TempDir())
+	cfg.Methods, cfg.Corruptions, cfg.Limit = []string{"source"}, []string{"gaussian_noise", "contrast"}, 8
+	if _, err := Run(context.Background(), cfg, opt); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(filepath.Join(cfg.Out, ResultsFile))
+	cfg.Shard = &Shard{0, 2}
+	_, err := Run(context.Background(), cfg, opt)
+	if !errors.Is(err, ErrShardFolder) || !strings.Contains(err.Error(), cfg.Out+" holds a run of the whole, not a shard") {
+		t.Fatalf("err = %v", err)
+	}
+	if after, _ := os.ReadFile(filepath.Join(cfg.Out, ResultsFile)); !bytes.Equal(after, before) {
+		t.Error("a refused shard changed the results")
+	}
+}
+
 // TestMergeRerun: a merge that stopped (a folder where results.md goes;
 // killed before run.json) is finished by running it again, as is one that
 // finished; the obstacle is refused before anything is written; a folder
