@@ -181,6 +181,9 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Summary, error) {
 		return nil, err
 	}
 	defer e.src.Close()
+	if err := e.checkClassCount(); err != nil {
+		return nil, err
+	}
 	created := missingDirs(cfg.Out)
 	if err := e.lockResults(); err != nil {
 		return nil, err
@@ -252,6 +255,32 @@ func (e *evaluation) logf(format string, a ...any) {
 		fmt.Fprintf(e.opt.Log, format+"\n", a...)
 	}
 }
+
+// checkClassCount refuses, before any method runs, a method that cannot
+// adapt with the run's classes (tta.Preset.MinClasses: SubTTA's text
+// subspace leaves out the first principal direction, so it needs three),
+// which would otherwise fail at its first batch after the methods before
+// it had run.
+func (e *evaluation) checkClassCount() error {
+	for _, name := range e.cfg.Methods {
+		p, err := e.cfg.preset(name)
+		if err != nil {
+			return err
+		}
+		if n, why := p.MinClasses(); len(e.src.classes) < n {
+			if why != "" {
+				why = ": " + why
+			}
+			return fmt.Errorf("%w: %s needs at least %d classes%s; the run has %d (%s)", ErrTooFewClasses, name, n, why,
+				len(e.src.classes), strings.Join(e.src.classes, ", "))
+		}
+	}
+	return nil
+}
+
+// ErrTooFewClasses: a method of the run cannot adapt with so few classes
+// (checkClassCount).
+var ErrTooFewClasses = errors.New("eval: too few classes")
 
 // openInputs loads the model (unless Options gives one) with clip.Create,
 // takes its preprocessor and tokenizer (unless Options gives one; see

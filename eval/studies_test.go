@@ -327,6 +327,23 @@ func TestClassSubsetRun(t *testing.T) {
 	}
 }
 
+// TestClassSubsetTooFewForMethod: a method that cannot adapt with the
+// run's classes (SubTTA with 2) is refused before any method runs and
+// before the results folder is made, naming it and the classes.
+func TestClassSubsetTooFewForMethod(t *testing.T) {
+	cfg := smallRun(t, filepath.Join(t.TempDir(), "out"), "contrast")
+	cfg.Methods = []string{"source", "subtta-m"}
+	cfg.Classes, cfg.ClassSeed = 2, 1
+	cfg.Data, cfg.Labels = writeSmallFolder(t), writeLabels(t, "airplane", "automobile", "bird", "cat")
+	_, err := Run(context.Background(), cfg, Options{})
+	if !errors.Is(err, ErrTooFewClasses) || !strings.Contains(err.Error(), "subtta-m needs at least 3 classes") || !strings.Contains(err.Error(), "the run has 2") {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := os.Stat(cfg.Out); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the results folder was made: %v", err)
+	}
+}
+
 // writeSmallFolder writes 3 images of each of four CIFAR-10 classes in
 // class folders and returns the folder.
 func writeSmallFolder(t *testing.T) string {

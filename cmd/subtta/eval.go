@@ -105,7 +105,7 @@ func (o *evalCmdOptions) run(ctx context.Context, args []string) error {
 		if strings.TrimSpace(*f.studies.list) == "" {
 			return usagef("--options %q: give a method, whose options it lists (%s)", *f.studies.list, strings.Join(tta.Methods(), ", "))
 		}
-		return printOptions(stdout, cmp.Or(*f.dataset, "cifar10-c"), *f.studies.list)
+		return printOptions(stdout, cmp.Or(*f.dataset, "cifar10-c"), *f.protocol, *f.studies.list)
 	}
 	cfg, err := f.config()
 	if err != nil {
@@ -170,9 +170,10 @@ func evalOnce(ctx context.Context, cfg eval.Config, opt eval.Options, quiet bool
 		fmt.Fprintf(stderr, "subtta eval: %s\n", strings.TrimPrefix(err.Error(), "eval: "))
 		return nil, errInterrupted // exit status 130
 	}
-	if errors.Is(err, eval.ErrShardFolder) {
+	if errors.Is(err, eval.ErrShardFolder) || errors.Is(err, eval.ErrTooFewClasses) {
 		// --out names another shard's folder: another --out or --shard is
-		// meant.
+		// meant; or --methods and --classes (or the data's classes) do
+		// not go together.
 		return nil, usagef("%s", strings.TrimPrefix(err.Error(), "eval: "))
 	}
 	return sum, err

@@ -114,13 +114,22 @@ func (f *studyFlags) apply(name string, cfg *eval.Config) error {
 }
 
 // printOptions lists the options of a method with their values in its
-// preset for dataset.
-func printOptions(w io.Writer, dataset, method string) error {
+// preset for dataset, in its episodic form (tta.Preset.ForEpisodic: batch
+// size 1, SubTTA's feature bank) under the episodic protocol, as a run
+// of that protocol takes it.
+func printOptions(w io.Writer, dataset, protocol, method string) error {
 	p, err := tta.Lookup(dataset, method)
 	if err != nil {
 		return usagef("%v", err) // a method or dataset no run takes, as eval.Config.Check refuses them
 	}
-	fmt.Fprintf(w, "%s on %s: --set %s.KEY=VALUE\n", method, dataset, method)
+	under := ""
+	if protocol == "episodic" {
+		if p, err = p.ForEpisodic(); err != nil {
+			return usagef("--protocol episodic: %v", err)
+		}
+		under = ", episodic protocol"
+	}
+	fmt.Fprintf(w, "%s on %s%s: --set %s.KEY=VALUE\n", method, dataset, under, method)
 	for _, o := range p.Options() {
 		fmt.Fprintf(w, "  %-22s %-10s %s (%s)\n", o.Key, o.Value(p), o.About, o.Allowed)
 	}

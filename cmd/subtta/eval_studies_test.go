@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -60,6 +61,13 @@ func TestEvalStudyFlags(t *testing.T) {
 	stdout.Reset()
 	if st := run([]string{"eval", "--options", "subtta-m"}, &stdout, &stderr); st != 0 || !strings.Contains(stdout.String(), "rank") {
 		t.Errorf("--options subtta-m: status %d, %s", st, stdout.String())
+	}
+	// Under the episodic protocol, the preset an episodic run takes.
+	stdout.Reset()
+	if st := run([]string{"eval", "--options", "subtta-m", "--protocol", "episodic"}, &stdout, &stderr); st != 0 ||
+		!regexp.MustCompile(`(?m)^  batch_size +1 `).MatchString(stdout.String()) || !regexp.MustCompile(`(?m)^  bank_size +64 `).MatchString(stdout.String()) ||
+		!strings.Contains(stdout.String(), "episodic protocol") {
+		t.Errorf("--options subtta-m --protocol episodic: status %d, %s", st, stdout.String())
 	}
 	stdout.Reset()
 	if st := run([]string{"eval", "--wnids", "--dataset", "imagenet-a"}, &stdout, &stderr); st != 0 || len(strings.Fields(stdout.String())) != 200 || !strings.HasPrefix(stdout.String(), "n01498041\n") {
