@@ -8,7 +8,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -39,30 +38,34 @@ func extractBuiltin(t testing.TB, dir string) (archive string) {
 	if err := os.WriteFile(archive, builtin.CIFARSubset(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	zr, err := gzip.NewReader(bytes.NewReader(builtin.CIFARSubset()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := tar.NewReader(zr)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if h.Typeflag != tar.TypeReg {
-			continue
-		}
-		p := filepath.Join(dir, filepath.FromSlash(h.Name))
+	names, files := archiveFiles(t, archive)
+	for i, name := range names {
+		p := filepath.Join(dir, filepath.FromSlash(name))
 		os.MkdirAll(filepath.Dir(p), 0o755)
-		b, _ := io.ReadAll(tr)
-		if err := os.WriteFile(p, b, 0o644); err != nil {
+		if err := os.WriteFile(p, files[i], 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return archive
+}
+
+// archiveFiles returns the member paths and contents of the images of the
+// .tar[.gz] at path, in archive order (data.OpenImageArchive).
+func archiveFiles(t testing.TB, path string) (names []string, files [][]byte) {
+	t.Helper()
+	a, err := data.OpenImageArchive(path, data.ArchiveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	for i := range a.Len() {
+		b, err := a.Read(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names, files = append(names, a.Name(i)), append(files, b)
+	}
+	return names, files
 }
 
 // smallFolder copies the first n built-in images of each class (after

@@ -3,11 +3,9 @@ package main
 import (
 	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -169,29 +167,11 @@ func TestTrainFolderReadAsArchive(t *testing.T) {
 // decode.
 func manyImages(t *testing.T, times int) string {
 	t.Helper()
-	zr, err := gzip.NewReader(bytes.NewReader(builtin.CIFARSubset()))
-	if err != nil {
+	src := filepath.Join(t.TempDir(), "builtin.tar.gz")
+	if err := os.WriteFile(src, builtin.CIFARSubset(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	type file struct {
-		name string
-		b    []byte
-	}
-	var files []file
-	tr := tar.NewReader(zr)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if h.Typeflag == tar.TypeReg {
-			b, _ := io.ReadAll(tr)
-			files = append(files, file{h.Name, b})
-		}
-	}
+	names, blobs := archiveFiles(t, src)
 	p := filepath.Join(t.TempDir(), "many.tar")
 	f, err := os.Create(p)
 	if err != nil {
@@ -199,10 +179,10 @@ func manyImages(t *testing.T, times int) string {
 	}
 	tw := tar.NewWriter(f)
 	for k := range times {
-		for _, fl := range files {
-			name := filepath.ToSlash(filepath.Join(filepath.Dir(fl.name), fmt.Sprintf("%d-%s", k, filepath.Base(fl.name))))
-			tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(fl.b))})
-			tw.Write(fl.b)
+		for i, src := range names {
+			name := filepath.ToSlash(filepath.Join(filepath.Dir(src), fmt.Sprintf("%d-%s", k, filepath.Base(src))))
+			tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(blobs[i]))})
+			tw.Write(blobs[i])
 		}
 	}
 	if err := errors.Join(tw.Close(), f.Close()); err != nil {
