@@ -323,6 +323,10 @@ type ZeroShot struct {
 // {}." — "{}" is replaced by the class name) and averages per class: each
 // prompt embedding is L2-normalised, the mean over templates is normalised
 // again (OpenAI's prompt ensembling). One template gives the plain head.
+// A prompt longer than the model's text context (Config.Text.ContextLength
+// tokens, start and end included) is cut silently, as clip.tokenize with
+// truncate=True does: its first tokens are kept, the last becomes the end
+// token, and no error is returned.
 func (m *Model) ZeroShotHead(tok textenc.Tokenizer, classes, templates []string) (*ZeroShot, error) {
 	if len(classes) == 0 || len(templates) == 0 {
 		return nil, fmt.Errorf("clip: ZeroShotHead: need at least one class and one template")

@@ -3,9 +3,11 @@ package clip
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/subtta/subtta/autograd/kernel"
@@ -18,6 +20,9 @@ import (
 var (
 	// ErrNoModel: Spec.Model is empty.
 	ErrNoModel = errors.New("clip: no model given")
+	// ErrUnknownModel: Spec.Model is neither a registered name
+	// (RegisterModel) nor a checkpoint found on disk.
+	ErrUnknownModel = errors.New("clip: unknown model")
 	// ErrArchTwice: Spec.Arch and Spec.ModelConfig are both set.
 	ErrArchTwice = errors.New("clip: Arch and ModelConfig both give the architecture: give one")
 	// ErrNamedArch: an architecture is given for a registered model, which
@@ -142,6 +147,12 @@ func Create(s Spec) (*Bundle, error) {
 		if m, err = load(opt); err != nil {
 			return nil, fmt.Errorf("clip: model %s: %w", s.Model, err)
 		}
+	} else if _, serr := os.Stat(s.Model); errors.Is(serr, fs.ErrNotExist) {
+		// Neither: a name whose package is not imported (the built-in
+		// model registers itself as "default" in package builtin) reads
+		// as a missing file otherwise.
+		return nil, fmt.Errorf("%w %q: no checkpoint at that path, and no model registered under that name (registered: %s; package builtin registers the built-in model as \"default\" when imported)",
+			ErrUnknownModel, s.Model, registeredList())
 	} else if m, err = Load(s.Model, opt); errors.Is(err, ErrArchDiffers) {
 		field := "Arch"
 		if s.ModelConfig != "" {
@@ -243,6 +254,14 @@ func RegisteredModels() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// registeredList is RegisteredModels for a message: "none" when empty.
+func registeredList() string {
+	if names := RegisteredModels(); len(names) > 0 {
+		return strings.Join(names, ", ")
+	}
+	return "none"
 }
 
 func registered(name string) (func(Options) (*Model, error), bool) {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/subtta/subtta/internal/fixture"
@@ -328,5 +329,15 @@ func TestLogitScaleOverflow(t *testing.T) {
 		if (err == nil) != tc.ok {
 			t.Errorf("logit_scale %g: Load error %v, want error: %v", tc.value, err, !tc.ok)
 		}
+	}
+}
+
+// TestCreateUnknownModel: a name that is neither a file nor registered is
+// ErrUnknownModel, saying what is registered and how the built-in model
+// gets registered (a missing file's error said only "stat").
+func TestCreateUnknownModel(t *testing.T) {
+	_, err := Create(Spec{Model: "no-such-model"})
+	if !errors.Is(err, ErrUnknownModel) || !strings.Contains(err.Error(), `"no-such-model"`) || !strings.Contains(err.Error(), "package builtin") {
+		t.Errorf("err = %v", err)
 	}
 }

@@ -127,8 +127,9 @@ func CenterCropOffset(w, h, cw, ch int) (left, top int) {
 }
 
 // Transform preprocesses img into dst[:OutputLen()] as CHW float32 and
-// returns that slice; if dst is too short a new slice is allocated. It
-// fails only for a malformed image.
+// returns that slice: it overwrites dst from index 0, whatever len(dst),
+// and does not append (unlike online.BatchDomain.Samples). If cap(dst) is
+// too short a new slice is allocated. It fails only for a malformed image.
 func (p *Preprocessor) Transform(dst []float32, img *RGB) ([]float32, error) {
 	if err := img.check(); err != nil {
 		return nil, fmt.Errorf("data: preprocess: %w", err)
@@ -162,8 +163,9 @@ func (p *Preprocessor) TransformImage(dst []float32, img image.Image) ([]float32
 	return p.Transform(dst, ToRGB(img))
 }
 
-// Batch preprocesses imgs into one NCHW tensor, dst[:len(imgs)·OutputLen()],
-// allocating a new slice if dst is too short.
+// Batch preprocesses imgs into one NCHW tensor, dst[:len(imgs)·OutputLen()]
+// (overwriting dst from index 0, as Transform does), allocating a new
+// slice if dst is too short.
 func (p *Preprocessor) Batch(dst []float32, imgs []*RGB) ([]float32, error) {
 	n := p.OutputLen()
 	if cap(dst) < n*len(imgs) {

@@ -95,7 +95,7 @@ func ViewRNG(seed uint64, domain string, index int) *rand.Rand {
 	return rand.New(rand.NewPCG(seed, h.Sum64()))
 }
 
-// Views writes v preprocessed views of img to dst[:v·OutputLen()] (CHW
+// Views overwrites dst[:v·OutputLen()] with v preprocessed views of img (CHW
 // float32, view after view) and returns that slice, allocating when dst is
 // too short: view 0 is Transform's base view, views 1…v−1 random resized
 // crops with flips of the raw image (RandomResizedCropParams, ResizedCrop

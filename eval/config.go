@@ -22,10 +22,14 @@ import (
 )
 
 // Config is everything that defines an evaluation run. Its JSON form is
-// the config file `subtta eval --config` reads and the "config" section of
-// results.json; zero values mean the defaults noted per field.
+// the "config" section of run.json and results.json, which ReadConfig
+// reads back (as it reads a JSON or YAML file with the same keys); the
+// YAML file of `subtta eval --config` is keyed by the command's flags
+// instead. Zero values mean the defaults noted per field.
 type Config struct {
-	// Model is the checkpoint: .safetensors, .pt or a Hugging Face folder.
+	// Model is the checkpoint: .safetensors, .pt or a Hugging Face folder;
+	// or a name registered with clip.RegisterModel, such as "default"
+	// (builtin.ModelName) once package builtin is imported.
 	Model string `json:"model"`
 	// ModelConfig, if set, is a file with the model's architecture (see
 	// weights.ParseConfig), for checkpoints that do not store one.
@@ -57,8 +61,8 @@ type Config struct {
 	// such as robustbench's 5,000-image list.
 	SubsetList string `json:"subset_list,omitempty"`
 
-	// Methods are preset method names (tta.PresetMethods); default
-	// ["source", "subtta-m"].
+	// Methods are registered method names (tta.Methods); default
+	// DefaultMethods, ["source", "subtta-m"].
 	Methods []string `json:"methods"`
 	// Corruptions default to all 15, in the benchmark's order; Clean adds
 	// the uncorrupted images as one domain.
@@ -138,7 +142,10 @@ type Config struct {
 // named "clean", whatever the severities.
 const Clean = "clean"
 
-// DefaultMethods are run when Config.Methods is empty.
+// DefaultMethods are run when Config.Methods is empty: the default of a
+// run given its own data (`subtta eval --data`). The command's run on its
+// built-in images, with no flags, uses its own list instead (source, tent,
+// subtta-m).
 var DefaultMethods = []string{"source", "subtta-m"}
 
 // ReadConfig reads a config file, JSON or (named .yaml or .yml) YAML with

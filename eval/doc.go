@@ -3,7 +3,9 @@
 // corruptions of CIFAR-10-C, CIFAR-100-C or ImageNet-C at some severities),
 // one stream per corruption, and the table of accuracies it produces.
 //
-// Run takes a Config (the JSON of `subtta eval --config`) and:
+// Run takes a Config (read by ReadConfig from JSON or YAML with the same
+// keys, or from a results folder's run.json; `subtta eval --config` takes
+// such a run.json, or a YAML file of the command's flags) and:
 //
 //  1. loads the checkpoint and the tokenizer, and finds where the images
 //     come from: the benchmark's files (CIFAR-C .npy, ImageNet-C folders)

@@ -18,8 +18,8 @@
 //
 // Every method is one file: its type, its config, its [Registration]
 // (name, preset per dataset, templates and class-name rule, constructor)
-// and the encoding of its own memory. builtinMethods lists them, and
-// [Register] adds more at run time. [Lookup] returns a method's [Preset]
+// and the encoding of its own memory. The package registers its own
+// methods at start-up, and [Register] adds more at run time. [Lookup] returns a method's [Preset]
 // for a dataset (errors wrap [ErrUnknownMethod] or [ErrUnknownDataset]),
 // [Preset.Heads] builds its zero-shot heads from class names and
 // [Preset.New] the Method. [Methods] lists the names.
@@ -46,8 +46,9 @@
 //
 // # Where things go
 //
-// A new method is a file here and an entry in builtinMethods; a new loss
-// or other math on features goes to package feature; a new protocol (how
-// a method meets a stream: reset, continual, mixed) goes to package online,
-// which also orders streams and runs them.
+// A new method is a file here and an entry in the package's list of
+// built-in methods (tta/registry.go), or a [Register] call from outside
+// the package; a new loss or other math on features goes to package
+// feature; a new protocol (how a method meets a stream: reset, continual,
+// mixed) goes to package online, which also orders streams and runs them.
 package tta

@@ -23,8 +23,10 @@ var (
 // An Option is one setting of a method that a preset can change by name
 // (Preset.Set), as `subtta eval --set METHOD.KEY=VALUE` does: the rank of
 // SubTTA's subspace, a learning rate, a switch. Each method declares its
-// own in its Registration; those of the optimizer and the batch size come
-// with it (CommonOptions, TrainingOptions).
+// own in its Registration (Registration.Options); a method that trains
+// also takes the optimizer's (kind, lr, weight decay, Adam's betas and ε,
+// SGD's momentum), and every method takes batch_size ([Preset.Options]
+// lists them all).
 type Option struct {
 	// Key names the option ("rank", "lr").
 	Key string

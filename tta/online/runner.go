@@ -32,7 +32,9 @@ type Domain interface {
 type BatchDomain interface {
 	Domain
 	// Samples appends the preprocessed images of the given indices to dst,
-	// in order, and returns it with their labels.
+	// in order, after its len(dst) elements (as append does; pass dst[:0]
+	// to reuse a buffer), and returns the extended slice with their labels.
+	// It does not overwrite dst as data.Preprocessor.Transform does.
 	Samples(indices []int, dst []float32) (pixels []float32, labels []int, err error)
 }
 
@@ -45,8 +47,10 @@ type BatchDomain interface {
 type ViewDomain interface {
 	Domain
 	// ViewSamples appends v views of each of the given samples to dst,
-	// sample after sample, views 1…v−1 of the given kind, and returns it
-	// with their labels.
+	// after its len(dst) elements (as append does; pass dst[:0] to reuse a
+	// buffer), sample after sample, views 1…v−1 of the given kind, and
+	// returns the extended slice with their labels. It does not overwrite
+	// dst as data.Preprocessor.Views does.
 	ViewSamples(indices []int, v int, kind tta.ViewKind, seed uint64, dst []float32) (pixels []float32, labels []int, err error)
 }
 
@@ -182,7 +186,7 @@ type Report struct {
 	Method   string         `json:"method"`
 	Protocol string         `json:"protocol"`
 	Domains  []DomainResult `json:"domains"`
-	Mean     float64        `json:"mean_accuracy"` // mean of the domain accuracies, percent
+	Mean     float64        `json:"mean_accuracy"` // mean of the accuracies of the domains with samples, percent (an empty one has none)
 }
 
 // BatchRecord is one line of the runner's JSONL log.
@@ -347,11 +351,16 @@ func (r *Runner) Run(domains []Domain) (*Report, error) {
 	default:
 		return nil, fmt.Errorf("tta: runner: unknown protocol %v", c.Protocol)
 	}
+	scored := 0
 	for i := range results {
 		if results[i].Samples > 0 {
 			results[i].Accuracy = 100 * float64(results[i].Correct) / float64(results[i].Samples)
+			rep.Mean += results[i].Accuracy
+			scored++
 		}
-		rep.Mean += results[i].Accuracy / float64(len(results))
+	}
+	if scored > 0 {
+		rep.Mean /= float64(scored)
 	}
 	rep.Domains = results
 	return rep, nil

@@ -137,6 +137,20 @@ func TestRunnerMixedDomainCounts(t *testing.T) {
 	}
 }
 
+// TestRunnerMeanLeavesOutEmptyDomains: the mean accuracy is over the
+// domains that have samples; an empty one is not a 0%.
+func TestRunnerMeanLeavesOutEmptyDomains(t *testing.T) {
+	a := fxt.NewDomain("a", make([][]float32, 4), []int{0, 0, 1, 1}) // the recorder predicts 0: 50%
+	empty := fxt.NewDomain("empty", nil, nil)
+	rep, err := (&Runner{Method: &recorder{}, Config: RunnerConfig{BatchSize: 2}}).Run([]Domain{a, empty})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Mean != 50 {
+		t.Errorf("mean %v, want 50 (the empty domain left out)", rep.Mean)
+	}
+}
+
 // recorder is a Method that predicts class 0 and records batch sizes.
 type recorder struct {
 	tta.Stateless
