@@ -328,7 +328,10 @@ type ZeroShot struct {
 // truncate=True does: its first tokens are kept, the last becomes the end
 // token, and no error is returned.
 func (m *Model) ZeroShotHead(tok textenc.Tokenizer, classes, templates []string) (*ZeroShot, error) {
-	if len(classes) == 0 || len(templates) == 0 {
+	switch {
+	case tok == nil:
+		return nil, fmt.Errorf("clip: ZeroShotHead: no tokenizer (Bundle.Tokenizer gives the model's)")
+	case len(classes) == 0 || len(templates) == 0:
 		return nil, fmt.Errorf("clip: ZeroShotHead: need at least one class and one template")
 	}
 	ctx := m.Config.Text.ContextLength

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/subtta/subtta/internal/fixture"
@@ -123,5 +124,14 @@ func TestZeroShotHeadMatchesReference(t *testing.T) {
 	}
 	if _, err := m.ZeroShotHead(tok, meta.Classes, []string{"no placeholder"}); err == nil {
 		t.Error("a template without {} was accepted")
+	}
+}
+
+// TestZeroShotHeadRefusesNoTokenizer: a nil tokenizer is an error, not a
+// panic at the first prompt.
+func TestZeroShotHeadRefusesNoTokenizer(t *testing.T) {
+	var m *Model // the check comes before the model is used
+	if _, err := m.ZeroShotHead(nil, []string{"cat", "dog"}, []string{"a {}"}); err == nil || !strings.Contains(err.Error(), "no tokenizer") {
+		t.Errorf("err = %v", err)
 	}
 }

@@ -165,6 +165,9 @@ type HeadEncoder interface {
 // of p.Templates and, with PerTemplateHeads, one head per template. Pass
 // them to New. The class names are given raw: Heads applies ClassNames.
 func (p Preset) Heads(m HeadEncoder, tok textenc.Tokenizer, classes []string) (Heads, error) {
+	if m == nil || tok == nil {
+		return Heads{}, fmt.Errorf("tta: preset %s: heads need a model and a tokenizer", p.Method)
+	}
 	classes = p.ClassNames(classes)
 	w, err := m.ZeroShotWeights(tok, classes, p.Templates)
 	if err != nil {

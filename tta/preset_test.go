@@ -330,3 +330,15 @@ func editConfig[C any](p *Preset, f func(*C)) {
 		p.Config = c
 	}
 }
+
+// TestPresetHeadsRefusesNil: heads without a model or a tokenizer are an
+// error, not a panic.
+func TestPresetHeadsRefusesNil(t *testing.T) {
+	p, err := Lookup("cifar10-c", "tent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Heads(nil, nil, []string{"cat", "dog"}); err == nil || !strings.Contains(err.Error(), "need a model and a tokenizer") {
+		t.Errorf("err = %v", err)
+	}
+}
