@@ -88,6 +88,26 @@ func TestRecordsEvalCannotHaveWritten(t *testing.T) {
 	}
 }
 
+// TestReadFolderCountsUnnamed: ReadFolder (subtta report's reader) takes
+// records without a run identity as eval does, and counts them for the
+// caller to say so; a SeedReport names the folders.
+func TestReadFolderCountsUnnamed(t *testing.T) {
+	cfg := smallRun(t, t.TempDir(), "contrast", "pixelate")
+	mustRun(t, cfg)
+	f, err := ReadFolder(cfg.Out)
+	if err != nil || f.Unnamed != 0 {
+		t.Fatalf("records as written: %v, %d unnamed; want none", err, f.Unnamed)
+	}
+	rewriteRecords(t, cfg.Out, func(r *report.Record) { r.Run = "" })
+	if f, err = ReadFolder(cfg.Out); err != nil || f.Unnamed != 2 {
+		t.Fatalf("records without a run: %v, %+v; want 2 unnamed", err, f)
+	}
+	r, err := WriteSeedReport(filepath.Join(t.TempDir(), "r"), []string{cfg.Out}, false)
+	if err != nil || r.Unnamed[cfg.Out] != 2 {
+		t.Errorf("SeedReport: %v, unnamed %v; want %s: 2", err, r.Unnamed, cfg.Out)
+	}
+}
+
 // TestRecordsWithoutRunSaidSo: records that carry no run identity (an
 // earlier build's) resume while run.json vouches for them, and the log
 // says so, naming the file and the count, where they were taken silently.

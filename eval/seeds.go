@@ -40,6 +40,10 @@ type Folder struct {
 	Dir     string
 	Config  Config
 	Records []report.Record
+	// Unnamed counts the records that carry no run identity (written by
+	// a build before records did), taken as the folder's because its
+	// run.json vouches for them, as eval takes them on resuming.
+	Unnamed int
 	id      identity
 }
 
@@ -82,7 +86,8 @@ func ReadFolder(dir string) (*Folder, error) {
 	if err := checkFields(path, recs, lines, rf.Config, reportLineAdvice); err != nil {
 		return nil, err
 	}
-	if _, err := checkRecords(path, recs, lines, rf.Identity, true, reportLineAdvice); err != nil {
+	unnamed, err := checkRecords(path, recs, lines, rf.Identity, true, reportLineAdvice)
+	if err != nil {
 		return nil, err
 	}
 	type key struct{ method, domain string }
@@ -98,7 +103,7 @@ func ReadFolder(dir string) (*Folder, error) {
 	if err := checkCounts(path, filepath.Join(dir, BatchesFile), recs, lines, rf.Config.Limit, reportLineAdvice); err != nil {
 		return nil, err
 	}
-	return &Folder{Dir: dir, Config: rf.Config, Records: report.Latest(recs), id: rf.Identity}, nil
+	return &Folder{Dir: dir, Config: rf.Config, Records: report.Latest(recs), Unnamed: unnamed, id: rf.Identity}, nil
 }
 
 // Seed is the shuffle seed of the folder's run.
@@ -305,6 +310,9 @@ type SeedReport struct {
 	// zero by construction.
 	Fixed string
 	Same  []string
+	// Unnamed are the folders holding records without a run identity,
+	// with their counts (Folder.Unnamed), for the caller to say so.
+	Unnamed map[string]int
 }
 
 // WriteSeedReport compares the results folders dirs as CompareSeeds does
@@ -318,6 +326,14 @@ func WriteSeedReport(out string, dirs []string, plot bool) (*SeedReport, error) 
 		return nil, err
 	}
 	r := &SeedReport{Comparison: c}
+	for _, f := range folders {
+		if f.Unnamed > 0 {
+			if r.Unnamed == nil {
+				r.Unnamed = map[string]int{}
+			}
+			r.Unnamed[f.Dir] = f.Unnamed
+		}
+	}
 	if fixed, _, same := SeedEffect(folders[0].Config); len(same) > 0 {
 		r.Fixed, r.Same = fixed, same
 	}

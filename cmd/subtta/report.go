@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -76,6 +78,10 @@ func writeReport(out string, dirs []string, plot, warned bool, stdout, stderr io
 	if len(r.Same) > 0 && !warned {
 		fmt.Fprintf(stderr, "warning: the runs were made with %s: the seeds streamed every domain in the same order, so the results of %s are the same for every seed (± 0 by construction)\n",
 			r.Fixed, strings.Join(r.Same, ", "))
+	}
+	for _, dir := range slices.Sorted(maps.Keys(r.Unnamed)) {
+		fmt.Fprintf(stderr, "warning: %s: %d records carry no run identity (written by an earlier build): taken as this folder's because its %s vouches for them, as eval takes them\n",
+			dir, r.Unnamed[dir], eval.RunFile)
 	}
 	for _, p := range r.Removed {
 		fmt.Fprintf(stderr, "removed %s: an earlier report's plot, which this report does not draw\n", p)
