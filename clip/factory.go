@@ -62,7 +62,8 @@ type Spec struct {
 	// Vocab is the CLIP BPE vocabulary (textenc.LoadBPETokenizer). When
 	// empty, a text tower with the byte-level vocabulary gets
 	// textenc.ByteTokenizer, and any other the vocabulary in the model's
-	// folder or else the one FindVocab returns.
+	// folder or else the one FindVocab returns. Whichever is used must
+	// fit the text tower (Spec.Tokenizer: ErrVocabDoesNotFit).
 	Vocab string
 	// FindVocab, if not nil, returns the path of a CLIP BPE vocabulary when
 	// none of the above gives one (the command line reads $SUBTTA_VOCAB
@@ -190,13 +191,13 @@ func (m *Model) Preprocessor() (*data.Preprocessor, error) {
 // Spec.Vocab): for a model loaded by other means than Create.
 func (s Spec) Tokenizer(m *Model) (textenc.Tokenizer, error) {
 	if s.Vocab != "" {
-		return textenc.LoadBPETokenizer(s.Vocab)
+		return fitVocab(m, s.Vocab)
 	}
 	if m.Config.Text.VocabSize == textenc.ByteVocabSize {
 		return textenc.ByteTokenizer{}, nil
 	}
 	if hasVocab(s.Model) {
-		return textenc.LoadBPETokenizer(s.Model)
+		return fitVocab(m, s.Model)
 	}
 	if s.FindVocab == nil {
 		return nil, ErrNoVocab
@@ -205,7 +206,29 @@ func (s Spec) Tokenizer(m *Model) (textenc.Tokenizer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return textenc.LoadBPETokenizer(path)
+	return fitVocab(m, path)
+}
+
+// ErrVocabDoesNotFit: the vocabulary has ids the model's text tower has no
+// token embedding for (the OpenAI vocabulary with a byte-level model);
+// the first text holding one would fail, perhaps after the images.
+var ErrVocabDoesNotFit = errors.New("the vocabulary does not fit the model's text tower")
+
+// fitVocab loads the BPE vocabulary at path and checks that m's text tower
+// takes every id of it (ErrVocabDoesNotFit).
+func fitVocab(m *Model, path string) (textenc.Tokenizer, error) {
+	tok, err := textenc.LoadBPETokenizer(path)
+	if err != nil {
+		return nil, err
+	}
+	if n, have := tok.VocabSize(), m.Config.Text.VocabSize; n > have {
+		tower := fmt.Sprintf("the model's text tower %d", have)
+		if have == textenc.ByteVocabSize {
+			tower = fmt.Sprintf("the model's text tower takes byte-level tokens (vocabulary %d) and no BPE vocabulary", have)
+		}
+		return nil, fmt.Errorf("%w: %s has %d entries, %s", ErrVocabDoesNotFit, path, n, tower)
+	}
+	return tok, nil
 }
 
 // hasVocab reports whether dir is a folder holding a vocabulary file that

@@ -196,7 +196,7 @@ func TestSpecTokenizer(t *testing.T) {
 		err   error // errors.Is
 	}{
 		{"vocab given", Spec{Vocab: bpe, FindVocab: find}, m, true, 0, nil},
-		{"vocab given to a byte-level model", Spec{Vocab: bpe}, byteModel, true, 0, nil},
+		{"vocab given to a byte-level model", Spec{Vocab: bpe}, byteModel, false, 0, ErrVocabDoesNotFit},
 		{"byte-level model", Spec{FindVocab: find}, byteModel, false, 0, nil},
 		{"model folder", Spec{Model: hfDir, FindVocab: find}, m, true, 0, nil},
 		{"found", Spec{Model: bpe, FindVocab: find}, m, true, 1, nil},
@@ -339,5 +339,33 @@ func TestCreateUnknownModel(t *testing.T) {
 	_, err := Create(Spec{Model: "no-such-model"})
 	if !errors.Is(err, ErrUnknownModel) || !strings.Contains(err.Error(), `"no-such-model"`) || !strings.Contains(err.Error(), "package builtin") {
 		t.Errorf("err = %v", err)
+	}
+}
+
+// TestSpecTokenizerFits: a vocabulary with more ids than the text tower
+// has token embeddings is ErrVocabDoesNotFit, naming it and both sizes,
+// for every source (here Spec.Vocab and FindVocab); one that fits loads.
+func TestSpecTokenizerFits(t *testing.T) {
+	vocab := fixture.Path(t, "assets/clip/bpe_simple_vocab_16e6.txt.gz")
+	for _, tc := range []struct {
+		name      string
+		towerSize int
+		spec      Spec
+		want      string
+	}{
+		{"byte-level model, --vocab", textenc.ByteVocabSize, Spec{Vocab: vocab}, "byte-level tokens (vocabulary 259)"},
+		{"smaller tower, found", 1000, Spec{Model: t.TempDir(), FindVocab: func() (string, error) { return vocab, nil }}, "text tower 1000"},
+		{"CLIP's tower", 49408, Spec{Vocab: vocab}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &Model{Config: &weights.CLIPConfig{Text: weights.TextConfig{VocabSize: tc.towerSize}}}
+			tok, err := tc.spec.Tokenizer(m)
+			switch {
+			case tc.want == "" && (err != nil || tok.VocabSize() != 49408):
+				t.Errorf("err = %v", err)
+			case tc.want != "" && (!errors.Is(err, ErrVocabDoesNotFit) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), vocab+" has 49408 entries")):
+				t.Errorf("err = %v, want ErrVocabDoesNotFit with %q", err, tc.want)
+			}
+		})
 	}
 }

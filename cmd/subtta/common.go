@@ -39,17 +39,13 @@ const tokenizerRepo = "openai/clip-vit-base-patch32"
 // findVocab is where the command line looks for the CLIP BPE vocabulary
 // when --vocab and the model give none (clip.Spec.FindVocab):
 // $SUBTTA_VOCAB, then the cache, downloading it on first use. A
-// vocabulary $SUBTTA_VOCAB names is read here, so that an error names the
-// variable (the user may not know it is set), and it must fit the text
-// tower, of vocabSize ids (vocabMismatch).
-func findVocab(vocabSize int, stderr io.Writer) (string, error) {
+// $SUBTTA_VOCAB that is not there is named as the variable (the user may
+// not know it is set); whether the vocabulary fits the model,
+// clip.Spec.Tokenizer checks.
+func findVocab(stderr io.Writer) (string, error) {
 	if v := os.Getenv("SUBTTA_VOCAB"); v != "" {
-		tok, err := textenc.LoadBPETokenizer(v)
-		if err != nil {
+		if _, err := os.Stat(v); err != nil {
 			return "", fmt.Errorf("SUBTTA_VOCAB: %w", err)
-		}
-		if why := vocabMismatch(vocabSize, tok.VocabSize()); why != "" {
-			return "", fmt.Errorf("SUBTTA_VOCAB %s: %s, so it does not fit the model: give --vocab, or unset SUBTTA_VOCAB", v, why)
 		}
 		return v, nil
 	}
@@ -72,21 +68,6 @@ func findVocab(vocabSize int, stderr io.Writer) (string, error) {
 	return filepath.Dir(paths[0]), nil
 }
 
-// vocabMismatch says why a vocabulary of n ids does not fit a text tower
-// of vocabSize ids, or returns "" when it does: an id the tower has no
-// token embedding for would stop the first text that holds it, after the
-// model is loaded and perhaps after the images are done. A byte-level
-// tower (textenc.ByteVocabSize ids) takes no BPE vocabulary at all.
-func vocabMismatch(vocabSize, n int) string {
-	switch {
-	case n <= vocabSize:
-		return ""
-	case vocabSize == textenc.ByteVocabSize:
-		return fmt.Sprintf("the model's text tower takes byte-level tokens (vocabulary %d) and the given vocabulary has %d entries", vocabSize, n)
-	}
-	return fmt.Sprintf("the given vocabulary has %d entries and the model's text tower %d", n, vocabSize)
-}
-
 // modelFlagHelp is the help of every --model flag.
 const modelFlagHelp = "checkpoint: .safetensors, .pt or Hugging Face directory (default: the built-in CLIP trained on CIFAR-10)"
 
@@ -100,34 +81,30 @@ const modelFlagHelp = "checkpoint: .safetensors, .pt or Hugging Face directory (
 // reads vocab, else the byte-level one for byte-level models, the model
 // folder's vocabulary, or findVocab's. A vocab given is read here, before
 // any work, and refused when the text tower cannot take its ids
-// (vocabMismatch). The linear layers run in prec (clip.Spec.Precision).
+// (clip.ErrVocabDoesNotFit). The linear layers run in prec (clip.Spec.Precision).
 func openModel(path, configPath, arch, vocab string, prec kernel.Precision, stderr io.Writer) (*clip.Bundle, error) {
 	if isBuiltin(path) {
 		path = builtin.ModelName
 	}
-	// The text tower's vocabulary, for findVocab: set once Create returns,
-	// and FindVocab is called only later, by Bundle.Tokenizer.
-	textVocab := 0
 	b, err := clip.Create(clip.Spec{Model: path, Arch: arch, ModelConfig: configPath, Vocab: vocab, Precision: prec,
-		FindVocab: func() (string, error) { return findVocab(textVocab, stderr) }})
+		FindVocab: func() (string, error) { return findVocab(stderr) }})
 	if field := (*clip.SpecError)(nil); errors.As(err, &field) && field.Field == "Precision" {
 		return nil, fmt.Errorf("--precision %s: %w", prec, field.Err)
 	}
 	if err != nil {
 		return nil, specUsage(err)
 	}
-	textVocab = b.Model.Config.Text.VocabSize
 	if vocab != "" {
-		tok, err := b.Tokenizer()
-		if err != nil {
-			return nil, fmt.Errorf("--vocab: %w", err)
-		}
-		if why := vocabMismatch(textVocab, tok.VocabSize()); why != "" {
+		_, err := b.Tokenizer()
+		switch {
+		case errors.Is(err, clip.ErrVocabDoesNotFit):
 			hint := ""
-			if textVocab == textenc.ByteVocabSize {
+			if b.Model.Config.Text.VocabSize == textenc.ByteVocabSize {
 				hint = ": leave it out (byte-level tokens need no vocabulary)"
 			}
-			return nil, usagef("--vocab %s: %s, so --vocab does not fit it%s", vocab, why, hint)
+			return nil, usagef("--vocab: %v%s", err, hint)
+		case err != nil:
+			return nil, fmt.Errorf("--vocab: %w", err)
 		}
 	}
 	warnInferred(stderr, path, b.Model.Config)

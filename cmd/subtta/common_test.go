@@ -32,7 +32,7 @@ func TestVocabDoesNotFit(t *testing.T) {
 	if err := os.WriteFile(img, jpegs[0], 0o644); err != nil {
 		t.Fatal(err)
 	}
-	byteLevel := []string{"byte-level tokens (vocabulary 259)", "has 49408 entries", "--vocab does not fit it"}
+	byteLevel := []string{"--vocab: the vocabulary does not fit", "has 49408 entries", "byte-level tokens (vocabulary 259)", "leave it out"}
 	for _, args := range [][]string{
 		{"classify", "--vocab", vocab, "--labels", "cat,dog", img},
 		{"embed", "--vocab", vocab, "--text", "a cat"},
@@ -77,8 +77,8 @@ func TestVocabDoesNotFit(t *testing.T) {
 		status    int
 		want      []string
 	}{
-		{"", vocab, 2, []string{"--vocab " + vocab + ": the given vocabulary has 49408 entries and the model's text tower 1000"}},
-		{vocab, "", 1, []string{"SUBTTA_VOCAB " + vocab + ": the given vocabulary has 49408 entries and the model's text tower 1000"}},
+		{"", vocab, 2, []string{"--vocab: the vocabulary does not fit the model's text tower: " + vocab + " has 49408 entries, the model's text tower 1000"}},
+		{vocab, "", 1, []string{"the vocabulary does not fit the model's text tower: " + vocab + " has 49408 entries, the model's text tower 1000"}},
 		{"/does/not/exist", "", 1, []string{"SUBTTA_VOCAB: ", "/does/not/exist"}},
 		{"", "/does/not/exist", 1, []string{"--vocab: ", "/does/not/exist"}},
 	} {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -254,27 +253,6 @@ func TestReportRefusesWhatSeedsCannotShow(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(rs, eval.SeedPlotFile)); err == nil {
 		t.Errorf("the earlier report's %s is still in %s", eval.SeedPlotFile, rs)
-	}
-}
-
-// TestReportSeedRuleIsEvals: report (eval.SeedEffect) refuses seeds where
-// eval --seeds (seedMatters) refuses to run them, and only there.
-func TestReportSeedRuleIsEvals(t *testing.T) {
-	for _, c := range []eval.Config{
-		{Methods: []string{"source"}},
-		{Methods: []string{"source"}, NoShuffle: true},
-		{Methods: []string{"source", "vte"}, NoShuffle: true},
-		{Methods: []string{"tent", "zero"}, Order: "o.txt"},
-		{Methods: []string{"tent"}, Order: "o.txt"},
-		{Methods: []string{"tent"}, Order: "o.txt", Protocol: "mixed"},
-		{Methods: []string{"tent"}, Order: "o.txt", Protocol: "mixed", NoShuffle: true},
-		{Methods: []string{"dmn", "memo"}, NoShuffle: true, Dataset: "imagenet-c"},
-	} {
-		evalRefuses := seedMatters(c, io.Discard) != nil
-		fixed, views, _ := eval.SeedEffect(c)
-		if reportRefuses := fixed != "" && len(views) == 0; reportRefuses != evalRefuses {
-			t.Errorf("%+v: eval --seeds refuses: %v, report: %v", c, evalRefuses, reportRefuses)
-		}
 	}
 }
 
